@@ -1,0 +1,28 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv run test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+
+run: venv
+	$(BIN)/codemode serve --stdio --allow-all --pack codemode.capabilities.records:pack
+
+lint: venv
+	$(BIN)/ruff check host worker_image capabilities tests
+	$(BIN)/mypy
+
+test: venv lint
+	$(BIN)/python -m pytest -q tests
+
+bench: venv
+	$(BIN)/python -m tests.benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) build *.egg-info
