@@ -1,0 +1,1 @@
+"""Where workers run: the runtime interface and its implementations."""

@@ -1,0 +1,32 @@
+"""The context a handler and an authorizer receive for one native call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["CallContext"]
+
+
+@dataclass
+class CallContext:
+    """Per-execute context.
+
+    ``deadline`` is a ``time.monotonic()`` instant; ``cancelled`` is set when the execution ends for
+    any reason (success, failure, deadline, client cancellation). Handlers are cooperative: they
+    should stop work when ``cancelled`` is set or ``remaining()`` reaches zero. The execute call
+    does not wait for a handler that ignores both.
+    """
+
+    deadline: float
+    worker_id: str = ""
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def remaining(self) -> float:
+        """Seconds until the deadline (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set() or self.remaining() <= 0.0

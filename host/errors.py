@@ -1,0 +1,127 @@
+"""The error classes of SPEC §10.
+
+``str(err)`` is always exactly the coarse client-facing text of SPEC §7. An approved suffix (a binding
+diagnostic, a program position, a disclosed ``AgentError`` message) lives in ``err.detail`` and is
+rendered only through :func:`client_text`. Host-only detail goes to logs, never into these objects.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentError",
+    "CapabilityFailure",
+    "CodeModeError",
+    "Internal",
+    "InvalidArguments",
+    "InvalidProgram",
+    "InvalidRegistration",
+    "NotFound",
+    "PermissionDenied",
+    "PolicyFailure",
+    "ResourceLimit",
+    "Unauthenticated",
+    "client_text",
+    "sanitize_disclosure",
+]
+
+MAX_DISCLOSED_BYTES = 256
+
+
+class CodeModeError(Exception):
+    """Root of every error a client may see. ``str()`` is the coarse text only."""
+
+    text = "internal failure"
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(self.text)
+        self.detail = detail or None
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.text!r})"
+
+
+class InvalidRegistration(CodeModeError):
+    """``Builder.build()`` found problems; ``problems`` lists every one, each naming its capability."""
+
+    text = "invalid registration"
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(None)
+        self.problems = list(problems)
+
+    def __str__(self) -> str:
+        return self.text + ":\n" + "\n".join(f"- {p}" for p in self.problems)
+
+
+class Unauthenticated(CodeModeError):
+    text = "unauthenticated"
+
+
+class NotFound(CodeModeError):
+    text = "capability not found"
+
+
+class InvalidProgram(CodeModeError):
+    text = "invalid program"
+
+
+class InvalidArguments(CodeModeError):
+    text = "invalid capability arguments"
+
+
+class PermissionDenied(CodeModeError):
+    text = "permission denied"
+
+
+class PolicyFailure(CodeModeError):
+    text = "authorization policy failure"
+
+
+class ResourceLimit(CodeModeError):
+    text = "resource limit exceeded"
+
+
+class ExecutionTimeout(ResourceLimit, TimeoutError):
+    """The execution deadline passed: a ``ResourceLimit`` that is also a ``TimeoutError``."""
+
+    def __str__(self) -> str:
+        return ResourceLimit.text
+
+
+class CapabilityFailure(CodeModeError):
+    text = "capability failed"
+
+
+class Internal(CodeModeError):
+    text = "internal failure"
+
+
+class AgentError(Exception):
+    """Raised by a handler to disclose ``message`` to the model (sanitized and bounded)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def sanitize_disclosure(message: str, limit: int = MAX_DISCLOSED_BYTES) -> str:
+    """Non-printables become spaces; at most ``limit`` UTF-8 bytes, cut on a character boundary
+    with ``...`` (the dots count toward the limit)."""
+    cleaned = "".join(ch if ch.isprintable() else " " for ch in message)
+    encoded = cleaned.encode("utf-8")
+    if len(encoded) <= limit:
+        return cleaned
+    cut = encoded[: limit - 3].decode("utf-8", errors="ignore")
+    return cut + "..."
+
+
+def client_text(err: CodeModeError) -> str:
+    """The exact text a client may see: the coarse text, plus the approved suffix if any."""
+    if isinstance(err, InvalidRegistration):
+        return Internal.text
+    if err.detail and isinstance(err, InvalidProgram | InvalidArguments | CapabilityFailure):
+        return f"{err.text}: {err.detail}"
+    return err.text

@@ -1,0 +1,431 @@
+"""One execution: spawn a worker, send the program, serve its native calls, return main's value.
+
+Everything the worker sends is hostile input. The host bounds each frame before reading it, accepts
+only the frames the protocol allows at that point, rebinds every argument against its own compiled
+shape, authorizes every call with the trusted subject, and checks every size itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
+from codemode_worker.shapes import BindError, bind_arguments
+from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
+
+from .authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
+from .capability import CompiledCapability
+from .context import CallContext
+from .errors import (
+    AgentError,
+    CapabilityFailure,
+    CodeModeError,
+    ExecutionTimeout,
+    Internal,
+    InvalidArguments,
+    InvalidProgram,
+    PermissionDenied,
+    PolicyFailure,
+    ResourceLimit,
+    sanitize_disclosure,
+)
+from .limits import Limits
+from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
+from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
+from .types import OutputError, construct, to_plain
+
+__all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
+
+log = logging.getLogger("codemode.execute")
+
+FRAME_OVERHEAD = 64 * 1024
+READ_CHUNK = 256 * 1024
+MAX_WORKER_MESSAGE = 1024
+
+
+class WorkerMisbehaved(Exception):
+    """The worker broke the protocol; host-log detail only."""
+
+
+class WorkerGone(Exception):
+    """The worker's output ended before it sent a final frame."""
+
+
+def _clean_message(message: str) -> str:
+    return sanitize_disclosure(message, MAX_WORKER_MESSAGE)
+
+
+_FINAL_ERRORS: dict[str, type[CodeModeError]] = {
+    "invalid_program": InvalidProgram,
+    "invalid_arguments": InvalidArguments,
+    "resource_limit": ResourceLimit,
+    "internal": Internal,
+}
+
+
+class _Session:
+    """The exchange with one sandbox."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        sandbox: Sandbox,
+        subject: Subject,
+        ctx: CallContext,
+    ) -> None:
+        self.ex = executor
+        self.sandbox = sandbox
+        self.subject = subject
+        self.ctx = ctx
+        limits = executor.limits
+        self.decoder = FrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
+        self.pending: list[dict[str, Any]] = []
+        self.calls = 0
+        self.intermediate = 0
+
+    async def next_frame(self) -> dict[str, Any]:
+        while not self.pending:
+            data = await self.sandbox.read(READ_CHUNK)
+            if not data:
+                raise WorkerGone()
+            try:
+                self.pending.extend(self.decoder.feed(data))
+            except ProtocolError as exc:
+                raise WorkerMisbehaved(f"protocol error: {exc}") from None
+        return self.pending.pop(0)
+
+    async def run(self, source: str) -> Any:
+        limits = self.ex.limits
+        exec_frame = {
+            "k": "exec",
+            "v": PROTOCOL_VERSION,
+            "source": source,
+            "manifest": self.ex.manifest,
+            "limits": {
+                "max_steps": limits.max_execution_steps,
+                "max_value_depth": limits.max_value_depth,
+                "max_value_bytes": limits.max_value_bytes,
+                "max_native_calls": limits.max_native_calls,
+                "max_callstack": limits.max_callstack,
+            },
+        }
+        try:
+            await self.sandbox.write(encode_frame(exec_frame))
+        except SandboxClosed:
+            raise WorkerGone() from None
+        while True:
+            frame = await self.next_frame()
+            kind = frame["k"]
+            if kind == "native_call":
+                await self.native_call(frame)
+            elif kind == "final":
+                return self.final_value(frame["value"])
+            elif kind == "final_error":
+                cls = _FINAL_ERRORS.get(frame["error"])
+                if cls is None:
+                    raise WorkerMisbehaved(f"unknown final_error kind {frame['error']!r}")
+                message = _clean_message(frame["message"])
+                if cls in (InvalidProgram, InvalidArguments) and message:
+                    raise cls(message)
+                raise cls()
+            else:
+                raise WorkerMisbehaved(f"unexpected frame kind {kind!r}")
+
+    def final_value(self, value: Any) -> Any:
+        limits = self.ex.limits
+        try:
+            check_value(value, limits.max_value_depth, limits.max_value_bytes)
+        except ValueLimitError:
+            raise ResourceLimit() from None
+        except ValueTypeError as exc:
+            raise WorkerMisbehaved(f"final value: {exc}") from None
+        return value
+
+    async def native_call(self, frame: dict[str, Any]) -> None:
+        limits = self.ex.limits
+        self.calls += 1
+        if frame["seq"] != self.calls:
+            raise WorkerMisbehaved(f"native_call seq {frame['seq']!r}, expected {self.calls}")
+        if self.calls > limits.max_native_calls:
+            raise ResourceLimit()
+        cap = self.ex.by_name.get(frame["name"])
+        if cap is None:
+            raise WorkerMisbehaved("native_call for a capability that is not enabled")
+        args = frame["args"]
+        if not isinstance(args, dict):
+            raise WorkerMisbehaved("native_call args is not an object")
+        try:
+            # Depth counts each argument value (the keyword map itself is not a value).
+            check_value(args, limits.max_value_depth + 1, limits.max_value_bytes)
+        except ValueLimitError:
+            raise ResourceLimit() from None
+        except ValueTypeError as exc:
+            raise WorkerMisbehaved(f"native_call args: {exc}") from None
+        try:
+            canonical = bind_arguments(cap.input_shape, args)
+        except BindError as exc:
+            # An honest worker binds first, so a failing rebind proves a misbehaving worker.
+            raise WorkerMisbehaved(f"rebind failed: {exc}") from None
+        await self.dispatch(cap, canonical, frame["seq"])
+
+    async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], seq: int) -> None:
+        limits = self.ex.limits
+        event = {"decision": "allow", "outcome": "not_run", "authz": 0.0, "handler": 0.0}
+        try:
+            t0 = time.perf_counter()
+            typed_args = construct(cap.input_type, canonical) if cap.input_type is not None else None
+            try:
+                await run_authorizer(
+                    self.ex.authorizer,
+                    self.ctx,
+                    AuthorizationInput(self.subject, cap.id, cap.name, canonical),
+                )
+            except Denied:
+                event["decision"] = "deny"
+                raise PermissionDenied() from None
+            except (asyncio.CancelledError, CodeModeError):
+                raise
+            except Exception as exc:
+                event["decision"] = "policy_failure"
+                log.warning("authorizer failed for %s: %s", cap.id, type(exc).__name__)
+                raise PolicyFailure() from None
+            finally:
+                event["authz"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            try:
+                result = await self.run_handler(cap, typed_args)
+            finally:
+                event["handler"] = time.perf_counter() - t1
+            try:
+                plain = to_plain(cap.output_shape, result)
+            except OutputError as exc:
+                event["outcome"] = "capability_failed"
+                log.warning("handler %s returned an unusable value: %s", cap.id, exc)
+                raise CapabilityFailure() from None
+            try:
+                size = check_value(plain, limits.max_value_depth, limits.max_value_bytes)
+            except ValueLimitError:
+                event["outcome"] = "resource_limit"
+                raise ResourceLimit() from None
+            self.intermediate += size
+            if self.intermediate > limits.max_intermediate_value_bytes:
+                event["outcome"] = "resource_limit"
+                raise ResourceLimit()
+            event["outcome"] = "ok"
+        finally:
+            self.ex.observer.native_call(
+                CallEvent(
+                    subject_id=self.subject.id,
+                    capability_id=cap.id,
+                    decision=str(event["decision"]),
+                    outcome=str(event["outcome"]),
+                    authz_seconds=float(event["authz"]),
+                    handler_seconds=float(event["handler"]),
+                    worker_id=self.sandbox.worker_id,
+                )
+            )
+        try:
+            await self.sandbox.write(encode_frame({"k": "native_result", "seq": seq, "value": plain}))
+        except SandboxClosed:
+            raise WorkerGone() from None
+
+    async def run_handler(self, cap: CompiledCapability, typed_args: Any) -> Any:
+        handler = cap.handler
+        call_args: tuple[Any, ...] = (self.ctx, self.subject)
+        if cap.input_type is not None:
+            call_args += (typed_args,)
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            getattr(handler, "__call__", None)  # noqa: B004
+        ):
+            task: asyncio.Future[Any] = asyncio.ensure_future(handler(*call_args))
+        else:
+            task = asyncio.ensure_future(asyncio.to_thread(handler, *call_args))
+        try:
+            # Wait without awaiting the handler directly: a handler that swallows cancellation
+            # must not hold the execute call past its deadline.
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            task.add_done_callback(_consume)
+            raise
+        try:
+            return task.result()
+        except asyncio.CancelledError:
+            raise CapabilityFailure() from None
+        except AgentError as exc:
+            raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+        except Exception as exc:
+            log.warning("handler %s raised %s", cap.id, type(exc).__name__)
+            raise CapabilityFailure() from None
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+class Executor:
+    """Runs programs for one built server."""
+
+    def __init__(
+        self,
+        capabilities: Mapping[str, CompiledCapability],
+        authorizer: Authorizer,
+        limits: Limits,
+        runtime: Runtime,
+        observer: Observer | None = None,
+        subject_quota: int = 0,
+    ) -> None:
+        self.by_name = dict(capabilities)
+        self.subject_quota = subject_quota
+        self.active: dict[str, int] = {}
+        self.authorizer = authorizer
+        self.limits = limits
+        self.runtime = runtime
+        self.observer: Observer = observer or NullObserver()
+        self.manifest = [{"name": c.name, "input": c.input_shape} for c in self.by_name.values()]
+        self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
+        self.reaping: set[asyncio.Task[None]] = set()
+
+    async def execute(self, source: str, subject: Subject) -> Any:
+        """Run one program; enforces the per-subject quota around the whole execution."""
+        held = self.active.get(subject.id, 0)
+        if self.subject_quota and held >= self.subject_quota:
+            self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
+            raise ResourceLimit()
+        self.active[subject.id] = held + 1
+        self.observer.execute_started(subject.id)
+        try:
+            return await self._execute(source, subject)
+        finally:
+            left = self.active[subject.id] - 1
+            if left:
+                self.active[subject.id] = left
+            else:
+                del self.active[subject.id]
+            self.observer.execute_finished(subject.id)
+
+    async def _execute(self, source: str, subject: Subject) -> Any:
+        start = time.monotonic()
+        deadline = start + self.limits.max_execution_time
+        ctx = CallContext(deadline=deadline)
+        outcome = "internal"
+        calls = 0
+        worker_id = ""
+        oom = False
+        try:
+            if not isinstance(source, str):
+                raise InvalidProgram()
+            if len(source.encode("utf-8", errors="surrogatepass")) > self.limits.max_source_bytes:
+                raise ResourceLimit()
+            loop = asyncio.get_running_loop()
+            sandbox: Sandbox | None = None
+            session: _Session | None = None
+            try:
+                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
+                    await self.slots.acquire()
+                    try:
+                        sandbox = await self.runtime.spawn()
+                    except BaseException:
+                        self.slots.release()
+                        raise
+                    worker_id = ctx.worker_id = sandbox.worker_id
+                    session = _Session(self, sandbox, subject, ctx)
+                    value = await session.run(source)
+            except TimeoutError:
+                raise ExecutionTimeout() from None
+            except WorkerGone:
+                info = await self._reap_now(sandbox)
+                sandbox = None
+                oom = info.oom_killed
+                if info.resource_killed or info.signal in (signal.SIGXCPU, signal.SIGXFSZ):
+                    raise ResourceLimit() from None
+                log.warning("worker %s ended without a result: %s", worker_id, info)
+                raise Internal() from None
+            except WorkerMisbehaved as exc:
+                log.warning("worker %s misbehaved: %s", worker_id, exc)
+                raise Internal() from None
+            except CodeModeError:
+                raise
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("execute failed in the host: %s", type(exc).__name__)
+                raise Internal() from None
+            finally:
+                ctx.cancelled.set()
+                if session is not None:
+                    calls = session.calls
+                if sandbox is not None:
+                    self._reap_later(sandbox)
+            outcome = "ok"
+            return value
+        except CodeModeError as exc:
+            outcome = _outcome_name(exc)
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            self.observer.execute(
+                ExecuteEvent(
+                    subject_id=subject.id,
+                    outcome=outcome,
+                    seconds=time.monotonic() - start,
+                    native_calls=calls,
+                    worker_id=worker_id,
+                    oom_killed=oom,
+                )
+            )
+
+    async def _reap_now(self, sandbox: Sandbox | None) -> ExitInfo:
+        assert sandbox is not None
+        try:
+            return await asyncio.shield(sandbox.destroy())
+        finally:
+            self.slots.release()
+
+    def _reap_later(self, sandbox: Sandbox) -> None:
+        """Destroy in the background; the slot is released only once the worker is reaped, so
+        live workers never exceed ``max_concurrent_executions``."""
+
+        async def reap() -> None:
+            try:
+                info = await sandbox.destroy()
+                if info.oom_killed:
+                    log.info("worker %s was OOM-killed", sandbox.worker_id)
+            except Exception:
+                log.exception("destroying worker %s failed", sandbox.worker_id)
+            finally:
+                self.slots.release()
+
+        task = asyncio.get_running_loop().create_task(reap())
+        self.reaping.add(task)
+        task.add_done_callback(self.reaping.discard)
+
+    async def drain(self) -> None:
+        """Wait for every background reap to finish."""
+        while self.reaping:
+            await asyncio.gather(*list(self.reaping), return_exceptions=True)
+
+
+def _outcome_name(exc: CodeModeError) -> str:
+    return {
+        "unauthenticated": "unauthenticated",
+        "capability not found": "not_found",
+        "invalid program": "invalid_program",
+        "invalid capability arguments": "invalid_arguments",
+        "permission denied": "permission_denied",
+        "authorization policy failure": "policy_failure",
+        "resource limit exceeded": "resource_limit",
+        "capability failed": "capability_failed",
+    }.get(exc.text, "internal")
+
+

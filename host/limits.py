@@ -1,0 +1,64 @@
+"""Execution and discovery limits (SPEC §5). Zero means "use the default"; negative is a build error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+__all__ = ["Limits"]
+
+_DEFAULTS: dict[str, float] = {
+    "max_source_bytes": 64 * 1024,
+    "max_execution_steps": 1_000_000,
+    "max_execution_time": 5.0,
+    "max_native_calls": 100,
+    "max_value_depth": 32,
+    "max_value_bytes": 1024 * 1024,
+    "max_intermediate_value_bytes": 8 * 1024 * 1024,
+    "max_search_query_bytes": 256,
+    "max_search_results": 20,
+    "max_concurrent_executions": 8,
+    "max_search_response_bytes": 64 * 1024,
+    "max_callstack": 100,
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-execute budgets. ``max_execution_time`` is in seconds; every other field is a count or
+    bytes. ``max_execution_steps`` counts interpreter work in units of the worker's cancellation
+    checks (see ``codemode_worker.interpreter``)."""
+
+    max_source_bytes: int = 0
+    max_execution_steps: int = 0
+    max_execution_time: float = 0.0
+    max_native_calls: int = 0
+    max_value_depth: int = 0
+    max_value_bytes: int = 0
+    max_intermediate_value_bytes: int = 0
+    max_search_query_bytes: int = 0
+    max_search_results: int = 0
+    max_concurrent_executions: int = 0
+    max_search_response_bytes: int = 0
+    max_callstack: int = 0
+
+    def problems(self) -> list[str]:
+        """Negative values (and non-numbers) as build problems."""
+        out = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                out.append(f"limits: {f.name} must be a number")
+            elif value < 0:
+                out.append(f"limits: {f.name} must not be negative")
+            elif value != value or value == float("inf"):
+                out.append(f"limits: {f.name} must be finite")
+        return out
+
+    def resolved(self) -> Limits:
+        """A copy with every zero replaced by its default. Call after ``problems()`` is empty."""
+        changes: dict[str, float] = {}
+        for f in fields(self):
+            if getattr(self, f.name) == 0:
+                default = _DEFAULTS[f.name]
+                changes[f.name] = default if f.name == "max_execution_time" else int(default)
+        return replace(self, **changes)  # type: ignore[arg-type]

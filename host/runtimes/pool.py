@@ -1,0 +1,123 @@
+"""A warm pool for any runtime: sandboxes started ahead of time, each waiting for its one program.
+
+Each sandbox is still used exactly once and destroyed by the execute pipeline; the pool only moves
+start latency off the request path. It keeps at most ``size`` idle sandboxes (the execute semaphore
+bounds the ones in use, so live workers never exceed ``max_concurrent_executions + size``), refills
+in the background, never hands out a sandbox that died while waiting, and drains on ``aclose()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+
+from .base import Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+
+__all__ = ["WarmPool"]
+
+log = logging.getLogger("codemode.pool")
+
+
+class WarmPool:
+    """Wraps a Runtime and is itself a Runtime."""
+
+    def __init__(self, runtime: Runtime, size: int, *, retry_delay: float = 0.5) -> None:
+        if size < 0:
+            raise ValueError("pool size must not be negative")
+        self.inner = runtime
+        self.size = size
+        self.retry_delay = retry_delay
+        self._idle: collections.deque[Sandbox] = collections.deque()
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.refill_seconds: list[float] = []
+        self.last_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}+pool"
+
+    @property
+    def idle(self) -> int:
+        """Sandboxes ready right now."""
+        return len(self._idle)
+
+    async def start(self) -> None:
+        await self.inner.start()
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._refill_loop())
+
+    async def check(self) -> None:
+        await self.inner.check()
+
+    def warm(self) -> bool:
+        """The pool holds its target number of ready sandboxes."""
+        return len(self._idle) >= self.size
+
+    async def wait_warm(self, timeout: float = 30.0) -> None:
+        """Wait until the pool is at target (for tests, benchmarks and readiness)."""
+        async with asyncio.timeout(timeout):
+            while not self.warm():
+                await asyncio.sleep(0.01)
+
+    async def spawn(self) -> Sandbox:
+        if self._closed:
+            raise RuntimeUnavailable("pool is closed")
+        while self._idle:
+            sandbox = self._idle.popleft()
+            self._kick()
+            if sandbox.alive():
+                return sandbox
+            log.warning("pooled worker %s died while waiting; replacing it", sandbox.worker_id)
+            await sandbox.destroy()
+        self._kick()
+        return await self.inner.spawn()
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _refill_loop(self) -> None:
+        assert self._wake is not None
+        while not self._closed:
+            if len(self._idle) >= self.size:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            t0 = time.monotonic()
+            try:
+                sandbox = await self.inner.spawn()
+            except (SpawnFailed, RuntimeUnavailable) as exc:
+                self.last_error = str(exc)
+                log.warning("pool refill failed: %s", exc)
+                await asyncio.sleep(self.retry_delay)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("pool refill failed unexpectedly")
+                await asyncio.sleep(self.retry_delay)
+                continue
+            self.last_error = None
+            self.refill_seconds.append(time.monotonic() - t0)
+            del self.refill_seconds[:-1000]
+            if self._closed:
+                await sandbox.destroy()
+                return
+            self._idle.append(sandbox)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        idle = list(self._idle)
+        self._idle.clear()
+        await asyncio.gather(*(s.destroy() for s in idle), return_exceptions=True)
+        await self.inner.aclose()

@@ -1,0 +1,188 @@
+"""Builder and Server: the library's front door (SPEC §10)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .authz import Authorizer, Subject
+from .capability import Capability, CompiledCapability, validate_catalog
+from .errors import InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
+from .execute import Executor
+from .limits import Limits
+from .observe import Observer
+from .runtimes.base import Runtime
+from .search import SearchEntry, SearchIndex, SearchLimitError, SearchResponse
+from .types import describe_fields
+
+__all__ = ["Builder", "Description", "Server"]
+
+
+@dataclass(frozen=True)
+class Description:
+    """``describe_api``'s answer. The capability id is deliberately absent."""
+
+    name: str
+    signature: str
+    summary: str
+    description: str
+    input: list[dict[str, Any]]
+    output: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "signature": self.signature,
+            "summary": self.summary,
+            "description": self.description,
+            "input": [dict(i) for i in self.input],
+            "output": [dict(o) for o in self.output],
+        }
+
+
+class Builder:
+    """Collects capabilities, validates everything at ``build()``; one-shot."""
+
+    def __init__(
+        self,
+        authorizer: Authorizer | None = None,
+        limits: Limits | None = None,
+        disabled: Sequence[str] = (),
+        runtime: Runtime | None = None,
+        observer: Observer | None = None,
+        subject_quota: int = 0,
+    ) -> None:
+        self._authorizer = authorizer
+        self._subject_quota = subject_quota
+        self._limits = limits if limits is not None else Limits()
+        self._disabled = list(disabled)
+        self._runtime = runtime
+        self._observer = observer
+        self._caps: list[Capability] = []
+        self._built = False
+
+    def register(self, *capabilities: Capability) -> Builder:
+        if self._built:
+            raise InvalidRegistration(["builder: register() after build()"])
+        self._caps.extend(capabilities)
+        return self
+
+    def build(self) -> Server:
+        if self._built:
+            raise InvalidRegistration(["builder: build() may be called only once"])
+        self._built = True
+        problems: list[str] = []
+        if self._authorizer is None:
+            problems.append("authorizer: none given (use authz.allow_all() to allow explicitly)")
+        elif not callable(getattr(self._authorizer, "authorize", None)):
+            problems.append("authorizer: has no authorize(ctx, input) method")
+        if not isinstance(self._limits, Limits):
+            problems.append("limits: must be codemode.Limits")
+            limits = Limits()
+        else:
+            problems += self._limits.problems()
+            limits = self._limits
+        if isinstance(self._subject_quota, bool) or not isinstance(self._subject_quota, int) or (
+            self._subject_quota < 0
+        ):
+            problems.append("subject_quota: must be a non-negative int (0 = no per-subject quota)")
+        if isinstance(self._disabled, str):
+            problems.append("disabled: must be a list of ids")
+            self._disabled = []
+        enabled, cap_problems = validate_catalog(self._caps, self._disabled)
+        problems += cap_problems
+        if problems:
+            raise InvalidRegistration(problems)
+        assert self._authorizer is not None
+        runtime = self._runtime
+        if runtime is None:
+            from .runtimes.process import ProcessRuntime
+
+            runtime = ProcessRuntime()
+        return Server(
+            enabled, self._authorizer, limits.resolved(), runtime, self._observer, self._subject_quota
+        )
+
+
+class Server:
+    """A built catalog with its authorizer, limits and runtime."""
+
+    def __init__(
+        self,
+        capabilities: list[CompiledCapability],
+        authorizer: Authorizer,
+        limits: Limits,
+        runtime: Runtime,
+        observer: Observer | None = None,
+        subject_quota: int = 0,
+    ) -> None:
+        self.limits = limits
+        self.runtime = runtime
+        self._by_name = {c.name: c for c in capabilities}
+        self._index = SearchIndex(
+            [
+                SearchEntry(
+                    name=c.name,
+                    signature=c.signature,
+                    summary=c.summary,
+                    description=c.description,
+                    search_terms=list(c.search_terms),
+                )
+                for c in capabilities
+            ],
+            max_results=limits.max_search_results,
+            max_response_bytes=limits.max_search_response_bytes,
+        )
+        self._executor = Executor(self._by_name, authorizer, limits, runtime, observer, subject_quota)
+        self._started = False
+        self._start_lock: asyncio.Lock | None = None
+
+    @property
+    def capabilities(self) -> list[CompiledCapability]:
+        return list(self._by_name.values())
+
+    def search(self, query: str) -> SearchResponse:
+        if not isinstance(query, str):
+            raise ResourceLimit()
+        try:
+            return self._index.search(query, max_query_bytes=self.limits.max_search_query_bytes)
+        except SearchLimitError:
+            raise ResourceLimit() from None
+
+    def describe(self, name: str) -> Description:
+        cap = self._by_name.get(name) if isinstance(name, str) else None
+        if cap is None:
+            raise NotFound()
+        return Description(
+            name=cap.name,
+            signature=cap.signature,
+            summary=cap.summary,
+            description=cap.description,
+            input=[f.to_dict() for f in describe_fields(cap.input_shape, output=False)],
+            output=[f.to_dict() for f in describe_fields(cap.output_shape, output=True)],
+        )
+
+    async def start(self) -> None:
+        """Start the runtime (orphan clean-up, pool warm-up). ``execute`` calls it on first use."""
+        if self._started:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if not self._started:
+                await self.runtime.start()
+                self._started = True
+
+    async def execute(self, source: str, *, subject: Subject) -> Any:
+        """Run one program for ``subject`` and return ``main()``'s plain value."""
+        if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
+            raise Unauthenticated()
+        await self.start()
+        return await self._executor.execute(source, subject)
+
+    async def aclose(self) -> None:
+        """Stop pools and reap every worker."""
+        await self._executor.drain()
+        await self.runtime.aclose()

@@ -1,0 +1,286 @@
+"""The type model: handler annotations compiled once into shapes.
+
+A :class:`TypeSpec` is compiled from a Python annotation (SPEC §3 table) and can
+
+* give its serializable *shape* (``codemode_worker.shapes``) so the worker can bind without host code,
+* render the model-facing notation (inputs use ``T | None``; outputs use ``{field: T, opt?: U}``),
+* build the exact typed input (dataclass instances) from a canonical map,
+* convert a handler's output into a plain bounded value.
+
+Binding itself (normalizing an untrusted value with path diagnostics) is the shared pure function
+``codemode_worker.shapes.bind``; the host runs its own copy on whatever the worker sends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+from codemode_worker.shapes import render as render_input
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "OutputError",
+    "TypeProblem",
+    "compile_type",
+    "construct",
+    "describe_fields",
+    "render_output",
+    "to_plain",
+]
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+Shape = dict[str, Any]
+
+
+class TypeProblem(Exception):
+    """An annotation outside the supported type model."""
+
+
+class OutputError(Exception):
+    """A handler returned a value that does not fit its declared output type (host-log detail)."""
+
+
+_SCALARS: dict[Any, str] = {str: "str", int: "int", bool: "bool", float: "float"}
+
+
+def compile_type(tp: Any, _stack: tuple[type, ...] = ()) -> Shape:
+    """Compile an annotation into a shape; raises :class:`TypeProblem` naming what is unsupported."""
+    if tp in _SCALARS:
+        return {"t": _SCALARS[tp]}
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1 or len(args) != 2:
+            raise TypeProblem(f"unsupported union {_name(tp)} (only T | None is allowed)")
+        inner = compile_type(rest[0], _stack)
+        return inner if inner["t"] == "opt" else {"t": "opt", "of": inner}
+    if origin is list:
+        if len(args) != 1:
+            raise TypeProblem("list needs one element type")
+        return {"t": "list", "of": compile_type(args[0], _stack)}
+    if origin is dict:
+        if len(args) != 2:
+            raise TypeProblem("dict needs key and value types")
+        if args[0] is not str:
+            raise TypeProblem(f"unsupported dict key type {_name(args[0])} (keys must be str)")
+        return {"t": "dict", "of": compile_type(args[1], _stack)}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if tp in _stack:
+            raise TypeProblem(f"recursive type {tp.__name__}")
+        hints = _hints(tp)
+        fields = []
+        for f in dataclasses.fields(tp):
+            if not f.init:
+                raise TypeProblem(f"field {tp.__name__}.{f.name} is not an init field")
+            try:
+                shape = compile_type(hints[f.name], (*_stack, tp))
+            except TypeProblem as exc:
+                raise TypeProblem(f"{tp.__name__}.{f.name}: {exc}") from None
+            fields.append({"name": f.name, "shape": shape})
+        return {"t": "record", "fields": fields}
+    raise TypeProblem(f"unsupported type {_name(tp)}")
+
+
+def _name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or repr(tp)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    cached = _HINTS.get(cls)
+    if cached is None:
+        try:
+            cached = typing.get_type_hints(cls)
+        except Exception as exc:  # unresolvable forward reference
+            raise TypeProblem(f"cannot resolve annotations of {cls.__name__}: {exc}") from None
+        _HINTS[cls] = cached
+    return cached
+
+
+def construct(tp: Any, value: Any) -> Any:
+    """Build the typed value for an already-bound canonical value (trusted: it came from ``bind``)."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = next(a for a in typing.get_args(tp) if a is not type(None))
+        return construct(inner, value)
+    if origin is list:
+        (elem,) = typing.get_args(tp)
+        return [construct(elem, v) for v in value]
+    if origin is dict:
+        elem = typing.get_args(tp)[1]
+        return {k: construct(elem, v) for k, v in value.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = _hints(tp)
+        kwargs = {
+            f.name: construct(hints[f.name], value[f.name]) if f.name in value else None
+            for f in dataclasses.fields(tp)
+        }
+        return tp(**kwargs)
+    if tp is float:
+        return float(value)
+    return value
+
+
+def to_plain(shape: Shape, obj: Any, path: str = "result") -> Any:
+    """Convert handler output into a plain JSON-shaped value following the output shape.
+
+    Raises :class:`OutputError` for anything that does not fit (wrong types, NaN/inf, ints outside
+    int64, missing required fields). Depth and byte bounds are checked afterwards by the caller.
+    """
+    kind = shape["t"]
+    if kind == "opt":
+        return None if obj is None else to_plain(shape["of"], obj, path)
+    if kind == "str":
+        if isinstance(obj, str):
+            return obj
+    elif kind == "bool":
+        if isinstance(obj, bool):
+            return obj
+    elif kind == "int":
+        if isinstance(obj, int) and not isinstance(obj, bool):
+            if not INT64_MIN <= obj <= INT64_MAX:
+                raise OutputError(f"{path}: int outside int64")
+            return int(obj)
+    elif kind == "float":
+        if isinstance(obj, int | float) and not isinstance(obj, bool):
+            out = float(obj)
+            if not math.isfinite(out):
+                raise OutputError(f"{path}: non-finite float")
+            return out
+    elif kind == "list":
+        if isinstance(obj, list | tuple):
+            return [to_plain(shape["of"], v, f"{path}[{i}]") for i, v in enumerate(obj)]
+    elif kind == "dict":
+        if isinstance(obj, dict):
+            out_d: dict[str, Any] = {}
+            for k, v in obj.items():
+                if not isinstance(k, str):
+                    raise OutputError(f"{path}: non-str key")
+                out_d[k] = to_plain(shape["of"], v, f"{path}[{k!r}]")
+            return out_d
+    elif kind == "record":
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            out_r: dict[str, Any] = {}
+            for field in shape["fields"]:
+                name = field["name"]
+                if not hasattr(obj, name):
+                    raise OutputError(f"{path}.{name}: missing")
+                converted = to_plain(field["shape"], getattr(obj, name), f"{path}.{name}")
+                if converted is not None or field["shape"]["t"] != "opt":
+                    out_r[name] = converted
+            return out_r
+    raise OutputError(f"{path}: expected {kind}, got {type(obj).__name__}")
+
+
+def render_output(shape: Shape) -> str:
+    """Output notation: like inputs, but optional record fields read ``name?: T``."""
+    kind = shape["t"]
+    if kind == "opt":
+        return f"{render_output(shape['of'])} | None"
+    if kind == "list":
+        return f"list[{render_output(shape['of'])}]"
+    if kind == "dict":
+        return f"dict[str, {render_output(shape['of'])}]"
+    if kind == "record":
+        parts = []
+        for f in shape["fields"]:
+            fs = f["shape"]
+            if fs["t"] == "opt":
+                parts.append(f"{f['name']}?: {render_output(fs['of'])}")
+            else:
+                parts.append(f"{f['name']}: {render_output(fs)}")
+        return "{" + ", ".join(parts) + "}"
+    return str(kind)
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    name: str
+    type: str
+    required: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "required": self.required}
+
+
+def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
+    """Flat ``{name, type, required}`` items of a root record, in declaration order.
+
+    Inputs keep ``| None`` in the type of an optional field; outputs show the inner type and mark
+    optionality by ``required: false`` (nested optional output fields use ``name?:``).
+    """
+    items = []
+    for f in record["fields"]:
+        fs = f["shape"]
+        required = fs["t"] != "opt"
+        if output:
+            text = render_output(fs if required else fs["of"])
+        else:
+            text = render_input(fs)
+        items.append(FieldDoc(f["name"], text, required))
+    return items
+
+
+def signature(name: str, record: Shape) -> str:
+    """``records.lookup(*, key: str, limit: int | None)`` or ``records.status()``."""
+    if not record["fields"]:
+        return f"{name}()"
+    params = ", ".join(f"{f['name']}: {render_input(f['shape'])}" for f in record["fields"])
+    return f"{name}(*, {params})"
+
+
+HandlerTypes = tuple[Shape, Shape, Any, Any]
+
+
+def handler_types(handler: Callable[..., Any]) -> HandlerTypes:
+    """(input shape, output shape, input type, output type) from a handler's annotations.
+
+    Handlers are ``(ctx, subject, args: In) -> Out``; a handler with only ``(ctx, subject)`` has no
+    inputs. ``In`` and ``Out`` must be dataclasses.
+    """
+    import inspect
+
+    try:
+        sig = inspect.signature(handler)
+    except (TypeError, ValueError) as exc:
+        raise TypeProblem(f"handler has no inspectable signature: {exc}") from None
+    params = [
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) not in (2, 3) or len(params) != len(sig.parameters):
+        raise TypeProblem("handler must take (ctx, subject, args) or (ctx, subject)")
+    target = handler if inspect.isfunction(handler) or inspect.ismethod(handler) else type(handler).__call__
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception as exc:
+        raise TypeProblem(f"cannot resolve handler annotations: {exc}") from None
+    if len(params) == 3:
+        in_tp = hints.get(params[2].name)
+        if in_tp is None:
+            raise TypeProblem(f"handler argument {params[2].name!r} has no type annotation")
+        if not (isinstance(in_tp, type) and dataclasses.is_dataclass(in_tp)):
+            raise TypeProblem(f"input type {_name(in_tp)} must be a dataclass")
+        in_shape = compile_type(in_tp)
+    else:
+        in_tp = None
+        in_shape = {"t": "record", "fields": []}
+    if "return" not in hints:
+        raise TypeProblem("handler has no return annotation")
+    out_tp = hints["return"]
+    if not (isinstance(out_tp, type) and dataclasses.is_dataclass(out_tp)):
+        raise TypeProblem(f"output type {_name(out_tp)} must be a dataclass")
+    return in_shape, compile_type(out_tp), in_tp, out_tp

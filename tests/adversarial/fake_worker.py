@@ -1,0 +1,109 @@
+"""A hostile worker for tests: answers the probe honestly, then misbehaves as told by argv[1]."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import time
+
+from codemode_worker.protocol import encode_frame
+
+out = sys.stdout.buffer
+inp = sys.stdin.buffer
+
+
+def send(obj: object) -> None:
+    out.write(encode_frame(obj))
+    out.flush()
+
+
+def raw(data: bytes) -> None:
+    out.write(data)
+    out.flush()
+
+
+def read_frame() -> dict:
+    header = inp.read(4)
+    (n,) = struct.unpack(">I", header)
+    return json.loads(inp.read(n))
+
+
+def nested(depth: int) -> object:
+    v: object = 1
+    for _ in range(depth - 1):
+        v = [v]
+    return v
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    assert read_frame()["k"] == "probe"
+    send({"k": "probe_ack", "v": 1})
+    read_frame()  # exec
+    if mode == "oversized":
+        raw(struct.pack(">I", 2**31) + b"{")
+    elif mode == "truncated":
+        raw(struct.pack(">I", 100) + b'{"k": "fi')
+        return
+    elif mode == "unknown_kind":
+        send({"k": "hello"})
+    elif mode == "extra_key":
+        send({"k": "final", "value": 1, "x": 2})
+    elif mode == "garbage_json":
+        body = b"{not json"
+        raw(struct.pack(">I", len(body)) + body)
+    elif mode == "nan":
+        body = b'{"k": "final", "value": NaN}'
+        raw(struct.pack(">I", len(body)) + body)
+    elif mode == "unknown_capability":
+        send({"k": "native_call", "seq": 1, "name": "nope.nothing", "args": {}})
+    elif mode == "disabled_capability":
+        send({"k": "native_call", "seq": 1, "name": "util.hidden", "args": {"value": "x"}})
+    elif mode == "bad_args":
+        send({"k": "native_call", "seq": 1, "name": "records.lookup", "args": {"key": 5}})
+    elif mode == "extra_args":
+        send({"k": "native_call", "seq": 1, "name": "records.lookup", "args": {"key": "a", "admin": True}})
+    elif mode == "wrong_seq":
+        send({"k": "native_call", "seq": 7, "name": "util.echo", "args": {"value": "x"}})
+    elif mode == "deep_args":
+        send({"k": "native_call", "seq": 1, "name": "records.lookup", "args": {"key": "a", "tags": nested(40)}})
+    elif mode == "deep_final":
+        send({"k": "final", "value": nested(33)})
+    elif mode == "very_deep_final":
+        body = b'{"k":"final","value":' + b"[" * 100000 + b"]" * 100000 + b"}"
+        raw(struct.pack(">I", len(body)) + body)
+    elif mode == "huge_int":
+        send({"k": "final", "value": 2**80})
+    elif mode == "call_after_final":
+        send({"k": "final", "value": "done"})
+        send({"k": "native_call", "seq": 1, "name": "util.echo", "args": {"value": "x"}})
+    elif mode == "flood_calls":
+        for i in range(1, 10_000):
+            send({"k": "native_call", "seq": i, "name": "util.echo", "args": {"value": "x"}})
+            reply = read_frame()
+            if reply["k"] != "native_result":
+                return
+    elif mode == "flood_bytes":
+        chunk = encode_frame({"k": "probe_ack", "v": 1}) * 10_000
+        for _ in range(1000):
+            raw(chunk)
+    elif mode == "unsolicited_result":
+        send({"k": "native_result", "seq": 1, "value": 1})
+    elif mode == "long_error":
+        send({"k": "final_error", "error": "invalid_program", "message": "\x1b[31m" + "A" * 5000})
+    elif mode == "unknown_error":
+        send({"k": "final_error", "error": "root_shell", "message": ""})
+    elif mode == "silent_exit":
+        return
+    elif mode == "hang":
+        time.sleep(60)
+    elif mode == "honest_echo":
+        send({"k": "native_call", "seq": 1, "name": "util.echo", "args": {"value": "hi"}})
+        reply = read_frame()
+        send({"k": "final", "value": reply["value"]})
+    time.sleep(5)
+
+
+if __name__ == "__main__":
+    main()
