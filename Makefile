@@ -16,7 +16,7 @@ run: venv
 
 lint: venv
 	$(BIN)/ruff check host worker_image capabilities tests
-	$(BIN)/mypy
+	MYPY=$(BIN)/mypy scripts/typecheck.sh
 
 test: venv lint
 	$(BIN)/python -m pytest -q tests

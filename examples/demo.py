@@ -1,6 +1,6 @@
 """Run one program against a demo capability on the process runtime.
 
-    .venv/bin/python examples/demo.py
+.venv/bin/python examples/demo.py
 """
 
 from __future__ import annotations

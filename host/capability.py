@@ -21,16 +21,99 @@ MAX_DESCRIPTION_BYTES = 16 * 1024
 
 # Every Starlark builtin name (standard and common extensions) plus the worker's own globals.
 RESERVED_ROOTS = frozenset(
-    """False None True abs all any bool bytes chr dict dir enumerate fail float getattr hasattr hash
-    int len list max min ord print range repr reversed sorted str tuple type zip sum json math set
-    struct filter map partial load debug call_stack call_stack_frame breakpoint enum record field
-    isinstance eval exec main""".split()
+    [
+        "False",
+        "None",
+        "True",
+        "abs",
+        "all",
+        "any",
+        "bool",
+        "bytes",
+        "chr",
+        "dict",
+        "dir",
+        "enumerate",
+        "fail",
+        "float",
+        "getattr",
+        "hasattr",
+        "hash",
+        "int",
+        "len",
+        "list",
+        "max",
+        "min",
+        "ord",
+        "print",
+        "range",
+        "repr",
+        "reversed",
+        "sorted",
+        "str",
+        "tuple",
+        "type",
+        "zip",
+        "sum",
+        "json",
+        "math",
+        "set",
+        "struct",
+        "filter",
+        "map",
+        "partial",
+        "load",
+        "debug",
+        "call_stack",
+        "call_stack_frame",
+        "breakpoint",
+        "enum",
+        "record",
+        "field",
+        "isinstance",
+        "eval",
+        "exec",
+        "main",
+    ]
 )
 
 # Starlark keywords and the words it reserves for future use.
 _STARLARK_KEYWORDS = frozenset(
-    """and break continue def elif else for if in lambda load not or pass return while as assert
-    async await class del except finally from global import is nonlocal raise try with yield""".split()
+    [
+        "and",
+        "break",
+        "continue",
+        "def",
+        "elif",
+        "else",
+        "for",
+        "if",
+        "in",
+        "lambda",
+        "load",
+        "not",
+        "or",
+        "pass",
+        "return",
+        "while",
+        "as",
+        "assert",
+        "async",
+        "await",
+        "class",
+        "del",
+        "except",
+        "finally",
+        "from",
+        "global",
+        "import",
+        "is",
+        "nonlocal",
+        "raise",
+        "try",
+        "with",
+        "yield",
+    ]
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -13,6 +13,7 @@ import logging
 import signal
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from codemode_worker import PROTOCOL_VERSION
@@ -68,6 +69,14 @@ _FINAL_ERRORS: dict[str, type[CodeModeError]] = {
     "resource_limit": ResourceLimit,
     "internal": Internal,
 }
+
+
+@dataclass
+class _CallRecord:
+    decision: str = "allow"
+    outcome: str = "not_run"
+    authz: float = 0.0
+    handler: float = 0.0
 
 
 class _Session:
@@ -177,7 +186,7 @@ class _Session:
 
     async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], seq: int) -> None:
         limits = self.ex.limits
-        event = {"decision": "allow", "outcome": "not_run", "authz": 0.0, "handler": 0.0}
+        event = _CallRecord()
         try:
             t0 = time.perf_counter()
             typed_args = construct(cap.input_type, canonical) if cap.input_type is not None else None
@@ -188,46 +197,49 @@ class _Session:
                     AuthorizationInput(self.subject, cap.id, cap.name, canonical),
                 )
             except Denied:
-                event["decision"] = "deny"
+                event.decision = "deny"
                 raise PermissionDenied() from None
             except (asyncio.CancelledError, CodeModeError):
                 raise
             except Exception as exc:
-                event["decision"] = "policy_failure"
+                event.decision = "policy_failure"
                 log.warning("authorizer failed for %s: %s", cap.id, type(exc).__name__)
                 raise PolicyFailure() from None
             finally:
-                event["authz"] = time.perf_counter() - t0
+                event.authz = time.perf_counter() - t0
             t1 = time.perf_counter()
             try:
                 result = await self.run_handler(cap, typed_args)
+            except CapabilityFailure:
+                event.outcome = "capability_failed"
+                raise
             finally:
-                event["handler"] = time.perf_counter() - t1
+                event.handler = time.perf_counter() - t1
             try:
                 plain = to_plain(cap.output_shape, result)
             except OutputError as exc:
-                event["outcome"] = "capability_failed"
+                event.outcome = "capability_failed"
                 log.warning("handler %s returned an unusable value: %s", cap.id, exc)
                 raise CapabilityFailure() from None
             try:
                 size = check_value(plain, limits.max_value_depth, limits.max_value_bytes)
             except ValueLimitError:
-                event["outcome"] = "resource_limit"
+                event.outcome = "resource_limit"
                 raise ResourceLimit() from None
             self.intermediate += size
             if self.intermediate > limits.max_intermediate_value_bytes:
-                event["outcome"] = "resource_limit"
+                event.outcome = "resource_limit"
                 raise ResourceLimit()
-            event["outcome"] = "ok"
+            event.outcome = "ok"
         finally:
             self.ex.observer.native_call(
                 CallEvent(
                     subject_id=self.subject.id,
                     capability_id=cap.id,
-                    decision=str(event["decision"]),
-                    outcome=str(event["outcome"]),
-                    authz_seconds=float(event["authz"]),
-                    handler_seconds=float(event["handler"]),
+                    decision=event.decision,
+                    outcome=event.outcome,
+                    authz_seconds=event.authz,
+                    handler_seconds=event.handler,
                     worker_id=self.sandbox.worker_id,
                 )
             )
@@ -427,5 +439,3 @@ def _outcome_name(exc: CodeModeError) -> str:
         "resource limit exceeded": "resource_limit",
         "capability failed": "capability_failed",
     }.get(exc.text, "internal")
-
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["CallEvent", "ExecuteEvent", "Observer", "NullObserver"]
+__all__ = ["CallEvent", "ExecuteEvent", "NullObserver", "Observer"]
 
 
 @dataclass(frozen=True)

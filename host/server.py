@@ -14,10 +14,12 @@ from .execute import Executor
 from .limits import Limits
 from .observe import Observer
 from .runtimes.base import Runtime
-from .search import SearchEntry, SearchIndex, SearchLimitError, SearchResponse
+from .search import SearchEntry, SearchIndex, SearchLimitError, SearchResponse, oversized_entries
 from .types import describe_fields
 
 __all__ = ["Builder", "Description", "Server"]
+
+MIN_SEARCH_RESPONSE_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,10 @@ class Builder:
         else:
             problems += self._limits.problems()
             limits = self._limits
-        if isinstance(self._subject_quota, bool) or not isinstance(self._subject_quota, int) or (
-            self._subject_quota < 0
+        if (
+            isinstance(self._subject_quota, bool)
+            or not isinstance(self._subject_quota, int)
+            or (self._subject_quota < 0)
         ):
             problems.append("subject_quota: must be a non-negative int (0 = no per-subject quota)")
         if isinstance(self._disabled, str):
@@ -93,6 +97,13 @@ class Builder:
             self._disabled = []
         enabled, cap_problems = validate_catalog(self._caps, self._disabled)
         problems += cap_problems
+        resolved = limits.resolved() if not limits.problems() else Limits().resolved()
+        if resolved.max_search_response_bytes < MIN_SEARCH_RESPONSE_BYTES:
+            problems.append(f"limits: max_search_response_bytes must be at least {MIN_SEARCH_RESPONSE_BYTES}")
+        else:
+            entries = [_entry(c) for c in enabled]
+            for name in oversized_entries(entries, resolved.max_search_response_bytes):
+                problems.append(f"capability {name!r}: its search result alone exceeds the response bound")
         if problems:
             raise InvalidRegistration(problems)
         assert self._authorizer is not None
@@ -101,9 +112,17 @@ class Builder:
             from .runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
-        return Server(
-            enabled, self._authorizer, limits.resolved(), runtime, self._observer, self._subject_quota
-        )
+        return Server(enabled, self._authorizer, resolved, runtime, self._observer, self._subject_quota)
+
+
+def _entry(c: CompiledCapability) -> SearchEntry:
+    return SearchEntry(
+        name=c.name,
+        signature=c.signature,
+        summary=c.summary,
+        description=c.description,
+        search_terms=list(c.search_terms),
+    )
 
 
 class Server:
@@ -122,16 +141,7 @@ class Server:
         self.runtime = runtime
         self._by_name = {c.name: c for c in capabilities}
         self._index = SearchIndex(
-            [
-                SearchEntry(
-                    name=c.name,
-                    signature=c.signature,
-                    summary=c.summary,
-                    description=c.description,
-                    search_terms=list(c.search_terms),
-                )
-                for c in capabilities
-            ],
+            [_entry(c) for c in capabilities],
             max_results=limits.max_search_results,
             max_response_bytes=limits.max_search_response_bytes,
         )

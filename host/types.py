@@ -172,17 +172,16 @@ def to_plain(shape: Shape, obj: Any, path: str = "result") -> Any:
                     raise OutputError(f"{path}: non-str key")
                 out_d[k] = to_plain(shape["of"], v, f"{path}[{k!r}]")
             return out_d
-    elif kind == "record":
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            out_r: dict[str, Any] = {}
-            for field in shape["fields"]:
-                name = field["name"]
-                if not hasattr(obj, name):
-                    raise OutputError(f"{path}.{name}: missing")
-                converted = to_plain(field["shape"], getattr(obj, name), f"{path}.{name}")
-                if converted is not None or field["shape"]["t"] != "opt":
-                    out_r[name] = converted
-            return out_r
+    elif kind == "record" and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out_r: dict[str, Any] = {}
+        for field in shape["fields"]:
+            name = field["name"]
+            if not hasattr(obj, name):
+                raise OutputError(f"{path}.{name}: missing")
+            converted = to_plain(field["shape"], getattr(obj, name), f"{path}.{name}")
+            if converted is not None or field["shape"]["t"] != "opt":
+                out_r[name] = converted
+        return out_r
     raise OutputError(f"{path}: expected {kind}, got {type(obj).__name__}")
 
 
@@ -227,10 +226,7 @@ def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
     for f in record["fields"]:
         fs = f["shape"]
         required = fs["t"] != "opt"
-        if output:
-            text = render_output(fs if required else fs["of"])
-        else:
-            text = render_input(fs)
+        text = render_output(fs if required else fs["of"]) if output else render_input(fs)
         items.append(FieldDoc(f["name"], text, required))
     return items
 
@@ -258,9 +254,7 @@ def handler_types(handler: Callable[..., Any]) -> HandlerTypes:
         sig = inspect.signature(handler)
     except (TypeError, ValueError) as exc:
         raise TypeProblem(f"handler has no inspectable signature: {exc}") from None
-    params = [
-        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(params) not in (2, 3) or len(params) != len(sig.parameters):
         raise TypeProblem("handler must take (ctx, subject, args) or (ctx, subject)")
     target = handler if inspect.isfunction(handler) or inspect.ismethod(handler) else type(handler).__call__

@@ -1,0 +1,145 @@
+"""Authorization (SPEC §6, §10): who is calling, and may this bound call run.
+
+Every native call is authorized on the host, for the trusted subject, after the host has rebound the
+arguments itself, and before the handler runs. An authorizer *returns normally to allow*; it raises
+:class:`Denied` (or a subclass) for a recognized denial (the client sees ``permission denied``); any
+other exception is an authorization policy failure (the client sees ``authorization policy
+failure``). The handler runs in neither case.
+
+The subject is trusted: the host resolves it through authentication, and multi-user hosts pass it
+through :func:`with_subject` / :func:`current_subject` (a :mod:`contextvars` variable, so every
+asyncio task and thread sees the subject of its own request). Nothing the client or the worker sends
+can set or replace it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "AuthorizationInput",
+    "Authorizer",
+    "Denied",
+    "PolicyError",
+    "Subject",
+    "allow_all",
+    "current_subject",
+    "run_authorizer",
+    "with_subject",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """The caller, as resolved by the host's authentication: a stable, non-secret ``id``.
+
+    Never put a credential here: the subject is passed to handlers and to the authorizer, and may be
+    logged. An empty id is representable, but resolvers treat it as ``unauthenticated``.
+    """
+
+    id: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TypeError(f"Subject.id must be str, got {type(self.id).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationInput:
+    """What an authorizer decides on: the trusted subject, the capability's stable id and dotted name,
+    and the host's canonical, JSON-shaped argument map (a fresh copy for every call)."""
+
+    subject: Subject
+    capability_id: str
+    capability_name: str
+    arguments: dict[str, Any]
+
+
+class Denied(Exception):
+    """A recognized denial. Subclass it for richer denials; the message is for host logs only."""
+
+
+class PolicyError(Exception):
+    """The policy could not produce a decision (undefined, non-boolean, evaluation error, deadline).
+
+    The host maps it, like any non-:class:`Denied` exception, to ``authorization policy failure``; the
+    message is for host logs only.
+    """
+
+
+@runtime_checkable
+class Authorizer(Protocol):
+    """One method, sync or async. Return normally (``None``) to allow; raise :class:`Denied` to deny.
+
+    ``ctx`` is the host's call context (it has ``deadline``, a :func:`time.monotonic` timestamp in
+    seconds, and ``cancelled``, an event). Sync authorizers run directly on the event loop and must be
+    fast; slow ones should be async (or offload their work, as the Rego adapter does).
+    """
+
+    def authorize(self, ctx: Any, input: AuthorizationInput) -> Awaitable[None] | None: ...
+
+
+class _AllowAll:
+    __slots__ = ()
+
+    def authorize(self, ctx: Any, input: AuthorizationInput) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "allow_all()"
+
+
+_ALLOW_ALL = _AllowAll()
+
+
+def allow_all() -> Authorizer:
+    """The explicit choice to allow every bound call of every resolved subject (there is no implicit
+    allow: a server without an authorizer does not build)."""
+    return _ALLOW_ALL
+
+
+async def run_authorizer(authorizer: Authorizer, ctx: Any, input: AuthorizationInput) -> None:
+    """Call ``authorizer.authorize(ctx, input)`` and await the result if it is awaitable.
+
+    A sync authorizer runs directly, on the calling thread (the event loop): it is expected to be fast.
+    Whatever it raises propagates unchanged (:class:`Denied` → denial; anything else → policy failure).
+
+    Fail-closed: the only allowing outcome is a normal return of ``None``. An authorizer that returns
+    a value (``False``, ``True``, a string, …) is a programming error that could otherwise read as an
+    allow, so it raises :class:`PolicyError`.
+    """
+    result: object = authorizer.authorize(ctx, input)
+    if inspect.isawaitable(result):
+        result = await result
+    if result is not None:
+        raise PolicyError(
+            f"authorizer returned {type(result).__name__}; return None to allow or raise Denied to deny"
+        )
+
+
+_current_subject: contextvars.ContextVar[Subject | None] = contextvars.ContextVar(
+    "codemode_authz_subject", default=None
+)
+
+
+@contextmanager
+def with_subject(subject: Subject) -> Iterator[Subject]:
+    """Make ``subject`` the current subject for the enclosed block (and every task or context copied
+    from it). Nesting restores the outer subject on exit. For authentication middleware only."""
+    if not isinstance(subject, Subject):
+        raise TypeError(f"with_subject needs a Subject, got {type(subject).__name__}")
+    token = _current_subject.set(subject)
+    try:
+        yield subject
+    finally:
+        _current_subject.reset(token)
+
+
+def current_subject() -> Subject | None:
+    """The subject set by the innermost enclosing :func:`with_subject`, or None."""
+    return _current_subject.get()

@@ -119,7 +119,13 @@ class ProcessSandbox:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+        # A paused stdout pipe (nobody reading a flooding worker) would keep the transport, and so
+        # wait(), from finishing: discard what is left until EOF, which comes once the worker is dead.
+        drain = asyncio.get_running_loop().create_task(_discard(proc.stdout))
         code = await proc.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(drain, 1.0)
+        drain.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._stderr_task, 1.0)
         self._stderr_task.cancel()
@@ -134,6 +140,13 @@ class ProcessSandbox:
         if self._on_reaped is not None:
             self._on_reaped(self)
         return info
+
+
+async def _discard(stream: asyncio.StreamReader | None) -> None:
+    if stream is None:
+        return
+    while await stream.read(256 * 1024):
+        pass
 
 
 class ProcessRuntime:
@@ -213,4 +226,3 @@ class ProcessRuntime:
 
     async def aclose(self) -> None:
         await asyncio.gather(*(s.destroy() for s in list(self._live)), return_exceptions=True)
-

@@ -67,7 +67,9 @@ def main() -> None:
     elif mode == "wrong_seq":
         send({"k": "native_call", "seq": 7, "name": "util.echo", "args": {"value": "x"}})
     elif mode == "deep_args":
-        send({"k": "native_call", "seq": 1, "name": "records.lookup", "args": {"key": "a", "tags": nested(40)}})
+        send(
+            {"k": "native_call", "seq": 1, "name": "records.lookup", "args": {"key": "a", "tags": nested(40)}}
+        )
     elif mode == "deep_final":
         send({"k": "final", "value": nested(33)})
     elif mode == "very_deep_final":

@@ -45,7 +45,10 @@ async def aecho(ctx: codemode.CallContext, subject: authz.Subject, args: EchoIn)
 ALICE = authz.Subject("bench")
 TRIVIAL = "def main():\n    return 1\n"
 ONE_CALL = "def main():\n    return util.echo(value='x')['value']\n"
-HUNDRED = "def main():\n    n = 0\n    for i in range(100):\n        n += len(util.echo(value='x')['value'])\n    return n\n"
+HUNDRED = (
+    "def main():\n    n = 0\n    for i in range(100):\n"
+    "        n += len(util.echo(value='x')['value'])\n    return n\n"
+)
 
 
 def build(runtime: codemode.Runtime) -> codemode.Server:
@@ -57,7 +60,7 @@ def build(runtime: codemode.Runtime) -> codemode.Server:
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def line(label: str, xs: list[float]) -> dict[str, float]:
@@ -85,8 +88,10 @@ async def main(n: int) -> None:
     base = line("baseline: python -c pass spawn", await timed(max(20, n // 4), bare_spawn))
 
     cold_srv = build(codemode.ProcessRuntime())
-    cold = line("trivial execute, cold (no pool)", await timed(
-        max(20, n // 4), lambda: cold_srv.execute(TRIVIAL, subject=ALICE)))
+    cold = line(
+        "trivial execute, cold (no pool)",
+        await timed(max(20, n // 4), lambda: cold_srv.execute(TRIVIAL, subject=ALICE)),
+    )
     await cold_srv.aclose()
 
     pool = codemode.WarmPool(codemode.ProcessRuntime(), 8)
@@ -103,7 +108,7 @@ async def main(n: int) -> None:
         return [await warm_run(src) for _ in range(count)]
 
     warm = line("trivial execute, warm pool", await series(TRIVIAL, n))
-    one = line("one native call, warm pool", await series(ONE_CALL, n))
+    line("one native call, warm pool", await series(ONE_CALL, n))
     hundred = line("100 native calls, warm pool", await series(HUNDRED, max(20, n // 4)))
     per_call = (hundred["p50"] - warm["p50"]) / 100
     print(f"{'native call round trip (derived)':<38} p50≈{per_call * 1e3:8.1f} µs")

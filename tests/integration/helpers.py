@@ -108,7 +108,9 @@ def make_capabilities(rec: Recorder) -> list[codemode.Capability]:
 
     return [
         codemode.Capability(
-            id="records.entry.lookup", name="records.lookup", summary="Look up one record by key.",
+            id="records.entry.lookup",
+            name="records.lookup",
+            summary="Look up one record by key.",
             handler=lookup,
         ),
         codemode.Capability(name="util.echo", summary="Echo a string.", handler=echo),
@@ -120,7 +122,10 @@ def make_capabilities(rec: Recorder) -> list[codemode.Capability]:
         codemode.Capability(name="util.stubborn", summary="Ignores cancellation.", handler=stubborn),
         codemode.Capability(name="util.blocking", summary="Blocks a thread.", handler=blocking),
         codemode.Capability(
-            id="util.hidden.v1", name="util.hidden", summary="Disabled.", handler=echo,
+            id="util.hidden.v1",
+            name="util.hidden",
+            summary="Disabled.",
+            handler=echo,
         ),
     ]
 

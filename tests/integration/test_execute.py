@@ -58,9 +58,15 @@ async def test_native_call_pipeline_order_and_canonical_map() -> None:
     assert inp.subject == ALICE
     assert inp.capability_id == "records.entry.lookup"
     assert inp.capability_name == "records.lookup"
-    assert inp.arguments == {"key": "abc", "limit": 2, "ratio": 1.0, "tags": ["a", "b"], "labels": {"env": "p"}}
+    assert inp.arguments == {
+        "key": "abc",
+        "limit": 2,
+        "ratio": 1.0,
+        "tags": ["a", "b"],
+        "labels": {"env": "p"},
+    }
     assert isinstance(inp.arguments["ratio"], float)
-    (name, args), = rec.handler_calls
+    ((_name, args),) = rec.handler_calls
     assert args.ratio == 1.0 and isinstance(args.ratio, float)
     assert args.tags is not inp.arguments["tags"]  # the handler's input is separate from the map
 
@@ -88,7 +94,9 @@ async def test_binding_failure_never_reaches_authorizer() -> None:
 
 
 async def test_int64_limit_exactly_passes() -> None:
-    value, _ = await run("def main():\n    return records.lookup(key='', limit=9223372036854775807)['count']\n")
+    value, _ = await run(
+        "def main():\n    return records.lookup(key='', limit=9223372036854775807)['count']\n"
+    )
     assert value == 9223372036854775807
 
 
@@ -145,9 +153,13 @@ async def test_disabled_capability_is_absent() -> None:
 
 
 async def test_print_is_dropped_and_no_state_carries_over(server: codemode.Server) -> None:
-    src = "counter = []\ndef main():\n    print('hello')\n    counter.append(1)\n    return len(counter)\n"
-    assert await server.execute(src, subject=ALICE) == 1
-    assert await server.execute(src, subject=ALICE) == 1
+    src = "leak = 41\ndef main():\n    print('hello')\n    return leak + 1\n"
+    assert await server.execute(src, subject=ALICE) == 42
+    with pytest.raises(codemode.InvalidProgram):
+        await server.execute("def main():\n    return leak\n", subject=ALICE)
+    frozen = "seen = []\ndef main():\n    seen.append(1)\n    return len(seen)\n"
+    with pytest.raises(codemode.InvalidProgram):  # top-level values are frozen before main runs
+        await server.execute(frozen, subject=ALICE)
 
 
 async def test_subject_is_trusted(server: codemode.Server) -> None:
@@ -223,7 +235,7 @@ async def test_long_builtin_is_killed_within_deadline() -> None:
         await srv.execute("def main():\n    return 1\n", subject=ALICE)  # spawn path warm
         t0 = time.monotonic()
         with pytest.raises(codemode.ResourceLimit) as info:
-            await srv.execute("def main():\n    return len(sorted(range(10**8)))\n", subject=ALICE)
+            await srv.execute("def main():\n    return len(sorted(range(100000000)))\n", subject=ALICE)
         elapsed = time.monotonic() - t0
         assert isinstance(info.value, TimeoutError)
         assert elapsed < 1.0 + 0.5, elapsed

@@ -339,4 +339,3 @@ def test_sanitize_disclosure() -> None:
     assert sanitize_disclosure("x" * 256) == "x" * 256
     assert len(sanitize_disclosure("x" * 257).encode()) == 256
     assert AgentError("m").message == "m"
-
