@@ -35,7 +35,6 @@ from .server import Builder, Description, Server
 
 if TYPE_CHECKING:
     from .runtimes.docker import DockerRuntime
-    from .runtimes.kubernetes import KubernetesRuntime
 
 __version__ = "0.1.0"
 
@@ -53,7 +52,6 @@ __all__ = [
     "InvalidArguments",
     "InvalidProgram",
     "InvalidRegistration",
-    "KubernetesRuntime",
     "Limits",
     "NotFound",
     "PermissionDenied",
@@ -71,13 +69,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The container runtimes import their SDKs lazily: a process-only host never loads them.
+    # The container runtime imports its SDK lazily: a process-only host never loads it.
     if name == "DockerRuntime":
         from .runtimes.docker import DockerRuntime
 
         return DockerRuntime
-    if name == "KubernetesRuntime":
-        from .runtimes.kubernetes import KubernetesRuntime
-
-        return KubernetesRuntime
     raise AttributeError(f"module 'codemode' has no attribute {name!r}")

@@ -114,11 +114,16 @@ class ProcessSandbox:
         with contextlib.suppress(Exception):
             await self.close_input()
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                # The worker leads its own session; kill the whole group in case it forked.
+            # The worker leads its own session; kill the whole group in case it forked. Not
+            # proc.kill(): Popen.send_signal polls first and would reap the child behind asyncio's
+            # watcher, losing the exit status.
+            try:
                 os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
         # A paused stdout pipe (nobody reading a flooding worker) would keep the transport, and so
         # wait(), from finishing: discard what is left until EOF, which comes once the worker is dead.
         drain = asyncio.get_running_loop().create_task(_discard(proc.stdout))
