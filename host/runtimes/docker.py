@@ -1,0 +1,885 @@
+"""The Docker runtime: one hardened, single-use container per execute, through the Docker Engine API.
+
+Every worker container is created with::
+
+    network_mode=none, read_only rootfs, memory = memory+swap limit, CPU quota (NanoCpus),
+    pids limit, cap_drop=ALL, no-new-privileges, the daemon's default seccomp profile, a numeric
+    non-root user, no volumes, an environment holding only the worker marker, ulimits nofile/core,
+    a private IPC namespace without /dev/shm, a read-only /dev/mqueue, and labels naming the owner.
+
+The worker's stdin/stdout/stderr are attached (one hijacked HTTP connection) *before* the container
+starts, so no output can be lost. Docker multiplexes stdout and stderr on that connection in frames
+with an 8-byte header (``>BxxxL``: stream 1 = stdout, 2 = stderr) that do not respect protocol
+frame boundaries; a reader thread per sandbox demultiplexes them: stdout into a bounded buffer that
+``read()`` drains (a full buffer stops the reader, which back-pressures the worker), stderr into a
+bounded tail kept for host logs only.
+
+``destroy()`` closes the streams, kills the container if it still runs, waits for it, reads
+``State.OOMKilled`` and the exit code, and removes it, exactly once, whatever happened before; it
+never raises. ``start()`` removes worker containers orphaned by a crashed host (see docs/docker.md).
+
+All Docker SDK calls are blocking; they run on a small thread pool owned by the runtime. The client
+has timeouts, so a dead or hung daemon gives ``RuntimeUnavailable`` rather than a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
+
+from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
+from .handshake import probe
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "IMAGE_PROTOCOL_LABEL",
+    "IMAGE_ROLE_LABEL",
+    "TESTING_ENTRY",
+    "WORKER_USER",
+    "DockerRuntime",
+    "DockerSandbox",
+]
+
+log = logging.getLogger("codemode.runtimes.docker")
+
+#: The worker image; its tag is the protocol version it speaks.
+DEFAULT_IMAGE = f"codemode-worker:{PROTOCOL_VERSION}"
+#: Image labels set by worker_image/Dockerfile and checked by ``check()``.
+IMAGE_PROTOCOL_LABEL = "io.codemode.protocol-version"
+IMAGE_ROLE_LABEL = "io.codemode.role"
+#: The numeric non-root user every worker runs as.
+WORKER_USER = "65532:65532"
+#: TEST-ONLY worker entry (runs arbitrary Python from exec frames). Never use it in a deployment.
+TESTING_ENTRY = ("python3", "-I", "-m", "codemode_worker.testing_entry")
+_TESTING_ENV = "CODEMODE_WORKER_TESTING"
+
+DEFAULT_LABEL_PREFIX = "io.codemode"
+DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
+STDERR_TAIL = 8 * 1024
+STDOUT_BUFFER = 1024 * 1024
+_HEADER = struct.Struct(">BxxxL")
+_RECV = 64 * 1024
+
+# Docker mounts a writable mqueue filesystem at /dev/mqueue, and gVisor mounts a writable tmpfs at
+# /tmp unless the spec has a /tmp mount: shadow both with tiny read-only, empty tmpfs mounts.
+_READ_ONLY_TMPFS = {
+    "/dev/mqueue": "ro,nosuid,nodev,noexec,size=4k,mode=0555",
+    "/tmp": "ro,nosuid,nodev,noexec,size=4k,mode=0555",
+}
+
+CleanupMode = Literal["dead", "all", "none"]
+RemoveOutcome = Literal["removed", "gone", "failed"]
+_T = TypeVar("_T")
+
+
+# ----------------------------------------------------------------------------------- owner identity
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _boot_id() -> str:
+    return _read_text("/proc/sys/kernel/random/boot_id")
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str:
+    """Start time of ``pid`` in clock ticks since boot ("" if there is no such process)."""
+    stat = _read_text(f"/proc/{pid}/stat")
+    if not stat:
+        return ""
+    # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
+    rest = stat.rpartition(")")[2].split()
+    return rest[19] if len(rest) > 19 else ""
+
+
+class _Owner:
+    """Identity of this host process, recorded in every container's labels."""
+
+    def __init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.id = uuid.uuid4().hex
+        self.pid = os.getpid()
+        self.start = _process_start(self.pid)
+        self.host = socket.gethostname()
+        self.boot = _boot_id()
+        self.pidns = _pid_namespace()
+
+
+_OWNER = _Owner()
+# A forked child is another host process: it gets its own owner id.
+os.register_at_fork(after_in_child=_OWNER.refresh)
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def _api_error_text(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", "replace")
+    return str(explanation or exc)
+
+
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    if isinstance(code, int):
+        return code
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    import docker.errors
+
+    return isinstance(exc, docker.errors.NotFound) or _status(exc) == 404
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import docker.errors
+    import requests.exceptions
+
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    # APIClient(version="auto") wraps connection failures in a plain DockerException.
+    return type(exc) is docker.errors.DockerException
+
+
+class _Launch:
+    """Hand-over between a blocking container launch and the (cancellable) coroutine awaiting it.
+
+    If the awaiting coroutine is cancelled while the launch is still running in its thread, the
+    thread removes the container itself when it finishes; if it already finished, the canceller
+    removes it. Exactly one of the two does, under the lock.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.delivered = False
+
+
+# ----------------------------------------------------------------------------------- sandbox
+
+
+class DockerSandbox:
+    """One worker container reached through its attached stdin/stdout."""
+
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        container_id: str,
+        attach: Any,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._runtime = runtime
+        self.container_id = container_id
+        self._id = f"docker-{container_id[:12]}"
+        self._attach = attach  # keep the SDK object (and the response it pins) alive
+        self._sock: socket.socket = getattr(attach, "_sock", attach)
+        with contextlib.suppress(OSError):
+            self._sock.settimeout(None)
+        self._loop = loop
+        self._cond = threading.Condition()
+        self._out = bytearray()
+        self._out_limit = runtime.stdout_buffer_bytes
+        self._stderr = bytearray()
+        self._eof = False
+        self._closing = False
+        self._input_closed = False
+        self._data = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self._destroy_lock = threading.Lock()
+        self._destroy_future: concurrent.futures.Future[ExitInfo] | None = None
+        self.exit_info: ExitInfo | None = None
+        self.removed = False
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"codemode-docker-reader-{container_id[:12]}", daemon=True
+        )
+        self._reader.start()
+
+    # -- Sandbox protocol ------------------------------------------------------------------------
+
+    @property
+    def worker_id(self) -> str:
+        return self._id
+
+    def alive(self) -> bool:
+        with self._cond:
+            return not (self._eof or self._closing)
+
+    async def write(self, data: bytes) -> None:
+        if self._input_closed or self._closing:
+            raise SandboxClosed(self._id)
+        async with self._write_lock:
+            if self._input_closed or self._closing:
+                raise SandboxClosed(self._id)
+            try:
+                await self._runtime._run_blocking(self._sock.sendall, data)
+            except OSError as exc:
+                raise SandboxClosed(self._id) from exc
+
+    async def read(self, max_bytes: int) -> bytes:
+        if max_bytes <= 0:
+            return b""
+        while True:
+            with self._cond:
+                if self._out:
+                    n = min(max_bytes, len(self._out))
+                    chunk = bytes(self._out[:n])
+                    del self._out[:n]
+                    self._cond.notify_all()  # wake a reader waiting for buffer space
+                    return chunk
+                if self._eof or self._closing:
+                    return b""
+                self._data.clear()
+            await self._data.wait()
+
+    async def close_input(self) -> None:
+        self._shutdown_input()
+
+    async def destroy(self) -> ExitInfo:
+        with self._destroy_lock:
+            if self._destroy_future is None:
+                self._destroy_future = self._runtime._submit(self._destroy_blocking)
+            future = self._destroy_future
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    # -- extras ----------------------------------------------------------------------------------
+
+    @property
+    def stderr_tail(self) -> bytes:
+        with self._cond:
+            return bytes(self._stderr)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Worker stdout received but not yet read (bounded by ``stdout_buffer_bytes`` + 64 KiB)."""
+        with self._cond:
+            return len(self._out)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _shutdown_input(self) -> None:
+        if self._input_closed:
+            return
+        self._input_closed = True
+        # Half-close: the daemon closes the container's stdin (StdinOnce) and keeps streaming output.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def _notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            self._loop.call_soon_threadsafe(self._data.set)
+
+    def _read_loop(self) -> None:
+        header = bytearray()
+        stream = 0
+        remaining = 0
+        try:
+            while True:
+                data = self._sock.recv(_RECV)
+                if not data:
+                    return
+                i, n = 0, len(data)
+                while i < n:
+                    if remaining == 0:
+                        take = min(_HEADER.size - len(header), n - i)
+                        header += data[i : i + take]
+                        i += take
+                        if len(header) < _HEADER.size:
+                            break
+                        stream, remaining = _HEADER.unpack(header)
+                        header.clear()
+                        continue
+                    take = min(remaining, n - i)
+                    chunk = data[i : i + take]
+                    i += take
+                    remaining -= take
+                    if stream == 1:
+                        if not self._push_stdout(chunk):
+                            return
+                    else:  # 2 = stderr; anything else is not expected: keep it with stderr
+                        self._push_stderr(chunk)
+        except (OSError, ValueError):
+            return
+        finally:
+            with self._cond:
+                self._eof = True
+                self._cond.notify_all()
+            self._notify()
+
+    def _push_stdout(self, chunk: bytes) -> bool:
+        with self._cond:
+            # Bounded: a worker flooding stdout waits (its pipe fills up) until the host reads.
+            while len(self._out) >= self._out_limit and not self._closing:
+                self._cond.wait()
+            if self._closing:
+                # Being destroyed: keep draining (and discarding) so the daemon, which won't finish
+                # killing/removing a container while its attached output is blocked, isn't stuck.
+                self._out.clear()
+                return True
+            self._out += chunk
+        self._notify()
+        return True
+
+    def _push_stderr(self, chunk: bytes) -> None:
+        with self._cond:
+            self._stderr += chunk
+            if len(self._stderr) > STDERR_TAIL:
+                del self._stderr[: len(self._stderr) - STDERR_TAIL]
+
+    def _stop_reader(self) -> None:
+        # The container is gone, so its stream has ended or is about to: give the reader a moment
+        # to collect the rest of stderr, then cut the connection.
+        self._reader.join(timeout=0.5)
+        self._input_closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._reader.join(timeout=2.0)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        with contextlib.suppress(Exception):
+            self._attach.close()
+
+    def _destroy_blocking(self) -> ExitInfo:
+        """Close, kill if running, wait, inspect, remove. Runs once, on the runtime's pool.
+
+        A worker whose output stream already ended has exited (or is exiting): wait for it, read
+        ``State.OOMKilled`` and ``State.ExitCode``, remove it. A worker still running is killed by
+        the host: ``remove(force=True)`` kills (SIGKILL) and removes in one call, and the exit is
+        reported as SIGKILL (137) without asking the daemon.
+        """
+        rt = self._runtime
+        cid = self.container_id
+        exit_code: int | None = None
+        oom = False
+        self._shutdown_input()
+        with self._cond:
+            exited = self._eof
+            self._closing = True  # readers get EOF; the reader thread drains instead of blocking
+            self._out.clear()
+            self._cond.notify_all()
+        self._notify()
+        if exited:
+            try:
+                api = rt._client()
+                with contextlib.suppress(Exception):
+                    api.wait(cid, timeout=rt.wait_timeout)
+                state = api.inspect_container(cid).get("State") or {}
+                oom = bool(state.get("OOMKilled"))
+                code = state.get("ExitCode")
+                if isinstance(code, int) and not state.get("Running"):
+                    exit_code = code
+            except Exception as exc:
+                if not _is_not_found(exc):
+                    log.warning("docker: inspecting worker %s failed: %s", self._id, _api_error_text(exc))
+            self.removed = rt._remove_blocking(cid) != "failed"
+        else:
+            outcome = rt._remove_blocking(cid)
+            self.removed = outcome != "failed"
+            exit_code = 128 + 9 if outcome == "removed" else None
+        self._stop_reader()
+        rt._forget(self)
+        sig = exit_code - 128 if exit_code is not None and exit_code > 128 else None
+        info = ExitInfo(exit_code=exit_code, signal=sig, oom_killed=oom, stderr_tail=self.stderr_tail)
+        self.exit_info = info
+        if oom:
+            log.info("docker: worker %s was OOM-killed", self._id)
+        return info
+
+
+# ----------------------------------------------------------------------------------- runtime
+
+
+class DockerRuntime:
+    """Spawns one hardened container per execute from the worker image.
+
+    Args:
+        image: worker image (default ``codemode-worker:<protocol version>``).
+        memory_bytes: cgroup memory limit; swap is disabled (memory+swap = the same value).
+        cpus: CPU quota in CPUs (``NanoCpus``).
+        pids_limit: cgroup pids limit (threads count).
+        nofile: RLIMIT_NOFILE inside the container (core files are always disabled).
+        runtime: OCI runtime name registered with dockerd (e.g. ``"runsc"`` for gVisor), or None.
+        base_url: Docker endpoint; default from ``DOCKER_HOST``/``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``,
+            else ``unix:///var/run/docker.sock``.
+        owner_id: host instance id written to the owner label (default: random per host process).
+        label_prefix: prefix of the container labels (``<prefix>.role``, ``<prefix>.owner``, ...).
+        cleanup_orphans: what ``start()`` removes: ``"dead"`` (containers whose owner is provably
+            dead), ``"all"`` (every worker container not owned by this instance), ``"none"``.
+        spawn_timeout: seconds for the worker to answer the probe after start.
+        api_timeout: seconds for one Docker API call (connect and read).
+        check_timeout: seconds for ``check()`` as a whole.
+        wait_timeout: seconds ``destroy()`` waits for a killed container to stop.
+        stdout_buffer_bytes: how much worker stdout is buffered before the reader stops reading.
+        executor_threads: size of the thread pool that runs blocking Docker calls.
+        entrypoint: replaces the image entrypoint (operators' diagnostics and tests only).
+        testing_entry: TEST ONLY. Runs ``codemode_worker.testing_entry`` with
+            ``CODEMODE_WORKER_TESTING=1``: a worker that executes arbitrary Python. It exists to prove
+            the container contains a compromised interpreter; never enable it in a deployment.
+    """
+
+    def __init__(
+        self,
+        *,
+        image: str = DEFAULT_IMAGE,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        cpus: float = 1.0,
+        pids_limit: int = 64,
+        nofile: int = 64,
+        runtime: str | None = None,
+        base_url: str | None = None,
+        owner_id: str | None = None,
+        label_prefix: str = DEFAULT_LABEL_PREFIX,
+        cleanup_orphans: CleanupMode = "dead",
+        spawn_timeout: float = 10.0,
+        api_timeout: float = 30.0,
+        check_timeout: float = 5.0,
+        wait_timeout: float = 10.0,
+        stdout_buffer_bytes: int = STDOUT_BUFFER,
+        executor_threads: int = 32,
+        entrypoint: Sequence[str] | None = None,
+        testing_entry: bool = False,
+    ) -> None:
+        if memory_bytes < 6 * 1024 * 1024:
+            raise ValueError("memory_bytes must be at least 6 MiB (Docker's minimum)")
+        if cpus <= 0:
+            raise ValueError("cpus must be positive")
+        if pids_limit <= 0 or nofile <= 0:
+            raise ValueError("pids_limit and nofile must be positive")
+        if cleanup_orphans not in ("dead", "all", "none"):
+            raise ValueError("cleanup_orphans must be 'dead', 'all' or 'none'")
+        self.image = image
+        self.memory_bytes = memory_bytes
+        self.cpus = cpus
+        self.pids_limit = pids_limit
+        self.nofile = nofile
+        self.runtime = runtime
+        self.base_url = base_url
+        self.owner_id = owner_id
+        self.label_prefix = label_prefix
+        self.cleanup_orphans: CleanupMode = cleanup_orphans
+        self.spawn_timeout = spawn_timeout
+        self.api_timeout = api_timeout
+        self.check_timeout = check_timeout
+        self.wait_timeout = wait_timeout
+        self.stdout_buffer_bytes = max(64 * 1024, stdout_buffer_bytes)
+        self.testing_entry = testing_entry
+        if testing_entry:
+            log.warning("docker runtime uses the TEST-ONLY worker entry (arbitrary Python)")
+            self.entrypoint: list[str] | None = list(TESTING_ENTRY)
+        else:
+            self.entrypoint = list(entrypoint) if entrypoint is not None else None
+        #: Unique per runtime object; lets aclose() sweep this runtime's own containers.
+        self.instance_id = uuid.uuid4().hex
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(4, executor_threads), thread_name_prefix="codemode-docker"
+        )
+        self._api: Any = None
+        self._api_lock = threading.Lock()
+        self._live: set[DockerSandbox] = set()
+        self._live_lock = threading.Lock()
+        self._launches: set[concurrent.futures.Future[tuple[str, Any]]] = set()
+        self._closed = False
+        #: Number of orphan containers removed by the last ``start()``.
+        self.orphans_removed = 0
+
+    # -- labels ----------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return "docker" if self.runtime is None else f"docker:{self.runtime}"
+
+    @property
+    def owner(self) -> str:
+        return self.owner_id or _OWNER.id
+
+    def label(self, key: str) -> str:
+        return f"{self.label_prefix}.{key}"
+
+    def labels(self) -> dict[str, str]:
+        """The labels every worker container of this runtime gets."""
+        return {
+            self.label("role"): "worker",
+            self.label("owner"): self.owner,
+            self.label("owner-pid"): str(_OWNER.pid),
+            self.label("owner-start"): _OWNER.start,
+            self.label("owner-host"): _OWNER.host,
+            self.label("owner-boot"): _OWNER.boot,
+            self.label("owner-pidns"): _OWNER.pidns,
+            self.label("runtime-instance"): self.instance_id,
+            self.label("protocol-version"): str(PROTOCOL_VERSION),
+        }
+
+    # -- blocking plumbing -----------------------------------------------------------------------
+
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> concurrent.futures.Future[_T]:
+        try:
+            return self._executor.submit(fn, *args)
+        except RuntimeError:  # pool shut down (after aclose): run inline rather than leak
+            future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+            return future
+
+    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.wrap_future(self._submit(fn, *args))
+
+    def _client(self) -> Any:
+        """The low-level Docker API client (created on first use, in a worker thread)."""
+        with self._api_lock:
+            if self._api is None:
+                import docker
+
+                try:
+                    if self.base_url is None:
+                        kwargs = docker.utils.kwargs_from_env()
+                        kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
+                    else:
+                        kwargs = {"base_url": self.base_url}
+                    self._api = docker.APIClient(
+                        version="auto", timeout=self.api_timeout, max_pool_size=64, **kwargs
+                    )
+                except Exception as exc:
+                    raise RuntimeUnavailable(
+                        f"docker daemon unreachable at {self._endpoint()}: {_api_error_text(exc)}"
+                    ) from exc
+            return self._api
+
+    def _endpoint(self) -> str:
+        return self.base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+    def _forget(self, sandbox: DockerSandbox) -> None:
+        with self._live_lock:
+            self._live.discard(sandbox)
+
+    def _unavailable(self, what: str, exc: BaseException) -> RuntimeUnavailable:
+        return RuntimeUnavailable(f"docker: {what} at {self._endpoint()}: {_api_error_text(exc)}")
+
+    def _remove_blocking(self, cid: str) -> RemoveOutcome:
+        """Remove one container (killing it if it runs). Never raises.
+
+        Returns ``"removed"`` (this call removed it), ``"gone"`` (it was not there any more) or
+        ``"failed"`` (logged; left for the ``aclose()`` sweep and the orphan rule).
+
+        ``remove(force=True)`` races with a container that is exiting on its own ("cannot remove -
+        ... is not running", 409) and with a removal already under way ("removal ... already in
+        progress"): retry the first, wait for the second. A 404 means it is gone already.
+        """
+        deadline = time.monotonic() + self.wait_timeout + self.api_timeout
+        delay = 0.02
+        while True:
+            try:
+                api = self._client()
+                api.remove_container(cid, force=True)
+                return "removed"
+            except Exception as exc:
+                if _is_not_found(exc):
+                    return "gone"
+                text = _api_error_text(exc)
+                if "already in progress" in text:
+                    if self._wait_gone(cid, deadline):
+                        return "removed"
+                elif time.monotonic() < deadline and (
+                    _status(exc) in (409, 500, 503) or "is not running" in text or _is_connection_error(exc)
+                ):
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                log.error("docker: could not remove worker container %s: %s", cid[:12], text)
+                return "failed"
+
+    def _wait_gone(self, cid: str, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            try:
+                self._client().inspect_container(cid)
+            except Exception as exc:
+                if _is_not_found(exc):
+                    return True
+            time.sleep(0.05)
+        return False
+
+    # -- Runtime protocol ------------------------------------------------------------------------
+
+    async def check(self) -> None:
+        try:
+            await asyncio.wait_for(self._run_blocking(self._check_blocking), self.check_timeout)
+        except TimeoutError:
+            raise RuntimeUnavailable(
+                f"docker daemon at {self._endpoint()} did not answer within {self.check_timeout}s"
+            ) from None
+
+    def _check_blocking(self) -> None:
+        api = self._client()
+        try:
+            api.ping()
+        except Exception as exc:
+            raise self._unavailable("daemon did not answer ping", exc) from exc
+        try:
+            image = api.inspect_image(self.image)
+        except Exception as exc:
+            if _is_not_found(exc):
+                raise RuntimeUnavailable(
+                    f"docker: worker image {self.image!r} not found on the daemon at {self._endpoint()} "
+                    "(build it with scripts/provision-docker.sh or docs/docker.md)"
+                ) from exc
+            raise self._unavailable(f"cannot inspect image {self.image!r}", exc) from exc
+        labels = (image.get("Config") or {}).get("Labels") or {}
+        version = labels.get(IMAGE_PROTOCOL_LABEL)
+        if version != str(PROTOCOL_VERSION):
+            raise RuntimeUnavailable(
+                f"docker: image {self.image!r} has {IMAGE_PROTOCOL_LABEL}={version!r}, "
+                f"this host speaks protocol {PROTOCOL_VERSION}"
+            )
+        if labels.get(IMAGE_ROLE_LABEL) != "worker":
+            raise RuntimeUnavailable(
+                f"docker: image {self.image!r} is not labelled {IMAGE_ROLE_LABEL}=worker"
+            )
+        if self.runtime is not None:
+            try:
+                runtimes = api.info().get("Runtimes") or {}
+            except Exception as exc:
+                raise self._unavailable("cannot read daemon info", exc) from exc
+            if self.runtime not in runtimes:
+                raise RuntimeUnavailable(
+                    f"docker: OCI runtime {self.runtime!r} is not registered with the daemon "
+                    f"(has: {', '.join(sorted(runtimes)) or 'none'})"
+                )
+
+    async def start(self) -> None:
+        if self.cleanup_orphans == "none":
+            return
+        self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
+
+    def is_orphan(self, labels: Mapping[str, str]) -> bool:
+        """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?"""
+        owner = labels.get(self.label("owner"), "")
+        if labels.get(self.label("role")) != "worker" or owner == self.owner:
+            return False
+        if self.cleanup_orphans == "all":
+            return True
+        if self.cleanup_orphans != "dead":
+            return False
+        host = labels.get(self.label("owner-host"), "")
+        boot = labels.get(self.label("owner-boot"), "")
+        pidns = labels.get(self.label("owner-pidns"), "")
+        same_machine = bool(boot) and boot == _OWNER.boot and bool(pidns) and pidns == _OWNER.pidns
+        if same_machine:
+            # Same kernel boot and pid namespace: the owner is alive iff its pid runs and is the
+            # same process (start time guards against pid reuse).
+            try:
+                pid = int(labels.get(self.label("owner-pid"), ""))
+            except ValueError:
+                return False
+            start = labels.get(self.label("owner-start"), "")
+            now = _process_start(pid)
+            return not now or (bool(start) and now != start)
+        # The same host name in another boot or pid namespace: this host was restarted (a rebooted
+        # machine, a restarted host container or pod keeps its name), so the old owner is dead.
+        return bool(host) and host == _OWNER.host
+
+    def _remove_orphans_blocking(self) -> int:
+        api = self._client()
+        try:
+            found = api.containers(all=True, filters={"label": [f"{self.label('role')}=worker"]})
+        except Exception as exc:
+            raise self._unavailable("cannot list containers", exc) from exc
+        removed = 0
+        for c in found:
+            labels = c.get("Labels") or {}
+            if not self.is_orphan(labels):
+                continue
+            cid = c["Id"]
+            log.warning(
+                "docker: removing orphaned worker container %s (owner %s, pid %s on %s)",
+                cid[:12],
+                labels.get(self.label("owner")),
+                labels.get(self.label("owner-pid")),
+                labels.get(self.label("owner-host")),
+            )
+            if self._remove_blocking(cid) != "failed":
+                removed += 1
+        return removed
+
+    async def spawn(self) -> DockerSandbox:
+        if self._closed:
+            raise RuntimeUnavailable("docker runtime is closed")
+        loop = asyncio.get_running_loop()
+        handoff = _Launch()
+        future = self._submit(self._launch_blocking, handoff)
+        with self._live_lock:
+            self._launches.add(future)
+        future.add_done_callback(self._launch_done)
+        try:
+            cid, attach = await asyncio.wrap_future(future)
+        except BaseException:
+            with handoff.lock:
+                handoff.abandoned = True
+                delivered = handoff.delivered
+            if delivered and future.done() and not future.cancelled() and future.exception() is None:
+                cid, attach = future.result()
+                self._submit(self._discard_blocking, cid, attach)
+            raise
+        sandbox = DockerSandbox(self, cid, attach, loop)
+        with self._live_lock:
+            self._live.add(sandbox)
+        try:
+            await probe(sandbox, self.spawn_timeout)
+        except BaseException as exc:
+            info = await sandbox.destroy()
+            if isinstance(exc, SpawnFailed):
+                log.warning(
+                    "docker: worker %s failed to start: %s (exit %s, oom %s, stderr %r)",
+                    sandbox.worker_id,
+                    exc,
+                    info.exit_code,
+                    info.oom_killed,
+                    info.stderr_tail[-512:],
+                )
+            raise
+        return sandbox
+
+    def _launch_done(self, future: concurrent.futures.Future[tuple[str, Any]]) -> None:
+        with self._live_lock:
+            self._launches.discard(future)
+
+    def _discard_blocking(self, cid: str, attach: Any) -> None:
+        with contextlib.suppress(Exception):
+            attach.close()
+        self._remove_blocking(cid)
+
+    def _launch_blocking(self, handoff: _Launch) -> tuple[str, Any]:
+        """create -> attach -> start; removes the container again on any failure."""
+        api = self._client()
+        cid: str | None = None
+        attach: Any = None
+        try:
+            host_config = api.create_host_config(
+                network_mode="none",
+                read_only=True,
+                mem_limit=self.memory_bytes,
+                memswap_limit=self.memory_bytes,
+                nano_cpus=int(self.cpus * 1e9),
+                pids_limit=self.pids_limit,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                ulimits=[
+                    {"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile},
+                    {"Name": "core", "Soft": 0, "Hard": 0},
+                ],
+                ipc_mode="none",
+                tmpfs=dict(_READ_ONLY_TMPFS),
+                privileged=False,
+                runtime=self.runtime,
+            )
+            env = {WORKER_ENV_MARKER: "1"}
+            if self.testing_entry:
+                env[_TESTING_ENV] = "1"
+            created = api.create_container(
+                self.image,
+                entrypoint=self.entrypoint,
+                command=[] if self.entrypoint is not None else None,
+                stdin_open=True,
+                tty=False,
+                user=WORKER_USER,
+                environment=env,
+                labels=self.labels(),
+                working_dir="/",
+                hostname="worker",
+                network_disabled=True,
+                host_config=host_config,
+            )
+            cid = created["Id"]
+            attach = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            api.start(cid)
+        except Exception as exc:
+            if attach is not None:
+                with contextlib.suppress(Exception):
+                    attach.close()
+            if cid is not None:
+                self._remove_blocking(cid)
+            raise self._launch_error(exc) from exc
+        with handoff.lock:
+            if not handoff.abandoned:
+                handoff.delivered = True
+                return cid, attach
+        # The spawning coroutine was cancelled meanwhile: nobody will use this container.
+        self._discard_blocking(cid, attach)
+        raise SpawnFailed("spawn cancelled")
+
+    def _launch_error(self, exc: Exception) -> Exception:
+        if isinstance(exc, RuntimeUnavailable | SpawnFailed):
+            return exc
+        text = _api_error_text(exc)
+        if _is_connection_error(exc):
+            return RuntimeUnavailable(f"docker daemon unreachable at {self._endpoint()}: {text}")
+        lowered = text.lower()
+        if _is_not_found(exc) and ("image" in lowered or self.image in text):
+            return RuntimeUnavailable(
+                f"docker: worker image {self.image!r} not found (build it with scripts/provision-docker.sh)"
+            )
+        if "unknown runtime" in lowered:
+            return RuntimeUnavailable(f"docker: OCI runtime {self.runtime!r} is not registered: {text}")
+        return SpawnFailed(f"docker: cannot start a worker container: {text}")
+
+    def live_sandboxes(self) -> list[DockerSandbox]:
+        with self._live_lock:
+            return list(self._live)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Launches still in flight (a cancelled spawn, a pool refill) remove their own container.
+        with self._live_lock:
+            launches = list(self._launches)
+        if launches:
+            await asyncio.to_thread(concurrent.futures.wait, launches, self.api_timeout)
+        await asyncio.gather(*(s.destroy() for s in self.live_sandboxes()), return_exceptions=True)
+        # Belt and braces: anything of this runtime object that escaped the bookkeeping.
+        with contextlib.suppress(Exception):
+            await self._run_blocking(self._sweep_own_blocking)
+        self._executor.shutdown(wait=False)
+        api, self._api = self._api, None
+        if api is not None:
+            with contextlib.suppress(Exception):
+                api.close()
+
+    def _sweep_own_blocking(self) -> None:
+        if self._api is None:
+            return
+        found = self._api.containers(
+            all=True, filters={"label": [f"{self.label('runtime-instance')}={self.instance_id}"]}
+        )
+        for c in found:
+            log.warning("docker: removing leftover worker container %s at close", c["Id"][:12])
+            self._remove_blocking(c["Id"])

@@ -1,0 +1,313 @@
+"""Docker runtime benchmarks (prints numbers; not a test). Needs a Docker engine and codemode-worker:1.
+
+    python -m tests.benchmarks.bench_docker [--n 30] [--runtime runsc] [--skip-execute]
+
+Measured in one run on the same image, so the ratios are meaningful on a noisy machine:
+
+- ``engine raw``: the Docker Engine's own ceiling with the same hardening flags:
+  create -> attach -> start -> one line through stdin/stdout -> remove(force), sequentially,
+  with a trivial Python echo as the entrypoint (no worker, no codemode code);
+- ``docker run --rm -i``: the naive baseline, one ``docker run`` CLI process per program that runs a
+  trivial program through the real worker (probe, exec, final);
+- ``spawn+destroy``: DockerRuntime.spawn() (create, attach, start, probe -> probe_ack) and destroy()
+  (kill, wait, inspect, remove);
+- ``execute cold``: a trivial execute through codemode.Server on DockerRuntime (no pool);
+- ``execute warm``: the same with WarmPool(DockerRuntime, size) (the pool refills in the background);
+- ``one native call`` (warm);
+- ``sustained``: executes/s with fresh containers, ``--concurrency`` at a time, no pool, next to the
+  raw Engine rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerRuntime
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+def show(name: str, xs: list[float]) -> dict[str, float]:
+    p50, p99, mean = pct(xs, 50) * 1000, pct(xs, 99) * 1000, statistics.mean(xs) * 1000
+    print(f"{name:<34} n={len(xs):<4} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   mean {mean:8.1f} ms")
+    return {"p50_ms": p50, "p99_ms": p99}
+
+
+# ------------------------------------------------------------------------------------------ raw engine
+
+
+ECHO = "import sys; sys.stdout.write(sys.stdin.readline()); sys.stdout.flush()"
+
+
+def engine_raw_once(api: Any, image: str, runtime: str | None) -> float:
+    t0 = time.perf_counter()
+    hc = api.create_host_config(
+        network_mode="none",
+        read_only=True,
+        mem_limit=256 * 1024 * 1024,
+        memswap_limit=256 * 1024 * 1024,
+        nano_cpus=1_000_000_000,
+        pids_limit=64,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        ipc_mode="none",
+        runtime=runtime,
+    )
+    cid = api.create_container(
+        image,
+        entrypoint=["python3", "-I", "-S", "-c", ECHO],
+        stdin_open=True,
+        user=WORKER_USER,
+        labels={"io.codemode.role": "bench-raw"},
+        host_config=hc,
+    )["Id"]
+    sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+    api.start(cid)
+    raw = sock._sock
+    raw.sendall(b"ping\n")
+    buf = b""
+    while len(buf) < 8 + 5:
+        chunk = raw.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    assert buf[8:] == b"ping\n", buf
+    api.remove_container(cid, force=True)
+    raw.close()
+    return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------ naive docker run
+
+
+def frame(obj: Any) -> bytes:
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+EXEC = {
+    "k": "exec",
+    "v": 1,
+    "source": "def main():\n    return 1\n",
+    "manifest": [],
+    "limits": {
+        "max_steps": 1_000_000,
+        "max_value_depth": 32,
+        "max_value_bytes": 1024 * 1024,
+        "max_native_calls": 100,
+        "max_callstack": 100,
+    },
+}
+
+
+def naive_run_once(image: str, runtime: str | None) -> float:
+    cmd = ["docker", "run", "--rm", "-i", "--network", "none", "--read-only", "--cap-drop", "ALL"]
+    cmd += ["--security-opt", "no-new-privileges", "--user", WORKER_USER, "--memory", "256m"]
+    cmd += ["--memory-swap", "256m", "--pids-limit", "64", "--ipc", "none"]
+    cmd += ["--label", "io.codemode.role=bench-naive"]
+    if runtime:
+        cmd += ["--runtime", runtime]
+    cmd.append(image)
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        cmd, input=frame({"k": "probe", "v": 1}) + frame(EXEC), capture_output=True, timeout=60, check=False
+    ).stdout
+    elapsed = time.perf_counter() - t0
+    kinds = []
+    while len(out) >= 4:
+        (n,) = struct.unpack(">I", out[:4])
+        kinds.append(json.loads(out[4 : 4 + n])["k"])
+        out = out[4 + n :]
+    assert kinds[:2] == ["probe_ack", "final"], kinds
+    return elapsed
+
+
+# ------------------------------------------------------------------------------------------ runtime + server
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> list[float]:
+    xs = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await fn()
+        xs.append(time.perf_counter() - t0)
+    return xs
+
+
+@dataclass
+class EchoIn:
+    value: str
+
+
+@dataclass
+class EchoOut:
+    value: str
+
+
+async def aecho(ctx: Any, subject: Any, args: EchoIn) -> EchoOut:
+    return EchoOut(args.value)
+
+
+def build_server(runtime: Any) -> Any:
+    import codemode
+    from codemode import authz
+
+    b = codemode.Builder(authorizer=authz.allow_all(), runtime=runtime)
+    b.register(codemode.Capability(name="util.echo", summary="Echo.", handler=aecho))
+    return b.build()
+
+
+TRIVIAL = "def main():\n    return 1\n"
+ONE_CALL = "def main():\n    return util.echo(value='x')['value']\n"
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    import docker
+
+    results: dict[str, Any] = {}
+    api = docker.APIClient(version="auto", timeout=60)
+    engine = api.version()
+    print(
+        f"docker {engine.get('Version')} (API {engine.get('ApiVersion')}), image {args.image}, "
+        f"OCI runtime {args.runtime or 'default'}, n={args.n}"
+    )
+
+    # warm the image cache / page cache once
+    engine_raw_once(api, args.image, args.runtime)
+
+    rt = DockerRuntime(image=args.image, runtime=args.runtime)
+    await rt.check()
+    naive_ok = shutil.which("docker") is not None
+    # Interleaved, one of each per round, so that load spikes from anything else on the machine
+    # hit every series alike.
+    raw: list[float] = []
+    naive: list[float] = []
+    cycles: list[float] = []
+    spawns: list[float] = []
+    destroys: list[float] = []
+    for _ in range(args.n):
+        raw.append(await asyncio.to_thread(engine_raw_once, api, args.image, args.runtime))
+        if naive_ok:
+            naive.append(await asyncio.to_thread(naive_run_once, args.image, args.runtime))
+        t0 = time.perf_counter()
+        s = await rt.spawn()
+        t1 = time.perf_counter()
+        await s.destroy()
+        t2 = time.perf_counter()
+        cycles.append(t2 - t0)
+        spawns.append(t1 - t0)
+        destroys.append(t2 - t1)
+    await rt.aclose()
+
+    results["engine_raw"] = show("engine raw create..remove", raw)
+    raw_rate = len(raw) / sum(raw)
+    results["engine_raw"]["per_s"] = raw_rate
+    print(f"{'':<34} raw engine rate {raw_rate:.2f} containers/s (sequential)")
+    if naive:
+        results["naive_docker_run"] = show("naive docker run --rm -i", naive)
+    results["spawn_destroy"] = show("DockerRuntime spawn+destroy", cycles)
+    results["spawn"] = show("  spawn (to probe_ack)", spawns)
+    results["destroy"] = show("  destroy", destroys)
+
+    # The raw cycle with `concurrency` in flight: the daemon's ceiling on this machine.
+    total = max(args.n, 2 * args.concurrency)
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+        list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime), range(total)))
+    raw_conc = total / (time.perf_counter() - t0)
+    results["engine_raw"]["per_s_concurrent"] = raw_conc
+    print(f"{'':<34} raw engine rate {raw_conc:.2f} containers/s at concurrency {args.concurrency}")
+
+    if not args.skip_execute:
+        import codemode
+        from codemode import authz
+
+        subject = authz.Subject("bench")
+        cold_server = build_server(DockerRuntime(image=args.image, runtime=args.runtime))
+        await cold_server.execute(TRIVIAL, subject=subject)
+        cold = await timed(lambda: cold_server.execute(TRIVIAL, subject=subject), args.n)
+        results["execute_cold"] = show("execute trivial, cold (no pool)", cold)
+
+        # sustained: fresh containers, `concurrency` executes in flight
+        t0 = time.perf_counter()
+        total = max(args.n, 2 * args.concurrency)
+        sem = asyncio.Semaphore(args.concurrency)
+
+        async def one() -> None:
+            async with sem:
+                await cold_server.execute(TRIVIAL, subject=subject)
+
+        await asyncio.gather(*(one() for _ in range(total)))
+        rate = total / (time.perf_counter() - t0)
+        results["sustained"] = {"per_s": rate, "concurrency": args.concurrency, "vs_raw": rate / raw_conc}
+        print(
+            f"{'sustained executes/s (fresh)':<34} {rate:.2f}/s at concurrency {args.concurrency}"
+            f"  = {rate / raw_conc:.2f}x the raw engine rate at the same concurrency"
+        )
+        await cold_server.aclose()
+
+        pool = codemode.WarmPool(DockerRuntime(image=args.image, runtime=args.runtime), args.pool)
+        warm_server = build_server(pool)
+        await warm_server.start()
+
+        async def warm(source: str) -> None:
+            await pool.wait_warm(120)
+            t0 = time.perf_counter()
+            await warm_server.execute(source, subject=subject)
+            warm_times.append(time.perf_counter() - t0)
+
+        warm_times: list[float] = []
+        for _ in range(args.n):
+            await warm(TRIVIAL)
+        results["execute_warm"] = show("execute trivial, warm (pool)", warm_times)
+        warm_times = []
+        for _ in range(args.n):
+            await warm(ONE_CALL)
+        results["execute_warm_one_call"] = show("execute one native call, warm", warm_times)
+        await warm_server.aclose()
+
+        if "naive_docker_run" in results:
+            ratio = results["naive_docker_run"]["p50_ms"] / results["execute_warm"]["p50_ms"]
+            results["warm_vs_naive"] = ratio
+            print(f"{'warm p50 vs naive docker run p50':<34} {ratio:.1f}x faster")
+
+    leaked = api.containers(all=True, filters={"label": ["io.codemode.role=worker"]})
+    leaked += api.containers(all=True, filters={"label": ["io.codemode.role=bench-raw"]})
+    print(f"leaked containers: {len(leaked)}")
+    api.close()
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=30, help="samples per measurement")
+    p.add_argument("--image", default=DEFAULT_IMAGE)
+    p.add_argument("--runtime", default=None, help="OCI runtime name, e.g. runsc")
+    p.add_argument("--pool", type=int, default=4, help="warm pool size")
+    p.add_argument("--concurrency", type=int, default=4, help="in-flight executes for the sustained rate")
+    p.add_argument("--skip-execute", action="store_true", help="only engine/runtime numbers")
+    p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
+    args = p.parse_args()
+    results = asyncio.run(bench(args))
+    if args.json:
+        json.dump(results, sys.stdout, indent=2)
+        print()
+
+
+if __name__ == "__main__":
+    main()

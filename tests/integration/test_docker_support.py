@@ -1,0 +1,119 @@
+"""Shared helpers for the Docker test modules (no tests here).
+
+Docker tests are marked ``docker``. Locally without a reachable Docker engine (or without the worker
+image) they skip with the reason; with ``CI=true`` they fail instead, so CI can't pass by skipping.
+Build the image with ``scripts/provision-docker.sh``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from codemode.runtimes.docker import DEFAULT_IMAGE
+
+ROLE_LABEL = "io.codemode.role=worker"
+
+
+def docker_problem(image: str = DEFAULT_IMAGE) -> str | None:
+    """Why Docker tests can't run here, or None."""
+    try:
+        import docker
+
+        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
+        try:
+            api.ping()
+            api.inspect_image(image)
+        finally:
+            api.close()
+    except Exception as exc:  # any failure means "no usable Docker here"
+        return f"Docker engine or image {image} not available ({type(exc).__name__}: {exc}); " + (
+            "run scripts/provision-docker.sh"
+        )
+    return None
+
+
+def require_docker(image: str = DEFAULT_IMAGE) -> None:
+    problem = docker_problem(image)
+    if problem is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Docker tests are required in CI: {problem}")
+    pytest.skip(problem)
+
+
+def docker_client() -> Iterator[Any]:
+    """Body of each module's ``docker_api`` fixture: skip/fail without Docker, else a client."""
+    require_docker()
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=30, **docker.utils.kwargs_from_env())
+    yield api
+    api.close()
+
+
+def worker_containers(api: Any, *extra_labels: str) -> list[dict[str, Any]]:
+    """All containers (any state) labelled as codemode workers (optionally more label filters)."""
+    return list(api.containers(all=True, filters={"label": [ROLE_LABEL, *extra_labels]}))
+
+
+# A minimal stand-alone probe answerer for fake workers started with an entrypoint override.
+# (4-byte big-endian length + UTF-8 JSON: the codemode frame format.)
+_PROBE_PRELUDE = r"""
+import json, os, struct, sys, time
+_i, _o = sys.stdin.buffer, sys.stdout.buffer
+def _read_frame():
+    h = _i.read(4)
+    if len(h) < 4:
+        raise SystemExit(3)
+    return json.loads(_i.read(struct.unpack('>I', h)[0]))
+def _send(obj):
+    b = json.dumps(obj).encode()
+    _o.write(struct.pack('>I', len(b)) + b)
+    _o.flush()
+_p = _read_frame()
+assert _p == {'k': 'probe', 'v': 1}, _p
+_send({'k': 'probe_ack', 'v': 1})
+"""
+
+
+def fake_worker(body: str, *, answer_probe: bool = True) -> list[str]:
+    """Entrypoint for a fake worker: answers the probe (unless told not to), then runs ``body``.
+
+    ``body`` may use ``_read_frame()``, ``_send(obj)``, ``_i`` (stdin) and ``_o`` (stdout).
+    """
+    code = (_PROBE_PRELUDE if answer_probe else "import os, sys, time\n") + body
+    return ["python3", "-I", "-c", code]
+
+
+def encode(obj: Any) -> bytes:
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+async def read_frame(sandbox: Any, limit: int = 64 * 1024 * 1024) -> dict[str, Any] | None:
+    """Read exactly one frame from a sandbox (None at EOF before a header)."""
+    header = await read_exact(sandbox, 4)
+    if header is None:
+        return None
+    (n,) = struct.unpack(">I", header)
+    assert n <= limit, f"frame of {n} bytes"
+    body = await read_exact(sandbox, n)
+    assert body is not None, "EOF inside a frame"
+    value = json.loads(body)
+    assert isinstance(value, dict)
+    return value
+
+
+async def read_exact(sandbox: Any, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = await sandbox.read(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
