@@ -1,0 +1,146 @@
+"""Worker process entry: ``python -m codemode_worker`` serves exactly one program, then exits.
+
+Stdin and stdout carry frames only (``protocol``). Before anything else stdout is duplicated to
+a private descriptor for frames and fd 1 (and ``sys.stdout``) is pointed at stderr, so a stray
+write from Python or native code can never corrupt the frame stream.
+
+Sequence: warm up the interpreter; answer every ``probe`` with ``probe_ack`` (only possible once
+warm); on ``exec`` run the program, sending one ``native_call`` per capability call and blocking
+for its ``native_result``; end with ``final`` or ``final_error`` and exit 0.
+
+Exit codes: 0 after the final frame (or when the host closes stdin before any exec);
+1 (``EXIT_ABORTED``) on ``native_abort`` or when the host goes away mid-call, nothing more is
+written; 2 (``EXIT_PROTOCOL``) on any protocol violation by the host, nothing more is written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, BinaryIO, NoReturn
+
+from . import PROTOCOL_VERSION
+from .interpreter import (
+    ExecLimits,
+    HostProtocolError,
+    NativeAborted,
+    on_interpreter_thread,
+    run_program,
+    warm_up,
+)
+from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
+
+__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "streams"]
+
+EXIT_OK = 0
+EXIT_ABORTED = 1
+EXIT_PROTOCOL = 2
+
+_BEFORE_EXEC = frozenset({"probe", "exec"})
+_DURING_CALL = frozenset({"native_result", "native_abort"})
+
+
+def streams() -> tuple[BinaryIO, BinaryIO]:
+    """(binary stdin, private binary stdout for frames); afterwards fd 1 and ``sys.stdout``
+    write to stderr."""
+    sys.stdout.flush()
+    frames_fd = os.dup(1)
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no usable stderr: discard stray output instead
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    sys.stdout = sys.stderr
+    return sys.stdin.buffer, os.fdopen(frames_fd, "wb")
+
+
+def _send(out: BinaryIO, frame: dict[str, Any]) -> None:
+    out.write(encode_frame(frame))
+    out.flush()
+
+
+def _run_exec(frame: dict[str, Any], inp: BinaryIO, out: BinaryIO) -> int:
+    seq = 0
+
+    def native(name: str, args: dict[str, Any]) -> Any:
+        nonlocal seq
+        seq += 1
+        try:
+            _send(out, {"k": "native_call", "seq": seq, "name": name, "args": args})
+        except OSError:
+            raise NativeAborted("host closed the stream") from None
+        except ProtocolError as exc:
+            raise HostProtocolError(str(exc)) from None
+        try:
+            reply = read_frame(inp, MAX_HOST_FRAME_BYTES, _DURING_CALL)
+        except ProtocolError as exc:
+            raise HostProtocolError(str(exc)) from None
+        except OSError:
+            raise NativeAborted("host closed the stream") from None
+        if reply is None:
+            raise NativeAborted("host closed the stream")
+        if reply["seq"] != seq:
+            raise HostProtocolError("reply for another call")
+        if reply["k"] == "native_abort":
+            raise NativeAborted("host aborted the call")
+        return reply["value"]
+
+    try:
+        limits = ExecLimits.from_mapping(frame["limits"])
+        outcome = run_program(frame["source"], frame["manifest"], limits, native)
+    except NativeAborted:
+        return EXIT_ABORTED
+    except HostProtocolError:
+        return EXIT_PROTOCOL
+    if outcome.kind == "final":
+        reply: dict[str, Any] = {"k": "final", "value": outcome.value}
+    else:
+        reply = {"k": "final_error", "error": outcome.error, "message": outcome.message}
+    try:
+        try:
+            _send(out, reply)
+        except ProtocolError:
+            _send(out, {"k": "final_error", "error": "internal", "message": ""})
+    except OSError:
+        return EXIT_ABORTED
+    return EXIT_OK
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> int:
+    """Warm up, then serve one exchange on the given streams; return the exit code."""
+    warm_up()
+    while True:
+        try:
+            frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)
+        except ProtocolError:
+            return EXIT_PROTOCOL
+        except OSError:
+            return EXIT_ABORTED
+        if frame is None:
+            return EXIT_OK
+        if frame["k"] == "probe":
+            try:
+                _send(out, {"k": "probe_ack", "v": PROTOCOL_VERSION})
+            except OSError:
+                return EXIT_ABORTED
+            continue
+        return _run_exec(frame, inp, out)
+
+
+def main() -> int:
+    """Serve one program on this process's stdin/stdout; return the exit code."""
+    inp, out = streams()
+    return on_interpreter_thread(lambda: serve(inp, out))
+
+
+def run() -> NoReturn:
+    """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
+    code = main()
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

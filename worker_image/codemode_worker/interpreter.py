@@ -1,0 +1,471 @@
+"""Run one model-written Starlark program (starlark-pyo3) and classify how it ended.
+
+Language surface
+    Exactly ``False None True abs all any bool chr dict dir enumerate fail float getattr hasattr
+    hash int json len list math max min ord print range repr reversed sorted str sum tuple type
+    zip`` plus the capability namespaces (see ``environment``). Standard dialect without
+    ``load``: no f-strings, no ``while``, no top-level ``if``/``for``, no keyword-only or
+    positional-only parameter syntax, no type annotations. ``print`` discards its arguments.
+
+Rules
+    The top level must contain exactly one ``def main():`` (column 0, empty parameter list) and
+    ``main`` must still be that function after the top level ran (else ``invalid_program``).
+    Native (capability) calls are accepted only while ``main`` runs and only with keyword
+    arguments; they are bound against the manifest input shapes (``shapes.bind_arguments``)
+    and bounded (``values.check_value``) before a ``native_call`` leaves. ``main``'s value must
+    be a plain value (tuples become lists) within ``max_value_depth``/``max_value_bytes``.
+
+Step budget: the unit, measured
+    starlark-rust calls the ``check_cancelled`` hook once every 1,000 *ticks*, where a tick is
+    one loop iteration (``for`` statement or comprehension) or one call of a Starlark function
+    (a call statement at top level counts about twice). Measured on starlark-pyo3 2026.1.3:
+    ``for i in range(N): x += i`` inside a function gives N/1000 checks whatever the loop body
+    holds; a loop of N iterations calling a ``def`` each time gives 2N/1000 (except a ``def``
+    that just returns a constant: starlark-rust inlines it and its calls do not tick).
+    Straight-line work between ticks, calls of builtins (``len``, ``math.*``) and the time
+    inside one builtin call (``sorted(range(10**8))``) are not counted: the host's wall-clock
+    deadline and kill bound those.
+
+    So **one step = one tick** (loop iteration or function call), enforced with a granularity of
+    1,000: at the k-th check the program has used k*1000 steps and it is stopped with
+    ``resource_limit`` as soon as k*1000 > ``max_steps``; a program may run up to
+    ``max_steps + 999`` ticks. The default 1,000,000 steps is about a million loop iterations.
+    Steps are counted from the first top-level statement until ``main`` returns, including the
+    ticks of the Starlark-written builtins it calls (``sum``, ``json.encode``, the argument copy
+    of each native call).
+
+Errors
+    Parse, resolve and runtime errors: ``invalid_program`` with ``<codemode>:LINE:COL: <first line
+    of the Starlark error>`` (at most 1 KiB, non-printables replaced, no Python traceback).
+    Call-stack overflow and exceeded budgets: ``resource_limit``. The Starlark call stack is
+    limited to ``max_callstack`` (clamped to 10,000) plus 4 frames for the driver and builtin
+    wrappers, so the program's own functions may nest about ``max_callstack + 2`` deep.
+    A Rust panic (``PanicException``) or a failure of this module's own set-up: ``internal``
+    with no text.
+
+Threading
+    Every evaluation runs on one long-lived thread with a 256 MiB stack (deeply nested source
+    or data recurses deeply inside the Rust interpreter; 64 KiB of nested brackets needs about
+    that much), one program at a time per process. ``warm_up`` runs on that thread too, so the
+    first real program finds the interpreter's per-thread state warm.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, cast
+
+import starlark as sl
+
+from .diagnostics import FILENAME, bounded, describe_error, has_valid_main, program_error
+from .environment import JSON_RESULT_DEPTH, MAX_BRIDGE_DEPTH, Environment, environment, set_hooks
+from .protocol import ProtocolError, validate_manifest
+from .shapes import BindError, bind_arguments, positional_diagnostic
+from .values import Overflow, ValueLimitError, ValueTypeError, check_value
+
+__all__ = [
+    "CALLSTACK_SLACK",
+    "MAX_CALLSTACK",
+    "STEPS_PER_CHECK",
+    "ExecLimits",
+    "HostProtocolError",
+    "NativeAborted",
+    "NativeHandler",
+    "Outcome",
+    "on_interpreter_thread",
+    "run_program",
+    "warm_up",
+]
+
+STEPS_PER_CHECK: Final = 1000
+"""Ticks between two ``check_cancelled`` calls (fixed inside starlark-rust)."""
+MAX_CALLSTACK: Final = 10_000
+"""Upper clamp on the exec frame's ``max_callstack``."""
+CALLSTACK_SLACK: Final = 4
+"""Frames added to ``max_callstack`` for the driver and capability wrappers."""
+THREAD_STACK_BYTES: Final = 256 * 1024 * 1024
+_STACK_FALLBACKS: Final = (THREAD_STACK_BYTES, 64 * 1024 * 1024, 16 * 1024 * 1024)
+
+T = TypeVar("T")
+
+MAIN_MESSAGE: Final = "program must define `def main():` (no parameters) at top level"
+
+
+@dataclass(frozen=True)
+class ExecLimits:
+    """The ``limits`` of an exec frame."""
+
+    max_steps: int
+    max_value_depth: int
+    max_value_bytes: int
+    max_native_calls: int
+    max_callstack: int
+
+    @classmethod
+    def from_mapping(cls, limits: Mapping[str, Any]) -> ExecLimits:
+        return cls(
+            max_steps=int(limits["max_steps"]),
+            max_value_depth=int(limits["max_value_depth"]),
+            max_value_bytes=int(limits["max_value_bytes"]),
+            max_native_calls=int(limits["max_native_calls"]),
+            max_callstack=int(limits["max_callstack"]),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a program ended: ``kind`` is ``"final"`` (with ``value``) or ``"error"`` (``error``
+    is a ``final_error`` code, ``message`` its text, possibly empty)."""
+
+    kind: str
+    value: Any = None
+    error: str = ""
+    message: str = ""
+
+    @classmethod
+    def final(cls, value: Any) -> Outcome:
+        return cls("final", value=value)
+
+    @classmethod
+    def failed(cls, error: str, message: str = "") -> Outcome:
+        return cls("error", error=error, message=message)
+
+
+class NativeAborted(Exception):
+    """Raised by a native handler when the host answered a call with ``native_abort``."""
+
+
+class HostProtocolError(Exception):
+    """Raised by a native handler (or here) when the host broke the protocol during a call."""
+
+
+NativeHandler = Callable[[str, dict[str, Any]], Any]
+"""Performs one bound native call round trip and returns the plain result value."""
+
+
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_DECODER: Final = json.JSONDecoder()
+
+
+class _Stop(Exception):
+    """Internal: a hook decided the program ends (the reason is in ``_Run.failure``)."""
+
+
+class _Run:
+    """State of one program run; the builtins reach it through ``environment.set_hooks``."""
+
+    def __init__(
+        self, limits: ExecLimits, inputs: dict[str, Mapping[str, Any]], native: NativeHandler
+    ) -> None:
+        self.limits = limits
+        self.inputs = inputs
+        self.native = native
+        self.depth = min(limits.max_value_depth, MAX_BRIDGE_DEPTH)
+        # Depth counts each argument value; the keyword map around them is one more level.
+        self.args_depth = min(limits.max_value_depth + 1, MAX_BRIDGE_DEPTH)
+        self.checks = 0
+        self.counting = True
+        self.main_running = False
+        self.native_calls = 0
+        self.failure: tuple[str, str, str] | None = None  # (code, message, callee to locate)
+        self.escape: BaseException | None = None
+
+    def fail(self, error: str, message: str = "", locate: str = "") -> None:
+        if self.failure is None:
+            self.failure = (error, message, locate)
+
+    # --- hooks called from Starlark -------------------------------------------------------
+
+    def check_cancelled(self) -> bool:
+        self.checks += 1
+        if self.counting and self.checks * STEPS_PER_CHECK > self.limits.max_steps:
+            self.fail("resource_limit")
+            return True
+        return False
+
+    def main_begin(self) -> None:
+        self.main_running = True
+
+    def main_end(self) -> None:
+        self.main_running = False
+        self.counting = False
+
+    def internal(self) -> None:
+        self.fail("internal")
+
+    def _enter(self, name: str) -> None:
+        if not self.main_running:
+            self.fail(
+                "invalid_program",
+                f"capability {name} called outside main(); capabilities can only be called while main runs",
+                locate=name.rsplit(".", 1)[-1],
+            )
+            raise _Stop
+        self.native_calls += 1
+        if self.native_calls > self.limits.max_native_calls:
+            self.fail("resource_limit")
+            raise _Stop
+
+    def native_positional(self, name: str) -> None:
+        self._enter(name)
+        self.fail("invalid_arguments", positional_diagnostic(name, self.inputs[name]))
+
+    def native_rejected(self, name: str, value: Any) -> None:
+        self._enter(name)
+        if isinstance(value, Overflow):
+            self.fail("resource_limit")
+            return
+        try:
+            bind_arguments(self.inputs[name], value)
+        except BindError as exc:
+            self.fail("invalid_arguments", exc.diagnostic)
+            return
+        self.fail("internal")  # a marked value always fails to bind
+
+    def native_call(self, name: str, args_json: str) -> Any:
+        self._enter(name)
+        try:
+            args = bind_arguments(self.inputs[name], _DECODER.decode(args_json))
+        except BindError as exc:
+            self.fail("invalid_arguments", exc.diagnostic)
+            raise _Stop from None
+        try:
+            check_value(args, self.args_depth, self.limits.max_value_bytes)
+        except ValueLimitError:
+            self.fail("resource_limit")
+            raise _Stop from None
+        try:
+            value = self.native(name, args)
+        except (NativeAborted, HostProtocolError) as exc:
+            self.escape = exc
+            raise _Stop from None
+        try:
+            check_value(value, self.depth, self.limits.max_value_bytes)
+        except ValueLimitError:
+            self.fail("resource_limit")
+            raise _Stop from None
+        except ValueTypeError:
+            self.escape = HostProtocolError("native_result value is not a plain value")
+            raise _Stop from None
+        if self.depth <= JSON_RESULT_DEPTH:
+            return _ENCODER.encode(value)
+        return [value]
+
+
+def _classify(run: _Run, exc: BaseException, source: str, helpers: Mapping[str, str]) -> Outcome:
+    if run.escape is not None:
+        raise run.escape
+    if run.failure is not None:
+        error, message, callee = run.failure
+        if callee:
+            location, _ = describe_error(str(exc), source, callee, helpers)
+            if location is not None:
+                message = f"{FILENAME}:{location}: {message}"
+        return Outcome.failed(error, bounded(message))
+    if type(exc).__name__ == "PanicException":
+        return Outcome.failed("internal")
+    if isinstance(exc, sl.StarlarkError):
+        text = str(exc)
+        _, message = describe_error(text, source)
+        if message.startswith(("Starlark call stack overflow", "Too many recursion levels")):
+            return Outcome.failed("resource_limit")
+        return Outcome.failed("invalid_program", program_error(text, source, helpers))
+    if isinstance(exc, MemoryError):
+        return Outcome.failed("resource_limit")
+    return Outcome.failed("internal")
+
+
+def _finish(result: Any, limits: ExecLimits) -> Outcome:
+    if not isinstance(result, list) or not result:
+        return Outcome.failed("internal")
+    if result[0] == "bad_main":
+        return Outcome.failed("invalid_program", MAIN_MESSAGE)
+    value = _DECODER.decode(result[1]) if result[0] == "ok" else result[1]
+    try:
+        check_value(value, limits.max_value_depth, limits.max_value_bytes)
+    except ValueLimitError:
+        return Outcome.failed("resource_limit")
+    except ValueTypeError as exc:
+        return Outcome.failed("invalid_program", f"main() returned an unsupported value: {exc}")
+    return Outcome.final(value)
+
+
+def _execute(env: Environment, run: _Run, source: str) -> Outcome:
+    try:
+        ast = sl.parse(FILENAME, source, env.dialect)
+    except sl.StarlarkError as exc:
+        return Outcome.failed("invalid_program", program_error(str(exc), source))
+    if not has_valid_main(source):
+        return Outcome.failed("invalid_program", MAIN_MESSAGE)
+
+    limits = run.limits
+    modules: dict[str, Any] = {}
+    roots: list[str] = []
+    if run.inputs:
+        arg_nodes = 2 * limits.max_value_bytes + 16  # generous: None record fields are dropped
+        modules["natives"], roots = env.natives(list(run.inputs), run.args_depth, arg_nodes)
+    loader = env.loader(modules)
+    module = env.program_module(loader, roots)
+    driver = env.driver(run.depth, limits.max_value_bytes)
+    options = sl.EvalOptions(
+        check_cancelled=run.check_cancelled,
+        max_callstack_size=min(limits.max_callstack, MAX_CALLSTACK) + CALLSTACK_SLACK,
+    )
+    try:
+        sl.eval_with(options, module, ast, env.globals)
+        modules["user"] = module.freeze()
+        result = sl.eval_with(options, sl.Module(), driver, env.globals, env.loader(modules)).value
+    except BaseException as exc:  # PanicException derives from BaseException
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return _classify(run, exc, source, env.helper_sources)
+    if run.escape is not None:
+        raise run.escape
+    return _finish(result, limits)
+
+
+class _Executor:
+    """One long-lived thread with a large stack that runs every evaluation of the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = (
+            queue.SimpleQueue()
+        )
+
+    def _serve(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:
+                box.append((False, exc))
+            finally:
+                done.set()
+
+    def _start(self) -> threading.Thread | None:
+        with self._lock:
+            if self._thread is not None:
+                return self._thread
+            for size in _STACK_FALLBACKS:
+                try:
+                    previous = threading.stack_size(size)
+                except (ValueError, RuntimeError):
+                    continue
+                try:
+                    thread = threading.Thread(target=self._serve, name="codemode-starlark", daemon=True)
+                    thread.start()
+                except RuntimeError:
+                    continue
+                finally:
+                    threading.stack_size(previous)
+                self._thread = thread
+                return thread
+            return None  # pragma: no cover - no large stack could be mapped at all
+
+    def run(self, fn: Callable[[], T]) -> T:
+        thread = self._start()
+        if thread is None or threading.current_thread() is thread:
+            return fn()
+        box: list[Any] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, result = box[0]
+        if not ok:
+            raise result
+        return cast(T, result)
+
+
+_EXECUTOR = _Executor()
+_RUN_LOCK = threading.RLock()
+
+
+def on_interpreter_thread(fn: Callable[[], T]) -> T:
+    """Run ``fn`` on the interpreter thread (the worker entry runs its whole loop there, so
+    programs run without a thread hand-off)."""
+    return _EXECUTOR.run(fn)
+
+
+def run_program(
+    source: str,
+    manifest: Sequence[Mapping[str, Any]],
+    limits: ExecLimits,
+    native: NativeHandler,
+) -> Outcome:
+    """Run ``source`` and return its outcome.
+
+    ``manifest`` is the exec frame's list of ``{name, input}`` (validated again here; an invalid
+    one raises ``ValueError``). ``native(name, args)`` performs one native call round trip and
+    returns the plain result; when it raises ``NativeAborted`` or ``HostProtocolError`` the
+    program stops at once and that exception propagates out of ``run_program``.
+    """
+    try:
+        validate_manifest(list(manifest))
+    except ProtocolError as exc:
+        raise ValueError(f"invalid manifest: {exc}") from None
+    inputs = {str(entry["name"]): entry["input"] for entry in manifest}
+    run = _Run(limits, inputs, native)
+
+    def body() -> Outcome:
+        set_hooks(run)
+        try:
+            return _execute(environment(), run, source)
+        except (NativeAborted, HostProtocolError):
+            raise
+        except BaseException as exc:  # trusted set-up failed, or a panic outside the program
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return Outcome.failed("internal")
+        finally:
+            set_hooks(None)
+
+    with _RUN_LOCK:
+        return _EXECUTOR.run(body)
+
+
+_WARM_SOURCE: Final = """
+def helper(n):
+    return [i * 2 for i in range(n)]
+
+def main():
+    out = warm.ping(text = "x", items = [1, 2.5, None], opts = {"a": True})
+    total = sum(helper(10)) + math.floor(math.sqrt(16.0)) + len(json.encode({"k": [1, 2]}))
+    print("warm", total)
+    return {"out": out, "total": total, "decoded": json.decode('{"a": [1, 2.0]}'),
+            "indented": json.indent('{"a":[1]}'), "t": (1, "two")}
+"""
+
+_WARM_MANIFEST: Final = [
+    {
+        "name": "warm.ping",
+        "input": {
+            "t": "record",
+            "fields": [
+                {"name": "text", "shape": {"t": "str"}},
+                {"name": "items", "shape": {"t": "list", "of": {"t": "opt", "of": {"t": "float"}}}},
+                {"name": "opts", "shape": {"t": "opt", "of": {"t": "dict", "of": {"t": "bool"}}}},
+            ],
+        },
+    }
+]
+
+
+def warm_up() -> None:
+    """Build the helper modules and run a throwaway program (with one fake native call and a
+    throwaway parse error) on the interpreter thread, so that the first real program does not
+    pay the interpreter's first-use costs (~10 ms)."""
+    limits = ExecLimits(
+        max_steps=1_000_000,
+        max_value_depth=32,
+        max_value_bytes=1 << 20,
+        max_native_calls=10,
+        max_callstack=200,
+    )
+    run_program(_WARM_SOURCE, _WARM_MANIFEST, limits, lambda name, args: {"ok": True, "args": args})
+    run_program("def main(:\n", [], limits, lambda name, args: None)

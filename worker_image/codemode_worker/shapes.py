@@ -1,0 +1,310 @@
+"""Shapes: serializable type descriptions, their model-facing notation, and argument binding.
+
+A shape is JSON (see ``docs/ARCHITECTURE.md``)::
+
+    {"t": "str"} | {"t": "int"} | {"t": "bool"} | {"t": "float"}
+    {"t": "list", "of": SHAPE} | {"t": "dict", "of": SHAPE} | {"t": "opt", "of": SHAPE}
+    {"t": "record", "fields": [{"name": "a", "shape": SHAPE}, ...]}
+
+``bind`` checks one value against a shape and returns a fresh normalized, JSON-shaped copy (ints
+given for floats become floats, tuples become lists, omitted/None optional record fields are
+absent, ``None`` inside lists/dicts is kept). Failures raise ``BindError`` whose ``diagnostic``
+is the text shown after ``invalid capability arguments: ``.
+
+``bind`` trusts its shape: shapes received over the wire must pass ``validate_shape`` first
+(which bounds their depth, so binding recursion is bounded by it). Pure Python: the host imports
+this module too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .values import INT64_MAX, INT64_MIN, NonFiniteFloat, NonStringKeys, kind_of
+
+__all__ = [
+    "MAX_SHAPE_DEPTH",
+    "BindError",
+    "ShapeError",
+    "bind",
+    "bind_arguments",
+    "dict_item_path",
+    "field_path",
+    "list_item_path",
+    "positional_diagnostic",
+    "render",
+    "validate_shape",
+]
+
+MAX_SHAPE_DEPTH: Final = 64
+"""Deepest shape ``validate_shape`` accepts (a scalar shape has depth 1)."""
+
+_SCALARS = frozenset({"str", "int", "bool", "float"})
+_WRAPPERS = frozenset({"list", "dict", "opt"})
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+Shape = Mapping[str, Any]
+
+
+class ShapeError(ValueError):
+    """A shape description is malformed."""
+
+
+class BindError(Exception):
+    """A value does not fit a shape; ``diagnostic`` says where and why."""
+
+    def __init__(self, diagnostic: str) -> None:
+        super().__init__(diagnostic)
+        self.diagnostic = diagnostic
+
+
+# ------------------------------------------------------------------------------------ validate
+
+
+def validate_shape(obj: object, max_depth: int = MAX_SHAPE_DEPTH) -> None:
+    """Check that ``obj`` is a well-formed shape no deeper than ``max_depth``.
+
+    ``opt`` of ``opt`` is rejected; record field names are non-empty, unique strings.
+    """
+    stack: list[tuple[object, int]] = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            raise ShapeError(f"shape nested deeper than {max_depth}")
+        if not isinstance(node, dict):
+            raise ShapeError("shape must be an object")
+        t = node.get("t")
+        if not isinstance(t, str):
+            raise ShapeError("shape needs a string 't'")
+        if t in _SCALARS:
+            if set(node) != {"t"}:
+                raise ShapeError(f"{t} shape has extra keys")
+        elif t in _WRAPPERS:
+            if set(node) != {"t", "of"}:
+                raise ShapeError(f"{t} shape must have exactly 't' and 'of'")
+            inner = node["of"]
+            if t == "opt" and isinstance(inner, dict) and inner.get("t") == "opt":
+                raise ShapeError("opt of opt")
+            stack.append((inner, depth + 1))
+        elif t == "record":
+            if set(node) != {"t", "fields"}:
+                raise ShapeError("record shape must have exactly 't' and 'fields'")
+            fields = node["fields"]
+            if not isinstance(fields, list):
+                raise ShapeError("record fields must be a list")
+            seen: set[str] = set()
+            for field in fields:
+                if not isinstance(field, dict) or set(field) != {"name", "shape"}:
+                    raise ShapeError("record field must have exactly 'name' and 'shape'")
+                name = field["name"]
+                if not isinstance(name, str) or not name:
+                    raise ShapeError("record field name must be a non-empty string")
+                if name in seen:
+                    raise ShapeError(f"duplicate record field {name!r}")
+                seen.add(name)
+                stack.append((field["shape"], depth + 1))
+        else:
+            raise ShapeError(f"unknown shape kind {t!r}")
+
+
+# -------------------------------------------------------------------------------------- render
+
+
+def _record_key(name: str) -> str:
+    return name if _IDENTIFIER.match(name) else json.dumps(name, ensure_ascii=False)
+
+
+def render(shape: Shape) -> str:
+    """Model-facing notation: ``str``, ``list[T]``, ``dict[str, T]``, ``T | None``,
+    ``{a: T, b: U | None}``."""
+    t = shape["t"]
+    if t in _SCALARS:
+        return str(t)
+    if t == "list":
+        return f"list[{render(shape['of'])}]"
+    if t == "dict":
+        return f"dict[str, {render(shape['of'])}]"
+    if t == "opt":
+        return f"{render(shape['of'])} | None"
+    if t == "record":
+        inner = ", ".join(f"{_record_key(f['name'])}: {render(f['shape'])}" for f in shape["fields"])
+        return "{" + inner + "}"
+    raise ShapeError(f"unknown shape kind {t!r}")
+
+
+# ----------------------------------------------------------------------------------------- paths
+
+
+def _escape_key(key: str) -> str:
+    out: list[str] = []
+    for ch in key:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "'":
+            out.append("\\'")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            if code <= 0xFF:
+                out.append(f"\\x{code:02x}")
+            elif code <= 0xFFFF:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def field_path(path: str, name: str) -> str:
+    """Path of a record field: ``name`` at the root, ``filter.owner`` below it."""
+    return f"{path}.{name}" if path else name
+
+
+def list_item_path(path: str, index: int) -> str:
+    """Path of a list item: ``tags[1]``."""
+    return f"{path}[{index}]"
+
+
+def dict_item_path(path: str, key: str) -> str:
+    """Path of a dict item: ``labels['env']`` (``\\`` and ``'`` escaped, non-printables as
+    ``\\xNN``/``\\uNNNN``)."""
+    return f"{path}['{_escape_key(key)}']"
+
+
+def _argument(path: str) -> str:
+    return f'argument "{path}"' if path else "arguments"
+
+
+# ------------------------------------------------------------------------------------------ bind
+
+
+def _type_error(shape: Shape, value: object, path: str) -> BindError:
+    return BindError(f"{_argument(path)} must be {render(shape)}, got {kind_of(value)}")
+
+
+def _accepts_kind(shape: Shape, value: object) -> bool:
+    """Whether ``value`` is of the kind ``shape`` binds (its contents are not checked)."""
+    t = shape["t"]
+    if t == "str":
+        return type(value) is str
+    if t == "int":
+        return type(value) is int
+    if t == "bool":
+        return type(value) is bool
+    if t == "float":
+        return type(value) in (int, float) or isinstance(value, NonFiniteFloat)
+    if t == "list":
+        return isinstance(value, (list, tuple))
+    return isinstance(value, (dict, NonStringKeys))
+
+
+def _bind_float(shape: Shape, value: object, path: str) -> float:
+    if isinstance(value, NonFiniteFloat):
+        raise BindError(f"{_argument(path)} must be a finite float")
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise BindError(f"{_argument(path)} must be a finite float")
+        return value
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            raise BindError(f"{_argument(path)} must be a finite float") from None
+    raise _type_error(shape, value, path)
+
+
+def _bind_record(shape: Shape, value: object, path: str) -> dict[str, Any]:
+    if isinstance(value, NonStringKeys):
+        raise BindError(f"{_argument(path)} keys must be str")
+    if not isinstance(value, dict):
+        raise _type_error(shape, value, path)
+    if not all(type(key) is str for key in value):
+        raise BindError(f"{_argument(path)} keys must be str")
+    fields = shape["fields"]
+    declared = {f["name"] for f in fields}
+    for key in value:
+        if key not in declared:
+            raise BindError(f'unknown argument "{field_path(path, key)}"')
+    out: dict[str, Any] = {}
+    for field in fields:
+        name = field["name"]
+        field_shape = field["shape"]
+        child = field_path(path, name)
+        optional = field_shape["t"] == "opt"
+        if name not in value:
+            if optional:
+                continue
+            raise BindError(f'missing required argument "{child}"')
+        item = value[name]
+        if item is None and optional:
+            continue
+        out[name] = bind(field_shape, item, child)
+    return out
+
+
+def bind(shape: Shape, value: object, path: str) -> Any:
+    """Bind one value to ``shape``; ``path`` names it in diagnostics (``""`` for the root)."""
+    t = shape["t"]
+    if t == "str":
+        if type(value) is not str:
+            raise _type_error(shape, value, path)
+        return value
+    if t == "int":
+        if type(value) is not int:
+            raise _type_error(shape, value, path)
+        if value < INT64_MIN or value > INT64_MAX:
+            raise BindError(f"{_argument(path)} overflows int64")
+        return value
+    if t == "bool":
+        if type(value) is not bool:
+            raise _type_error(shape, value, path)
+        return value
+    if t == "float":
+        return _bind_float(shape, value, path)
+    if t == "opt":
+        if value is None:
+            return None
+        inner = shape["of"]
+        if not _accepts_kind(inner, value):
+            raise _type_error(shape, value, path)  # names the whole ``T | None``
+        return bind(inner, value, path)
+    if t == "list":
+        if not isinstance(value, (list, tuple)):
+            raise _type_error(shape, value, path)
+        of = shape["of"]
+        return [bind(of, item, list_item_path(path, i)) for i, item in enumerate(value)]
+    if t == "dict":
+        if isinstance(value, NonStringKeys):
+            raise BindError(f"{_argument(path)} keys must be str")
+        if not isinstance(value, dict):
+            raise _type_error(shape, value, path)
+        if not all(type(key) is str for key in value):
+            raise BindError(f"{_argument(path)} keys must be str")
+        of = shape["of"]
+        return {key: bind(of, item, dict_item_path(path, key)) for key, item in value.items()}
+    if t == "record":
+        return _bind_record(shape, value, path)
+    raise ShapeError(f"unknown shape kind {t!r}")
+
+
+def bind_arguments(shape: Shape, kwargs: Mapping[str, object]) -> dict[str, Any]:
+    """Bind keyword arguments to a root record shape; return a fresh normalized map."""
+    if shape["t"] != "record":
+        raise ShapeError("arguments shape must be a record")
+    result: dict[str, Any] = _bind_record(shape, dict(kwargs), "")
+    return result
+
+
+def positional_diagnostic(name: str, shape: Shape) -> str:
+    """Diagnostic for a call that passed positional arguments to capability ``name``."""
+    fields = shape.get("fields", []) if shape.get("t") == "record" else []
+    required = [f["name"] for f in fields if f["shape"]["t"] != "opt"]
+    shown = required or [f["name"] for f in fields[:1]]
+    if not shown:
+        return f"positional arguments are not accepted; call {name}() without arguments"
+    keywords = ", ".join(f"{field}=..." for field in shown)
+    return f"positional arguments are not accepted; call {name}({keywords}) with keywords"

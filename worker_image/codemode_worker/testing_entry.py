@@ -1,0 +1,79 @@
+"""``python -m codemode_worker.testing_entry``: a worker for sandbox escape tests only.
+
+It answers probes like the real worker, then runs the ``source`` of the exec frame as arbitrary
+**Python** (not Starlark), with the protocol helpers in scope: ``frame`` (the exec frame),
+``stdin``/``stdout`` (binary frame streams), ``send(frame)``, ``recv(kinds)``,
+``final(value)``, ``final_error(error, message)``, ``protocol``. It refuses to run (exit 3)
+unless ``CODEMODE_WORKER_TESTING=1`` is set in its environment, which no runtime sets.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Collection
+from typing import Any
+
+from . import PROTOCOL_VERSION, protocol
+from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
+
+__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main"]
+
+ENABLE_VARIABLE = "CODEMODE_WORKER_TESTING"
+EXIT_DISABLED = 3
+
+
+def main() -> int:
+    if os.environ.get(ENABLE_VARIABLE) != "1":
+        return EXIT_DISABLED
+    inp, out = streams()
+
+    def send(frame: dict[str, Any]) -> None:
+        out.write(protocol.encode_frame(frame))
+        out.flush()
+
+    def recv(kinds: Collection[str] = protocol.HOST_KINDS) -> dict[str, Any] | None:
+        return protocol.read_frame(inp, protocol.MAX_HOST_FRAME_BYTES, kinds)
+
+    def final(value: Any) -> None:
+        send({"k": "final", "value": value})
+
+    def final_error(error: str = "internal", message: str = "") -> None:
+        send({"k": "final_error", "error": error, "message": message})
+
+    while True:
+        try:
+            frame = recv({"probe", "exec"})
+        except protocol.ProtocolError:
+            return EXIT_PROTOCOL
+        if frame is None:
+            return EXIT_OK
+        if frame["k"] == "probe":
+            send({"k": "probe_ack", "v": PROTOCOL_VERSION})
+            continue
+        namespace: dict[str, Any] = {
+            "__name__": "__codemode_testing__",
+            "frame": frame,
+            "stdin": inp,
+            "stdout": out,
+            "send": send,
+            "recv": recv,
+            "final": final,
+            "final_error": final_error,
+            "protocol": protocol,
+        }
+        try:
+            exec(compile(frame["source"], "<testing>", "exec"), namespace)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else EXIT_ABORTED
+        except BaseException:
+            traceback.print_exc(file=sys.stderr)
+            return EXIT_ABORTED
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)
