@@ -13,12 +13,43 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
-from .base import Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
 
 __all__ = ["WarmPool"]
 
 log = logging.getLogger("codemode.pool")
+
+
+class _RefillOnDestroy:
+    """A pooled sandbox that wakes the refill loop when it is destroyed."""
+
+    def __init__(self, inner: Sandbox, on_destroy: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_destroy = on_destroy
+
+    @property
+    def worker_id(self) -> str:
+        return self._inner.worker_id
+
+    async def write(self, data: bytes) -> None:
+        await self._inner.write(data)
+
+    async def read(self, max_bytes: int) -> bytes:
+        return await self._inner.read(max_bytes)
+
+    async def close_input(self) -> None:
+        await self._inner.close_input()
+
+    def alive(self) -> bool:
+        return self._inner.alive()
+
+    async def destroy(self) -> ExitInfo:
+        try:
+            return await self._inner.destroy()
+        finally:
+            self._on_destroy()
 
 
 class WarmPool:
@@ -69,9 +100,10 @@ class WarmPool:
             raise RuntimeUnavailable("pool is closed")
         while self._idle:
             sandbox = self._idle.popleft()
-            self._kick()
             if sandbox.alive():
-                return sandbox
+                # Refill once this sandbox is destroyed, not now: starting a worker forks the host
+                # process, which would stall the very execution this sandbox is about to serve.
+                return _RefillOnDestroy(sandbox, self._kick)
             log.warning("pooled worker %s died while waiting; replacing it", sandbox.worker_id)
             await sandbox.destroy()
         self._kick()
