@@ -15,6 +15,7 @@ written; 2 (``EXIT_PROTOCOL``) on any protocol violation by the host, nothing mo
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any, BinaryIO, NoReturn
@@ -110,6 +111,8 @@ def _run_exec(frame: dict[str, Any], inp: BinaryIO, out: BinaryIO) -> int:
 def serve(inp: BinaryIO, out: BinaryIO) -> int:
     """Warm up, then serve one exchange on the given streams; return the exit code."""
     warm_up()
+    gc.collect()
+    gc.freeze()  # a single-use process: keep the warm state out of later collections
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)
