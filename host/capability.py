@@ -8,6 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from codemode_worker.protocol import RESERVED_ROOTS as SURFACE_ROOTS
+from codemode_worker.protocol import STARLARK_KEYWORDS
+
 from .types import TypeProblem, handler_types, signature
 
 __all__ = ["MAX_CAPABILITIES", "RESERVED_ROOTS", "Capability", "CompiledCapability", "validate_catalog"]
@@ -19,44 +22,11 @@ MAX_ID_BYTES = 256
 MAX_SUMMARY_BYTES = 1024
 MAX_DESCRIPTION_BYTES = 16 * 1024
 
-# Every Starlark builtin name (standard and common extensions) plus the worker's own globals.
-RESERVED_ROOTS = frozenset(
+# The worker's language surface plus other Starlark builtin names (standard and common extensions),
+# so a capability can never shadow a builtin even if a later dialect adds it.
+RESERVED_ROOTS = SURFACE_ROOTS | frozenset(
     [
-        "False",
-        "None",
-        "True",
-        "abs",
-        "all",
-        "any",
-        "bool",
         "bytes",
-        "chr",
-        "dict",
-        "dir",
-        "enumerate",
-        "fail",
-        "float",
-        "getattr",
-        "hasattr",
-        "hash",
-        "int",
-        "len",
-        "list",
-        "max",
-        "min",
-        "ord",
-        "print",
-        "range",
-        "repr",
-        "reversed",
-        "sorted",
-        "str",
-        "tuple",
-        "type",
-        "zip",
-        "sum",
-        "json",
-        "math",
         "set",
         "struct",
         "filter",
@@ -74,45 +44,6 @@ RESERVED_ROOTS = frozenset(
         "eval",
         "exec",
         "main",
-    ]
-)
-
-# Starlark keywords and the words it reserves for future use.
-_STARLARK_KEYWORDS = frozenset(
-    [
-        "and",
-        "break",
-        "continue",
-        "def",
-        "elif",
-        "else",
-        "for",
-        "if",
-        "in",
-        "lambda",
-        "load",
-        "not",
-        "or",
-        "pass",
-        "return",
-        "while",
-        "as",
-        "assert",
-        "async",
-        "await",
-        "class",
-        "del",
-        "except",
-        "finally",
-        "from",
-        "global",
-        "import",
-        "is",
-        "nonlocal",
-        "raise",
-        "try",
-        "with",
-        "yield",
     ]
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -158,7 +89,7 @@ def _name_problems(name: object) -> list[str]:
     for seg in segments:
         if not _IDENT.match(seg):
             return [f"name segment {seg!r} is not a Starlark identifier"]
-        if seg in _STARLARK_KEYWORDS or keyword.iskeyword(seg):
+        if seg in STARLARK_KEYWORDS or keyword.iskeyword(seg):
             return [f"name segment {seg!r} is a reserved word"]
     if segments[0] in RESERVED_ROOTS:
         return [f"name root {segments[0]!r} is reserved"]

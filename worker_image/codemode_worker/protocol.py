@@ -31,6 +31,7 @@ __all__ = [
     "LIMIT_KEYS",
     "MAX_HOST_FRAME_BYTES",
     "RESERVED_ROOTS",
+    "STARLARK_KEYWORDS",
     "WORKER_KINDS",
     "FrameDecoder",
     "ProtocolError",
@@ -82,7 +83,7 @@ _KEYS: dict[str, frozenset[str]] = {
 }
 
 # Starlark keywords and reserved words: none of them can be a name segment.
-_KEYWORDS = frozenset(
+STARLARK_KEYWORDS: frozenset[str] = frozenset(
     [
         "and",
         "as",
@@ -398,7 +399,7 @@ def validate_manifest(manifest: object) -> None:
         if not isinstance(name, str):
             raise ProtocolError("manifest name must be a string")
         segments = name.split(".")
-        if len(segments) < 2 or not all(_SEGMENT.match(s) and s not in _KEYWORDS for s in segments):
+        if len(segments) < 2 or not all(_SEGMENT.match(s) and s not in STARLARK_KEYWORDS for s in segments):
             raise ProtocolError("manifest name is not a dotted identifier")
         if segments[0] in RESERVED_ROOTS:
             raise ProtocolError("manifest name uses a reserved root")
