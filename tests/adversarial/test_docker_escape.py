@@ -23,13 +23,13 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import codemode
 import pytest
+
+import codemode
 from codemode import authz
 from codemode.runtimes.base import SpawnFailed
 from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, DockerRuntime, DockerSandbox
 from codemode_worker.protocol import encode_frame
-
 from tests.integration.test_docker_support import docker_client, read_exact, read_frame, worker_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-import codemode
 import pytest
+
+import codemode
 from codemode.errors import client_text
 
 from ..integration.helpers import ALICE, Recorder, make_server

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import codemode
 import pytest
+from mcp import Client
+
+import codemode
 from codemode import authz
 from codemode.mcp import create_server
-from mcp import Client
 
 from ..integration.test_mcp_support import (
     CLIENT_MODES,

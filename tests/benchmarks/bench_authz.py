@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import regopy
+
 from codemode.authz import AuthorizationInput, Denied, Subject
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import RegoAuthorizer

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from codemode.runtimes.base import ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SandboxClosed, SpawnFailed
 from codemode.runtimes.docker import (
     _OWNER,

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from codemode.runtimes.docker import DEFAULT_IMAGE
 
 ROLE_LABEL = "io.codemode.role=worker"

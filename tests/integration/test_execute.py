@@ -7,8 +7,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import codemode
 import pytest
+
+import codemode
 from codemode import authz
 from codemode.errors import client_text
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import pytest
+
 from codemode import authz
 from codemode.authz import (
     AuthorizationInput,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import codemode
 import pytest
+
+import codemode
 from codemode import authz
 from codemode.capability import validate_catalog
 from codemode.errors import AgentError, client_text, sanitize_disclosure

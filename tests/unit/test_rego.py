@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import regopy
+
 from codemode.authz import AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer

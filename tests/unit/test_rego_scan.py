@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from codemode.authz._rego_scan import (
     IDENT,
     PUNCT,

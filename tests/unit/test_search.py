@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from codemode.search import (
     CONNECTORS,
     FIELD_WEIGHTS,

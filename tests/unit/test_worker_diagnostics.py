@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from codemode_worker.diagnostics import bounded, describe_error, has_valid_main, program_error, tokens
 from codemode_worker.pybuiltins import indent_text, json_check
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+
 from codemode_worker.protocol import WORKER_KINDS, encode_frame, read_frame
 
 LIMITS = {

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from codemode_worker import environment
 from codemode_worker.interpreter import (
     ExecLimits,

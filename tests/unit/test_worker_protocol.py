@@ -8,6 +8,7 @@ import struct
 from typing import Any
 
 import pytest
+
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 from codemode_worker.protocol import (
     ALL_KINDS,

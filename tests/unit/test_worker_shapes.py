@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from codemode_worker.shapes import (
     BindError,
     ShapeError,

@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+
 from codemode_worker.values import (
     INT64_MAX,
     INT64_MIN,
