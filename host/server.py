@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .authz import Authorizer, Subject
 from .capability import Capability, CompiledCapability, validate_catalog
-from .errors import InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
+from .errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from .execute import Executor
 from .limits import Limits
 from .observe import Observer
@@ -20,6 +21,8 @@ from .types import describe_fields
 __all__ = ["Builder", "Description", "Server"]
 
 MIN_SEARCH_RESPONSE_BYTES = 32
+
+log = logging.getLogger("codemode.server")
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,12 @@ class Server:
         """Run one program for ``subject`` and return ``main()``'s plain value."""
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
             raise Unauthenticated()
-        await self.start()
+        try:
+            await self.start()
+        except Exception as exc:
+            # e.g. a dead Docker daemon: precise reason for the operator, coarse text for the client.
+            log.error("runtime %s could not start: %s", self.runtime.name, exc)
+            raise Internal() from None
         return await self._executor.execute(source, subject)
 
     async def aclose(self) -> None:
