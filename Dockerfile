@@ -1,0 +1,69 @@
+# codemode host service image: `codemode serve --http` (FastAPI + MCP streamable HTTP, see docs/service.md).
+#
+# This is the HOST: it holds the capability packs, the authorizer, credentials and the Docker client.
+# Programs never run in it: each execute runs in a fresh worker container (worker_image/Dockerfile)
+# that this service starts through the Docker Engine API.
+#
+# Build, from the repository root:
+#     docker build -t codemode-service:0.1 .
+#     docker build --build-arg BASE_IMAGE=registry.example/python:3.11-slim -t codemode-service:0.1 .
+#
+# Build args:
+#   BASE_IMAGE    any image with CPython >= 3.11 as `python3` on PATH (default python:3.11-slim)
+#   PIP_INDEX_URL optional package index mirror
+#
+# Run with the Docker runtime. The service reaches the engine through a configured socket:
+#   * local socket: mount it and add the socket's group (the service runs as a non-root user):
+#       docker run -d -p 8000:8000 \
+#         -v /var/run/docker.sock:/var/run/docker.sock \
+#         --group-add "$(stat -c %g /var/run/docker.sock)" \
+#         -v "$PWD/deploy:/etc/codemode:ro" -e CODEMODE_CONFIG=/etc/codemode/codemode.toml \
+#         codemode-service:0.1
+#   * remote engine or a socket proxy (recommended: expose only the container/image endpoints the
+#     runtime uses): set CODEMODE_DOCKER_BASE_URL=tcp://docker-proxy:2375 (or DOCKER_HOST).
+# Whoever can reach the Docker socket controls the machine: give it to this service only, never to
+# workers (they get no mounts at all).
+#
+# Configuration: CODEMODE_* environment variables and/or a TOML file named by CODEMODE_CONFIG
+# (token hash file or JWKS, packs, authorizer, runtime, pool, limits, quota). The worker image named
+# by docker_image must be present on the engine; /readyz fails until it is.
+#
+# Ports: 8000 (MCP at /mcp, /healthz, /readyz, /metrics unless metrics_port moves it, e.g. 9090).
+
+ARG BASE_IMAGE=python:3.11-slim
+
+# ---------------------------------------------------------------------------------------- build
+FROM ${BASE_IMAGE} AS build
+ARG PIP_INDEX_URL
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY host ./host
+COPY capabilities ./capabilities
+COPY worker_image/codemode_worker ./worker_image/codemode_worker
+RUN ["python3", "-m", "venv", "/opt/codemode"]
+RUN ["/opt/codemode/bin/pip", "install", "--no-compile", "/src"]
+RUN ["/opt/codemode/bin/python", "-I", "-c", "import codemode.service, codemode.mcp, codemode.runtimes.docker; print('codemode service ok')"]
+
+# ---------------------------------------------------------------------------------------- service
+FROM ${BASE_IMAGE}
+LABEL io.codemode.role="service" \
+      org.opencontainers.image.title="codemode-service" \
+      org.opencontainers.image.description="codemode host: authenticated MCP over streamable HTTP; runs programs in single-use worker containers"
+
+COPY --from=build /opt/codemode /opt/codemode
+ENV PATH=/opt/codemode/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    CODEMODE_HOST=0.0.0.0 \
+    CODEMODE_PORT=8000 \
+    CODEMODE_RUNTIME=docker
+
+# Numeric non-root user; it owns nothing in the image. Mount configuration read-only.
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=3s --start-period=10s \
+    CMD ["python3", "-I", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('CODEMODE_PORT', '8000'), timeout=2)"]
+ENTRYPOINT ["codemode"]
+CMD ["serve", "--http"]

@@ -1,0 +1,315 @@
+"""Load run of the HTTP service (prints numbers; not a test).
+
+    python -m tests.benchmarks.bench_service_load [--runtime process|docker] [--pool N]
+        [--n 500] [--clients 20] [--slots 8] [--timeout 600]
+
+Starts ``codemode.service`` in a subprocess on 127.0.0.1 (a free port, loopback only) with a token
+file of one subject per client, waits for ``/readyz``, then runs ``--n`` executes from ``--clients``
+concurrent official MCP clients over streamable HTTP (one session each). Every program echoes a
+nonce unique to its request through a capability and returns the caller's subject, so a lost,
+duplicated or mixed-up result is detected. Afterwards the server gets SIGTERM (graceful shutdown)
+and, for Docker, the worker containers of that server process are counted (must be 0).
+
+Prints throughput (executes/s over the wall time of the load), client-side latency p50/p90/p99,
+the server's own execute counters, and the checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+import codemode
+from codemode import authz
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------ the bench pack
+
+
+@dataclass
+class EchoIn:
+    value: str
+
+
+@dataclass
+class EchoOut:
+    value: str
+
+
+async def _echo(ctx: codemode.CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    return EchoOut(args.value)
+
+
+def _whoami(ctx: codemode.CallContext, subject: authz.Subject) -> EchoOut:
+    return EchoOut(subject.id)
+
+
+PACK = [
+    codemode.Capability(id="bench.echo", name="bench.echo", summary="Echo a string.", handler=_echo),
+    codemode.Capability(id="bench.whoami", name="bench.whoami", summary="The caller.", handler=_whoami),
+]
+PACK_SPEC = "tests.benchmarks.bench_service_load:PACK"
+
+PROGRAM = "def main():\n    return {'nonce': bench.echo(value=%r)['value'], 'who': bench.whoami()['value']}\n"
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+def docker_count(*filters: str) -> int | None:
+    args = ["docker", "ps", "-a", "-q"]
+    for f in filters:
+        args += ["--filter", f]
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return len([line for line in out.splitlines() if line.strip()])
+
+
+async def wait_ready(base: str, proc: subprocess.Popen[bytes], timeout: float) -> float:
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(timeout=5) as http:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode} before becoming ready")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(base + "/readyz")).status_code == 200:
+                    return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError("server did not become ready")
+            await asyncio.sleep(0.1)
+
+
+@dataclass
+class Outcome:
+    latencies: list[float]
+    ok: int = 0
+    errors: Counter[str] | None = None
+    mixed: int = 0
+    seen: set[str] | None = None
+
+
+async def client_loop(
+    url: str, subject: str, token: str, jobs: asyncio.Queue[str], out: Outcome, lost: list[str], mode: str
+) -> None:
+    assert out.errors is not None and out.seen is not None
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)
+    )
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+        while True:
+            try:
+                nonce = jobs.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            t0 = time.perf_counter()
+            if mode == "search":  # the HTTP + auth + MCP path alone, no worker
+                found = await client.call_tool("search_api", {"query": "bench echo"})
+                out.latencies.append(time.perf_counter() - t0)
+                names = [r["name"] for r in (found.structured_content or {}).get("results", [])]
+                if names[:1] == ["bench.echo"]:
+                    out.ok += 1
+                else:
+                    out.mixed += 1
+                continue
+            try:
+                result = await client.call_tool("execute", {"source": PROGRAM % nonce})
+            except Exception as exc:
+                out.errors[f"client: {type(exc).__name__}"] += 1
+                lost.append(nonce)
+                continue
+            out.latencies.append(time.perf_counter() - t0)
+            if result.is_error:
+                out.errors[result.content[0].text] += 1  # type: ignore[union-attr]
+                lost.append(nonce)
+                continue
+            value = (result.structured_content or {}).get("result")
+            if value != {"nonce": nonce, "who": subject} or nonce in out.seen:
+                out.mixed += 1
+            else:
+                out.ok += 1
+            out.seen.add(nonce)
+
+
+async def scrape_executes(base: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    with contextlib.suppress(httpx.HTTPError):
+        async with httpx.AsyncClient(timeout=5) as http:
+            text = (await http.get(base + "/metrics")).text
+        for line in text.splitlines():
+            if line.startswith("codemode_executes_total{"):
+                label, value = line.rsplit(" ", 1)
+                out[label.split('"')[1]] = float(value)
+    return out
+
+
+# ------------------------------------------------------------------------------ main
+
+
+async def run(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="codemode-bench-"))
+    subjects = [f"tenant-{i:02d}" for i in range(args.clients)]
+    tokens = {s: secrets.token_urlsafe(24) for s in subjects}
+    (tmp / "tokens.json").write_text(
+        json.dumps({hashlib.sha256(t.encode()).hexdigest(): s for s, t in tokens.items()})
+    )
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
+    env.update(
+        {
+            "CODEMODE_HOST": "127.0.0.1",
+            "CODEMODE_PORT": str(port),
+            "CODEMODE_TOKEN_FILE": str(tmp / "tokens.json"),
+            "CODEMODE_ALLOW_ALL": "true",
+            "CODEMODE_PACKS": PACK_SPEC,
+            "CODEMODE_RUNTIME": args.runtime,
+            "CODEMODE_POOL": str(args.pool),
+            "CODEMODE_SUBJECT_QUOTA": "2",
+            "CODEMODE_MAX_CONCURRENT_EXECUTIONS": str(args.slots),
+            "CODEMODE_MAX_EXECUTION_TIME": str(args.max_time),
+            "CODEMODE_AUDIT_LOG": str(tmp / "audit.jsonl"),
+            "CODEMODE_LOG_LEVEL": "warning",
+            "CODEMODE_SHUTDOWN_TIMEOUT": "30",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    if args.image:
+        env["CODEMODE_DOCKER_IMAGE"] = args.image
+    server_log = open(tmp / "server.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from codemode.service import serve; serve()"],
+        cwd=str(ROOT),
+        env=env,
+        stdout=server_log,
+        stderr=subprocess.STDOUT,
+    )
+    print(
+        f"server pid {proc.pid} on {base}  mode={args.mode} runtime={args.runtime} pool={args.pool} "
+        f"slots={args.slots} clients={args.clients}"
+    )
+    containers_before = docker_count("label=io.codemode.role=worker") if args.runtime == "docker" else None
+    lost: list[str] = []
+    outcome = Outcome(latencies=[], errors=Counter(), seen=set())
+    wall = 0.0
+    rc = 0
+    try:
+        ready_s = await wait_ready(base, proc, args.timeout)
+        print(f"ready after {ready_s:.2f} s")
+        jobs: asyncio.Queue[str] = asyncio.Queue()
+        for i in range(args.n):
+            jobs.put_nowait(f"req-{i:04d}-{uuid.uuid4().hex}")
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(args.timeout):
+                await asyncio.gather(
+                    *(
+                        client_loop(base + "/mcp", s, tokens[s], jobs, outcome, lost, args.mode)
+                        for s in subjects
+                    )
+                )
+        except TimeoutError:
+            print(f"TIMEOUT after {args.timeout} s")
+            rc = 1
+        wall = time.perf_counter() - t0
+        while not jobs.empty():
+            lost.append(jobs.get_nowait())
+        server_counts = await scrape_executes(base)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        server_log.close()
+
+    lat = outcome.latencies
+    print(f"calls requested           {args.n}")
+    print(f"ok (nonce + subject match) {outcome.ok}")
+    print(f"lost (error/no answer)    {len(lost)}")
+    print(f"mixed-up or duplicated    {outcome.mixed}")
+    if outcome.errors:
+        print(f"errors                    {dict(outcome.errors)}")
+    if lat:
+        print(f"wall time                 {wall:.2f} s")
+        print(f"throughput                {outcome.ok / wall:.1f} calls/s")
+        print(
+            f"latency (client)          p50={statistics.median(lat) * 1e3:.1f} ms  "
+            f"p90={pct(lat, 90) * 1e3:.1f} ms  p99={pct(lat, 99) * 1e3:.1f} ms  max={max(lat) * 1e3:.1f} ms"
+        )
+    print(f"server executes_total     {server_counts}")
+    print(f"server exit code          {proc.returncode}")
+    if args.runtime == "docker":
+        ours = docker_count(f"label=io.codemode.owner-pid={proc.pid}")
+        after = docker_count("label=io.codemode.role=worker")
+        print(f"leaked containers (ours)  {ours}")
+        print(f"all worker containers     before={containers_before} after={after} (other hosts' included)")
+        if ours:
+            rc = 1
+    if lost or outcome.mixed or outcome.ok != args.n or proc.returncode not in (0, -signal.SIGTERM):
+        rc = 1
+    print(f"server log: {tmp / 'server.log'}")
+    print("RESULT", "PASS" if rc == 0 else "FAIL")
+    return rc
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runtime", choices=["process", "docker"], default="process")
+    p.add_argument("--pool", type=int, default=0, help="warm pool size (default 0)")
+    p.add_argument("--n", type=int, default=500, help="executes in total (default 500)")
+    p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
+    p.add_argument("--slots", type=int, default=8, help="max_concurrent_executions (default 8)")
+    p.add_argument("--max-time", type=float, default=30.0, help="max_execution_time, s (default 30)")
+    p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
+    p.add_argument("--image", help="worker image for --runtime docker")
+    p.add_argument(
+        "--mode",
+        choices=["execute", "search"],
+        default="execute",
+        help="execute (default) or search: search_api calls only, to measure the HTTP/MCP path",
+    )
+    args = p.parse_args()
+    if not (1 <= args.n <= 5000 and 1 <= args.clients <= 100):
+        p.error("--n must be 1..5000 and --clients 1..100")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

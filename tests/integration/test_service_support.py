@@ -1,0 +1,308 @@
+"""Shared pieces for the service tests (no tests here): a test capability pack, a counting
+authorizer, a toggleable runtime, credentials, a real uvicorn server on loopback and an MCP client
+over streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import jwt
+import uvicorn
+from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from prometheus_client.parser import text_string_to_metric_families
+
+import codemode
+from codemode import authz
+from codemode.runtimes.base import RuntimeUnavailable, Sandbox
+from codemode.service import Settings, create_app
+from codemode.service.auth import hash_token
+
+# --------------------------------------------------------------------------------------------------
+# A test pack: module-level counters so tests can see what ran
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EchoIn:
+    value: str
+
+
+@dataclass
+class EchoOut:
+    value: str
+
+
+@dataclass
+class SlowIn:
+    seconds: float
+
+
+@dataclass
+class Calls:
+    handler: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str) -> None:
+        with self.lock:
+            self.handler.append(name)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.handler.clear()
+
+
+CALLS = Calls()
+
+
+async def _echo(ctx: codemode.CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    CALLS.add("svc.echo")
+    return EchoOut(args.value)
+
+
+async def _slow(ctx: codemode.CallContext, subject: authz.Subject, args: SlowIn) -> EchoOut:
+    CALLS.add("svc.slow")
+    await asyncio.sleep(args.seconds)
+    return EchoOut("slept")
+
+
+def _whoami(ctx: codemode.CallContext, subject: authz.Subject) -> EchoOut:
+    CALLS.add("svc.whoami")
+    return EchoOut(subject.id)
+
+
+PACK = [
+    codemode.Capability(id="svc.echo.v1", name="svc.echo", summary="Echo a string.", handler=_echo),
+    codemode.Capability(id="svc.slow.v1", name="svc.slow", summary="Sleep a while.", handler=_slow),
+    codemode.Capability(id="svc.whoami.v1", name="svc.whoami", summary="The caller.", handler=_whoami),
+]
+PACK_SPEC = "tests.integration.test_service_support:PACK"
+RECORDS_SPEC = "codemode.capabilities.records:pack"
+
+
+class CountingAuthorizer:
+    """Allows everything and remembers every decision input (ids only are inspected)."""
+
+    def __init__(self) -> None:
+        self.calls: list[authz.AuthorizationInput] = []
+
+    def authorize(self, ctx: Any, input: authz.AuthorizationInput) -> None:
+        self.calls.append(input)
+
+
+class ToggleRuntime:
+    """Wraps a runtime; ``down = True`` makes ``check()`` and ``spawn()`` fail like a stopped daemon."""
+
+    def __init__(self, inner: codemode.Runtime) -> None:
+        self.inner = inner
+        self.down = False
+
+    @property
+    def name(self) -> str:
+        return "toggle"
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def spawn(self) -> Sandbox:
+        if self.down:
+            raise RuntimeUnavailable("daemon at unix:///secret/docker.sock is down")
+        return await self.inner.spawn()
+
+    async def check(self) -> None:
+        if self.down:
+            raise RuntimeUnavailable("daemon at unix:///secret/docker.sock is down")
+        await self.inner.check()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+# --------------------------------------------------------------------------------------------------
+# Credentials
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tokens:
+    path: Path
+    by_subject: dict[str, str]
+
+    def __getitem__(self, subject: str) -> str:
+        return self.by_subject[subject]
+
+
+def write_token_file(directory: Path, subjects: list[str], *, lines: bool = False) -> Tokens:
+    tokens = {s: secrets.token_urlsafe(24) for s in subjects}
+    if lines:
+        path = directory / "tokens.txt"
+        body = "# sha256(token) subject\n" + "".join(f"{hash_token(t)} {s}\n" for s, t in tokens.items())
+        path.write_text(body)
+    else:
+        path = directory / "tokens.json"
+        path.write_text(json.dumps({hash_token(t): s for s, t in tokens.items()}))
+    return Tokens(path, tokens)
+
+
+ISSUER = "https://issuer.test"
+AUDIENCE = "codemode-test"
+
+
+@dataclass
+class JWTIssuer:
+    jwks_path: Path
+    key: rsa.RSAPrivateKey
+    kid: str
+
+    def token(
+        self, sub: str, *, exp_in: float = 300, iss: str = ISSUER, aud: str = AUDIENCE, **extra: Any
+    ) -> str:
+        now = int(time.time())
+        claims = {"sub": sub, "iss": iss, "aud": aud, "iat": now, "exp": now + int(exp_in), **extra}
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": self.kid})
+
+
+def make_jwt_issuer(directory: Path, kid: str = "k1") -> JWTIssuer:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": kid, "use": "sig", "alg": "RS256"})
+    path = directory / "jwks.json"
+    path.write_text(json.dumps({"keys": [jwk]}))
+    return JWTIssuer(path, key, kid)
+
+
+def settings(**overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "allow_all": True,
+        "packs": [PACK_SPEC],
+        "audit_log": "none",
+        "log_level": "warning",
+    }
+    base.update(overrides)
+    return Settings(**base)
+
+
+# --------------------------------------------------------------------------------------------------
+# A real uvicorn server on loopback
+# --------------------------------------------------------------------------------------------------
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class Running:
+    url: str
+    app: Any
+    server: uvicorn.Server
+
+    @property
+    def service(self) -> Any:
+        return self.app.state.codemode
+
+    @property
+    def mcp_url(self) -> str:
+        return self.url + "/mcp"
+
+
+@contextlib.asynccontextmanager
+async def running(app: Any) -> AsyncIterator[Running]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning", ws="none")
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(20):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError("uvicorn exited during startup")
+                await asyncio.sleep(0.01)
+        yield Running(f"http://127.0.0.1:{port}", app, server)
+    finally:
+        server.should_exit = True
+        try:
+            async with asyncio.timeout(30):
+                await task
+        finally:
+            sock.close()
+
+
+@contextlib.asynccontextmanager
+async def service(app_settings: Settings, **kwargs: Any) -> AsyncIterator[Running]:
+    CALLS.reset()
+    async with running(create_app(app_settings, **kwargs)) as r:
+        yield r
+
+
+# --------------------------------------------------------------------------------------------------
+# The official MCP client over streamable HTTP
+# --------------------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        yield client
+
+
+def tool_value(result: Any) -> Any:
+    """``structuredContent`` of a success, or ``("error", text)`` of an ``isError`` result."""
+    if result.is_error:
+        return ("error", result.content[0].text)
+    return result.structured_content
+
+
+async def call(client: Client, tool: str, **arguments: str) -> Any:
+    return tool_value(await client.call_tool(tool, arguments))
+
+
+async def execute(url: str, token: str, source: str) -> Any:
+    async with mcp_client(url, token) as client:
+        return await call(client, "execute", source=source)
+
+
+# --------------------------------------------------------------------------------------------------
+# Plain HTTP and metrics
+# --------------------------------------------------------------------------------------------------
+
+
+async def http_get(url: str, **kwargs: Any) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=15) as client:
+        return await client.get(url, **kwargs)
+
+
+async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``{(sample name, sorted labels): value}`` of one /metrics scrape."""
+    resp = await http_get(url)
+    assert resp.status_code == 200, resp.status_code
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
