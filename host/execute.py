@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
+import re
 import signal
+import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
 log = logging.getLogger("codemode.execute")
 
 FRAME_OVERHEAD = 64 * 1024
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 READ_CHUNK = 256 * 1024
 MAX_WORKER_MESSAGE = 1024
 
@@ -57,6 +61,17 @@ class WorkerMisbehaved(Exception):
 
 class WorkerGone(Exception):
     """The worker's output ended before it sent a final frame."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _trusted_frame(body: str) -> bytes:
+    """Frame a body the host built from values it already checked (no re-validation on the hot
+    path; the worker validates every frame it reads)."""
+    data = body.encode("utf-8")
+    return struct.pack(">I", len(data)) + data
 
 
 def _clean_message(message: str) -> str:
@@ -111,22 +126,13 @@ class _Session:
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:
-        limits = self.ex.limits
-        exec_frame = {
-            "k": "exec",
-            "v": PROTOCOL_VERSION,
-            "source": source,
-            "manifest": self.ex.manifest,
-            "limits": {
-                "max_steps": limits.max_execution_steps,
-                "max_value_depth": limits.max_value_depth,
-                "max_value_bytes": limits.max_value_bytes,
-                "max_native_calls": limits.max_native_calls,
-                "max_callstack": limits.max_callstack,
-            },
-        }
+        ex = self.ex
+        exec_frame = _trusted_frame(
+            f'{{"k":"exec","v":{PROTOCOL_VERSION},"source":{_json(source)},'
+            f'"manifest":{ex.manifest_json},"limits":{ex.limits_json}}}'
+        )
         try:
-            await self.sandbox.write(encode_frame(exec_frame))
+            await self.sandbox.write(exec_frame)
         except SandboxClosed:
             raise WorkerGone() from None
         while True:
@@ -244,7 +250,9 @@ class _Session:
                 )
             )
         try:
-            await self.sandbox.write(encode_frame({"k": "native_result", "seq": seq, "value": plain}))
+            await self.sandbox.write(
+                _trusted_frame(f'{{"k":"native_result","seq":{seq},"value":{_json(plain)}}}')
+            )
         except SandboxClosed:
             raise WorkerGone() from None
 
@@ -302,9 +310,31 @@ class Executor:
         self.limits = limits
         self.runtime = runtime
         self.observer: Observer = observer or NullObserver()
-        self.manifest = [{"name": c.name, "input": c.input_shape} for c in self.by_name.values()]
+        manifest = [{"name": c.name, "input": c.input_shape} for c in self.by_name.values()]
+        # Checked once with the strict encoder, then reused as text for every exec frame.
+        encode_frame(
+            {
+                "k": "exec",
+                "v": PROTOCOL_VERSION,
+                "source": "",
+                "manifest": manifest,
+                "limits": self._wire_limits(),
+            }
+        )
+        self.manifest_json = _json(manifest)
+        self.limits_json = _json(self._wire_limits())
         self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
         self.reaping: set[asyncio.Task[None]] = set()
+
+    def _wire_limits(self) -> dict[str, int]:
+        limits = self.limits
+        return {
+            "max_steps": limits.max_execution_steps,
+            "max_value_depth": limits.max_value_depth,
+            "max_value_bytes": limits.max_value_bytes,
+            "max_native_calls": limits.max_native_calls,
+            "max_callstack": limits.max_callstack,
+        }
 
     async def execute(self, source: str, subject: Subject) -> Any:
         """Run one program; enforces the per-subject quota around the whole execution."""
@@ -333,9 +363,9 @@ class Executor:
         worker_id = ""
         oom = False
         try:
-            if not isinstance(source, str):
+            if not isinstance(source, str) or _LONE_SURROGATE.search(source):
                 raise InvalidProgram()
-            if len(source.encode("utf-8", errors="surrogatepass")) > self.limits.max_source_bytes:
+            if len(source.encode("utf-8")) > self.limits.max_source_bytes:
                 raise ResourceLimit()
             loop = asyncio.get_running_loop()
             sandbox: Sandbox | None = None
