@@ -273,3 +273,10 @@ async def test_concurrent_executes_are_isolated(server: codemode.Server) -> None
     src = "def main():\n    return util.echo(value='{v}')['value']\n"
     results = await asyncio.gather(*(server.execute(src.format(v=i), subject=ALICE) for i in range(12)))
     assert results == [str(i) for i in range(12)]
+
+
+async def test_source_that_is_not_text_is_an_invalid_program(server: codemode.Server) -> None:
+    for bad in ("def main():\n    return '\ud800'\n", b"def main():\n    return 1\n"):
+        with pytest.raises(codemode.InvalidProgram):
+            await server.execute(bad, subject=ALICE)  # type: ignore[arg-type]
+    assert await server.execute("def main():\n    return 'é€😀'\n", subject=ALICE) == "é€😀"
