@@ -22,7 +22,7 @@ test: venv lint
 	$(BIN)/python -m pytest -q tests
 
 bench: venv
-	$(BIN)/python -m tests.benchmarks.run_all
+	$(BIN)/codemode bench --runtime process --pool 4
 
 clean:
 	rm -rf $(VENV) build *.egg-info

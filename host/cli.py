@@ -211,27 +211,50 @@ def _add_serve(sub: Any) -> None:
     p.add_argument("--log-level", help="host log level on stderr (CODEMODE_LOG_LEVEL, default WARNING)")
 
 
-def _add_stubs(sub: Any) -> None:
+def _add_operator_tools(sub: Any) -> None:
+    """``image audit``, ``quotas tune`` and ``bench`` (docs/operators.md)."""
+    from . import benchcmd, image_audit, quotas
+
     image = sub.add_parser("image", help="worker image tools", description="Worker image tools.")
     image.set_defaults(group_help=image.format_help)
     image_sub = image.add_subparsers(dest="image_command", metavar="COMMAND")
     audit = image_sub.add_parser(
         "audit",
         help="audit a worker image against the hardening rules",
-        description="Audit a worker image against the hardening rules (not implemented yet).",
+        description=(
+            "Audit a worker image against the hardening rules: numeric non-root USER, entrypoint "
+            "python3 -I -m codemode_worker, protocol and role labels, no secret-looking ENV, no "
+            "exposed ports or volumes, no setuid/setgid or world-writable files (read from an "
+            "export of a never-started container), shell presence (warning), and the protocol "
+            "probe under the Docker runtime's hardening. Exit 0 when no check fails, 1 when one "
+            "does, 2 when the audit could not run. See docs/operators.md."
+        ),
     )
-    audit.add_argument("image", metavar="IMAGE")
-    quotas = sub.add_parser("quotas", help="cgroup quota tools", description="cgroup quota tools.")
-    quotas.set_defaults(group_help=quotas.format_help)
-    quotas_sub = quotas.add_subparsers(dest="quotas_command", metavar="COMMAND")
-    quotas_sub.add_parser(
+    image_audit.add_arguments(audit)
+    quotas_group = sub.add_parser("quotas", help="cgroup quota tools", description="cgroup quota tools.")
+    quotas_group.set_defaults(group_help=quotas_group.format_help)
+    quotas_sub = quotas_group.add_subparsers(dest="quotas_command", metavar="COMMAND")
+    tune = quotas_sub.add_parser(
         "tune",
         help="measure a workload to tune the worker cgroup quotas",
-        description="Measure a workload to tune the worker cgroup quotas (not implemented yet).",
+        description=(
+            "Measure a workload to tune the worker cgroup quotas: run one program N times in fresh "
+            "Docker workers with generous limits, read each container's peak memory, CPU time and "
+            "pids from the Engine's stats, time each execute, and recommend --docker-memory, "
+            "--docker-cpus, --docker-pids and --max-execution-time. See docs/operators.md for the "
+            "method."
+        ),
     )
-    sub.add_parser(
-        "bench", help="run the benchmarks", description="Run the benchmarks (not implemented yet)."
+    quotas.add_arguments(tune)
+    bench = sub.add_parser(
+        "bench",
+        help="measure execute latency on this machine",
+        description=(
+            "Measure execute latency on this machine: trivial execute cold (no pool) and warm "
+            "(warm pool), and one native call (warm); prints p50/p99 per series."
+        ),
     )
+    benchcmd.add_arguments(bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"codemode {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(sub)
-    _add_stubs(sub)
+    _add_operator_tools(sub)
     return parser
 
 
@@ -614,11 +637,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_implemented(what: str) -> int:
-    print(f"codemode {what}: not implemented yet", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -628,14 +646,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.image_command != "audit":
             print(args.group_help(), file=sys.stderr)
             return 2
-        return _not_implemented(f"image audit {args.image}")
+        from . import image_audit
+
+        return image_audit.run(args)
     if args.command == "quotas":
         if args.quotas_command != "tune":
             print(args.group_help(), file=sys.stderr)
             return 2
-        return _not_implemented("quotas tune")
+        from . import quotas
+
+        return quotas.run(args)
     if args.command == "bench":
-        return _not_implemented("bench")
+        from . import benchcmd
+
+        return benchcmd.run(args)
     parser.print_help(sys.stderr)
     return 2
 

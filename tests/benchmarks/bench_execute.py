@@ -13,69 +13,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import codemode
-from codemode import authz
-
-
-@dataclass
-class EchoIn:
-    value: str
-
-
-@dataclass
-class EchoOut:
-    value: str
-
-
-def echo(ctx: codemode.CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
-    return EchoOut(args.value)
-
-
-async def aecho(ctx: codemode.CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
-    return EchoOut(args.value)
-
-
-ALICE = authz.Subject("bench")
-TRIVIAL = "def main():\n    return 1\n"
-ONE_CALL = "def main():\n    return util.echo(value='x')['value']\n"
-HUNDRED = (
-    "def main():\n    n = 0\n    for i in range(100):\n"
-    "        n += len(util.echo(value='x')['value'])\n    return n\n"
+from codemode.benchcmd import (  # the measuring helpers are shared with `codemode bench`
+    HUNDRED,
+    ONE_CALL,
+    SUBJECT,
+    TRIVIAL,
+    EchoIn,
+    EchoOut,
+    aecho,
+    echo,
+    line,
+    pct,
+    timed,
 )
+from codemode.benchcmd import build_server as build
 
+__all__ = ["HUNDRED", "ONE_CALL", "TRIVIAL", "EchoIn", "EchoOut", "aecho", "build", "echo", "line", "pct"]
 
-def build(runtime: codemode.Runtime) -> codemode.Server:
-    b = codemode.Builder(authorizer=authz.allow_all(), runtime=runtime)
-    b.register(codemode.Capability(name="util.echo", summary="Echo.", handler=aecho))
-    b.register(codemode.Capability(name="util.secho", summary="Echo (sync).", handler=echo))
-    return b.build()
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
-
-
-def line(label: str, xs: list[float]) -> dict[str, float]:
-    p50, p99 = statistics.median(xs) * 1e3, pct(xs, 99) * 1e3
-    print(f"{label:<38} n={len(xs):<5} p50={p50:8.3f} ms  p99={p99:8.3f} ms")
-    return {"p50": p50, "p99": p99}
-
-
-async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await fn()
-        out.append(time.perf_counter() - t0)
-    return out
+ALICE = SUBJECT
 
 
 async def bare_spawn() -> None:

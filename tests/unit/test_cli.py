@@ -76,15 +76,20 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "what"),
     [
-        (["image", "audit", "ghcr.io/x/worker:1"], "image audit"),
-        (["quotas", "tune"], "quotas tune"),
-        (["bench"], "bench"),
+        (["image", "audit", "x", "--docker-base-url", "unix:///nonexistent.sock"], "nonexistent"),
+        (["quotas", "tune"], "--program"),
+        (["bench", "--n", "0"], "--n must be positive"),
     ],
 )
-def test_stubs_not_implemented(argv: list[str], what: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert what in err and "not implemented yet" in err
+def test_operator_commands_reject_bad_input(
+    argv: list[str], what: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code
+    assert code == 2
+    assert what in capsys.readouterr().err
 
 
 def test_group_without_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
@@ -460,10 +465,13 @@ def test_http_hands_settings_to_the_service(
 
 def test_module_entry_point_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "codemode.cli", "bench"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "codemode.cli", "bench", "--n", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
-    assert "not implemented yet" in proc.stderr
+    assert "--n must be positive" in proc.stderr
 
 
 def test_stdio_server_exits_cleanly_on_eof() -> None:

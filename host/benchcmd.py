@@ -1,0 +1,236 @@
+"""``codemode bench``: how fast does this machine run executes? (docs/operators.md)
+
+A user-facing cut of ``tests/benchmarks/bench_execute.py`` (which imports its measuring helpers
+from here): on the chosen runtime it times
+
+- a trivial execute, **cold** (no pool: every execute starts its own worker),
+- a trivial execute, **warm** (``WarmPool``: a started worker is waiting; the pool refills between
+  samples, which are not timed),
+- one native call, warm (the program calls one echo capability once; the host rebinds, authorizes
+  with ``allow_all()`` and dispatches it),
+
+and prints p50/p99 of each. It registers only its own echo capability: no pack is loaded and nothing
+outside the process and the worker is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import authz
+from .capability import Capability
+from .context import CallContext
+from .runtimes.base import Runtime
+from .server import Builder, Server
+
+__all__ = [
+    "HUNDRED",
+    "ONE_CALL",
+    "TRIVIAL",
+    "EchoIn",
+    "EchoOut",
+    "add_arguments",
+    "aecho",
+    "build_server",
+    "echo",
+    "line",
+    "pct",
+    "run",
+    "run_bench",
+    "timed",
+]
+
+SUBJECT = authz.Subject("bench")
+TRIVIAL = "def main():\n    return 1\n"
+ONE_CALL = "def main():\n    return util.echo(value='x')['value']\n"
+HUNDRED = (
+    "def main():\n    n = 0\n    for i in range(100):\n"
+    "        n += len(util.echo(value='x')['value'])\n    return n\n"
+)
+
+
+@dataclass
+class EchoIn:
+    value: str
+
+
+@dataclass
+class EchoOut:
+    value: str
+
+
+def echo(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    return EchoOut(args.value)
+
+
+async def aecho(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    return EchoOut(args.value)
+
+
+def build_server(runtime: Runtime) -> Server:
+    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all, default limits."""
+    b = Builder(authorizer=authz.allow_all(), runtime=runtime)
+    b.register(Capability(name="util.echo", summary="Echo.", handler=aecho))
+    b.register(Capability(name="util.secho", summary="Echo (sync).", handler=echo))
+    return b.build()
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile ``p`` (0..100) of ``xs`` (non-empty)."""
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def line(label: str, xs: list[float], *, quiet: bool = False) -> dict[str, float]:
+    """Print (unless ``quiet``) and return p50/p99 of ``xs`` seconds, in milliseconds."""
+    p50, p99 = statistics.median(xs) * 1e3, pct(xs, 99) * 1e3
+    if not quiet:
+        print(f"{label:<38} n={len(xs):<5} p50={p50:8.3f} ms  p99={p99:8.3f} ms", flush=True)
+    return {"p50": p50, "p99": p99}
+
+
+async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
+    """Wall time of ``n`` sequential awaits of ``fn()``, in seconds."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--runtime",
+        choices=["process", "docker"],
+        default="process",
+        help="where workers run (default: process)",
+    )
+    p.add_argument(
+        "--pool", type=int, default=4, metavar="N", help="warm pool size for the warm series (default 4)"
+    )
+    p.add_argument("--n", type=int, default=30, metavar="N", help="samples per series (default 30)")
+    p.add_argument(
+        "--docker-image",
+        metavar="IMAGE",
+        help="worker image for --runtime docker (default codemode-worker:1)",
+    )
+    p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
+    p.add_argument("--docker-oci-runtime", metavar="NAME", help="OCI runtime such as runsc")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+
+
+def _make_runtime(args: argparse.Namespace) -> Runtime:
+    if args.runtime == "process":
+        from .runtimes.process import ProcessRuntime
+
+        return ProcessRuntime()
+    from .runtimes.docker import DockerRuntime
+
+    kwargs: dict[str, Any] = {}
+    if args.docker_image:
+        kwargs["image"] = args.docker_image
+    if args.docker_base_url:
+        kwargs["base_url"] = args.docker_base_url
+    if args.docker_oci_runtime:
+        kwargs["runtime"] = args.docker_oci_runtime
+    return DockerRuntime(**kwargs)
+
+
+async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the three series; returns the JSON report (and prints lines unless ``args.json``)."""
+    from .runtimes.pool import WarmPool
+
+    quiet = bool(args.json)
+    n = args.n
+    report: dict[str, Any] = {
+        "runtime": args.runtime,
+        "pool": args.pool,
+        "n": n,
+        "python": platform.python_version(),
+        "unit": "ms",
+        "series": {},
+    }
+    if not quiet:
+        print(
+            f"codemode bench: runtime {args.runtime}, pool {args.pool}, n={n}, "
+            f"python {platform.python_version()}",
+            flush=True,
+        )
+
+    runtime = _make_runtime(args)
+    await runtime.check()
+    cold_server = build_server(runtime)
+    try:
+        await cold_server.execute(TRIVIAL, subject=SUBJECT)  # warm caches; not measured
+        cold = await timed(n, lambda: cold_server.execute(TRIVIAL, subject=SUBJECT))
+        report["series"]["trivial_cold"] = line("trivial execute, cold (no pool)", cold, quiet=quiet)
+    finally:
+        await cold_server.aclose()
+
+    if args.pool <= 0:
+        if not quiet:
+            print("(--pool 0: warm series skipped)", flush=True)
+        return report
+
+    pool = WarmPool(_make_runtime(args), args.pool)
+    server = build_server(pool)
+    await server.start()
+    try:
+
+        async def series(source: str) -> list[float]:
+            out = []
+            for _ in range(n):
+                await pool.wait_warm(120)  # refills are not part of the measurement
+                t0 = time.perf_counter()
+                await server.execute(source, subject=SUBJECT)
+                out.append(time.perf_counter() - t0)
+            return out
+
+        report["series"]["trivial_warm"] = line(
+            f"trivial execute, warm (pool {args.pool})", await series(TRIVIAL), quiet=quiet
+        )
+        report["series"]["one_call_warm"] = line(
+            f"one native call, warm (pool {args.pool})", await series(ONE_CALL), quiet=quiet
+        )
+    finally:
+        await server.aclose()
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """``codemode bench``: exit 0 on success, 1 when the runtime fails, 2 on bad arguments."""
+    if args.n <= 0:
+        print("codemode bench: --n must be positive", file=sys.stderr)
+        return 2
+    if args.pool < 0:
+        print("codemode bench: --pool must not be negative", file=sys.stderr)
+        return 2
+    if args.runtime == "process" and (args.docker_image or args.docker_base_url or args.docker_oci_runtime):
+        print("codemode bench: the --docker-* options need --runtime docker", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(run_bench(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        print(f"codemode bench: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    return 0

@@ -1,0 +1,749 @@
+"""``codemode image audit IMAGE``: check a worker image against the hardening rules (docs/operators.md).
+
+The audit reads the image three ways, all through the Docker Engine API:
+
+1. its configuration (``inspect``): user, entrypoint, labels, environment, exposed ports, volumes,
+   healthcheck, size;
+2. its flattened filesystem, by exporting a container that is *created but never started*: the tar
+   stream is read header by header (file data is skipped), so every file is seen whatever its
+   permissions, no code from the image runs, and the image does not have to be honest about itself;
+3. the protocol probe, by spawning one worker with :class:`~codemode.runtimes.docker.DockerRuntime`
+   (the runtime's full hardening: network none, read-only root, cap-drop ALL, no-new-privileges, user
+   65532:65532, limits) and destroying it again.
+
+Every check is PASS, WARN or FAIL; the audit passes when no check fails. A check that could not be
+carried out fails (the audit fails closed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import os
+import posixpath
+import re
+import stat
+import sys
+import tarfile
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from codemode_worker import PROTOCOL_VERSION
+
+__all__ = [
+    "AuditError",
+    "AuditReport",
+    "Check",
+    "FsEntry",
+    "add_arguments",
+    "audit_config",
+    "audit_filesystem",
+    "audit_image",
+    "format_report",
+    "run",
+]
+
+Status = Literal["PASS", "WARN", "FAIL"]
+
+PROTOCOL_LABEL = "io.codemode.protocol-version"
+ROLE_LABEL = "io.codemode.role"
+#: The uid the Docker runtime runs every worker as (``WORKER_USER``).
+RUNTIME_UID = 65532
+#: Environment variables an image may set: harmless for the worker (``-I`` ignores ``PYTHON*``).
+HARMLESS_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ"})
+HARMLESS_ENV_PREFIXES = ("PYTHON", "LC_")
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE", re.IGNORECASE)
+#: Places where a world-writable (sticky) directory is expected; the root file system is read-only
+#: at run time anyway.
+TMP_LIKE = ("/tmp", "/var/tmp", "/run/lock", "/var/lock", "/dev/shm")
+#: Replaced by the container runtime at run time (Docker mounts /dev, /proc, /sys over them).
+RUNTIME_MOUNTS = ("/dev", "/proc", "/sys")
+SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox")
+SHELL_DIRS = ("/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin")
+_PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+_SHORT_FLAGS = set("bBdEhIOPqsSuv")  # flags without a value (no -c, -m handled apart)
+MAX_FINDINGS = 200  # per check in the JSON report
+TABLE_FINDINGS = 8  # per check in the table
+
+log = logging.getLogger("codemode.image_audit")
+
+
+class AuditError(Exception):
+    """The audit could not be carried out at all (daemon unreachable, image missing)."""
+
+
+@dataclass
+class Check:
+    name: str
+    status: Status
+    detail: str
+    findings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "findings": self.findings[:MAX_FINDINGS],
+            "findings_total": len(self.findings),
+        }
+
+
+@dataclass
+class AuditReport:
+    image: str
+    image_id: str
+    size_bytes: int
+    platform: str
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "FAIL" for c in self.checks)
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(1 for c in self.checks if c.status == s) for s in ("PASS", "WARN", "FAIL")}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "image_id": self.image_id,
+            "size_bytes": self.size_bytes,
+            "platform": self.platform,
+            "protocol_version": PROTOCOL_VERSION,
+            "ok": self.ok,
+            "summary": {k.lower(): v for k, v in self.counts().items()},
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration checks (pure: the ``Config`` section of ``docker image inspect``)
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_user(user: str) -> Check:
+    name = "user"
+    if not user:
+        return Check(name, "FAIL", "no USER: the image runs as root (uid 0) by default")
+    uid, sep, gid = user.partition(":")
+    if uid == "root":
+        return Check(name, "FAIL", f"USER {user!r} is root (uid 0)")
+    if not uid.isdigit():
+        return Check(
+            name,
+            "FAIL",
+            f"USER {user!r} is a name: it needs /etc/passwd and can't be verified as non-root; "
+            "use a numeric uid:gid such as 65532:65532",
+        )
+    if int(uid) == 0:
+        return Check(name, "FAIL", f"USER {user!r} is root (uid 0)")
+    if sep and not gid.isdigit():
+        return Check(name, "FAIL", f"USER {user!r}: the group {gid!r} is a name; use a numeric gid")
+    if not sep:
+        return Check(
+            name,
+            "WARN",
+            f"USER {user!r} gives no group: without a passwd entry the process gets gid 0 (root group)",
+        )
+    if int(gid) == 0:
+        return Check(name, "WARN", f"USER {user!r}: primary group is root (gid 0)")
+    return Check(name, "PASS", f"{user} (numeric, non-root)")
+
+
+def _python_argv_problem(argv: Sequence[str]) -> str | None:
+    """Why ``argv`` is not ``python3 -I [flags] -m codemode_worker``, or None."""
+    if not argv:
+        return "no ENTRYPOINT or CMD"
+    exe = posixpath.basename(argv[0])
+    if exe in SHELLS or exe.endswith("sh"):
+        return f"starts a shell ({argv[0]}); exec form `python3 -I -m codemode_worker` needs none"
+    if not _PYTHON.match(exe):
+        return f"runs {argv[0]!r}, not python3"
+    isolated = False
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            module = argv[i + 1] if i + 1 < len(argv) else ""
+            rest = list(argv[i + 2 :])
+            if module == "codemode_worker.testing_entry":
+                return "runs the TEST-ONLY worker entry (codemode_worker.testing_entry: arbitrary Python)"
+            if module != "codemode_worker":
+                return f"runs module {module!r}, not codemode_worker"
+            if rest:
+                return f"passes extra arguments to the worker: {rest!r}"
+            if not isolated:
+                return "python3 runs without -I (isolated mode: no environment-driven imports, no user site)"
+            return None
+        if arg in ("-X", "-W"):
+            i += 2
+            continue
+        if arg.startswith(("-X", "-W")) and len(arg) > 2:
+            i += 1
+            continue
+        if re.fullmatch(r"-[A-Za-z]+", arg) and set(arg[1:]) <= _SHORT_FLAGS:
+            isolated = isolated or "I" in arg
+            i += 1
+            continue
+        return f"unexpected interpreter argument {arg!r} (expected -I ... -m codemode_worker)"
+    return "does not run `-m codemode_worker`"
+
+
+def _check_entrypoint(entrypoint: Sequence[str] | None, cmd: Sequence[str] | None) -> Check:
+    name = "entrypoint"
+    ep = list(entrypoint or [])
+    argv = ep + list(cmd or [])
+    shown = json.dumps(argv)
+    problem = _python_argv_problem(argv)
+    if problem is not None:
+        return Check(name, "FAIL", f"{shown}: {problem}")
+    if not ep:
+        return Check(
+            name,
+            "WARN",
+            f"{shown} comes from CMD, not ENTRYPOINT: a command given at run time would replace it",
+        )
+    return Check(name, "PASS", shown)
+
+
+def _check_labels(labels: Mapping[str, str]) -> list[Check]:
+    version = labels.get(PROTOCOL_LABEL)
+    role = labels.get(ROLE_LABEL)
+    out = []
+    if version == str(PROTOCOL_VERSION):
+        out.append(Check("protocol label", "PASS", f"{PROTOCOL_LABEL}={version}"))
+    else:
+        out.append(
+            Check(
+                "protocol label",
+                "FAIL",
+                f"{PROTOCOL_LABEL}={version!r}; this host speaks protocol {PROTOCOL_VERSION}"
+                if version is not None
+                else f"no {PROTOCOL_LABEL} label (this host speaks protocol {PROTOCOL_VERSION})",
+            )
+        )
+    if role == "worker":
+        out.append(Check("role label", "PASS", f"{ROLE_LABEL}=worker"))
+    else:
+        out.append(
+            Check(
+                "role label",
+                "FAIL",
+                f"{ROLE_LABEL}={role!r}, expected 'worker'" if role is not None else f"no {ROLE_LABEL} label",
+            )
+        )
+    return out
+
+
+def _check_env(env: Sequence[str]) -> Check:
+    name = "environment"
+    names = [item.partition("=")[0] for item in env]
+    secret = [n for n in names if SECRET_NAME.search(n)]
+    other = [
+        n
+        for n in names
+        if n not in secret and n not in HARMLESS_ENV and not n.startswith(HARMLESS_ENV_PREFIXES)
+    ]
+    if secret:
+        # Never print the values: they may be real credentials.
+        return Check(
+            name,
+            "FAIL",
+            f"{len(secret)} variable(s) look like secrets (values not shown); image ENV is readable by "
+            "anyone who can pull the image and by every worker",
+            [f"{n} (looks like a secret)" for n in secret] + [f"{n} (unexpected)" for n in other],
+        )
+    if other:
+        return Check(
+            name,
+            "WARN",
+            f"unexpected variable(s) beyond PATH/LANG/LC_*/PYTHON*: {', '.join(other)}",
+            [f"{n} (unexpected)" for n in other],
+        )
+    return Check(name, "PASS", f"only harmless variables ({', '.join(names) or 'none'})")
+
+
+def audit_config(config: Mapping[str, Any]) -> list[Check]:
+    """The checks that need only the image's ``Config`` (``docker image inspect``)."""
+    checks = [
+        _check_user(str(config.get("User") or "")),
+        _check_entrypoint(config.get("Entrypoint"), config.get("Cmd")),
+        *_check_labels(config.get("Labels") or {}),
+        _check_env(list(config.get("Env") or [])),
+    ]
+    ports = sorted(config.get("ExposedPorts") or {})
+    checks.append(
+        Check("exposed ports", "FAIL", f"EXPOSE {' '.join(ports)}: a worker listens on nothing", ports)
+        if ports
+        else Check("exposed ports", "PASS", "none")
+    )
+    volumes = sorted(config.get("Volumes") or {})
+    checks.append(
+        Check(
+            "volumes",
+            "FAIL",
+            f"VOLUME {' '.join(volumes)}: each becomes a writable anonymous volume, defeating the "
+            "read-only root file system",
+            volumes,
+        )
+        if volumes
+        else Check("volumes", "PASS", "none")
+    )
+    health = config.get("Healthcheck") or {}
+    test = list(health.get("Test") or [])
+    if test and test != ["NONE"]:
+        checks.append(
+            Check(
+                "healthcheck",
+                "WARN",
+                f"HEALTHCHECK {json.dumps(test)}: dockerd would run it inside every worker container",
+            )
+        )
+    else:
+        checks.append(Check("healthcheck", "PASS", "none"))
+    return checks
+
+
+# --------------------------------------------------------------------------------------------------
+# File system checks (pure: a list of entries)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FsEntry:
+    """One entry of the image's flattened file system."""
+
+    path: str  # absolute, normalized: "/usr/bin/python3"
+    kind: Literal["file", "dir", "symlink", "hardlink", "char", "block", "fifo", "other"]
+    mode: int  # permission bits including setuid/setgid/sticky
+    uid: int = 0
+    gid: int = 0
+    linkname: str = ""
+    file_caps: bool = False
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def _resolve(path: str, links: Mapping[str, str], limit: int = 40) -> str | None:
+    """Resolve symlinks inside the image (as the kernel would for an absolute path)."""
+    parts = [p for p in path.split("/") if p]
+    current = ""
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            current = posixpath.dirname(current) if current else ""
+            continue
+        candidate = f"{current}/{part}"
+        target = links.get(candidate)
+        if target is None:
+            current = candidate
+            continue
+        hops += 1
+        if hops > limit:
+            return None
+        base = "" if target.startswith("/") else current
+        parts = [p for p in f"{base}/{target}".split("/") if p] + parts
+        current = ""
+    return current or "/"
+
+
+def _fmt_mode(entry: FsEntry) -> str:
+    return f"{entry.path} ({entry.kind}, mode {entry.mode:04o}, uid {entry.uid})"
+
+
+def audit_filesystem(entries: Iterable[FsEntry], image_uid: int | None = None) -> list[Check]:
+    """setuid/setgid files, file capabilities, world-writable paths, device files, files owned by
+    the worker user, and whether a shell exists."""
+    suid: list[str] = []
+    caps: list[str] = []
+    writable: list[str] = []
+    tmp_like: list[str] = []
+    devices: list[str] = []
+    owned: list[str] = []
+    links: dict[str, str] = {}
+    present: set[str] = set()
+    count = 0
+    worker_uids = {RUNTIME_UID} | ({image_uid} if image_uid else set())
+    for e in entries:
+        count += 1
+        present.add(e.path)
+        if e.kind == "symlink":
+            links[e.path] = e.linkname
+            continue
+        if e.kind in ("file", "hardlink") and e.mode & (stat.S_ISUID | stat.S_ISGID):
+            bits = "+".join(b for b, m in (("setuid", stat.S_ISUID), ("setgid", stat.S_ISGID)) if e.mode & m)
+            suid.append(f"{_fmt_mode(e)} {bits}")
+        if e.file_caps:
+            caps.append(_fmt_mode(e))
+        if e.kind in ("char", "block") and not _under(e.path, RUNTIME_MOUNTS):
+            devices.append(_fmt_mode(e))
+        if e.uid in worker_uids and not _under(e.path, RUNTIME_MOUNTS):
+            owned.append(_fmt_mode(e))
+        if e.mode & stat.S_IWOTH and not _under(e.path, RUNTIME_MOUNTS):
+            if _under(e.path, TMP_LIKE):
+                tmp_like.append(e.path)
+            else:
+                writable.append(_fmt_mode(e))
+    checks = []
+    checks.append(
+        Check(
+            "setuid/setgid files",
+            "FAIL",
+            f"{len(suid)} file(s) with setuid/setgid bits (strip them: chmod u-s,g-s)",
+            suid,
+        )
+        if suid
+        else Check("setuid/setgid files", "PASS", f"none among {count} entries")
+    )
+    checks.append(
+        Check("file capabilities", "FAIL", f"{len(caps)} file(s) carry security.capability xattrs", caps)
+        if caps
+        else Check("file capabilities", "PASS", "none")
+    )
+    allowed = f" (allowed, tmp-like: {', '.join(sorted(tmp_like))})" if tmp_like else ""
+    checks.append(
+        Check(
+            "world-writable paths",
+            "FAIL",
+            f"{len(writable)} world-writable file(s)/dir(s) outside tmp-like paths{allowed}",
+            writable,
+        )
+        if writable
+        else Check("world-writable paths", "PASS", f"none outside tmp-like paths{allowed}")
+    )
+    checks.append(
+        Check("device files", "FAIL", f"{len(devices)} device node(s) outside /dev", devices)
+        if devices
+        else Check("device files", "PASS", "none outside /dev")
+    )
+    who = ", ".join(str(u) for u in sorted(worker_uids))
+    checks.append(
+        Check(
+            "owned by the worker user",
+            "WARN",
+            f"{len(owned)} path(s) owned by uid {who}: the worker could change them if the root file "
+            "system were ever writable",
+            owned,
+        )
+        if owned
+        else Check("owned by the worker user", "PASS", f"nothing owned by uid {who}")
+    )
+    # Unique real files (with usrmerge /bin is a link to /usr/bin: don't list each shell twice).
+    shells = sorted(
+        {
+            r
+            for d in SHELL_DIRS
+            for s in SHELLS
+            if (r := _resolve(f"{d}/{s}", links)) is not None and r in present
+        }
+    )
+    sh = _resolve("/bin/sh", links)
+    if sh is not None and sh in present:
+        checks.append(
+            Check(
+                "shell",
+                "WARN",
+                f"/bin/sh exists (-> {sh}); the worker needs no shell, nothing runs it",
+                shells,
+            )
+        )
+    elif shells:
+        checks.append(Check("shell", "WARN", f"no /bin/sh, but shells exist: {', '.join(shells)}", shells))
+    else:
+        checks.append(Check("shell", "PASS", "no shell"))
+    return checks
+
+
+def _entry(member: tarfile.TarInfo) -> FsEntry:
+    kind: Any
+    if member.isreg():
+        kind = "file"
+    elif member.isdir():
+        kind = "dir"
+    elif member.issym():
+        kind = "symlink"
+    elif member.islnk():
+        kind = "hardlink"
+    elif member.ischr():
+        kind = "char"
+    elif member.isblk():
+        kind = "block"
+    elif member.isfifo():
+        kind = "fifo"
+    else:
+        kind = "other"
+    name = member.name
+    while name.startswith("./"):
+        name = name[2:]
+    path = "/" + name.strip("/")
+    xattrs = member.pax_headers or {}
+    return FsEntry(
+        path=path,
+        kind=kind,
+        mode=stat.S_IMODE(member.mode),
+        uid=member.uid,
+        gid=member.gid,
+        linkname=member.linkname,
+        file_caps=any(k.endswith("security.capability") for k in xattrs),
+    )
+
+
+class _ChunkReader(io.RawIOBase):
+    """A file object over an iterator of byte chunks (the SDK's export stream)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buf = b""
+        self._off = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self._off >= len(self._buf):
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                return 0
+            self._off = 0
+        n = min(len(b), len(self._buf) - self._off)
+        b[:n] = memoryview(self._buf)[self._off : self._off + n]
+        self._off += n
+        return n
+
+
+def export_entries(api: Any, image: str) -> list[FsEntry]:
+    """The flattened file system of ``image``: export a created (never started) container."""
+    cid = api.create_container(
+        image,
+        entrypoint=["/codemode-audit-never-started"],
+        command=[],
+        network_disabled=True,
+        labels={ROLE_LABEL: "audit"},
+        host_config=api.create_host_config(network_mode="none"),
+    )["Id"]
+    try:
+        stream = api.export(cid, chunk_size=1024 * 1024)
+        with tarfile.open(fileobj=_ChunkReader(iter(stream)), mode="r|", bufsize=64 * 1024) as tf:
+            return [_entry(m) for m in tf]
+    finally:
+        try:
+            api.remove_container(cid, force=True)
+        except Exception as exc:
+            log.warning("could not remove audit container %s: %s", cid[:12], exc)
+
+
+# --------------------------------------------------------------------------------------------------
+# Probe
+# --------------------------------------------------------------------------------------------------
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.messages.append(record.getMessage())
+
+
+async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | None, timeout: float) -> Check:
+    """Spawn one worker under the Docker runtime's hardening, wait for ``probe_ack``, destroy it."""
+    from .runtimes.docker import WORKER_USER, DockerRuntime
+
+    name = "protocol probe"
+    runtime_log = logging.getLogger("codemode.runtimes.docker")
+    capture = _Capture()
+    runtime_log.addHandler(capture)  # keeps runtime warnings out of the report's stderr
+    try:
+        runtime = DockerRuntime(
+            image=image, base_url=base_url, runtime=oci_runtime, cleanup_orphans="none", spawn_timeout=timeout
+        )
+        try:
+            t0 = time.perf_counter()
+            sandbox = await runtime.spawn()
+            elapsed = time.perf_counter() - t0
+            await sandbox.destroy()
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            extra = [m for m in capture.messages if "failed to start" in m]
+            return Check(
+                name,
+                "FAIL",
+                f"no probe_ack under the runtime's hardening: {why}",
+                [m[:1000] for m in extra[-1:]],
+            )
+        finally:
+            await runtime.aclose()
+    finally:
+        runtime_log.removeHandler(capture)
+    hardening = f"network none, read-only root, cap-drop ALL, no-new-privileges, user {WORKER_USER}"
+    if oci_runtime:
+        hardening += f", OCI runtime {oci_runtime}"
+    return Check(name, "PASS", f"probe_ack after {elapsed:.2f} s ({hardening})")
+
+
+# --------------------------------------------------------------------------------------------------
+# The audit
+# --------------------------------------------------------------------------------------------------
+
+
+def _client(base_url: str | None) -> Any:
+    import docker
+
+    try:
+        kwargs: dict[str, Any] = (
+            {"base_url": base_url} if base_url is not None else docker.utils.kwargs_from_env()
+        )
+        kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
+        api = docker.APIClient(version="auto", timeout=120, **kwargs)
+        api.ping()
+    except Exception as exc:
+        where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        raise AuditError(f"Docker daemon unreachable at {where}: {exc}") from exc
+    return api
+
+
+def _image_uid(user: str) -> int | None:
+    uid = user.partition(":")[0]
+    return int(uid) if uid.isdigit() else None
+
+
+async def audit_image(
+    image: str,
+    *,
+    base_url: str | None = None,
+    oci_runtime: str | None = None,
+    probe: bool = True,
+    probe_timeout: float = 10.0,
+) -> AuditReport:
+    """Audit ``image`` (which must exist on the daemon: it is never pulled)."""
+    import docker.errors
+
+    api = await asyncio.to_thread(_client, base_url)
+    try:
+        try:
+            info = await asyncio.to_thread(api.inspect_image, image)
+        except docker.errors.ImageNotFound as exc:
+            raise AuditError(f"image {image!r} not found on the daemon (the audit never pulls)") from exc
+        except Exception as exc:
+            raise AuditError(f"cannot inspect image {image!r}: {exc}") from exc
+        config = info.get("Config") or {}
+        checks = audit_config(config)
+        try:
+            entries = await asyncio.to_thread(export_entries, api, image)
+        except Exception as exc:
+            checks.append(
+                Check(
+                    "file system",
+                    "FAIL",
+                    f"could not read the image's file system: {type(exc).__name__}: {exc}",
+                )
+            )
+        else:
+            checks.extend(audit_filesystem(entries, _image_uid(str(config.get("User") or ""))))
+        if probe:
+            checks.append(
+                await probe_check(image, base_url=base_url, oci_runtime=oci_runtime, timeout=probe_timeout)
+            )
+        return AuditReport(
+            image=image,
+            image_id=str(info.get("Id") or ""),
+            size_bytes=int(info.get("Size") or 0),
+            platform=f"{info.get('Os', '?')}/{info.get('Architecture', '?')}",
+            checks=checks,
+        )
+    finally:
+        api.close()
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB ({n / 2**20:.1f} MiB)"
+
+
+def format_report(report: AuditReport) -> str:
+    lines = [
+        f"codemode image audit: {report.image}",
+        f"id {report.image_id[:19]}  {report.platform}  size {_size(report.size_bytes)}  "
+        f"host protocol {PROTOCOL_VERSION}",
+        "",
+    ]
+    width = max(len(c.name) for c in report.checks) if report.checks else 10
+    lines.append(f"{'CHECK':<{width}}  STATUS  DETAIL")
+    for c in report.checks:
+        lines.append(f"{c.name:<{width}}  {c.status:<6}  {c.detail}")
+        if c.status != "PASS" or c.name == "shell":
+            for finding in c.findings[:TABLE_FINDINGS]:
+                lines.append(f"{'':<{width}}          - {finding}")
+            if len(c.findings) > TABLE_FINDINGS:
+                lines.append(
+                    f"{'':<{width}}          ... and {len(c.findings) - TABLE_FINDINGS} more (--json)"
+                )
+    counts = report.counts()
+    verdict = "PASS" if report.ok else "FAIL"
+    lines.append("")
+    lines.append(
+        f"result: {verdict} ({counts['PASS']} passed, {counts['WARN']} warning(s), {counts['FAIL']} failed)"
+    )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", metavar="IMAGE", help="image reference on the daemon (never pulled)")
+    p.add_argument("--json", action="store_true", help="print a machine-readable JSON report")
+    p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
+    p.add_argument(
+        "--docker-oci-runtime", metavar="NAME", help="OCI runtime for the protocol probe, e.g. runsc"
+    )
+    p.add_argument("--no-probe", action="store_true", help="skip the protocol probe (runs no container)")
+    p.add_argument(
+        "--probe-timeout", type=float, default=10.0, metavar="SECONDS", help="probe timeout (default 10)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``codemode image audit``: exit 0 when no check fails, 1 when one does, 2 when the audit could
+    not be carried out (daemon unreachable, image missing, bad arguments)."""
+    if not args.probe_timeout > 0:
+        print("codemode image audit: --probe-timeout must be positive", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(
+            audit_image(
+                args.image,
+                base_url=args.docker_base_url,
+                oci_runtime=args.docker_oci_runtime,
+                probe=not args.no_probe,
+                probe_timeout=args.probe_timeout,
+            )
+        )
+    except AuditError as exc:
+        if args.json:
+            json.dump({"image": args.image, "ok": False, "error": str(exc)}, sys.stdout, indent=2)
+            print()
+        print(f"codemode image audit: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(format_report(report))
+    return 0 if report.ok else 1

@@ -1,0 +1,190 @@
+"""Operators' tools against a real Docker engine: ``image audit`` and ``quotas tune``.
+
+Skips locally without Docker (visible reason); fails under CI=true. See test_docker_support.py.
+The deliberately bad image is built here from ``codemode-base:bookworm`` and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codemode import cli
+from codemode.runtimes.docker import DEFAULT_IMAGE
+
+from .test_docker_support import require_docker, worker_containers
+
+pytestmark = pytest.mark.docker
+
+BASE_IMAGE = "codemode-base:bookworm"
+BAD_DOCKERFILE = f"""\
+FROM {BASE_IMAGE}
+RUN ["python3", "-c", "import os\\nos.makedirs('/usr/local/bin', exist_ok=True)\\np = '/usr/local/bin/escalate'\\nopen(p, 'w').write('#!/bin/true\\\\n')\\nos.chmod(p, 0o4755)\\nos.makedirs('/srv/drop', exist_ok=True)\\nos.chmod('/srv/drop', 0o777)\\n"]
+ENV API_TOKEN=not-a-real-token-0123456789
+EXPOSE 8080
+VOLUME /data
+USER root
+ENTRYPOINT ["python3", "-m", "codemode_worker"]
+"""  # noqa: E501
+
+
+@pytest.fixture(scope="module")
+def docker_api() -> Iterator[Any]:
+    require_docker()
+    require_docker(BASE_IMAGE)
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def bad_image(docker_api: Any) -> Iterator[str]:
+    tag = f"codemode-test-bad-worker:{uuid.uuid4().hex[:12]}"
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tf:
+        data = BAD_DOCKERFILE.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    log = []
+    for chunk in docker_api.build(
+        fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, decode=True, pull=False
+    ):
+        log.append(chunk)
+        if "error" in chunk:
+            pytest.fail(f"building the bad test image failed: {chunk['error']}")
+    try:
+        yield tag
+    finally:
+        docker_api.remove_image(tag, force=True)
+
+
+def audit_json(image: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code = cli.main(["image", "audit", image, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_audit_worker_image_passes(docker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["image", "audit", DEFAULT_IMAGE])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "result: PASS" in out
+    for name in (
+        "user",
+        "entrypoint",
+        "protocol label",
+        "role label",
+        "setuid/setgid files",
+        "protocol probe",
+    ):
+        (row,) = [ln for ln in out.splitlines() if ln.startswith(name + " ")]
+        assert " PASS " in row, row
+    assert "MB" in out  # image size
+
+    code, report = audit_json(DEFAULT_IMAGE, capsys)
+    assert code == 0 and report["ok"] is True
+    assert report["size_bytes"] > 10_000_000
+    checks = {c["name"]: c for c in report["checks"]}
+    assert all(c["status"] != "FAIL" for c in checks.values())
+    assert checks["shell"]["status"] in ("PASS", "WARN")  # a base image may ship a shell: warning only
+    assert checks["protocol probe"]["status"] == "PASS"
+    assert not worker_containers(docker_api)
+    assert not docker_api.containers(all=True, filters={"label": ["io.codemode.role=audit"]})
+
+
+def test_audit_bad_image_reports_each_failure(
+    docker_api: Any, bad_image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = audit_json(bad_image, capsys)
+    assert code == 1 and report["ok"] is False
+    checks = {c["name"]: c for c in report["checks"]}
+    expected_failures = {
+        "user",  # USER root
+        "entrypoint",  # no -I
+        "protocol label",
+        "role label",
+        "environment",  # API_TOKEN
+        "exposed ports",
+        "volumes",
+        "setuid/setgid files",
+        "world-writable paths",
+        "protocol probe",  # no codemode_worker in the image
+    }
+    failed = {name for name, c in checks.items() if c["status"] == "FAIL"}
+    assert expected_failures <= failed, failed
+    assert any("API_TOKEN" in f for f in checks["environment"]["findings"])
+    assert "not-a-real-token" not in json.dumps(report)
+    assert any("/usr/local/bin/escalate" in f for f in checks["setuid/setgid files"]["findings"])
+    assert any("/srv/drop" in f for f in checks["world-writable paths"]["findings"])
+    assert checks["shell"]["status"] == "WARN"
+
+    code = cli.main(["image", "audit", bad_image, "--no-probe"])
+    out = capsys.readouterr().out
+    assert code == 1 and "result: FAIL" in out
+    assert "protocol probe" not in out
+    assert not worker_containers(docker_api)
+
+
+def test_audit_missing_image(docker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["image", "audit", f"codemode-test-no-such-image:{uuid.uuid4().hex[:8]}"])
+    assert code == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_quotas_tune_tiny_program(
+    docker_api: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "tiny.star"
+    program.write_text("def main():\n    xs = [i * i for i in range(1000)]\n    return sum(xs)\n")
+    code = cli.main(["quotas", "tune", "--program", str(program), "--runs", "2", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    assert len(report["samples"]) == 2
+    for s in report["samples"]:
+        assert s["outcome"] == "ok" and s["counters_final"] is True
+        assert s["memory_method"] in ("max_usage", "sampled usage")
+        assert 1024 * 1024 < s["memory_peak_bytes"] < report["measurement_limits"]["memory_bytes"]
+        assert s["cpu_s"] > 0 and s["pids_peak"] >= 1
+        assert 0 < s["spawn_s"] < s["execute_s"]
+    rec = report["recommendation"]
+    peak = max(s["memory_peak_bytes"] for s in report["samples"])
+    assert rec["memory_bytes"] % (16 * 1024 * 1024) == 0 and rec["memory_bytes"] >= peak * 1.5
+    assert rec["pids_limit"] >= 16 and rec["cpus"] >= 0.25
+    p99 = max(s["execute_s"] for s in report["samples"])
+    assert rec["max_execution_time"] >= p99 * 2
+    assert "--docker-memory" in rec["serve_flags"]
+
+    code = cli.main(["quotas", "tune", "--program", str(program), "--runs", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "recommendation" in out and "serve flags: --runtime docker --docker-memory" in out
+    assert not worker_containers(docker_api)
+
+
+def test_quotas_tune_oom_is_reported(
+    docker_api: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "big.star"
+    program.write_text(
+        'def main():\n    s = "x" * 40000000\n    return len([s + str(i) for i in range(4)])\n'
+    )
+    argv = ["quotas", "tune", "--program", str(program), "--runs", "1", "--warmup", "0", "--memory", "48m"]
+    code = cli.main([*argv, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    (sample,) = report["samples"]
+    assert sample["outcome"] == "resource limit exceeded" and sample["oom_killed"] is True
+    assert report["recommendation"] is None
+    assert not worker_containers(docker_api)

@@ -1,0 +1,235 @@
+"""Operators' tools without Docker: the audit rules, the quota arithmetic, ``codemode bench``, --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from codemode import cli
+from codemode.image_audit import Check, FsEntry, audit_config, audit_filesystem
+from codemode.quotas import MiB, RunSample, recommend
+from codemode_worker import PROTOCOL_VERSION
+
+GOOD_CONFIG = {
+    "User": "65532:65532",
+    "Env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"],
+    "Entrypoint": ["python3", "-I", "-m", "codemode_worker"],
+    "Cmd": None,
+    "Labels": {"io.codemode.protocol-version": str(PROTOCOL_VERSION), "io.codemode.role": "worker"},
+}
+
+
+def statuses(checks: list[Check]) -> dict[str, str]:
+    return {c.name: c.status for c in checks}
+
+
+def by_name(checks: list[Check], name: str) -> Check:
+    (check,) = [c for c in checks if c.name == name]
+    return check
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+def test_good_config_passes() -> None:
+    checks = audit_config(GOOD_CONFIG)
+    assert set(statuses(checks).values()) == {"PASS"}, [(c.name, c.status, c.detail) for c in checks]
+
+
+@pytest.mark.parametrize(
+    ("user", "status"),
+    [
+        ("", "FAIL"),
+        ("0", "FAIL"),
+        ("0:0", "FAIL"),
+        ("root", "FAIL"),
+        ("worker", "FAIL"),
+        ("65532:staff", "FAIL"),
+        ("65532", "WARN"),
+        ("65532:0", "WARN"),
+        ("1000:1000", "PASS"),
+    ],
+)
+def test_user_rule(user: str, status: str) -> None:
+    assert by_name(audit_config({**GOOD_CONFIG, "User": user}), "user").status == status
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "cmd", "status"),
+    [
+        (["python3", "-I", "-m", "codemode_worker"], None, "PASS"),
+        (["/usr/local/bin/python3.11", "-I", "-B", "-m", "codemode_worker"], [], "PASS"),
+        (["python3", "-IS", "-X", "frozen_modules=on", "-m", "codemode_worker"], None, "PASS"),
+        (None, ["python3", "-I", "-m", "codemode_worker"], "WARN"),
+        (["python3", "-m", "codemode_worker"], None, "FAIL"),  # not isolated
+        (["python3", "-I", "-m", "codemode_worker"], ["--debug"], "FAIL"),
+        (["python3", "-I", "-m", "codemode_worker.testing_entry"], None, "FAIL"),
+        (["/bin/sh", "-c", "python3 -I -m codemode_worker"], None, "FAIL"),
+        (["python3", "-I", "-c", "import codemode_worker"], None, "FAIL"),
+        (["node", "worker.js"], None, "FAIL"),
+        (None, None, "FAIL"),
+    ],
+)
+def test_entrypoint_rule(entrypoint: list[str] | None, cmd: list[str] | None, status: str) -> None:
+    checks = audit_config({**GOOD_CONFIG, "Entrypoint": entrypoint, "Cmd": cmd})
+    assert by_name(checks, "entrypoint").status == status
+
+
+def test_labels_env_ports_volumes_healthcheck() -> None:
+    bad = {
+        **GOOD_CONFIG,
+        "Labels": {"io.codemode.protocol-version": "0"},
+        "Env": [*GOOD_CONFIG["Env"], "API_TOKEN=hunter2", "db_password=x", "EDITOR=vi"],
+        "ExposedPorts": {"8080/tcp": {}},
+        "Volumes": {"/data": {}},
+        "Healthcheck": {"Test": ["CMD-SHELL", "true"]},
+    }
+    checks = audit_config(bad)
+    got = statuses(checks)
+    assert got["protocol label"] == "FAIL" and got["role label"] == "FAIL"
+    assert got["exposed ports"] == "FAIL" and got["volumes"] == "FAIL"
+    assert got["healthcheck"] == "WARN"
+    env = by_name(checks, "environment")
+    assert env.status == "FAIL"
+    assert any("API_TOKEN" in f for f in env.findings) and any("db_password" in f for f in env.findings)
+    assert any("EDITOR" in f for f in env.findings)
+    assert "hunter2" not in json.dumps([c.to_dict() for c in checks])  # values never shown
+    only_odd = audit_config({**GOOD_CONFIG, "Env": ["PATH=/bin", "EDITOR=vi"]})
+    assert by_name(only_odd, "environment").status == "WARN"
+
+
+# ------------------------------------------------------------------------------------------ file system
+
+
+def fs(*extra: FsEntry) -> list[FsEntry]:
+    return [
+        FsEntry("/", "dir", 0o755),
+        FsEntry("/bin", "symlink", 0o777, linkname="usr/bin"),
+        FsEntry("/usr", "dir", 0o755),
+        FsEntry("/usr/bin", "dir", 0o755),
+        FsEntry("/usr/bin/python3", "file", 0o755),
+        FsEntry("/tmp", "dir", 0o1777),
+        FsEntry("/var/tmp", "dir", 0o1777),
+        FsEntry("/dev/null", "char", 0o666),
+        *extra,
+    ]
+
+
+def test_clean_filesystem() -> None:
+    checks = audit_filesystem(fs())
+    assert set(statuses(checks).values()) == {"PASS"}
+    assert "/tmp" in by_name(checks, "world-writable paths").detail
+
+
+def test_filesystem_findings() -> None:
+    checks = audit_filesystem(
+        fs(
+            FsEntry("/usr/bin/su", "file", 0o4755),
+            FsEntry("/usr/bin/wall", "file", 0o2755),
+            FsEntry("/var/mail", "dir", 0o2775),  # setgid directory: not a privilege
+            FsEntry("/usr/bin/ping", "file", 0o755, file_caps=True),
+            FsEntry("/srv/drop", "dir", 0o777),
+            FsEntry("/etc/motd", "file", 0o666),
+            FsEntry("/opt/mem", "char", 0o600),
+            FsEntry("/opt/app", "dir", 0o755, uid=65532),
+            FsEntry("/usr/bin/dash", "file", 0o755),
+            FsEntry("/usr/bin/sh", "symlink", 0o777, linkname="dash"),
+        ),
+        image_uid=65532,
+    )
+    got = statuses(checks)
+    assert got["setuid/setgid files"] == "FAIL"
+    suid = by_name(checks, "setuid/setgid files").findings
+    assert (
+        len(suid) == 2 and any("/usr/bin/su" in f for f in suid) and not any("/var/mail" in f for f in suid)
+    )
+    assert got["file capabilities"] == "FAIL"
+    ww = by_name(checks, "world-writable paths").findings
+    assert got["world-writable paths"] == "FAIL" and len(ww) == 2
+    assert got["device files"] == "FAIL"
+    assert got["owned by the worker user"] == "WARN"
+    shell = by_name(checks, "shell")
+    assert shell.status == "WARN" and "/usr/bin/dash" in shell.detail  # /bin/sh -> /usr/bin/sh -> dash
+
+
+# ------------------------------------------------------------------------------------------ quotas
+
+
+def test_recommendation_arithmetic() -> None:
+    samples = [
+        RunSample("ok", execute_s=0.30, spawn_s=0.25, memory_peak_bytes=20 * MiB, cpu_s=0.12, pids_peak=2),
+        RunSample("ok", execute_s=0.41, spawn_s=0.26, memory_peak_bytes=33 * MiB, cpu_s=0.30, pids_peak=3),
+        RunSample("resource limit exceeded", execute_s=9.0, memory_peak_bytes=900 * MiB),
+    ]
+    rec = recommend(samples)
+    assert rec is not None
+    assert rec.memory_bytes == 64 * MiB  # 33 MiB x 1.5 = 49.5 -> 64
+    assert rec.memory_bytes % (16 * MiB) == 0
+    assert rec.cpus == 1.0  # 0.30/0.41 = 0.73 x 1.25 = 0.91 -> 1.0
+    assert rec.pids_limit == 16  # 2 x 3 = 6 -> floor 16
+    assert rec.max_execution_time == 0.9  # p99 0.41 x 2 = 0.82 -> 0.9 (the failed run is left out)
+    assert rec.serve_flags()[-4:] == ["--docker-pids", "16", "--max-execution-time", "0.9"]
+    assert recommend([samples[2]]) is None
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+@pytest.mark.parametrize(
+    ("argv", "flags"),
+    [
+        (["image", "audit"], ["IMAGE", "--json", "--no-probe"]),
+        (["quotas", "tune"], ["--program", "--runs", "--runtime", "--pack", "--memory", "--json"]),
+        (["bench"], ["--runtime", "--pool", "--n", "--json"]),
+    ],
+)
+def test_operator_help(argv: list[str], flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([*argv, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in flags:
+        assert flag in out
+
+
+def test_quotas_tune_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["quotas", "tune", "--program", "/nonexistent/program.star"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert cli.main(["quotas", "tune", "--program", __file__, "--runs", "0"]) == 2
+
+
+def test_bench_process_runtime() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "codemode.cli", "bench", "--runtime", "process", "--n", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("codemode bench: runtime process, pool 4, n=5")
+    for label in (
+        "trivial execute, cold (no pool)",
+        "trivial execute, warm (pool 4)",
+        "one native call, warm (pool 4)",
+    ):
+        (row,) = [ln for ln in lines if ln.startswith(label)]
+        assert "n=5" in row and "p50=" in row and "p99=" in row and row.endswith("ms")
+
+
+def test_bench_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "codemode.cli", "bench", "--n", "3", "--pool", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["runtime"] == "process" and report["n"] == 3
+    assert set(report["series"]) == {"trivial_cold", "trivial_warm", "one_call_warm"}
+    for series in report["series"].values():
+        assert 0 < series["p50"] <= series["p99"]
