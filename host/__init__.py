@@ -35,6 +35,7 @@ from .server import Builder, Description, Server
 
 if TYPE_CHECKING:
     from .runtimes.docker import DockerRuntime
+    from .runtimes.kubernetes import KubernetesRuntime
 
 __version__ = "0.1.0"
 
@@ -52,6 +53,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidProgram",
     "InvalidRegistration",
+    "KubernetesRuntime",
     "Limits",
     "NotFound",
     "PermissionDenied",
@@ -69,9 +71,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The container runtime imports its SDK lazily: a process-only host never loads it.
+    # The container runtimes import their SDKs lazily: a process-only host never loads them.
     if name == "DockerRuntime":
         from .runtimes.docker import DockerRuntime
 
         return DockerRuntime
+    if name == "KubernetesRuntime":
+        from .runtimes.kubernetes import KubernetesRuntime
+
+        return KubernetesRuntime
     raise AttributeError(f"module 'codemode' has no attribute {name!r}")

@@ -85,6 +85,8 @@ def build_runtime(settings: Settings) -> Runtime:
         from ..runtimes.process import ProcessRuntime
 
         return ProcessRuntime()
+    if settings.runtime == "kubernetes":
+        return _kubernetes_runtime(settings)
     kwargs: dict[str, Any] = {}
     if settings.docker_image:
         kwargs["image"] = settings.docker_image
@@ -107,6 +109,23 @@ def build_runtime(settings: Settings) -> Runtime:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"docker runtime: {exc}") from None
     return runtime
+
+
+def _kubernetes_runtime(settings: Settings) -> Runtime:
+    names = {
+        "namespace": settings.kubernetes_namespace,
+        "image": settings.kubernetes_image,
+        "memory": settings.kubernetes_memory,
+        "cpu": settings.kubernetes_cpu,
+        "runtime_class": settings.kubernetes_runtime_class,
+    }
+    kwargs = {k: v for k, v in names.items() if v}
+    from ..runtimes.kubernetes import KubernetesRuntime
+
+    try:
+        return KubernetesRuntime(**kwargs)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"kubernetes runtime: {exc}") from None
 
 
 def _load_capabilities(settings: Settings) -> list[Any]:

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     """The decision reference, e.g. ``data.codemode.allow``."""
 
     # ---------------------------------------------------------------------------- runtime
-    runtime: Literal["process", "docker"] = "process"
+    runtime: Literal["process", "docker", "kubernetes"] = "process"
     docker_image: str | None = None
     """Worker image; default: the Docker runtime's (``codemode-worker:<protocol version>``)."""
     docker_base_url: str | None = None
@@ -128,6 +128,14 @@ class Settings(BaseSettings):
     docker_pids: int | None = Field(None, gt=0)
     docker_oci_runtime: str | None = None
     """An OCI runtime name such as ``runsc`` (gVisor)."""
+    kubernetes_namespace: str | None = None
+    """Namespace of the worker pods; default: the Kubernetes runtime's (``codemode-workers``)."""
+    kubernetes_image: str | None = None
+    kubernetes_memory: str | None = None
+    """Memory request = limit of each worker pod, e.g. ``256Mi``."""
+    kubernetes_cpu: str | None = None
+    kubernetes_runtime_class: str | None = None
+    """A RuntimeClass name such as ``gvisor``."""
     pool: int = Field(0, ge=0)
     """Warm workers kept ready (0 = no pool)."""
 

@@ -1,0 +1,1065 @@
+"""The Kubernetes runtime: one hardened, single-use pod per execute, through the Kubernetes API.
+
+Every worker pod (see ``KubernetesRuntime.pod_manifest``) gets::
+
+    restartPolicy Never, no service account token, no service links, no host namespaces, a numeric
+    non-root user (65532), seccomp RuntimeDefault, readOnlyRootFilesystem, no privilege escalation,
+    all capabilities dropped, requests = limits (memory, CPU, ephemeral storage), an environment
+    holding only the worker marker, read-only empty /tmp and /dev/shm, activeDeadlineSeconds as a
+    backstop, the labels the deny-all NetworkPolicy selects, and optionally a RuntimeClass.
+
+``spawn()`` = create the pod -> poll until its container runs (bounded by ``spawn_timeout``) ->
+attach to its stdin/stdout/stderr through the API server (a websocket; ``kubernetes.stream``) ->
+``probe``. The websocket carries channel-tagged binary messages (first byte: 0 stdin, 1 stdout,
+2 stderr, 3 error, 255 close on ``v5.channel.k8s.io``). A reader thread per sandbox reads them one
+message at a time straight off the client's websocket: stdout into a bounded buffer that ``read()``
+drains (a full buffer stops the reader: back-pressure to the worker), stderr into a bounded tail kept
+for host logs only. (``WSClient.update()`` is deliberately not used: it drains every frame already
+waiting and copies all output into an unbounded capture buffer.)
+
+``destroy()`` closes the stream, reads the container's terminated state when the worker had
+already exited (``OOMKilled`` -> ``ExitInfo.oom_killed``), and deletes the pod with
+``grace_period_seconds=0``, exactly once, whatever happened before; it never raises. ``start()``
+deletes worker pods orphaned by a dead host (see docs/kubernetes.md for the rule).
+
+All client calls block; they run on a small thread pool owned by the runtime, each with a request
+timeout, so an unreachable API server gives ``RuntimeUnavailable`` rather than a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, cast
+
+from kubernetes import client as k8s
+
+from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
+
+from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
+from .handshake import probe
+
+__all__ = [
+    "CONTAINER_NAME",
+    "DEFAULT_IMAGE",
+    "DEFAULT_NAMESPACE",
+    "INSTANCE_LABEL",
+    "OWNER_LABEL",
+    "ROLE_LABEL",
+    "WORKER_UID",
+    "KubernetesRuntime",
+    "KubernetesSandbox",
+]
+
+log = logging.getLogger("codemode.runtimes.kubernetes")
+
+DEFAULT_NAMESPACE = "codemode-workers"
+#: The worker image; its tag is the protocol version it speaks.
+DEFAULT_IMAGE = f"codemode-worker:{PROTOCOL_VERSION}"
+CONTAINER_NAME = "worker"
+#: The numeric non-root user and group every worker runs as.
+WORKER_UID = 65532
+ROLE_LABEL = "io.codemode.role"
+OWNER_LABEL = "io.codemode.owner"
+INSTANCE_LABEL = "io.codemode.runtime-instance"
+PROTOCOL_LABEL = "io.codemode.protocol-version"
+_OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start")
+
+STDERR_TAIL = 8 * 1024
+STDOUT_BUFFER = 1024 * 1024
+_WRITE_CHUNK = 64 * 1024
+_STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
+_V5 = "v5.channel.k8s.io"
+_OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
+_RETRY_STATUSES = (409, 429, 500, 502, 503, 504)
+#: Container waiting reasons that will not resolve by waiting: the image can't be had.
+_IMAGE_REASONS = ("ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+CleanupMode = Literal["dead", "all", "none"]
+DeleteOutcome = Literal["deleted", "gone", "failed"]
+_T = TypeVar("_T")
+
+
+# ----------------------------------------------------------------------------------- owner identity
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str:
+    """Start time of ``pid`` in clock ticks since boot ("" if there is no such process)."""
+    rest = _read_text(f"/proc/{pid}/stat").rpartition(")")[2].split()
+    return rest[19] if len(rest) > 19 else ""
+
+
+def _own_pod() -> tuple[str, str]:
+    """("namespace/name", uid) of the pod this host runs in, ("", "") outside Kubernetes.
+
+    From the downward API (``POD_NAMESPACE``, ``POD_NAME``, ``POD_UID``: k8s/deployment.yaml sets
+    them); inside a pod without them, the service account namespace and the host name.
+    """
+    name = os.environ.get("POD_NAME", "")
+    namespace = os.environ.get("POD_NAMESPACE", "")
+    if not name and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        name = socket.gethostname()
+    if name and not namespace:
+        namespace = _read_text("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if not (name and namespace):
+        return "", ""
+    return f"{namespace}/{name}", os.environ.get("POD_UID", "")
+
+
+class _Owner:
+    """Identity of this host process, recorded in every worker pod's labels and annotations."""
+
+    def __init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.id = uuid.uuid4().hex
+        self.pid = os.getpid()
+        self.start = _process_start(self.pid)
+        self.host = socket.gethostname()
+        self.boot = _read_text("/proc/sys/kernel/random/boot_id")
+        try:
+            self.pidns = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            self.pidns = ""
+        self.pod, self.pod_uid = _own_pod()
+
+    def annotations(self) -> dict[str, str]:
+        values = (self.pod, self.pod_uid, self.host, self.boot, self.pidns, str(self.pid), self.start)
+        return {f"io.codemode.owner-{k}": v for k, v in zip(_OWNER_ANNOTATIONS, values, strict=True)}
+
+
+_OWNER = _Owner()
+# A forked child is another host process: it gets its own owner id.
+os.register_at_fork(after_in_child=_OWNER.refresh)
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "status", None)
+    return code if isinstance(code, int) else None
+
+
+def _api_error_text(exc: BaseException) -> str:
+    """The API server's own message (from a Status body) when there is one."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes | str) and body:
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(body).get("message")
+            if isinstance(message, str) and message:
+                return f"{message} ({_status(exc)})"
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, k8s.ApiException):
+        return f"{reason} ({exc.status})" if exc.status else str(reason)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import urllib3.exceptions
+
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+def _maybe_sent(exc: BaseException) -> bool:
+    """Might the request have reached the API server? (No if the connection was never made.)"""
+    import urllib3.exceptions as u
+
+    reason = exc.reason if isinstance(exc, u.MaxRetryError) else exc
+    return not isinstance(reason, u.NewConnectionError | u.ConnectTimeoutError | u.SSLError)
+
+
+def _hangup(stream: Any) -> None:
+    """Cut an attach stream now: wake any thread blocked on it and close its socket."""
+    ws: Any = getattr(stream, "sock", None)
+    with contextlib.suppress(Exception):
+        ws.abort()
+    with contextlib.suppress(Exception):
+        ws.shutdown()
+
+
+def _worker_status(pod: Any) -> Any:
+    for cs in getattr(pod.status, "container_statuses", None) or []:
+        if cs.name == CONTAINER_NAME:
+            return cs
+    return None
+
+
+def _progress(pod: Any) -> tuple[Literal["running", "waiting", "ended", "no-image"], str]:
+    """Where a starting pod is, with a short description for error messages."""
+    status = pod.status
+    phase = getattr(status, "phase", None) or "Pending"
+    cs = _worker_status(pod)
+    state = getattr(cs, "state", None)
+    if phase in ("Succeeded", "Failed") or getattr(state, "terminated", None) is not None:
+        term = getattr(state, "terminated", None)
+        detail = f"phase {phase}"
+        if getattr(status, "reason", None):
+            detail += f", {status.reason}"
+        if term is not None:
+            detail += f", container exited {term.exit_code} ({term.reason or 'no reason'})"
+        return "ended", detail
+    if getattr(state, "running", None) is not None and phase == "Running":
+        return "running", "running"
+    waiting = getattr(state, "waiting", None)
+    if waiting is not None:
+        detail = f"container waiting: {waiting.reason or '?'}"
+        if waiting.message:
+            detail += f": {waiting.message[:200]}"
+        return ("no-image" if waiting.reason in _IMAGE_REASONS else "waiting"), detail
+    for cond in getattr(status, "conditions", None) or []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return "waiting", f"not scheduled: {cond.reason or '?'}: {(cond.message or '')[:200]}"
+    return "waiting", f"phase {phase}"
+
+
+def _default_attach() -> Callable[..., Any]:
+    from kubernetes.stream import stream
+
+    return cast("Callable[..., Any]", stream)
+
+
+def _parse_quantity(value: str) -> Any:
+    from kubernetes.utils import parse_quantity
+
+    return parse_quantity(value)  # type: ignore[no-untyped-call]
+
+
+class _Launch:
+    """Hand-over between a blocking pod launch and the (cancellable) coroutine awaiting it.
+
+    If the awaiting coroutine is cancelled while the launch still runs in its thread, the thread
+    deletes the pod itself (it polls ``abandoned``); if the launch already finished, the canceller
+    deletes it. Exactly one of the two does, under the lock.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.delivered = False
+
+
+# ----------------------------------------------------------------------------------- sandbox
+
+
+class KubernetesSandbox:
+    """One worker pod reached through its attached stdin/stdout (a websocket to the API server)."""
+
+    def __init__(
+        self, runtime: KubernetesRuntime, pod_name: str, stream: Any, loop: asyncio.AbstractEventLoop
+    ):
+        self._runtime = runtime
+        self.pod_name = pod_name
+        self._id = f"k8s-{pod_name}"
+        self._stream = stream  # kubernetes.stream.ws_client.WSClient
+        self._ws = stream.sock  # its websocket.WebSocket
+        self._v5 = getattr(stream, "subprotocol", None) == _V5
+        self._loop = loop
+        self._cond = threading.Condition()
+        self._out = bytearray()
+        self._out_limit = runtime.stdout_buffer_bytes
+        self._stderr = bytearray()
+        self._error = bytearray()
+        self._eof = False
+        self._closing = False
+        self._input_closed = False
+        self._data = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+        self._destroy_lock = threading.Lock()
+        self._destroy_future: concurrent.futures.Future[ExitInfo] | None = None
+        self.exit_info: ExitInfo | None = None
+        #: The pod was deleted (by this sandbox) or found gone.
+        self.deleted = False
+        self._reader = threading.Thread(target=self._read_loop, name=f"codemode-k8s-{pod_name}", daemon=True)
+        self._reader.start()
+
+    # -- Sandbox protocol ------------------------------------------------------------------------
+
+    @property
+    def worker_id(self) -> str:
+        return self._id
+
+    def alive(self) -> bool:
+        with self._cond:
+            return not (self._eof or self._closing)
+
+    async def write(self, data: bytes) -> None:
+        if self._input_closed or self._closing:
+            raise SandboxClosed(self._id)
+        async with self._write_lock:
+            if self._input_closed or self._closing:
+                raise SandboxClosed(self._id)
+            try:
+                await self._runtime._run_blocking(self._send, bytes(data))
+            except Exception as exc:
+                raise SandboxClosed(self._id) from exc
+
+    async def read(self, max_bytes: int) -> bytes:
+        if max_bytes <= 0:
+            return b""
+        while True:
+            with self._cond:
+                if self._out:
+                    chunk = bytes(self._out[:max_bytes])
+                    del self._out[:max_bytes]
+                    self._cond.notify_all()  # wake the reader waiting for buffer space
+                    return chunk
+                if self._eof or self._closing:
+                    return b""
+                self._data.clear()
+            await self._data.wait()
+
+    async def close_input(self) -> None:
+        if self._input_closed:
+            return
+        self._input_closed = True
+        if self._v5:  # v4 has no half-close: stdin closes with the stream (stdinOnce)
+            with contextlib.suppress(Exception):
+                await self._runtime._run_blocking(self._stream.close_channel, 0)
+
+    async def destroy(self) -> ExitInfo:
+        with self._destroy_lock:
+            if self._destroy_future is None:
+                self._destroy_future = self._runtime._submit(self._destroy_blocking)
+            future = self._destroy_future
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    # -- extras ----------------------------------------------------------------------------------
+
+    @property
+    def stderr_tail(self) -> bytes:
+        with self._cond:
+            return bytes(self._stderr)
+
+    @property
+    def error_channel(self) -> bytes:
+        """What the API server/kubelet reported on the error channel (a Status, for host logs)."""
+        with self._cond:
+            return bytes(self._error)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        # Several small websocket messages rather than one huge one (servers cap message size).
+        for i in range(0, max(len(data), 1), _WRITE_CHUNK):
+            self._stream.write_stdin(data[i : i + _WRITE_CHUNK])
+
+    def _notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            self._loop.call_soon_threadsafe(self._data.set)
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    # Bounded: a worker flooding stdout waits until the host reads (TCP back-pressure
+                    # through the API server and kubelet to the worker's pipe).
+                    while len(self._out) >= self._out_limit and not self._closing:
+                        self._cond.wait()
+                opcode, frame = self._ws.recv_data_frame(True)
+                if opcode == _OP_CLOSE:
+                    return
+                if opcode not in (_OP_BINARY, _OP_TEXT):
+                    continue  # ping/pong
+                data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+                if not data:
+                    continue
+                channel, payload = data[0], data[1:]
+                if channel == _STDOUT:
+                    self._push(self._out, payload, None)
+                elif channel == _CLOSE and payload[:1] == bytes([_STDOUT]):
+                    return
+                elif channel in (_STDERR, _ERROR):
+                    self._push(self._stderr if channel == _STDERR else self._error, payload, STDERR_TAIL)
+        except Exception:
+            return
+        finally:
+            with self._cond:
+                self._eof = True
+                self._cond.notify_all()
+            self._notify()
+
+    def _push(self, buffer: bytearray, payload: bytes, tail: int | None) -> None:
+        with self._cond:
+            if tail is None and self._closing:
+                return  # being destroyed: discard
+            buffer += payload
+            if tail is not None and len(buffer) > tail:
+                del buffer[: len(buffer) - tail]
+        if tail is None:
+            self._notify()
+
+    def _close_stream(self) -> None:
+        self._input_closed = True
+        with contextlib.suppress(Exception):
+            self._ws.abort()  # wakes the reader blocked in recv
+        self._reader.join(timeout=2.0)
+        _hangup(self._stream)
+
+    def _destroy_blocking(self) -> ExitInfo:
+        """Close the stream, read how the worker ended, delete the pod. Runs once, on the pool.
+
+        A worker whose output stream had already ended has exited (or is exiting): read its
+        terminated state (bounded wait), then delete the pod. A worker still running is being
+        killed by the host: delete it at once (grace period 0) and report SIGKILL (137) without
+        another round trip.
+        """
+        rt = self._runtime
+        with self._cond:
+            exited = self._eof
+            self._closing = True  # readers get EOF
+            self._out.clear()
+            self._cond.notify_all()
+        self._notify()
+        self._close_stream()
+        exit_code: int | None = None
+        sig: int | None = None
+        oom = False
+        found = "running"
+        if exited:
+            found, term = rt._terminated_blocking(self.pod_name)
+            if term is not None:
+                exit_code = term.exit_code
+                sig = term.signal
+                oom = term.reason == "OOMKilled"
+        outcome = rt._delete_blocking(self.pod_name)
+        self.deleted = outcome != "failed"
+        if found == "running" and outcome == "deleted":
+            exit_code, sig = 128 + 9, 9
+        if sig is None and exit_code is not None and exit_code > 128:
+            sig = exit_code - 128
+        rt._forget(self)
+        info = ExitInfo(exit_code=exit_code, signal=sig, oom_killed=oom, stderr_tail=self.stderr_tail)
+        self.exit_info = info
+        if oom:
+            log.info("kubernetes: worker %s was OOM-killed", self._id)
+        return info
+
+
+# ----------------------------------------------------------------------------------- runtime
+
+
+class KubernetesRuntime:
+    """Spawns one hardened pod per execute from the worker image.
+
+    Args:
+        namespace: where worker pods run (label it Pod Security ``restricted``; see k8s/).
+        image: worker image (default ``codemode-worker:<protocol version>``).
+        memory, cpu, ephemeral_storage: requests = limits of the worker container (quantities).
+        runtime_class: a RuntimeClass name (e.g. ``"gvisor"``), or None for the cluster default.
+        owner: this host's instance id, written to the ``io.codemode.owner`` label (default: random
+            per host process, renewed after fork).
+        api: a ``kubernetes.client.CoreV1Api`` (default: in-cluster config, else the kubeconfig).
+        attach: the function that opens the attach websocket (default ``kubernetes.stream.stream``).
+        cleanup_orphans: what ``start()`` deletes: ``"dead"`` (worker pods whose owner is provably
+            dead), ``"all"`` (every worker pod not owned by this instance), ``"none"``.
+        spawn_timeout: seconds from pod creation until its container runs and is attached.
+        probe_timeout: seconds for the attached worker to answer the probe.
+        api_timeout: seconds for one API call.
+        check_timeout: seconds for ``check()`` as a whole.
+        exit_wait: seconds ``destroy()`` waits for an exited worker's terminated state.
+        max_lifetime: ``activeDeadlineSeconds`` of every pod: a backstop for pods nobody deletes.
+        image_pull_policy: of the worker container.
+        stdout_buffer_bytes: how much worker stdout is buffered before the reader stops reading.
+        executor_threads: size of the thread pool that runs blocking client calls.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        image: str = DEFAULT_IMAGE,
+        memory: str = "256Mi",
+        cpu: str = "1",
+        ephemeral_storage: str = "64Mi",
+        runtime_class: str | None = None,
+        owner: str | None = None,
+        api: Any = None,
+        attach: Callable[..., Any] | None = None,
+        cleanup_orphans: CleanupMode = "dead",
+        spawn_timeout: float = 60.0,
+        probe_timeout: float = 10.0,
+        api_timeout: float = 30.0,
+        check_timeout: float = 5.0,
+        exit_wait: float = 3.0,
+        max_lifetime: int = 3600,
+        image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent",
+        stdout_buffer_bytes: int = STDOUT_BUFFER,
+        executor_threads: int = 32,
+    ) -> None:
+        if not _DNS_LABEL.fullmatch(namespace):
+            raise ValueError(f"namespace {namespace!r} is not a DNS label")
+        if runtime_class is not None and not _DNS_LABEL.fullmatch(runtime_class):
+            raise ValueError(f"runtime_class {runtime_class!r} is not a valid RuntimeClass name")
+        if owner is not None and not (owner and _LABEL_VALUE.fullmatch(owner)):
+            raise ValueError(f"owner {owner!r} is not a valid label value")
+        for what, value in (("memory", memory), ("cpu", cpu), ("ephemeral_storage", ephemeral_storage)):
+            try:
+                ok = _parse_quantity(value) > 0
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"{what} {value!r} is not a positive Kubernetes quantity")
+        if cleanup_orphans not in ("dead", "all", "none"):
+            raise ValueError("cleanup_orphans must be 'dead', 'all' or 'none'")
+        if max_lifetime <= 0 or spawn_timeout <= 0 or probe_timeout <= 0:
+            raise ValueError("max_lifetime, spawn_timeout and probe_timeout must be positive")
+        self.namespace = namespace
+        self.image = image
+        self.memory = memory
+        self.cpu = cpu
+        self.ephemeral_storage = ephemeral_storage
+        self.runtime_class = runtime_class
+        self.owner_id = owner
+        self.cleanup_orphans: CleanupMode = cleanup_orphans
+        self.spawn_timeout = spawn_timeout
+        self.probe_timeout = probe_timeout
+        self.api_timeout = api_timeout
+        self.check_timeout = check_timeout
+        self.exit_wait = exit_wait
+        self.max_lifetime = max_lifetime
+        self.image_pull_policy = image_pull_policy
+        self.stdout_buffer_bytes = max(64 * 1024, stdout_buffer_bytes)
+        #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
+        self.instance_id = uuid.uuid4().hex
+        self._api: Any = api
+        self._owns_api = api is None
+        self._attach = attach
+        self._api_lock = threading.Lock()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(4, executor_threads), thread_name_prefix="codemode-k8s"
+        )
+        self._live: set[KubernetesSandbox] = set()
+        self._live_lock = threading.Lock()
+        self._launches: set[concurrent.futures.Future[tuple[str, Any]]] = set()
+        self._closed = False
+        self._created_any = False
+        #: Number of orphan pods deleted by the last ``start()``.
+        self.orphans_removed = 0
+
+    # -- identity and the pod ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return "kubernetes" if self.runtime_class is None else f"kubernetes:{self.runtime_class}"
+
+    @property
+    def owner(self) -> str:
+        return self.owner_id or _OWNER.id
+
+    def labels(self) -> dict[str, str]:
+        """The labels every worker pod of this runtime gets (the NetworkPolicy selects the role)."""
+        return {
+            ROLE_LABEL: "worker",
+            OWNER_LABEL: self.owner,
+            INSTANCE_LABEL: self.instance_id,
+            PROTOCOL_LABEL: str(PROTOCOL_VERSION),
+        }
+
+    def pod_manifest(self, pod_name: str) -> k8s.V1Pod:
+        """The exact pod ``spawn()`` submits."""
+        quantities = {"memory": self.memory, "cpu": self.cpu, "ephemeral-storage": self.ephemeral_storage}
+        container = k8s.V1Container(
+            name=CONTAINER_NAME,
+            image=self.image,
+            image_pull_policy=self.image_pull_policy,
+            stdin=True,
+            stdin_once=True,
+            tty=False,
+            working_dir="/",
+            env=[k8s.V1EnvVar(name=WORKER_ENV_MARKER, value="1")],
+            resources=k8s.V1ResourceRequirements(requests=dict(quantities), limits=dict(quantities)),
+            security_context=k8s.V1SecurityContext(
+                read_only_root_filesystem=True,
+                allow_privilege_escalation=False,
+                privileged=False,
+                capabilities=k8s.V1Capabilities(drop=["ALL"]),
+                run_as_non_root=True,
+                run_as_user=WORKER_UID,
+                run_as_group=WORKER_UID,
+            ),
+            # gVisor mounts a writable tmpfs at /tmp unless the spec has one, and every pod gets a
+            # writable /dev/shm: shadow both with an empty, read-only, tiny tmpfs.
+            volume_mounts=[
+                k8s.V1VolumeMount(name="empty", mount_path="/tmp", read_only=True),
+                k8s.V1VolumeMount(name="empty", mount_path="/dev/shm", read_only=True),
+            ],
+        )
+        return k8s.V1Pod(
+            api_version="v1",
+            kind="Pod",
+            metadata=k8s.V1ObjectMeta(
+                name=pod_name,
+                namespace=self.namespace,
+                labels=self.labels(),
+                annotations=_OWNER.annotations(),
+            ),
+            spec=k8s.V1PodSpec(
+                containers=[container],
+                restart_policy="Never",
+                automount_service_account_token=False,
+                enable_service_links=False,
+                host_network=False,
+                host_pid=False,
+                host_ipc=False,
+                share_process_namespace=False,
+                hostname="worker",
+                active_deadline_seconds=self.max_lifetime,
+                termination_grace_period_seconds=1,
+                runtime_class_name=self.runtime_class,
+                security_context=k8s.V1PodSecurityContext(
+                    run_as_non_root=True,
+                    run_as_user=WORKER_UID,
+                    run_as_group=WORKER_UID,
+                    seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+                ),
+                volumes=[
+                    k8s.V1Volume(
+                        name="empty", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit="4Ki")
+                    )
+                ],
+            ),
+        )
+
+    # -- blocking plumbing -----------------------------------------------------------------------
+
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> concurrent.futures.Future[_T]:
+        try:
+            return self._executor.submit(fn, *args)
+        except RuntimeError:  # pool shut down (after aclose): run inline rather than leak
+            future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
+            return future
+
+    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.wrap_future(self._submit(fn, *args))
+
+    def _client(self) -> Any:
+        """The CoreV1Api (created on first use, in a worker thread)."""
+        with self._api_lock:
+            if self._api is None:
+                from kubernetes import config
+
+                configuration = k8s.Configuration()
+                try:
+                    try:
+                        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                    except config.ConfigException:
+                        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                except Exception as exc:
+                    raise RuntimeUnavailable(
+                        f"kubernetes: no API configuration (neither in-cluster nor kubeconfig): {exc}"
+                    ) from exc
+                self._api = k8s.CoreV1Api(k8s.ApiClient(configuration))
+            return self._api
+
+    def _endpoint(self) -> str:
+        host = getattr(getattr(getattr(self._api, "api_client", None), "configuration", None), "host", None)
+        return host if isinstance(host, str) else "the configured API server"
+
+    def _forget(self, sandbox: KubernetesSandbox) -> None:
+        with self._live_lock:
+            self._live.discard(sandbox)
+
+    def _unavailable(self, what: str, exc: BaseException) -> RuntimeUnavailable:
+        if _is_connection_error(exc):
+            return RuntimeUnavailable(
+                f"kubernetes: API server unreachable at {self._endpoint()} ({what}): {_api_error_text(exc)}"
+            )
+        hint = ""
+        if _status(exc) == 401:
+            hint = " (credentials rejected)"
+        elif _status(exc) == 403:
+            hint = (
+                " (forbidden: check the host's RBAC (k8s/rbac.yaml), the namespace's Pod Security"
+                " level and the RuntimeClass)"
+            )
+        return RuntimeUnavailable(f"kubernetes: {what}: {_api_error_text(exc)}{hint}")
+
+    def _delete_blocking(self, pod_name: str) -> DeleteOutcome:
+        """Delete one pod with grace period 0. Never raises.
+
+        ``"deleted"`` (this call deleted it), ``"gone"`` (404: it was not there any more) or
+        ``"failed"`` (logged; left to the ``aclose()`` sweep, the orphan rule and
+        ``activeDeadlineSeconds``). Conflicts, throttling, server errors and connection errors are
+        retried with backoff for up to ``api_timeout``.
+        """
+        deadline = time.monotonic() + self.api_timeout
+        delay = 0.02
+        while True:
+            try:
+                self._client().delete_namespaced_pod(
+                    pod_name, self.namespace, grace_period_seconds=0, _request_timeout=self.api_timeout
+                )
+                return "deleted"
+            except Exception as exc:
+                if _status(exc) == 404:
+                    return "gone"
+                retry = _status(exc) in _RETRY_STATUSES or _is_connection_error(exc)
+                if retry and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                log.error("kubernetes: could not delete worker pod %s: %s", pod_name, _api_error_text(exc))
+                return "failed"
+
+    def _terminated_blocking(self, pod_name: str) -> tuple[Literal["terminated", "running", "gone"], Any]:
+        """The worker container's terminated state, waiting up to ``exit_wait`` for the kubelet."""
+        deadline = time.monotonic() + self.exit_wait
+        while True:
+            try:
+                pod = self._client().read_namespaced_pod(
+                    pod_name, self.namespace, _request_timeout=self.api_timeout
+                )
+            except Exception as exc:
+                if _status(exc) == 404:
+                    return "gone", None
+                log.warning("kubernetes: reading worker pod %s failed: %s", pod_name, _api_error_text(exc))
+                return "running", None
+            reason = getattr(pod.status, "reason", None)
+            if reason in ("DeadlineExceeded", "Evicted"):
+                log.warning("kubernetes: worker pod %s ended: %s", pod_name, reason)
+            state = getattr(_worker_status(pod), "state", None)
+            term = getattr(state, "terminated", None)
+            if term is not None:
+                return "terminated", term
+            if time.monotonic() >= deadline:
+                return "running", None
+            time.sleep(0.1)
+
+    # -- Runtime protocol ------------------------------------------------------------------------
+
+    async def check(self) -> None:
+        try:
+            await asyncio.wait_for(self._run_blocking(self._check_blocking), self.check_timeout)
+        except TimeoutError:
+            raise RuntimeUnavailable(
+                f"kubernetes: API server at {self._endpoint()} did not answer within {self.check_timeout}s"
+            ) from None
+
+    def _check_blocking(self) -> None:
+        api = self._client()
+        try:
+            api.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{ROLE_LABEL}=worker",
+                limit=1,
+                _request_timeout=self.check_timeout,
+            )
+        except Exception as exc:
+            raise self._unavailable(f"cannot list pods in namespace {self.namespace}", exc) from exc
+
+    async def start(self) -> None:
+        if self.cleanup_orphans == "none":
+            return
+        self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
+
+    def _remove_orphans_blocking(self) -> int:
+        api = self._client()
+        pods: list[Any] = []
+        token: str | None = None
+        while True:
+            try:
+                page = api.list_namespaced_pod(
+                    self.namespace,
+                    label_selector=f"{ROLE_LABEL}=worker",
+                    limit=500,
+                    _continue=token,
+                    _request_timeout=self.api_timeout,
+                )
+            except Exception as exc:
+                raise self._unavailable(
+                    f"cannot list worker pods in namespace {self.namespace}", exc
+                ) from exc
+            pods.extend(page.items or [])
+            token = getattr(page.metadata, "var_continue", None)
+            if not token:
+                break
+        owners: dict[tuple[str, str], bool | None] = {}
+        removed = 0
+        for pod in pods:
+            meta = pod.metadata
+            if not self._is_orphan(meta.labels or {}, meta.annotations or {}, owners):
+                continue
+            log.warning(
+                "kubernetes: deleting orphaned worker pod %s (owner %s, pod %s, pid %s on %s)",
+                meta.name,
+                (meta.labels or {}).get(OWNER_LABEL),
+                (meta.annotations or {}).get("io.codemode.owner-pod"),
+                (meta.annotations or {}).get("io.codemode.owner-pid"),
+                (meta.annotations or {}).get("io.codemode.owner-host"),
+            )
+            if self._delete_blocking(meta.name) != "failed":
+                removed += 1
+        return removed
+
+    def _is_orphan(
+        self,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        owners: dict[tuple[str, str], bool | None],
+    ) -> bool:
+        """The orphan rule (docs/kubernetes.md): may ``start()`` delete a pod with these labels?"""
+        if labels.get(ROLE_LABEL) != "worker" or labels.get(OWNER_LABEL, "") == self.owner:
+            return False
+        if self.cleanup_orphans != "dead":
+            return self.cleanup_orphans == "all"
+        ann = {k: annotations.get(f"io.codemode.owner-{k}", "") for k in _OWNER_ANNOTATIONS}
+        me = _OWNER
+        if ann["boot"] and ann["boot"] == me.boot and ann["pidns"] and ann["pidns"] == me.pidns:
+            # 1. Same kernel boot and pid namespace: alive iff its pid runs with the same start time.
+            try:
+                pid = int(ann["pid"])
+            except ValueError:
+                return False
+            now = _process_start(pid)
+            return not now or (bool(ann["start"]) and now != ann["start"])
+        if ann["pod"]:
+            # 2. The owner ran in a pod. Our own pod in another pid namespace: our container was
+            # restarted, the old process is gone. Another pod: dead iff it no longer exists.
+            if ann["pod"] == me.pod and (not ann["pod-uid"] or ann["pod-uid"] == me.pod_uid):
+                return True
+            key = (ann["pod"], ann["pod-uid"])
+            if key not in owners:
+                owners[key] = self._owner_pod_gone(*key)
+            return owners[key] is True
+        # 3. Outside Kubernetes: the same host name in another boot or pid namespace was restarted.
+        return bool(ann["host"]) and ann["host"] == me.host and not me.pod
+
+    def _owner_pod_gone(self, ref: str, uid: str) -> bool | None:
+        namespace, _, name = ref.partition("/")
+        try:
+            pod = self._client().read_namespaced_pod(name, namespace, _request_timeout=self.api_timeout)
+        except Exception as exc:
+            if _status(exc) == 404:
+                return True
+            log.warning(
+                "kubernetes: cannot tell whether owner pod %s is alive: %s", ref, _api_error_text(exc)
+            )
+            return None
+        if uid and getattr(pod.metadata, "uid", None) != uid:
+            return True  # another pod of the same name (e.g. a StatefulSet replacement)
+        return getattr(pod.status, "phase", None) in ("Succeeded", "Failed")
+
+    async def spawn(self) -> KubernetesSandbox:
+        if self._closed:
+            raise RuntimeUnavailable("kubernetes runtime is closed")
+        loop = asyncio.get_running_loop()
+        handoff = _Launch()
+        future = self._submit(self._launch_blocking, handoff)
+        with self._live_lock:
+            self._launches.add(future)
+        future.add_done_callback(self._launch_done)
+        # The launch bounds its own wait for the pod; this also bounds a hung create or attach.
+        bound = self.spawn_timeout + self.api_timeout
+        try:
+            pod_name, stream = await asyncio.wait_for(asyncio.wrap_future(future), bound)
+        except BaseException as exc:
+            with handoff.lock:
+                handoff.abandoned = True
+                delivered = handoff.delivered
+            if delivered and future.done() and not future.cancelled() and future.exception() is None:
+                self._submit(self._discard_blocking, *future.result())
+            if isinstance(exc, TimeoutError):
+                raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
+            raise
+        sandbox = KubernetesSandbox(self, pod_name, stream, loop)
+        with self._live_lock:
+            self._live.add(sandbox)
+        try:
+            await probe(sandbox, self.probe_timeout)
+        except BaseException as exc:
+            info = await sandbox.destroy()
+            if isinstance(exc, SpawnFailed):
+                log.warning(
+                    "kubernetes: worker %s failed to start: %s (exit %s, oom %s, stderr %r, error %r)",
+                    sandbox.worker_id,
+                    exc,
+                    info.exit_code,
+                    info.oom_killed,
+                    info.stderr_tail[-512:],
+                    sandbox.error_channel[-512:],
+                )
+            raise
+        return sandbox
+
+    def _launch_done(self, future: concurrent.futures.Future[tuple[str, Any]]) -> None:
+        with self._live_lock:
+            self._launches.discard(future)
+
+    def _discard_blocking(self, pod_name: str, stream: Any) -> None:
+        _hangup(stream)
+        self._delete_blocking(pod_name)
+
+    def _launch_blocking(self, handoff: _Launch) -> tuple[str, Any]:
+        """create -> wait until running -> attach; deletes the pod again on any failure."""
+        api = self._client()
+        pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
+        deadline = time.monotonic() + self.spawn_timeout
+        created = False
+        self._created_any = True
+        try:
+            try:
+                api.create_namespaced_pod(
+                    self.namespace, self.pod_manifest(pod_name), _request_timeout=self.api_timeout
+                )
+                created = True
+            except k8s.ApiException as exc:
+                created = not (exc.status and 400 <= exc.status < 500)  # 4xx: certainly not created
+                raise
+            except Exception as exc:
+                created = _maybe_sent(exc)  # a timeout or lost response: the pod may exist
+                raise
+            self._wait_running_blocking(api, pod_name, deadline, handoff)
+            attach = self._attach or _default_attach()
+            stream = attach(
+                self._attach_method(api),
+                pod_name,
+                self.namespace,
+                container=CONTAINER_NAME,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
+            if getattr(stream, "sock", None) is None:
+                _hangup(stream)
+                raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
+        except Exception as exc:
+            if created:
+                self._delete_blocking(pod_name)
+            raise self._launch_error(pod_name, exc) from exc
+        with handoff.lock:
+            if not handoff.abandoned:
+                handoff.delivered = True
+                return pod_name, stream
+        # The spawning coroutine was cancelled meanwhile: nobody will use this pod.
+        self._discard_blocking(pod_name, stream)
+        raise SpawnFailed("spawn cancelled")
+
+    @staticmethod
+    def _attach_method(api: Any) -> Callable[..., Any]:
+        """``connect_get_namespaced_pod_attach`` on a CoreV1Api with an ApiClient of its own.
+
+        ``kubernetes.stream.stream`` swaps ``call_api`` on the ApiClient behind the method for the
+        duration of the call: on a shared client, REST calls that other threads make meanwhile
+        would be sent as websocket requests. A fresh client shares only the configuration.
+        """
+        method: Callable[..., Any] = api.connect_get_namespaced_pod_attach
+        client = getattr(getattr(method, "__self__", None), "api_client", None)
+        if isinstance(client, k8s.ApiClient):
+            return cast(
+                "Callable[..., Any]",
+                k8s.CoreV1Api(k8s.ApiClient(client.configuration)).connect_get_namespaced_pod_attach,
+            )
+        return method
+
+    def _wait_running_blocking(self, api: Any, pod_name: str, deadline: float, handoff: _Launch) -> None:
+        delay = 0.05
+        detail = "not read yet"
+        while True:
+            if handoff.abandoned or self._closed:
+                raise SpawnFailed("spawn cancelled")
+            try:
+                pod = api.read_namespaced_pod(pod_name, self.namespace, _request_timeout=self.api_timeout)
+            except Exception as exc:
+                if _status(exc) == 404:
+                    raise SpawnFailed(f"kubernetes: worker pod {pod_name} vanished while starting") from exc
+                if not (_status(exc) in _RETRY_STATUSES or _is_connection_error(exc)):
+                    raise
+                detail = f"API error: {_api_error_text(exc)}"
+            else:
+                where, detail = _progress(pod)
+                if where == "running":
+                    return
+                if where == "ended":
+                    raise SpawnFailed(f"kubernetes: worker pod {pod_name} ended before attach: {detail}")
+                if where == "no-image":
+                    raise RuntimeUnavailable(f"kubernetes: worker image {self.image!r} unavailable: {detail}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SpawnFailed(
+                    f"kubernetes: worker pod {pod_name} not running after {self.spawn_timeout}s: {detail}"
+                )
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.5)
+
+    def _launch_error(self, pod_name: str, exc: Exception) -> Exception:
+        if isinstance(exc, RuntimeUnavailable | SpawnFailed):
+            return exc
+        status = _status(exc)
+        text = _api_error_text(exc)
+        if _is_connection_error(exc) or status in (401, 404, 400, 422):
+            # unreachable, credentials, no such namespace, or the cluster rejects the pod spec
+            return self._unavailable(f"cannot create worker pod in namespace {self.namespace}", exc)
+        if status == 403:
+            if "exceeded quota" in text:
+                return SpawnFailed(f"kubernetes: worker pod quota exhausted: {text}")
+            # RBAC, Pod Security admission, RuntimeClass admission
+            return self._unavailable(f"worker pod refused in namespace {self.namespace}", exc)
+        if status == 0 and "403" in text:  # websocket handshake refused: no pods/attach permission
+            return self._unavailable(f"cannot attach to worker pod {pod_name}", exc)
+        return SpawnFailed(f"kubernetes: cannot start worker pod {pod_name}: {text}")
+
+    def live_sandboxes(self) -> list[KubernetesSandbox]:
+        with self._live_lock:
+            return list(self._live)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Launches in flight see _closed and delete their own pod.
+        with self._live_lock:
+            launches = list(self._launches)
+        if launches:
+            await asyncio.to_thread(concurrent.futures.wait, launches, self.api_timeout)
+        await asyncio.gather(*(s.destroy() for s in self.live_sandboxes()), return_exceptions=True)
+        # Belt and braces: any pod of this runtime object that escaped the bookkeeping (bounded: the
+        # API server may be the reason we are closing).
+        if self._created_any:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._run_blocking(self._sweep_own_blocking), self.api_timeout)
+        self._executor.shutdown(wait=False)
+        api, self._api = self._api, None
+        if api is not None and self._owns_api:
+            with contextlib.suppress(Exception):
+                api.api_client.close()
+
+    def _sweep_own_blocking(self) -> None:
+        if self._api is None:
+            return
+        found = self._api.list_namespaced_pod(
+            self.namespace,
+            label_selector=f"{INSTANCE_LABEL}={self.instance_id}",
+            _request_timeout=self.api_timeout,
+        )
+        for pod in found.items or []:
+            log.warning("kubernetes: deleting leftover worker pod %s at close", pod.metadata.name)
+            self._delete_blocking(pod.metadata.name)

@@ -1,0 +1,237 @@
+"""The manifests in k8s/: schema-valid offline, and saying what the runtime and docs rely on.
+
+Every document is validated with kubernetes-validate (strict: unknown fields are errors) against
+the OpenAPI schemas of Kubernetes 1.30 and of the newest version it ships. Then the security
+properties are asserted directly: the worker NetworkPolicy denies everything, the workers'
+namespace enforces Pod Security "restricted", RBAC grants exactly what the runtime calls, and both
+the host pod and the runtime's worker pod meet the restricted profile's rules.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from codemode.runtimes.kubernetes import DEFAULT_NAMESPACE, ROLE_LABEL, KubernetesRuntime
+
+K8S = Path(__file__).resolve().parents[2] / "k8s"
+FILES = sorted(K8S.rglob("*.yaml"))
+VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
+
+
+def docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+ALL = [d for f in FILES for d in docs(f)]
+
+
+def find(kind: str, name: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in ALL
+        if d["kind"] == kind
+        and (name is None or d["metadata"]["name"] == name)
+        and (namespace is None or d["metadata"].get("namespace") == namespace)
+    ]
+
+
+def one(kind: str, name: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+    (d,) = find(kind, name, namespace)
+    return d
+
+
+def test_the_expected_manifests_exist() -> None:
+    names = {str(f.relative_to(K8S)) for f in FILES}
+    assert names >= {
+        "00-namespaces.yaml",
+        "rbac.yaml",
+        "deployment.yaml",
+        "service.yaml",
+        "networkpolicy.yaml",
+        "configmap.yaml",
+        "resourcequota.yaml",
+        "optional/runtimeclass-gvisor.yaml",
+    }
+    # `kubectl apply -f k8s/` applies files in name order: the namespaces must come first.
+    first = sorted(K8S.glob("*.yaml"))[0]
+    assert {d["kind"] for d in docs(first)} == {"Namespace"}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(K8S)))
+def test_every_document_validates_strictly(path: Path, version: str) -> None:
+    found = docs(path)
+    assert found, f"{path} holds no documents"
+    for doc in found:
+        # SchemaNotFoundError (an unknown kind/apiVersion) fails the test as well.
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_strict_validation_rejects_a_misspelt_field() -> None:
+    bad = one("Deployment")
+    bad = {**bad, "spec": {**bad["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.30", strict=True)
+
+
+def test_names_are_unique() -> None:
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in ALL]
+    assert len(keys) == len(set(keys))
+
+
+def test_workers_namespace_enforces_restricted_pod_security() -> None:
+    labels = one("Namespace", DEFAULT_NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "latest"
+    assert one("Namespace", "codemode")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == (
+        "restricted"
+    )
+
+
+def test_worker_network_policy_denies_all_ingress_and_egress() -> None:
+    policies = find("NetworkPolicy", namespace=DEFAULT_NAMESPACE)
+    selecting = [p for p in policies if p["spec"]["podSelector"] == {"matchLabels": {ROLE_LABEL: "worker"}}]
+    assert len(selecting) == 1
+    for policy in [*selecting, *(p for p in policies if p["spec"]["podSelector"] == {})]:
+        spec = policy["spec"]
+        assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+        assert not spec.get("ingress") and not spec.get("egress")
+    # Nothing in the namespace opens a hole again (policies are additive allow-lists).
+    assert all(not p["spec"].get("ingress") and not p["spec"].get("egress") for p in policies)
+    # The label it selects is the one every worker pod gets.
+    pod = KubernetesRuntime(api=object()).pod_manifest("p")
+    assert pod.metadata is not None and (pod.metadata.labels or {})[ROLE_LABEL] == "worker"
+
+
+def test_rbac_grants_exactly_what_the_runtime_uses() -> None:
+    sa = one("ServiceAccount", "codemode-host", "codemode")
+    assert sa["automountServiceAccountToken"] is False
+    role = one("Role", "codemode-worker-manager", DEFAULT_NAMESPACE)
+    grants = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    assert grants == {
+        ("pods", "create"),
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "delete"),
+        ("pods/attach", "create"),
+        ("pods/attach", "get"),
+    }
+    lookup = one("Role", "codemode-owner-lookup", "codemode")
+    assert lookup["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    for name, namespace in (
+        ("codemode-worker-manager", DEFAULT_NAMESPACE),
+        ("codemode-owner-lookup", "codemode"),
+    ):
+        binding = one("RoleBinding", name, namespace)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "codemode-host", "namespace": "codemode"}
+        ]
+    assert not find("ClusterRole") and not find("ClusterRoleBinding")
+    text = "\n".join(str(d) for d in ALL if d["kind"] in ("Role", "ClusterRole"))
+    assert "*" not in text and "secrets" not in text and "pods/exec" not in text
+
+
+def wire(pod: k8s.V1Pod) -> Any:
+    """The pod as the client sends it (camelCase JSON, no nulls)."""
+    return k8s.ApiClient().sanitize_for_serialization(pod)  # type: ignore[no-untyped-call]
+
+
+def restricted_violations(pod_spec: dict[str, Any]) -> list[str]:
+    """The rules of the Pod Security Standards' "restricted" profile (and "baseline" beneath it)
+    that apply to these pods, checked on a camelCase pod spec. Not the real admission plugin."""
+    problems = []
+    psc = pod_spec.get("securityContext") or {}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod_spec.get(key):
+            problems.append(key)
+    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                       "projected", "secret"}  # fmt: skip
+    for volume in pod_spec.get("volumes") or []:
+        if set(volume) - {"name"} - allowed_volumes:
+            problems.append(f"volume {volume['name']}")
+    for c in pod_spec["containers"] + (pod_spec.get("initContainers") or []):
+        sc = c.get("securityContext") or {}
+        name = c["name"]
+        if sc.get("privileged"):
+            problems.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{name}: allowPrivilegeEscalation")
+        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+            problems.append(f"{name}: capabilities not dropped")
+        if set((sc.get("capabilities") or {}).get("add") or []) - {"NET_BIND_SERVICE"}:
+            problems.append(f"{name}: capabilities added")
+        if not (sc.get("runAsNonRoot", psc.get("runAsNonRoot"))):
+            problems.append(f"{name}: runAsNonRoot")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            problems.append(f"{name}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{name}: seccomp")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            problems.append(f"{name}: hostPort")
+    return problems
+
+
+def test_host_deployment_is_hardened() -> None:
+    deployment = one("Deployment", "codemode", "codemode")
+    pod = deployment["spec"]["template"]["spec"]
+    assert restricted_violations(pod) == []
+    assert pod["serviceAccountName"] == "codemode-host"
+    assert pod["automountServiceAccountToken"] is True
+    (c,) = pod["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["CODEMODE_RUNTIME"]["value"] == "kubernetes"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    paths = {p["httpGet"]["path"] for p in (c["livenessProbe"], c["readinessProbe"])}
+    assert paths == {"/healthz", "/readyz"}
+    # The ConfigMap it mounts exists, and the Service selects its pods.
+    (config,) = [v for v in pod["volumes"] if "configMap" in v]
+    one("ConfigMap", config["configMap"]["name"], "codemode")
+    service = one("Service", "codemode", "codemode")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ports = {p["name"] for p in c["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+
+
+@pytest.mark.parametrize("runtime_class", [None, "gvisor"])
+def test_the_worker_pod_meets_the_restricted_profile(runtime_class: str | None) -> None:
+    pod = KubernetesRuntime(api=object(), runtime_class=runtime_class).pod_manifest("codemode-worker-x")
+    spec = wire(pod)["spec"]
+    assert restricted_violations(spec) == []
+
+
+def test_the_quota_admits_worker_pods() -> None:
+    hard = one("ResourceQuota", namespace=DEFAULT_NAMESPACE)["spec"]["hard"]
+    # A quota on limits/requests makes the API server refuse pods that don't state them: ours do.
+    spec = wire(KubernetesRuntime(api=object()).pod_manifest("p"))["spec"]
+    resources = spec["containers"][0]["resources"]
+    for key in hard:
+        if "." in key:
+            kind, resource = key.split(".", 1)
+            assert resource in resources[kind], key
+    assert int(hard["pods"]) > 0
+
+
+def test_the_optional_runtime_class_matches_the_runtime_option() -> None:
+    rc = one("RuntimeClass", "gvisor")
+    assert rc["handler"] == "runsc"
+    assert KubernetesRuntime(api=object(), runtime_class=rc["metadata"]["name"]).name == "kubernetes:gvisor"
+    # Not applied by `kubectl apply -f k8s/` (cluster-scoped, needs cluster-admin).
+    assert all(
+        f.parent.name == "optional" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f))
+    )

@@ -1,0 +1,1154 @@
+"""KubernetesRuntime against the official client's interfaces, without a cluster.
+
+The REST side is a fake CoreV1Api that behaves like the real one at the boundary: every call is
+checked against the real ``CoreV1Api`` method signature, it stores and returns
+``kubernetes.client.models`` objects, and it raises ``ApiException`` with real status codes and
+Status bodies. The attach side is real: the runtime calls the real ``kubernetes.stream.stream`` on
+a real ``CoreV1Api`` whose host is a local websocket server speaking the Kubernetes channel
+protocol (``v5.channel.k8s.io``: 1-byte channel prefix, binary messages); the fake worker behind it
+speaks the codemode wire protocol. What this cannot show (a real API server, kubelet, admission,
+NetworkPolicy enforcement) is listed in docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import datetime
+import hashlib
+import inspect
+import json
+import os
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from codemode.runtimes import kubernetes as kmod
+from codemode.runtimes.base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from codemode.runtimes.kubernetes import (
+    INSTANCE_LABEL,
+    OWNER_LABEL,
+    ROLE_LABEL,
+    KubernetesRuntime,
+    KubernetesSandbox,
+)
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker.protocol import FrameDecoder, encode_frame
+
+NS = "codemode-workers"
+HOST_NS = "codemode"
+
+# ----------------------------------------------------------------------------------- fake worker
+
+
+class WorkerConn:
+    """Server side of one attach websocket: the fake worker's stdio (kubelet/API-server framing)."""
+
+    def __init__(self, sock: socket.socket, path: str, query: dict[str, list[str]], headers: dict[str, str]):
+        self.sock = sock
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.closed_channels: list[int] = []
+        self._lock = threading.Lock()
+
+    def _exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return buf
+
+    def recv_stdin(self) -> bytes | None:
+        """The next stdin payload from the host; None when the stream ends."""
+        try:
+            while True:
+                b0, b1 = self._exact(2)
+                opcode, n = b0 & 0x0F, b1 & 0x7F
+                if n == 126:
+                    n = int.from_bytes(self._exact(2), "big")
+                elif n == 127:
+                    n = int.from_bytes(self._exact(8), "big")
+                mask = self._exact(4) if b1 & 0x80 else b"\0\0\0\0"
+                data = bytes(c ^ mask[i % 4] for i, c in enumerate(self._exact(n)))
+                if opcode == 0x8:
+                    return None
+                if opcode != 0x2:
+                    continue
+                if data[0] == 255:
+                    self.closed_channels.append(data[1])
+                    continue
+                assert data[0] == 0, "the host writes on the stdin channel only"
+                return data[1:]
+        except (EOFError, OSError):
+            return None
+
+    def send(self, channel: int, payload: bytes, opcode: int = 0x2) -> None:
+        data = bytes([channel]) + payload
+        n = len(data)
+        if n < 126:
+            head = bytes([0x80 | opcode, n])
+        elif n < 65536:
+            head = bytes([0x80 | opcode, 126]) + n.to_bytes(2, "big")
+        else:
+            head = bytes([0x80 | opcode, 127]) + n.to_bytes(8, "big")
+        with self._lock:
+            self.sock.sendall(head + data)
+
+    def close(self) -> None:
+        if self._lock.acquire(timeout=0.2):  # a sender blocked on back-pressure holds it
+            with contextlib.suppress(OSError):
+                self.sock.sendall(bytes([0x88, 2]) + (1000).to_bytes(2, "big"))
+            self._lock.release()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+
+Behavior = Callable[[WorkerConn], "tuple[int, str] | None"]
+
+
+def probing_worker(after: Callable[[WorkerConn], tuple[int, str] | None] | None = None) -> Behavior:
+    """Answers the probe like the real worker, then runs ``after`` (default: echo stdin on stdout)."""
+
+    def run(conn: WorkerConn) -> tuple[int, str] | None:
+        decoder = FrameDecoder(1 << 20)
+        while True:
+            data = conn.recv_stdin()
+            if data is None:
+                return None
+            frames = decoder.feed(data)
+            if frames:
+                assert frames[0] == {"k": "probe", "v": PROTOCOL_VERSION}
+                conn.send(1, encode_frame({"k": "probe_ack", "v": PROTOCOL_VERSION}))
+                break
+        if after is not None:
+            return after(conn)
+        while (data := conn.recv_stdin()) is not None:
+            conn.send(1, data)
+        return None
+
+    return run
+
+
+class AttachServer:
+    """A local websocket endpoint for ``.../pods/<name>/attach`` (what the API server proxies)."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.requests: list[WorkerConn] = []
+        self.refuse: int | None = None  # HTTP status to refuse the upgrade with
+        self.subprotocol = "v5.channel.k8s.io"
+        self.conns: dict[str, WorkerConn] = {}
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return
+            raw += chunk
+        lines = raw.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
+        target = lines[0].split(" ")[1]
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        url = urllib.parse.urlsplit(target)
+        conn = WorkerConn(sock, url.path, urllib.parse.parse_qs(url.query), headers)
+        self.requests.append(conn)
+        if self.refuse is not None:
+            sock.sendall(f"HTTP/1.1 {self.refuse} Forbidden\r\nContent-Length: 0\r\n\r\n".encode())
+            sock.close()
+            return
+        accept = base64.b64encode(
+            hashlib.sha1(
+                (headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()
+            ).digest()
+        ).decode()
+        sock.sendall(
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: {self.subprotocol}\r\n\r\n"
+            ).encode()
+        )
+        pod = url.path.split("/")[-2]
+        self.conns[pod] = conn
+        try:
+            result = self.cluster.behavior(conn)
+        except Exception:
+            result = None
+        if result is not None:
+            self.cluster.terminate(pod, *result)
+        conn.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+# ----------------------------------------------------------------------------------- fake REST API
+
+
+def api_error(status: int, reason: str, message: str = "") -> k8s.ApiException:
+    exc = k8s.ApiException(status=status, reason=reason)
+    exc.body = json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": message or reason,
+            "code": status,
+        }
+    )
+    return exc
+
+
+class FakeCoreV1Api:
+    """The CoreV1Api calls the runtime makes, with the real API's types, statuses and signatures."""
+
+    def __init__(self, cluster: FakeCluster, attach_host: str) -> None:
+        self.cluster = cluster
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.errors: dict[str, list[BaseException]] = {}
+        self.pods: dict[tuple[str, str], k8s.V1Pod] = {}
+        self.lock = threading.Lock()
+        conf = k8s.Configuration()
+        conf.host = attach_host
+        self.api_client = k8s.ApiClient(conf)
+        self._real = k8s.CoreV1Api(self.api_client)
+        self.connect_get_namespaced_pod_attach = self._real.connect_get_namespaced_pod_attach
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> None:
+        # Only parameters the real method accepts, bound the way the real method binds them.
+        inspect.signature(getattr(k8s.CoreV1Api, name)).bind(self._real, *args, **kwargs)
+        with self.lock:
+            self.calls.append((name, args, kwargs))
+            queue = self.errors.get(name)
+            if queue:
+                raise queue.pop(0)
+
+    def called(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [(a, k) for n, a, k in self.calls if n == name]
+
+    def create_namespaced_pod(self, namespace: str, body: k8s.V1Pod, **kwargs: Any) -> k8s.V1Pod:
+        self._call("create_namespaced_pod", namespace, body, **kwargs)
+        assert isinstance(body, k8s.V1Pod)
+        pod = copy.deepcopy(body)
+        assert pod.metadata is not None and pod.metadata.name
+        with self.lock:
+            if (namespace, pod.metadata.name) in self.pods:
+                raise api_error(409, "Conflict", f'pods "{pod.metadata.name}" already exists')
+            pod.metadata.namespace = namespace
+            pod.metadata.uid = f"uid-{pod.metadata.name}"
+            pod.metadata.creation_timestamp = datetime.datetime.now(datetime.UTC)
+            pod.status = k8s.V1PodStatus(phase="Pending")
+            self.pods[(namespace, pod.metadata.name)] = pod
+            self.cluster.created.append(copy.deepcopy(body))
+        return copy.deepcopy(pod)
+
+    def read_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> k8s.V1Pod:
+        self._call("read_namespaced_pod", name, namespace, **kwargs)
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise api_error(404, "Not Found", f'pods "{name}" not found')
+            self.cluster.advance(pod)
+            return copy.deepcopy(pod)
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> k8s.V1PodList:
+        self._call("list_namespaced_pod", namespace, **kwargs)
+        wanted = dict(part.split("=", 1) for part in (kwargs.get("label_selector") or "").split(",") if part)
+        with self.lock:
+            items = [
+                copy.deepcopy(p)
+                for (ns, _), p in sorted(self.pods.items())
+                if ns == namespace and all((p.metadata.labels or {}).get(k) == v for k, v in wanted.items())  # type: ignore[union-attr]
+            ]
+        limit = kwargs.get("limit")
+        return k8s.V1PodList(items=items[:limit] if limit else items, metadata=k8s.V1ListMeta())
+
+    def delete_namespaced_pod(self, name: str, namespace: str, **kwargs: Any) -> k8s.V1Pod:
+        self._call("delete_namespaced_pod", name, namespace, **kwargs)
+        with self.lock:
+            pod = self.pods.pop((namespace, name), None)
+        if pod is None:
+            raise api_error(404, "Not Found", f'pods "{name}" not found')
+        conn = self.cluster.server.conns.get(name)
+        if conn is not None:  # the kubelet kills the container: its streams end
+            conn.close()
+        return pod
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.created: list[k8s.V1Pod] = []
+        self.behavior: Behavior = probing_worker()
+        self.run_after_reads: int | None = 1  # None: the pod never runs
+        self.waiting_reason = "ContainerCreating"
+        self.reads: dict[str, int] = {}
+        self.crash_on_read: tuple[int, str] | None = None  # the container exits before it runs
+        self.server = AttachServer(self)
+        self.api = FakeCoreV1Api(self, f"http://127.0.0.1:{self.server.port}")
+
+    def advance(self, pod: k8s.V1Pod) -> None:
+        """What the scheduler and kubelet would have done by now (called under the API lock)."""
+        assert pod.metadata is not None and pod.status is not None
+        name = pod.metadata.name or ""
+        self.reads[name] = self.reads.get(name, 0) + 1
+        if pod.status.phase != "Pending":
+            return
+        if self.crash_on_read is not None:
+            self._set_terminated(pod, *self.crash_on_read)
+            return
+        if self.run_after_reads is not None and self.reads[name] > self.run_after_reads:
+            pod.status.phase = "Running"
+            state = k8s.V1ContainerState(
+                running=k8s.V1ContainerStateRunning(started_at=datetime.datetime.now())
+            )
+        else:
+            state = k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason=self.waiting_reason))
+        pod.status.container_statuses = [
+            k8s.V1ContainerStatus(
+                name="worker",
+                image="codemode-worker:1",
+                image_id="",
+                ready=False,
+                restart_count=0,
+                state=state,
+            )
+        ]
+
+    def terminate(self, pod_name: str, exit_code: int, reason: str) -> None:
+        with self.api.lock:
+            pod = self.api.pods.get((NS, pod_name))
+            if pod is not None:
+                self._set_terminated(pod, exit_code, reason)
+
+    @staticmethod
+    def _set_terminated(pod: k8s.V1Pod, exit_code: int, reason: str) -> None:
+        assert pod.status is not None
+        pod.status.phase = "Succeeded" if exit_code == 0 else "Failed"
+        pod.status.container_statuses = [
+            k8s.V1ContainerStatus(
+                name="worker",
+                image="codemode-worker:1",
+                image_id="",
+                ready=False,
+                restart_count=0,
+                state=k8s.V1ContainerState(
+                    terminated=k8s.V1ContainerStateTerminated(exit_code=exit_code, reason=reason)
+                ),
+            )
+        ]
+
+
+@pytest.fixture
+def cluster() -> Any:
+    c = FakeCluster()
+    yield c
+    c.server.close()
+
+
+def make_runtime(cluster: FakeCluster, **kwargs: Any) -> KubernetesRuntime:
+    kwargs.setdefault("owner", "host-a")
+    kwargs.setdefault("spawn_timeout", 5.0)
+    kwargs.setdefault("probe_timeout", 5.0)
+    kwargs.setdefault("exit_wait", 1.0)
+    return KubernetesRuntime(api=cluster.api, **kwargs)
+
+
+def serialized(obj: Any) -> Any:
+    """What the client puts on the wire (camelCase JSON, no nulls)."""
+    return k8s.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
+
+async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+# ----------------------------------------------------------------------------------- the pod
+
+
+def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
+    q = {"cpu": "1", "ephemeral-storage": "64Mi", "memory": "256Mi"}
+    spec: dict[str, Any] = {
+        "activeDeadlineSeconds": 3600,
+        "automountServiceAccountToken": False,
+        "containers": [
+            {
+                "env": [{"name": "CODEMODE_WORKER", "value": "1"}],
+                "image": "codemode-worker:1",
+                "imagePullPolicy": "IfNotPresent",
+                "name": "worker",
+                "resources": {"limits": q, "requests": q},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "privileged": False,
+                    "readOnlyRootFilesystem": True,
+                    "runAsGroup": 65532,
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                },
+                "stdin": True,
+                "stdinOnce": True,
+                "tty": False,
+                "volumeMounts": [
+                    {"mountPath": "/tmp", "name": "empty", "readOnly": True},
+                    {"mountPath": "/dev/shm", "name": "empty", "readOnly": True},
+                ],
+                "workingDir": "/",
+            }
+        ],
+        "enableServiceLinks": False,
+        "hostIPC": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostname": "worker",
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsGroup": 65532,
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "shareProcessNamespace": False,
+        "terminationGracePeriodSeconds": 1,
+        "volumes": [{"emptyDir": {"medium": "Memory", "sizeLimit": "4Ki"}, "name": "empty"}],
+    }
+    if runtime_class is not None:
+        spec["runtimeClassName"] = runtime_class
+    return spec
+
+
+async def test_submitted_pod_is_exactly_the_hardened_spec(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    await sandbox.destroy()
+    (pod,) = cluster.created
+    assert isinstance(pod, k8s.V1Pod)
+    wire = serialized(pod)
+    assert wire["apiVersion"] == "v1" and wire["kind"] == "Pod"
+    assert wire["spec"] == expected_pod_spec()
+    meta = wire["metadata"]
+    assert meta["namespace"] == NS
+    assert meta["name"].startswith("codemode-worker-")
+    assert meta["labels"] == {
+        ROLE_LABEL: "worker",
+        OWNER_LABEL: "host-a",
+        INSTANCE_LABEL: rt.instance_id,
+        "io.codemode.protocol-version": str(PROTOCOL_VERSION),
+    }
+    assert meta["annotations"]["io.codemode.owner-pid"] == str(os.getpid())
+    (args, kwargs) = cluster.api.called("create_namespaced_pod")[0]
+    assert args[0] == NS and kwargs["_request_timeout"] == rt.api_timeout
+    await rt.aclose()
+
+
+def test_runtime_class_is_optional() -> None:
+    api = object()
+    assert "runtimeClassName" not in serialized(KubernetesRuntime(api=api).pod_manifest("p"))["spec"]
+    rt = KubernetesRuntime(
+        api=api, runtime_class="gvisor", memory="512Mi", cpu="500m", ephemeral_storage="16Mi", image="w:1"
+    )
+    spec = serialized(rt.pod_manifest("p"))["spec"]
+    assert spec["runtimeClassName"] == "gvisor"
+    assert rt.name == "kubernetes:gvisor"
+    q = {"cpu": "500m", "ephemeral-storage": "16Mi", "memory": "512Mi"}
+    assert spec["containers"][0]["resources"] == {"limits": q, "requests": q}
+    assert spec["containers"][0]["image"] == "w:1"
+
+
+@pytest.mark.parametrize("version", ["1.30", "latest"])
+def test_pod_manifest_validates_against_the_pod_schema(version: str) -> None:
+    import kubernetes_validate
+
+    if version == "latest":
+        version = kubernetes_validate.utils.latest_version()
+    pod = serialized(
+        KubernetesRuntime(api=object(), runtime_class="gvisor").pod_manifest("codemode-worker-x")
+    )
+    kubernetes_validate.validate(pod, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"namespace": "Bad_NS"},
+        {"memory": "lots"},
+        {"cpu": "0"},
+        {"ephemeral_storage": "-1Mi"},
+        {"runtime_class": "g visor"},
+        {"owner": "not a label value"},
+        {"cleanup_orphans": "some"},
+        {"max_lifetime": 0},
+    ],
+)
+def test_bad_configuration_is_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        KubernetesRuntime(api=object(), **kwargs)
+
+
+# ----------------------------------------------------------------------------------- attach and I/O
+
+
+async def test_attach_parameters_probe_and_binary_roundtrip(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    assert isinstance(sandbox, KubernetesSandbox)
+    name = sandbox.pod_name
+    assert sandbox.worker_id == f"k8s-{name}"
+    (req,) = cluster.server.requests
+    assert req.path == f"/api/v1/namespaces/{NS}/pods/{name}/attach"
+    assert {k: v[0].lower() for k, v in req.query.items()} == {
+        "container": "worker",
+        "stdin": "true",
+        "stdout": "true",
+        "stderr": "true",
+        "tty": "false",
+    }
+    assert "v5.channel.k8s.io" in req.headers["sec-websocket-protocol"]
+    # The pod was running before the attach (first read Pending, second Running).
+    assert cluster.reads[name] == 2
+    # Bytes survive both ways: NUL, 0xff, invalid UTF-8, more than one websocket message.
+    payload = bytes(range(256)) * 600 + b"\xff\xfe\x00\xc3("
+    await sandbox.write(payload)
+    got = b""
+    while len(got) < len(payload):
+        chunk = await asyncio.wait_for(sandbox.read(1 << 20), 5)
+        assert chunk
+        got += chunk
+    assert got == payload
+    assert sandbox.alive()
+    info = await sandbox.destroy()
+    assert info == ExitInfo(exit_code=137, signal=9, oom_killed=False, stderr_tail=b"")
+    assert not sandbox.alive()
+    assert await sandbox.read(10) == b""
+    await rt.aclose()
+
+
+async def test_close_input_sends_the_v5_close_signal(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    await sandbox.close_input()
+    conn = next(iter(cluster.server.conns.values()))
+    await wait_until(lambda: conn.closed_channels == [0])
+    with pytest.raises(kmod.SandboxClosed):
+        await sandbox.write(b"x")
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_v4_has_no_half_close_but_refuses_writes(cluster: FakeCluster) -> None:
+    cluster.server.subprotocol = "v4.channel.k8s.io"
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    await sandbox.close_input()
+    with pytest.raises(kmod.SandboxClosed):
+        await sandbox.write(b"x")
+    await sandbox.destroy()
+    assert next(iter(cluster.server.conns.values())).closed_channels == []
+    await rt.aclose()
+
+
+async def test_stdout_is_bounded_when_the_host_does_not_read(cluster: FakeCluster) -> None:
+    sent = threading.Event()
+
+    def flood(conn: WorkerConn) -> None:
+        conn.recv_stdin()
+        with contextlib.suppress(OSError):
+            for _ in range(400):  # 400 x 32 KiB = 12.5 MiB offered
+                conn.send(1, b"x" * 32768)
+        sent.set()
+        return None
+
+    cluster.behavior = probing_worker(flood)
+    rt = make_runtime(cluster, stdout_buffer_bytes=64 * 1024)
+    sandbox = await rt.spawn()
+    await sandbox.write(b"go")
+    await asyncio.sleep(0.5)
+    with sandbox._cond:
+        buffered = len(sandbox._out)
+    assert 0 < buffered <= 64 * 1024 + 32768
+    assert not sent.is_set()  # the worker is blocked on back-pressure
+    info = await sandbox.destroy()
+    assert info.exit_code == 137
+    await rt.aclose()
+
+
+async def test_stderr_is_kept_as_a_bounded_tail(cluster: FakeCluster) -> None:
+    def noisy(conn: WorkerConn) -> tuple[int, str]:
+        conn.send(2, b"a" * 10000 + b"Traceback: boom")
+        return (1, "Error")
+
+    cluster.behavior = probing_worker(noisy)
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    assert await asyncio.wait_for(sandbox.read(100), 5) == b""
+    info = await sandbox.destroy()
+    assert info.exit_code == 1 and info.signal is None and not info.oom_killed
+    assert info.stderr_tail.endswith(b"Traceback: boom") and len(info.stderr_tail) == kmod.STDERR_TAIL
+    await rt.aclose()
+
+
+# ----------------------------------------------------------------------------------- destroy
+
+
+async def test_destroy_deletes_exactly_once_with_grace_zero(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    infos = await asyncio.gather(*(sandbox.destroy() for _ in range(5)))
+    assert await sandbox.destroy() is infos[0]
+    assert all(i is infos[0] for i in infos)
+    deletes = cluster.api.called("delete_namespaced_pod")
+    assert len(deletes) == 1
+    args, kwargs = deletes[0]
+    assert args == (sandbox.pod_name, NS) and kwargs["grace_period_seconds"] == 0
+    assert cluster.api.pods == {}
+    assert rt.live_sandboxes() == []
+    await rt.aclose()
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+
+
+async def test_destroy_when_the_pod_is_already_gone(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    cluster.api.errors["delete_namespaced_pod"] = [api_error(404, "Not Found")]
+    info = await sandbox.destroy()
+    assert info.exit_code is None and info.signal is None
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert sandbox.deleted
+    await sandbox.destroy()
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    cluster.api.pods.clear()
+    await rt.aclose()
+
+
+async def test_destroy_retries_a_conflict_then_deletes_once(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    cluster.api.errors["delete_namespaced_pod"] = [
+        api_error(409, "Conflict", "the object has been modified"),
+        api_error(503, "Service Unavailable"),
+    ]
+    info = await sandbox.destroy()
+    assert info.exit_code == 137
+    assert len(cluster.api.called("delete_namespaced_pod")) == 3  # two failed attempts, one delete
+    assert cluster.api.pods == {}
+    await sandbox.destroy()
+    assert len(cluster.api.called("delete_namespaced_pod")) == 3
+    await rt.aclose()
+
+
+async def test_destroy_gives_up_on_a_permanent_error_without_raising(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    cluster.api.errors["delete_namespaced_pod"] = [api_error(403, "Forbidden")]
+    info = await sandbox.destroy()
+    assert info.exit_code is None
+    assert not sandbox.deleted
+    await rt.aclose()  # the sweep deletes the leftover of this runtime object
+    assert cluster.api.pods == {}
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "reason", "oom", "signal"),
+    [(137, "OOMKilled", True, 9), (0, "Completed", False, None), (3, "Error", False, None)],
+)
+async def test_exit_state_is_read_when_the_worker_ended(
+    cluster: FakeCluster, exit_code: int, reason: str, oom: bool, signal: int | None
+) -> None:
+    def ends(conn: WorkerConn) -> tuple[int, str]:
+        conn.recv_stdin()
+        return (exit_code, reason)
+
+    cluster.behavior = probing_worker(ends)
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    await sandbox.write(b"go")
+    assert await asyncio.wait_for(sandbox.read(10), 5) == b""
+    assert not sandbox.alive()
+    info = await sandbox.destroy()
+    assert (info.exit_code, info.oom_killed, info.signal) == (exit_code, oom, signal)
+    assert info.resource_killed is oom
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def test_stream_lost_but_pod_still_running_is_killed(cluster: FakeCluster) -> None:
+    def drop(conn: WorkerConn) -> None:
+        return None  # the connection drops; the container keeps running
+
+    cluster.behavior = probing_worker(drop)
+    rt = make_runtime(cluster, exit_wait=0.2)
+    sandbox = await rt.spawn()
+    assert await asyncio.wait_for(sandbox.read(10), 5) == b""
+    info = await sandbox.destroy()
+    assert (info.exit_code, info.signal, info.oom_killed) == (137, 9, False)
+    await rt.aclose()
+
+
+# ----------------------------------------------------------------------------------- spawn failures
+
+
+async def test_spawn_timeout_when_the_pod_never_runs(cluster: FakeCluster) -> None:
+    cluster.run_after_reads = None
+    rt = make_runtime(cluster, spawn_timeout=0.4)
+    start = time.monotonic()
+    with pytest.raises(SpawnFailed, match=r"not running after 0\.4s: container waiting: ContainerCreating"):
+        await rt.spawn()
+    assert time.monotonic() - start < 2.0
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert cluster.api.pods == {}
+    assert cluster.server.requests == []
+    await rt.aclose()
+
+
+async def test_unschedulable_pod_times_out_with_the_reason(cluster: FakeCluster) -> None:
+    cluster.run_after_reads = None
+    rt = make_runtime(cluster, spawn_timeout=0.3)
+    orig = cluster.advance
+
+    def unschedulable(pod: k8s.V1Pod) -> None:
+        orig(pod)
+        assert pod.status is not None
+        pod.status.container_statuses = None
+        pod.status.conditions = [
+            k8s.V1PodCondition(
+                type="PodScheduled", status="False", reason="Unschedulable", message="0/3 nodes"
+            )
+        ]
+
+    cluster.advance = unschedulable  # type: ignore[method-assign]
+    with pytest.raises(SpawnFailed, match="not scheduled: Unschedulable: 0/3 nodes"):
+        await rt.spawn()
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def test_image_pull_backoff_is_runtime_unavailable(cluster: FakeCluster) -> None:
+    cluster.run_after_reads = None
+    cluster.waiting_reason = "ImagePullBackOff"
+    rt = make_runtime(cluster)
+    with pytest.raises(RuntimeUnavailable, match="worker image 'codemode-worker:1' unavailable"):
+        await rt.spawn()
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def test_pod_that_ends_before_attach_fails_the_spawn(cluster: FakeCluster) -> None:
+    cluster.crash_on_read = (1, "Error")
+    rt = make_runtime(cluster)
+    with pytest.raises(SpawnFailed, match=r"ended before attach: phase Failed, container exited 1 \(Error\)"):
+        await rt.spawn()
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "match"),
+    [
+        (
+            api_error(403, "Forbidden", 'pods "x" is forbidden: violates PodSecurity "restricted:latest"'),
+            RuntimeUnavailable,
+            "violates PodSecurity",
+        ),
+        (
+            api_error(
+                403, "Forbidden", 'pods "x" is forbidden: pod rejected: RuntimeClass "gvisor" not found'
+            ),
+            RuntimeUnavailable,
+            "RuntimeClass",
+        ),
+        (
+            api_error(403, "Forbidden", 'pods "x" is forbidden: exceeded quota: workers, requested: pods=1'),
+            SpawnFailed,
+            "quota exhausted",
+        ),
+        (
+            api_error(404, "Not Found", 'namespaces "codemode-workers" not found'),
+            RuntimeUnavailable,
+            "not found",
+        ),
+        (api_error(422, "Unprocessable Entity", "Pod is invalid"), RuntimeUnavailable, "Pod is invalid"),
+        (api_error(500, "Internal Server Error", "etcdserver: timeout"), SpawnFailed, "etcdserver"),
+    ],
+)
+async def test_create_refusals_are_classified(
+    cluster: FakeCluster, error: Exception, expected: type[Exception], match: str
+) -> None:
+    cluster.api.errors["create_namespaced_pod"] = [error]
+    rt = make_runtime(cluster)
+    with pytest.raises(expected, match=match):
+        await rt.spawn()
+    status = getattr(error, "status", 0)
+    # A 4xx refusal created nothing: nothing to delete. A 5xx may have: delete by name (404 is fine).
+    assert len(cluster.api.called("delete_namespaced_pod")) == (0 if status < 500 else 1)
+    await rt.aclose()
+
+
+async def test_attach_forbidden_is_runtime_unavailable_and_the_pod_deleted(cluster: FakeCluster) -> None:
+    cluster.server.refuse = 403
+    rt = make_runtime(cluster)
+    with pytest.raises(RuntimeUnavailable, match="cannot attach"):
+        await rt.spawn()
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+@pytest.mark.parametrize("answer", [b"garbage!", None])
+async def test_bad_probe_answer_fails_the_spawn_and_deletes(
+    cluster: FakeCluster, answer: bytes | None
+) -> None:
+    def bad(conn: WorkerConn) -> tuple[int, str]:
+        conn.recv_stdin()
+        if answer is not None:
+            conn.send(1, encode_frame({"k": "final", "value": 1}))
+        return (2, "Error")
+
+    cluster.behavior = bad
+    rt = make_runtime(cluster)
+    with pytest.raises(SpawnFailed):
+        await rt.spawn()
+    assert cluster.api.pods == {}
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    await rt.aclose()
+
+
+async def test_cancelled_spawn_deletes_its_pod(cluster: FakeCluster) -> None:
+    cluster.run_after_reads = None
+    rt = make_runtime(cluster, spawn_timeout=30)
+    task = asyncio.create_task(rt.spawn())
+    await wait_until(lambda: bool(cluster.api.pods))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: not cluster.api.pods)
+    await rt.aclose()
+
+
+async def test_attach_uses_its_own_api_client(cluster: FakeCluster) -> None:
+    # kubernetes.stream swaps call_api on the ApiClient it is given; REST calls made by other threads
+    # on that client meanwhile would turn into websocket requests. The runtime never shares it.
+    method = KubernetesRuntime._attach_method(cluster.api)
+    bound: Any = method
+    assert bound.__self__.api_client is not cluster.api.api_client
+    assert bound.__self__.api_client.configuration is cluster.api.api_client.configuration
+    rt = make_runtime(cluster)
+    boxes = await asyncio.gather(*(rt.spawn() for _ in range(4)))
+    assert len({b.pod_name for b in boxes}) == 4
+    assert cluster.api.api_client.call_api.__func__ is k8s.ApiClient.call_api  # type: ignore[attr-defined]
+    await asyncio.gather(*(b.destroy() for b in boxes))
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+# ----------------------------------------------------------------------------------- check
+
+
+async def test_check_lists_one_pod(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    await rt.check()
+    ((args, kwargs),) = cluster.api.called("list_namespaced_pod")
+    assert args == (NS,) and kwargs["limit"] == 1
+    await rt.aclose()
+
+
+@pytest.mark.parametrize(
+    ("status", "match"),
+    [
+        (403, r'pods is forbidden: User "system:serviceaccount:codemode:codemode-host" cannot list.*RBAC'),
+        (401, "credentials rejected"),
+    ],
+)
+async def test_check_refused(cluster: FakeCluster, status: int, match: str) -> None:
+    cluster.api.errors["list_namespaced_pod"] = [
+        api_error(
+            status,
+            "Forbidden",
+            'pods is forbidden: User "system:serviceaccount:codemode:codemode-host" cannot list pods',
+        )
+    ]
+    rt = make_runtime(cluster)
+    with pytest.raises(RuntimeUnavailable, match=match):
+        await rt.check()
+    await rt.aclose()
+
+
+def real_api(host: str) -> k8s.CoreV1Api:
+    conf = k8s.Configuration()
+    conf.host = host
+    return k8s.CoreV1Api(k8s.ApiClient(conf))
+
+
+async def test_unreachable_api_is_runtime_unavailable_fast() -> None:
+    # The real client against a port nobody listens on.
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    rt = KubernetesRuntime(api=real_api(f"https://127.0.0.1:{port}"))
+    start = time.monotonic()
+    with pytest.raises(RuntimeUnavailable, match=rf"unreachable at https://127.0.0.1:{port}"):
+        await rt.check()
+    with pytest.raises(RuntimeUnavailable, match="unreachable"):
+        await rt.spawn()
+    with pytest.raises(RuntimeUnavailable, match="unreachable"):
+        await rt.start()
+    assert time.monotonic() - start < 3.0
+    await rt.aclose()
+
+
+async def test_hung_api_is_runtime_unavailable_within_check_timeout() -> None:
+    # Accepts connections, never answers.
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+        rt = KubernetesRuntime(api=real_api(f"http://127.0.0.1:{port}"), check_timeout=0.5)
+        start = time.monotonic()
+        with pytest.raises(RuntimeUnavailable, match=r"did not answer within 0.5s|unreachable"):
+            await rt.check()
+        assert time.monotonic() - start < 2.0
+        await rt.aclose()
+
+
+# ----------------------------------------------------------------------------------- orphans
+
+
+def worker_pod(name: str, owner: str, **annotations: str) -> k8s.V1Pod:
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(
+            name=name,
+            namespace=NS,
+            uid=f"uid-{name}",
+            labels={ROLE_LABEL: "worker", OWNER_LABEL: owner},
+            annotations={f"io.codemode.owner-{k.replace('_', '-')}": v for k, v in annotations.items()},
+        ),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="worker", image="codemode-worker:1")]),
+        status=k8s.V1PodStatus(phase="Running"),
+    )
+
+
+def host_pod(name: str, uid: str, phase: str = "Running") -> k8s.V1Pod:
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, namespace=HOST_NS, uid=uid),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="host", image="codemode-service:0.1")]),
+        status=k8s.V1PodStatus(phase=phase),
+    )
+
+
+@pytest.fixture
+def me(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """This host runs in pod codemode/host-1 (uid u1), in another pid namespace than any pod below."""
+    owner = kmod._OWNER
+    monkeypatch.setattr(owner, "pod", f"{HOST_NS}/host-1")
+    monkeypatch.setattr(owner, "pod_uid", "u1")
+    return owner
+
+
+def seed_orphans(cluster: FakeCluster, me: Any) -> None:
+    pods = cluster.api.pods
+    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "host-x"}
+    for p in [
+        worker_pod("mine", "host-a", pod=f"{HOST_NS}/host-1", pod_uid="u1"),
+        # another replica, alive
+        worker_pod("replica-alive", "o2", pod=f"{HOST_NS}/host-2", pod_uid="u2", **other_ns),
+        # owner pod deleted
+        worker_pod("replica-gone", "o3", pod=f"{HOST_NS}/host-3", pod_uid="u3", **other_ns),
+        # owner pod name reused by a new pod (StatefulSet)
+        worker_pod("replica-replaced", "o4", pod=f"{HOST_NS}/host-4", pod_uid="u4-old", **other_ns),
+        # owner pod finished
+        worker_pod("replica-failed", "o5", pod=f"{HOST_NS}/host-5", pod_uid="u5", **other_ns),
+        # our own pod, an earlier container (restart): another pid namespace
+        worker_pod("restarted", "o6", pod=f"{HOST_NS}/host-1", pod_uid="u1", **other_ns),
+        # same boot and pid namespace: a dead pid, and a live one (this process)
+        worker_pod("same-ns-dead", "o7", boot=me.boot, pidns=me.pidns, pid="999999999", start="1"),
+        worker_pod("same-ns-alive", "o8", boot=me.boot, pidns=me.pidns, pid=str(me.pid), start=me.start),
+        # same pid namespace, pid reused by another process
+        worker_pod("same-ns-reused", "o9", boot=me.boot, pidns=me.pidns, pid=str(me.pid), start="1"),
+        # unknown owner (no annotations): can't judge
+        worker_pod("unknown", "o10"),
+        # owner pod in a namespace we may not read
+        worker_pod("forbidden", "o11", pod="elsewhere/host-9", pod_uid="u9", **other_ns),
+    ]:
+        pods[(NS, str(p.metadata.name))] = p  # type: ignore[union-attr]
+    for p in [host_pod("host-1", "u1"), host_pod("host-2", "u2"), host_pod("host-4", "u4-new")]:
+        pods[(HOST_NS, str(p.metadata.name))] = p  # type: ignore[union-attr]
+    pods[(HOST_NS, "host-5")] = host_pod("host-5", "u5", phase="Failed")
+    not_a_worker = worker_pod("not-a-worker", "o12")
+    not_a_worker.metadata.labels = {"app": "other"}  # type: ignore[union-attr]
+    pods[(NS, "not-a-worker")] = not_a_worker
+
+
+async def test_start_deletes_only_pods_whose_owner_is_provably_dead(cluster: FakeCluster, me: Any) -> None:
+    seed_orphans(cluster, me)
+    real_read = cluster.api.read_namespaced_pod
+
+    def read(name: str, namespace: str, **kwargs: Any) -> k8s.V1Pod:
+        if namespace == "elsewhere":
+            raise api_error(403, "Forbidden", "cannot get pods in elsewhere")
+        return real_read(name, namespace, **kwargs)
+
+    cluster.api.read_namespaced_pod = read  # type: ignore[method-assign]
+    rt = make_runtime(cluster)
+    await rt.start()
+    left = sorted(name for ns, name in cluster.api.pods if ns == NS)
+    assert left == [
+        "forbidden",
+        "mine",
+        "not-a-worker",
+        "replica-alive",
+        "same-ns-alive",
+        "unknown",
+    ]
+    assert rt.orphans_removed == 6
+    (args, kwargs) = cluster.api.called("list_namespaced_pod")[0]
+    assert args == (NS,) and kwargs["label_selector"] == f"{ROLE_LABEL}=worker"
+    for args, kwargs in cluster.api.called("delete_namespaced_pod"):
+        assert args[1] == NS and kwargs["grace_period_seconds"] == 0
+    await rt.aclose()
+
+
+async def test_cleanup_all_and_none(cluster: FakeCluster, me: Any) -> None:
+    seed_orphans(cluster, me)
+    rt = make_runtime(cluster, cleanup_orphans="none")
+    await rt.start()
+    assert cluster.api.calls == []
+    await rt.aclose()
+    rt = make_runtime(cluster, cleanup_orphans="all")
+    await rt.start()
+    assert sorted(name for ns, name in cluster.api.pods if ns == NS) == ["mine", "not-a-worker"]
+    assert cluster.api.called("read_namespaced_pod") == []
+    await rt.aclose()
+
+
+async def test_aclose_destroys_live_sandboxes(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    boxes = [await rt.spawn() for _ in range(2)]
+    await rt.aclose()
+    assert all(b.exit_info is not None for b in boxes)
+    assert cluster.api.pods == {}
+    with pytest.raises(RuntimeUnavailable):
+        await rt.spawn()
+
+
+# ----------------------------------------------------------------------------------- real client, real HTTP
+
+
+class RecordingApiServer:
+    """A local HTTP server answering the REST calls the way the API server would (canned)."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        self.requests: list[tuple[str, str, dict[str, list[str]], Any]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body: Any = json.loads(self.rfile.read(length)) if length else None
+                outer.requests.append((self.command, url.path, urllib.parse.parse_qs(url.query), body))
+                if self.command == "POST":
+                    status, reply = 201, {**body, "status": {"phase": "Pending"}}
+                elif self.command == "GET" and url.path.endswith("/pods"):
+                    status, reply = 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}
+                else:
+                    message = 'pods "x" not found'
+                    status, reply = (
+                        404,
+                        {"kind": "Status", "status": "Failure", "message": message, "code": 404},
+                    )
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _answer
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_requests_on_the_wire_with_the_real_client() -> None:
+    """The runtime's keyword arguments pass the real client's validation and become these requests."""
+    server = RecordingApiServer()
+    try:
+        rt = KubernetesRuntime(api=real_api(server.url), owner="host-a", spawn_timeout=1.0)
+        await rt.check()
+        with pytest.raises(SpawnFailed, match="vanished while starting"):
+            await rt.spawn()  # created (201), then the read says 404
+        assert rt._delete_blocking("codemode-worker-x") == "gone"
+        assert rt._terminated_blocking("codemode-worker-x") == ("gone", None)
+        await rt.start()
+        await rt.aclose()
+    finally:
+        server.close()
+    base = f"/api/v1/namespaces/{NS}/pods"
+    (method, path, query, _) = server.requests[0]
+    assert (method, path, query) == ("GET", base, {"labelSelector": [f"{ROLE_LABEL}=worker"], "limit": ["1"]})
+    (method, path, query, body) = server.requests[1]
+    assert (method, path) == ("POST", base)
+    assert body == serialized(rt.pod_manifest(body["metadata"]["name"])) | {"metadata": body["metadata"]}
+    assert body["spec"] == expected_pod_spec()
+    name = body["metadata"]["name"]
+    assert server.requests[2][:2] == ("GET", f"{base}/{name}")
+    (method, path, query, _) = server.requests[3]  # the failed spawn deletes its pod
+    assert (method, path, query) == ("DELETE", f"{base}/{name}", {"gracePeriodSeconds": ["0"]})
+    assert ("DELETE", f"{base}/codemode-worker-x", {"gracePeriodSeconds": ["0"]}, None) in server.requests
+    assert (
+        "GET",
+        base,
+        {"labelSelector": [f"{ROLE_LABEL}=worker"], "limit": ["500"]},
+        None,
+    ) in server.requests
+
+
+def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
+    """The shipped ConfigMap's TOML loads and builds this runtime with its values."""
+    import yaml
+
+    from codemode.service.app import build_runtime
+    from codemode.service.settings import load_settings
+
+    config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "configmap.yaml").read_text())
+    for name, text in config_map["data"].items():
+        (tmp_path / name).write_text(text)
+    settings = load_settings(config_file=str(tmp_path / "codemode.toml"))
+    runtime = build_runtime(settings)
+    assert isinstance(runtime, KubernetesRuntime)
+    pod = runtime.pod_manifest("w-1")
+    container = pod.spec.containers[0]
+    assert pod.metadata.namespace == "codemode-workers"
+    assert container.image == "registry.example/codemode-worker:1"
+    assert container.resources.limits["memory"] == "256Mi"
