@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,9 @@ from codemode import cli
 from codemode.runtimes.docker import DEFAULT_IMAGE
 
 from .test_docker_support import require_docker, worker_containers
+
+# Containers started by this test process (other hosts may share the daemon).
+MINE = f"io.codemode.owner-pid={os.getpid()}"
 
 pytestmark = pytest.mark.docker
 
@@ -99,7 +103,7 @@ def test_audit_worker_image_passes(docker_api: Any, capsys: pytest.CaptureFixtur
     assert all(c["status"] != "FAIL" for c in checks.values())
     assert checks["shell"]["status"] in ("PASS", "WARN")  # a base image may ship a shell: warning only
     assert checks["protocol probe"]["status"] == "PASS"
-    assert not worker_containers(docker_api)
+    assert not worker_containers(docker_api, MINE)
     assert not docker_api.containers(all=True, filters={"label": ["io.codemode.role=audit"]})
 
 
@@ -133,7 +137,7 @@ def test_audit_bad_image_reports_each_failure(
     out = capsys.readouterr().out
     assert code == 1 and "result: FAIL" in out
     assert "protocol probe" not in out
-    assert not worker_containers(docker_api)
+    assert not worker_containers(docker_api, MINE)
 
 
 def test_audit_missing_image(docker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,7 +174,7 @@ def test_quotas_tune_tiny_program(
     out = capsys.readouterr().out
     assert code == 0
     assert "recommendation" in out and "serve flags: --runtime docker --docker-memory" in out
-    assert not worker_containers(docker_api)
+    assert not worker_containers(docker_api, MINE)
 
 
 def test_quotas_tune_oom_is_reported(
@@ -187,4 +191,4 @@ def test_quotas_tune_oom_is_reported(
     (sample,) = report["samples"]
     assert sample["outcome"] == "resource limit exceeded" and sample["oom_killed"] is True
     assert report["recommendation"] is None
-    assert not worker_containers(docker_api)
+    assert not worker_containers(docker_api, MINE)
