@@ -25,7 +25,6 @@ has timeouts, so a dead or hung daemon gives ``RuntimeUnavailable`` rather than 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -34,13 +33,15 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 
-from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
-from .handshake import probe
+from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from .streams import STDERR_TAIL as STDERR_TAIL
+from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
+from .streams import process_start as _process_start
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -67,8 +68,6 @@ _TESTING_ENV = "CODEMODE_WORKER_TESTING"
 
 DEFAULT_LABEL_PREFIX = "io.codemode"
 DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
-STDERR_TAIL = 8 * 1024
-STDOUT_BUFFER = 1024 * 1024
 _HEADER = struct.Struct(">BxxxL")
 _RECV = 64 * 1024
 
@@ -81,57 +80,13 @@ _READ_ONLY_TMPFS = {
 
 CleanupMode = Literal["dead", "all", "none"]
 RemoveOutcome = Literal["removed", "gone", "failed"]
-_T = TypeVar("_T")
 
 
 # ----------------------------------------------------------------------------------- owner identity
 
 
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _boot_id() -> str:
-    return _read_text("/proc/sys/kernel/random/boot_id")
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _process_start(pid: int) -> str:
-    """Start time of ``pid`` in clock ticks since boot ("" if there is no such process)."""
-    stat = _read_text(f"/proc/{pid}/stat")
-    if not stat:
-        return ""
-    # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
-    rest = stat.rpartition(")")[2].split()
-    return rest[19] if len(rest) > 19 else ""
-
-
-class _Owner:
-    """Identity of this host process, recorded in every container's labels."""
-
-    def __init__(self) -> None:
-        self.refresh()
-
-    def refresh(self) -> None:
-        self.id = uuid.uuid4().hex
-        self.pid = os.getpid()
-        self.start = _process_start(self.pid)
-        self.host = socket.gethostname()
-        self.boot = _boot_id()
-        self.pidns = _pid_namespace()
-
-
-_OWNER = _Owner()
+#: Identity of this host process, recorded in every container's labels.
+_OWNER = HostIdentity()
 # A forked child is another host process: it gets its own owner id.
 os.register_at_fork(after_in_child=_OWNER.refresh)
 
@@ -171,25 +126,16 @@ def _is_connection_error(exc: BaseException) -> bool:
     return type(exc) is docker.errors.DockerException
 
 
-class _Launch:
-    """Hand-over between a blocking container launch and the (cancellable) coroutine awaiting it.
-
-    If the awaiting coroutine is cancelled while the launch is still running in its thread, the
-    thread removes the container itself when it finishes; if it already finished, the canceller
-    removes it. Exactly one of the two does, under the lock.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.abandoned = False
-        self.delivered = False
-
-
 # ----------------------------------------------------------------------------------- sandbox
 
 
-class DockerSandbox:
+class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
     """One worker container reached through its attached stdin/stdout."""
+
+    _log = log
+    _kind = "docker"
+    _send_errors: ClassVar[tuple[type[Exception], ...]] = (OSError,)
+    _read_errors: ClassVar[tuple[type[Exception], ...]] = (OSError, ValueError)
 
     def __init__(
         self,
@@ -198,85 +144,17 @@ class DockerSandbox:
         attach: Any,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        self._runtime = runtime
         self.container_id = container_id
-        self._id = f"docker-{container_id[:12]}"
         self._attach = attach  # keep the SDK object (and the response it pins) alive
         self._sock: socket.socket = getattr(attach, "_sock", attach)
         with contextlib.suppress(OSError):
             self._sock.settimeout(None)
-        self._loop = loop
-        self._cond = threading.Condition()
-        self._out = bytearray()
-        self._out_limit = runtime.stdout_buffer_bytes
-        self._stderr = bytearray()
-        self._eof = False
-        self._closing = False
-        self._input_closed = False
-        self._data = asyncio.Event()
-        self._write_lock = asyncio.Lock()
-        self._destroy_lock = threading.Lock()
-        self._destroy_future: concurrent.futures.Future[ExitInfo] | None = None
-        self.exit_info: ExitInfo | None = None
         self.removed = False
-        self._reader = threading.Thread(
-            target=self._read_loop, name=f"codemode-docker-reader-{container_id[:12]}", daemon=True
+        super().__init__(
+            runtime, f"docker-{container_id[:12]}", loop, f"codemode-docker-reader-{container_id[:12]}"
         )
-        self._reader.start()
-
-    # -- Sandbox protocol ------------------------------------------------------------------------
-
-    @property
-    def worker_id(self) -> str:
-        return self._id
-
-    def alive(self) -> bool:
-        with self._cond:
-            return not (self._eof or self._closing)
-
-    async def write(self, data: bytes) -> None:
-        if self._input_closed or self._closing:
-            raise SandboxClosed(self._id)
-        async with self._write_lock:
-            if self._input_closed or self._closing:
-                raise SandboxClosed(self._id)
-            try:
-                await self._runtime._run_blocking(self._sock.sendall, data)
-            except OSError as exc:
-                raise SandboxClosed(self._id) from exc
-
-    async def read(self, max_bytes: int) -> bytes:
-        if max_bytes <= 0:
-            return b""
-        while True:
-            with self._cond:
-                if self._out:
-                    n = min(max_bytes, len(self._out))
-                    chunk = bytes(self._out[:n])
-                    del self._out[:n]
-                    self._cond.notify_all()  # wake a reader waiting for buffer space
-                    return chunk
-                if self._eof or self._closing:
-                    return b""
-                self._data.clear()
-            await self._data.wait()
-
-    async def close_input(self) -> None:
-        self._shutdown_input()
-
-    async def destroy(self) -> ExitInfo:
-        with self._destroy_lock:
-            if self._destroy_future is None:
-                self._destroy_future = self._runtime._submit(self._destroy_blocking)
-            future = self._destroy_future
-        return await asyncio.shield(asyncio.wrap_future(future))
 
     # -- extras ----------------------------------------------------------------------------------
-
-    @property
-    def stderr_tail(self) -> bytes:
-        with self._cond:
-            return bytes(self._stderr)
 
     @property
     def buffered_bytes(self) -> int:
@@ -284,76 +162,56 @@ class DockerSandbox:
         with self._cond:
             return len(self._out)
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- transport -------------------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    async def _half_close(self) -> None:
+        self._shutdown_write()
 
     def _shutdown_input(self) -> None:
         if self._input_closed:
             return
         self._input_closed = True
+        self._shutdown_write()
+
+    def _shutdown_write(self) -> None:
         # Half-close: the daemon closes the container's stdin (StdinOnce) and keeps streaming output.
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_WR)
 
-    def _notify(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
-            self._loop.call_soon_threadsafe(self._data.set)
-
-    def _read_loop(self) -> None:
+    def _pump(self) -> None:
+        # Docker multiplexes stdout and stderr in frames with an 8-byte header that do not respect
+        # protocol frame boundaries: demultiplex them.
         header = bytearray()
         stream = 0
         remaining = 0
-        try:
-            while True:
-                data = self._sock.recv(_RECV)
-                if not data:
-                    return
-                i, n = 0, len(data)
-                while i < n:
-                    if remaining == 0:
-                        take = min(_HEADER.size - len(header), n - i)
-                        header += data[i : i + take]
-                        i += take
-                        if len(header) < _HEADER.size:
-                            break
-                        stream, remaining = _HEADER.unpack(header)
-                        header.clear()
-                        continue
-                    take = min(remaining, n - i)
-                    chunk = data[i : i + take]
+        while True:
+            data = self._sock.recv(_RECV)
+            if not data:
+                return
+            i, n = 0, len(data)
+            while i < n:
+                if remaining == 0:
+                    take = min(_HEADER.size - len(header), n - i)
+                    header += data[i : i + take]
                     i += take
-                    remaining -= take
-                    if stream == 1:
-                        if not self._push_stdout(chunk):
-                            return
-                    else:  # 2 = stderr; anything else is not expected: keep it with stderr
-                        self._push_stderr(chunk)
-        except (OSError, ValueError):
-            return
-        finally:
-            with self._cond:
-                self._eof = True
-                self._cond.notify_all()
-            self._notify()
-
-    def _push_stdout(self, chunk: bytes) -> bool:
-        with self._cond:
-            # Bounded: a worker flooding stdout waits (its pipe fills up) until the host reads.
-            while len(self._out) >= self._out_limit and not self._closing:
-                self._cond.wait()
-            if self._closing:
-                # Being destroyed: keep draining (and discarding) so the daemon, which won't finish
-                # killing/removing a container while its attached output is blocked, isn't stuck.
-                self._out.clear()
-                return True
-            self._out += chunk
-        self._notify()
-        return True
-
-    def _push_stderr(self, chunk: bytes) -> None:
-        with self._cond:
-            self._stderr += chunk
-            if len(self._stderr) > STDERR_TAIL:
-                del self._stderr[: len(self._stderr) - STDERR_TAIL]
+                    if len(header) < _HEADER.size:
+                        break
+                    stream, remaining = _HEADER.unpack(header)
+                    header.clear()
+                    continue
+                take = min(remaining, n - i)
+                chunk = data[i : i + take]
+                i += take
+                remaining -= take
+                if stream == 1:
+                    # Waits while the buffer is full; while being destroyed it keeps draining (and
+                    # discarding): the daemon won't finish removing a container whose output blocks.
+                    self._push_stdout(chunk, wait_for_room=True)
+                else:  # 2 = stderr; anything else is not expected: keep it with stderr
+                    self._push_tail(self._stderr, chunk)
 
     def _stop_reader(self) -> None:
         # The container is gone, so its stream has ended or is about to: give the reader a moment
@@ -381,12 +239,7 @@ class DockerSandbox:
         exit_code: int | None = None
         oom = False
         self._shutdown_input()
-        with self._cond:
-            exited = self._eof
-            self._closing = True  # readers get EOF; the reader thread drains instead of blocking
-            self._out.clear()
-            self._cond.notify_all()
-        self._notify()
+        exited = self._begin_destroy()
         if exited:
             try:
                 api = rt._client()
@@ -406,19 +259,13 @@ class DockerSandbox:
             self.removed = outcome != "failed"
             exit_code = 128 + 9 if outcome == "removed" else None
         self._stop_reader()
-        rt._forget(self)
-        sig = exit_code - 128 if exit_code is not None and exit_code > 128 else None
-        info = ExitInfo(exit_code=exit_code, signal=sig, oom_killed=oom, stderr_tail=self.stderr_tail)
-        self.exit_info = info
-        if oom:
-            log.info("docker: worker %s was OOM-killed", self._id)
-        return info
+        return self._finish_destroy(exit_code, None, oom)
 
 
 # ----------------------------------------------------------------------------------- runtime
 
 
-class DockerRuntime:
+class DockerRuntime(BlockingRuntime[DockerSandbox]):
     """Spawns one hardened container per execute from the worker image.
 
     Args:
@@ -499,17 +346,9 @@ class DockerRuntime:
             self.entrypoint = list(entrypoint) if entrypoint is not None else None
         #: Unique per runtime object; lets aclose() sweep this runtime's own containers.
         self.instance_id = uuid.uuid4().hex
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(4, executor_threads), thread_name_prefix="codemode-docker"
-        )
+        self._init_blocking(executor_threads, "codemode-docker")
         self._api: Any = None
         self._api_lock = threading.Lock()
-        self._live: set[DockerSandbox] = set()
-        self._live_lock = threading.Lock()
-        self._launches: set[concurrent.futures.Future[tuple[str, Any]]] = set()
-        self._closed = False
-        #: Number of orphan containers removed by the last ``start()``.
-        self.orphans_removed = 0
 
     # -- labels ----------------------------------------------------------------------------------
 
@@ -540,20 +379,6 @@ class DockerRuntime:
 
     # -- blocking plumbing -----------------------------------------------------------------------
 
-    def _submit(self, fn: Callable[..., _T], *args: Any) -> concurrent.futures.Future[_T]:
-        try:
-            return self._executor.submit(fn, *args)
-        except RuntimeError:  # pool shut down (after aclose): run inline rather than leak
-            future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:
-                future.set_exception(exc)
-            return future
-
-    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.wrap_future(self._submit(fn, *args))
-
     def _client(self) -> Any:
         """The low-level Docker API client (created on first use, in a worker thread)."""
         with self._api_lock:
@@ -577,10 +402,6 @@ class DockerRuntime:
 
     def _endpoint(self) -> str:
         return self.base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-    def _forget(self, sandbox: DockerSandbox) -> None:
-        with self._live_lock:
-            self._live.discard(sandbox)
 
     def _unavailable(self, what: str, exc: BaseException) -> RuntimeUnavailable:
         return RuntimeUnavailable(f"docker: {what} at {self._endpoint()}: {_api_error_text(exc)}")
@@ -675,11 +496,6 @@ class DockerRuntime:
                     f"(has: {', '.join(sorted(runtimes)) or 'none'})"
                 )
 
-    async def start(self) -> None:
-        if self.cleanup_orphans == "none":
-            return
-        self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
-
     def is_orphan(self, labels: Mapping[str, str]) -> bool:
         """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?"""
         owner = labels.get(self.label("owner"), "")
@@ -734,50 +550,25 @@ class DockerRuntime:
         if self._closed:
             raise RuntimeUnavailable("docker runtime is closed")
         loop = asyncio.get_running_loop()
-        handoff = _Launch()
-        future = self._submit(self._launch_blocking, handoff)
-        with self._live_lock:
-            self._launches.add(future)
-        future.add_done_callback(self._launch_done)
-        try:
-            cid, attach = await asyncio.wrap_future(future)
-        except BaseException:
-            with handoff.lock:
-                handoff.abandoned = True
-                delivered = handoff.delivered
-            if delivered and future.done() and not future.cancelled() and future.exception() is None:
-                cid, attach = future.result()
-                self._submit(self._discard_blocking, cid, attach)
-            raise
-        sandbox = DockerSandbox(self, cid, attach, loop)
-        with self._live_lock:
-            self._live.add(sandbox)
-        try:
-            await probe(sandbox, self.spawn_timeout)
-        except BaseException as exc:
-            info = await sandbox.destroy()
-            if isinstance(exc, SpawnFailed):
-                log.warning(
-                    "docker: worker %s failed to start: %s (exit %s, oom %s, stderr %r)",
-                    sandbox.worker_id,
-                    exc,
-                    info.exit_code,
-                    info.oom_killed,
-                    info.stderr_tail[-512:],
-                )
-            raise
-        return sandbox
+        cid, attach = await self._launch(None)
+        return await self._adopt(DockerSandbox(self, cid, attach, loop), self.spawn_timeout)
 
-    def _launch_done(self, future: concurrent.futures.Future[tuple[str, Any]]) -> None:
-        with self._live_lock:
-            self._launches.discard(future)
+    def _log_spawn_failure(self, sandbox: DockerSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
+        log.warning(
+            "docker: worker %s failed to start: %s (exit %s, oom %s, stderr %r)",
+            sandbox.worker_id,
+            exc,
+            info.exit_code,
+            info.oom_killed,
+            info.stderr_tail[-512:],
+        )
 
     def _discard_blocking(self, cid: str, attach: Any) -> None:
         with contextlib.suppress(Exception):
             attach.close()
         self._remove_blocking(cid)
 
-    def _launch_blocking(self, handoff: _Launch) -> tuple[str, Any]:
+    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
         """create -> attach -> start; removes the container again on any failure."""
         api = self._client()
         cid: str | None = None
@@ -851,20 +642,12 @@ class DockerRuntime:
             return RuntimeUnavailable(f"docker: OCI runtime {self.runtime!r} is not registered: {text}")
         return SpawnFailed(f"docker: cannot start a worker container: {text}")
 
-    def live_sandboxes(self) -> list[DockerSandbox]:
-        with self._live_lock:
-            return list(self._live)
-
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
         # Launches still in flight (a cancelled spawn, a pool refill) remove their own container.
-        with self._live_lock:
-            launches = list(self._launches)
-        if launches:
-            await asyncio.to_thread(concurrent.futures.wait, launches, self.api_timeout)
-        await asyncio.gather(*(s.destroy() for s in self.live_sandboxes()), return_exceptions=True)
+        await self._destroy_all(self.api_timeout)
         # Belt and braces: anything of this runtime object that escaped the bookkeeping.
         with contextlib.suppress(Exception):
             await self._run_blocking(self._sweep_own_blocking)

@@ -29,7 +29,6 @@ timeout, so an unreachable API server gives ``RuntimeUnavailable`` rather than a
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -40,14 +39,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, cast
 
 from kubernetes import client as k8s
 
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 
-from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
-from .handshake import probe
+from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from .base import SandboxClosed as SandboxClosed
+from .streams import STDERR_TAIL as STDERR_TAIL
+from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
+from .streams import process_start as _process_start
+from .streams import read_text as _read_text
 
 __all__ = [
     "CONTAINER_NAME",
@@ -75,8 +78,6 @@ INSTANCE_LABEL = "io.codemode.runtime-instance"
 PROTOCOL_LABEL = "io.codemode.protocol-version"
 _OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start")
 
-STDERR_TAIL = 8 * 1024
-STDOUT_BUFFER = 1024 * 1024
 _WRITE_CHUNK = 64 * 1024
 _STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
 _V5 = "v5.channel.k8s.io"
@@ -89,24 +90,9 @@ _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 CleanupMode = Literal["dead", "all", "none"]
 DeleteOutcome = Literal["deleted", "gone", "failed"]
-_T = TypeVar("_T")
 
 
 # ----------------------------------------------------------------------------------- owner identity
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _process_start(pid: int) -> str:
-    """Start time of ``pid`` in clock ticks since boot ("" if there is no such process)."""
-    rest = _read_text(f"/proc/{pid}/stat").rpartition(")")[2].split()
-    return rest[19] if len(rest) > 19 else ""
 
 
 def _own_pod() -> tuple[str, str]:
@@ -126,22 +112,11 @@ def _own_pod() -> tuple[str, str]:
     return f"{namespace}/{name}", os.environ.get("POD_UID", "")
 
 
-class _Owner:
+class _Owner(HostIdentity):
     """Identity of this host process, recorded in every worker pod's labels and annotations."""
 
-    def __init__(self) -> None:
-        self.refresh()
-
     def refresh(self) -> None:
-        self.id = uuid.uuid4().hex
-        self.pid = os.getpid()
-        self.start = _process_start(self.pid)
-        self.host = socket.gethostname()
-        self.boot = _read_text("/proc/sys/kernel/random/boot_id")
-        try:
-            self.pidns = os.readlink("/proc/self/ns/pid")
-        except OSError:
-            self.pidns = ""
+        super().refresh()
         self.pod, self.pod_uid = _own_pod()
 
     def annotations(self) -> dict[str, str]:
@@ -246,111 +221,28 @@ def _parse_quantity(value: str) -> Any:
     return parse_quantity(value)  # type: ignore[no-untyped-call]
 
 
-class _Launch:
-    """Hand-over between a blocking pod launch and the (cancellable) coroutine awaiting it.
-
-    If the awaiting coroutine is cancelled while the launch still runs in its thread, the thread
-    deletes the pod itself (it polls ``abandoned``); if the launch already finished, the canceller
-    deletes it. Exactly one of the two does, under the lock.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.abandoned = False
-        self.delivered = False
-
-
 # ----------------------------------------------------------------------------------- sandbox
 
 
-class KubernetesSandbox:
+class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
     """One worker pod reached through its attached stdin/stdout (a websocket to the API server)."""
+
+    _log = log
+    _kind = "kubernetes"
 
     def __init__(
         self, runtime: KubernetesRuntime, pod_name: str, stream: Any, loop: asyncio.AbstractEventLoop
     ):
-        self._runtime = runtime
         self.pod_name = pod_name
-        self._id = f"k8s-{pod_name}"
         self._stream = stream  # kubernetes.stream.ws_client.WSClient
         self._ws = stream.sock  # its websocket.WebSocket
         self._v5 = getattr(stream, "subprotocol", None) == _V5
-        self._loop = loop
-        self._cond = threading.Condition()
-        self._out = bytearray()
-        self._out_limit = runtime.stdout_buffer_bytes
-        self._stderr = bytearray()
         self._error = bytearray()
-        self._eof = False
-        self._closing = False
-        self._input_closed = False
-        self._data = asyncio.Event()
-        self._write_lock = asyncio.Lock()
-        self._destroy_lock = threading.Lock()
-        self._destroy_future: concurrent.futures.Future[ExitInfo] | None = None
-        self.exit_info: ExitInfo | None = None
         #: The pod was deleted (by this sandbox) or found gone.
         self.deleted = False
-        self._reader = threading.Thread(target=self._read_loop, name=f"codemode-k8s-{pod_name}", daemon=True)
-        self._reader.start()
-
-    # -- Sandbox protocol ------------------------------------------------------------------------
-
-    @property
-    def worker_id(self) -> str:
-        return self._id
-
-    def alive(self) -> bool:
-        with self._cond:
-            return not (self._eof or self._closing)
-
-    async def write(self, data: bytes) -> None:
-        if self._input_closed or self._closing:
-            raise SandboxClosed(self._id)
-        async with self._write_lock:
-            if self._input_closed or self._closing:
-                raise SandboxClosed(self._id)
-            try:
-                await self._runtime._run_blocking(self._send, bytes(data))
-            except Exception as exc:
-                raise SandboxClosed(self._id) from exc
-
-    async def read(self, max_bytes: int) -> bytes:
-        if max_bytes <= 0:
-            return b""
-        while True:
-            with self._cond:
-                if self._out:
-                    chunk = bytes(self._out[:max_bytes])
-                    del self._out[:max_bytes]
-                    self._cond.notify_all()  # wake the reader waiting for buffer space
-                    return chunk
-                if self._eof or self._closing:
-                    return b""
-                self._data.clear()
-            await self._data.wait()
-
-    async def close_input(self) -> None:
-        if self._input_closed:
-            return
-        self._input_closed = True
-        if self._v5:  # v4 has no half-close: stdin closes with the stream (stdinOnce)
-            with contextlib.suppress(Exception):
-                await self._runtime._run_blocking(self._stream.close_channel, 0)
-
-    async def destroy(self) -> ExitInfo:
-        with self._destroy_lock:
-            if self._destroy_future is None:
-                self._destroy_future = self._runtime._submit(self._destroy_blocking)
-            future = self._destroy_future
-        return await asyncio.shield(asyncio.wrap_future(future))
+        super().__init__(runtime, f"k8s-{pod_name}", loop, f"codemode-k8s-{pod_name}")
 
     # -- extras ----------------------------------------------------------------------------------
-
-    @property
-    def stderr_tail(self) -> bytes:
-        with self._cond:
-            return bytes(self._stderr)
 
     @property
     def error_channel(self) -> bytes:
@@ -358,57 +250,39 @@ class KubernetesSandbox:
         with self._cond:
             return bytes(self._error)
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- transport -------------------------------------------------------------------------------
 
     def _send(self, data: bytes) -> None:
         # Several small websocket messages rather than one huge one (servers cap message size).
         for i in range(0, max(len(data), 1), _WRITE_CHUNK):
             self._stream.write_stdin(data[i : i + _WRITE_CHUNK])
 
-    def _notify(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
-            self._loop.call_soon_threadsafe(self._data.set)
+    async def _half_close(self) -> None:
+        if self._v5:  # v4 has no half-close: stdin closes with the stream (stdinOnce)
+            with contextlib.suppress(Exception):
+                await self._runtime._run_blocking(self._stream.close_channel, 0)
 
-    def _read_loop(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    # Bounded: a worker flooding stdout waits until the host reads (TCP back-pressure
-                    # through the API server and kubelet to the worker's pipe).
-                    while len(self._out) >= self._out_limit and not self._closing:
-                        self._cond.wait()
-                opcode, frame = self._ws.recv_data_frame(True)
-                if opcode == _OP_CLOSE:
-                    return
-                if opcode not in (_OP_BINARY, _OP_TEXT):
-                    continue  # ping/pong
-                data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
-                if not data:
-                    continue
-                channel, payload = data[0], data[1:]
-                if channel == _STDOUT:
-                    self._push(self._out, payload, None)
-                elif channel == _CLOSE and payload[:1] == bytes([_STDOUT]):
-                    return
-                elif channel in (_STDERR, _ERROR):
-                    self._push(self._stderr if channel == _STDERR else self._error, payload, STDERR_TAIL)
-        except Exception:
-            return
-        finally:
+    def _pump(self) -> None:
+        while True:
             with self._cond:
-                self._eof = True
-                self._cond.notify_all()
-            self._notify()
-
-    def _push(self, buffer: bytearray, payload: bytes, tail: int | None) -> None:
-        with self._cond:
-            if tail is None and self._closing:
-                return  # being destroyed: discard
-            buffer += payload
-            if tail is not None and len(buffer) > tail:
-                del buffer[: len(buffer) - tail]
-        if tail is None:
-            self._notify()
+                # Bounded: a worker flooding stdout waits until the host reads (TCP back-pressure
+                # through the API server and kubelet to the worker's pipe).
+                self._wait_for_room()
+            opcode, frame = self._ws.recv_data_frame(True)
+            if opcode == _OP_CLOSE:
+                return
+            if opcode not in (_OP_BINARY, _OP_TEXT):
+                continue  # ping/pong
+            data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+            if not data:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel == _STDOUT:
+                self._push_stdout(payload)  # discarded while being destroyed
+            elif channel == _CLOSE and payload[:1] == bytes([_STDOUT]):
+                return
+            elif channel in (_STDERR, _ERROR):
+                self._push_tail(self._stderr if channel == _STDERR else self._error, payload)
 
     def _close_stream(self) -> None:
         self._input_closed = True
@@ -426,12 +300,7 @@ class KubernetesSandbox:
         another round trip.
         """
         rt = self._runtime
-        with self._cond:
-            exited = self._eof
-            self._closing = True  # readers get EOF
-            self._out.clear()
-            self._cond.notify_all()
-        self._notify()
+        exited = self._begin_destroy()
         self._close_stream()
         exit_code: int | None = None
         sig: int | None = None
@@ -447,20 +316,13 @@ class KubernetesSandbox:
         self.deleted = outcome != "failed"
         if found == "running" and outcome == "deleted":
             exit_code, sig = 128 + 9, 9
-        if sig is None and exit_code is not None and exit_code > 128:
-            sig = exit_code - 128
-        rt._forget(self)
-        info = ExitInfo(exit_code=exit_code, signal=sig, oom_killed=oom, stderr_tail=self.stderr_tail)
-        self.exit_info = info
-        if oom:
-            log.info("kubernetes: worker %s was OOM-killed", self._id)
-        return info
+        return self._finish_destroy(exit_code, sig, oom)
 
 
 # ----------------------------------------------------------------------------------- runtime
 
 
-class KubernetesRuntime:
+class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
     """Spawns one hardened pod per execute from the worker image.
 
     Args:
@@ -547,16 +409,8 @@ class KubernetesRuntime:
         self._owns_api = api is None
         self._attach = attach
         self._api_lock = threading.Lock()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(4, executor_threads), thread_name_prefix="codemode-k8s"
-        )
-        self._live: set[KubernetesSandbox] = set()
-        self._live_lock = threading.Lock()
-        self._launches: set[concurrent.futures.Future[tuple[str, Any]]] = set()
-        self._closed = False
+        self._init_blocking(executor_threads, "codemode-k8s")
         self._created_any = False
-        #: Number of orphan pods deleted by the last ``start()``.
-        self.orphans_removed = 0
 
     # -- identity and the pod ----------------------------------------------------------------------
 
@@ -644,20 +498,6 @@ class KubernetesRuntime:
 
     # -- blocking plumbing -----------------------------------------------------------------------
 
-    def _submit(self, fn: Callable[..., _T], *args: Any) -> concurrent.futures.Future[_T]:
-        try:
-            return self._executor.submit(fn, *args)
-        except RuntimeError:  # pool shut down (after aclose): run inline rather than leak
-            future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:
-                future.set_exception(exc)
-            return future
-
-    async def _run_blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.wrap_future(self._submit(fn, *args))
-
     def _client(self) -> Any:
         """The CoreV1Api (created on first use, in a worker thread)."""
         with self._api_lock:
@@ -680,10 +520,6 @@ class KubernetesRuntime:
     def _endpoint(self) -> str:
         host = getattr(getattr(getattr(self._api, "api_client", None), "configuration", None), "host", None)
         return host if isinstance(host, str) else "the configured API server"
-
-    def _forget(self, sandbox: KubernetesSandbox) -> None:
-        with self._live_lock:
-            self._live.discard(sandbox)
 
     def _unavailable(self, what: str, exc: BaseException) -> RuntimeUnavailable:
         if _is_connection_error(exc):
@@ -772,11 +608,6 @@ class KubernetesRuntime:
             )
         except Exception as exc:
             raise self._unavailable(f"cannot list pods in namespace {self.namespace}", exc) from exc
-
-    async def start(self) -> None:
-        if self.cleanup_orphans == "none":
-            return
-        self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
 
     def _remove_orphans_blocking(self) -> int:
         api = self._client()
@@ -869,53 +700,30 @@ class KubernetesRuntime:
         if self._closed:
             raise RuntimeUnavailable("kubernetes runtime is closed")
         loop = asyncio.get_running_loop()
-        handoff = _Launch()
-        future = self._submit(self._launch_blocking, handoff)
-        with self._live_lock:
-            self._launches.add(future)
-        future.add_done_callback(self._launch_done)
         # The launch bounds its own wait for the pod; this also bounds a hung create or attach.
         bound = self.spawn_timeout + self.api_timeout
         try:
-            pod_name, stream = await asyncio.wait_for(asyncio.wrap_future(future), bound)
-        except BaseException as exc:
-            with handoff.lock:
-                handoff.abandoned = True
-                delivered = handoff.delivered
-            if delivered and future.done() and not future.cancelled() and future.exception() is None:
-                self._submit(self._discard_blocking, *future.result())
-            if isinstance(exc, TimeoutError):
-                raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
-            raise
-        sandbox = KubernetesSandbox(self, pod_name, stream, loop)
-        with self._live_lock:
-            self._live.add(sandbox)
-        try:
-            await probe(sandbox, self.probe_timeout)
-        except BaseException as exc:
-            info = await sandbox.destroy()
-            if isinstance(exc, SpawnFailed):
-                log.warning(
-                    "kubernetes: worker %s failed to start: %s (exit %s, oom %s, stderr %r, error %r)",
-                    sandbox.worker_id,
-                    exc,
-                    info.exit_code,
-                    info.oom_killed,
-                    info.stderr_tail[-512:],
-                    sandbox.error_channel[-512:],
-                )
-            raise
-        return sandbox
+            pod_name, stream = await self._launch(bound)
+        except TimeoutError:
+            raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
+        return await self._adopt(KubernetesSandbox(self, pod_name, stream, loop), self.probe_timeout)
 
-    def _launch_done(self, future: concurrent.futures.Future[tuple[str, Any]]) -> None:
-        with self._live_lock:
-            self._launches.discard(future)
+    def _log_spawn_failure(self, sandbox: KubernetesSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
+        log.warning(
+            "kubernetes: worker %s failed to start: %s (exit %s, oom %s, stderr %r, error %r)",
+            sandbox.worker_id,
+            exc,
+            info.exit_code,
+            info.oom_killed,
+            info.stderr_tail[-512:],
+            sandbox.error_channel[-512:],
+        )
 
     def _discard_blocking(self, pod_name: str, stream: Any) -> None:
         _hangup(stream)
         self._delete_blocking(pod_name)
 
-    def _launch_blocking(self, handoff: _Launch) -> tuple[str, Any]:
+    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
         """create -> wait until running -> attach; deletes the pod again on any failure."""
         api = self._client()
         pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
@@ -980,7 +788,9 @@ class KubernetesRuntime:
             )
         return method
 
-    def _wait_running_blocking(self, api: Any, pod_name: str, deadline: float, handoff: _Launch) -> None:
+    def _wait_running_blocking(
+        self, api: Any, pod_name: str, deadline: float, handoff: LaunchHandoff
+    ) -> None:
         delay = 0.05
         detail = "not read yet"
         while True:
@@ -1027,20 +837,12 @@ class KubernetesRuntime:
             return self._unavailable(f"cannot attach to worker pod {pod_name}", exc)
         return SpawnFailed(f"kubernetes: cannot start worker pod {pod_name}: {text}")
 
-    def live_sandboxes(self) -> list[KubernetesSandbox]:
-        with self._live_lock:
-            return list(self._live)
-
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
         # Launches in flight see _closed and delete their own pod.
-        with self._live_lock:
-            launches = list(self._launches)
-        if launches:
-            await asyncio.to_thread(concurrent.futures.wait, launches, self.api_timeout)
-        await asyncio.gather(*(s.destroy() for s in self.live_sandboxes()), return_exceptions=True)
+        await self._destroy_all(self.api_timeout)
         # Belt and braces: any pod of this runtime object that escaped the bookkeeping (bounded: the
         # API server may be the reason we are closing).
         if self._created_any:
