@@ -51,6 +51,7 @@ log = logging.getLogger("codemode.execute")
 
 FRAME_OVERHEAD = 64 * 1024
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 READ_CHUNK = 256 * 1024
 MAX_WORKER_MESSAGE = 1024
 
@@ -129,7 +130,7 @@ class _Session:
         ex = self.ex
         exec_frame = _trusted_frame(
             f'{{"k":"exec","v":{PROTOCOL_VERSION},"source":{_json(source)},'
-            f'"manifest":{ex.manifest_json},"limits":{ex.limits_json}}}'
+            f'"manifest":{ex.manifest_for(source)},"limits":{ex.limits_json}}}'
         )
         try:
             await self.sandbox.write(exec_frame)
@@ -321,10 +322,24 @@ class Executor:
                 "limits": self._wire_limits(),
             }
         )
-        self.manifest_json = _json(manifest)
+        # Manifest entries grouped by namespace root, as JSON text. A program can reach a namespace
+        # only through its root name (Starlark has no globals(), eval or load here), so each exec
+        # frame carries just the roots its source mentions: with thousands of capabilities this
+        # keeps the frame small and the worker from building namespaces the program cannot use.
+        by_root: dict[str, list[str]] = {}
+        for entry in manifest:
+            by_root.setdefault(entry["name"].split(".", 1)[0], []).append(_json(entry))
+        self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
         self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
         self.reaping: set[asyncio.Task[None]] = set()
+
+    def manifest_for(self, source: str) -> str:
+        """The manifest JSON for one program: the namespaces whose root names its source mentions
+        (a superset: names in strings or comments count too)."""
+        roots = self.manifest_by_root
+        parts = [roots[name] for name in sorted(set(_IDENTIFIER.findall(source))) if name in roots]
+        return "[" + ",".join(parts) + "]"
 
     def _wire_limits(self) -> dict[str, int]:
         limits = self.limits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,7 +14,7 @@ import codemode
 from codemode import authz
 from codemode.errors import client_text
 
-from .helpers import ALICE, Recorder, make_server
+from .helpers import ALICE, Recorder, make_capabilities, make_server
 
 
 @pytest.fixture
@@ -280,3 +281,31 @@ async def test_source_that_is_not_text_is_an_invalid_program(server: codemode.Se
         with pytest.raises(codemode.InvalidProgram):
             await server.execute(bad, subject=ALICE)  # type: ignore[arg-type]
     assert await server.execute("def main():\n    return 'é€😀'\n", subject=ALICE) == "é€😀"
+
+
+async def test_exec_frame_carries_only_the_namespaces_the_source_names() -> None:
+    rec = Recorder()
+    caps = make_capabilities(rec)
+    echo = next(c for c in caps if c.name == "util.echo").handler
+    caps += [
+        codemode.Capability(name=f"bulk{i % 64}.op{i}", summary="Bulk.", handler=echo) for i in range(3000)
+    ]
+    server = (
+        codemode.Builder(authorizer=rec, disabled=["util.hidden.v1"], runtime=codemode.ProcessRuntime())
+        .register(*caps)
+        .build()
+    )
+    try:
+        executor = server._executor
+        names = [e["name"] for e in json.loads(executor.manifest_for("def main():\n    return util.echo"))]
+        assert names and all(n.startswith("util.") for n in names)
+        assert json.loads(executor.manifest_for("def main():\n    return 1\n")) == []
+        bulk = json.loads(executor.manifest_for("x = bulk7  # and records in a comment\n"))
+        # Names in comments count too: a harmless superset.
+        assert {e["name"].split(".")[0] for e in bulk} == {"bulk7", "records"}
+        src = "def main():\n    return [bulk5.op5(value='a')['value'], util.echo(value='b')['value']]\n"
+        assert await server.execute(src, subject=ALICE) == ["a", "b"]
+        with pytest.raises(codemode.InvalidProgram):
+            await server.execute("def main():\n    return bulk5.op6(value='a')\n", subject=ALICE)
+    finally:
+        await server.aclose()
