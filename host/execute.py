@@ -311,7 +311,9 @@ class Executor:
         self.limits = limits
         self.runtime = runtime
         self.observer: Observer = observer or NullObserver()
-        manifest = [{"name": c.name, "input": c.input_shape} for c in self.by_name.values()]
+        manifest: list[dict[str, Any]] = [
+            {"name": c.name, "input": c.input_shape} for c in self.by_name.values()
+        ]
         # Checked once with the strict encoder, then reused as text for every exec frame.
         encode_frame(
             {
@@ -327,8 +329,8 @@ class Executor:
         # frame carries just the roots its source mentions: with thousands of capabilities this
         # keeps the frame small and the worker from building namespaces the program cannot use.
         by_root: dict[str, list[str]] = {}
-        for entry in manifest:
-            by_root.setdefault(entry["name"].split(".", 1)[0], []).append(_json(entry))
+        for cap, entry in zip(self.by_name.values(), manifest, strict=True):
+            by_root.setdefault(cap.name.split(".", 1)[0], []).append(_json(entry))
         self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
         self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
