@@ -461,21 +461,12 @@ def make_authorizer(config: ServeConfig) -> Any:
     if config.rego_policies or config.rego_decision:
         if not config.rego_policies or not config.rego_decision:
             raise ConfigError("--rego-policy FILE and --rego-decision data.<pkg>.<rule> go together")
-        modules: dict[str, str] = {}
-        for path in config.rego_policies:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    modules[path] = fh.read()
-            except OSError as exc:
-                raise ConfigError(f"cannot read Rego policy {path!r}: {exc.strerror or exc}") from None
+        from .authz.rego import InvalidPolicy, from_files
+
         try:
-            from .authz.rego import RegoAuthorizer
-        except ImportError as exc:
-            raise ConfigError(f"the Rego authorizer is not available: {exc}") from None
-        try:
-            return RegoAuthorizer(config.rego_decision, modules)
-        except Exception as exc:
-            raise ConfigError(f"Rego policy rejected: {exc}") from None
+            return from_files(config.rego_decision, config.rego_policies)
+        except InvalidPolicy as exc:
+            raise ConfigError(str(exc)) from None
     raise ConfigError(
         "no authorizer: pass --allow-all to allow every call explicitly, or "
         "--rego-policy FILE --rego-decision data.<pkg>.allow (or CODEMODE_ALLOW_ALL / "

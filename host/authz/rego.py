@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import regopy
@@ -57,7 +57,7 @@ from ._rego_scan import (
     parse_decision,
 )
 
-__all__ = ["InvalidPolicy", "RegoAuthorizer"]
+__all__ = ["InvalidPolicy", "RegoAuthorizer", "from_files"]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -683,3 +683,23 @@ def _is_set(event: Any) -> bool:
         return bool(event.is_set())
     except Exception:
         return False
+
+
+def from_files(decision: str, paths: Iterable[str | os.PathLike[str]]) -> RegoAuthorizer:
+    """Read policy files (each file's path is its module name) and build the authorizer.
+
+    Raises :class:`InvalidPolicy` with ``cannot read Rego policy '<path>': <reason>`` or
+    ``Rego policy rejected: <problem>``; configuration front ends (CLI, service) wrap it.
+    """
+    modules: dict[str, str] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                modules[str(path)] = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise InvalidPolicy(f"cannot read Rego policy {str(path)!r}: {reason}") from None
+    try:
+        return RegoAuthorizer(decision, modules)
+    except Exception as exc:
+        raise InvalidPolicy(f"Rego policy rejected: {exc}") from None

@@ -63,20 +63,12 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
     if settings.allow_all:
         return authz.allow_all()
     assert settings.rego_decision is not None
-    modules: dict[str, str] = {}
-    for path in settings.rego_policy:
-        try:
-            modules[str(path)] = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"rego_policy: cannot read {str(path)!r}: {exc.strerror}") from None
+    from ..authz.rego import InvalidPolicy, from_files
+
     try:
-        from ..authz.rego import RegoAuthorizer
-    except ImportError as exc:
-        raise ConfigError(f"rego_policy: the Rego authorizer is not available: {exc}") from None
-    try:
-        return RegoAuthorizer(settings.rego_decision, modules)
-    except Exception as exc:
-        raise ConfigError(f"rego_policy: policy rejected: {exc}") from None
+        return from_files(settings.rego_decision, settings.rego_policy)
+    except InvalidPolicy as exc:
+        raise ConfigError(f"rego_policy: {exc}") from None
 
 
 def build_runtime(settings: Settings) -> Runtime:

@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ import regopy
 
 from codemode.authz import AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz import rego as rego_module
-from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
+from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, from_files
 
 ALLOW_ALICE = """package app
 import rego.v1
@@ -870,3 +871,16 @@ async def test_dropped_authorizer_stops_its_threads() -> None:
     for t in mine:
         t.join(timeout=5)
     assert not any(t.is_alive() for t in mine)
+
+
+def test_from_files_reads_modules_and_names_problems(tmp_path: Path) -> None:
+    good = tmp_path / "policy.rego"
+    good.write_text("package app\n\ndefault allow := false\n\nallow if input.subject.id == \"alice\"\n")
+    authorizer = from_files("data.app.allow", [good])
+    assert isinstance(authorizer, RegoAuthorizer)
+    with pytest.raises(InvalidPolicy, match=r"cannot read Rego policy '.*missing\.rego'"):
+        from_files("data.app.allow", [tmp_path / "missing.rego"])
+    bad = tmp_path / "bad.rego"
+    bad.write_text("package app\n\nallow if http.send({})\n")
+    with pytest.raises(InvalidPolicy, match="Rego policy rejected"):
+        from_files("data.app.allow", [bad])
