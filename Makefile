@@ -11,8 +11,10 @@ $(BIN)/python:
 venv: $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 
-run: venv
-	$(BIN)/codemode serve --stdio --allow-all --pack codemode.capabilities.records:pack
+# stdout is the MCP stream: install quietly with every message on stderr, echo no command.
+run:
+	@$(MAKE) --no-print-directory -s venv >&2
+	@exec $(BIN)/codemode serve --stdio --allow-all --pack codemode.capabilities.records:pack
 
 lint: venv
 	$(BIN)/ruff check host worker_image capabilities tests
