@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .limits import Limits
+from .packs import split_specs
 
 __all__ = [
     "ConfigError",
@@ -281,16 +282,6 @@ def _env_list(env: Mapping[str, str], name: str) -> list[str]:
     return [part.strip() for part in env.get(name, "").split(",") if part.strip()]
 
 
-def _dedupe(values: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for v in values:
-        for part in v.split(","):
-            part = part.strip()
-            if part and part not in out:
-                out.append(part)
-    return out
-
-
 def _env_bool(env: Mapping[str, str], name: str) -> bool:
     raw = env.get(name)
     if raw is None:
@@ -385,10 +376,10 @@ def serve_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
     pids = args.docker_pids if args.docker_pids is not None else _env_number(env, "CODEMODE_DOCKER_PIDS", int)
     return ServeConfig(
         transport=transport,
-        packs=_dedupe([*_env_list(env, "CODEMODE_PACKS"), *args.pack]),
+        packs=split_specs([*_env_list(env, "CODEMODE_PACKS"), *args.pack]),
         pack_options=_options([*_env_list(env, "CODEMODE_PACK_OPTIONS"), *args.pack_option]),
         allow_all=bool(allow_all),
-        rego_policies=_dedupe([*_env_list(env, "CODEMODE_REGO_POLICY"), *args.rego_policy]),
+        rego_policies=split_specs([*_env_list(env, "CODEMODE_REGO_POLICY"), *args.rego_policy]),
         rego_decision=_pick(args.rego_decision, env, "CODEMODE_REGO_DECISION", None),
         limits=_limits(args, env),
         runtime=str(_pick(args.runtime, env, "CODEMODE_RUNTIME", "process")).lower(),
@@ -400,7 +391,7 @@ def serve_config(args: argparse.Namespace, env: Mapping[str, str] | None = None)
         docker_oci_runtime=_pick(args.docker_oci_runtime, env, "CODEMODE_DOCKER_OCI_RUNTIME", None),
         pool=int(pool or 0),
         subject=str(subject),
-        disabled=_dedupe([*_env_list(env, "CODEMODE_DISABLE"), *args.disable]),
+        disabled=split_specs([*_env_list(env, "CODEMODE_DISABLE"), *args.disable]),
         log_level=str(_pick(args.log_level, env, "CODEMODE_LOG_LEVEL", "WARNING")).upper(),
     )
 
@@ -438,7 +429,7 @@ def http_overrides(args: argparse.Namespace, env: Mapping[str, str] | None = Non
         ("rego_policy", args.rego_policy, "CODEMODE_REGO_POLICY"),
     ):
         if values:
-            out[name] = _dedupe([*_env_list(env, env_name), *values])
+            out[name] = split_specs([*_env_list(env, env_name), *values])
     for f in _limit_fields():
         value = getattr(args, f.name)
         if value is not None:
