@@ -7,9 +7,12 @@
 # Build, from the repository root:
 #     docker build -t codemode-service:0.1 .
 #     docker build --build-arg BASE_IMAGE=registry.example/python:3.11-slim -t codemode-service:0.1 .
+#     offline, from the debootstrap base (no pip, no venv) with a wheel directory .build-wheels/:
+#     scripts/provision-kubernetes.sh builds codemode-service:e2e this way.
 #
 # Build args:
-#   BASE_IMAGE    any image with CPython >= 3.11 as `python3` on PATH (default python:3.11-slim)
+#   BASE_IMAGE    any image with CPython >= 3.11 as `python3` on PATH (default python:3.11-slim); it
+#                 needs pip unless .build-wheels/ holds a pip wheel
 #   PIP_INDEX_URL optional package index mirror
 #
 # Run with the Docker runtime. The service reaches the engine through a configured socket:
@@ -41,9 +44,19 @@ COPY pyproject.toml README.md ./
 COPY host ./host
 COPY capabilities ./capabilities
 COPY worker_image/codemode_worker ./worker_image/codemode_worker
-RUN ["python3", "-m", "venv", "/opt/codemode"]
-RUN ["/opt/codemode/bin/pip", "install", "--no-compile", "/src"]
-RUN ["/opt/codemode/bin/python", "-I", "-c", "import codemode.service, codemode.mcp, codemode.runtimes.docker; print('codemode service ok')"]
+# Offline builds: a directory .build-wheels/ in the context holding a pip wheel and every dependency's
+# wheel (scripts/provision-kubernetes.sh makes it) is used with --no-index; a base without pip or venv
+# (the debootstrap base) needs it. Without it, the base's own pip installs from the index.
+COPY README.md .build-wheel[s] /wheels/
+RUN set -e; \
+    if ls /wheels/pip-*.whl >/dev/null 2>&1; then \
+        pip="$(ls /wheels/pip-*.whl | head -n 1)/pip"; set -- --no-index --find-links /wheels; \
+    else pip="-m pip"; set --; fi; \
+    python3 $pip install "$@" --no-compile --no-warn-script-location --prefix /opt/codemode /src; \
+    site="$(find /opt/codemode -type d \( -name site-packages -o -name dist-packages \) | head -n 1)"; \
+    ln -s "$site" /opt/codemode/site; \
+    [ -d /opt/codemode/bin ] || ln -s "$(dirname "$(find /opt/codemode -name codemode -type f | head -n 1)")" /opt/codemode/bin
+RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes; print('codemode service ok')"]
 
 # ---------------------------------------------------------------------------------------- service
 FROM ${BASE_IMAGE}
@@ -53,6 +66,7 @@ LABEL io.codemode.role="service" \
 
 COPY --from=build /opt/codemode /opt/codemode
 ENV PATH=/opt/codemode/bin:$PATH \
+    PYTHONPATH=/opt/codemode/site \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     CODEMODE_HOST=0.0.0.0 \
