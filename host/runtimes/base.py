@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ..errors import ResourceLimit
+
 __all__ = [
+    "CapacityExhausted",
     "ExitInfo",
     "Runtime",
     "RuntimeUnavailable",
@@ -26,6 +29,16 @@ class RuntimeUnavailable(Exception):
 
 class SpawnFailed(Exception):
     """One worker could not be started or did not become ready."""
+
+
+class CapacityExhausted(SpawnFailed, ResourceLimit):
+    """No room for another worker (a quota, or no node can take it): the client gets
+    ``resource limit exceeded``; the runtime has logged what the operator should change. The
+    host-log detail is ``reason``; ``str()`` is the client text."""
+
+    def __init__(self, reason: str) -> None:
+        ResourceLimit.__init__(self)
+        self.reason = reason
 
 
 class SandboxClosed(Exception):

@@ -8,9 +8,16 @@ Every worker pod (see ``KubernetesRuntime.pod_manifest``) gets::
     holding only the worker marker, read-only empty /tmp and /dev/shm, activeDeadlineSeconds as a
     backstop, the labels the deny-all NetworkPolicy selects, and optionally a RuntimeClass.
 
-``spawn()`` = create the pod -> poll until its container runs (bounded by ``spawn_timeout``) ->
-attach to its stdin/stdout/stderr through the API server (a websocket; ``kubernetes.stream``) ->
-``probe``. The websocket carries channel-tagged binary messages (first byte: 0 stdin, 1 stdout,
+The manifest and the reading of pod status are pure and live in ``kubernetes_pod``; this module
+does the API I/O.
+
+``spawn()`` = create the pod -> read it until its container runs (a tight poll, 25 ms growing to
+100 ms, bounded by ``spawn_timeout``) -> attach to its stdin/stdout/stderr through the API server (a
+websocket; ``kubernetes.stream``) -> ``probe``. The phases (created, scheduled, running, attached)
+are timed into ``last_phases`` and logged at debug level. A pod the scheduler cannot place for
+``unschedulable_grace`` seconds, and a create refused by the namespace's ResourceQuota, fail the
+spawn with ``CapacityExhausted`` (client text ``resource limit exceeded``) and an operator log that
+says what to change. The websocket carries channel-tagged binary messages (first byte: 0 stdin, 1 stdout,
 2 stderr, 3 error, 255 close on ``v5.channel.k8s.io``). A reader thread per sandbox reads them one
 message at a time straight off the client's websocket: stdout into a bounded buffer that ``read()``
 drains (a full buffer stops the reader: back-pressure to the worker), stderr into a bounded tail kept
@@ -43,9 +50,17 @@ from typing import Any, Literal, cast
 
 from kubernetes import client as k8s
 
-from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
-
-from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from .base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
+from .kubernetes_pod import CONTAINER_NAME as CONTAINER_NAME
+from .kubernetes_pod import DEFAULT_IMAGE as DEFAULT_IMAGE
+from .kubernetes_pod import INSTANCE_LABEL as INSTANCE_LABEL
+from .kubernetes_pod import MIN_KUBERNETES as MIN_KUBERNETES
+from .kubernetes_pod import OWNER_LABEL as OWNER_LABEL
+from .kubernetes_pod import PROTOCOL_LABEL as PROTOCOL_LABEL
+from .kubernetes_pod import ROLE_LABEL as ROLE_LABEL
+from .kubernetes_pod import WORKER_UID as WORKER_UID
+from .kubernetes_pod import PodSizing, progress, scheduled, worker_pod
+from .kubernetes_pod import worker_status as _worker_status
 from .base import SandboxClosed as SandboxClosed
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
@@ -57,6 +72,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_NAMESPACE",
     "INSTANCE_LABEL",
+    "MIN_KUBERNETES",
     "OWNER_LABEL",
     "ROLE_LABEL",
     "WORKER_UID",
@@ -67,15 +83,6 @@ __all__ = [
 log = logging.getLogger("codemode.runtimes.kubernetes")
 
 DEFAULT_NAMESPACE = "codemode-workers"
-#: The worker image; its tag is the protocol version it speaks.
-DEFAULT_IMAGE = f"codemode-worker:{PROTOCOL_VERSION}"
-CONTAINER_NAME = "worker"
-#: The numeric non-root user and group every worker runs as.
-WORKER_UID = 65532
-ROLE_LABEL = "io.codemode.role"
-OWNER_LABEL = "io.codemode.owner"
-INSTANCE_LABEL = "io.codemode.runtime-instance"
-PROTOCOL_LABEL = "io.codemode.protocol-version"
 _OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start")
 
 _WRITE_CHUNK = 64 * 1024
@@ -83,8 +90,6 @@ _STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
 _V5 = "v5.channel.k8s.io"
 _OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
 _RETRY_STATUSES = (409, 429, 500, 502, 503, 504)
-#: Container waiting reasons that will not resolve by waiting: the image can't be had.
-_IMAGE_REASONS = ("ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
@@ -172,41 +177,6 @@ def _hangup(stream: Any) -> None:
         ws.abort()
     with contextlib.suppress(Exception):
         ws.shutdown()
-
-
-def _worker_status(pod: Any) -> Any:
-    for cs in getattr(pod.status, "container_statuses", None) or []:
-        if cs.name == CONTAINER_NAME:
-            return cs
-    return None
-
-
-def _progress(pod: Any) -> tuple[Literal["running", "waiting", "ended", "no-image"], str]:
-    """Where a starting pod is, with a short description for error messages."""
-    status = pod.status
-    phase = getattr(status, "phase", None) or "Pending"
-    cs = _worker_status(pod)
-    state = getattr(cs, "state", None)
-    if phase in ("Succeeded", "Failed") or getattr(state, "terminated", None) is not None:
-        term = getattr(state, "terminated", None)
-        detail = f"phase {phase}"
-        if getattr(status, "reason", None):
-            detail += f", {status.reason}"
-        if term is not None:
-            detail += f", container exited {term.exit_code} ({term.reason or 'no reason'})"
-        return "ended", detail
-    if getattr(state, "running", None) is not None and phase == "Running":
-        return "running", "running"
-    waiting = getattr(state, "waiting", None)
-    if waiting is not None:
-        detail = f"container waiting: {waiting.reason or '?'}"
-        if waiting.message:
-            detail += f": {waiting.message[:200]}"
-        return ("no-image" if waiting.reason in _IMAGE_REASONS else "waiting"), detail
-    for cond in getattr(status, "conditions", None) or []:
-        if cond.type == "PodScheduled" and cond.status == "False":
-            return "waiting", f"not scheduled: {cond.reason or '?'}: {(cond.message or '')[:200]}"
-    return "waiting", f"phase {phase}"
 
 
 def _default_attach() -> Callable[..., Any]:
@@ -325,18 +295,31 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
 class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
     """Spawns one hardened pod per execute from the worker image.
 
+    Creating a pod costs this host nothing but an API call, so a warm pool may refill concurrently
+    (``concurrent_refill``).
+
     Args:
         namespace: where worker pods run (label it Pod Security ``restricted``; see k8s/).
         image: worker image (default ``codemode-worker:<protocol version>``).
-        memory, cpu, ephemeral_storage: requests = limits of the worker container (quantities).
+        memory, ephemeral_storage: requests = limits of the worker container (quantities).
+        cpu: the CPU limit of the worker container (default 1 CPU).
+        cpu_request: what the scheduler reserves per worker (default 100m; docs/kubernetes.md,
+            "Sizing": QoS Burstable, or Guaranteed when it equals ``cpu``).
         runtime_class: a RuntimeClass name (e.g. ``"gvisor"``), or None for the cluster default.
         owner: this host's instance id, written to the ``io.codemode.owner`` label (default: random
             per host process, renewed after fork).
-        api: a ``kubernetes.client.CoreV1Api`` (default: in-cluster config, else the kubeconfig).
+        api: a ``kubernetes.client.CoreV1Api``. Without it the client is configured, first match
+            wins, from: ``kubeconfig``/``context``; the default configuration a caller loaded
+            (``kubernetes.config.load_kube_config(...)``); in-cluster; ``$KUBECONFIG`` or
+            ``~/.kube/config`` as of the first API call.
+        kubeconfig: a kubeconfig file to use (settings: ``kubernetes_kubeconfig``).
+        context: a context in that kubeconfig (settings: ``kubernetes_context``).
         attach: the function that opens the attach websocket (default ``kubernetes.stream.stream``).
         cleanup_orphans: what ``start()`` deletes: ``"dead"`` (worker pods whose owner is provably
             dead), ``"all"`` (every worker pod not owned by this instance), ``"none"``.
         spawn_timeout: seconds from pod creation until its container runs and is attached.
+        unschedulable_grace: seconds a pod may stay unschedulable (no node has room) before the
+            spawn fails with ``CapacityExhausted``.
         probe_timeout: seconds for the attached worker to answer the probe.
         api_timeout: seconds for one API call.
         check_timeout: seconds for ``check()`` as a whole.
@@ -347,6 +330,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         executor_threads: size of the thread pool that runs blocking client calls.
     """
 
+    concurrent_refill = True
+
     def __init__(
         self,
         *,
@@ -354,13 +339,17 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         image: str = DEFAULT_IMAGE,
         memory: str = "256Mi",
         cpu: str = "1",
+        cpu_request: str = "100m",
         ephemeral_storage: str = "64Mi",
         runtime_class: str | None = None,
         owner: str | None = None,
         api: Any = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
         attach: Callable[..., Any] | None = None,
         cleanup_orphans: CleanupMode = "dead",
         spawn_timeout: float = 60.0,
+        unschedulable_grace: float = 2.0,
         probe_timeout: float = 10.0,
         api_timeout: float = 30.0,
         check_timeout: float = 5.0,
@@ -376,13 +365,23 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             raise ValueError(f"runtime_class {runtime_class!r} is not a valid RuntimeClass name")
         if owner is not None and not (owner and _LABEL_VALUE.fullmatch(owner)):
             raise ValueError(f"owner {owner!r} is not a valid label value")
-        for what, value in (("memory", memory), ("cpu", cpu), ("ephemeral_storage", ephemeral_storage)):
+        quantities = (
+            ("memory", memory),
+            ("cpu", cpu),
+            ("cpu_request", cpu_request),
+            ("ephemeral_storage", ephemeral_storage),
+        )
+        for what, value in quantities:
             try:
                 ok = _parse_quantity(value) > 0
             except ValueError:
                 ok = False
             if not ok:
                 raise ValueError(f"{what} {value!r} is not a positive Kubernetes quantity")
+        if _parse_quantity(cpu_request) > _parse_quantity(cpu):
+            raise ValueError(f"cpu_request {cpu_request!r} exceeds the cpu limit {cpu!r}")
+        if unschedulable_grace < 0:
+            raise ValueError("unschedulable_grace must not be negative")
         if cleanup_orphans not in ("dead", "all", "none"):
             raise ValueError("cleanup_orphans must be 'dead', 'all' or 'none'")
         if max_lifetime <= 0 or spawn_timeout <= 0 or probe_timeout <= 0:
@@ -391,7 +390,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self.image = image
         self.memory = memory
         self.cpu = cpu
+        self.cpu_request = cpu_request
         self.ephemeral_storage = ephemeral_storage
+        self.sizing = PodSizing(memory=memory, cpu=cpu, cpu_request=cpu_request, ephemeral_storage=ephemeral_storage)
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.unschedulable_grace = unschedulable_grace
+        #: Seconds from the start of the last successful launch to each phase it reached
+        #: (created, scheduled, running, attached); for benchmarks and debugging.
+        self.last_phases: dict[str, float] = {}
         self.runtime_class = runtime_class
         self.owner_id = owner
         self.cleanup_orphans: CleanupMode = cleanup_orphans
@@ -428,72 +435,21 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             ROLE_LABEL: "worker",
             OWNER_LABEL: self.owner,
             INSTANCE_LABEL: self.instance_id,
-            PROTOCOL_LABEL: str(PROTOCOL_VERSION),
+            PROTOCOL_LABEL: DEFAULT_IMAGE.rsplit(":", 1)[1],
         }
 
     def pod_manifest(self, pod_name: str) -> k8s.V1Pod:
-        """The exact pod ``spawn()`` submits."""
-        quantities = {"memory": self.memory, "cpu": self.cpu, "ephemeral-storage": self.ephemeral_storage}
-        container = k8s.V1Container(
-            name=CONTAINER_NAME,
+        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``)."""
+        return worker_pod(
+            pod_name,
+            namespace=self.namespace,
             image=self.image,
+            labels=self.labels(),
+            annotations=_OWNER.annotations(),
+            sizing=self.sizing,
+            runtime_class=self.runtime_class,
+            max_lifetime=self.max_lifetime,
             image_pull_policy=self.image_pull_policy,
-            stdin=True,
-            stdin_once=True,
-            tty=False,
-            working_dir="/",
-            env=[k8s.V1EnvVar(name=WORKER_ENV_MARKER, value="1")],
-            resources=k8s.V1ResourceRequirements(requests=dict(quantities), limits=dict(quantities)),
-            security_context=k8s.V1SecurityContext(
-                read_only_root_filesystem=True,
-                allow_privilege_escalation=False,
-                privileged=False,
-                capabilities=k8s.V1Capabilities(drop=["ALL"]),
-                run_as_non_root=True,
-                run_as_user=WORKER_UID,
-                run_as_group=WORKER_UID,
-            ),
-            # gVisor mounts a writable tmpfs at /tmp unless the spec has one, and every pod gets a
-            # writable /dev/shm: shadow both with an empty, read-only, tiny tmpfs.
-            volume_mounts=[
-                k8s.V1VolumeMount(name="empty", mount_path="/tmp", read_only=True),
-                k8s.V1VolumeMount(name="empty", mount_path="/dev/shm", read_only=True),
-            ],
-        )
-        return k8s.V1Pod(
-            api_version="v1",
-            kind="Pod",
-            metadata=k8s.V1ObjectMeta(
-                name=pod_name,
-                namespace=self.namespace,
-                labels=self.labels(),
-                annotations=_OWNER.annotations(),
-            ),
-            spec=k8s.V1PodSpec(
-                containers=[container],
-                restart_policy="Never",
-                automount_service_account_token=False,
-                enable_service_links=False,
-                host_network=False,
-                host_pid=False,
-                host_ipc=False,
-                share_process_namespace=False,
-                hostname="worker",
-                active_deadline_seconds=self.max_lifetime,
-                termination_grace_period_seconds=1,
-                runtime_class_name=self.runtime_class,
-                security_context=k8s.V1PodSecurityContext(
-                    run_as_non_root=True,
-                    run_as_user=WORKER_UID,
-                    run_as_group=WORKER_UID,
-                    seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
-                ),
-                volumes=[
-                    k8s.V1Volume(
-                        name="empty", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit="4Ki")
-                    )
-                ],
-            ),
         )
 
     # -- blocking plumbing -----------------------------------------------------------------------
@@ -502,20 +458,34 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         """The CoreV1Api (created on first use, in a worker thread)."""
         with self._api_lock:
             if self._api is None:
-                from kubernetes import config
-
-                configuration = k8s.Configuration()
-                try:
-                    try:
-                        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                    except config.ConfigException:
-                        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                except Exception as exc:
-                    raise RuntimeUnavailable(
-                        f"kubernetes: no API configuration (neither in-cluster nor kubeconfig): {exc}"
-                    ) from exc
-                self._api = k8s.CoreV1Api(k8s.ApiClient(configuration))
+                self._api = k8s.CoreV1Api(k8s.ApiClient(self._configuration()))
             return self._api
+
+    def _configuration(self) -> k8s.Configuration:
+        from kubernetes import config
+
+        try:
+            if self.kubeconfig is not None or self.context is not None:
+                configuration = k8s.Configuration()
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=self.kubeconfig, context=self.context, client_configuration=configuration
+                )
+                return configuration
+            loaded = k8s.Configuration.get_default_copy()
+            if loaded.host != k8s.Configuration().host:
+                return loaded  # the caller ran config.load_kube_config()/load_incluster_config()
+            configuration = k8s.Configuration()
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except Exception as exc:
+            where = f"kubeconfig {self.kubeconfig or '(default)'} context {self.context or '(current)'}"
+            raise RuntimeUnavailable(
+                f"kubernetes: no API configuration ({where}; neither in-cluster nor a kubeconfig; set"
+                f" --kubernetes-kubeconfig / CODEMODE_KUBERNETES_KUBECONFIG): {exc}"
+            ) from exc
 
     def _endpoint(self) -> str:
         host = getattr(getattr(getattr(self._api, "api_client", None), "configuration", None), "host", None)
@@ -727,7 +697,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         """create -> wait until running -> attach; deletes the pod again on any failure."""
         api = self._client()
         pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
-        deadline = time.monotonic() + self.spawn_timeout
+        t0 = time.monotonic()
+        deadline = t0 + self.spawn_timeout
+        phases: dict[str, float] = {}
         created = False
         self._created_any = True
         try:
@@ -736,13 +708,14 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                     self.namespace, self.pod_manifest(pod_name), _request_timeout=self.api_timeout
                 )
                 created = True
+                phases["created"] = time.monotonic() - t0
             except k8s.ApiException as exc:
                 created = not (exc.status and 400 <= exc.status < 500)  # 4xx: certainly not created
                 raise
             except Exception as exc:
                 created = _maybe_sent(exc)  # a timeout or lost response: the pod may exist
                 raise
-            self._wait_running_blocking(api, pod_name, deadline, handoff)
+            self._wait_running_blocking(api, pod_name, deadline, handoff, t0, phases)
             attach = self._attach or _default_attach()
             stream = attach(
                 self._attach_method(api),
@@ -759,6 +732,14 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             if getattr(stream, "sock", None) is None:
                 _hangup(stream)
                 raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
+            phases["attached"] = time.monotonic() - t0
+            self.last_phases = phases
+            log.debug(
+                "kubernetes: worker pod %s %s (%s)",
+                pod_name,
+                " ".join(f"{k} {v * 1000:.0f}ms" for k, v in phases.items()),
+                getattr(stream, "subprotocol", None) or "?",
+            )
         except Exception as exc:
             if created:
                 self._delete_blocking(pod_name)
@@ -789,12 +770,28 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         return method
 
     def _wait_running_blocking(
-        self, api: Any, pod_name: str, deadline: float, handoff: LaunchHandoff
+        self,
+        api: Any,
+        pod_name: str,
+        deadline: float,
+        handoff: LaunchHandoff,
+        t0: float | None = None,
+        phases: dict[str, float] | None = None,
     ) -> None:
-        delay = 0.05
+        """Read the pod until its container runs: 25 ms apart, growing to 100 ms.
+
+        Records when it was first seen scheduled and running in ``phases``. A pod the scheduler
+        reports Unschedulable for ``unschedulable_grace`` seconds is given up (``CapacityExhausted``).
+        """
+        t0 = time.monotonic() if t0 is None else t0
+        phases = {} if phases is None else phases
+        delay = 0.025
         detail = "not read yet"
+        unschedulable_since: float | None = None
         while True:
             if handoff.abandoned or self._closed:
+                if unschedulable_since is not None:
+                    self._log_unschedulable(pod_name, detail)
                 raise SpawnFailed("spawn cancelled")
             try:
                 pod = api.read_namespaced_pod(pod_name, self.namespace, _request_timeout=self.api_timeout)
@@ -805,20 +802,47 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                     raise
                 detail = f"API error: {_api_error_text(exc)}"
             else:
-                where, detail = _progress(pod)
+                now = time.monotonic()
+                if "scheduled" not in phases and scheduled(pod):
+                    phases["scheduled"] = now - t0
+                where, detail = progress(pod)
                 if where == "running":
+                    phases["running"] = now - t0
                     return
                 if where == "ended":
                     raise SpawnFailed(f"kubernetes: worker pod {pod_name} ended before attach: {detail}")
                 if where == "no-image":
                     raise RuntimeUnavailable(f"kubernetes: worker image {self.image!r} unavailable: {detail}")
+                if where == "unschedulable":
+                    unschedulable_since = unschedulable_since or now
+                    if now - unschedulable_since >= self.unschedulable_grace:
+                        self._log_unschedulable(pod_name, detail)
+                        raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
+                else:
+                    unschedulable_since = None
             left = deadline - time.monotonic()
             if left <= 0:
+                if unschedulable_since is not None:
+                    self._log_unschedulable(pod_name, detail)
+                    raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
                 raise SpawnFailed(
                     f"kubernetes: worker pod {pod_name} not running after {self.spawn_timeout}s: {detail}"
                 )
             time.sleep(min(delay, left))
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, 0.1)
+
+    def _log_unschedulable(self, pod_name: str, detail: str) -> None:
+        log.error(
+            "kubernetes: no node has room for worker pod %s in namespace %s (%s). Each worker reserves"
+            " cpu %s and memory %s: add nodes, lower the reservation (--kubernetes-cpu-request /"
+            " CODEMODE_KUBERNETES_CPU_REQUEST, --kubernetes-memory / CODEMODE_KUBERNETES_MEMORY) or"
+            " lower max_concurrent_executions + pool. Clients get 'resource limit exceeded'.",
+            pod_name,
+            self.namespace,
+            detail,
+            self.cpu_request,
+            self.memory,
+        )
 
     def _launch_error(self, pod_name: str, exc: Exception) -> Exception:
         if isinstance(exc, RuntimeUnavailable | SpawnFailed):
@@ -830,7 +854,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             return self._unavailable(f"cannot create worker pod in namespace {self.namespace}", exc)
         if status == 403:
             if "exceeded quota" in text:
-                return SpawnFailed(f"kubernetes: worker pod quota exhausted: {text}")
+                log.error(
+                    "kubernetes: the ResourceQuota of namespace %s refused worker pod %s: %s. Raise the"
+                    " quota (k8s/resourcequota.yaml) or lower max_concurrent_executions + pool or the"
+                    " per-worker resources. Clients get 'resource limit exceeded'.",
+                    self.namespace,
+                    pod_name,
+                    text,
+                )
+                return CapacityExhausted(f"kubernetes: worker pod quota exhausted: {text}")
             # RBAC, Pod Security admission, RuntimeClass admission
             return self._unavailable(f"worker pod refused in namespace {self.namespace}", exc)
         if status == 0 and "403" in text:  # websocket handshake refused: no pods/attach permission

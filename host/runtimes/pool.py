@@ -4,6 +4,12 @@ Each sandbox is still used exactly once and destroyed by the execute pipeline; t
 start latency off the request path. It keeps at most ``size`` idle sandboxes (the execute semaphore
 bounds the ones in use, so live workers never exceed ``max_concurrent_executions + size``), refills
 in the background, never hands out a sandbox that died while waiting, and drains on ``aclose()``.
+
+Refill strategy: a runtime whose workers cost this host nothing to start (a remote one such as
+Kubernetes) declares ``concurrent_refill = True``; the pool then starts every missing sandbox at
+once, as soon as one is handed out. Otherwise (the process runtime forks this host; Docker) it
+refills one at a time and only after the used sandbox is destroyed, so starting a worker never
+stalls the execution the pooled one is serving.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ class WarmPool:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.refill_seconds: list[float] = []
+        self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
+        self._starting = 0
+        self._spawns: set[asyncio.Task[None]] = set()
         self.last_error: str | None = None
 
     @property
@@ -101,6 +110,9 @@ class WarmPool:
         while self._idle:
             sandbox = self._idle.popleft()
             if sandbox.alive():
+                if self.concurrent:
+                    self._kick()
+                    return sandbox
                 # Refill once this sandbox is destroyed, not now: starting a worker forks the host
                 # process, which would stall the very execution this sandbox is about to serve.
                 return _RefillOnDestroy(sandbox, self._kick)
@@ -114,6 +126,9 @@ class WarmPool:
             self._wake.set()
 
     async def _refill_loop(self) -> None:
+        if self.concurrent:
+            await self._refill_concurrently()
+            return
         assert self._wake is not None
         while not self._closed:
             if len(self._idle) >= self.size:
@@ -143,8 +158,51 @@ class WarmPool:
                 return
             self._idle.append(sandbox)
 
+    async def _refill_concurrently(self) -> None:
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            missing = self.size - len(self._idle) - self._starting
+            for _ in range(max(missing, 0)):
+                self._starting += 1
+                task = loop.create_task(self._spawn_one())
+                self._spawns.add(task)
+                task.add_done_callback(self._spawns.discard)
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _spawn_one(self) -> None:
+        t0 = time.monotonic()
+        try:
+            sandbox = await self.inner.spawn()
+        except asyncio.CancelledError:
+            self._starting -= 1
+            raise
+        except Exception as exc:
+            self.last_error = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+            if isinstance(exc, SpawnFailed | RuntimeUnavailable):
+                log.warning("pool refill failed: %s", self.last_error)
+            else:
+                log.exception("pool refill failed unexpectedly")
+            await asyncio.sleep(self.retry_delay)
+            self._starting -= 1
+            self._kick()
+            return
+        self._starting -= 1
+        self.last_error = None
+        self.refill_seconds.append(time.monotonic() - t0)
+        del self.refill_seconds[:-1000]
+        if self._closed:
+            await sandbox.destroy()
+            return
+        self._idle.append(sandbox)
+
     async def aclose(self) -> None:
         self._closed = True
+        spawns = list(self._spawns)
+        for task in spawns:
+            task.cancel()
+        await asyncio.gather(*spawns, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

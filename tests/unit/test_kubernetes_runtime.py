@@ -21,6 +21,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -33,7 +34,8 @@ import pytest
 from kubernetes import client as k8s
 
 from codemode.runtimes import kubernetes as kmod
-from codemode.runtimes.base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from codemode.errors import ResourceLimit
+from codemode.runtimes.base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
 from codemode.runtimes.kubernetes import (
     INSTANCE_LABEL,
     OWNER_LABEL,
@@ -391,7 +393,8 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
-    q = {"cpu": "1", "ephemeral-storage": "64Mi", "memory": "256Mi"}
+    limits = {"cpu": "1", "ephemeral-storage": "64Mi", "memory": "256Mi"}
+    requests = {"cpu": "100m", "ephemeral-storage": "64Mi", "memory": "256Mi"}
     spec: dict[str, Any] = {
         "activeDeadlineSeconds": 3600,
         "automountServiceAccountToken": False,
@@ -401,7 +404,7 @@ def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
                 "image": "codemode-worker:1",
                 "imagePullPolicy": "IfNotPresent",
                 "name": "worker",
-                "resources": {"limits": q, "requests": q},
+                "resources": {"limits": limits, "requests": requests},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,
                     "capabilities": {"drop": ["ALL"]},
@@ -421,6 +424,8 @@ def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
                 "workingDir": "/",
             }
         ],
+        "dnsConfig": {"nameservers": ["127.0.0.1"]},
+        "dnsPolicy": "None",
         "enableServiceLinks": False,
         "hostIPC": False,
         "hostNetwork": False,
@@ -476,7 +481,13 @@ def test_runtime_class_is_optional() -> None:
     assert spec["runtimeClassName"] == "gvisor"
     assert rt.name == "kubernetes:gvisor"
     q = {"cpu": "500m", "ephemeral-storage": "16Mi", "memory": "512Mi"}
-    assert spec["containers"][0]["resources"] == {"limits": q, "requests": q}
+    assert spec["containers"][0]["resources"] == {"limits": q, "requests": {**q, "cpu": "100m"}}
+    # cpu_request == cpu: QoS Guaranteed.
+    rt = KubernetesRuntime(api=api, cpu="500m", cpu_request="500m")
+    resources = serialized(rt.pod_manifest("p"))["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"]
+    with pytest.raises(ValueError, match="cpu_request"):
+        KubernetesRuntime(api=api, cpu="500m", cpu_request="1")
     assert spec["containers"][0]["image"] == "w:1"
 
 
@@ -726,9 +737,11 @@ async def test_spawn_timeout_when_the_pod_never_runs(cluster: FakeCluster) -> No
     await rt.aclose()
 
 
-async def test_unschedulable_pod_times_out_with_the_reason(cluster: FakeCluster) -> None:
+async def test_unschedulable_pod_is_a_resource_limit_with_an_operator_log(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
     cluster.run_after_reads = None
-    rt = make_runtime(cluster, spawn_timeout=0.3)
+    rt = make_runtime(cluster, spawn_timeout=30.0, unschedulable_grace=0.2)
     orig = cluster.advance
 
     def unschedulable(pod: k8s.V1Pod) -> None:
@@ -742,8 +755,14 @@ async def test_unschedulable_pod_times_out_with_the_reason(cluster: FakeCluster)
         ]
 
     cluster.advance = unschedulable  # type: ignore[method-assign]
-    with pytest.raises(SpawnFailed, match="not scheduled: Unschedulable: 0/3 nodes"):
+    t0 = time.monotonic()
+    with pytest.raises(CapacityExhausted) as info:
         await rt.spawn()
+    assert time.monotonic() - t0 < 5.0  # the grace, not the spawn timeout
+    assert isinstance(info.value, SpawnFailed) and isinstance(info.value, ResourceLimit)
+    assert str(info.value) == "resource limit exceeded"
+    assert "not scheduled: Unschedulable: 0/3 nodes" in info.value.reason
+    assert "no node has room for worker pod" in caplog.text and "cpu-request" in caplog.text
     assert cluster.api.pods == {}
     await rt.aclose()
 
@@ -784,7 +803,7 @@ async def test_pod_that_ends_before_attach_fails_the_spawn(cluster: FakeCluster)
         ),
         (
             api_error(403, "Forbidden", 'pods "x" is forbidden: exceeded quota: workers, requested: pods=1'),
-            SpawnFailed,
+            CapacityExhausted,
             "quota exhausted",
         ),
         (
@@ -801,8 +820,9 @@ async def test_create_refusals_are_classified(
 ) -> None:
     cluster.api.errors["create_namespaced_pod"] = [error]
     rt = make_runtime(cluster)
-    with pytest.raises(expected, match=match):
+    with pytest.raises(expected) as info:
         await rt.spawn()
+    assert re.search(match, getattr(info.value, "reason", None) or str(info.value))
     status = getattr(error, "status", 0)
     # A 4xx refusal created nothing: nothing to delete. A 5xx may have: delete by name (404 is fine).
     assert len(cluster.api.called("delete_namespaced_pod")) == (0 if status < 500 else 1)
@@ -1152,3 +1172,131 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     assert pod.metadata.namespace == "codemode-workers"
     assert container.image == "registry.example/codemode-worker:1"
     assert container.resources.limits["memory"] == "256Mi"
+
+
+# ----------------------------------------------------------------------------------- configuration
+
+
+def _write_kubeconfig(path: Path, contexts: dict[str, str]) -> None:
+    clusters = "".join(
+        f"  - name: {name}\n    cluster:\n      server: {server}\n" for name, server in contexts.items()
+    )
+    ctxs = "".join(
+        f"  - name: {name}\n    context: {{cluster: {name}, user: u}}\n" for name in contexts
+    )
+    path.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n"
+        + clusters
+        + "users:\n  - name: u\n    user: {token: t}\ncontexts:\n"
+        + ctxs
+        + f"current-context: {next(iter(contexts))}\n"
+    )
+
+
+@pytest.fixture
+def restore_default_configuration() -> Any:
+    saved = k8s.Configuration._default  # type: ignore[attr-defined]
+    yield
+    k8s.Configuration.set_default(saved)
+
+
+async def test_a_kubeconfig_loaded_by_the_caller_is_honoured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_default_configuration: Any
+) -> None:
+    from kubernetes import config
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    path = tmp_path / "kubeconfig"
+    _write_kubeconfig(path, {"loaded": "https://127.0.0.1:7001"})
+    config.load_kube_config(str(path))
+    rt = KubernetesRuntime()
+    api = await rt._run_blocking(rt._client)
+    assert api.api_client.configuration.host == "https://127.0.0.1:7001"
+    await rt.aclose()
+
+
+async def test_explicit_kubeconfig_and_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_default_configuration: Any
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    path = tmp_path / "kubeconfig"
+    _write_kubeconfig(path, {"one": "https://127.0.0.1:7001", "two": "https://127.0.0.1:7002"})
+    for context, host in ((None, "https://127.0.0.1:7001"), ("two", "https://127.0.0.1:7002")):
+        rt = KubernetesRuntime(kubeconfig=str(path), context=context)
+        api = await rt._run_blocking(rt._client)
+        assert api.api_client.configuration.host == host
+        await rt.aclose()
+    rt = KubernetesRuntime(kubeconfig=str(path), context="three")
+    with pytest.raises(RuntimeUnavailable, match="context three"):
+        await rt._run_blocking(rt._client)
+    await rt.aclose()
+
+
+# ----------------------------------------------------------------------------------- warm pool
+
+
+class _SlowRemoteRuntime:
+    """A runtime whose spawns take a while and cost the host nothing (declares concurrent refill)."""
+
+    concurrent_refill = True
+    name = "remote"
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.spawned = 0
+        self.release = asyncio.Event()
+
+    async def start(self) -> None:
+        pass
+
+    async def check(self) -> None:
+        pass
+
+    async def spawn(self) -> Any:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self.release.wait()
+        finally:
+            self.in_flight -= 1
+        self.spawned += 1
+        return _Idle(f"w{self.spawned}")
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Idle:
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.destroyed = False
+
+    def alive(self) -> bool:
+        return not self.destroyed
+
+    async def destroy(self) -> ExitInfo:
+        self.destroyed = True
+        return ExitInfo(0)
+
+
+async def test_pool_refills_a_remote_runtime_concurrently() -> None:
+    from codemode.runtimes.pool import WarmPool
+
+    inner = _SlowRemoteRuntime()
+    pool = WarmPool(inner, 3)  # type: ignore[arg-type]
+    await pool.start()
+    await wait_until(lambda: inner.in_flight == 3)  # all three start at once
+    inner.release.set()
+    await pool.wait_warm(5.0)
+    inner.release.clear()
+    used = await pool.spawn()
+    # The refill starts when the sandbox is handed out, not after it is destroyed.
+    await wait_until(lambda: inner.in_flight == 1)
+    assert not used.destroyed  # type: ignore[attr-defined]
+    inner.release.set()
+    await pool.wait_warm(5.0)
+    assert inner.max_in_flight == 3
+    await used.destroy()
+    await pool.aclose()

@@ -1,0 +1,190 @@
+"""The worker pod, as data: the hardened manifest ``KubernetesRuntime`` submits and the reading of a
+starting pod's status. Pure functions over ``kubernetes.client`` models, no API I/O.
+
+Sizing (docs/kubernetes.md, "Sizing"): memory and ephemeral storage have requests = limits (the
+memory limit is the worker's OOM boundary and is what the scheduler reserves); CPU has a small
+request (what the scheduler reserves per worker, default 100m) and a limit (the most one worker may
+burn, default 1 CPU). The pod's QoS class is therefore ``Burstable``; with ``cpu_request == cpu``
+it is ``Guaranteed``. Workers have no network: ``dnsPolicy: None`` with an empty resolver list (no
+cluster DNS warning, nothing to resolve with), and the deny-all NetworkPolicy of k8s/ where a CNI
+enforces it. (``dnsPolicy: None`` requires one nameserver: 127.0.0.1, where nothing listens.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kubernetes import client as k8s
+
+from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
+
+__all__ = [
+    "CONTAINER_NAME",
+    "DEFAULT_IMAGE",
+    "INSTANCE_LABEL",
+    "MIN_KUBERNETES",
+    "OWNER_LABEL",
+    "PROTOCOL_LABEL",
+    "ROLE_LABEL",
+    "WORKER_UID",
+    "PodSizing",
+    "Progress",
+    "progress",
+    "worker_pod",
+    "worker_status",
+]
+
+#: The worker image; its tag is the protocol version it speaks.
+DEFAULT_IMAGE = f"codemode-worker:{PROTOCOL_VERSION}"
+CONTAINER_NAME = "worker"
+#: The numeric non-root user and group every worker runs as.
+WORKER_UID = 65532
+ROLE_LABEL = "io.codemode.role"
+OWNER_LABEL = "io.codemode.owner"
+INSTANCE_LABEL = "io.codemode.runtime-instance"
+PROTOCOL_LABEL = "io.codemode.protocol-version"
+#: Oldest Kubernetes the runtime and k8s/ support: Pod Security admission (``restricted`` on the
+#: workers' namespace) is GA from 1.25. Proven on 1.34 (docs/kubernetes.md).
+MIN_KUBERNETES = (1, 25)
+
+#: Container waiting reasons that will not resolve by waiting: the image can't be had.
+_IMAGE_REASONS = ("ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "ErrImagePull")
+
+Progress = Literal["running", "waiting", "unschedulable", "ended", "no-image"]
+
+
+@dataclass(frozen=True)
+class PodSizing:
+    """Resources of the worker container (Kubernetes quantities)."""
+
+    memory: str = "256Mi"
+    cpu: str = "1"
+    cpu_request: str = "100m"
+    ephemeral_storage: str = "64Mi"
+
+    def requests(self) -> dict[str, str]:
+        return {"memory": self.memory, "cpu": self.cpu_request, "ephemeral-storage": self.ephemeral_storage}
+
+    def limits(self) -> dict[str, str]:
+        return {"memory": self.memory, "cpu": self.cpu, "ephemeral-storage": self.ephemeral_storage}
+
+
+def worker_pod(
+    pod_name: str,
+    *,
+    namespace: str,
+    image: str,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    sizing: PodSizing,
+    runtime_class: str | None,
+    max_lifetime: int,
+    image_pull_policy: str,
+    env_marker: str = WORKER_ENV_MARKER,
+) -> k8s.V1Pod:
+    """The exact pod ``KubernetesRuntime.spawn()`` submits."""
+    container = k8s.V1Container(
+        name=CONTAINER_NAME,
+        image=image,
+        image_pull_policy=image_pull_policy,
+        stdin=True,
+        stdin_once=True,
+        tty=False,
+        working_dir="/",
+        env=[k8s.V1EnvVar(name=env_marker, value="1")],
+        resources=k8s.V1ResourceRequirements(requests=sizing.requests(), limits=sizing.limits()),
+        security_context=k8s.V1SecurityContext(
+            read_only_root_filesystem=True,
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+            run_as_non_root=True,
+            run_as_user=WORKER_UID,
+            run_as_group=WORKER_UID,
+        ),
+        # gVisor mounts a writable tmpfs at /tmp unless the spec has one, and every pod gets a
+        # writable /dev/shm: shadow both with an empty, read-only, tiny tmpfs.
+        volume_mounts=[
+            k8s.V1VolumeMount(name="empty", mount_path="/tmp", read_only=True),
+            k8s.V1VolumeMount(name="empty", mount_path="/dev/shm", read_only=True),
+        ],
+    )
+    return k8s.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=k8s.V1ObjectMeta(name=pod_name, namespace=namespace, labels=labels, annotations=annotations),
+        spec=k8s.V1PodSpec(
+            containers=[container],
+            restart_policy="Never",
+            automount_service_account_token=False,
+            enable_service_links=False,
+            host_network=False,
+            host_pid=False,
+            host_ipc=False,
+            share_process_namespace=False,
+            hostname="worker",
+            # Workers have no network at all (deny-all NetworkPolicy), so no cluster DNS either.
+            # dnsPolicy None needs one nameserver: loopback, where nothing answers.
+            dns_policy="None",
+            dns_config=k8s.V1PodDNSConfig(nameservers=["127.0.0.1"]),
+            active_deadline_seconds=max_lifetime,
+            termination_grace_period_seconds=1,
+            runtime_class_name=runtime_class,
+            security_context=k8s.V1PodSecurityContext(
+                run_as_non_root=True,
+                run_as_user=WORKER_UID,
+                run_as_group=WORKER_UID,
+                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+            volumes=[
+                k8s.V1Volume(name="empty", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit="4Ki"))
+            ],
+        ),
+    )
+
+
+def worker_status(pod: Any) -> Any:
+    """The worker container's status, or None."""
+    for cs in getattr(pod.status, "container_statuses", None) or []:
+        if cs.name == CONTAINER_NAME:
+            return cs
+    return None
+
+
+def scheduled(pod: Any) -> bool:
+    """The scheduler has bound the pod to a node."""
+    if getattr(pod.spec, "node_name", None):
+        return True
+    return any(
+        c.type == "PodScheduled" and c.status == "True" for c in getattr(pod.status, "conditions", None) or []
+    )
+
+
+def progress(pod: Any) -> tuple[Progress, str]:
+    """Where a starting pod is, with a short description for host logs."""
+    status = pod.status
+    phase = getattr(status, "phase", None) or "Pending"
+    cs = worker_status(pod)
+    state = getattr(cs, "state", None)
+    if phase in ("Succeeded", "Failed") or getattr(state, "terminated", None) is not None:
+        term = getattr(state, "terminated", None)
+        detail = f"phase {phase}"
+        if getattr(status, "reason", None):
+            detail += f", {status.reason}"
+        if term is not None:
+            detail += f", container exited {term.exit_code} ({term.reason or 'no reason'})"
+        return "ended", detail
+    if getattr(state, "running", None) is not None and phase == "Running":
+        return "running", "running"
+    waiting = getattr(state, "waiting", None)
+    if waiting is not None:
+        detail = f"container waiting: {waiting.reason or '?'}"
+        if waiting.message:
+            detail += f": {waiting.message[:200]}"
+        return ("no-image" if waiting.reason in _IMAGE_REASONS else "waiting"), detail
+    for cond in getattr(status, "conditions", None) or []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            detail = f"not scheduled: {cond.reason or '?'}: {(cond.message or '')[:200]}"
+            return ("unschedulable" if cond.reason == "Unschedulable" else "waiting"), detail
+    return "waiting", f"phase {phase}"
