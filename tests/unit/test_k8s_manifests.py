@@ -20,7 +20,8 @@ from kubernetes import client as k8s
 from codemode.runtimes.kubernetes import DEFAULT_NAMESPACE, ROLE_LABEL, KubernetesRuntime
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
-FILES = sorted(K8S.rglob("*.yaml"))
+#: The Kubernetes objects (kustomization.yaml files are kustomize's, not the API server's).
+FILES = sorted(f for f in K8S.rglob("*.yaml") if f.name != "kustomization.yaml")
 VERSIONS = ["1.30", kubernetes_validate.utils.latest_version()]
 
 
@@ -56,7 +57,7 @@ def test_the_expected_manifests_exist() -> None:
         "networkpolicy.yaml",
         "configmap.yaml",
         "resourcequota.yaml",
-        "optional/runtimeclass-gvisor.yaml",
+        "overlays/gvisor/runtimeclass.yaml",
     }
     # `kubectl apply -f k8s/` applies files in name order: the namespaces must come first.
     first = sorted(K8S.glob("*.yaml"))[0]
@@ -78,6 +79,21 @@ def test_strict_validation_rejects_a_misspelt_field() -> None:
     bad = {**bad, "spec": {**bad["spec"], "replica": 2}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, "1.30", strict=True)
+
+
+def test_the_kustomization_lists_every_top_level_manifest() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == sorted(f.name for f in K8S.glob("*.yaml") if f != K8S / "kustomization.yaml")
+    overlay = yaml.safe_load((K8S / "overlays/gvisor/kustomization.yaml").read_text())
+    assert overlay["resources"] == ["../..", "runtimeclass.yaml"]
+    (patch,) = overlay["patches"]
+    toml = yaml.safe_load(patch["patch"])[0]["value"]
+    base = one("ConfigMap", "codemode-config")["data"]["codemode.toml"]
+    # The overlay's configuration is the base's with the RuntimeClass set, nothing else.
+    assert [line for line in toml.splitlines() if "runtime_class" not in line] == [
+        line for line in base.splitlines() if "runtime_class" not in line
+    ]
+    assert 'kubernetes_runtime_class = "gvisor"' in toml
 
 
 def test_names_are_unique() -> None:
@@ -231,7 +247,7 @@ def test_the_optional_runtime_class_matches_the_runtime_option() -> None:
     rc = one("RuntimeClass", "gvisor")
     assert rc["handler"] == "runsc"
     assert KubernetesRuntime(api=object(), runtime_class=rc["metadata"]["name"]).name == "kubernetes:gvisor"
-    # Not applied by `kubectl apply -f k8s/` (cluster-scoped, needs cluster-admin).
+    # Not applied by `kubectl apply -k k8s/` (cluster-scoped, needs cluster-admin): only the overlay.
     assert all(
-        f.parent.name == "optional" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f))
+        f.parent.name == "gvisor" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f))
     )
