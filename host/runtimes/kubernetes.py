@@ -51,6 +51,7 @@ from typing import Any, Literal, cast
 from kubernetes import client as k8s
 
 from .base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
+from .base import SandboxClosed as SandboxClosed
 from .kubernetes_pod import CONTAINER_NAME as CONTAINER_NAME
 from .kubernetes_pod import DEFAULT_IMAGE as DEFAULT_IMAGE
 from .kubernetes_pod import INSTANCE_LABEL as INSTANCE_LABEL
@@ -61,7 +62,6 @@ from .kubernetes_pod import ROLE_LABEL as ROLE_LABEL
 from .kubernetes_pod import WORKER_UID as WORKER_UID
 from .kubernetes_pod import PodSizing, progress, scheduled, worker_pod
 from .kubernetes_pod import worker_status as _worker_status
-from .base import SandboxClosed as SandboxClosed
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
@@ -392,7 +392,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self.cpu = cpu
         self.cpu_request = cpu_request
         self.ephemeral_storage = ephemeral_storage
-        self.sizing = PodSizing(memory=memory, cpu=cpu, cpu_request=cpu_request, ephemeral_storage=ephemeral_storage)
+        self.sizing = PodSizing(
+            memory=memory, cpu=cpu, cpu_request=cpu_request, ephemeral_storage=ephemeral_storage
+        )
         self.kubeconfig = kubeconfig
         self.context = context
         self.unschedulable_grace = unschedulable_grace

@@ -138,7 +138,9 @@ def worker_pod(
                 seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
             ),
             volumes=[
-                k8s.V1Volume(name="empty", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit="4Ki"))
+                k8s.V1Volume(
+                    name="empty", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit="4Ki")
+                )
             ],
         ),
     )

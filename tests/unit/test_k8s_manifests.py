@@ -83,7 +83,9 @@ def test_strict_validation_rejects_a_misspelt_field() -> None:
 
 def test_the_kustomization_lists_every_top_level_manifest() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    assert sorted(kustomization["resources"]) == sorted(f.name for f in K8S.glob("*.yaml") if f != K8S / "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == sorted(
+        f.name for f in K8S.glob("*.yaml") if f != K8S / "kustomization.yaml"
+    )
     overlay = yaml.safe_load((K8S / "overlays/gvisor/kustomization.yaml").read_text())
     assert overlay["resources"] == ["../..", "runtimeclass.yaml"]
     (patch,) = overlay["patches"]
@@ -248,6 +250,4 @@ def test_the_optional_runtime_class_matches_the_runtime_option() -> None:
     assert rc["handler"] == "runsc"
     assert KubernetesRuntime(api=object(), runtime_class=rc["metadata"]["name"]).name == "kubernetes:gvisor"
     # Not applied by `kubectl apply -k k8s/` (cluster-scoped, needs cluster-admin): only the overlay.
-    assert all(
-        f.parent.name == "gvisor" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f))
-    )
+    assert all(f.parent.name == "gvisor" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f)))

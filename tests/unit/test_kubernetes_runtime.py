@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from codemode.runtimes import kubernetes as kmod
 from codemode.errors import ResourceLimit
+from codemode.runtimes import kubernetes as kmod
 from codemode.runtimes.base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
 from codemode.runtimes.kubernetes import (
     INSTANCE_LABEL,
@@ -1181,9 +1181,7 @@ def _write_kubeconfig(path: Path, contexts: dict[str, str]) -> None:
     clusters = "".join(
         f"  - name: {name}\n    cluster:\n      server: {server}\n" for name, server in contexts.items()
     )
-    ctxs = "".join(
-        f"  - name: {name}\n    context: {{cluster: {name}, user: u}}\n" for name in contexts
-    )
+    ctxs = "".join(f"  - name: {name}\n    context: {{cluster: {name}, user: u}}\n" for name in contexts)
     path.write_text(
         "apiVersion: v1\nkind: Config\nclusters:\n"
         + clusters

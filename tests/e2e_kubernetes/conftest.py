@@ -1,0 +1,30 @@
+"""Fixtures of the Kubernetes e2e suite: the cluster, the applied manifests, the leftover check."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .support import OVERLAY, SERVICE_NS, kubectl, require_cluster, worker_pods
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[None]:
+    require_cluster()
+    yield
+    # No worker pod may outlive the suite (pods being deleted are given a moment to go).
+    deadline = time.monotonic() + 30
+    while worker_pods() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [p.metadata.name for p in worker_pods()]
+    assert not left, f"worker pods left after the suite: {left}"
+
+
+@pytest.fixture(scope="session")
+def deployed(cluster: None) -> Iterator[None]:
+    """k8s/ as shipped plus the e2e overlay, applied, with the Deployment rolled out."""
+    kubectl("apply", "-k", str(OVERLAY))
+    kubectl("rollout", "status", "-n", SERVICE_NS, "deployment/codemode", "--timeout=180s", timeout=200)
+    yield
