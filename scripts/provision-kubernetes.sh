@@ -630,5 +630,12 @@ build)
     install_packages
     build_binaries
     ;;
+prepare) # everything but the build and the processes (for debugging the script)
+    mkdir -p "$LOG_DIR" "$RUN_DIR" "$STATE"
+    install_packages
+    make_pause_image
+    write_cni
+    make_pki
+    ;;
 *) die "usage: $0 [up|down|status|build]" ;;
 esac
