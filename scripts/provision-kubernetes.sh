@@ -56,7 +56,7 @@ PAUSE_IMAGE="localhost/codemode-pause:1"
 ETCD_PORT=12379
 SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
 COMPONENTS=(kubelet containerd kube-scheduler kube-controller-manager kube-apiserver etcd)
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 T0=$(date +%s)
 
 log() { printf '[provision-kubernetes %4ss] %s\n' "$(($(date +%s) - T0))" "$*" >&2; }
@@ -508,7 +508,7 @@ build_service_image() {
     fi
     rm -rf "$REPO/.build-wheels"
     cp -a "$wheels" "$REPO/.build-wheels"
-    DOCKER_BUILDKIT=1 docker build -q --network=none --build-arg BASE_IMAGE="$BASE_IMAGE" \
+    docker build -q --network=none --build-arg BASE_IMAGE="$BASE_IMAGE" \
         --build-arg WHEELS=.build-wheels -t "$SERVICE_IMAGE" "$REPO" >"$LOG_DIR/service-image.log" 2>&1 ||
         { rm -rf "$REPO/.build-wheels"; tail -30 "$LOG_DIR/service-image.log" >&2; die "docker build of $SERVICE_IMAGE failed"; }
     rm -rf "$REPO/.build-wheels"
@@ -608,9 +608,25 @@ status() {
     echo "kubeconfig: $STATE/admin.kubeconfig  logs: $LOG_DIR  binaries: $BIN_DIR"
 }
 
+clean_stale() {
+    # Leftovers of a cluster whose processes were killed without `down` (e.g. the machine's
+    # session ended): shims and mounts of our containerd. Only when none of ours runs.
+    local c
+    for c in "${COMPONENTS[@]}"; do running "$c" && return 0; done
+    local shim
+    for shim in $(pgrep -f "containerd-shim-runc-v2 -namespace k8s.io -address $SOCK" || true); do
+        kill -KILL "$shim" 2>/dev/null || true
+    done
+    awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" | sort -r | while read -r m; do
+        umount -l "$m" 2>/dev/null || true
+    done
+    return 0
+}
+
 up() {
     [ "$(id -u)" = 0 ] || die "run as root"
     mkdir -p "$LOG_DIR" "$RUN_DIR" "$STATE"
+    clean_stale
     install_packages
     log "packages ok"
     build_binaries
@@ -621,6 +637,9 @@ up() {
     start_cluster
     log "cluster ready: KUBECONFIG=$STATE/admin.kubeconfig $BIN_DIR/kubectl get nodes"
 }
+
+# Sourced with CODEMODE_K8S_SOURCE_ONLY=1: define the functions only (for debugging).
+[ "${CODEMODE_K8S_SOURCE_ONLY:-}" = 1 ] && return 0
 
 case "${1:-up}" in
 up) up ;;
