@@ -12,7 +12,9 @@ from .support import OVERLAY, SERVICE_NS, kubectl, require_cluster, worker_pods
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[None]:
+    """The reachable cluster with k8s/ (plus the e2e overlay) applied: namespaces, RBAC, quota..."""
     require_cluster()
+    kubectl("apply", "-k", str(OVERLAY))
     yield
     # No worker pod may outlive the suite (pods being deleted are given a moment to go).
     deadline = time.monotonic() + 30
@@ -25,6 +27,5 @@ def cluster() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def deployed(cluster: None) -> Iterator[None]:
     """k8s/ as shipped plus the e2e overlay, applied, with the Deployment rolled out."""
-    kubectl("apply", "-k", str(OVERLAY))
     kubectl("rollout", "status", "-n", SERVICE_NS, "deployment/codemode", "--timeout=180s", timeout=200)
     yield

@@ -67,11 +67,13 @@ def runtime(**kwargs: Any) -> KubernetesRuntime:
     return KubernetesRuntime(kubeconfig=KUBECONFIG, **kwargs)
 
 
-def server(rt: Any, *, time_limit: float = 30.0, observer: Any = None) -> Any:
+def server(rt: Any, *, time_limit: float = 30.0, observer: Any = None, steps: int = 0) -> Any:
     b = codemode.Builder(
         authorizer=authz.allow_all(),
         runtime=rt,
-        limits=codemode.Limits(max_execution_time=time_limit, max_concurrent_executions=8),
+        limits=codemode.Limits(
+            max_execution_time=time_limit, max_concurrent_executions=8, max_execution_steps=steps
+        ),
         observer=observer,
     )
     b.register(codemode.Capability(name="util.echo", summary="Echo.", handler=aecho))
@@ -151,14 +153,18 @@ async def test_memory_bomb_is_resource_limit_from_the_oom_killed_status(cluster:
 async def test_deadline_kills_the_worker_and_deletes_its_pod(cluster: None) -> None:
     rt = runtime()
     pool = codemode.WarmPool(rt, 1)
-    srv = server(pool, time_limit=3.0)
+    # A step limit far beyond what 3 s can use: the deadline, not the step count, must end it.
+    events = Events()
+    srv = server(pool, time_limit=3.0, steps=10**12, observer=events)
     try:
         await srv.start()
         await pool.wait_warm(60)
         t0 = time.monotonic()
         with pytest.raises(ResourceLimit):
             await srv.execute(LOOP, subject=ALICE)
-        assert time.monotonic() - t0 < 3.0 + 5.0
+        assert 3.0 <= time.monotonic() - t0 < 3.0 + 5.0
+        (event,) = events.events
+        assert event.outcome == "resource_limit" and not event.oom_killed
     finally:
         await srv.aclose()
     assert await gone(rt)
