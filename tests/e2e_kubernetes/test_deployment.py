@@ -5,6 +5,7 @@ privilege, and Pod Security ``restricted`` is enforced on the workers' namespace
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 import subprocess
@@ -126,18 +127,19 @@ class PodEvents:
         api = core_api()
         rv = api.list_namespaced_pod(WORKERS, label_selector=WORKER_SELECTOR).metadata.resource_version
         self._ready.set()
-        for event in self._watch.stream(
-            api.list_namespaced_pod,
-            WORKERS,
-            label_selector=WORKER_SELECTOR,
-            resource_version=rv,
-            timeout_seconds=120,
-        ):
-            name = event["object"].metadata.name
-            if event["type"] == "ADDED":
-                self.added.add(name)
-            elif event["type"] == "DELETED":
-                self.deleted.add(name)
+        with contextlib.suppress(Exception):  # the stream is cut by stop()
+            for event in self._watch.stream(
+                api.list_namespaced_pod,
+                WORKERS,
+                label_selector=WORKER_SELECTOR,
+                resource_version=rv,
+                timeout_seconds=120,
+            ):
+                name = event["object"].metadata.name
+                if event["type"] == "ADDED":
+                    self.added.add(name)
+                elif event["type"] == "DELETED":
+                    self.deleted.add(name)
 
     def stop(self) -> None:
         self._watch.stop()
@@ -150,7 +152,7 @@ async def test_mcp_search_describe_execute_through_a_port_forward(deployed: None
         async with mcp_client(url, TOKEN) as client:
             found = await call(client, "search_api", query="create a record")
             assert "records.create" in json.dumps(found)
-            described = await call(client, "describe_api", names="records.create")
+            described = await call(client, "describe_api", name="records.create")
             assert "records.create" in json.dumps(described)
             program = (
                 "def main():\n"
@@ -206,10 +208,50 @@ def test_the_service_account_has_least_privilege(deployed: None) -> None:
     assert not review("watch", "pods", WORKERS)
     assert not review("update", "pods", WORKERS)
     assert not review("create", "rolebindings", WORKERS)
-    # And a real attempt with the account's own token: reading a secret is refused.
+    # And real attempts with the account's own token (no client certificate): all refused.
+    from kubernetes import client
+    from kubernetes.stream import stream
+
     token = kubectl("create", "token", "codemode-host", "-n", SERVICE_NS, "--duration=10m").strip()
-    out = kubectl("--token", token, "--as", "", "get", "secrets", "-n", SERVICE_NS, check=False)
-    assert "forbidden" in out.lower(), out
+    conf = copy.copy(configuration())
+    conf.cert_file = conf.key_file = None
+    conf.api_key = {"authorization": f"Bearer {token}"}
+    as_host = client.CoreV1Api(client.ApiClient(conf))
+    as_host.list_namespaced_pod(WORKERS, limit=1)  # what it may do works
+    pod = KubernetesRuntime(api=object(), namespace=SERVICE_NS).pod_manifest("codemode-e2e-elsewhere")
+    attempts = {
+        "read secrets": lambda: as_host.list_namespaced_secret(SERVICE_NS),
+        "read secrets (workers)": lambda: as_host.list_namespaced_secret(WORKERS),
+        "create a pod outside the workers namespace": lambda: as_host.create_namespaced_pod(
+            SERVICE_NS, pod, dry_run="All"
+        ),
+        "create a pod in default": lambda: as_host.create_namespaced_pod("default", pod, dry_run="All"),
+        "list pods cluster-wide": lambda: as_host.list_pod_for_all_namespaces(limit=1),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(client.ApiException) as info:
+            attempt()
+        assert info.value.status == 403, what
+    # exec into a pod (the service's own pod): the upgrade is refused.
+    (own,) = [
+        p.metadata.name
+        for p in core_api()
+        .list_namespaced_pod(SERVICE_NS, label_selector="app.kubernetes.io/name=codemode")
+        .items
+        if p.metadata.deletion_timestamp is None
+    ]
+    with pytest.raises(client.ApiException) as info:
+        stream(
+            client.CoreV1Api(client.ApiClient(conf)).connect_get_namespaced_pod_exec,
+            own,
+            SERVICE_NS,
+            command=["true"],
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+        )
+    assert "403" in str(info.value), str(info.value)
 
 
 def test_pod_security_restricted_is_enforced_on_the_workers_namespace(deployed: None) -> None:
