@@ -477,6 +477,10 @@ start_cluster() {
     wait_for containerd 60 "socket up" ctr --address "$SOCK" version
     import_images
     save_sysctls
+    # A node object left by an earlier run may still say Ready: make the kubelet register afresh.
+    if ! running kubelet; then
+        kubectl_ delete node localhost --ignore-not-found --wait=true >/dev/null 2>&1 || true
+    fi
     # The in-tree credential provider otherwise probes the cloud metadata address (not loopback).
     start kubelet AWS_EC2_METADATA_DISABLED=true -- "$BIN_DIR/kubelet" \
         --config="$STATE/kubelet/config.yaml" --kubeconfig="$STATE/kubelet.kubeconfig" \
@@ -555,12 +559,16 @@ stop_pid() { # name
 }
 
 down() {
+    # No controller may recreate what is deleted: stop them first.
+    stop_pid kube-controller-manager
+    stop_pid kube-scheduler
     if running kube-apiserver && running kubelet; then
         log "deleting every pod"
         kubectl_ delete pods --all --all-namespaces --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
         local i
         for i in $(seq 1 60); do
-            [ -z "$(kubectl_ get pods -A -o name 2>/dev/null)" ] && break
+            # Deleted from the API at once (force); wait until the kubelet has stopped the containers.
+            [ -z "$(ctr --address "$SOCK" -n k8s.io tasks ls -q 2>/dev/null)" ] && break
             sleep 0.5
         done
     fi
@@ -570,14 +578,14 @@ down() {
     done
     # containerd's shims (each a child of containerd that outlives it) and their containers.
     local shim
-    for shim in $(pgrep -f "containerd-shim-runc-v2 -namespace k8s.io -address $SOCK" || true); do
+    for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
         kill -KILL "$shim" 2>/dev/null || true
     done
     [ -d "$RUN_DIR/runc" ] && for c in $(runc --root "$RUN_DIR/runc" list -q 2>/dev/null); do
         runc --root "$RUN_DIR/runc" delete -f "$c" >/dev/null 2>&1 || true
     done
     # Unmount everything under our directories (deepest first).
-    awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" | sort -r | while read -r m; do
+    { awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" || true; } | sort -r | while read -r m; do
         umount -l "$m" 2>/dev/null || true
     done
     ip -o link show | sed -n 's/^[0-9]*: \(cm[0-9a-f]*\)@.*/\1/p' | while read -r l; do ip link del "$l" 2>/dev/null || true; done
@@ -614,10 +622,10 @@ clean_stale() {
     local c
     for c in "${COMPONENTS[@]}"; do running "$c" && return 0; done
     local shim
-    for shim in $(pgrep -f "containerd-shim-runc-v2 -namespace k8s.io -address $SOCK" || true); do
+    for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
         kill -KILL "$shim" 2>/dev/null || true
     done
-    awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" | sort -r | while read -r m; do
+    { awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" || true; } | sort -r | while read -r m; do
         umount -l "$m" 2>/dev/null || true
     done
     return 0
