@@ -14,7 +14,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
-from codemode.service.settings import ConfigError
+from codemode.config import ConfigError
 
 from .test_service_support import (
     AUDIENCE,

@@ -14,7 +14,8 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.observe import ExecuteEvent
-from codemode.service import ConfigError, create_app, load_settings
+from codemode.config import ConfigError, load_settings
+from codemode.service import create_app
 
 from .test_service_support import (
     PACK_SPEC,

@@ -1139,7 +1139,7 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     import yaml
 
     from codemode.service.app import build_runtime
-    from codemode.service.settings import load_settings
+    from codemode.config import load_settings
 
     config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "configmap.yaml").read_text())
     for name, text in config_map["data"].items():
