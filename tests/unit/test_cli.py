@@ -314,7 +314,7 @@ def test_rego_needs_decision_and_a_readable_file(config: Config, tmp_path: Path)
         config(["--stdio", "--rego-decision", "data.x.allow"])
     missing = str(tmp_path / "missing.rego")
     with pytest.raises(
-        ConfigError, match="--rego-policy / CODEMODE_REGO_POLICY: policy file .* does not exist"
+        ConfigError, match=r"--rego-policy / CODEMODE_REGO_POLICY: policy file .* does not exist"
     ):
         config(["--stdio", "--rego-policy", missing, "--rego-decision", "data.x.allow"])
 
@@ -337,7 +337,7 @@ def test_rego_rejected_policy_names_flag_and_variable(config: Config, tmp_path: 
         'package x\n\nallow if http.send({"method": "get", "url": "http://x"}).status_code == 200\n'
     )
     c = config(["--stdio", "--rego-policy", str(policy), "--rego-decision", "data.x.allow"])
-    with pytest.raises(ConfigError, match="--rego-policy / CODEMODE_REGO_POLICY: .*rejected") as info:
+    with pytest.raises(ConfigError, match=r"--rego-policy / CODEMODE_REGO_POLICY: .*rejected") as info:
         build_server(c)
     assert "\n" not in str(info.value)
 
