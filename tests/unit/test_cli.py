@@ -556,3 +556,10 @@ def test_stdio_server_exits_cleanly_on_eof() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
+
+
+def test_configuration_doc_lists_every_setting_as_the_code_defines_it() -> None:
+    from codemode.cli.flags import settings_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert settings_table() in doc
