@@ -566,7 +566,14 @@ import_images() {
     docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1 || die "worker image $WORKER_IMAGE missing: run scripts/provision-docker.sh first"
     import_docker_image "$WORKER_IMAGE"
     build_service_image
+    local before
+    before="$(cat "$STATE/imported-$(echo "$SERVICE_IMAGE" | tr '/:' '__')" 2>/dev/null || true)"
     import_docker_image "$SERVICE_IMAGE"
+    # A new service image under the same tag: restart a Deployment already running the old one.
+    if [ -n "$before" ] && [ "$before" != "$(cat "$STATE/imported-$(echo "$SERVICE_IMAGE" | tr '/:' '__')")" ] &&
+        kubectl_ get deployment codemode -n codemode >/dev/null 2>&1; then
+        kubectl_ rollout restart deployment/codemode -n codemode >/dev/null && log "restarted deployment/codemode on the new service image"
+    fi
 }
 
 # ------------------------------------------------------------------------------------ teardown

@@ -344,7 +344,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         runtime_class: str | None = None,
         owner: str | None = None,
         api: Any = None,
-        kubeconfig: str | None = None,
+        kubeconfig: str | os.PathLike[str] | None = None,
         context: str | None = None,
         attach: Callable[..., Any] | None = None,
         cleanup_orphans: CleanupMode = "dead",
@@ -395,7 +395,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self.sizing = PodSizing(
             memory=memory, cpu=cpu, cpu_request=cpu_request, ephemeral_storage=ephemeral_storage
         )
-        self.kubeconfig = kubeconfig
+        self.kubeconfig = os.fspath(kubeconfig) if kubeconfig is not None else None
         self.context = context
         self.unschedulable_grace = unschedulable_grace
         #: Seconds from the start of the last successful launch to each phase it reached
