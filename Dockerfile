@@ -56,7 +56,7 @@ RUN set -e; \
     site="$(find /opt/codemode -type d \( -name site-packages -o -name dist-packages \) | head -n 1)"; \
     ln -s "$site" /opt/codemode/site; \
     [ -d /opt/codemode/bin ] || ln -s "$(dirname "$(find /opt/codemode -name codemode -type f | head -n 1)")" /opt/codemode/bin
-RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes; print('codemode service ok')"]
+RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import codemode.cli, codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes; print('codemode service ok')"]
 
 # ---------------------------------------------------------------------------------------- service
 FROM ${BASE_IMAGE}
