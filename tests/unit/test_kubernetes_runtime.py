@@ -1298,3 +1298,34 @@ async def test_pool_refills_a_remote_runtime_concurrently() -> None:
     assert inner.max_in_flight == 3
     await used.destroy()
     await pool.aclose()
+
+
+# ----------------------------------------------------------------------------------- pod status
+
+
+def _pod(phase: str = "Pending", node: str | None = None, **status: Any) -> k8s.V1Pod:
+    return k8s.V1Pod(
+        spec=k8s.V1PodSpec(containers=[], node_name=node), status=k8s.V1PodStatus(phase=phase, **status)
+    )
+
+
+def test_progress_and_scheduled_read_the_pod_status() -> None:
+    from codemode.runtimes.kubernetes_pod import progress, scheduled
+
+    def cond(reason: str) -> list[k8s.V1PodCondition]:
+        return [k8s.V1PodCondition(type="PodScheduled", status="False", reason=reason, message="0/1 nodes")]
+
+    assert progress(_pod(conditions=cond("Unschedulable")))[0] == "unschedulable"
+    assert progress(_pod(conditions=cond("SchedulingGated")))[0] == "waiting"
+    assert not scheduled(_pod(conditions=cond("Unschedulable")))
+    assert scheduled(_pod(node="n1"))
+    waiting = k8s.V1ContainerStatus(
+        name="worker",
+        image="i",
+        image_id="",
+        ready=False,
+        restart_count=0,
+        state=k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason="ErrImagePull")),
+    )
+    assert progress(_pod(node="n1", container_statuses=[waiting]))[0] == "no-image"
+    assert progress(_pod("Failed", node="n1", reason="DeadlineExceeded"))[0] == "ended"
