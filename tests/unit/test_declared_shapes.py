@@ -20,8 +20,14 @@ IN = {
         {"name": "n", "shape": {"t": "opt", "of": {"t": "int"}}},
     ],
 }
-OUT = {"t": "record", "fields": [{"name": "items", "shape": {"t": "list", "of": {"t": "record", "fields": [
-    {"name": "id", "shape": {"t": "int"}}, {"name": "note", "shape": {"t": "opt", "of": {"t": "str"}}}]}}}]}  # fmt: skip
+ITEM = {
+    "t": "record",
+    "fields": [
+        {"name": "id", "shape": {"t": "int"}},
+        {"name": "note", "shape": {"t": "opt", "of": {"t": "str"}}},
+    ],
+}
+OUT = {"t": "record", "fields": [{"name": "items", "shape": {"t": "list", "of": ITEM}}]}
 
 
 async def list_items(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from codemode_worker.shapes import BindError, bind_arguments, render, validate_shape
 
 from codemode.jsonschema import Unsupported, compile_schema, record_of
+from codemode_worker.shapes import BindError, bind_arguments, render, validate_shape
 
 S = {"t": "str"}
 I = {"t": "int"}  # noqa: E741
