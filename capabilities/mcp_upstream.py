@@ -113,7 +113,9 @@ class UpstreamMCPConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> UpstreamMCPConfig:
         if not _UPSTREAM_NAME.match(self.name):
-            raise ValueError(f"upstream name {self.name!r} must be 1-64 of [A-Za-z0-9_-], not starting with - or _")
+            raise ValueError(
+                f"upstream name {self.name!r} must be 1-64 of [A-Za-z0-9_-], not starting with - or _"
+            )
         if (self.command is None) == (self.url is None):
             raise ValueError(f"upstream {self.name!r}: set exactly one of command (stdio) or url (HTTP)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
@@ -231,6 +233,7 @@ class UpstreamSession:
             await self._close_owner()
             stop = asyncio.Event()
             ready: asyncio.Future[Any] = loop.create_future()
+            ready.add_done_callback(_retrieve)
             owner = loop.create_task(self._run_owner(ready, stop), name=f"mcp-upstream-{self.config.name}")
             try:
                 async with asyncio.timeout(self.config.connect_timeout):
@@ -275,7 +278,14 @@ class UpstreamSession:
             cursor = page.next_cursor
             if not cursor:
                 return tools
-        raise UpstreamBuildError(f"upstream {self.config.name!r}: tools/list did not end after {MAX_LIST_PAGES} pages")
+        raise UpstreamBuildError(
+            f"upstream {self.config.name!r}: tools/list did not end after {MAX_LIST_PAGES} pages"
+        )
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # the waiter may be gone (cancelled): mark the exception retrieved
 
 
 def _brief(exc: BaseException) -> str:
@@ -327,12 +337,15 @@ class _Tool:
     async def __call__(self, ctx: CallContext, subject: Subject, args: dict[str, Any]) -> dict[str, Any]:
         cfg = self.session.config
         arguments = {self.to_upstream.get(k, k): v for k, v in args.items()}
-        budget = min(cfg.timeout, ctx.remaining())
-        if budget <= 0:
-            raise TimeoutError("no time left before the execute deadline")
         try:
-            async with asyncio.timeout(budget):
+            if ctx.remaining() <= 0:
+                raise TimeoutError("no time left before the execute deadline")
+            async with asyncio.timeout(min(cfg.connect_timeout, ctx.remaining())):
                 client = await self.session.client()
+            budget = min(cfg.timeout, ctx.remaining())
+            # The client's own read timeout fires first and sends notifications/cancelled; the
+            # outer bound (a grace second later) is the backstop.
+            async with asyncio.timeout(budget + 1.0):
                 result = await client.call_tool(self.tool, arguments, read_timeout_seconds=budget)
         except asyncio.CancelledError:
             raise
@@ -362,16 +375,18 @@ class UpstreamCallFailed(Exception):
     """A call failed for a reason the client must not see (already logged)."""
 
 
-def _compile_tools(config: UpstreamMCPConfig, session: UpstreamSession, tools: Sequence[Any]) -> tuple[
-    list[Capability], SkipReport
-]:
+def _compile_tools(
+    config: UpstreamMCPConfig, session: UpstreamSession, tools: Sequence[Any]
+) -> tuple[list[Capability], SkipReport]:
     report = SkipReport(config.name, config.on_unsupported)
     wanted = [t for t in tools if config.wanted(t.name)]
     names = capability_names(config.resolved_namespace, [t.name for t in wanted])
     caps: list[Capability] = []
     for tool in sorted(wanted, key=lambda t: names[t.name]):
         if not _TOOL_NAME.match(tool.name):
-            report.skip(repr(tool.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces")
+            report.skip(
+                repr(tool.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces"
+            )
             continue
         try:
             in_shape = record_of(tool.input_schema, direction="input")
@@ -437,14 +452,15 @@ class UpstreamMCPPack:
         self.sessions = {cfg.name: UpstreamSession(cfg) for cfg in self.configs}
         self.reports: dict[str, SkipReport] = {}
 
-    async def acapabilities(self) -> list[Capability]:
-        """Connect to every upstream, list and compile its tools (async form)."""
+    async def acapabilities(self, *, keep_open: bool = True) -> list[Capability]:
+        """Connect to every upstream, list and compile its tools. With ``keep_open`` the
+        connections stay up for the calls made on this event loop ("connect at start")."""
         caps: list[Capability] = []
         for cfg in self.configs:
-            listing = UpstreamSession(cfg)  # discovery runs on the caller's loop, calls on the server's
+            session = self.sessions[cfg.name]
             try:
                 async with asyncio.timeout(cfg.connect_timeout):
-                    tools = await listing.list_tools()
+                    tools = await session.list_tools()
             except UpstreamBuildError:
                 raise
             except Exception as exc:
@@ -452,15 +468,17 @@ class UpstreamMCPPack:
                     f"upstream {cfg.name!r}: cannot connect and list tools: {_brief(exc)}"
                 ) from None
             finally:
-                await listing.aclose()
-            one, report = _compile_tools(cfg, self.sessions[cfg.name], tools)
+                if not keep_open:
+                    await session.aclose()
+            one, report = _compile_tools(cfg, session, tools)
             self.reports[cfg.name] = report
             caps += one
         return caps
 
     def capabilities(self, settings: PackSettings | None = None) -> list[Capability]:
-        """The pack protocol: discovery runs on a private loop, so this works from sync code."""
-        return _run_in_fresh_loop(self.acapabilities)
+        """The pack protocol: discovery runs on a private loop (so this works from sync code); the
+        calls then connect again on the loop that serves them."""
+        return _run_in_fresh_loop(lambda: self.acapabilities(keep_open=False))
 
     async def aclose(self) -> None:
         """Close the live upstream connections opened on the running loop."""

@@ -73,7 +73,9 @@ def snake_case(text: str) -> str:
 def check_namespace(namespace: str) -> None:
     """A namespace is lower-case dotted snake_case whose root is not reserved."""
     if not _NAMESPACE.match(namespace):
-        raise UpstreamBuildError(f"namespace {namespace!r} must be lower-case dotted snake_case (e.g. github)")
+        raise UpstreamBuildError(
+            f"namespace {namespace!r} must be lower-case dotted snake_case (e.g. github)"
+        )
     for seg in namespace.split("."):
         if _reserved(seg):
             raise UpstreamBuildError(f"namespace {namespace!r}: segment {seg!r} is a reserved word")
@@ -179,7 +181,7 @@ class SkipReport:
         if self.on_unsupported == "fail":
             raise UpstreamBuildError(
                 f"upstream {self.upstream!r}: {len(self.skipped)} tool(s) cannot be represented "
-                f"(on_unsupported = \"fail\"):\n{lines}"
+                f'(on_unsupported = "fail"):\n{lines}'
             )
         log.warning(
             "upstream %r: skipped %d of %d tool(s) that cannot be represented:\n%s",
