@@ -388,16 +388,19 @@ def _compile_tools(
                 repr(tool.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces"
             )
             continue
+        omissions: list[Unsupported] = []
         try:
             in_shape = record_of(tool.input_schema, direction="input")
             out_shape = (
-                record_of(tool.output_schema, direction="output", pointer="(output)")
+                record_of(tool.output_schema, direction="output", pointer="(output)", omissions=omissions)
                 if tool.output_schema is not None
                 else TEXT_OUTPUT
             )
         except Unsupported as exc:
             report.skip(tool.name, str(exc))
             continue
+        for omission in omissions:
+            report.omit(tool.name, str(omission))
         keywords = argument_names([f["name"] for f in in_shape["fields"]])
         in_shape = {
             "t": "record",

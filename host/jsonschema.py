@@ -27,7 +27,8 @@ its extra keys. Value constraints (``minimum``, ``maxLength``, ``pattern``, ``fo
 types in this model: they are left to the upstream, which still validates them.
 
 With ``direction="input"`` properties marked ``readOnly`` are left out; with ``"output"``,
-``writeOnly`` ones are.
+``writeOnly`` ones are, and (when the caller asks, see :func:`compile_schema`) so are properties
+that cannot be represented: a result can always be cut to fewer fields without lying about them.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class _Compiler:
     document: Any
     dialect: Dialect
     direction: Direction
+    omissions: list[Unsupported] | None = None
     refs: list[str] = field(default_factory=list)
 
     def resolve(self, ref: object, pointer: str) -> tuple[Any, str]:
@@ -178,7 +180,8 @@ class _Compiler:
             if typed_extra:
                 of = self.compile(extra, f"{pointer}/additionalProperties", depth + 1)
                 return {"t": "dict", "of": of}
-            if depth > 0 and extra is not False:
+            if (depth > 0 or self.direction == "output") and extra is not False:
+                # A tool without arguments is the empty input record; an untyped result is refused.
                 raise Unsupported(pointer, "untyped object (no properties, extra keys of any type)")
             return {"t": "record", "fields": []}
         if typed_extra:
@@ -192,7 +195,13 @@ class _Compiler:
                 raise Unsupported(pointer, "empty property name")
             if isinstance(sub, Mapping) and self._skipped(sub):
                 continue  # readOnly in a request / writeOnly in a response: never sent
-            child = self.compile(sub, f"{pointer}/properties/{_escape(name)}", depth + 1)
+            try:
+                child = self.compile(sub, f"{pointer}/properties/{_escape(name)}", depth + 1)
+            except Unsupported as exc:
+                if self.omissions is None or self.direction != "output":
+                    raise
+                self.omissions.append(exc)  # the output type shows exactly what is returned
+                continue
             if name not in required:
                 child = _optional(child)
             fields.append({"name": name, "shape": child})
@@ -329,12 +338,16 @@ def compile_schema(
     dialect: Dialect = "2020-12",
     direction: Direction = "input",
     pointer: str = "",
+    omissions: list[Unsupported] | None = None,
 ) -> Shape:
     """Compile ``schema`` to a shape; ``$ref`` resolves against ``document`` (default: ``schema``).
 
-    Raises :class:`Unsupported` for anything the model cannot represent exactly.
+    Raises :class:`Unsupported` for anything the model cannot represent exactly. With
+    ``direction="output"`` and an ``omissions`` list, an object property that cannot be represented
+    is left out of the record instead (the handler's result is cut to the declared fields, so the
+    type stays exact) and its reason is appended to ``omissions``.
     """
-    compiler = _Compiler(document if document is not None else schema, dialect, direction)
+    compiler = _Compiler(document if document is not None else schema, dialect, direction, omissions)
     shape = compiler.compile(schema, pointer, 0)
     try:
         validate_shape(shape)
@@ -350,6 +363,7 @@ def record_of(
     dialect: Dialect = "2020-12",
     direction: Direction = "input",
     pointer: str = "",
+    omissions: list[Unsupported] | None = None,
 ) -> Shape:
     """Like :func:`compile_schema` but the result must be a record (a tool's arguments or result).
 
@@ -357,7 +371,9 @@ def record_of(
     """
     if schema is None or schema == {} or schema is True:
         return {"t": "record", "fields": []}
-    shape = compile_schema(schema, document=document, dialect=dialect, direction=direction, pointer=pointer)
+    shape = compile_schema(
+        schema, document=document, dialect=dialect, direction=direction, pointer=pointer, omissions=omissions
+    )
     if shape["t"] != "record":
         raise Unsupported(pointer, f"expected an object schema with properties, got {shape['t']}")
     return shape

@@ -169,12 +169,24 @@ class SkipReport:
     on_unsupported: OnUnsupported = "skip"
     converted: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    omitted: list[tuple[str, str]] = field(default_factory=list)
 
     def skip(self, item: str, reason: str) -> None:
         self.skipped.append((item, reason))
 
+    def omit(self, item: str, reason: str) -> None:
+        """An output field left out of a converted item (its type cannot be represented)."""
+        self.omitted.append((item, reason))
+
     def finish(self) -> None:
         """Log (``skip``) or raise (``fail``) the collected reasons."""
+        if self.omitted:
+            log.info(
+                "upstream %r: %d output field(s) left out of converted items:\n%s",
+                self.upstream,
+                len(self.omitted),
+                "\n".join(f"- {item}: {reason}" for item, reason in self.omitted),
+            )
         if not self.skipped:
             return
         lines = "\n".join(f"- {item}: {reason}" for item, reason in self.skipped)

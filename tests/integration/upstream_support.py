@@ -106,3 +106,39 @@ def start_http_upstream(port: int, token_file: Path, markers: Path) -> Iterator[
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+OCTOKIT = "@octokit/openapi"
+OCTOKIT_VERSION = os.environ.get("CODEMODE_OCTOKIT_OPENAPI_VERSION", "23.0.2")
+
+
+def octokit_openapi_document() -> tuple[Path, str]:
+    """GitHub's REST description from the npm package ``@octokit/openapi`` (installed once into
+    ``CODEMODE_OCTOKIT_OPENAPI_DIR``, default ``~/.cache/codemode/octokit-openapi``)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        unavailable("npm not found on PATH (install Node.js to test against @octokit/openapi)")
+    assert npm is not None
+    default = Path.home() / ".cache" / "codemode" / "octokit-openapi"
+    where = Path(os.environ.get("CODEMODE_OCTOKIT_OPENAPI_DIR", str(default)))
+    package = where / "node_modules" / "@octokit" / "openapi"
+    marker = package / "package.json"
+    if not (marker.exists() and json.loads(marker.read_text()).get("version") == OCTOKIT_VERSION):
+        where.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(where),
+                "--no-audit",
+                "--no-fund",
+                f"{OCTOKIT}@{OCTOKIT_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if proc.returncode != 0:
+            unavailable(f"npm install {OCTOKIT}@{OCTOKIT_VERSION} failed: {proc.stderr.strip()[-500:]}")
+    return package / "generated" / "api.github.com.json", OCTOKIT_VERSION
