@@ -9,7 +9,9 @@ A pack is any of
 * a callable returning a sequence of capabilities, called with ``settings`` when it takes one
   parameter and with nothing when it takes none.
 
-``object`` may be a dotted attribute path inside the module (``pkg.mod:Holder.pack``). Packs are
+``module`` may also be a Python file (``./mypack.py:pack``, ``/srv/packs/notes.py:pack``): it is
+imported once as a module of its own. ``object`` may be a dotted attribute path inside the module
+(``pkg.mod:Holder.pack``). Packs are
 trusted code: importing one runs it in the host. Loading problems raise :class:`PackError` with a
 message naming the pack; capability problems are left to ``Builder.build()``.
 """
@@ -69,14 +71,46 @@ def split_specs(values: Iterable[str]) -> list[str]:
     return out
 
 
-def _resolve_object(spec: str) -> Any:
-    module_name, sep, attr_path = spec.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise PackError(f"pack {spec!r}: expected module:object, e.g. codemode.capabilities.records:pack")
+def _import_file(spec: str, path: str) -> Any:
+    """Import a pack file (``./mypack.py``) as a module of its own."""
+    import hashlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise PackError(f"pack {spec!r}: no such file {path}")
+    name = f"codemode_pack_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, file)
+    if loader_spec is None or loader_spec.loader is None:
+        raise PackError(f"pack {spec!r}: cannot load {path} as Python")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
     try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PackError(f"pack {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise PackError(f"pack {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _resolve_object(spec: str) -> Any:
+    module_name, sep, attr_path = spec.rpartition(":") if spec.count(":") > 1 else spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise PackError(
+            f"pack {spec!r}: expected module:object or path/to/file.py:object, "
+            "e.g. codemode.capabilities.records:pack or ./mypack.py:pack"
+        )
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        obj: Any = _import_file(spec, module_name)
+    else:
+        try:
+            obj = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise PackError(f"pack {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     for attr in attr_path.split("."):
         try:
             obj = getattr(obj, attr)

@@ -204,3 +204,11 @@ class Server:
         """Stop pools and reap every worker."""
         await self._executor.drain()
         await self.runtime.aclose()
+
+    async def __aenter__(self) -> Server:
+        """``async with server:`` starts the runtime and closes everything on exit."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
