@@ -383,3 +383,28 @@ async def test_server_everything_from_npm() -> None:
     finally:
         await pack.aclose()
         await server.aclose()
+
+
+# --- served by the CLI ----------------------------------------------------------------------------------
+
+
+async def test_cli_serves_an_upstream_pack_file_over_stdio(markers: Path) -> None:
+    """``codemode serve --stdio --pack ./file.py:pack`` with the upstream pack: discovery runs while
+    the CLI loads packs (before its event loop), calls connect again on the serving loop."""
+    import json
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from .test_mcp_support import REPO, child_env, cli_command
+
+    pack_file = REPO / "tests" / "benchmarks" / "upstream_bench_pack.py"
+    argv = cli_command("serve", "--stdio", "--allow-all", "--pack", f"{pack_file}:pack")
+    env = child_env(BENCH_UPSTREAM_MCP=json.dumps([stdio_config(markers)]))
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+    async with Client(params, mode="legacy") as client:
+        found = await client.call_tool("search_api", {"query": "add two integers"})
+        assert "test.add_numbers" in found.content[0].text  # type: ignore[union-attr]
+        result = await client.call_tool("execute", {"source": run("return test.add_numbers(a=20, b=22)")})
+        assert not result.is_error, result
+        assert '"total":42' in result.content[0].text.replace(" ", "")  # type: ignore[union-attr]
