@@ -118,6 +118,17 @@ async def test_include_exclude_and_namespace(markers: Path) -> None:
     assert sorted(c.name for c in caps) == ["t.up.pid", "t.up.shout"]
 
 
+async def test_tools_list_is_followed_across_pages(markers: Path) -> None:
+    pack = upstream_mcp_pack(
+        [stdio_config(markers, env={"UPSTREAM_MARKERS": str(markers), "UPSTREAM_PAGE_SIZE": "2"})]
+    )
+    caps = await pack.acapabilities()
+    try:
+        assert len(caps) == 6 and len(pack.reports["test"].skipped) == 1  # 7 tools over 4 pages
+    finally:
+        await pack.aclose()
+
+
 def test_sync_capabilities_work_from_plain_code(markers: Path) -> None:
     caps = upstream_mcp_pack([stdio_config(markers)]).capabilities(codemode.packs.PackSettings())
     assert len(caps) == 6

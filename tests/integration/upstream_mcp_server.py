@@ -3,7 +3,8 @@
 Run as ``python upstream_mcp_server.py stdio`` or ``python upstream_mcp_server.py http PORT
 TOKEN_FILE`` (streamable HTTP under uvicorn on 127.0.0.1; every request must carry
 ``Authorization: Bearer <token from TOKEN_FILE>``). ``UPSTREAM_MARKERS`` names a directory where
-the ``slow`` tool records ``started-<tag>`` and, when the call is cancelled, ``cancelled-<tag>``.
+the ``slow`` tool records ``started-<tag>`` and, when the call is cancelled, ``cancelled-<tag>``;
+``UPSTREAM_PAGE_SIZE`` makes ``tools/list`` paginate.
 """
 
 from __future__ import annotations
@@ -11,15 +12,31 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ListToolsResult, PaginatedRequestParams
 from pydantic import BaseModel
 
-server = MCPServer("codemode-test-upstream")
 MARKERS = Path(os.environ.get("UPSTREAM_MARKERS", "/tmp"))
+PAGE_SIZE = int(os.environ.get("UPSTREAM_PAGE_SIZE", "0"))
+
+
+class PagedServer(MCPServer):
+    """Lists tools in pages of ``UPSTREAM_PAGE_SIZE`` (cursor = offset) when that is set."""
+
+    async def _handle_list_tools(self, ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+        tools = await self.list_tools()
+        if not PAGE_SIZE:
+            return ListToolsResult(tools=tools)
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + PAGE_SIZE
+        return ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < len(tools) else None)
+
+
+server = PagedServer("codemode-test-upstream")
 
 
 class Sum(BaseModel):
