@@ -1,12 +1,16 @@
-"""Execution and discovery limits (SPEC §5). Zero means "use the default"; negative is a build error."""
+"""Execution and discovery limits (docs/reference/limits.md). Zero means "use the default"; negative is a
+build error."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-__all__ = ["Limits"]
+__all__ = ["DEFAULTS", "DEFAULT_SUBJECT_QUOTA", "UNITS", "Limits"]
 
-_DEFAULTS: dict[str, float] = {
+#: Concurrent executes one subject may run (``Builder(subject_quota=...)``, ``--subject-quota``).
+DEFAULT_SUBJECT_QUOTA = 4
+
+DEFAULTS: dict[str, float] = {
     "max_source_bytes": 64 * 1024,
     "max_execution_steps": 1_000_000,
     "max_execution_time": 5.0,
@@ -19,6 +23,22 @@ _DEFAULTS: dict[str, float] = {
     "max_concurrent_executions": 8,
     "max_search_response_bytes": 64 * 1024,
     "max_callstack": 100,
+}
+
+#: What each limit counts (shown by ``--help`` and docs/reference/limits.md).
+UNITS: dict[str, str] = {
+    "max_source_bytes": "bytes of program source (UTF-8)",
+    "max_execution_steps": "interpreter steps per execute (loop iterations and function calls)",
+    "max_execution_time": "seconds of wall time per execute",
+    "max_native_calls": "capability calls per execute",
+    "max_value_depth": "nesting depth of a value crossing the boundary",
+    "max_value_bytes": "encoded bytes of one value crossing the boundary",
+    "max_intermediate_value_bytes": "encoded bytes of all capability results of one execute",
+    "max_search_query_bytes": "bytes of a search query",
+    "max_search_results": "results per search",
+    "max_concurrent_executions": "executes in flight at once (slots)",
+    "max_search_response_bytes": "bytes of a search response (compact JSON)",
+    "max_callstack": "Starlark call-stack depth",
 }
 
 
@@ -59,6 +79,6 @@ class Limits:
         changes: dict[str, float] = {}
         for f in fields(self):
             if getattr(self, f.name) == 0:
-                default = _DEFAULTS[f.name]
+                default = DEFAULTS[f.name]
                 changes[f.name] = default if f.name == "max_execution_time" else int(default)
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -9,9 +9,9 @@ A pack is any of
 * a callable returning a sequence of capabilities, called with ``settings`` when it takes one
   parameter and with nothing when it takes none.
 
-``module`` may also be a Python file (``./mypack.py:pack``, ``/srv/packs/notes.py:pack``): it is
-imported once as a module of its own. ``object`` may be a dotted attribute path inside the module
-(``pkg.mod:Holder.pack``). Packs are
+``object`` may be a dotted attribute path inside the module (``pkg.mod:Holder.pack``). The module is
+looked up on ``sys.path`` and then in the current working directory; a spec whose module part is a
+file path (``./weather.py:pack``, ``/opt/packs/weather.py:pack``) loads that file. Packs are
 trusted code: importing one runs it in the host. Loading problems raise :class:`PackError` with a
 message naming the pack; capability problems are left to ``Builder.build()``.
 """
@@ -19,10 +19,13 @@ message naming the pack; capability problems are left to ``Builder.build()``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .capability import Capability
@@ -71,46 +74,80 @@ def split_specs(values: Iterable[str]) -> list[str]:
     return out
 
 
-def _import_file(spec: str, path: str) -> Any:
-    """Import a pack file (``./mypack.py``) as a module of its own."""
-    import hashlib
-    import importlib.util
-    import sys
-    from pathlib import Path
+def _is_path(module_name: str) -> bool:
+    return module_name.endswith(".py") or "/" in module_name or os.sep in module_name
 
-    file = Path(path).resolve()
-    if not file.is_file():
-        raise PackError(f"pack {spec!r}: no such file {path}")
-    name = f"codemode_pack_{file.stem}_{hashlib.sha256(str(file).encode()).hexdigest()[:12]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    loader_spec = importlib.util.spec_from_file_location(name, file)
-    if loader_spec is None or loader_spec.loader is None:
-        raise PackError(f"pack {spec!r}: cannot load {path} as Python")
-    module = importlib.util.module_from_spec(loader_spec)
+
+def _import_file(spec: str, path: Path) -> Any:
+    """Import a pack file under a private module name (so it cannot shadow an installed module)."""
+    if not path.is_file():
+        raise PackError(f"pack {spec!r}: file {str(path)!r} does not exist")
+    name = "codemode_pack_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise PackError(f"pack {spec!r}: {str(path)!r} is not a Python module")
+    module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
-        loader_spec.loader.exec_module(module)
+        module_spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise PackError(f"pack {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}") from exc
+        raise PackError(
+            f"pack {spec!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     return module
 
 
+def _import_module(spec: str, module_name: str) -> Any:
+    """Import from ``sys.path``, then from the working directory."""
+    cwd = os.getcwd()
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and module_name != missing and not module_name.startswith(missing + "."):
+            raise PackError(
+                f"pack {spec!r}: importing {module_name!r} failed: ModuleNotFoundError: {exc}"
+            ) from exc
+        if cwd in sys.path:
+            raise PackError(
+                f"pack {spec!r}: no module {module_name!r} on the Python path or in {cwd!r}"
+            ) from exc
+    except Exception as exc:
+        raise PackError(
+            f"pack {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    sys.path.append(cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise PackError(
+            f"pack {spec!r}: no module {module_name!r} on the Python path or in {cwd!r} ({exc})"
+        ) from exc
+    except Exception as exc:
+        raise PackError(
+            f"pack {spec!r}: importing {module_name!r} from {cwd!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        if cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def _resolve_object(spec: str) -> Any:
-    module_name, sep, attr_path = spec.rpartition(":") if spec.count(":") > 1 else spec.partition(":")
+    module_name, sep, attr_path = spec.rpartition(":")
     if not sep or not module_name or not attr_path:
         raise PackError(
             f"pack {spec!r}: expected module:object or path/to/file.py:object, "
-            "e.g. codemode.capabilities.records:pack or ./mypack.py:pack"
+            "e.g. codemode.capabilities.records:pack"
         )
-    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
-        obj: Any = _import_file(spec, module_name)
+    obj: Any
+    if _is_path(module_name):
+        obj = _import_file(spec, Path(module_name))
     else:
-        try:
-            obj = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise PackError(f"pack {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+        obj = _import_module(spec, module_name)
     for attr in attr_path.split("."):
         try:
             obj = getattr(obj, attr)

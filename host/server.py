@@ -1,4 +1,4 @@
-"""Builder and Server: the library's front door (SPEC §10)."""
+"""Builder and Server: the library's front door (docs/reference/python-api.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .authz import Authorizer, Subject
 from .capability import Capability, CompiledCapability, validate_catalog
 from .errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from .execute import Executor
-from .limits import Limits
+from .limits import DEFAULT_SUBJECT_QUOTA, Limits
 from .observe import Observer
 from .runtimes.base import Runtime
 from .search import SearchEntry, SearchIndex, SearchLimitError, SearchResponse, oversized_entries
@@ -57,7 +57,7 @@ class Builder:
         disabled: Sequence[str] = (),
         runtime: Runtime | None = None,
         observer: Observer | None = None,
-        subject_quota: int = 0,
+        subject_quota: int = DEFAULT_SUBJECT_QUOTA,
     ) -> None:
         self._authorizer = authorizer
         self._subject_quota = subject_quota

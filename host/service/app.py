@@ -1,4 +1,4 @@
-"""The FastAPI application of ``codemode serve --http`` (SPEC §9).
+"""The FastAPI application of ``codemode serve --http`` (docs/service.md).
 
 Routes:
 
@@ -25,7 +25,6 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -38,95 +37,19 @@ from starlette.routing import Route
 from starlette.types import Scope
 
 from .. import authz
-from ..errors import InvalidRegistration
+from ..bootstrap import build_runtime, build_server
+from ..config import ConfigError, Settings, load_settings
 from ..observe import CallEvent, ExecuteEvent
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
-from ..server import Builder, Server
+from ..server import Server
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .settings import ConfigError, Settings, load_settings
 
-__all__ = ["Service", "build_authorizer", "build_runtime", "create_app", "serve", "serve_async"]
+__all__ = ["Service", "create_app", "serve", "serve_async"]
 
 log = logging.getLogger("codemode.service")
-
-
-# --------------------------------------------------------------------------------------------------
-# Building blocks from settings
-# --------------------------------------------------------------------------------------------------
-
-
-def build_authorizer(settings: Settings) -> authz.Authorizer:
-    """``allow_all()`` or the Rego authorizer the settings name; raises ``ConfigError``."""
-    if settings.allow_all:
-        return authz.allow_all()
-    assert settings.rego_decision is not None
-    from ..authz.rego import InvalidPolicy, from_files
-
-    try:
-        return from_files(settings.rego_decision, settings.rego_policy)
-    except InvalidPolicy as exc:
-        raise ConfigError(f"rego_policy: {exc}") from None
-
-
-def build_runtime(settings: Settings) -> Runtime:
-    """The worker runtime the settings name (without the pool); raises ``ConfigError``."""
-    if settings.runtime == "process":
-        from ..runtimes.process import ProcessRuntime
-
-        return ProcessRuntime()
-    if settings.runtime == "kubernetes":
-        return _kubernetes_runtime(settings)
-    kwargs: dict[str, Any] = {}
-    if settings.docker_image:
-        kwargs["image"] = settings.docker_image
-    if settings.docker_base_url:
-        kwargs["base_url"] = settings.docker_base_url
-    if settings.docker_memory is not None:
-        kwargs["memory_bytes"] = settings.docker_memory_bytes
-    if settings.docker_cpus is not None:
-        kwargs["cpus"] = settings.docker_cpus
-    if settings.docker_pids is not None:
-        kwargs["pids_limit"] = settings.docker_pids
-    if settings.docker_oci_runtime:
-        kwargs["runtime"] = settings.docker_oci_runtime
-    try:
-        from ..runtimes.docker import DockerRuntime
-    except ImportError as exc:
-        raise ConfigError(f"runtime: the docker runtime is not available: {exc}") from None
-    try:
-        runtime: Runtime = DockerRuntime(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"docker runtime: {exc}") from None
-    return runtime
-
-
-def _kubernetes_runtime(settings: Settings) -> Runtime:
-    names = {
-        "namespace": settings.kubernetes_namespace,
-        "image": settings.kubernetes_image,
-        "memory": settings.kubernetes_memory,
-        "cpu": settings.kubernetes_cpu,
-        "runtime_class": settings.kubernetes_runtime_class,
-    }
-    kwargs = {k: v for k, v in names.items() if v}
-    from ..runtimes.kubernetes import KubernetesRuntime
-
-    try:
-        return KubernetesRuntime(**kwargs)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"kubernetes runtime: {exc}") from None
-
-
-def _load_capabilities(settings: Settings) -> list[Any]:
-    from ..packs import PackError, PackSettings, load_packs
-
-    try:
-        return load_packs(settings.packs, PackSettings(options=settings.pack_option_map))
-    except PackError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,6 +112,9 @@ class Service:
     ) -> None:
         from ..mcp import ContextSubject, create_server
 
+        problems = settings.http_problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
         self.settings = settings
         self.inflight = 0
         self.draining = False
@@ -200,22 +126,14 @@ class Service:
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
         base = runtime if runtime is not None else build_runtime(settings)
-        self.pool: WarmPool | None = WarmPool(base, settings.pool) if settings.pool > 0 else None
+        self.server: Server = build_server(
+            settings, runtime=base, authorizer=authorizer, observer=_Observer(self)
+        )
+        self.pool: WarmPool | None = (
+            self.server.runtime if isinstance(self.server.runtime, WarmPool) else None
+        )
         self.metrics = Metrics(self.pool)
         self.audit = AuditLog()
-        builder = Builder(
-            authorizer=authorizer if authorizer is not None else build_authorizer(settings),
-            limits=settings.limits,
-            disabled=settings.disable,
-            runtime=self.pool if self.pool is not None else base,
-            observer=_Observer(self),
-            subject_quota=settings.subject_quota,
-        )
-        builder.register(*_load_capabilities(settings))
-        try:
-            self.server: Server = builder.build()
-        except InvalidRegistration as exc:
-            raise ConfigError(str(exc)) from None
 
         self.mcp = create_server(self.server, ContextSubject())
         security = None

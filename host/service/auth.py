@@ -38,7 +38,8 @@ import jwt
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import authz
-from .settings import ConfigError, Settings
+from ..config import ConfigError, Settings
+from .tokens import hash_token, load_token_file
 
 __all__ = [
     "AuthFailure",
@@ -72,64 +73,9 @@ class Authenticator(Protocol):
         ...
 
 
-def hash_token(token: str) -> str:
-    """The SHA-256 hex digest stored in the token file for ``token``."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
 # --------------------------------------------------------------------------------------------------
 # Token file
 # --------------------------------------------------------------------------------------------------
-
-
-def load_token_file(path: Path) -> dict[str, str]:
-    """Parse a token file into ``{sha256 hex: subject id}``; raises ``ConfigError`` (never echoing
-    file content beyond line numbers)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"token_file: cannot read {str(path)!r}: {exc.strerror}") from None
-    entries: dict[str, str] = {}
-    problems: list[str] = []
-
-    def add(where: str, digest: Any, subject: Any) -> None:
-        if not isinstance(digest, str) or not _HEX64.match(digest.lower()):
-            problems.append(f"{where}: not a SHA-256 hex digest (store hashes, never tokens)")
-            return
-        if not isinstance(subject, str) or not subject or subject != subject.strip():
-            problems.append(f"{where}: subject id must be a non-empty string without surrounding spaces")
-            return
-        digest = digest.lower()
-        if digest in entries:
-            problems.append(f"{where}: duplicate token hash")
-            return
-        entries[digest] = subject
-
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(
-                f"token_file: {str(path)!r} is not valid JSON (line {getattr(exc, 'lineno', '?')})"
-            ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"token_file: {str(path)!r} must be a JSON object")
-        for n, (digest, subject) in enumerate(data.items(), 1):
-            add(f"entry {n}", digest, subject)
-    else:
-        for n, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            parts = line.split(None, 1)
-            if len(parts) != 2:
-                problems.append(f"line {n}: expected '<sha256 hex> <subject>'")
-                continue
-            add(f"line {n}", parts[0], parts[1].strip())
-    if problems:
-        raise ConfigError(f"token_file {str(path)!r}:\n" + "\n".join(f"- {p}" for p in problems))
-    return entries
 
 
 class TokenFileAuthenticator:
@@ -406,8 +352,7 @@ def _short(exc: BaseException) -> str:
 def build_authenticator(settings: Settings) -> TokenFileAuthenticator | JWTAuthenticator:
     """The authenticator the settings describe; raises ``ConfigError``."""
     if settings.auth_mode == "token_file":
-        assert settings.token_file is not None
-        return TokenFileAuthenticator(settings.token_file)
+        return TokenFileAuthenticator(settings.token_file_path)
     assert settings.jwt_issuer is not None and settings.jwt_audience is not None
     return JWTAuthenticator(
         issuer=settings.jwt_issuer,

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import codemode
-from codemode.benchcmd import (  # the measuring helpers are shared with `codemode bench`
+from codemode.ops.bench import (  # the measuring helpers are shared with `codemode bench`
     HUNDRED,
     ONE_CALL,
     SUBJECT,
@@ -31,7 +31,7 @@ from codemode.benchcmd import (  # the measuring helpers are shared with `codemo
     pct,
     timed,
 )
-from codemode.benchcmd import build_server as build
+from codemode.ops.bench import build_server as build
 
 __all__ = ["HUNDRED", "ONE_CALL", "TRIVIAL", "EchoIn", "EchoOut", "aecho", "build", "echo", "line", "pct"]
 

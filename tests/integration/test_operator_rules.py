@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from codemode import cli
-from codemode.image_audit import Check, FsEntry, audit_config, audit_filesystem
-from codemode.quotas import MiB, RunSample, recommend
+from codemode.ops.image_rules import Check, FsEntry, audit_config, audit_filesystem
+from codemode.ops.quotas import MiB, RunSample, recommend
 from codemode_worker import PROTOCOL_VERSION
 
 GOOD_CONFIG = {

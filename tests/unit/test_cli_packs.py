@@ -6,6 +6,7 @@ import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,7 +105,8 @@ def test_pack_protocol() -> None:
         ("packs_fixture_mod", "expected module:object"),
         (":pack", "expected module:object"),
         ("packs_fixture_mod:", "expected module:object"),
-        ("no_such_module_for_packs:pack", "cannot import module"),
+        ("no_such_module_for_packs:pack", "no module 'no_such_module_for_packs' on the Python path or in"),
+        ("./no_such_file_for_packs.py:pack", "does not exist"),
         ("packs_fixture_mod:missing", "has no attribute 'missing'"),
         ("packs_fixture_mod:not_a_pack", "expected a Pack"),
         ("packs_fixture_mod:bad_items", "item #2 is str"),
@@ -142,3 +144,50 @@ def test_pack_capabilities_direct() -> None:
     assert names(pack_capabilities([cap("d.one")])) == ["d.one"]
     with pytest.raises(PackError, match="custom label"):
         pack_capabilities(object(), label="custom label")
+
+
+PACK_FILE = """
+from dataclasses import dataclass
+from codemode import Capability
+
+
+@dataclass
+class Out:
+    value: str
+
+
+def hello(ctx, subject) -> Out:
+    return Out("hi")
+
+
+pack = [Capability(name="{ns}.hello", summary="Say hello.", handler=hello)]
+"""
+
+
+def test_pack_from_a_file_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "weather_file_pack.py").write_text(PACK_FILE.replace("{ns}", "weather"))
+    monkeypatch.chdir(tmp_path)
+    assert names(load_pack("./weather_file_pack.py:pack", PackSettings(environ={}))) == ["weather.hello"]
+    assert names(load_pack(f"{tmp_path}/weather_file_pack.py:pack", PackSettings(environ={}))) == [
+        "weather.hello"
+    ]
+
+
+def test_pack_module_found_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cwd_only_pack_mod.py").write_text(PACK_FILE.replace("{ns}", "cwdpack"))
+    monkeypatch.chdir(tmp_path)
+    assert names(load_pack("cwd_only_pack_mod:pack", PackSettings(environ={}))) == ["cwdpack.hello"]
+
+
+def test_pack_import_failure_names_module_folder_and_exception(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_pack_mod.py").write_text("raise ValueError('kaput')\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PackError) as info:
+        load_pack("broken_pack_mod:pack", PackSettings(environ={}))
+    text = str(info.value)
+    assert "'broken_pack_mod'" in text and str(tmp_path) in text and "ValueError: kaput" in text
+    with pytest.raises(PackError) as info:
+        load_pack("./broken_pack_mod.py:pack", PackSettings(environ={}))
+    assert "ValueError: kaput" in str(info.value)

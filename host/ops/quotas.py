@@ -37,8 +37,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import CodeModeError
-from .runtimes.base import ExitInfo, RuntimeUnavailable, Sandbox
+from ..errors import CodeModeError
+from ..runtimes.base import ExitInfo, RuntimeUnavailable, Sandbox
 
 __all__ = [
     "HOLD_ENTRYPOINT",
@@ -377,63 +377,53 @@ class TuneError(Exception):
 
 
 def _size(text: str) -> int:
-    from .cli import ConfigError, _size
+    from ..config import parse_size
 
     try:
-        return _size(text, "--memory")
+        return parse_size(text)
+    except ValueError as exc:
+        raise TuneError(f"--memory: {exc}") from None
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """The measurement's settings through the one settings model (packs, authorizer, limits)."""
+    from ..config import ConfigError, load_settings
+
+    overrides: dict[str, Any] = {
+        "packs": list(args.pack),
+        "pack_options": list(args.pack_option),
+        "allow_all": bool(args.allow_all) or not args.pack,  # nothing to call without a pack
+        "rego_policy": list(args.rego_policy),
+        "rego_decision": args.rego_decision,
+        "max_execution_time": args.timeout,
+        "max_concurrent_executions": 1,
+        "subject_quota": 0,
+    }
+    if args.max_execution_steps:
+        overrides["max_execution_steps"] = args.max_execution_steps
+    if args.max_native_calls:
+        overrides["max_native_calls"] = args.max_native_calls
+    if args.pack and not args.allow_all and not args.rego_policy and not args.rego_decision:
+        raise TuneError(
+            "with --pack, choose the authorizer the program's capability calls go through: "
+            "--allow-all, or --rego-policy FILE --rego-decision data.<pkg>.allow (the calls are real)"
+        )
+    if overrides["allow_all"] and (args.rego_policy or args.rego_decision):
+        overrides["allow_all"] = bool(args.allow_all)
+    try:
+        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
     except ConfigError as exc:
         raise TuneError(str(exc)) from None
 
 
 def _server(args: argparse.Namespace, runtime: Any) -> Any:
-    from . import authz
-    from .cli import ConfigError, ServeConfig, make_authorizer
-    from .errors import InvalidRegistration
-    from .limits import Limits
-    from .packs import PackError, PackSettings, load_packs
-    from .server import Builder
+    from ..bootstrap import build_server
+    from ..config import ConfigError
 
-    options: dict[str, str] = {}
-    for item in args.pack_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise TuneError(f"pack option {item!r} must be KEY=VALUE")
-        options[key.strip()] = value
-    if args.pack:
-        if not args.allow_all and not args.rego_policy and not args.rego_decision:
-            raise TuneError(
-                "with --pack, choose the authorizer the program's capability calls go through: "
-                "--allow-all, or --rego-policy FILE --rego-decision data.<pkg>.allow (the calls are real)"
-            )
-        config = ServeConfig(
-            packs=list(args.pack),
-            allow_all=bool(args.allow_all),
-            rego_policies=list(args.rego_policy),
-            rego_decision=args.rego_decision,
-        )
-        try:
-            authorizer = make_authorizer(config)
-        except ConfigError as exc:
-            raise TuneError(str(exc)) from None
-        try:
-            caps = load_packs(list(args.pack), PackSettings(environ=dict(os.environ), options=options))
-        except PackError as exc:
-            raise TuneError(str(exc)) from None
-    else:
-        authorizer, caps = authz.allow_all(), []  # nothing to call: no capability exists
-    limits = Limits(
-        max_execution_time=args.timeout,
-        max_execution_steps=args.max_execution_steps or 0,
-        max_native_calls=args.max_native_calls or 0,
-        max_concurrent_executions=1,
-    )
-    if limits.problems():
-        raise TuneError("; ".join(limits.problems()))
-    builder = Builder(authorizer=authorizer, limits=limits, runtime=runtime)
-    builder.register(*caps)
+    settings = _settings(args)
     try:
-        return builder.build()
-    except InvalidRegistration as exc:
+        return build_server(settings, runtime=runtime)
+    except ConfigError as exc:
         raise TuneError(str(exc)) from None
 
 
@@ -441,8 +431,8 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
     """Run the measurement; returns the JSON report."""
     import docker
 
-    from . import authz
-    from .runtimes.docker import DockerRuntime
+    from .. import authz
+    from ..runtimes.docker import DockerRuntime
 
     memory = _size(args.memory)
     kwargs: dict[str, Any] = {
@@ -627,7 +617,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=10, metavar="N", help="measured runs (default 10)")
     p.add_argument("--warmup", type=int, default=1, metavar="N", help="unmeasured runs first (default 1)")
     p.add_argument(
-        "--runtime", choices=["docker"], default="docker", help="where to measure (docker: cgroup counters)"
+        "--runtime",
+        choices=["process", "docker", "kubernetes"],
+        default="docker",
+        help="where to measure (default docker: the only runtime whose cgroup counters it reads)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     g = p.add_argument_group("capabilities the program calls (as for serve)")
@@ -676,6 +669,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``codemode quotas tune``: 0 with a recommendation from all runs, 1 when a run failed or the
     runtime is unavailable, 2 on bad arguments."""
+    if args.runtime != "docker":
+        print(
+            f"codemode quotas tune: --runtime {args.runtime} cannot be measured: quotas tune reads each "
+            "worker's cgroup counters through the Docker Engine (use --runtime docker)",
+            file=sys.stderr,
+        )
+        return 2
     if args.runs <= 0 or args.warmup < 0:
         print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
         return 2

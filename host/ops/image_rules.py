@@ -1,15 +1,8 @@
-"""``codemode image audit IMAGE``: check a worker image against the hardening rules (docs/operators.md).
+"""The worker-image hardening rules, as pure functions over what an audit read from an image.
 
-The audit reads the image three ways, all through the Docker Engine API:
-
-1. its configuration (``inspect``): user, entrypoint, labels, environment, exposed ports, volumes,
-   healthcheck, size;
-2. its flattened filesystem, by exporting a container that is *created but never started*: the tar
-   stream is read header by header (file data is skipped), so every file is seen whatever its
-   permissions, no code from the image runs, and the image does not have to be honest about itself;
-3. the protocol probe, by spawning one worker with :class:`~codemode.runtimes.docker.DockerRuntime`
-   (the runtime's full hardening: network none, read-only root, cap-drop ALL, no-new-privileges, user
-   65532:65532, limits) and destroying it again.
+``audit_config`` judges the image configuration (``docker image inspect``'s ``Config``) and
+``audit_filesystem`` the flattened file system (one :class:`FsEntry` per tar member of an export).
+Nothing here talks to Docker: ``codemode.ops.image_audit`` gathers the inputs and runs the probe.
 
 Every check is PASS, WARN or FAIL; the audit passes when no check fails. A check that could not be
 carried out fails (the audit fails closed).
@@ -17,20 +10,12 @@ carried out fails (the audit fails closed).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
-import io
 import json
-import logging
-import os
 import posixpath
 import re
 import stat
-import sys
 import tarfile
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,12 +26,9 @@ __all__ = [
     "AuditReport",
     "Check",
     "FsEntry",
-    "add_arguments",
     "audit_config",
     "audit_filesystem",
-    "audit_image",
-    "format_report",
-    "run",
+    "fs_entry",
 ]
 
 Status = Literal["PASS", "WARN", "FAIL"]
@@ -70,8 +52,6 @@ _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _SHORT_FLAGS = set("bBdEhIOPqsSuv")  # flags without a value (no -c, -m handled apart)
 MAX_FINDINGS = 200  # per check in the JSON report
 TABLE_FINDINGS = 8  # per check in the table
-
-log = logging.getLogger("codemode.image_audit")
 
 
 class AuditError(Exception):
@@ -466,7 +446,7 @@ def audit_filesystem(entries: Iterable[FsEntry], image_uid: int | None = None) -
     return checks
 
 
-def _entry(member: tarfile.TarInfo) -> FsEntry:
+def fs_entry(member: tarfile.TarInfo) -> FsEntry:
     kind: Any
     if member.isreg():
         kind = "file"
@@ -498,252 +478,3 @@ def _entry(member: tarfile.TarInfo) -> FsEntry:
         linkname=member.linkname,
         file_caps=any(k.endswith("security.capability") for k in xattrs),
     )
-
-
-class _ChunkReader(io.RawIOBase):
-    """A file object over an iterator of byte chunks (the SDK's export stream)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buf = b""
-        self._off = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while self._off >= len(self._buf):
-            try:
-                self._buf = next(self._chunks)
-            except StopIteration:
-                return 0
-            self._off = 0
-        n = min(len(b), len(self._buf) - self._off)
-        b[:n] = memoryview(self._buf)[self._off : self._off + n]
-        self._off += n
-        return n
-
-
-def export_entries(api: Any, image: str) -> list[FsEntry]:
-    """The flattened file system of ``image``: export a created (never started) container."""
-    cid = api.create_container(
-        image,
-        entrypoint=["/codemode-audit-never-started"],
-        command=[],
-        network_disabled=True,
-        labels={ROLE_LABEL: "audit"},
-        host_config=api.create_host_config(network_mode="none"),
-    )["Id"]
-    try:
-        stream = api.export(cid, chunk_size=1024 * 1024)
-        with tarfile.open(fileobj=_ChunkReader(iter(stream)), mode="r|", bufsize=64 * 1024) as tf:
-            return [_entry(m) for m in tf]
-    finally:
-        try:
-            api.remove_container(cid, force=True)
-        except Exception as exc:
-            log.warning("could not remove audit container %s: %s", cid[:12], exc)
-
-
-# --------------------------------------------------------------------------------------------------
-# Probe
-# --------------------------------------------------------------------------------------------------
-
-
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):
-            self.messages.append(record.getMessage())
-
-
-async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | None, timeout: float) -> Check:
-    """Spawn one worker under the Docker runtime's hardening, wait for ``probe_ack``, destroy it."""
-    from .runtimes.docker import WORKER_USER, DockerRuntime
-
-    name = "protocol probe"
-    runtime_log = logging.getLogger("codemode.runtimes.docker")
-    capture = _Capture()
-    runtime_log.addHandler(capture)  # keeps runtime warnings out of the report's stderr
-    try:
-        runtime = DockerRuntime(
-            image=image, base_url=base_url, runtime=oci_runtime, cleanup_orphans="none", spawn_timeout=timeout
-        )
-        try:
-            t0 = time.perf_counter()
-            sandbox = await runtime.spawn()
-            elapsed = time.perf_counter() - t0
-            await sandbox.destroy()
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            extra = [m for m in capture.messages if "failed to start" in m]
-            return Check(
-                name,
-                "FAIL",
-                f"no probe_ack under the runtime's hardening: {why}",
-                [m[:1000] for m in extra[-1:]],
-            )
-        finally:
-            await runtime.aclose()
-    finally:
-        runtime_log.removeHandler(capture)
-    hardening = f"network none, read-only root, cap-drop ALL, no-new-privileges, user {WORKER_USER}"
-    if oci_runtime:
-        hardening += f", OCI runtime {oci_runtime}"
-    return Check(name, "PASS", f"probe_ack after {elapsed:.2f} s ({hardening})")
-
-
-# --------------------------------------------------------------------------------------------------
-# The audit
-# --------------------------------------------------------------------------------------------------
-
-
-def _client(base_url: str | None) -> Any:
-    import docker
-
-    try:
-        kwargs: dict[str, Any] = (
-            {"base_url": base_url} if base_url is not None else docker.utils.kwargs_from_env()
-        )
-        kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
-        api = docker.APIClient(version="auto", timeout=120, **kwargs)
-        api.ping()
-    except Exception as exc:
-        where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-        raise AuditError(f"Docker daemon unreachable at {where}: {exc}") from exc
-    return api
-
-
-def _image_uid(user: str) -> int | None:
-    uid = user.partition(":")[0]
-    return int(uid) if uid.isdigit() else None
-
-
-async def audit_image(
-    image: str,
-    *,
-    base_url: str | None = None,
-    oci_runtime: str | None = None,
-    probe: bool = True,
-    probe_timeout: float = 10.0,
-) -> AuditReport:
-    """Audit ``image`` (which must exist on the daemon: it is never pulled)."""
-    import docker.errors
-
-    api = await asyncio.to_thread(_client, base_url)
-    try:
-        try:
-            info = await asyncio.to_thread(api.inspect_image, image)
-        except docker.errors.ImageNotFound as exc:
-            raise AuditError(f"image {image!r} not found on the daemon (the audit never pulls)") from exc
-        except Exception as exc:
-            raise AuditError(f"cannot inspect image {image!r}: {exc}") from exc
-        config = info.get("Config") or {}
-        checks = audit_config(config)
-        try:
-            entries = await asyncio.to_thread(export_entries, api, image)
-        except Exception as exc:
-            checks.append(
-                Check(
-                    "file system",
-                    "FAIL",
-                    f"could not read the image's file system: {type(exc).__name__}: {exc}",
-                )
-            )
-        else:
-            checks.extend(audit_filesystem(entries, _image_uid(str(config.get("User") or ""))))
-        if probe:
-            checks.append(
-                await probe_check(image, base_url=base_url, oci_runtime=oci_runtime, timeout=probe_timeout)
-            )
-        return AuditReport(
-            image=image,
-            image_id=str(info.get("Id") or ""),
-            size_bytes=int(info.get("Size") or 0),
-            platform=f"{info.get('Os', '?')}/{info.get('Architecture', '?')}",
-            checks=checks,
-        )
-    finally:
-        api.close()
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB ({n / 2**20:.1f} MiB)"
-
-
-def format_report(report: AuditReport) -> str:
-    lines = [
-        f"codemode image audit: {report.image}",
-        f"id {report.image_id[:19]}  {report.platform}  size {_size(report.size_bytes)}  "
-        f"host protocol {PROTOCOL_VERSION}",
-        "",
-    ]
-    width = max(len(c.name) for c in report.checks) if report.checks else 10
-    lines.append(f"{'CHECK':<{width}}  STATUS  DETAIL")
-    for c in report.checks:
-        lines.append(f"{c.name:<{width}}  {c.status:<6}  {c.detail}")
-        if c.status != "PASS" or c.name == "shell":
-            for finding in c.findings[:TABLE_FINDINGS]:
-                lines.append(f"{'':<{width}}          - {finding}")
-            if len(c.findings) > TABLE_FINDINGS:
-                lines.append(
-                    f"{'':<{width}}          ... and {len(c.findings) - TABLE_FINDINGS} more (--json)"
-                )
-    counts = report.counts()
-    verdict = "PASS" if report.ok else "FAIL"
-    lines.append("")
-    lines.append(
-        f"result: {verdict} ({counts['PASS']} passed, {counts['WARN']} warning(s), {counts['FAIL']} failed)"
-    )
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------------
-# The command
-# --------------------------------------------------------------------------------------------------
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("image", metavar="IMAGE", help="image reference on the daemon (never pulled)")
-    p.add_argument("--json", action="store_true", help="print a machine-readable JSON report")
-    p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
-    p.add_argument(
-        "--docker-oci-runtime", metavar="NAME", help="OCI runtime for the protocol probe, e.g. runsc"
-    )
-    p.add_argument("--no-probe", action="store_true", help="skip the protocol probe (runs no container)")
-    p.add_argument(
-        "--probe-timeout", type=float, default=10.0, metavar="SECONDS", help="probe timeout (default 10)"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """``codemode image audit``: exit 0 when no check fails, 1 when one does, 2 when the audit could
-    not be carried out (daemon unreachable, image missing, bad arguments)."""
-    if not args.probe_timeout > 0:
-        print("codemode image audit: --probe-timeout must be positive", file=sys.stderr)
-        return 2
-    try:
-        report = asyncio.run(
-            audit_image(
-                args.image,
-                base_url=args.docker_base_url,
-                oci_runtime=args.docker_oci_runtime,
-                probe=not args.no_probe,
-                probe_timeout=args.probe_timeout,
-            )
-        )
-    except AuditError as exc:
-        if args.json:
-            json.dump({"image": args.image, "ok": False, "error": str(exc)}, sys.stdout, indent=2)
-            print()
-        print(f"codemode image audit: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
-        print()
-    else:
-        print(format_report(report))
-    return 0 if report.ok else 1

@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import authz
-from .capability import Capability
-from .context import CallContext
-from .runtimes.base import Runtime
-from .server import Builder, Server
+from .. import authz
+from ..capability import Capability
+from ..context import CallContext
+from ..runtimes.base import Runtime
+from ..server import Builder, Server
 
 __all__ = [
     "HUNDRED",
@@ -116,7 +116,7 @@ async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--runtime",
-        choices=["process", "docker"],
+        choices=["process", "docker", "kubernetes"],
         default="process",
         help="where workers run (default: process)",
     )
@@ -124,36 +124,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pool", type=int, default=4, metavar="N", help="warm pool size for the warm series (default 4)"
     )
     p.add_argument("--n", type=int, default=30, metavar="N", help="samples per series (default 30)")
-    p.add_argument(
-        "--docker-image",
-        metavar="IMAGE",
-        help="worker image for --runtime docker (default codemode-worker:1)",
-    )
+    p.add_argument("--docker-image", metavar="IMAGE", help="worker image (default codemode-worker:1)")
     p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
     p.add_argument("--docker-oci-runtime", metavar="NAME", help="OCI runtime such as runsc")
+    p.add_argument(
+        "--kubernetes-namespace", metavar="NS", help="worker pod namespace (default codemode-workers)"
+    )
+    p.add_argument("--kubernetes-image", metavar="IMAGE", help="worker pod image")
+    p.add_argument("--kubernetes-kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
+    p.add_argument("--kubernetes-context", metavar="NAME", help="kubeconfig context")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
 
 
+_RUNTIME_FLAGS = (
+    "docker_image",
+    "docker_base_url",
+    "docker_oci_runtime",
+    "kubernetes_namespace",
+    "kubernetes_image",
+    "kubernetes_kubeconfig",
+    "kubernetes_context",
+)
+
+
 def _make_runtime(args: argparse.Namespace) -> Runtime:
-    if args.runtime == "process":
-        from .runtimes.process import ProcessRuntime
+    """The runtime through the one settings model (flags on top of ``CODEMODE_*``)."""
+    from ..bootstrap import build_runtime
+    from ..config import load_settings
 
-        return ProcessRuntime()
-    from .runtimes.docker import DockerRuntime
-
-    kwargs: dict[str, Any] = {}
-    if args.docker_image:
-        kwargs["image"] = args.docker_image
-    if args.docker_base_url:
-        kwargs["base_url"] = args.docker_base_url
-    if args.docker_oci_runtime:
-        kwargs["runtime"] = args.docker_oci_runtime
-    return DockerRuntime(**kwargs)
+    overrides: dict[str, Any] = {"runtime": args.runtime, "allow_all": True, "rego_policy": [], "pool": 0}
+    for name in _RUNTIME_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return build_runtime(load_settings(**overrides))
 
 
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     """Run the three series; returns the JSON report (and prints lines unless ``args.json``)."""
-    from .runtimes.pool import WarmPool
+    from ..runtimes.pool import WarmPool
 
     quiet = bool(args.json)
     n = args.n
@@ -220,8 +229,12 @@ def run(args: argparse.Namespace) -> int:
     if args.pool < 0:
         print("codemode bench: --pool must not be negative", file=sys.stderr)
         return 2
-    if args.runtime == "process" and (args.docker_image or args.docker_base_url or args.docker_oci_runtime):
-        print("codemode bench: the --docker-* options need --runtime docker", file=sys.stderr)
+    from ..config import ConfigError
+
+    try:
+        _make_runtime(args)
+    except ConfigError as exc:
+        print(f"codemode bench: {exc}", file=sys.stderr)
         return 2
     try:
         report = asyncio.run(run_bench(args))

@@ -1,0 +1,144 @@
+"""From settings to a running catalog: the one place that turns a :class:`~codemode.config.Settings`
+into packs, an authorizer, a runtime (with its warm pool) and a built :class:`~codemode.Server`.
+
+Every front end (``serve --stdio``, ``serve --http``, ``quotas tune``, ``bench``) builds through
+here, so a setting means the same thing everywhere. Every failure is a
+:class:`~codemode.config.ConfigError` naming the flag and the environment variable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from . import authz
+from .capability import Capability
+from .config import ConfigError, Settings, names
+from .errors import InvalidRegistration
+from .observe import Observer
+from .packs import PackError, PackSettings, load_packs
+from .runtimes.base import Runtime
+from .runtimes.pool import WarmPool
+from .server import Builder, Server
+
+__all__ = ["build_authorizer", "build_runtime", "build_server", "load_capabilities", "with_pool"]
+
+log = logging.getLogger("codemode.bootstrap")
+
+
+def build_authorizer(settings: Settings) -> authz.Authorizer:
+    """``allow_all()`` or the Rego authorizer the settings name."""
+    if settings.allow_all:
+        return authz.allow_all()
+    if not settings.rego_decision or not settings.rego_policy:
+        raise ConfigError(
+            f"no authorizer: set {names('allow_all')}, "
+            f"or {names('rego_policy')} with {names('rego_decision')}"
+        )
+    from .authz.rego import InvalidPolicy, from_files
+
+    try:
+        return from_files(settings.rego_decision, settings.rego_policy)
+    except InvalidPolicy as exc:
+        raise ConfigError(f"{names('rego_policy')}: {_one_line(str(exc))}") from None
+    except OSError as exc:
+        raise ConfigError(f"{names('rego_policy')}: cannot read the policy: {exc}") from None
+
+
+def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
+    """Constructor arguments of the chosen container runtime: each ``<runtime>_<name>`` setting that
+    is set, under the runtime's own parameter name."""
+    renames = {
+        "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
+        "kubernetes": {},
+    }[settings.runtime]
+    prefix = settings.runtime + "_"
+    out: dict[str, Any] = {}
+    for field in type(settings).model_fields:
+        value = getattr(settings, field)
+        if field.startswith(prefix) and value is not None:
+            name = field.removeprefix(prefix)
+            out[renames.get(name, name)] = value
+    if settings.runtime == "docker" and "memory_bytes" in out:
+        out["memory_bytes"] = settings.docker_memory_bytes
+    return out
+
+
+def _container_runtime(settings: Settings) -> Runtime:
+    kind = settings.runtime
+    try:
+        if kind == "docker":
+            from .runtimes.docker import DockerRuntime as cls
+        else:
+            from .runtimes.kubernetes import KubernetesRuntime as cls  # type: ignore[assignment]
+    except ImportError as exc:
+        raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
+    try:
+        return cls(**_runtime_kwargs(settings))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    """The worker runtime the settings name, without a pool."""
+    if settings.runtime == "process":
+        from .runtimes.process import ProcessRuntime
+
+        return ProcessRuntime()
+    return _container_runtime(settings)
+
+
+def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
+    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0)."""
+    return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
+
+
+def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
+    """The capabilities of every configured pack."""
+    pack_settings = PackSettings(
+        environ=dict(os.environ if environ is None else environ), options=settings.pack_option_map
+    )
+    try:
+        caps = load_packs(settings.packs, pack_settings)
+    except PackError as exc:
+        raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
+    if not settings.packs:
+        log.warning("no capability packs configured (--pack / CODEMODE_PACKS): the catalog is empty")
+    return caps
+
+
+def build_server(
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    authorizer: authz.Authorizer | None = None,
+    observer: Observer | None = None,
+    capabilities: list[Capability] | None = None,
+) -> Server:
+    """A built (not yet started) server: packs, authorizer, runtime + pool, limits and quota.
+
+    ``runtime``, ``authorizer`` and ``capabilities`` replace what the settings would build (tests and
+    operator tools measure with their own); the pool of ``settings.pool`` wraps ``runtime`` either way.
+    """
+    auth = authorizer if authorizer is not None else build_authorizer(settings)
+    caps = capabilities if capabilities is not None else load_capabilities(settings)
+    base = runtime if runtime is not None else build_runtime(settings)
+    builder = Builder(
+        authorizer=auth,
+        limits=settings.limits,
+        disabled=settings.disable,
+        runtime=with_pool(base, settings),
+        observer=observer,
+        subject_quota=settings.subject_quota,
+    )
+    builder.register(*caps)
+    try:
+        return builder.build()
+    except InvalidRegistration as exc:
+        raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip(" -") for part in text.splitlines() if part.strip(" -"))

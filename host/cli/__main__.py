@@ -1,0 +1,9 @@
+"""``python -m codemode.cli``."""
+
+from __future__ import annotations
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,116 @@
+"""The ``codemode`` argument parser and dispatch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .serve import add_serve, run_serve
+from .token import add_token, run_token
+
+__all__ = ["build_parser", "main"]
+
+
+def _add_operator_tools(sub: Any) -> dict[str, argparse.ArgumentParser]:
+    """``image audit``, ``quotas tune`` and ``bench`` (docs/operators.md)."""
+    from ..ops import bench, image_audit, quotas
+
+    image = sub.add_parser("image", help="worker image tools", description="Worker image tools.")
+    image.set_defaults(group_help=image.format_help)
+    image_sub = image.add_subparsers(dest="image_command", metavar="COMMAND")
+    audit = image_sub.add_parser(
+        "audit",
+        help="audit a worker image against the hardening rules",
+        description=(
+            "Audit a worker image against the hardening rules (docs/operators.md). Exit 0 when no "
+            "check fails, 1 when one does, 2 when the audit could not run."
+        ),
+    )
+    image_audit.add_arguments(audit)
+    quotas_group = sub.add_parser("quotas", help="cgroup quota tools", description="cgroup quota tools.")
+    quotas_group.set_defaults(group_help=quotas_group.format_help)
+    quotas_sub = quotas_group.add_subparsers(dest="quotas_command", metavar="COMMAND")
+    tune = quotas_sub.add_parser(
+        "tune",
+        help="measure a workload to tune the worker cgroup quotas",
+        description=(
+            "Run one program N times in fresh Docker workers with generous limits, read each "
+            "container's peak memory, CPU time and pids, and recommend --docker-memory, "
+            "--docker-cpus, --docker-pids and --max-execution-time (docs/operators.md)."
+        ),
+    )
+    quotas.add_arguments(tune)
+    bench_parser = sub.add_parser(
+        "bench",
+        help="measure execute latency on this machine",
+        description=(
+            "Measure execute latency: trivial execute cold (no pool) and warm (warm pool), and "
+            "native calls (warm); prints p50/p99 per series."
+        ),
+    )
+    bench.add_arguments(bench_parser)
+    return {"image audit": audit, "quotas tune": tune, "bench": bench_parser}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, _ = _parsers()
+    return parser
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="codemode",
+        description="Code-mode MCP server: search_api, describe_api and execute over a typed "
+        "capability catalog; programs run in single-use sandboxed workers.",
+    )
+    parser.add_argument("--version", action="version", version=f"codemode {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    leaves = {"serve": add_serve(sub), "token": add_token(sub)}
+    leaves.update(_add_operator_tools(sub))
+    return parser, leaves
+
+
+def _leaf(args: argparse.Namespace) -> str:
+    command = getattr(args, "command", None) or ""
+    for group in ("image", "quotas"):
+        if command == group:
+            inner = getattr(args, f"{group}_command", None)
+            return f"{group} {inner}" if inner else group
+    return command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, leaves = _parsers()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # The usage of the subcommand the unknown flag was given to, not the top-level one.
+        target = leaves.get(_leaf(args), parser)
+        target.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command == "serve":
+        return run_serve(args)
+    if args.command == "token":
+        return run_token(args)
+    if args.command == "image":
+        if args.image_command != "audit":
+            print(args.group_help(), file=sys.stderr)
+            return 2
+        from ..ops import image_audit
+
+        return image_audit.run(args)
+    if args.command == "quotas":
+        if args.quotas_command != "tune":
+            print(args.group_help(), file=sys.stderr)
+            return 2
+        from ..ops import quotas
+
+        return quotas.run(args)
+    if args.command == "bench":
+        from ..ops import bench
+
+        return bench.run(args)
+    parser.print_help(sys.stderr)
+    return 2
