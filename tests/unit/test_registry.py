@@ -88,7 +88,7 @@ def test_pack_file_served_with_async_with() -> None:
 
 
 def test_pack_file_errors_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(PackError, match="no such file"):
+    with pytest.raises(PackError, match="does not exist"):
         load_pack(f"{tmp_path}/missing.py:pack")
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('boom')\n")
