@@ -460,7 +460,11 @@ class _Handler:
                 continue
             value = args[p.keyword]
             if p.where == "path":
-                path = path.replace("{" + p.name + "}", quote(_query_value(value), safe=""))
+                text = _query_value(value)
+                if text in ("", ".", ".."):
+                    # encoded or not, a dot segment could walk the path outside the operation
+                    raise AgentError(f"path parameter {p.keyword} must not be empty, '.' or '..'")
+                path = path.replace("{" + p.name + "}", quote(text, safe=""))
             elif p.where == "query":
                 values = value if isinstance(value, list) else [value]
                 query += [(p.name, _query_value(v)) for v in values]

@@ -88,6 +88,15 @@ def peer(request: Request) -> Peer:
     return Peer(port=request.client.port)
 
 
+class Named(BaseModel):
+    name: str
+
+
+@app.get("/names/{name}", operation_id="peerByName", tags=["misc"])
+def by_name(name: str) -> Named:
+    return Named(name=name)
+
+
 @app.put("/items/{item_id}/blob", operation_id="uploadBlob", tags=["files"])
 async def upload(item_id: int, file: UploadFile) -> Peer:
     return Peer(port=0)

@@ -134,6 +134,14 @@ async def test_http_errors_and_bad_responses(served: tuple[OpenAPIPack, codemode
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(run(source), subject=SUBJECT)
         assert client_text(info.value) == "capability failed"
+    for bad in ('""', '"."', '".."'):
+        with pytest.raises(codemode.CapabilityFailure) as info:
+            await server.execute(run(f"return inventory.peer_by_name(name={bad})"), subject=SUBJECT)
+        assert (
+            client_text(info.value) == "capability failed: path parameter name must not be empty, '.' or '..'"
+        )
+    odd = await server.execute(run('return inventory.peer_by_name(name="a?b=1#c d")'), subject=SUBJECT)
+    assert odd == {"name": "a?b=1#c d"}  # reserved characters arrive encoded, in one path segment
     with pytest.raises(codemode.InvalidArguments):
         await server.execute(
             run('return inventory.create_item(name="x", kind="gadget", price=1)'), subject=SUBJECT
@@ -168,7 +176,11 @@ def test_filters_and_config_errors(tmp_path: Any) -> None:
     caps = openapi_pack(
         [{**base, "exclude_operations": ["*Item*", "big*"], "exclude_tags": ["files"]}]
     ).capabilities()
-    assert sorted(c.name for c in caps) == ["inv.broken", "inv.peer"]  # *Item* matches listItems too
+    assert sorted(c.name for c in caps) == [
+        "inv.broken",
+        "inv.peer",
+        "inv.peer_by_name",
+    ]  # *Item* hits listItems
     with pytest.raises(ValueError, match="base_url"):
         OpenAPIConfig(name="x", document="d", base_url="ftp://x")
     with pytest.raises(ValueError, match="need auth_header"):
