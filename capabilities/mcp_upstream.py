@@ -53,6 +53,7 @@ from codemode.upstream import (
     UpstreamBuildError,
     argument_names,
     capability_names,
+    check_namespace,
     description_of,
     search_terms_of,
     snake_case,
@@ -124,6 +125,10 @@ class UpstreamMCPConfig(BaseModel):
             raise ValueError(f"upstream {self.name!r}: args/env/env_from_host/cwd are for stdio (command)")
         if self.url is None and (self.headers or self.headers_from_env or self.headers_from_file):
             raise ValueError(f"upstream {self.name!r}: headers are for HTTP (url)")
+        try:
+            check_namespace(self.resolved_namespace)
+        except UpstreamBuildError as exc:
+            raise ValueError(f"{exc} (set namespace for upstream {self.name!r})") from None
         return self
 
     @property

@@ -68,6 +68,7 @@ from codemode.upstream import (
     UpstreamBuildError,
     argument_names,
     capability_names,
+    check_namespace,
     description_of,
     search_terms_of,
     snake_case,
@@ -132,6 +133,10 @@ class OpenAPIConfig(BaseModel):
         bad = [m for m in self.methods if m.lower() not in METHODS]
         if bad:
             raise ValueError(f"api {self.name!r}: unknown HTTP methods {bad}")
+        try:
+            check_namespace(self.resolved_namespace)
+        except UpstreamBuildError as exc:
+            raise ValueError(f"{exc} (set namespace for api {self.name!r})") from None
         return self
 
     @property
