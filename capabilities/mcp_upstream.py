@@ -488,6 +488,16 @@ class UpstreamMCPPack:
         calls then connect again on the loop that serves them."""
         return _run_in_fresh_loop(lambda: self.acapabilities(keep_open=False))
 
+    async def connect(self) -> None:
+        """Open every upstream connection now, on the running loop (e.g. at server start), so the
+        first call does not pay for starting the upstream. Failures are logged; calls retry."""
+        for name, session in self.sessions.items():
+            try:
+                async with asyncio.timeout(session.config.connect_timeout):
+                    await session.client()
+            except Exception as exc:
+                log.warning("upstream %r: cannot connect yet: %s", name, _brief(exc))
+
     async def aclose(self) -> None:
         """Close the live upstream connections opened on the running loop."""
         for session in self.sessions.values():

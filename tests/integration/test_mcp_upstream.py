@@ -129,6 +129,22 @@ async def test_tools_list_is_followed_across_pages(markers: Path) -> None:
         await pack.aclose()
 
 
+async def test_connect_after_sync_discovery_opens_the_calls_connection(markers: Path) -> None:
+    pack = upstream_mcp_pack([stdio_config(markers)])
+    caps = await asyncio.to_thread(pack.capabilities, codemode.packs.PackSettings())  # private loop
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
+    try:
+        await pack.connect()
+        assert pack.sessions["test"].connects == 2  # discovery's own, then this loop's
+        t0 = time.monotonic()
+        assert await server.execute(run("return test.pid()"), subject=SUBJECT)
+        assert pack.sessions["test"].connects == 2  # the call reused it
+        assert time.monotonic() - t0 < 5
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
 def test_sync_capabilities_work_from_plain_code(markers: Path) -> None:
     caps = upstream_mcp_pack([stdio_config(markers)]).capabilities(codemode.packs.PackSettings())
     assert len(caps) == 6
