@@ -148,6 +148,46 @@ async def test_http_errors_and_bad_responses(served: tuple[OpenAPIPack, codemode
         )
 
 
+READ_ONLY = """package inventory
+import rego.v1
+
+default allow := false
+
+allow if input.capability.id in {"openapi:inventory:getItem", "openapi:inventory:listItems"}
+
+allow if {
+    input.capability.name == "inventory.create_item"
+    input.arguments.price < 100
+}
+"""
+
+
+async def test_rego_policy_gates_operations(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemode.authz.rego import RegoAuthorizer
+
+    monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)
+    pack = openapi_pack([config(service)])
+    authorizer = RegoAuthorizer("data.inventory.allow", {"inventory.rego": READ_ONLY})
+    server = codemode.Builder(authorizer=authorizer).register(*pack.capabilities()).build()
+    try:
+        made = await server.execute(
+            run('return inventory.create_item(name="n", kind="part", price=5)'), subject=SUBJECT
+        )
+        assert (
+            await server.execute(run(f"return inventory.get_item(item_id={made['id']})"), subject=SUBJECT)
+            == made
+        )
+        with pytest.raises(codemode.PermissionDenied):
+            await server.execute(
+                run('return inventory.create_item(name="n", kind="part", price=500)'), subject=SUBJECT
+            )
+        with pytest.raises(codemode.PermissionDenied):
+            await server.execute(run(f"return inventory.delete_item(item_id={made['id']})"), subject=SUBJECT)
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
 async def test_wrong_credential_is_an_http_error(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)  # what the service expects
     monkeypatch.setenv("INVENTORY_WRONG_KEY", "not-the-key")  # what this pack sends
