@@ -141,6 +141,7 @@ def build_server(
         runtime=with_pool(base, settings),
         observer=observer,
         subject_quota=settings.subject_quota,
+        reserved_slots=settings.effective_reserved_slots,
     )
     builder.register(*caps)
     try:

@@ -36,6 +36,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .admission import default_reserve
 from .limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
 
 __all__ = [
@@ -135,9 +136,7 @@ class Settings(BaseSettings):
     transport: Literal["stdio", "http"] | None = Field(
         None, description="how MCP is served: stdio (one local client) or http (the service)"
     )
-    subject: str | None = Field(
-        None, description="subject id of the single stdio client"
-    )
+    subject: str | None = Field(None, description="subject id of the single stdio client")
     log_level: str = Field("info", description="host log level on stderr")
 
     # ---------------------------------------------------------------------------- listening (http)
@@ -153,9 +152,7 @@ class Settings(BaseSettings):
 
     # ---------------------------------------------------------------------------- authentication (http)
     auth_mode: Literal["token_file", "jwt"] = Field("token_file", description="bearer token file or JWT")
-    token_file: Path | None = Field(
-        None, description="bearer-token hash file (codemode token new)"
-    )
+    token_file: Path | None = Field(None, description="bearer-token hash file (codemode token new)")
     jwks_file: Path | None = Field(None, description="JWKS file (auth_mode jwt)")
     jwks_url: str | None = Field(None, description="JWKS URL, https or loopback http (auth_mode jwt)")
     jwt_issuer: str | None = Field(None, description="required JWT issuer (auth_mode jwt)")
@@ -219,7 +216,20 @@ class Settings(BaseSettings):
     max_search_response_bytes: int = _limit("max_search_response_bytes")
     max_callstack: int = _limit("max_callstack")
     subject_quota: int = Field(
-        DEFAULT_SUBJECT_QUOTA, ge=0, description="concurrent executes per subject (0 = no quota)"
+        DEFAULT_SUBJECT_QUOTA,
+        ge=0,
+        description=(
+            "concurrent executes per subject (0 = no quota; when not given: "
+            f"{DEFAULT_SUBJECT_QUOTA}, at most max_concurrent_executions - reserved_slots)"
+        ),
+    )
+    reserved_slots: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "worker slots kept for subjects with nothing in flight "
+            "(default: a quarter of max_concurrent_executions, at least 1)"
+        ),
     )
 
     # ---------------------------------------------------------------------------- MCP transport (http)
@@ -320,8 +330,20 @@ class Settings(BaseSettings):
             out[key.strip()] = value
         return out
 
+    @property
+    def effective_reserved_slots(self) -> int:
+        """``reserved_slots``, or the reserve derived from ``max_concurrent_executions``."""
+        if self.reserved_slots is not None:
+            return self.reserved_slots
+        return default_reserve(self.max_concurrent_executions)
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        slots = self.max_concurrent_executions
+        if "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
+            # Not configured: the default quota, lowered so that one subject can reach it.
+            usable = slots - self.effective_reserved_slots
+            self.__dict__["subject_quota"] = max(1, min(DEFAULT_SUBJECT_QUOTA, usable))
         problems = self.problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -346,6 +368,7 @@ class Settings(BaseSettings):
             problem = _unreadable(Path(path))
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
+        out += self._slot_problems()
         if self.transport == "stdio" and self.runtime == "process":
             docker = [
                 f for f in type(self).model_fields if f.startswith("docker_") and getattr(self, f) is not None
@@ -353,6 +376,24 @@ class Settings(BaseSettings):
             if docker:
                 out.append(f"{names(docker[0])} needs {names('runtime')} docker")
         return out
+
+    def _slot_problems(self) -> list[str]:
+        """Quota and slots are configured together (docs/service.md, "Fair slots")."""
+        slots, reserve = self.max_concurrent_executions, self.effective_reserved_slots
+        quota = self.subject_quota
+        if reserve >= slots:
+            return [
+                f"{names('reserved_slots')}: {reserve} reserved of {slots} slots "
+                f"({names('max_concurrent_executions')}): must be fewer than the slots"
+            ]
+        if quota > slots - reserve:
+            return [
+                f"{names('subject_quota')}: {quota} is more than one subject can ever hold: "
+                f"{slots} slots ({names('max_concurrent_executions')}) minus {reserve} reserved for "
+                f"subjects with nothing in flight ({names('reserved_slots')}) leaves {slots - reserve}; "
+                "lower the quota, raise the slots or lower the reserve"
+            ]
+        return []
 
     def http_problems(self) -> list[str]:
         """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening."""
