@@ -142,10 +142,15 @@ class Settings(BaseSettings):
     # ---------------------------------------------------------------------------- listening (http)
     host: str = Field("127.0.0.1", description="listen address")
     port: int = Field(8000, ge=0, le=65535, description="listen port")
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="serve /metrics only on this port (not on --port)"
+    metrics_port: int = Field(
+        9464,
+        ge=0,
+        le=65535,
+        description="port of the separate /metrics server (0 = any free port); never the --port server",
     )
-    metrics_host: str | None = Field(None, description="interface of the metrics port (default: --host)")
+    metrics_host: str | None = Field(
+        None, description="interface of the metrics port (default 127.0.0.1, not --host)"
+    )
     audit_log: str = Field(
         "stderr", description="where audit JSON lines go: stderr, stdout, a file path, or none"
     )
@@ -415,9 +420,14 @@ class Settings(BaseSettings):
                 out.append(f"auth_mode jwt needs {names('jwt_audience')}")
             if self.jwks_url is not None and not _safe_jwks_url(self.jwks_url):
                 out.append(f"{names('jwks_url')}: must be https (plain http only for a loopback host)")
-        if self.metrics_port is not None and self.metrics_port != 0 and self.metrics_port == self.port:
+        if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
         return out
+
+    @property
+    def metrics_host_address(self) -> str:
+        """Where the metrics server listens: ``metrics_host``, else loopback (tenants reach ``host``)."""
+        return self.metrics_host or "127.0.0.1"
 
     @property
     def token_file_path(self) -> Path:

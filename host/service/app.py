@@ -7,7 +7,8 @@ Routes:
 - ``/healthz``: liveness, 200 while the process serves;
 - ``/readyz``: readiness: the runtime answers ``check()`` (for Docker: daemon reachable, worker image
   present with the matching protocol version) and the warm pool, if any, is at its target;
-- ``/metrics``: Prometheus text, unless ``metrics_port`` moves it to a second server.
+- ``/metrics``: Prometheus text, only on a second server (``metrics_port``, loopback by default),
+  never on the port tenants reach.
 
 Lifespan: start the runtime (orphan clean-up, pool warm-up; a failure is logged and retried by
 ``/readyz`` and by the first execute, so the process still starts and reports not-ready), the MCP
@@ -38,7 +39,7 @@ from starlette.types import Scope
 
 from .. import authz
 from ..bootstrap import build_runtime, build_server
-from ..config import ConfigError, Settings, load_settings
+from ..config import ConfigError, Settings, load_settings, names
 from ..observe import CallEvent, ExecuteEvent
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
@@ -198,8 +199,7 @@ class Service:
             log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
         if self.pool is not None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
-        if self.settings.metrics_port is not None:
-            await self._start_metrics_server()
+        await self._start_metrics_server()
 
     async def _sample_pool(self) -> None:
         while True:
@@ -210,8 +210,7 @@ class Service:
             await asyncio.sleep(0.5)
 
     async def _start_metrics_server(self) -> None:
-        assert self.settings.metrics_port is not None
-        host = self.settings.metrics_host or self.settings.host
+        host = self.settings.metrics_host_address
         port = self.settings.metrics_port
         # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -222,7 +221,7 @@ class Service:
         except OSError as exc:
             sock.close()
             raise ConfigError(
-                f"metrics_port: cannot listen on {host}:{port}: {exc.strerror or exc}"
+                f"{names('metrics_port')}: cannot listen on {host}:{port}: {exc.strerror or exc}"
             ) from None
         addr = sock.getsockname()
         config = uvicorn.Config(
@@ -366,12 +365,6 @@ def create_app(
             status_code=503,
             headers={"cache-control": "no-store"},
         )
-
-    if settings.metrics_port is None:
-
-        @app.get("/metrics", include_in_schema=False)
-        async def metrics() -> Response:
-            return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     app.router.routes.append(Route("/mcp", endpoint=service.mcp_endpoint))
     return app
