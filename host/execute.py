@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
+from codemode_worker.protocol import ProtocolError, encode_frame
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
@@ -42,6 +42,7 @@ from .errors import (
     sanitize_disclosure,
 )
 from .limits import Limits
+from .frames import FrameTooCostly, HostFrameDecoder
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
 from .types import OutputError, construct, to_plain
@@ -111,7 +112,8 @@ class _Session:
         self.subject = subject
         self.ctx = ctx
         limits = executor.limits
-        self.decoder = FrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
+        # Bytes capped before buffering, decoded host memory capped before parsing (codemode.frames).
+        self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         self.intermediate = 0
@@ -125,6 +127,8 @@ class _Session:
                 self.pending.extend(self.decoder.feed(data))
             except ProtocolError as exc:
                 raise WorkerMisbehaved(f"protocol error: {exc}") from None
+            except FrameTooCostly:
+                raise ResourceLimit() from None
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:
