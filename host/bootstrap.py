@@ -107,7 +107,9 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
 def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
     """The capabilities of every configured pack."""
     pack_settings = PackSettings(
-        environ=dict(os.environ if environ is None else environ), options=settings.pack_option_map
+        environ=dict(os.environ if environ is None else environ),
+        options=settings.pack_option_map,
+        data_dir=settings.pack_data_dir,
     )
     try:
         caps = load_packs(settings.packs, pack_settings)

@@ -44,6 +44,7 @@ __all__ = [
     "LIMIT_FIELDS",
     "ConfigError",
     "Settings",
+    "default_data_dir",
     "default_token_file",
     "env_var",
     "flag",
@@ -96,6 +97,14 @@ def default_token_file() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME", "").strip()
     root = Path(base) if base else Path.home() / ".config"
     return root / "codemode" / "codemode.tokens"
+
+
+def default_data_dir() -> Path:
+    """Where ``serve --http`` lets packs keep state when ``data_dir`` is not given:
+    ``$XDG_DATA_HOME/codemode`` (``~/.local/share/codemode``)."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".local" / "share"
+    return root / "codemode"
 
 
 def _split_list(value: Any) -> Any:
@@ -174,6 +183,13 @@ class Settings(BaseSettings):
     )
     pack_options: StrList = Field(default_factory=list, description="KEY=VALUE options handed to packs")
     disable: StrList = Field(default_factory=list, description="capability ids removed at build time")
+    data_dir: Path | None = Field(
+        None,
+        description=(
+            "directory where packs keep state on disk (serve --http default: "
+            "$XDG_DATA_HOME/codemode, i.e. ~/.local/share/codemode; serve --stdio: in memory)"
+        ),
+    )
     allow_all: bool = Field(False, description="allow every call of every subject (explicit)")
     rego_policy: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Rego v1 module files for the in-process Rego authorizer"
@@ -425,6 +441,14 @@ class Settings(BaseSettings):
         return out
 
     @property
+    def pack_data_dir(self) -> Path | None:
+        """The data directory handed to packs: ``data_dir``, else :func:`default_data_dir` for the HTTP
+        service, else None (state in memory)."""
+        if self.data_dir is not None:
+            return self.data_dir
+        return default_data_dir() if self.transport == "http" else None
+
+    @property
     def metrics_host_address(self) -> str:
         """Where the metrics server listens: ``metrics_host``, else loopback (tenants reach ``host``)."""
         return self.metrics_host or "127.0.0.1"
@@ -465,7 +489,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-_PATH_KEYS = ("token_file", "jwks_file", "audit_log")
+_PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir")
 
 
 class _TomlSource(TomlConfigSettingsSource):

@@ -116,6 +116,9 @@ class Service:
         problems = settings.http_problems()
         if problems:
             raise ConfigError("; ".join(problems))
+        if settings.transport != "http":
+            # This is the HTTP service whatever built the settings (packs keep state on disk).
+            settings = settings.model_copy(update={"transport": "http"})
         self.settings = settings
         self.inflight = 0
         self.draining = False

@@ -16,6 +16,7 @@ from .test_service_support import (
     AUDIENCE,
     ISSUER,
     PACK_SPEC,
+    RECORDS_SPEC,
     execute,
     http_get,
     make_jwt_issuer,
@@ -96,3 +97,46 @@ async def test_metrics_are_not_on_the_main_port_and_carry_no_subject_id(tmp_path
     assert all("subject" not in dict(labels) for _, labels in samples)
     assert samples[("codemode_active_subjects", ())] == 1
     assert samples[("codemode_busiest_subject_executes", ())] == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# records pack over HTTP: quotas, bounded inputs, per-subject ids, on-disk default store
+# --------------------------------------------------------------------------------------------------
+
+CREATE = "def main():\n    return records.create(title='n', body=%r)['id']\n"
+
+
+async def test_records_quota_bounds_and_ids_over_http(tmp_path: Path) -> None:
+    tokens = write_token_file(tmp_path, ["alice", "bob"])
+    options = ["CODEMODE_RECORDS_DB=:memory:", "CODEMODE_RECORDS_MAX_RECORDS=2"]
+    async with service(settings(token_file=tokens.path, packs=[RECORDS_SPEC], pack_options=options)) as srv:
+        assert await execute(srv.mcp_url, tokens["alice"], CREATE % "a") == {"result": 1}
+        assert await execute(srv.mcp_url, tokens["alice"], CREATE % "b") == {"result": 2}
+        assert await execute(srv.mcp_url, tokens["alice"], CREATE % "c") == (
+            "error",
+            "capability failed: storage quota exceeded",
+        )
+        # bob's ids start at 1: they do not reveal alice's activity
+        assert await execute(srv.mcp_url, tokens["bob"], CREATE % "x") == {"result": 1}
+        search = "def main():\n    return records.search(text='x' * 50001)\n"
+        assert await execute(srv.mcp_url, tokens["bob"], search) == (
+            "error",
+            "capability failed: search text must be at most 200 characters",
+        )
+
+
+async def test_the_service_keeps_records_on_disk_by_default(tmp_path: Path) -> None:
+    tokens = write_token_file(tmp_path, ["alice"])
+    cfg = settings(token_file=tokens.path, packs=[RECORDS_SPEC], pack_options=[], data_dir=tmp_path / "state")
+    async with service(cfg) as srv:
+        assert await execute(srv.mcp_url, tokens["alice"], CREATE % "kept") == {"result": 1}
+    assert (tmp_path / "state" / "records.sqlite3").is_file()
+    async with service(cfg) as srv:  # a restart keeps the records
+        get = "def main():\n    return records.get(id=1)['body']\n"
+        assert await execute(srv.mcp_url, tokens["alice"], get) == {"result": "kept"}
+
+
+def test_http_settings_default_to_a_data_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert load_settings(allow_all=True, transport="http").pack_data_dir == tmp_path / "codemode"
+    assert load_settings(allow_all=True, transport="stdio").pack_data_dir is None

@@ -192,6 +192,7 @@ def settings(**overrides: Any) -> Settings:
         "audit_log": "none",
         "log_level": "warning",
         "metrics_port": 0,
+        "pack_options": ["CODEMODE_RECORDS_DB=:memory:"],
     }
     base.update(overrides)
     return Settings(**base)
