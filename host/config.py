@@ -261,6 +261,21 @@ class Settings(BaseSettings):
         default_factory=list, description="Host header allow-list (host:port or host:*); empty = off"
     )
     allowed_origins: StrList = Field(default_factory=list, description="Origin allow-list; empty = off")
+    max_open_requests_per_subject: int = Field(
+        16, gt=0, description="open /mcp requests (and event streams) of one subject; more get 429"
+    )
+    max_open_requests: int = Field(256, gt=0, description="open /mcp requests of all subjects; more get 429")
+    stream_idle_timeout: float = Field(
+        60.0, gt=0, description="seconds an /mcp event stream may send nothing before the host ends it"
+    )
+    max_stream_seconds: float = Field(3600.0, gt=0, description="seconds an /mcp event stream may stay open")
+    max_connections: int | None = Field(
+        None,
+        gt=0,
+        description="open HTTP connections and requests the server accepts; more get 503 "
+        "(default: half the file-descriptor limit, at most 1000)",
+    )
+    backlog: int = Field(128, gt=0, description="listen backlog of the main port")
 
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")

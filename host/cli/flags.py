@@ -37,6 +37,12 @@ HTTP_ONLY = frozenset(
         "max_request_body_bytes",
         "allowed_hosts",
         "allowed_origins",
+        "max_open_requests_per_subject",
+        "max_open_requests",
+        "stream_idle_timeout",
+        "max_stream_seconds",
+        "max_connections",
+        "backlog",
         "ready_check_timeout",
         "shutdown_timeout",
     }

@@ -46,6 +46,8 @@ from ..runtimes.pool import WarmPool
 from ..server import Server
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
+from .connections import RequestGuard
+from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 
 __all__ = ["Service", "create_app", "serve", "serve_async"]
@@ -154,8 +156,17 @@ class Service:
             security_settings=security,
             max_request_body_size=settings.max_request_body_bytes,
         )
-        self.mcp_endpoint = BearerAuthMiddleware(
+        self.guard = RequestGuard(
             self.sessions.handle_request,
+            stateless=settings.mcp_stateless,
+            per_subject=settings.max_open_requests_per_subject,
+            total=settings.max_open_requests,
+            idle_timeout=settings.stream_idle_timeout,
+            max_stream_seconds=settings.max_stream_seconds,
+            on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
+        )
+        self.mcp_endpoint = BearerAuthMiddleware(
+            self.guard,
             self.authenticator,
             on_failure=self._auth_failed,
             gate=self._accepting,
@@ -392,11 +403,33 @@ async def serve_async(settings: Settings | None = None) -> None:
         lifespan="on",
         ws="none",
         server_header=False,
+        limit_concurrency=connection_limit(settings),
+        backlog=settings.backlog,
+        timeout_keep_alive=5,
         timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout))
         if settings.shutdown_timeout
         else None,
     )
+    # uvicorn configured its handlers above: rate-limit repeated lines on all of them (a flood of
+    # "Too many open files" must not fill the disk).
+    install_repeat_filter()
     await uvicorn.Server(config).serve()
+
+
+def connection_limit(settings: Settings) -> int:
+    """``max_connections``, or half the process's file-descriptor limit (at most 1000, at least 16):
+    the rest stays free for workers, the token file, the store and the metrics port."""
+    if settings.max_connections is not None:
+        return settings.max_connections
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1000
+    if soft == resource.RLIM_INFINITY:
+        return 1000
+    return max(16, min(1000, soft // 2))
 
 
 def serve(settings: Settings | None = None) -> None:

@@ -73,6 +73,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.requests_refused = Counter(
+            "codemode_mcp_requests_refused",
+            "Authenticated /mcp requests refused because too many were open, by bound (subject, total).",
+            ["bound"],
+            registry=r,
+        )
         self.pool_idle = Gauge(
             "codemode_pool_idle_workers", "Warm workers ready in the pool right now.", registry=r
         )
