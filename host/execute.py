@@ -41,8 +41,8 @@ from .errors import (
     ResourceLimit,
     sanitize_disclosure,
 )
-from .limits import Limits
 from .frames import FrameTooCostly, HostFrameDecoder
+from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
 from .types import OutputError, construct, to_plain

@@ -20,9 +20,9 @@ from codemode_worker.protocol import HEADER_BYTES, WORKER_KINDS, ProtocolError, 
 __all__ = [
     "CONTAINER_COST",
     "ELEMENT_COST",
+    "MEMORY_FACTOR",
     "FrameTooCostly",
     "HostFrameDecoder",
-    "MEMORY_FACTOR",
     "estimated_cost",
 ]
 

@@ -357,7 +357,7 @@ class JWTAuthenticator:
         except jwt.PyJWTError:
             raise AuthFailure("invalid_token") from None
         sub = claims.get("sub")
-        if not valid_subject(sub):
+        if not isinstance(sub, str) or not valid_subject(sub):
             # The token-file rule: printable, no surrounding spaces, 1-256 characters.
             raise AuthFailure("invalid_subject")
         return authz.Subject(sub)

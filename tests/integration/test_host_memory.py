@@ -32,7 +32,10 @@ async def test_a_megabyte_of_empty_dicts_is_a_resource_limit_not_25_mib_of_host_
 
 
 async def test_ordinary_large_values_still_pass() -> None:
-    records = "def main():\n    return [{'id': i, 'title': 'hello world', 'tags': ['x', 'y']} for i in range(15000)]\n"
+    records = (
+        "def main():\n"
+        "    return [{'id': i, 'title': 'hello world', 'tags': ['x', 'y']} for i in range(15000)]\n"
+    )
     ints = "def main():\n    return list(range(100000))\n"
     text = "def main():\n    return 'x' * 1000000\n"
     srv, _ = make_server()

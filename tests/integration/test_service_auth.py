@@ -13,8 +13,8 @@ import jwt
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
 from codemode.config import ConfigError
+from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
 
 from .test_service_support import (
     AUDIENCE,

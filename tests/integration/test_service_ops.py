@@ -13,8 +13,8 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.observe import ExecuteEvent
 from codemode.config import ConfigError, load_settings
+from codemode.observe import ExecuteEvent
 from codemode.service import create_app
 
 from .test_service_support import (
@@ -99,9 +99,9 @@ async def test_readiness_waits_for_the_pool_and_pool_metrics(tmp_path: Path) -> 
         assert refills >= 2
         assert await execute(srv.mcp_url, tokens["alice"], ECHO % "p") == {"result": "p"}
         async with asyncio.timeout(30):
-            while metric(
-                await scrape(srv.metrics_url), "codemode_pool_refill_duration_seconds_count"
-            ) < (refills + 1):
+            while metric(await scrape(srv.metrics_url), "codemode_pool_refill_duration_seconds_count") < (
+                refills + 1
+            ):
                 await asyncio.sleep(0.05)
         await pool.wait_warm(30)
     assert pool.idle == 0  # drained at shutdown

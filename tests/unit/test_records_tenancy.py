@@ -17,7 +17,7 @@ def test_per_subject_record_count_quota() -> None:
     store = RecordStore(max_records=3)
     for i in range(3):
         store.create("alice", f"n{i}", None, None)
-    with pytest.raises(AgentError, match="^storage quota exceeded$"):
+    with pytest.raises(AgentError, match=r"^storage quota exceeded$"):
         store.create("alice", "one too many", None, None)
     store.create("bob", "bob is unaffected", None, None)
     store.delete("alice", 1)
@@ -27,9 +27,9 @@ def test_per_subject_record_count_quota() -> None:
 def test_per_subject_byte_quota_counts_creates_and_updates() -> None:
     store = RecordStore(max_bytes=10_000)
     r = store.create("alice", "t", "x" * 9_000, None)
-    with pytest.raises(AgentError, match="^storage quota exceeded$"):
+    with pytest.raises(AgentError, match=r"^storage quota exceeded$"):
         store.create("alice", "t", "x" * 2_000, None)
-    with pytest.raises(AgentError, match="^storage quota exceeded$"):
+    with pytest.raises(AgentError, match=r"^storage quota exceeded$"):
         store.update("alice", r.id, None, "x" * 10_500, None)
     assert store.get("alice", r.id).body == "x" * 9_000  # nothing lost
     store.update("alice", r.id, None, "short", None)
