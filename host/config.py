@@ -405,12 +405,14 @@ class Settings(BaseSettings):
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
-        if self.transport == "stdio" and self.runtime == "process":
-            docker = [
-                f for f in type(self).model_fields if f.startswith("docker_") and getattr(self, f) is not None
+        for prefix in ("docker", "kubernetes"):
+            given = [
+                f
+                for f in type(self).model_fields
+                if f.startswith(prefix + "_") and getattr(self, f) is not None
             ]
-            if docker:
-                out.append(f"{names(docker[0])} needs {names('runtime')} docker")
+            if given and self.runtime != prefix:
+                out.append(f"{names(given[0])} needs {names('runtime')} {prefix}")
         return out
 
     def _slot_problems(self) -> list[str]:
