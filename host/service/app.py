@@ -262,6 +262,7 @@ class Service:
             sock.close()
             raise
         self.metrics_address = (str(addr[0]), int(addr[1]))
+        log.info("metrics at http://%s:%d/metrics", addr[0], addr[1])
         self._metrics_server = server
         self._metrics_task = task
         self._metrics_socket = sock
