@@ -12,16 +12,17 @@ from codemode.config import ConfigError, load_settings
 
 from .test_service_support import PACK_SPEC, execute, service, settings, write_token_file
 
-GREEDY = "def main():\n    return svc.slow(seconds=2.5)['value']\n"
+GREEDY = "def main():\n    return svc.slow(seconds=4.0)['value']\n"
 LIGHT = "def main():\n    return svc.slow(seconds=0.5)['value']\n"
 
 
 async def test_two_greedy_tenants_at_their_quota_leave_a_slot_for_a_third(tmp_path: Path) -> None:
     # The defaults: 8 slots, per-subject quota 4. Before fair admission the two greedy tenants held
-    # all 8 slots and the light tenant waited ~2.5 s for one, out of a 3 s deadline.
+    # all 8 slots and the light tenant waited ~4 s for one, out of a 5 s deadline.
     tokens = write_token_file(tmp_path, ["greedy1", "greedy2", "light"])
-    cfg = settings(token_file=tokens.path, packs=[PACK_SPEC], max_execution_time=3.0)
+    cfg = settings(token_file=tokens.path, packs=[PACK_SPEC])
     assert cfg.subject_quota == 4 and cfg.max_concurrent_executions == 8
+    assert cfg.max_execution_time == 5.0
     async with service(cfg) as srv:
         url = srv.mcp_url
         greedy = [
@@ -38,9 +39,11 @@ async def test_two_greedy_tenants_at_their_quota_leave_a_slot_for_a_third(tmp_pa
         elapsed = time.monotonic() - t0
         results = await asyncio.gather(*greedy)
     assert light == {"result": "slept"}, light
-    assert elapsed < 2.5, elapsed  # it did not wait for a greedy program to finish
-    # Six greedy executes ran at once (8 slots minus the 2 reserved); the other two waited their turn.
-    assert sum(r == {"result": "slept"} for r in results) >= 6, results
+    assert elapsed < 3.0, elapsed  # it did not wait for a greedy program to finish
+    # Six greedy executes ran at once (8 slots minus the 2 reserved); the other two waited their
+    # turn (and may run out of their own deadline doing so): nothing else went wrong.
+    assert all(r == {"result": "slept"} or r[0] == "error" and r[1].startswith("resource") for r in results)
+    assert sum(r == {"result": "slept"} for r in results) >= 4, results
 
 
 def test_quota_and_slots_are_configured_together() -> None:

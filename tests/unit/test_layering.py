@@ -194,4 +194,3 @@ def test_the_rules_can_fail(module: str, target: str, ok: bool) -> None:
 
 def test_a_cycle_is_found() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-
