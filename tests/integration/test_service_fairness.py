@@ -42,7 +42,7 @@ async def test_two_greedy_tenants_at_their_quota_leave_a_slot_for_a_third(tmp_pa
     assert elapsed < 3.0, elapsed  # it did not wait for a greedy program to finish
     # Six greedy executes ran at once (8 slots minus the 2 reserved); the other two waited their
     # turn (and may run out of their own deadline doing so): nothing else went wrong.
-    assert all(r == {"result": "slept"} or r[0] == "error" and r[1].startswith("resource") for r in results)
+    assert all(r == {"result": "slept"} or (r[0] == "error" and r[1].startswith("resource")) for r in results)
     assert sum(r == {"result": "slept"} for r in results) >= 4, results
 
 
