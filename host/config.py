@@ -194,6 +194,13 @@ class Settings(BaseSettings):
     rego_policy: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Rego v1 module files for the in-process Rego authorizer"
     )
+    upstream_mcp: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="upstream MCP servers as [[upstream_mcp]] TOML tables (docs/packs.md)",
+    )
+    openapi: list[dict[str, Any]] = Field(
+        default_factory=list, description="OpenAPI documents as [[openapi]] TOML tables (docs/packs.md)"
+    )
     rego_decision: str | None = Field(None, description="ground decision reference, e.g. data.codemode.allow")
 
     # ---------------------------------------------------------------------------- runtime

@@ -179,6 +179,13 @@ class Server:
         )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        self._resources: list[Any] = []
+
+    def attach(self, resource: Any) -> None:
+        """Tie a pack's connections to this server: :meth:`start` awaits ``resource.connect()`` (when
+        it has one; a failure is logged, the pack reconnects on its next call) and :meth:`aclose`
+        awaits ``resource.aclose()`` after the workers are reaped."""
+        self._resources.append(resource)
 
     @property
     def capabilities(self) -> list[CompiledCapability]:
@@ -215,6 +222,14 @@ class Server:
             if not self._started:
                 await self.runtime.start()
                 self._started = True
+                for resource in self._resources:
+                    connect = getattr(resource, "connect", None)
+                    if connect is None:
+                        continue
+                    try:
+                        await connect()
+                    except Exception as exc:
+                        log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
     async def execute(self, source: str, *, subject: Subject) -> Any:
         """Run one program for ``subject`` and return ``main()``'s plain value."""
@@ -231,7 +246,14 @@ class Server:
     async def aclose(self) -> None:
         """Stop pools and reap every worker."""
         await self._executor.drain()
-        await self.runtime.aclose()
+        try:
+            await self.runtime.aclose()
+        finally:
+            for resource in reversed(self._resources):
+                try:
+                    await resource.aclose()
+                except Exception as exc:
+                    log.warning("%s: closing failed: %s", type(resource).__name__, exc)
 
     async def __aenter__(self) -> Server:
         """``async with server:`` starts the runtime and closes everything on exit."""

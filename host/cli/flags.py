@@ -49,8 +49,9 @@ HTTP_ONLY = frozenset(
 )
 #: Settings that only ``serve --stdio`` reads.
 STDIO_ONLY = frozenset({"subject"})
-#: Not a flag: the mode is ``--stdio`` / ``--http``.
-_NOT_FLAGS = frozenset({"transport"})
+#: Not flags: the mode is ``--stdio`` / ``--http``; upstream tables live in TOML (or JSON in the
+#: environment).
+_NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
 _LISTS = frozenset(
     {"packs", "pack_options", "disable", "rego_policy", "allowed_hosts", "allowed_origins", "jwt_algorithms"}
 )
