@@ -10,11 +10,11 @@ $(BIN)/python:
 	@echo "[make] creating $(VENV) with $(PY)" >&2
 	@$(PY) -m venv $(VENV)
 	@echo "[make] upgrading pip" >&2
-	@$(BIN)/pip install -q --upgrade pip >&2
+	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "[make] installing codemode and its dev tools into $(VENV) (once per pyproject.toml change)" >&2
-	@$(BIN)/pip install -q -e '.[dev]' >&2
+	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 	@touch $(STAMP)
 	@echo "[make] $(VENV) is ready" >&2
 

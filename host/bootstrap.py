@@ -23,7 +23,14 @@ from .runtimes.base import Runtime
 from .runtimes.pool import WarmPool
 from .server import Builder, Server
 
-__all__ = ["build_authorizer", "build_runtime", "build_server", "load_capabilities", "with_pool"]
+__all__ = [
+    "build_authorizer",
+    "build_runtime",
+    "build_server",
+    "load_capabilities",
+    "upstream_packs",
+    "with_pool",
+]
 
 log = logging.getLogger("codemode.bootstrap")
 
@@ -95,18 +102,35 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
     return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
 
 
-def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
-    """The capabilities of every configured pack."""
-    pack_settings = PackSettings(
-        environ=dict(os.environ if environ is None else environ), options=settings.pack_option_map
+def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> PackSettings:
+    return PackSettings(
+        environ=dict(os.environ if environ is None else environ),
+        options=settings.pack_option_map,
+        data_dir=settings.pack_data_dir,
     )
+
+
+def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
+    """The capabilities of every ``--pack`` (upstream tables: :func:`upstream_packs`)."""
     try:
-        caps = load_packs(settings.packs, pack_settings)
+        caps = load_packs(settings.packs, _pack_settings(settings, environ))
     except PackError as exc:
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
-    if not settings.packs:
+    if not settings.packs and not settings.upstream_mcp and not settings.openapi:
         log.warning("no capability packs configured (--pack / CODEMODE_PACKS): the catalog is empty")
     return caps
+
+
+def upstream_packs(settings: Settings) -> list[Any]:
+    """The packs of the ``[[upstream_mcp]]`` and ``[[openapi]]`` tables (none when there are none)."""
+    if not settings.upstream_mcp and not settings.openapi:
+        return []
+    from .capabilities.upstreams import upstream_packs as build
+
+    try:
+        return list(build(settings.upstream_mcp, settings.openapi))
+    except PackError as exc:
+        raise ConfigError(f"--config / CODEMODE_CONFIG: {_one_line(str(exc))}") from None
 
 
 def build_server(
@@ -124,6 +148,12 @@ def build_server(
     """
     auth = authorizer if authorizer is not None else build_authorizer(settings)
     caps = capabilities if capabilities is not None else load_capabilities(settings)
+    upstreams = upstream_packs(settings) if capabilities is None else []
+    for pack in upstreams:
+        try:
+            caps = [*caps, *pack.capabilities(_pack_settings(settings, None))]
+        except PackError as exc:
+            raise ConfigError(f"--config / CODEMODE_CONFIG: {_one_line(str(exc))}") from None
     base = runtime if runtime is not None else build_runtime(settings)
     builder = Builder(
         authorizer=auth,
@@ -132,13 +162,17 @@ def build_server(
         runtime=with_pool(base, settings),
         observer=observer,
         subject_quota=settings.subject_quota,
+        reserved_slots=settings.effective_reserved_slots,
     )
     builder.register(*caps)
     try:
-        return builder.build()
+        server = builder.build()
     except InvalidRegistration as exc:
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
+    for pack in upstreams:
+        server.attach(pack)
+    return server
 
 
 def _one_line(text: str) -> str:
-    return "; ".join(part.strip(" -") for part in text.splitlines() if part.strip(" -"))
+    return "; ".join(part.strip(" -").removesuffix(":") for part in text.splitlines() if part.strip(" -"))

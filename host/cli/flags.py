@@ -37,14 +37,21 @@ HTTP_ONLY = frozenset(
         "max_request_body_bytes",
         "allowed_hosts",
         "allowed_origins",
+        "max_open_requests_per_subject",
+        "max_open_requests",
+        "stream_idle_timeout",
+        "max_stream_seconds",
+        "max_connections",
+        "backlog",
         "ready_check_timeout",
         "shutdown_timeout",
     }
 )
 #: Settings that only ``serve --stdio`` reads.
 STDIO_ONLY = frozenset({"subject"})
-#: Not a flag: the mode is ``--stdio`` / ``--http``.
-_NOT_FLAGS = frozenset({"transport"})
+#: Not flags: the mode is ``--stdio`` / ``--http``; upstream tables live in TOML (or JSON in the
+#: environment).
+_NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
 _LISTS = frozenset(
     {"packs", "pack_options", "disable", "rego_policy", "allowed_hosts", "allowed_origins", "jwt_algorithms"}
 )
@@ -56,7 +63,7 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("allow_all", "rego_policy", "rego_decision"),
     ),
     ("runtime", ("runtime", "pool", "docker_", "kubernetes_")),
-    ("limits", ("max_", "subject_quota")),
+    ("limits", ("max_", "subject_quota", "reserved_slots")),
     ("stdio only", tuple(STDIO_ONLY)),
     ("HTTP only (see docs/service.md)", tuple(HTTP_ONLY)),
 )

@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     CORE: {CORE, "worker"},
     "packs": {"packs", CORE, "worker"},
     "config": {"config", CORE},
-    "bootstrap": {"bootstrap", "config", CORE, "worker"},
+    "bootstrap": {"bootstrap", "config", "packs", CORE, "worker"},
     "codemode.mcp": {"codemode.mcp", CORE},
     "codemode.service": {"codemode.service", "codemode.mcp", "bootstrap", "config", CORE},
     "ops": {"ops", "bootstrap", "config", CORE, "worker"},
