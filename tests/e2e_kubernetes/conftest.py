@@ -26,6 +26,8 @@ def cluster() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def deployed(cluster: None) -> Iterator[None]:
-    """k8s/ as shipped plus the e2e overlay, applied, with the Deployment rolled out."""
+    """k8s/ as shipped plus the e2e overlay, applied, with the Deployment rolled out afresh (its
+    pods read the ConfigMap at start; a cluster kept from an earlier run may hold older ones)."""
+    kubectl("rollout", "restart", "-n", SERVICE_NS, "deployment/codemode")
     kubectl("rollout", "status", "-n", SERVICE_NS, "deployment/codemode", "--timeout=180s", timeout=200)
     yield
