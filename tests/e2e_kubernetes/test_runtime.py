@@ -290,39 +290,58 @@ async def test_warm_pool_of_pods_serves_back_to_back_executes(cluster: None) -> 
 _HOST = textwrap.dedent(
     """
     import asyncio, sys
+    import codemode
+    from codemode import authz
     from codemode.runtimes.kubernetes import KubernetesRuntime
 
     async def main():
         rt = KubernetesRuntime(kubeconfig=sys.argv[1], namespace=sys.argv[2])
-        sandbox = await rt.spawn()
-        print(sandbox.pod_name, flush=True)
-        await asyncio.sleep(3600)
+        b = codemode.Builder(
+            authorizer=authz.allow_all(),
+            runtime=rt,
+            limits=codemode.Limits(max_execution_time=600, max_execution_steps=10**12),
+        )
+        srv = b.build()
+        print("executing", flush=True)
+        await srv.execute(sys.argv[3], subject=authz.Subject("victim"))
 
     asyncio.run(main())
     """
 )
 
 
-async def test_orphans_of_a_sigkilled_host_are_removed_by_the_next_host(cluster: None) -> None:
+async def test_orphans_of_a_host_sigkilled_mid_execute_are_removed_by_the_next_host(cluster: None) -> None:
+    before = {p.metadata.name for p in worker_pods()}
     proc = subprocess.Popen(
-        [sys.executable, "-c", _HOST, KUBECONFIG, WORKERS],
+        [sys.executable, "-c", _HOST, KUBECONFIG, WORKERS, LOOP],
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,
     )
     try:
         assert proc.stdout is not None
-        pod_name = (await asyncio.to_thread(proc.stdout.readline)).strip()
-        assert pod_name.startswith("codemode-worker-"), pod_name
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "executing"
+        # Its worker pod runs the program (attached, mid-execute) ...
+        deadline = time.monotonic() + 60
+        while True:
+            running = [
+                p for p in worker_pods() if p.metadata.name not in before and p.status.phase == "Running"
+            ]
+            if running:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, "the host's worker never ran"
+            await asyncio.sleep(0.1)
+        (pod,) = running
+        await asyncio.sleep(1.0)
     finally:
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)  # ... when the host dies without any clean-up
         proc.wait(10)
-    assert pod_name in {p.metadata.name for p in worker_pods()}  # the host died; its pod did not
+    assert pod.metadata.name in {p.metadata.name for p in worker_pods()}  # the host died; its pod did not
     rt = runtime()  # the next host: same machine, pid namespace and boot -> the owner is provably dead
     try:
         await rt.start()
         deadline = time.monotonic() + 20
-        while pod_name in {p.metadata.name for p in worker_pods()}:
+        while pod.metadata.name in {p.metadata.name for p in worker_pods()}:
             assert time.monotonic() < deadline, "orphan not removed"
             await asyncio.sleep(0.2)
     finally:
