@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import functools
 import json
 import math
@@ -49,6 +48,13 @@ from typing import Any
 import regopy
 
 from . import AuthorizationInput, Denied, PolicyError, Subject
+from ._rego_direct import DIRECT as _DIRECT
+from ._rego_direct import INT64_MAX as _INT64_MAX
+from ._rego_direct import INT64_MIN as _INT64_MIN
+from ._rego_direct import MAX_INPUT_DEPTH as _MAX_INPUT_DEPTH
+from ._rego_direct import NUL_MESSAGE as _NUL_MESSAGE
+from ._rego_direct import SURROGATE_MESSAGE as _SURROGATE_MESSAGE
+from ._rego_direct import evaluate as direct_evaluate
 from ._rego_scan import (
     ScanError,
     check_modules,
@@ -59,80 +65,9 @@ from ._rego_scan import (
 
 __all__ = ["InvalidPolicy", "RegoAuthorizer", "from_files"]
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_NUL_MESSAGE = "rego: input string contains NUL, which the evaluator cannot represent"
-_SURROGATE_MESSAGE = "rego: input string is not valid Unicode (lone surrogate)"
-_MAX_INPUT_DEPTH = 64
-
 
 class InvalidPolicy(ValueError):
     """The decision or the modules are not acceptable; the message names the problem."""
-
-
-# -- talking to rego-cpp ----------------------------------------------------------------------------------
-
-_LIB_FUNCTIONS = (
-    "regoNewInput",
-    "regoFreeInput",
-    "regoInputString",
-    "regoInputInt",
-    "regoInputFloat",
-    "regoInputBoolean",
-    "regoInputNull",
-    "regoInputObjectItem",
-    "regoInputObject",
-    "regoInputArray",
-    "regoSetInput",
-    "regoBundleQuery",
-    "regoBundleQueryEntrypoint",
-    "regoOutputOk",
-    "regoOutputJSONSize",
-    "regoOutputJSON",
-    "regoFreeOutput",
-)
-
-
-# The evaluation itself releases the GIL (other threads run meanwhile). Every other call is a few
-# microseconds of C: releasing and re-taking the GIL around each of them (one per input value) would
-# make threads hand the GIL back and forth dozens of times per decision, so they keep it.
-_RELEASES_GIL = frozenset({"regoBundleQuery", "regoBundleQueryEntrypoint"})
-
-
-class _DirectApi:
-    """The rego-cpp C functions the fast path calls, with regopy's own argument and result types."""
-
-    def __init__(self, lib: Any) -> None:
-        keep_gil = ctypes.PyDLL(lib._name, handle=lib._handle)
-        for name in _LIB_FUNCTIONS:
-            declared = getattr(lib, name)
-            if declared.argtypes is None:
-                raise LookupError(name)
-            if name in _RELEASES_GIL:
-                fn = declared
-            else:
-                fn = getattr(keep_gil, name)
-                fn.argtypes = declared.argtypes
-                fn.restype = declared.restype
-            setattr(self, name, fn)
-
-
-def _load_direct_api() -> Any | None:
-    """Direct access to rego-cpp through regopy's ctypes handle, if this regopy has every function the
-    fast path needs. None means: use the public regopy API."""
-    try:
-        from regopy import rego_shared
-
-        api = _DirectApi(rego_shared.rego)
-        probe = regopy.Interpreter()
-        if not isinstance(getattr(probe, "_impl", None), int):
-            return None
-        return api
-    except Exception:
-        return None
-
-
-_DIRECT = _load_direct_api()
 
 
 def _new_interpreter(strict: bool) -> regopy.Interpreter:
@@ -181,89 +116,6 @@ def _check_str(value: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise PolicyError(_SURROGATE_MESSAGE) from None
-
-
-def _make_pusher(lib: Any) -> Callable[[int, Any, int], int]:
-    """A function that builds a value on rego-cpp's input stack (children first, then the container)
-    and returns the OR of the C return codes (0 = all went well).
-
-    It is the hot path of every decision (one C call per value), so the C functions are bound to locals
-    and dispatch is on the exact type; subclasses (an ``IntEnum``, a ``str`` subclass, a tuple) are
-    normalized to the plain type first. Anything rego-cpp cannot represent exactly raises PolicyError.
-    """
-    put_str = lib.regoInputString
-    put_int = lib.regoInputInt
-    put_float = lib.regoInputFloat
-    put_bool = lib.regoInputBoolean
-    put_null = lib.regoInputNull
-    put_item = lib.regoInputObjectItem
-    put_object = lib.regoInputObject
-    put_array = lib.regoInputArray
-    isfinite = math.isfinite
-
-    def push(handle: int, value: Any, depth: int) -> int:
-        t = type(value)
-        if t is str:
-            if "\x00" in value:
-                raise PolicyError(_NUL_MESSAGE)
-            return int(put_str(handle, value.encode()))  # a lone surrogate raises UnicodeEncodeError
-        if t is dict:
-            if depth >= _MAX_INPUT_DEPTH:
-                raise PolicyError("rego: input is nested too deeply")
-            rc = 0
-            for k, v in value.items():
-                if type(k) is not str:
-                    if not isinstance(k, str):
-                        raise PolicyError("rego: input object keys must be strings")
-                    k = k[:]
-                if "\x00" in k:
-                    raise PolicyError(_NUL_MESSAGE)
-                rc |= put_str(handle, k.encode())
-                rc |= push(handle, v, depth + 1)
-                rc |= put_item(handle)
-            return int(rc | put_object(handle, len(value)))
-        if t is bool:
-            return int(put_bool(handle, value))
-        if t is int:
-            if not _INT64_MIN <= value <= _INT64_MAX:
-                raise PolicyError("rego: input integer outside the int64 range")
-            return int(put_int(handle, value))
-        if t is list:
-            if depth >= _MAX_INPUT_DEPTH:
-                raise PolicyError("rego: input is nested too deeply")
-            rc = 0
-            for v in value:
-                rc |= push(handle, v, depth + 1)
-            return int(rc | put_array(handle, len(value)))
-        if value is None:
-            return int(put_null(handle))
-        if t is float:
-            if not isfinite(value):
-                raise PolicyError("rego: input float is not finite")
-            return int(put_float(handle, value))
-        return push(handle, _plain(value), depth)
-
-    return push
-
-
-def _plain(value: Any) -> Any:
-    """A subclass instance → the plain JSON type it stands for; anything else → PolicyError."""
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str):
-        return value[:]
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise PolicyError(f"rego: input value of type {type(value).__name__} is not JSON")
-
-
-_PUSH = _make_pusher(_DIRECT) if _DIRECT is not None else None
 
 
 _ALLOW_TEXT = '{"expressions":[true]}'
@@ -342,41 +194,11 @@ class _Evaluator:
     def evaluate(self, document: dict[str, Any]) -> bool:
         lib = _DIRECT
         if lib is not None:
-            ok, text = self._evaluate_direct(lib, document)
+            entrypoint = self._entrypoint_c if self._entrypoint is not None else None
+            ok, text = direct_evaluate(lib, self._runner._impl, self._bundle._impl, entrypoint, document)
         else:
             ok, text = self._evaluate_public(document)
         return _classify(ok, text, None if self._entrypoint is not None else "x")
-
-    def _evaluate_direct(self, lib: Any, document: dict[str, Any]) -> tuple[bool, str]:
-        runner: int = self._runner._impl
-        handle = lib.regoNewInput()
-        if not handle:
-            raise PolicyError("rego: could not build the input document")
-        try:
-            assert _PUSH is not None
-            try:
-                failed = _PUSH(handle, document, 0) or lib.regoSetInput(runner, handle)
-            except UnicodeEncodeError:
-                raise PolicyError(_SURROGATE_MESSAGE) from None
-            if failed:
-                raise PolicyError("rego: could not build the input document")
-        finally:
-            lib.regoFreeInput(handle)
-        if self._entrypoint is not None:
-            out = lib.regoBundleQueryEntrypoint(runner, self._bundle._impl, self._entrypoint_c)
-        else:
-            out = lib.regoBundleQuery(runner, self._bundle._impl)
-        if not out:
-            raise PolicyError("rego: evaluation failed")
-        try:
-            ok = bool(lib.regoOutputOk(out))
-            size = lib.regoOutputJSONSize(out)
-            buf = ctypes.create_string_buffer(size)
-            if lib.regoOutputJSON(out, buf, size):
-                raise PolicyError("rego: could not read the evaluator output")
-            return ok, buf.value.decode("utf-8", errors="replace")
-        finally:
-            lib.regoFreeOutput(out)
 
     def _evaluate_public(self, document: dict[str, Any]) -> tuple[bool, str]:
         _check_value(document, 0)

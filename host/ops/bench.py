@@ -27,13 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import authz
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker.protocol import FrameDecoder, encode_frame
+
 from ..capability import Capability
 from ..context import CallContext
-from ..runtimes.base import Runtime
+from ..runtimes.base import Runtime, Sandbox
 from ..server import Builder, Server
 
 __all__ = [
     "HUNDRED",
+    "EchoFloor",
     "ONE_CALL",
     "TRIVIAL",
     "EchoIn",
@@ -76,9 +80,10 @@ async def aecho(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoO
     return EchoOut(args.value)
 
 
-def build_server(runtime: Runtime) -> Server:
-    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all, default limits."""
-    b = Builder(authorizer=authz.allow_all(), runtime=runtime)
+def build_server(runtime: Runtime, authorizer: authz.Authorizer | None = None) -> Server:
+    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all unless an
+    ``authorizer`` is given, default limits."""
+    b = Builder(authorizer=authorizer or authz.allow_all(), runtime=runtime)
     b.register(Capability(name="util.echo", summary="Echo.", handler=aecho))
     b.register(Capability(name="util.secho", summary="Echo (sync).", handler=echo))
     return b.build()
@@ -106,6 +111,71 @@ async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
         await fn()
         out.append(time.perf_counter() - t0)
     return out
+
+
+_PROBE = encode_frame({"k": "probe", "v": PROTOCOL_VERSION})
+
+
+class EchoFloor:
+    """A runtime wrapper that measures the transport floor on each worker before handing it out.
+
+    ``prepare()`` spawns one worker from the wrapped runtime and times ``rounds`` probe → probe_ack
+    round trips on it: an echo through the very channel (pipes, the Docker attach stream, the
+    Kubernetes attach websocket) and the same two processes the next execute uses, with the same
+    framing on both sides (the worker reads and answers a probe exactly as it reads a
+    ``native_result`` and sends a ``native_call``). ``spawn()`` then returns that worker, so an
+    execute timed after ``prepare()`` is a warm execute on the worker whose floor was just measured.
+    """
+
+    def __init__(self, runtime: Runtime, rounds: int = 50) -> None:
+        self.runtime = runtime
+        self.rounds = rounds
+        self.floors: list[float] = []
+        self._ready: Sandbox | None = None
+
+    @property
+    def name(self) -> str:
+        return self.runtime.name
+
+    async def start(self) -> None:
+        await self.runtime.start()
+
+    async def check(self) -> None:
+        await self.runtime.check()
+
+    async def prepare(self) -> list[float]:
+        """Spawn the next worker and return its ``rounds`` echo times (seconds)."""
+        if self._ready is not None:
+            await self._ready.destroy()
+        sandbox = await self.runtime.spawn()
+        self._ready = sandbox
+        decoder = FrameDecoder(4096)
+        out = []
+        for _ in range(self.rounds):
+            t0 = time.perf_counter()
+            await sandbox.write(_PROBE)
+            while True:
+                data = await sandbox.read(4096)
+                if not data:
+                    raise RuntimeError(f"worker {sandbox.worker_id} ended during the echo")
+                if decoder.feed(data):
+                    break
+            out.append(time.perf_counter() - t0)
+        self.floors += out
+        return out
+
+    async def spawn(self) -> Sandbox:
+        if self._ready is None:
+            await self.prepare()
+        sandbox, self._ready = self._ready, None
+        assert sandbox is not None
+        return sandbox
+
+    async def aclose(self) -> None:
+        if self._ready is not None:
+            await self._ready.destroy()
+            self._ready = None
+        await self.runtime.aclose()
 
 
 # --------------------------------------------------------------------------------------------------

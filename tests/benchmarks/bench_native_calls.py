@@ -1,0 +1,180 @@
+"""Native call cost against the transport floor, per runtime (prints numbers; not a test).
+
+    python -m tests.benchmarks.bench_native_calls [--n 20] [--rounds 50] [--runtimes process,docker,kubernetes]
+
+For each runtime, every sample takes a fresh worker, measures the **transport floor** on it (``--rounds``
+probe → probe_ack echoes through the runtime's own channel: pipes, the Docker attach stream, the
+Kubernetes attach websocket; same framing on both sides as a native call), then times one warm
+execute on that same worker. Series (p50 over ``--n`` samples):
+
+- trivial (no call), one call, 100 calls of ``util.echo`` (async handler) with ``allow_all()``;
+- 100 calls of ``util.secho`` (the same echo as a sync handler, which runs in a thread);
+- one call and 100 calls with a Rego authorizer in the path, and the bare ``decide()`` p50 of the same
+  policy on the same input.
+
+Derived: per-call cost = (100 calls − one call) / 99; ratio = per-call / floor (goal ≤ 1.3); Rego
+cost per call = per-call(Rego) − per-call(allow_all), and its ratio to ``decide()`` (goal ≤ 1.3).
+Kubernetes is measured when ``kubectl get nodes`` works (KUBECONFIG from
+scripts/provision-kubernetes.sh), else it prints ``kubernetes: no cluster``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from codemode import authz
+from codemode.authz.rego import RegoAuthorizer
+from codemode.ops.bench import HUNDRED, ONE_CALL, SUBJECT, TRIVIAL, EchoFloor, build_server
+from codemode.runtimes.base import Runtime
+
+POLICY = """package bench
+
+import rego.v1
+
+default allow := false
+
+allow if {
+	input.subject.id == "bench"
+	input.capability.name in {"util.echo", "util.secho"}
+	count(input.arguments.value) <= 64
+}
+"""
+
+HUNDRED_SYNC = HUNDRED.replace("util.echo", "util.secho")
+
+
+def _process() -> Runtime:
+    from codemode.runtimes.process import ProcessRuntime
+
+    return ProcessRuntime()
+
+
+def _docker() -> Runtime:
+    from codemode.runtimes.docker import DockerRuntime
+
+    return DockerRuntime()
+
+
+def _kubernetes() -> Runtime | None:
+    try:
+        done = subprocess.run(["kubectl", "get", "nodes"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    from codemode.runtimes.kubernetes import KubernetesRuntime
+
+    return KubernetesRuntime()
+
+
+RUNTIMES: dict[str, Callable[[], Runtime | None]] = {
+    "process": _process,
+    "docker": _docker,
+    "kubernetes": _kubernetes,
+}
+
+
+def p50_us(xs: list[float]) -> float:
+    return statistics.median(xs) * 1e6
+
+
+async def series(floor: EchoFloor, server: Any, source: str, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        await floor.prepare()
+        t0 = time.perf_counter()
+        await server.execute(source, subject=SUBJECT)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def decide_p50(authorizer: RegoAuthorizer, count: int = 2000) -> float:
+    """Bare ``decide()`` on the calling thread, on the input the benchmark's calls produce."""
+    inp = authz.AuthorizationInput(SUBJECT, "util.echo", "util.echo", {"value": "x"})
+    for _ in range(100):
+        authorizer.decide(inp)
+    xs = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        authorizer.decide(inp)
+        xs.append(time.perf_counter() - t0)
+    return p50_us(xs)
+
+
+async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dict[str, float]:
+    floor = EchoFloor(runtime, rounds)
+    rego = RegoAuthorizer("data.bench.allow", {"bench.rego": POLICY})
+    plain = build_server(floor)
+    with_rego = build_server(floor, rego)
+    await runtime.check()
+    await plain.start()
+    r: dict[str, float] = {}
+    try:
+        await series(floor, plain, HUNDRED, 2)  # warm caches; not measured
+        r["trivial"] = p50_us(await series(floor, plain, TRIVIAL, n))
+        r["one"] = p50_us(await series(floor, plain, ONE_CALL, n))
+        r["hundred"] = p50_us(await series(floor, plain, HUNDRED, n))
+        r["hundred_sync"] = p50_us(await series(floor, plain, HUNDRED_SYNC, n))
+        await series(floor, with_rego, HUNDRED, 2)
+        r["rego_one"] = p50_us(await series(floor, with_rego, ONE_CALL, n))
+        r["rego_hundred"] = p50_us(await series(floor, with_rego, HUNDRED, n))
+        r["decide"] = decide_p50(rego)
+        r["floor"] = p50_us(floor.floors)
+    finally:
+        await plain.aclose()
+        rego.close()
+    r["per_call"] = (r["hundred"] - r["one"]) / 99
+    r["per_call_sync"] = (r["hundred_sync"] - r["one"]) / 99
+    r["rego_per_call"] = (r["rego_hundred"] - r["rego_one"]) / 99
+    r["rego_cost"] = r["rego_per_call"] - r["per_call"]
+    f = r["floor"]
+    print(f"{name}: n={n} samples per series, {len(floor.floors)} floor echoes", flush=True)
+    rows = [
+        ("transport floor (probe echo) p50", f, ""),
+        ("trivial execute (no call) p50", r["trivial"], ""),
+        ("one call p50", r["one"], ""),
+        ("100 calls p50", r["hundred"], ""),
+        ("per-call cost", r["per_call"], f"ratio to floor {r['per_call'] / f:5.2f} (goal <= 1.30)"),
+        ("per-call cost, sync handler", r["per_call_sync"], f"ratio to floor {r['per_call_sync'] / f:5.2f}"),
+        ("Rego: one call p50", r["rego_one"], ""),
+        ("Rego: 100 calls p50", r["rego_hundred"], ""),
+        ("Rego: per-call cost", r["rego_per_call"], f"ratio to floor {r['rego_per_call'] / f:5.2f}"),
+        ("Rego: bare decide() p50", r["decide"], ""),
+        (
+            "Rego: cost over allow_all per call",
+            r["rego_cost"],
+            f"ratio to decide() {r['rego_cost'] / r['decide']:5.2f} (goal <= 1.30)",
+        ),
+    ]
+    for label, us, note in rows:
+        print(f"  {label:<36} {us:10.1f} µs   {note}", flush=True)
+    return r
+
+
+async def main(n: int, rounds: int, names: list[str]) -> None:
+    print(f"python {sys.version.split()[0]}; per runtime: floor, pipeline and ratio in one run", flush=True)
+    for name in names:
+        runtime = RUNTIMES[name]()
+        if runtime is None:
+            print(f"{name}: no cluster", flush=True)
+            continue
+        try:
+            await bench_runtime(name, runtime, n, rounds)
+        except Exception as exc:  # one runtime failing must not hide the others' numbers
+            print(f"{name}: failed: {type(exc).__name__}: {exc}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=20, help="samples per series (default 20)")
+    parser.add_argument("--rounds", type=int, default=50, help="floor echoes per worker (default 50)")
+    parser.add_argument("--runtimes", default="process,docker,kubernetes")
+    a = parser.parse_args()
+    asyncio.run(main(a.n, a.rounds, [x for x in a.runtimes.split(",") if x]))
