@@ -8,6 +8,7 @@ shape, authorizes every call with the trusted subject, and checks every size its
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import logging
@@ -15,9 +16,9 @@ import re
 import signal
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
@@ -64,8 +65,11 @@ class WorkerGone(Exception):
     """The worker's output ended before it sent a final frame."""
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODE(value)
 
 
 def _trusted_frame(body: str) -> bytes:
@@ -262,10 +266,20 @@ class _Session:
         call_args: tuple[Any, ...] = (self.ctx, self.subject)
         if cap.input_type is not None:
             call_args += (typed_args,)
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004
-        ):
-            task: asyncio.Future[Any] = asyncio.ensure_future(handler(*call_args))
+        task: asyncio.Future[Any]
+        if self.ex.is_async(cap):
+            # The first step runs at once, in a copy of the context (as a task's would): a handler
+            # that finishes without suspending (most do) costs no task and no loop iteration; one
+            # that suspends continues as a task, exactly where it stopped.
+            context = contextvars.copy_context()
+            coro: Coroutine[Any, Any, Any] = handler(*call_args)  # type: ignore[assignment]
+            try:
+                pending = context.run(coro.send, None)
+            except StopIteration as stop:
+                return stop.value
+            except BaseException as exc:
+                _handler_failed(cap, exc)
+            task = asyncio.get_running_loop().create_task(_resume(coro, pending), context=context)
         else:
             task = asyncio.ensure_future(asyncio.to_thread(handler, *call_args))
         try:
@@ -278,13 +292,57 @@ class _Session:
             raise
         try:
             return task.result()
-        except asyncio.CancelledError:
-            raise CapabilityFailure() from None
-        except AgentError as exc:
-            raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
-        except Exception as exc:
-            log.warning("handler %s raised %s", cap.id, type(exc).__name__)
-            raise CapabilityFailure() from None
+        except BaseException as exc:
+            _handler_failed(cap, exc)
+
+
+def _handler_failed(cap: CompiledCapability, exc: BaseException) -> NoReturn:
+    """What a handler raising ``exc`` means for the call (anything not an ``Exception`` — and not a
+    cancellation, which only the handler can have caused here — propagates)."""
+    if isinstance(exc, asyncio.CancelledError):
+        raise CapabilityFailure() from None
+    if isinstance(exc, AgentError):
+        raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+    if isinstance(exc, Exception):
+        log.warning("handler %s raised %s", cap.id, type(exc).__name__)
+        raise CapabilityFailure() from None
+    raise exc
+
+
+class _Suspended:
+    """Awaitable that continues a coroutine whose first step already ran and yielded ``pending``:
+    it hands the coroutine's yields to the awaiting task and the task's resumptions (values and
+    exceptions, cancellation included) back to the coroutine."""
+
+    __slots__ = ("_coro", "_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        self._coro = coro
+        self._pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, pending = self._coro, self._pending
+        self._pending = None
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _resume(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
+    return await _Suspended(coro, pending)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
@@ -334,7 +392,19 @@ class Executor:
         self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
         self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
+        self._async_handlers: dict[str, bool] = {}
         self.reaping: set[asyncio.Task[None]] = set()
+
+    def is_async(self, cap: CompiledCapability) -> bool:
+        """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
+        known = self._async_handlers.get(cap.name)
+        if known is None:
+            handler = cap.handler
+            known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+                getattr(handler, "__call__", None)  # noqa: B004
+            )
+            self._async_handlers[cap.name] = known
+        return known
 
     def manifest_for(self, source: str) -> str:
         """The manifest JSON for one program: the namespaces whose root names its source mentions

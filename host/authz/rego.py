@@ -23,9 +23,14 @@ Design (see ``docs/authz.md``):
   entrypoint (about 14x faster than an ad-hoc query); the input document is handed to the C API
   directly (about 2x faster than ``regopy.Input``). Both preserve the exact result: ``true``,
   ``false``, undefined and other values stay distinct.
-- *Off the event loop*: :meth:`RegoAuthorizer.authorize` runs the evaluation on a small pool of
-  daemon threads and waits at most until the caller's deadline (``ctx.deadline``); past it the call
-  fails promptly and the evaluation finishes in the background.
+- *A cheap hand-off*: :meth:`RegoAuthorizer.authorize` hands the evaluation to a small pool of
+  daemon threads and first waits for it on the calling thread, for at most ``wait_budget`` (and never
+  past the deadline): a decision back in time costs no trip through the event loop. Past the budget
+  it waits asynchronously, at most until the caller's deadline (``ctx.deadline``); past it the call
+  fails promptly and the evaluation finishes in the background. While evaluations keep running out
+  of the budget the calling thread stops blocking on them. ``evaluate_inline=True`` evaluates on the
+  calling thread instead (fastest; only for policies whose evaluation time is bounded whatever the
+  input, since rego-cpp cannot be stopped at a deadline).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import asyncio
 import concurrent.futures
 import functools
 import json
+import logging
 import math
 import os
 import queue
@@ -64,6 +70,15 @@ from ._rego_scan import (
 )
 
 __all__ = ["InvalidPolicy", "RegoAuthorizer", "from_files"]
+
+#: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
+WAIT_BUDGET = 0.002
+#: Net evaluations over the budget (over-budget ones minus quick ones) at which ``authorize()``
+#: stops blocking the calling thread.
+_SLOW_LIMIT = 4
+
+
+log = logging.getLogger("codemode.authz.rego")
 
 
 class InvalidPolicy(ValueError):
@@ -336,11 +351,23 @@ class RegoAuthorizer:
     ``modules`` maps filename → Rego v1 source; it comes from trusted configuration only. Invalid
     input raises :class:`InvalidPolicy` (a ``ValueError``) naming the problem.
 
-    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4). Safe for
-    concurrent use from any number of threads and asyncio tasks.
+    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4).
+    ``wait_budget`` is how long (seconds) :meth:`authorize` may block the calling thread waiting for
+    an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
+    ``evaluate_inline=True`` evaluates on the calling thread (no hand-off at all): only for policies
+    whose evaluation time is bounded whatever the input, since a running evaluation cannot be
+    stopped at the deadline. Safe for concurrent use from any number of threads and asyncio tasks.
     """
 
-    def __init__(self, decision: str, modules: Mapping[str, str], *, max_workers: int = 4) -> None:
+    def __init__(
+        self,
+        decision: str,
+        modules: Mapping[str, str],
+        *,
+        max_workers: int = 4,
+        wait_budget: float = WAIT_BUDGET,
+        evaluate_inline: bool = False,
+    ) -> None:
         try:
             segments = parse_decision(decision)
         except ScanError as exc:
@@ -360,6 +387,18 @@ class RegoAuthorizer:
             sources[name] = source
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise InvalidPolicy("max_workers must be a positive int")
+        if (
+            isinstance(wait_budget, bool)
+            or not isinstance(wait_budget, int | float)
+            or not 0 <= wait_budget < math.inf
+        ):
+            raise InvalidPolicy("wait_budget must be a finite number of seconds >= 0")
+        if not isinstance(evaluate_inline, bool):
+            raise InvalidPolicy("evaluate_inline must be a bool")
+        self._wait_budget = float(wait_budget)
+        self._inline = evaluate_inline
+        #: Evaluations over the wait budget minus quick ones (racy across threads; a rough count).
+        self._slow = 0
 
         self._decision = decision.strip()
         self._modules: Mapping[str, str] = sources
@@ -454,37 +493,67 @@ class RegoAuthorizer:
 
         Thread-safe: each calling thread uses its own interpreter (built on first use).
         """
-        document = _document(input)
+        return self._evaluator().evaluate(_document(input))
+
+    def _evaluator(self) -> _Evaluator:
+        """The calling thread's own evaluator (never used by another thread)."""
         evaluator: _Evaluator | None = getattr(self._local, "evaluator", None)
         if evaluator is None:
             evaluator = self._new_evaluator()
             self._local.evaluator = evaluator
-        return evaluator.evaluate(document)
+        return evaluator
 
     async def authorize(self, ctx: Any, input: AuthorizationInput) -> None:
         """Allow (return), deny (:class:`~codemode.authz.Denied`) or fail (:class:`PolicyError`).
 
-        Runs off the event loop; returns by ``ctx.deadline`` (monotonic seconds) at the latest. If the
-        calling task is cancelled, an evaluation that has not started yet never runs.
+        Evaluates on the pool (or inline, see ``evaluate_inline``) and returns by ``ctx.deadline``
+        (monotonic seconds) at the latest: it blocks the calling thread at most ``wait_budget``, then
+        waits asynchronously. If ``ctx.cancelled`` is set or the calling task is cancelled, an
+        evaluation that has not started yet never runs.
         """
         document = _document(input)
         cancelled = getattr(ctx, "cancelled", None)
         if cancelled is not None and _is_set(cancelled):
             raise PolicyError("rego: the call was cancelled")
         timeout: float | None = None
-        deadline = getattr(ctx, "deadline", None)
+        deadline: Any = getattr(ctx, "deadline", None)
         if isinstance(deadline, int | float) and not isinstance(deadline, bool):
             timeout = float(deadline) - time.monotonic()
             if timeout <= 0:
                 raise PolicyError("rego: the deadline passed before evaluation")
-        future = asyncio.wrap_future(self._pool.submit(document))
+        if self._inline:
+            allowed = self._evaluator().evaluate(document)
+            if timeout is not None and time.monotonic() >= float(deadline):
+                raise PolicyError("rego: evaluation did not finish before the deadline")
+            if not allowed:
+                raise Denied("rego: decision is false")
+            return
+        started = time.monotonic()
+        job = self._pool.submit(document)
+        block = self._wait_budget if self._slow < _SLOW_LIMIT else 0.0
+        if timeout is not None:
+            block = min(block, timeout)
+        if block > 0:
+            try:
+                allowed = job.result(block)
+            except concurrent.futures.TimeoutError:
+                self._slow += 1
+            else:
+                if self._slow > 0:
+                    self._slow -= 1
+                if not allowed:
+                    raise Denied("rego: decision is false")
+                return
+        future = asyncio.wrap_future(job)
         try:
             if timeout is None:
                 allowed = await future
             else:
-                allowed = await asyncio.wait_for(future, timeout)
+                allowed = await asyncio.wait_for(future, timeout - (time.monotonic() - started))
         except TimeoutError:
             raise PolicyError("rego: evaluation did not finish before the deadline") from None
+        if block == 0 and self._slow > 0 and time.monotonic() - started <= self._wait_budget:
+            self._slow -= 1
         if not allowed:
             raise Denied("rego: decision is false")
 

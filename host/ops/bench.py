@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import authz
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import FrameDecoder, encode_frame
 
+from .. import authz
 from ..capability import Capability
 from ..context import CallContext
 from ..runtimes.base import Runtime, Sandbox
@@ -37,9 +37,9 @@ from ..server import Builder, Server
 
 __all__ = [
     "HUNDRED",
-    "EchoFloor",
     "ONE_CALL",
     "TRIVIAL",
+    "EchoFloor",
     "EchoIn",
     "EchoOut",
     "add_arguments",

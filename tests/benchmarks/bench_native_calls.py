@@ -1,6 +1,6 @@
 """Native call cost against the transport floor, per runtime (prints numbers; not a test).
 
-    python -m tests.benchmarks.bench_native_calls [--n 20] [--rounds 50] [--runtimes process,docker,kubernetes]
+    python -m tests.benchmarks.bench_native_calls [--n 20] [--rounds 50] [--runtimes process,docker]
 
 For each runtime, every sample takes a fresh worker, measures the **transport floor** on it (``--rounds``
 probe → probe_ack echoes through the runtime's own channel: pipes, the Docker attach stream, the
@@ -9,8 +9,9 @@ execute on that same worker. Series (p50 over ``--n`` samples):
 
 - trivial (no call), one call, 100 calls of ``util.echo`` (async handler) with ``allow_all()``;
 - 100 calls of ``util.secho`` (the same echo as a sync handler, which runs in a thread);
-- one call and 100 calls with a Rego authorizer in the path, and the bare ``decide()`` p50 of the same
-  policy on the same input.
+- one call and 100 calls with a Rego authorizer in the path (the default: evaluation threads with a
+  bounded wait on the loop's thread; and ``evaluate_inline=True``), and the bare ``decide()`` p50 of
+  the same policy on the same input.
 
 Derived: per-call cost = (100 calls − one call) / 99; ratio = per-call / floor (goal ≤ 1.3); Rego
 cost per call = per-call(Rego) − per-call(allow_all), and its ratio to ``decide()`` (goal ≤ 1.3).
@@ -85,14 +86,12 @@ def p50_us(xs: list[float]) -> float:
     return statistics.median(xs) * 1e6
 
 
-async def series(floor: EchoFloor, server: Any, source: str, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        await floor.prepare()
-        t0 = time.perf_counter()
-        await server.execute(source, subject=SUBJECT)
-        out.append(time.perf_counter() - t0)
-    return out
+async def sample(floor: EchoFloor, server: Any, source: str) -> float:
+    """One warm execute on a fresh worker whose floor was measured just before."""
+    await floor.prepare()
+    t0 = time.perf_counter()
+    await server.execute(source, subject=SUBJECT)
+    return time.perf_counter() - t0
 
 
 def decide_p50(authorizer: RegoAuthorizer, count: int = 2000) -> float:
@@ -111,29 +110,48 @@ def decide_p50(authorizer: RegoAuthorizer, count: int = 2000) -> float:
 async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dict[str, float]:
     floor = EchoFloor(runtime, rounds)
     rego = RegoAuthorizer("data.bench.allow", {"bench.rego": POLICY})
+    try:
+        inline = RegoAuthorizer("data.bench.allow", {"bench.rego": POLICY}, evaluate_inline=True)
+    except TypeError:  # a codemode without the option (measuring an older tree): same as the default
+        inline = RegoAuthorizer("data.bench.allow", {"bench.rego": POLICY})
     plain = build_server(floor)
     with_rego = build_server(floor, rego)
+    with_inline = build_server(floor, inline)
     await runtime.check()
     await plain.start()
     r: dict[str, float] = {}
     try:
-        await series(floor, plain, HUNDRED, 2)  # warm caches; not measured
-        r["trivial"] = p50_us(await series(floor, plain, TRIVIAL, n))
-        r["one"] = p50_us(await series(floor, plain, ONE_CALL, n))
-        r["hundred"] = p50_us(await series(floor, plain, HUNDRED, n))
-        r["hundred_sync"] = p50_us(await series(floor, plain, HUNDRED_SYNC, n))
-        await series(floor, with_rego, HUNDRED, 2)
-        r["rego_one"] = p50_us(await series(floor, with_rego, ONE_CALL, n))
-        r["rego_hundred"] = p50_us(await series(floor, with_rego, HUNDRED, n))
+        plan = {
+            "trivial": (plain, TRIVIAL),
+            "one": (plain, ONE_CALL),
+            "hundred": (plain, HUNDRED),
+            "hundred_sync": (plain, HUNDRED_SYNC),
+            "rego_one": (with_rego, ONE_CALL),
+            "rego_hundred": (with_rego, HUNDRED),
+            "inline_one": (with_inline, ONE_CALL),
+            "inline_hundred": (with_inline, HUNDRED),
+        }
+        for server, source in plan.values():  # warm caches and evaluators; not measured
+            await sample(floor, server, source)
+        floor.floors.clear()
+        # Round robin, so a change in the machine's load affects every series alike.
+        times: dict[str, list[float]] = {key: [] for key in plan}
+        for _ in range(n):
+            for key, (server, source) in plan.items():
+                times[key].append(await sample(floor, server, source))
+        r.update({key: p50_us(xs) for key, xs in times.items()})
         r["decide"] = decide_p50(rego)
         r["floor"] = p50_us(floor.floors)
     finally:
         await plain.aclose()
         rego.close()
+        inline.close()
     r["per_call"] = (r["hundred"] - r["one"]) / 99
     r["per_call_sync"] = (r["hundred_sync"] - r["one"]) / 99
     r["rego_per_call"] = (r["rego_hundred"] - r["rego_one"]) / 99
     r["rego_cost"] = r["rego_per_call"] - r["per_call"]
+    r["inline_per_call"] = (r["inline_hundred"] - r["inline_one"]) / 99
+    r["inline_cost"] = r["inline_per_call"] - r["per_call"]
     f = r["floor"]
     print(f"{name}: n={n} samples per series, {len(floor.floors)} floor echoes", flush=True)
     rows = [
@@ -151,6 +169,18 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
             "Rego: cost over allow_all per call",
             r["rego_cost"],
             f"ratio to decide() {r['rego_cost'] / r['decide']:5.2f} (goal <= 1.30)",
+        ),
+        ("Rego inline: one call p50", r["inline_one"], ""),
+        ("Rego inline: 100 calls p50", r["inline_hundred"], ""),
+        (
+            "Rego inline: per-call cost",
+            r["inline_per_call"],
+            f"ratio to floor {r['inline_per_call'] / f:5.2f}",
+        ),
+        (
+            "Rego inline: cost over allow_all",
+            r["inline_cost"],
+            f"ratio to decide() {r['inline_cost'] / r['decide']:5.2f} (goal <= 1.30)",
         ),
     ]
     for label, us, note in rows:
