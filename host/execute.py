@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -281,7 +282,20 @@ class _Session:
                 _handler_failed(cap, exc)
             task = asyncio.get_running_loop().create_task(_resume(coro, pending), context=context)
         else:
-            task = asyncio.ensure_future(asyncio.to_thread(handler, *call_args))
+            # A sync handler runs on the loop's default executor, in a copy of the context. The
+            # future is awaited directly: cancelling the call cancels it (a handler already running
+            # in its thread finishes there, unobserved).
+            loop = asyncio.get_running_loop()
+            call = functools.partial(contextvars.copy_context().run, handler, *call_args)
+            try:
+                return await loop.run_in_executor(None, call)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+                raise CapabilityFailure() from None
+            except Exception as exc:
+                _handler_failed(cap, exc)
         try:
             # Wait without awaiting the handler directly: a handler that swallows cancellation
             # must not hold the execute call past its deadline.
