@@ -7,9 +7,11 @@ from here): on the chosen runtime it times
 - a trivial execute, **warm** (``WarmPool``: a started worker is waiting; the pool refills between
   samples, which are not timed),
 - one native call, warm (the program calls one echo capability once; the host rebinds, authorizes
-  with ``allow_all()`` and dispatches it),
+  with ``allow_all()`` and dispatches it), and 100 native calls, warm,
+- the transport floor: probe → probe_ack echoes through the runtime's channel to a fresh worker,
 
-and prints p50/p99 of each. It registers only its own echo capability: no pack is loaded and nothing
+and prints p50/p99 of each, then the cost of one native call ((100 calls − one call) / 99) and its
+ratio to the floor. It registers only its own echo capability: no pack is loaded and nothing
 outside the process and the worker is touched.
 """
 
@@ -283,11 +285,40 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         report["series"]["trivial_warm"] = line(
             f"trivial execute, warm (pool {args.pool})", await series(TRIVIAL), quiet=quiet
         )
-        report["series"]["one_call_warm"] = line(
+        one = report["series"]["one_call_warm"] = line(
             f"one native call, warm (pool {args.pool})", await series(ONE_CALL), quiet=quiet
+        )
+        hundred = report["series"]["hundred_calls_warm"] = line(
+            f"100 native calls, warm (pool {args.pool})", await series(HUNDRED), quiet=quiet
         )
     finally:
         await server.aclose()
+
+    # The transport floor: probe echoes through the same channel to a few fresh workers.
+    floor = EchoFloor(_make_runtime(args), rounds=50)
+    try:
+        echoes: list[float] = []
+        for _ in range(3):
+            echoes += await floor.prepare()
+    finally:
+        await floor.aclose()
+    per_call_us = (hundred["p50"] - one["p50"]) / 99 * 1e3
+    floor_us = statistics.median(echoes) * 1e6
+    report["native_call"] = {
+        "per_call_us": round(per_call_us, 1),
+        "floor_us": round(floor_us, 1),
+        "ratio": round(per_call_us / floor_us, 2),
+    }
+    if not quiet:
+        print(
+            f"{'transport floor (probe echo)':<38} n={len(echoes):<5} p50={floor_us / 1e3:8.3f} ms",
+            flush=True,
+        )
+        print(
+            f"{'per native call (100 - 1) / 99':<38} {'':7} p50={per_call_us / 1e3:8.3f} ms  "
+            f"({per_call_us / floor_us:.1f}x the floor)",
+            flush=True,
+        )
     return report
 
 
