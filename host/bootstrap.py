@@ -47,45 +47,38 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
         raise ConfigError(f"{names('rego_policy')}: cannot read the policy: {exc}") from None
 
 
-def _docker_runtime(settings: Settings) -> Runtime:
-    pairs: list[tuple[str, Any]] = [
-        ("image", settings.docker_image),
-        ("base_url", settings.docker_base_url),
-        ("memory_bytes", settings.docker_memory_bytes),
-        ("cpus", settings.docker_cpus),
-        ("pids_limit", settings.docker_pids),
-        ("runtime", settings.docker_oci_runtime),
-    ]
-    kwargs = {key: value for key, value in pairs if value is not None}
-    try:
-        from .runtimes.docker import DockerRuntime
-    except ImportError as exc:
-        raise ConfigError(f"{names('runtime')}: the docker runtime is not installed: {exc}") from None
-    try:
-        return DockerRuntime(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--docker-* / CODEMODE_DOCKER_*: {exc}") from None
+def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
+    """Constructor arguments of the chosen container runtime: each ``<runtime>_<name>`` setting that
+    is set, under the runtime's own parameter name."""
+    renames = {
+        "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
+        "kubernetes": {},
+    }[settings.runtime]
+    prefix = settings.runtime + "_"
+    out: dict[str, Any] = {}
+    for field in type(settings).model_fields:
+        value = getattr(settings, field)
+        if field.startswith(prefix) and value is not None:
+            name = field.removeprefix(prefix)
+            out[renames.get(name, name)] = value
+    if settings.runtime == "docker" and "memory_bytes" in out:
+        out["memory_bytes"] = settings.docker_memory_bytes
+    return out
 
 
-def _kubernetes_runtime(settings: Settings) -> Runtime:
-    pairs: list[tuple[str, Any]] = [
-        ("namespace", settings.kubernetes_namespace),
-        ("image", settings.kubernetes_image),
-        ("memory", settings.kubernetes_memory),
-        ("cpu", settings.kubernetes_cpu),
-        ("runtime_class", settings.kubernetes_runtime_class),
-        ("kubeconfig", settings.kubernetes_kubeconfig),
-        ("context", settings.kubernetes_context),
-    ]
-    kwargs = {key: value for key, value in pairs if value is not None}
+def _container_runtime(settings: Settings) -> Runtime:
+    kind = settings.runtime
     try:
-        from .runtimes.kubernetes import KubernetesRuntime
+        if kind == "docker":
+            from .runtimes.docker import DockerRuntime as cls
+        else:
+            from .runtimes.kubernetes import KubernetesRuntime as cls  # type: ignore[assignment]
     except ImportError as exc:
-        raise ConfigError(f"{names('runtime')}: the kubernetes runtime is not installed: {exc}") from None
+        raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
-        return KubernetesRuntime(**kwargs)
+        return cls(**_runtime_kwargs(settings))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--kubernetes-* / CODEMODE_KUBERNETES_*: {exc}") from None
+        raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -94,9 +87,7 @@ def build_runtime(settings: Settings) -> Runtime:
         from .runtimes.process import ProcessRuntime
 
         return ProcessRuntime()
-    if settings.runtime == "docker":
-        return _docker_runtime(settings)
-    return _kubernetes_runtime(settings)
+    return _container_runtime(settings)
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:

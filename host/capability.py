@@ -1,4 +1,4 @@
-"""Capabilities and their build-time validation (SPEC §3)."""
+"""Capabilities and their build-time validation (docs/reference/capabilities.md)."""
 
 from __future__ import annotations
 

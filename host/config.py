@@ -135,9 +135,7 @@ class Settings(BaseSettings):
     transport: Literal["stdio", "http"] | None = Field(
         None, description="how MCP is served: stdio (one local client) or http (the service)"
     )
-    subject: str | None = Field(
-        None, description="subject id of the single stdio client"
-    )
+    subject: str | None = Field(None, description="subject id of the single stdio client")
     log_level: str = Field("info", description="host log level on stderr")
 
     # ---------------------------------------------------------------------------- listening (http)
@@ -153,9 +151,7 @@ class Settings(BaseSettings):
 
     # ---------------------------------------------------------------------------- authentication (http)
     auth_mode: Literal["token_file", "jwt"] = Field("token_file", description="bearer token file or JWT")
-    token_file: Path | None = Field(
-        None, description="bearer-token hash file (codemode token new)"
-    )
+    token_file: Path | None = Field(None, description="bearer-token hash file (codemode token new)")
     jwks_file: Path | None = Field(None, description="JWKS file (auth_mode jwt)")
     jwks_url: str | None = Field(None, description="JWKS URL, https or loopback http (auth_mode jwt)")
     jwt_issuer: str | None = Field(None, description="required JWT issuer (auth_mode jwt)")
@@ -346,12 +342,14 @@ class Settings(BaseSettings):
             problem = _unreadable(Path(path))
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
-        if self.transport == "stdio" and self.runtime == "process":
-            docker = [
-                f for f in type(self).model_fields if f.startswith("docker_") and getattr(self, f) is not None
+        for prefix in ("docker", "kubernetes"):
+            given = [
+                f
+                for f in type(self).model_fields
+                if f.startswith(prefix + "_") and getattr(self, f) is not None
             ]
-            if docker:
-                out.append(f"{names(docker[0])} needs {names('runtime')} docker")
+            if given and self.runtime != prefix:
+                out.append(f"{names(given[0])} needs {names('runtime')} {prefix}")
         return out
 
     def http_problems(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""Builder and Server: the library's front door (SPEC §10)."""
+"""Builder and Server: the library's front door (docs/reference/python-api.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The type model: handler annotations compiled once into shapes.
 
-A :class:`TypeSpec` is compiled from a Python annotation (SPEC §3 table) and can
+A :class:`TypeSpec` is compiled from a Python annotation (the table in docs/reference/capabilities.md) and can
 
 * give its serializable *shape* (``codemode_worker.shapes``) so the worker can bind without host code,
 * render the model-facing notation (inputs use ``T | None``; outputs use ``{field: T, opt?: U}``),

@@ -1,4 +1,4 @@
-"""The in-process Rego authorizer on regopy (rego-cpp), SPEC §6.
+"""The in-process Rego authorizer on regopy (rego-cpp); the rules are in docs/reference/authorization.md.
 
 ``RegoAuthorizer(decision, modules)`` evaluates one ground ``data.`` reference against policy modules
 from trusted configuration, with the input document::

@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from ..config import ConfigError, Settings, env_var, flag
 
-__all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides"]
+__all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides", "settings_table"]
 
 Mode = Literal["stdio", "http"]
 
@@ -178,3 +178,17 @@ def overrides(
             value = [*base, *value]
         out[name] = value
     return out
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting (docs/configuration.md carries it; a test compares)."""
+    from ..config import env_var as env
+
+    rows = ["| flag | environment | default | modes | meaning |", "|---|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        if name in _NOT_FLAGS:
+            continue
+        modes = "http" if name in HTTP_ONLY else "stdio" if name in STDIO_ONLY else "both"
+        default = (_default_text(name, field) or "—").replace("|", "\\|")
+        rows.append(f"| `{flag(name)}` | `{env(name)}` | {default} | {modes} | {field.description} |")
+    return "\n".join(rows)

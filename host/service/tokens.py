@@ -123,7 +123,7 @@ def _write(path: Path, entries: list[TokenEntry]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        fh.write(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
 
 

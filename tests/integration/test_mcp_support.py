@@ -145,13 +145,13 @@ def dump(result: BaseModel) -> str:
 
 
 def assert_coarse(text: str) -> None:
-    """``text`` is one of the SPEC §7 texts, or one of the three approved suffix forms."""
+    """``text`` is an error text of docs/reference/errors.md, or one of the approved suffix forms."""
     if text in ERROR_TEXTS:
         return
     for prefix in ("invalid program: ", "invalid capability arguments: ", "capability failed: "):
         if text.startswith(prefix):
             return
-    raise AssertionError(f"not a SPEC §7 text: {text!r}")
+    raise AssertionError(f"not an approved error text: {text!r}")
 
 
 def cli_command(*args: str) -> list[str]:

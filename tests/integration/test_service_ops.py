@@ -13,8 +13,8 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.observe import ExecuteEvent
 from codemode.config import ConfigError, load_settings
+from codemode.observe import ExecuteEvent
 from codemode.service import create_app
 
 from .test_service_support import (
@@ -261,13 +261,14 @@ def test_settings_from_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert s.pool == 3 and s.subject_quota == 2
     limits = s.limits
     assert limits.max_execution_time == 2.5 and limits.max_native_calls == 9
-    assert limits.max_value_depth == 0  # library default
+    assert limits.max_value_depth == 32  # the library default, shown as the setting's default
 
     monkeypatch.setenv("CODEMODE_AUTH_MODE", "jwt")
-    with pytest.raises(ConfigError) as info:
-        load_settings()
-    text = str(info.value)
-    assert "jwks_file / jwks_url" in text and "jwt_issuer" in text and "jwt_audience" in text
+    text = "; ".join(load_settings().http_problems())
+    assert "--jwks-file / CODEMODE_JWKS_FILE" in text and "--jwks-url / CODEMODE_JWKS_URL" in text
+    assert "--jwt-issuer / CODEMODE_JWT_ISSUER" in text and "--jwt-audience / CODEMODE_JWT_AUDIENCE" in text
+    with pytest.raises(ConfigError, match="--jwt-issuer / CODEMODE_JWT_ISSUER"):
+        create_app(load_settings())
 
     monkeypatch.delenv("CODEMODE_AUTH_MODE")
     monkeypatch.setenv("CODEMODE_CONFIG", str(tmp_path / "missing.toml"))
@@ -279,17 +280,16 @@ def test_settings_require_an_explicit_authorizer_and_credentials(tmp_path: Path)
     with pytest.raises(ConfigError) as info:
         load_settings(config_file=None, token_file=tmp_path / "t.json")
     assert "authorizer" in str(info.value)
-    with pytest.raises(ConfigError) as info:
-        load_settings(allow_all=True)
-    assert "token_file" in str(info.value)
-    with pytest.raises(ConfigError):
-        load_settings(
-            allow_all=True,
-            auth_mode="jwt",
-            jwks_url="http://example.com/jwks",
-            jwt_issuer="i",
-            jwt_audience="a",
-        )
+    problems = load_settings(allow_all=True, token_file=tmp_path / "missing").http_problems()
+    assert any("--token-file / CODEMODE_TOKEN_FILE" in p and "does not exist" in p for p in problems)
+    problems = load_settings(
+        allow_all=True,
+        auth_mode="jwt",
+        jwks_url="http://example.com/jwks",
+        jwt_issuer="i",
+        jwt_audience="a",
+    ).http_problems()
+    assert any("--jwks-url / CODEMODE_JWKS_URL: must be https" in p for p in problems)
 
 
 def test_bad_pack_or_catalog_is_a_config_error(tmp_path: Path) -> None:

@@ -27,8 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import codemode
 from codemode import authz
+from codemode.config import Settings
 from codemode.runtimes.base import RuntimeUnavailable, Sandbox
-from codemode.service import Settings, create_app
+from codemode.service import create_app
 from codemode.service.auth import hash_token
 
 # --------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""codemode.authz.rego.RegoAuthorizer (SPEC §6): outcomes, construction checks, forbidden builtins,
-deadlines and concurrency."""
+"""codemode.authz.rego.RegoAuthorizer (docs/reference/authorization.md): outcomes, construction
+checks, forbidden builtins, deadlines and concurrency."""
 
 from __future__ import annotations
 
