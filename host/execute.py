@@ -267,75 +267,77 @@ class _Session:
         call_args: tuple[Any, ...] = (self.ctx, self.subject)
         if cap.input_type is not None:
             call_args += (typed_args,)
-        task: asyncio.Future[Any]
         if self.ex.is_async(cap):
-            # The first step runs at once, in a copy of the context (as a task's would): a handler
-            # that finishes without suspending (most do) costs no task and no loop iteration; one
-            # that suspends continues as a task, exactly where it stopped.
+            # Driven in this task, in a copy of the context (as a task of its own would be): a
+            # handler that finishes without suspending (most do) costs no task and no loop
+            # iteration. A handler that swallows the execute's cancellation is left to finish on
+            # its own (see _Driven), so it cannot hold the execute call past its deadline.
             context = contextvars.copy_context()
             coro: Coroutine[Any, Any, Any] = handler(*call_args)  # type: ignore[assignment]
             try:
-                pending = context.run(coro.send, None)
-            except StopIteration as stop:
-                return stop.value
-            except BaseException as exc:
-                _handler_failed(cap, exc)
-            task = asyncio.get_running_loop().create_task(_resume(coro, pending), context=context)
-        else:
-            # A sync handler runs on the loop's default executor, in a copy of the context. The
-            # future is awaited directly: cancelling the call cancels it (a handler already running
-            # in its thread finishes there, unobserved).
-            loop = asyncio.get_running_loop()
-            call = functools.partial(contextvars.copy_context().run, handler, *call_args)
-            try:
-                return await loop.run_in_executor(None, call)
+                try:
+                    pending = context.run(coro.send, None)
+                except StopIteration as stop:
+                    return stop.value
+                return await _Driven(coro, pending, context)
             except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
-                raise CapabilityFailure() from None
+                _reraise_if_cancelled()
+                raise CapabilityFailure() from None  # the handler raised it itself
             except Exception as exc:
                 _handler_failed(cap, exc)
+        # A sync handler runs on the loop's default executor, in a copy of the context. Its future
+        # is awaited directly: cancelling the call cancels it (a handler already running in its
+        # thread finishes there, unobserved).
+        call = functools.partial(contextvars.copy_context().run, handler, *call_args)
         try:
-            # Wait without awaiting the handler directly: a handler that swallows cancellation
-            # must not hold the execute call past its deadline.
-            await asyncio.wait({task})
+            return await asyncio.get_running_loop().run_in_executor(None, call)
         except asyncio.CancelledError:
-            task.cancel()
-            task.add_done_callback(_consume)
-            raise
-        try:
-            return task.result()
-        except BaseException as exc:
+            _reraise_if_cancelled()
+            raise CapabilityFailure() from None
+        except Exception as exc:
             _handler_failed(cap, exc)
 
 
-def _handler_failed(cap: CompiledCapability, exc: BaseException) -> NoReturn:
-    """What a handler raising ``exc`` means for the call (anything not an ``Exception`` — and not a
-    cancellation, which only the handler can have caused here — propagates)."""
-    if isinstance(exc, asyncio.CancelledError):
-        raise CapabilityFailure() from None
+def _reraise_if_cancelled() -> None:
+    """Re-raise the CancelledError being handled if this task is being cancelled (deadline, client):
+    otherwise the handler raised it itself, which is a failure of the handler."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise
+
+
+def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
     if isinstance(exc, AgentError):
         raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
-    if isinstance(exc, Exception):
-        log.warning("handler %s raised %s", cap.id, type(exc).__name__)
-        raise CapabilityFailure() from None
-    raise exc
+    log.warning("handler %s raised %s", cap.id, type(exc).__name__)
+    raise CapabilityFailure() from None
 
 
-class _Suspended:
-    """Awaitable that continues a coroutine whose first step already ran and yielded ``pending``:
-    it hands the coroutine's yields to the awaiting task and the task's resumptions (values and
-    exceptions, cancellation included) back to the coroutine."""
+#: Handlers that swallowed an execute's cancellation, finishing on their own (strong references:
+#: the event loop keeps only weak ones).
+_DETACHED: set[asyncio.Task[Any]] = set()
 
-    __slots__ = ("_coro", "_pending")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+class _Driven:
+    """Awaitable that drives a handler coroutine whose first step already ran and yielded
+    ``pending``, inside the awaiting task: the coroutine's yields go to the task, the task's
+    resumptions (values, exceptions, cancellation) go back to the coroutine, every step in the
+    handler's own context.
+
+    A cancellation of the task always goes on at once, whatever the handler does with it: if the
+    handler swallows it and yields again, the handler is handed to a task of its own to finish
+    unobserved; if it returns or raises something else, that outcome is dropped. (A cancellation the
+    handler's own ``asyncio.timeout`` caused and took back is the handler's business.)"""
+
+    __slots__ = ("_context", "_coro", "_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any, context: contextvars.Context) -> None:
         self._coro = coro
         self._pending = pending
+        self._context = context
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, pending = self._coro, self._pending
+        coro, pending, context = self._coro, self._pending, self._context
         self._pending = None
         while True:
             try:
@@ -345,23 +347,44 @@ class _Suspended:
                 raise
             except BaseException as exc:
                 try:
-                    pending = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
+                    pending = context.run(coro.throw, exc)
+                except BaseException as raised:
+                    if _cancelling(exc):
+                        raise exc from None  # the execute's cancellation wins over the handler
+                    if isinstance(raised, StopIteration):
+                        return raised.value
+                    raise
+                if _cancelling(exc):
+                    rest = asyncio.get_running_loop().create_task(
+                        _finish_detached(coro, pending, context), context=context
+                    )
+                    _DETACHED.add(rest)
+                    rest.add_done_callback(_detached_done)
+                    raise
             else:
                 try:
-                    pending = coro.send(sent)
+                    pending = context.run(coro.send, sent)
                 except StopIteration as stop:
                     return stop.value
 
 
-async def _resume(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
-    return await _Suspended(coro, pending)
+def _cancelling(exc: BaseException) -> bool:
+    """``exc`` is a cancellation of the current task that is still pending after the handler saw it
+    (not one the handler's own ``asyncio.timeout`` took back)."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
-def _consume(task: asyncio.Future[Any]) -> None:
+async def _finish_detached(coro: Coroutine[Any, Any, Any], pending: Any, context: contextvars.Context) -> Any:
+    return await _Driven(coro, pending, context)
+
+
+def _detached_done(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
     if not task.cancelled():
-        task.exception()
+        task.exception()  # retrieved: the execute that called it has ended
 
 
 class Executor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -61,19 +62,40 @@ async def fails_later(ctx: codemode.CallContext, subject: authz.Subject, args: I
     raise RuntimeError("SECRET-DETAIL")
 
 
+async def own_timeout(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    try:
+        async with asyncio.timeout(0.05):
+            await asyncio.sleep(10)
+    except TimeoutError:
+        return Out("timed out on its own")
+    return Out("slept")
+
+
+async def answers_cancellation(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        return Out("cancelled, but returning anyway")
+    return Out("slept")
+
+
 class CallableAsync:
     async def __call__(self, ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
         return Out(args.value.upper())
 
 
-def server() -> codemode.Server:
-    b = codemode.Builder(authorizer=authz.allow_all(), runtime=codemode.ProcessRuntime())
+def server(**limits: float) -> codemode.Server:
+    b = codemode.Builder(
+        authorizer=authz.allow_all(), runtime=codemode.ProcessRuntime(), limits=codemode.Limits(**limits)
+    )
     b.register(
         codemode.Capability(name="h.at_once", summary="s", handler=at_once),
         codemode.Capability(name="h.suspends", summary="s", handler=suspends),
         codemode.Capability(name="h.fails_at_once", summary="s", handler=fails_at_once),
         codemode.Capability(name="h.fails_later", summary="s", handler=fails_later),
         codemode.Capability(name="h.callable", summary="s", handler=CallableAsync()),
+        codemode.Capability(name="h.own_timeout", summary="s", handler=own_timeout),
+        codemode.Capability(name="h.answers_cancellation", summary="s", handler=answers_cancellation),
     )
     return b.build()
 
@@ -109,5 +131,25 @@ async def test_failures_map_like_a_task(cap: str) -> None:
             with pytest.raises(codemode.CodeModeError) as info:
                 await srv.execute(f"def main():\n    return {cap}(value='cancel')\n", subject=ALICE)
             assert client_text(info.value) == "capability failed"
+    finally:
+        await srv.aclose()
+
+
+async def test_a_handlers_own_timeout_is_its_own_business() -> None:
+    srv = server()
+    try:
+        src = "def main():\n    return h.own_timeout(value='x')['value']\n"
+        assert await srv.execute(src, subject=ALICE) == "timed out on its own"
+    finally:
+        await srv.aclose()
+
+
+async def test_the_deadline_wins_over_a_handler_that_answers_cancellation() -> None:
+    srv = server(max_execution_time=0.5)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(codemode.ResourceLimit):
+            await srv.execute("def main():\n    return h.answers_cancellation(value='x')\n", subject=ALICE)
+        assert time.monotonic() - t0 < 0.5 + 0.4
     finally:
         await srv.aclose()
