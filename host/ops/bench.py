@@ -34,6 +34,7 @@ from codemode_worker.protocol import FrameDecoder, encode_frame
 from .. import authz
 from ..capability import Capability
 from ..context import CallContext
+from ..observe import Observer
 from ..runtimes.base import Runtime, Sandbox
 from ..server import Builder, Server
 
@@ -82,10 +83,12 @@ async def aecho(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoO
     return EchoOut(args.value)
 
 
-def build_server(runtime: Runtime, authorizer: authz.Authorizer | None = None) -> Server:
+def build_server(
+    runtime: Runtime, authorizer: authz.Authorizer | None = None, observer: Observer | None = None
+) -> Server:
     """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all unless an
     ``authorizer`` is given, default limits."""
-    b = Builder(authorizer=authorizer or authz.allow_all(), runtime=runtime)
+    b = Builder(authorizer=authorizer or authz.allow_all(), runtime=runtime, observer=observer)
     b.register(Capability(name="util.echo", summary="Echo.", handler=aecho))
     b.register(Capability(name="util.secho", summary="Echo (sync).", handler=echo))
     return b.build()

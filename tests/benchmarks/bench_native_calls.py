@@ -14,6 +14,9 @@ execute on that same worker. Series (p50 over ``--n`` samples):
   the same policy on the same input.
 
 Each figure is shown as the p50 and the best sample (the machine's noise only ever adds time).
+The per-call time spent authorizing is also read from the pipeline itself (``CallEvent.authz_seconds``:
+typed-argument construction plus the authorizer), which is far less noisy than a difference of two
+whole-execute times.
 Derived: per-call cost = (100 calls − one call) / 99; ratio = per-call / floor (goal ≤ 1.3); Rego
 cost per call = per-call(Rego) − per-call(allow_all), and its ratio to ``decide()`` (goal ≤ 1.3).
 Kubernetes is measured when ``kubectl get nodes`` works (KUBECONFIG from
@@ -33,6 +36,7 @@ from typing import Any
 
 from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
+from codemode.observe import CallEvent, NullObserver
 from codemode.ops.bench import HUNDRED, ONE_CALL, SUBJECT, TRIVIAL, EchoFloor, build_server
 from codemode.runtimes.base import Runtime
 
@@ -83,6 +87,16 @@ RUNTIMES: dict[str, Callable[[], Runtime | None]] = {
 }
 
 
+class AuthzTimes(NullObserver):
+    """Keeps each native call's time in authorization (the pipeline's own measurement)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def native_call(self, event: CallEvent) -> None:
+        self.seconds.append(event.authz_seconds)
+
+
 async def sample(floor: EchoFloor, server: Any, source: str, floors: list[float] | None = None) -> float:
     """One warm execute on a fresh worker whose floor (median echo) was measured just before."""
     echoes = await floor.prepare()
@@ -117,9 +131,10 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
         inline = RegoAuthorizer("data.bench.allow", {"bench.rego": POLICY}, evaluate_inline=True)
     except TypeError:  # a codemode without the option (measuring an older tree): same as the default
         inline = RegoAuthorizer("data.bench.allow", {"bench.rego": POLICY})
-    plain = build_server(floor)
-    with_rego = build_server(floor, rego)
-    with_inline = build_server(floor, inline)
+    seen = {"allow_all": AuthzTimes(), "rego": AuthzTimes(), "inline": AuthzTimes()}
+    plain = build_server(floor, observer=seen["allow_all"])
+    with_rego = build_server(floor, rego, seen["rego"])
+    with_inline = build_server(floor, inline, seen["inline"])
     await runtime.check()
     await plain.start()
     try:
@@ -135,6 +150,8 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
         }
         for server, source in plan.values():  # warm caches and evaluators; not measured
             await sample(floor, server, source)
+        for observer in seen.values():
+            observer.seconds.clear()
         # Round robin, so a change in the machine's load affects every series alike.
         times: dict[str, list[float]] = {key: [] for key in plan}
         floors: list[float] = []
@@ -148,6 +165,9 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
         inline.close()
     times["floor"] = floors
     times["decide"] = decide
+    for key, observer in seen.items():  # medians of batches of 100 calls, like decide()
+        xs = observer.seconds
+        times[f"authz_{key}"] = [statistics.median(xs[i : i + 100]) for i in range(0, len(xs) - 99, 100)]
     print(f"{name}: n={n} samples per series; floor and decide() are medians of batches", flush=True)
     print(f"  {'':<36} {'p50':>10}    {'best':>10}", flush=True)
     out: dict[str, float] = {}
@@ -160,6 +180,8 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
         r["rego_cost"] = r["rego_per_call"] - r["per_call"]
         r["inline_per_call"] = (r["inline_hundred"] - r["inline_one"]) / 99
         r["inline_cost"] = r["inline_per_call"] - r["per_call"]
+        r["authz_rego_cost"] = r["authz_rego"] - r["authz_allow_all"]
+        r["authz_inline_cost"] = r["authz_inline"] - r["authz_allow_all"]
         out.update({f"{key}_{stat}": value for key, value in r.items()})
     rows = [
         ("transport floor (probe echo)", "floor", ""),
@@ -177,6 +199,11 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
         ("Rego inline: 100 calls", "inline_hundred", ""),
         ("Rego inline: per-call cost", "inline_per_call", "floor"),
         ("Rego inline: cost over allow_all", "inline_cost", "decide"),
+        ("in-pipeline authorization, allow_all", "authz_allow_all", ""),
+        ("in-pipeline authorization, Rego", "authz_rego", ""),
+        ("  Rego over allow_all", "authz_rego_cost", "decide"),
+        ("in-pipeline authorization, inline", "authz_inline", ""),
+        ("  inline over allow_all", "authz_inline_cost", "decide"),
     ]
     for label, key, base in rows:
         cells = f"{out[key + '_p50']:10.1f} µs {out[key + '_best']:10.1f} µs"
