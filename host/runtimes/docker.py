@@ -340,6 +340,9 @@ class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
             self._end_reading()
             self._close_socket()
             return
+        if self._on_loop and self._loop.is_closed():
+            # The loop that read the socket is gone (nothing is registered any more).
+            self._unregistered.set()
         if self._on_loop:
             self._unregistered.wait(0.5)
         else:
