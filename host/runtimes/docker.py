@@ -240,7 +240,8 @@ class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
     # -- reading on the event loop (plain sockets: no thread hop per chunk) --------------------
 
     def _start_reading(self, reader_name: str) -> None:
-        self._on_loop = _loop_readable(self._sock)
+        # The loop reads the socket itself only when this is set up on the loop's own thread.
+        self._on_loop = _loop_readable(self._sock) and self._loop_thread is not None
         if not self._on_loop:
             super()._start_reading(reader_name)
             return

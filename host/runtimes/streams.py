@@ -137,11 +137,16 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
         self, runtime: _R, worker_id: str, loop: asyncio.AbstractEventLoop, reader_name: str
     ) -> None:
         """Set up the buffers and start reading (``_start_reading``; by default a reader thread that
-        runs ``_pump``): set the transport up before calling. Runs on the loop's thread."""
+        runs ``_pump``): set the transport up before calling."""
         self._runtime = runtime
         self._id = worker_id
         self._loop = loop
-        self._loop_thread = threading.get_ident()
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        #: The loop's thread, when this sandbox is set up on it (else None: always hop to the loop).
+        self._loop_thread = threading.get_ident() if running is loop else None
         self._cond = threading.Condition()
         self._out = bytearray()
         self._out_limit = runtime.stdout_buffer_bytes
