@@ -98,7 +98,9 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
 def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
     """The capabilities of every configured pack."""
     pack_settings = PackSettings(
-        environ=dict(os.environ if environ is None else environ), options=settings.pack_option_map
+        environ=dict(os.environ if environ is None else environ),
+        options=settings.pack_option_map,
+        data_dir=settings.pack_data_dir,
     )
     try:
         caps = load_packs(settings.packs, pack_settings)
@@ -132,6 +134,7 @@ def build_server(
         runtime=with_pool(base, settings),
         observer=observer,
         subject_quota=settings.subject_quota,
+        reserved_slots=settings.effective_reserved_slots,
     )
     builder.register(*caps)
     try:

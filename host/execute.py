@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
+from codemode_worker.protocol import ProtocolError, encode_frame
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
+from .admission import FairAdmission
 from .authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
 from .capability import CompiledCapability
 from .context import CallContext
@@ -42,6 +43,7 @@ from .errors import (
     ResourceLimit,
     sanitize_disclosure,
 )
+from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
@@ -115,7 +117,8 @@ class _Session:
         self.subject = subject
         self.ctx = ctx
         limits = executor.limits
-        self.decoder = FrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
+        # Bytes capped before buffering, decoded host memory capped before parsing (codemode.frames).
+        self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         self.intermediate = 0
@@ -129,6 +132,8 @@ class _Session:
                 self.pending.extend(self.decoder.feed(data))
             except ProtocolError as exc:
                 raise WorkerMisbehaved(f"protocol error: {exc}") from None
+            except FrameTooCostly:
+                raise ResourceLimit() from None
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:
@@ -398,6 +403,7 @@ class Executor:
         runtime: Runtime,
         observer: Observer | None = None,
         subject_quota: int = 0,
+        reserved_slots: int | None = None,
     ) -> None:
         self.by_name = dict(capabilities)
         self.subject_quota = subject_quota
@@ -428,7 +434,8 @@ class Executor:
             by_root.setdefault(cap.name.split(".", 1)[0], []).append(_json(entry))
         self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
-        self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
+        # Worker slots, shared fairly between subjects (codemode.admission).
+        self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
         self._async_handlers: dict[str, bool] = {}
         self.reaping: set[asyncio.Task[None]] = set()
 
@@ -496,11 +503,11 @@ class Executor:
             session: _Session | None = None
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-                    await self.slots.acquire()
+                    await self.slots.acquire(subject.id)
                     try:
                         sandbox = await self.runtime.spawn()
                     except BaseException:
-                        self.slots.release()
+                        self.slots.release(subject.id)
                         raise
                     worker_id = ctx.worker_id = sandbox.worker_id
                     session = _Session(self, sandbox, subject, ctx)
@@ -508,7 +515,7 @@ class Executor:
             except TimeoutError:
                 raise ExecutionTimeout() from None
             except WorkerGone:
-                info = await self._reap_now(sandbox)
+                info = await self._reap_now(sandbox, subject.id)
                 sandbox = None
                 oom = info.oom_killed
                 if info.resource_killed or info.signal in (signal.SIGXCPU, signal.SIGXFSZ):
@@ -530,7 +537,7 @@ class Executor:
                 if session is not None:
                     calls = session.calls
                 if sandbox is not None:
-                    self._reap_later(sandbox)
+                    self._reap_later(sandbox, subject.id)
             outcome = "ok"
             return value
         except CodeModeError as exc:
@@ -551,14 +558,14 @@ class Executor:
                 )
             )
 
-    async def _reap_now(self, sandbox: Sandbox | None) -> ExitInfo:
+    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
         assert sandbox is not None
         try:
             return await asyncio.shield(sandbox.destroy())
         finally:
-            self.slots.release()
+            self.slots.release(subject_id)
 
-    def _reap_later(self, sandbox: Sandbox) -> None:
+    def _reap_later(self, sandbox: Sandbox, subject_id: str) -> None:
         """Destroy in the background; the slot is released only once the worker is reaped, so
         live workers never exceed ``max_concurrent_executions``."""
 
@@ -570,7 +577,7 @@ class Executor:
             except Exception:
                 log.exception("destroying worker %s failed", sandbox.worker_id)
             finally:
-                self.slots.release()
+                self.slots.release(subject_id)
 
         task = asyncio.get_running_loop().create_task(reap())
         self.reaping.add(task)

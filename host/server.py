@@ -58,9 +58,11 @@ class Builder:
         runtime: Runtime | None = None,
         observer: Observer | None = None,
         subject_quota: int = DEFAULT_SUBJECT_QUOTA,
+        reserved_slots: int | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._subject_quota = subject_quota
+        self._reserved_slots = reserved_slots
         self._limits = limits if limits is not None else Limits()
         self._disabled = list(disabled)
         self._runtime = runtime
@@ -95,6 +97,14 @@ class Builder:
             or (self._subject_quota < 0)
         ):
             problems.append("subject_quota: must be a non-negative int (0 = no per-subject quota)")
+        if self._reserved_slots is not None and (
+            isinstance(self._reserved_slots, bool)
+            or not isinstance(self._reserved_slots, int)
+            or not 0 <= self._reserved_slots < _resolved_slots(limits)
+        ):
+            problems.append(
+                "reserved_slots: must be an int from 0 to max_concurrent_executions - 1 (None = derived)"
+            )
         if isinstance(self._disabled, str):
             problems.append("disabled: must be a list of ids")
             self._disabled = []
@@ -115,7 +125,22 @@ class Builder:
             from .runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
-        return Server(enabled, self._authorizer, resolved, runtime, self._observer, self._subject_quota)
+        return Server(
+            enabled,
+            self._authorizer,
+            resolved,
+            runtime,
+            self._observer,
+            self._subject_quota,
+            self._reserved_slots,
+        )
+
+
+def _resolved_slots(limits: Limits) -> int:
+    """``max_concurrent_executions`` of ``limits`` with its default applied."""
+    if isinstance(limits, Limits) and not limits.problems():
+        return int(limits.resolved().max_concurrent_executions)
+    return int(Limits().resolved().max_concurrent_executions)
 
 
 def _entry(c: CompiledCapability) -> SearchEntry:
@@ -139,6 +164,7 @@ class Server:
         runtime: Runtime,
         observer: Observer | None = None,
         subject_quota: int = 0,
+        reserved_slots: int | None = None,
     ) -> None:
         self.limits = limits
         self.runtime = runtime
@@ -148,7 +174,9 @@ class Server:
             max_results=limits.max_search_results,
             max_response_bytes=limits.max_search_response_bytes,
         )
-        self._executor = Executor(self._by_name, authorizer, limits, runtime, observer, subject_quota)
+        self._executor = Executor(
+            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots
+        )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
 

@@ -37,6 +37,12 @@ HTTP_ONLY = frozenset(
         "max_request_body_bytes",
         "allowed_hosts",
         "allowed_origins",
+        "max_open_requests_per_subject",
+        "max_open_requests",
+        "stream_idle_timeout",
+        "max_stream_seconds",
+        "max_connections",
+        "backlog",
         "ready_check_timeout",
         "shutdown_timeout",
     }
@@ -56,7 +62,7 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("allow_all", "rego_policy", "rego_decision"),
     ),
     ("runtime", ("runtime", "pool", "docker_", "kubernetes_")),
-    ("limits", ("max_", "subject_quota")),
+    ("limits", ("max_", "subject_quota", "reserved_slots")),
     ("stdio only", tuple(STDIO_ONLY)),
     ("HTTP only (see docs/service.md)", tuple(HTTP_ONLY)),
 )
