@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import FrameDecoder, encode_frame
+from codemode_worker.protocol import encode_frame
 
 from .. import authz
 from ..capability import Capability
 from ..context import CallContext
+from ..frames import HostFrameDecoder
 from ..observe import Observer
 from ..runtimes.base import Runtime, Sandbox
 from ..server import Builder, Server
@@ -154,7 +155,7 @@ class EchoFloor:
             await self._ready.destroy()
         sandbox = await self.runtime.spawn()
         self._ready = sandbox
-        decoder = FrameDecoder(4096)
+        decoder = HostFrameDecoder(4096)  # the execute pipeline's own reader
         out = []
         for _ in range(self.rounds):
             t0 = time.perf_counter()
