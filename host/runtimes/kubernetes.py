@@ -103,7 +103,7 @@ DeleteOutcome = Literal["deleted", "gone", "failed"]
 def _own_pod() -> tuple[str, str]:
     """("namespace/name", uid) of the pod this host runs in, ("", "") outside Kubernetes.
 
-    From the downward API (``POD_NAMESPACE``, ``POD_NAME``, ``POD_UID``: k8s/deployment.yaml sets
+    From the downward API (``POD_NAMESPACE``, ``POD_NAME``, ``POD_UID``: k8s/base/deployment.yaml sets
     them); inside a pod without them, the service account namespace and the host name.
     """
     name = os.environ.get("POD_NAME", "")
@@ -503,7 +503,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             hint = " (credentials rejected)"
         elif _status(exc) == 403:
             hint = (
-                " (forbidden: check the host's RBAC (k8s/rbac.yaml), the namespace's Pod Security"
+                " (forbidden: check the host's RBAC (k8s/base/rbac.yaml), the namespace's Pod Security"
                 " level and the RuntimeClass)"
             )
         return RuntimeUnavailable(f"kubernetes: {what}: {_api_error_text(exc)}{hint}")
@@ -858,7 +858,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             if "exceeded quota" in text:
                 log.error(
                     "kubernetes: the ResourceQuota of namespace %s refused worker pod %s: %s. Raise the"
-                    " quota (k8s/resourcequota.yaml) or lower max_concurrent_executions + pool or the"
+                    " quota (k8s/base/resourcequota.yaml) or lower max_concurrent_executions + pool or the"
                     " per-worker resources. Clients get 'resource limit exceeded'.",
                     self.namespace,
                     pod_name,

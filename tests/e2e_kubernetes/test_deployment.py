@@ -54,6 +54,9 @@ def test_k8s_applies_cleanly_as_shipped(deployed: None) -> None:
             "serviceaccount",
         ]
     ), out
+    # The gVisor overlay too (adds the cluster-scoped RuntimeClass).
+    gvisor = kubectl("apply", "-k", str(REPO / "k8s" / "overlays" / "gvisor"), "--dry-run=server")
+    assert "runtimeclass.node.k8s.io/gvisor" in gvisor and "deployment.apps/codemode" in gvisor, gvisor
     objects = json.loads(
         kubectl("get", "-n", SERVICE_NS, "deployment,service,configmap,serviceaccount", "-o", "json")
     )

@@ -50,17 +50,17 @@ def one(kind: str, name: str | None = None, namespace: str | None = None) -> dic
 def test_the_expected_manifests_exist() -> None:
     names = {str(f.relative_to(K8S)) for f in FILES}
     assert names >= {
-        "00-namespaces.yaml",
-        "rbac.yaml",
-        "deployment.yaml",
-        "service.yaml",
-        "networkpolicy.yaml",
-        "configmap.yaml",
-        "resourcequota.yaml",
+        "base/00-namespaces.yaml",
+        "base/rbac.yaml",
+        "base/deployment.yaml",
+        "base/service.yaml",
+        "base/networkpolicy.yaml",
+        "base/configmap.yaml",
+        "base/resourcequota.yaml",
         "overlays/gvisor/runtimeclass.yaml",
     }
-    # `kubectl apply -f k8s/` applies files in name order: the namespaces must come first.
-    first = sorted(K8S.glob("*.yaml"))[0]
+    # `kubectl apply -f k8s/base/` applies files in name order: the namespaces must come first.
+    first = sorted(f for f in (K8S / "base").glob("*.yaml") if f.name != "kustomization.yaml")[0]
     assert {d["kind"] for d in docs(first)} == {"Namespace"}
 
 
@@ -81,13 +81,16 @@ def test_strict_validation_rejects_a_misspelt_field() -> None:
         kubernetes_validate.validate(bad, "1.30", strict=True)
 
 
-def test_the_kustomization_lists_every_top_level_manifest() -> None:
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+def test_the_kustomization_lists_every_base_manifest() -> None:
+    assert yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"] == ["base"]
+    base = K8S / "base"
+    kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
     assert sorted(kustomization["resources"]) == sorted(
-        f.name for f in K8S.glob("*.yaml") if f != K8S / "kustomization.yaml"
+        f.name for f in base.glob("*.yaml") if f.name != "kustomization.yaml"
     )
     overlay = yaml.safe_load((K8S / "overlays/gvisor/kustomization.yaml").read_text())
-    assert overlay["resources"] == ["../..", "runtimeclass.yaml"]
+    # Not "../..": kustomize refuses an overlay inside the directory it builds on (a cycle).
+    assert overlay["resources"] == ["../../base", "runtimeclass.yaml"]
     (patch,) = overlay["patches"]
     toml = yaml.safe_load(patch["patch"])[0]["value"]
     base = one("ConfigMap", "codemode-config")["data"]["codemode.toml"]
