@@ -836,9 +836,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
     def _log_unschedulable(self, pod_name: str, detail: str) -> None:
         log.error(
             "kubernetes: no node has room for worker pod %s in namespace %s (%s). Each worker reserves"
-            " cpu %s and memory %s: add nodes, lower the reservation (--kubernetes-cpu-request /"
-            " CODEMODE_KUBERNETES_CPU_REQUEST, --kubernetes-memory / CODEMODE_KUBERNETES_MEMORY) or"
-            " lower max_concurrent_executions + pool. Clients get 'resource limit exceeded'.",
+            " cpu %s and memory %s: add nodes, lower the reservation (the runtime's cpu_request;"
+            " --kubernetes-memory / CODEMODE_KUBERNETES_MEMORY) or lower max_concurrent_executions"
+            " + pool. Clients get 'resource limit exceeded'.",
             pod_name,
             self.namespace,
             detail,

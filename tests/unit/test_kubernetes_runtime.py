@@ -762,7 +762,7 @@ async def test_unschedulable_pod_is_a_resource_limit_with_an_operator_log(
     assert isinstance(info.value, SpawnFailed) and isinstance(info.value, ResourceLimit)
     assert str(info.value) == "resource limit exceeded"
     assert "not scheduled: Unschedulable: 0/3 nodes" in info.value.reason
-    assert "no node has room for worker pod" in caplog.text and "cpu-request" in caplog.text
+    assert "no node has room for worker pod" in caplog.text and "cpu_request" in caplog.text
     assert cluster.api.pods == {}
     await rt.aclose()
 
@@ -1161,7 +1161,7 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     from codemode.config import load_settings
     from codemode.service.app import build_runtime
 
-    config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "configmap.yaml").read_text())
+    config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "base" / "configmap.yaml").read_text())
     for name, text in config_map["data"].items():
         (tmp_path / name).write_text(text)
     settings = load_settings(config_file=str(tmp_path / "codemode.toml"))
