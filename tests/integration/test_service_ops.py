@@ -17,7 +17,7 @@ from codemode.config import ConfigError, load_settings
 from codemode.observe import ExecuteEvent
 from codemode.service import create_app
 
-from .test_service_support import (
+from .support_service import (
     PACK_SPEC,
     ToggleRuntime,
     call,
