@@ -652,6 +652,8 @@ async def test_containers_of_a_sigkilled_host_are_removed_at_restart(docker_api:
     finally:
         proc.kill()  # SIGKILL: no clean-up runs in the host
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
     for cid in cids:
         assert docker_api.inspect_container(cid)["State"]["Running"]
     restarted = DockerRuntime()
