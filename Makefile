@@ -11,11 +11,11 @@ $(BIN)/python:
 	@echo "[make] creating $(VENV) with $(PY)" >&2
 	@$(PY) -m venv $(VENV)
 	@echo "[make] upgrading pip" >&2
-	@$(BIN)/pip install -q --upgrade pip >&2
+	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
 $(STAMP): pyproject.toml host/__init__.py | $(BIN)/python
 	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or host/__init__.py changes)" >&2
-	@$(BIN)/pip install -q -e '.[dev]' >&2
+	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 	@touch $(STAMP)
 	@echo "[make] $(VENV) is ready" >&2
 

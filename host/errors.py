@@ -1,6 +1,7 @@
 """The error classes a client can see (docs/reference/errors.md).
 
-``str(err)`` is always exactly the coarse client-facing text of docs/reference/errors.md. An approved suffix (a binding
+``str(err)`` is always exactly the coarse client-facing text (docs/reference/errors.md). An
+approved suffix (a binding
 diagnostic, a program position, a disclosed ``AgentError`` message) lives in ``err.detail`` and is
 rendered only through :func:`client_text`. Host-only detail goes to logs, never into these objects.
 """

@@ -8,6 +8,8 @@ shape, authorizes every call with the trusted subject, and checks every size its
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -17,13 +19,14 @@ import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
+from codemode_worker.protocol import ProtocolError, encode_frame
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
+from .admission import FairAdmission
 from .authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
 from .capability import CompiledCapability
 from .context import CallContext
@@ -40,6 +43,7 @@ from .errors import (
     ResourceLimit,
     sanitize_disclosure,
 )
+from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
@@ -64,8 +68,11 @@ class WorkerGone(Exception):
     """The worker's output ended before it sent a final frame."""
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODE(value)
 
 
 def _trusted_frame(body: str) -> bytes:
@@ -110,7 +117,8 @@ class _Session:
         self.subject = subject
         self.ctx = ctx
         limits = executor.limits
-        self.decoder = FrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
+        # Bytes capped before buffering, decoded host memory capped before parsing (codemode.frames).
+        self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         self.intermediate = 0
@@ -124,6 +132,8 @@ class _Session:
                 self.pending.extend(self.decoder.feed(data))
             except ProtocolError as exc:
                 raise WorkerMisbehaved(f"protocol error: {exc}") from None
+            except FrameTooCostly:
+                raise ResourceLimit() from None
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:
@@ -262,34 +272,62 @@ class _Session:
         call_args: tuple[Any, ...] = (self.ctx, self.subject)
         if cap.input_type is not None:
             call_args += (typed_args,)
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004
-        ):
-            task: asyncio.Future[Any] = asyncio.ensure_future(handler(*call_args))
-        else:
-            task = asyncio.ensure_future(asyncio.to_thread(handler, *call_args))
+        if self.ex.is_async(cap):
+            # Its own task, always: task-bound constructs inside the handler (asyncio.timeout, anyio
+            # cancel scopes such as an MCP client's read timeout) must stay with the task they were
+            # entered in. Waited without awaiting it directly, so a handler that swallows the
+            # execute's cancellation cannot hold the call past its deadline.
+            task = asyncio.get_running_loop().create_task(handler(*call_args))
+            try:
+                await asyncio.wait((task,))
+            except asyncio.CancelledError:
+                task.cancel()
+                _DETACHED.add(task)
+                task.add_done_callback(_detached_done)
+                raise
+            try:
+                return task.result()
+            except asyncio.CancelledError:
+                raise CapabilityFailure() from None  # the handler raised it itself
+            except Exception as exc:
+                _handler_failed(cap, exc)
+        # A sync handler runs on the loop's default executor, in a copy of the context. Its future
+        # is awaited directly: cancelling the call cancels it (a handler already running in its
+        # thread finishes there, unobserved).
+        call = functools.partial(contextvars.copy_context().run, handler, *call_args)
         try:
-            # Wait without awaiting the handler directly: a handler that swallows cancellation
-            # must not hold the execute call past its deadline.
-            await asyncio.wait({task})
+            return await asyncio.get_running_loop().run_in_executor(None, call)
         except asyncio.CancelledError:
-            task.cancel()
-            task.add_done_callback(_consume)
-            raise
-        try:
-            return task.result()
-        except asyncio.CancelledError:
+            _reraise_if_cancelled()
             raise CapabilityFailure() from None
-        except AgentError as exc:
-            raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
         except Exception as exc:
-            log.warning("handler %s raised %s", cap.id, type(exc).__name__)
-            raise CapabilityFailure() from None
+            _handler_failed(cap, exc)
 
 
-def _consume(task: asyncio.Future[Any]) -> None:
+def _reraise_if_cancelled() -> None:
+    """Re-raise the CancelledError being handled if this task is being cancelled (deadline, client):
+    otherwise the handler raised it itself, which is a failure of the handler."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise
+
+
+def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
+    if isinstance(exc, AgentError):
+        raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+    log.warning("handler %s raised %s", cap.id, type(exc).__name__)
+    raise CapabilityFailure() from None
+
+
+#: Handlers still running after their execute gave up on them (strong references: the event loop
+#: keeps only weak ones).
+_DETACHED: set[asyncio.Task[Any]] = set()
+
+
+def _detached_done(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
     if not task.cancelled():
-        task.exception()
+        task.exception()  # retrieved: the execute that called it has ended
 
 
 class Executor:
@@ -303,6 +341,7 @@ class Executor:
         runtime: Runtime,
         observer: Observer | None = None,
         subject_quota: int = 0,
+        reserved_slots: int | None = None,
     ) -> None:
         self.by_name = dict(capabilities)
         self.subject_quota = subject_quota
@@ -333,8 +372,21 @@ class Executor:
             by_root.setdefault(cap.name.split(".", 1)[0], []).append(_json(entry))
         self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
-        self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
+        # Worker slots, shared fairly between subjects (codemode.admission).
+        self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
+        self._async_handlers: dict[str, bool] = {}
         self.reaping: set[asyncio.Task[None]] = set()
+
+    def is_async(self, cap: CompiledCapability) -> bool:
+        """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
+        known = self._async_handlers.get(cap.name)
+        if known is None:
+            handler = cap.handler
+            known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+                getattr(handler, "__call__", None)  # noqa: B004
+            )
+            self._async_handlers[cap.name] = known
+        return known
 
     def manifest_for(self, source: str) -> str:
         """The manifest JSON for one program: the namespaces whose root names its source mentions
@@ -389,11 +441,11 @@ class Executor:
             session: _Session | None = None
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-                    await self.slots.acquire()
+                    await self.slots.acquire(subject.id)
                     try:
                         sandbox = await self.runtime.spawn()
                     except BaseException:
-                        self.slots.release()
+                        self.slots.release(subject.id)
                         raise
                     worker_id = ctx.worker_id = sandbox.worker_id
                     session = _Session(self, sandbox, subject, ctx)
@@ -401,7 +453,7 @@ class Executor:
             except TimeoutError:
                 raise ExecutionTimeout() from None
             except WorkerGone:
-                info = await self._reap_now(sandbox)
+                info = await self._reap_now(sandbox, subject.id)
                 sandbox = None
                 oom = info.oom_killed
                 if info.resource_killed or info.signal in (signal.SIGXCPU, signal.SIGXFSZ):
@@ -423,7 +475,7 @@ class Executor:
                 if session is not None:
                     calls = session.calls
                 if sandbox is not None:
-                    self._reap_later(sandbox)
+                    self._reap_later(sandbox, subject.id)
             outcome = "ok"
             return value
         except CodeModeError as exc:
@@ -444,14 +496,14 @@ class Executor:
                 )
             )
 
-    async def _reap_now(self, sandbox: Sandbox | None) -> ExitInfo:
+    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
         assert sandbox is not None
         try:
             return await asyncio.shield(sandbox.destroy())
         finally:
-            self.slots.release()
+            self.slots.release(subject_id)
 
-    def _reap_later(self, sandbox: Sandbox) -> None:
+    def _reap_later(self, sandbox: Sandbox, subject_id: str) -> None:
         """Destroy in the background; the slot is released only once the worker is reaped, so
         live workers never exceed ``max_concurrent_executions``."""
 
@@ -463,7 +515,7 @@ class Executor:
             except Exception:
                 log.exception("destroying worker %s failed", sandbox.worker_id)
             finally:
-                self.slots.release()
+                self.slots.release(subject_id)
 
         task = asyncio.get_running_loop().create_task(reap())
         self.reaping.add(task)

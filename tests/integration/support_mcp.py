@@ -145,8 +145,7 @@ def dump(result: BaseModel) -> str:
 
 
 def assert_coarse(text: str) -> None:
-    """``text`` is one of the error texts of docs/reference/errors.md, or one of the three approved suffix
-    forms."""
+    """``text`` is an error text of docs/reference/errors.md, or one of the approved suffix forms."""
     if text in ERROR_TEXTS:
         return
     for prefix in ("invalid program: ", "invalid capability arguments: ", "capability failed: "):

@@ -556,3 +556,44 @@ def test_stdio_server_exits_cleanly_on_eof() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
+
+
+def test_configuration_doc_lists_every_setting_as_the_code_defines_it() -> None:
+    from codemode.cli.flags import settings_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert settings_table() in doc
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--allow-all", "--pack", "no_such_pack_mod:pack"],
+            "--pack / CODEMODE_PACKS: pack 'no_such_pack_mod:pack'",
+        ),
+        (
+            ["--rego-policy", "BAD", "--rego-decision", "data.x.allow"],
+            "--rego-policy / CODEMODE_REGO_POLICY: ",
+        ),
+    ],
+)
+def test_http_build_errors_exit_2_on_one_line(
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("CODEMODE_"):
+            monkeypatch.delenv(key)
+    tokens = tmp_path / "codemode.tokens"
+    tokens.write_text("{}")
+    bad = tmp_path / "bad.rego"
+    bad.write_text("package x\n\nallow if http.send({}).status_code == 200\n")
+    argv = ["serve", "--http", "--token-file", str(tokens), *[str(bad) if a == "BAD" else a for a in extra]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("codemode: " + message), err
+    assert err.count("\n") == 1
