@@ -27,6 +27,9 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
         # and execute returns main()'s value: len("alpha") * 2 + len("beta") * 2.
         "{'total': 18, 'keys': ['alpha', 'beta']}",
     ),
+    # A pack, imported rather than run (`--pack ./examples/notes_pack.py:pack`): running it only shows
+    # that it imports cleanly; tests/unit/test_registry.py loads and exercises it.
+    "notes_pack.py": (),
 }
 
 

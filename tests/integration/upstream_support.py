@@ -103,6 +103,8 @@ def start_http_upstream(port: int, token_file: Path, markers: Path) -> Iterator[
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 OCTOKIT = "@octokit/openapi"
