@@ -22,7 +22,8 @@ from tests.environment import unavailable
 
 from .support_mcp import RECORDS_PACK, child_env, cli_command
 
-pytestmark = pytest.mark.slow
+# The module's first run installs the Inspector from npm (up to 240 s) inside the fixture's time.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PACKAGE = "@modelcontextprotocol/inspector"
 VERSION = os.environ.get("CODEMODE_INSPECTOR_VERSION", "2.12.0")

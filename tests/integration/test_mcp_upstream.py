@@ -379,6 +379,8 @@ async def test_mcp_server_time_from_pypi() -> None:
         await server.aclose()
 
 
+# The first run installs an npm package (up to 300 s) before the test itself.
+@pytest.mark.timeout(600)
 async def test_server_everything_from_npm() -> None:
     command = everything_command()
     pack = upstream_mcp_pack([{"name": "everything", "command": command[0], "args": [*command[1:], "stdio"]}])
