@@ -277,7 +277,7 @@ class _Session:
             # cancel scopes such as an MCP client's read timeout) must stay with the task they were
             # entered in. Waited without awaiting it directly, so a handler that swallows the
             # execute's cancellation cannot hold the call past its deadline.
-            task = asyncio.get_running_loop().create_task(handler(*call_args))
+            task = asyncio.ensure_future(handler(*call_args))
             try:
                 await asyncio.wait((task,))
             except asyncio.CancelledError:
