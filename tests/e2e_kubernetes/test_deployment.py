@@ -18,7 +18,7 @@ import pytest
 
 from codemode.runtimes.kubernetes import KubernetesRuntime
 
-from ..integration.test_service_support import call, mcp_client
+from ..integration.support_service import call, mcp_client
 from .support import (
     KUBECONFIG,
     REPO,
@@ -110,6 +110,8 @@ def port_forward() -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 class PodEvents:

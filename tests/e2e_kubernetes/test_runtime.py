@@ -336,6 +336,8 @@ async def test_orphans_of_a_host_sigkilled_mid_execute_are_removed_by_the_next_h
     finally:
         proc.send_signal(signal.SIGKILL)  # ... when the host dies without any clean-up
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
     assert pod.metadata.name in {p.metadata.name for p in worker_pods()}  # the host died; its pod did not
     rt = runtime()  # the next host: same machine, pid namespace and boot -> the owner is provably dead
     try:
