@@ -1,13 +1,15 @@
-"""The error classes of SPEC §10.
+"""The error classes a client may see (docs/reference/errors.md).
 
-``str(err)`` is always exactly the coarse client-facing text of SPEC §7. An approved suffix (a binding
-diagnostic, a program position, a disclosed ``AgentError`` message) lives in ``err.detail`` and is
-rendered only through :func:`client_text`. Host-only detail goes to logs, never into these objects.
+``str(err)`` is always exactly the coarse client-facing text. An approved suffix (a binding
+diagnostic, a program position, a disclosed ``AgentError`` message, the kind of an exceeded limit)
+lives in ``err.detail`` and is rendered only through :func:`client_text`. Host-only detail goes to
+logs, never into these objects.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "LIMIT_KINDS",
     "AgentError",
     "CapabilityFailure",
     "CodeModeError",
@@ -80,12 +82,41 @@ class PolicyFailure(CodeModeError):
     text = "authorization policy failure"
 
 
+#: The limits a client may learn were exceeded (``resource limit exceeded: <kind>``). Fixed: no
+#: numbers and no host detail, only which budget ran out.
+LIMIT_KINDS: tuple[str, ...] = (
+    "time",
+    "steps",
+    "memory",
+    "native calls",
+    "value size",
+    "intermediate bytes",
+    "source size",
+    "query",
+    "concurrency",
+    "quota",
+)
+
+
 class ResourceLimit(CodeModeError):
+    """A budget ran out; ``kind`` (one of :data:`LIMIT_KINDS`, or None when unknown) names it and
+    is the approved suffix of the client text."""
+
     text = "resource limit exceeded"
+
+    def __init__(self, kind: str | None = None) -> None:
+        if kind is not None and kind not in LIMIT_KINDS:
+            raise ValueError(f"unknown resource limit kind {kind!r}")
+        super().__init__(kind)
+        self.kind = kind
 
 
 class ExecutionTimeout(ResourceLimit, TimeoutError):
-    """The execution deadline passed: a ``ResourceLimit`` that is also a ``TimeoutError``."""
+    """The execution deadline passed: a ``ResourceLimit`` (kind ``time``) that is also a
+    ``TimeoutError``."""
+
+    def __init__(self, kind: str | None = "time") -> None:
+        super().__init__(kind)
 
     def __str__(self) -> str:
         return ResourceLimit.text
@@ -122,6 +153,8 @@ def client_text(err: CodeModeError) -> str:
     """The exact text a client may see: the coarse text, plus the approved suffix if any."""
     if isinstance(err, InvalidRegistration):
         return Internal.text
+    if isinstance(err, ResourceLimit):
+        return f"{err.text}: {err.kind}" if err.kind in LIMIT_KINDS else err.text
     if err.detail and isinstance(err, InvalidProgram | InvalidArguments | CapabilityFailure):
         return f"{err.text}: {err.detail}"
     return err.text
