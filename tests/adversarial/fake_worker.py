@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import time
@@ -96,6 +97,14 @@ def main() -> None:
         send({"k": "final_error", "error": "invalid_program", "message": "\x1b[31m" + "A" * 5000})
     elif mode == "unknown_error":
         send({"k": "final_error", "error": "root_shell", "message": ""})
+    elif mode == "say":  # argv: say ERROR MESSAGE
+        send({"k": "final_error", "error": sys.argv[2], "message": sys.argv[3]})
+    elif mode == "abort_alloc":  # pretends to be the interpreter's allocation failure
+        sys.stderr.write("memory allocation of 4294967296 bytes failed\n")
+        sys.stderr.flush()
+        os.abort()
+    elif mode == "abort_plain":
+        os.abort()
     elif mode == "silent_exit":
         return
     elif mode == "hang":
