@@ -99,16 +99,16 @@ LIMIT_KINDS: tuple[str, ...] = (
 
 
 class ResourceLimit(CodeModeError):
-    """A budget ran out; ``kind`` (one of :data:`LIMIT_KINDS`, or None when unknown) names it and
-    is the approved suffix of the client text."""
+    """A budget ran out; ``kind`` names it and is the approved suffix of the client text. Only a
+    kind of :data:`LIMIT_KINDS` is kept: anything else (a number, host detail) is dropped, and the
+    client sees the bare ``resource limit exceeded``."""
 
     text = "resource limit exceeded"
 
     def __init__(self, kind: str | None = None) -> None:
-        if kind is not None and kind not in LIMIT_KINDS:
-            raise ValueError(f"unknown resource limit kind {kind!r}")
-        super().__init__(kind)
-        self.kind = kind
+        known = kind if kind in LIMIT_KINDS else None
+        super().__init__(known)
+        self.kind = known
 
 
 class ExecutionTimeout(ResourceLimit, TimeoutError):

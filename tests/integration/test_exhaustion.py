@@ -11,11 +11,16 @@ from codemode.errors import client_text
 from .helpers import ALICE, make_server
 
 DOUBLE = "def main():\n    s = 'x'\n    for i in range(40):\n        s = s + s\n    return len(s)\n"
+A50 = "a" * 50
 REPLACE = (
-    "def main():\n    s = 'a' * 1000000\n    t = s.replace('a', '%s')\n    return len(t.replace('a', '%s'))\n"
-    % ("a" * 50, "a" * 50)
+    f"def main():\n    s = 'a' * 1000000\n    t = s.replace('a', '{A50}')\n"
+    f"    return len(t.replace('a', '{A50}'))\n"
 )
-FORMAT = "def main():\n    s = '{}' * 1000000\n    t = s.format(*(['x' * 100] * 1000000))\n    return len(t * 50)\n"
+SHIFT = "the << operator is not supported (its results wrap around); multiply instead"
+FORMAT = (
+    "def main():\n    s = '{}' * 1000000\n    t = s.format(*(['x' * 100] * 1000000))\n"
+    "    return len(t * 50)\n"
+)
 JOIN = "def main():\n    s = 'y' * 10000000\n    return len(s.join(['x'] * 1000))\n"
 BIG_INT = "def main():\n    x = 1\n    for i in range(1000):\n        x = x * 1000000\n    return x\n"
 
@@ -39,12 +44,11 @@ BIG_INT = "def main():\n    x = 1\n    for i in range(1000):\n        x = x * 10
         # `<<` wraps around inside the interpreter (1 << 31 is negative, so 'x' * (1 << 31) is "").
         (
             "def main():\n    return 'x' * (1 << 31)\n",
-            "invalid program: <codemode>:2:21: the << operator is not supported (its results wrap around); "
-            "multiply instead",
+            f"invalid program: <codemode>:2:21: {SHIFT}",
         ),
         (
             "def main():\n    return 1 << 100000\n",
-            "invalid program: <codemode>:2:14: the << operator is not supported (its results wrap around); multiply instead",
+            f"invalid program: <codemode>:2:14: {SHIFT}",
         ),
         # A repeat count past 32 bits is an error of the interpreter, not a wrapped value.
         (
