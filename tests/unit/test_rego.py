@@ -875,7 +875,7 @@ async def test_dropped_authorizer_stops_its_threads() -> None:
 
 def test_from_files_reads_modules_and_names_problems(tmp_path: Path) -> None:
     good = tmp_path / "policy.rego"
-    good.write_text('package app\n\ndefault allow := false\n\nallow if input.subject.id == "alice"\n')
+    good.write_text("package app\n\ndefault allow := false\n\nallow if input.subject.id == \"alice\"\n")
     authorizer = from_files("data.app.allow", [good])
     assert isinstance(authorizer, RegoAuthorizer)
     with pytest.raises(InvalidPolicy, match=r"cannot read Rego policy '.*missing\.rego'"):
