@@ -8,6 +8,7 @@ import struct
 import sys
 import time
 
+from codemode_worker.privileges import drop_privileges
 from codemode_worker.protocol import encode_frame
 
 out = sys.stdout.buffer
@@ -39,6 +40,7 @@ def nested(depth: int) -> object:
 
 def main() -> None:
     mode = sys.argv[1]
+    drop_privileges()  # as the real worker does when the host runs as root
     assert read_frame()["k"] == "probe"
     send({"k": "probe_ack", "v": 1})
     read_frame()  # exec
