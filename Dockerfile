@@ -28,7 +28,7 @@
 # (token hash file or JWKS, packs, authorizer, runtime, pool, limits, quota). The worker image named
 # by docker_image must be present on the engine; /readyz fails until it is.
 #
-# Ports: 8000 (MCP at /mcp, /healthz, /readyz, /metrics unless metrics_port moves it, e.g. 9090).
+# Ports: 8000 (MCP at /mcp, /healthz, /readyz); /metrics only on metrics_port (9464, loopback unless metrics_host).
 
 ARG BASE_IMAGE=python:3.11-slim
 

@@ -1,24 +1,38 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Reinstall only when the project metadata changes: the stamp is newer than pyproject.toml otherwise.
+STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint typecheck bench clean
+.PHONY: venv run test lint format typecheck bench clean
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	@echo "[make] creating $(VENV) with $(PY)" >&2
+	@$(PY) -m venv $(VENV)
+	@echo "[make] upgrading pip" >&2
+	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
-venv: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "[make] installing codemode and its dev tools into $(VENV) (once per pyproject.toml change)" >&2
+	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
+	@touch $(STAMP)
+	@echo "[make] $(VENV) is ready" >&2
 
-# stdout is the MCP stream: install quietly with every message on stderr, echo no command.
+venv: $(STAMP)
+
+# stdout is the MCP stream: every install message goes to stderr and make echoes no command.
 run:
 	@$(MAKE) --no-print-directory -s venv >&2
 	@exec $(BIN)/codemode serve --stdio --allow-all --pack codemode.capabilities.records:pack
 
 lint: venv
-	$(BIN)/ruff check host worker_image capabilities tests
+	$(BIN)/ruff check host worker_image capabilities tests examples
+	$(BIN)/ruff format --check host worker_image capabilities tests examples
 	MYPY=$(BIN)/mypy scripts/typecheck.sh
+
+format: venv
+	$(BIN)/ruff format host worker_image capabilities tests examples
+	$(BIN)/ruff check --fix host worker_image capabilities tests examples
 
 test: venv lint
 	$(BIN)/python -m pytest -q tests

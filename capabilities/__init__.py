@@ -5,4 +5,11 @@ Each module exposes a ``pack`` object usable as ``--pack codemode.capabilities.<
 
 - ``records``: a SQLite-backed records store (create, get, search, update, delete), each record owned
   by the subject that created it.
+- ``mcp_upstream``: tools of upstream MCP servers (stdio or streamable HTTP) as typed capabilities
+  (``upstream_mcp_pack(configs)``).
+- ``openapi``: operations of OpenAPI 3.x documents as typed capabilities (``openapi_pack(configs)``).
+- ``upstreams``: both, from one TOML file of ``[[upstream_mcp]]`` / ``[[openapi]]`` tables
+  (``--pack codemode.capabilities.upstreams:pack --pack-option CODEMODE_UPSTREAMS_FILE=PATH``).
+
+See ``docs/packs.md``.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import authz
+from .authz import Subject, allow_all
 from .capability import Capability
 from .context import CallContext
 from .errors import (
@@ -27,6 +28,7 @@ from .errors import (
     Unauthenticated,
 )
 from .limits import Limits
+from .registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
 from .runtimes.pool import WarmPool
 from .runtimes.process import ProcessRuntime
@@ -45,6 +47,7 @@ __all__ = [
     "CallContext",
     "Capability",
     "CapabilityFailure",
+    "CapabilityPack",
     "CodeModeError",
     "Description",
     "DockerRuntime",
@@ -64,9 +67,13 @@ __all__ = [
     "Sandbox",
     "SearchResponse",
     "Server",
+    "Subject",
     "Unauthenticated",
     "WarmPool",
+    "allow_all",
     "authz",
+    "capability",
+    "capability_of",
 ]
 
 

@@ -23,7 +23,14 @@ from .runtimes.base import Runtime
 from .runtimes.pool import WarmPool
 from .server import Builder, Server
 
-__all__ = ["build_authorizer", "build_runtime", "build_server", "load_capabilities", "with_pool"]
+__all__ = [
+    "build_authorizer",
+    "build_runtime",
+    "build_server",
+    "load_capabilities",
+    "upstream_packs",
+    "with_pool",
+]
 
 log = logging.getLogger("codemode.bootstrap")
 
@@ -47,45 +54,38 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
         raise ConfigError(f"{names('rego_policy')}: cannot read the policy: {exc}") from None
 
 
-def _docker_runtime(settings: Settings) -> Runtime:
-    pairs: list[tuple[str, Any]] = [
-        ("image", settings.docker_image),
-        ("base_url", settings.docker_base_url),
-        ("memory_bytes", settings.docker_memory_bytes),
-        ("cpus", settings.docker_cpus),
-        ("pids_limit", settings.docker_pids),
-        ("runtime", settings.docker_oci_runtime),
-    ]
-    kwargs = {key: value for key, value in pairs if value is not None}
-    try:
-        from .runtimes.docker import DockerRuntime
-    except ImportError as exc:
-        raise ConfigError(f"{names('runtime')}: the docker runtime is not installed: {exc}") from None
-    try:
-        return DockerRuntime(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--docker-* / CODEMODE_DOCKER_*: {exc}") from None
+def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
+    """Constructor arguments of the chosen container runtime: each ``<runtime>_<name>`` setting that
+    is set, under the runtime's own parameter name."""
+    renames = {
+        "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
+        "kubernetes": {},
+    }[settings.runtime]
+    prefix = settings.runtime + "_"
+    out: dict[str, Any] = {}
+    for field in type(settings).model_fields:
+        value = getattr(settings, field)
+        if field.startswith(prefix) and value is not None:
+            name = field.removeprefix(prefix)
+            out[renames.get(name, name)] = value
+    if settings.runtime == "docker" and "memory_bytes" in out:
+        out["memory_bytes"] = settings.docker_memory_bytes
+    return out
 
 
-def _kubernetes_runtime(settings: Settings) -> Runtime:
-    pairs: list[tuple[str, Any]] = [
-        ("namespace", settings.kubernetes_namespace),
-        ("image", settings.kubernetes_image),
-        ("memory", settings.kubernetes_memory),
-        ("cpu", settings.kubernetes_cpu),
-        ("runtime_class", settings.kubernetes_runtime_class),
-        ("kubeconfig", settings.kubernetes_kubeconfig),
-        ("context", settings.kubernetes_context),
-    ]
-    kwargs = {key: value for key, value in pairs if value is not None}
+def _container_runtime(settings: Settings) -> Runtime:
+    kind = settings.runtime
     try:
-        from .runtimes.kubernetes import KubernetesRuntime
+        if kind == "docker":
+            from .runtimes.docker import DockerRuntime as cls
+        else:
+            from .runtimes.kubernetes import KubernetesRuntime as cls  # type: ignore[assignment]
     except ImportError as exc:
-        raise ConfigError(f"{names('runtime')}: the kubernetes runtime is not installed: {exc}") from None
+        raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
-        return KubernetesRuntime(**kwargs)
+        return cls(**_runtime_kwargs(settings))
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--kubernetes-* / CODEMODE_KUBERNETES_*: {exc}") from None
+        raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -94,9 +94,7 @@ def build_runtime(settings: Settings) -> Runtime:
         from .runtimes.process import ProcessRuntime
 
         return ProcessRuntime()
-    if settings.runtime == "docker":
-        return _docker_runtime(settings)
-    return _kubernetes_runtime(settings)
+    return _container_runtime(settings)
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
@@ -104,18 +102,35 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
     return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
 
 
-def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
-    """The capabilities of every configured pack."""
-    pack_settings = PackSettings(
-        environ=dict(os.environ if environ is None else environ), options=settings.pack_option_map
+def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> PackSettings:
+    return PackSettings(
+        environ=dict(os.environ if environ is None else environ),
+        options=settings.pack_option_map,
+        data_dir=settings.pack_data_dir,
     )
+
+
+def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
+    """The capabilities of every ``--pack`` (upstream tables: :func:`upstream_packs`)."""
     try:
-        caps = load_packs(settings.packs, pack_settings)
+        caps = load_packs(settings.packs, _pack_settings(settings, environ))
     except PackError as exc:
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
-    if not settings.packs:
+    if not settings.packs and not settings.upstream_mcp and not settings.openapi:
         log.warning("no capability packs configured (--pack / CODEMODE_PACKS): the catalog is empty")
     return caps
+
+
+def upstream_packs(settings: Settings) -> list[Any]:
+    """The packs of the ``[[upstream_mcp]]`` and ``[[openapi]]`` tables (none when there are none)."""
+    if not settings.upstream_mcp and not settings.openapi:
+        return []
+    from .capabilities.upstreams import upstream_packs as build
+
+    try:
+        return list(build(settings.upstream_mcp, settings.openapi))
+    except PackError as exc:
+        raise ConfigError(f"--config / CODEMODE_CONFIG: {_one_line(str(exc))}") from None
 
 
 def build_server(
@@ -133,6 +148,12 @@ def build_server(
     """
     auth = authorizer if authorizer is not None else build_authorizer(settings)
     caps = capabilities if capabilities is not None else load_capabilities(settings)
+    upstreams = upstream_packs(settings) if capabilities is None else []
+    for pack in upstreams:
+        try:
+            caps = [*caps, *pack.capabilities(_pack_settings(settings, None))]
+        except PackError as exc:
+            raise ConfigError(f"--config / CODEMODE_CONFIG: {_one_line(str(exc))}") from None
     base = runtime if runtime is not None else build_runtime(settings)
     builder = Builder(
         authorizer=auth,
@@ -141,13 +162,17 @@ def build_server(
         runtime=with_pool(base, settings),
         observer=observer,
         subject_quota=settings.subject_quota,
+        reserved_slots=settings.effective_reserved_slots,
     )
     builder.register(*caps)
     try:
-        return builder.build()
+        server = builder.build()
     except InvalidRegistration as exc:
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
+    for pack in upstreams:
+        server.attach(pack)
+    return server
 
 
 def _one_line(text: str) -> str:
-    return "; ".join(part.strip(" -") for part in text.splitlines() if part.strip(" -"))
+    return "; ".join(part.strip(" -").removesuffix(":") for part in text.splitlines() if part.strip(" -"))

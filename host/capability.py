@@ -1,17 +1,18 @@
-"""Capabilities and their build-time validation (SPEC §3)."""
+"""Capabilities and their build-time validation (docs/reference/capabilities.md)."""
 
 from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from codemode_worker.protocol import RESERVED_ROOTS as SURFACE_ROOTS
 from codemode_worker.protocol import STARLARK_KEYWORDS
+from codemode_worker.shapes import validate_shape
 
-from .types import TypeProblem, handler_types, signature
+from .types import HandlerTypes, PlainRecord, TypeProblem, handler_types, signature
 
 __all__ = ["MAX_CAPABILITIES", "RESERVED_ROOTS", "Capability", "CompiledCapability", "validate_catalog"]
 
@@ -53,7 +54,14 @@ Handler = Callable[..., Any | Awaitable[Any]]
 
 @dataclass
 class Capability:
-    """One host operation as registered by the application."""
+    """One host operation as registered by the application.
+
+    Types come from the handler's annotations (``(ctx, subject, args: In) -> Out`` with dataclasses)
+    unless ``input_shape`` and ``output_shape`` are both given: then they are record shapes (see
+    ``codemode_worker.shapes``, e.g. compiled from JSON Schema by ``codemode.jsonschema``), the
+    handler is ``(ctx, subject, args: dict[str, Any]) -> Mapping[str, Any]`` receiving the bound
+    canonical map, and its result is checked against ``output_shape`` (undeclared keys dropped).
+    """
 
     name: str
     summary: str
@@ -61,6 +69,8 @@ class Capability:
     id: str | None = None
     description: str | None = None
     search_terms: Sequence[str] = field(default_factory=list)
+    input_shape: Mapping[str, Any] | None = None
+    output_shape: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,58 @@ def _terms_problems(terms: object) -> list[str]:
     return out
 
 
+def _declared_shapes(cap: Capability) -> tuple[HandlerTypes | None, list[str]]:
+    """Shapes given directly: both must be well-formed record shapes (JSON-copied, so later
+    changes to the caller's objects cannot reach the compiled capability)."""
+    import json
+
+    out: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for label, shape in (("input_shape", cap.input_shape), ("output_shape", cap.output_shape)):
+        if shape is None:
+            problems.append(f"{label}: required when the other shape is given")
+            continue
+        try:
+            copied = json.loads(json.dumps(shape))
+            validate_shape(copied)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{label}: {exc}")
+            continue
+        if copied["t"] != "record":
+            problems.append(f"{label}: must be a record shape")
+            continue
+        out.append(copied)
+    if problems:
+        return None, problems
+    return (out[0], out[1], dict, dict), []
+
+
+def _plain_result_handler(handler: Handler) -> Handler:
+    """Wrap a shape-declared handler so its mapping result is checked as a plain record."""
+    import functools
+    import inspect
+
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004
+    ):
+
+        @functools.wraps(handler)
+        async def run_async(*args: Any) -> Any:
+            return _as_plain(await handler(*args))
+
+        return run_async
+
+    @functools.wraps(handler)
+    def run_sync(*args: Any) -> Any:
+        return _as_plain(handler(*args))
+
+    return run_sync
+
+
+def _as_plain(result: Any) -> Any:
+    return PlainRecord(result) if isinstance(result, Mapping) else result
+
+
 def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]:
     problems = _name_problems(cap.name)
     cap_id = cap.id if cap.id is not None else cap.name
@@ -144,6 +206,9 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
     shapes = None
     if not callable(cap.handler):
         problems.append("handler must be callable")
+    elif cap.input_shape is not None or cap.output_shape is not None:
+        shapes, shape_problems = _declared_shapes(cap)
+        problems += shape_problems
     else:
         try:
             shapes = handler_types(cap.handler)
@@ -152,6 +217,7 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
     if problems or shapes is None:
         return None, problems
     in_shape, out_shape, in_tp, out_tp = shapes
+    handler = cap.handler if in_tp is not dict else _plain_result_handler(cap.handler)
     return (
         CompiledCapability(
             id=cap_id,
@@ -159,7 +225,7 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
             summary=cap.summary,
             description=cap.description if cap.description is not None else cap.summary,
             search_terms=tuple(cap.search_terms),
-            handler=cap.handler,
+            handler=handler,
             input_shape=in_shape,
             output_shape=out_shape,
             input_type=in_tp,

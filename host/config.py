@@ -36,6 +36,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .admission import default_reserve
 from .limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "LIMIT_FIELDS",
     "ConfigError",
     "Settings",
+    "default_data_dir",
     "default_token_file",
     "env_var",
     "flag",
@@ -97,6 +99,14 @@ def default_token_file() -> Path:
     return root / "codemode" / "codemode.tokens"
 
 
+def default_data_dir() -> Path:
+    """Where ``serve --http`` lets packs keep state when ``data_dir`` is not given:
+    ``$XDG_DATA_HOME/codemode`` (``~/.local/share/codemode``)."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".local" / "share"
+    return root / "codemode"
+
+
 def _split_list(value: Any) -> Any:
     """Environment lists: JSON arrays or comma-separated strings."""
     if isinstance(value, str):
@@ -135,27 +145,28 @@ class Settings(BaseSettings):
     transport: Literal["stdio", "http"] | None = Field(
         None, description="how MCP is served: stdio (one local client) or http (the service)"
     )
-    subject: str | None = Field(
-        None, description="subject id of the single stdio client"
-    )
+    subject: str | None = Field(None, description="subject id of the single stdio client")
     log_level: str = Field("info", description="host log level on stderr")
 
     # ---------------------------------------------------------------------------- listening (http)
     host: str = Field("127.0.0.1", description="listen address")
     port: int = Field(8000, ge=0, le=65535, description="listen port")
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="serve /metrics only on this port (not on --port)"
+    metrics_port: int = Field(
+        9464,
+        ge=0,
+        le=65535,
+        description="port of the separate /metrics server (0 = any free port); never the --port server",
     )
-    metrics_host: str | None = Field(None, description="interface of the metrics port (default: --host)")
+    metrics_host: str | None = Field(
+        None, description="interface of the metrics port (default 127.0.0.1, not --host)"
+    )
     audit_log: str = Field(
         "stderr", description="where audit JSON lines go: stderr, stdout, a file path, or none"
     )
 
     # ---------------------------------------------------------------------------- authentication (http)
     auth_mode: Literal["token_file", "jwt"] = Field("token_file", description="bearer token file or JWT")
-    token_file: Path | None = Field(
-        None, description="bearer-token hash file (codemode token new)"
-    )
+    token_file: Path | None = Field(None, description="bearer-token hash file (codemode token new)")
     jwks_file: Path | None = Field(None, description="JWKS file (auth_mode jwt)")
     jwks_url: str | None = Field(None, description="JWKS URL, https or loopback http (auth_mode jwt)")
     jwt_issuer: str | None = Field(None, description="required JWT issuer (auth_mode jwt)")
@@ -172,9 +183,23 @@ class Settings(BaseSettings):
     )
     pack_options: StrList = Field(default_factory=list, description="KEY=VALUE options handed to packs")
     disable: StrList = Field(default_factory=list, description="capability ids removed at build time")
+    data_dir: Path | None = Field(
+        None,
+        description=(
+            "directory where packs keep state on disk (serve --http default: "
+            "$XDG_DATA_HOME/codemode, i.e. ~/.local/share/codemode; serve --stdio: in memory)"
+        ),
+    )
     allow_all: bool = Field(False, description="allow every call of every subject (explicit)")
     rego_policy: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Rego v1 module files for the in-process Rego authorizer"
+    )
+    upstream_mcp: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="upstream MCP servers as [[upstream_mcp]] TOML tables (docs/packs.md)",
+    )
+    openapi: list[dict[str, Any]] = Field(
+        default_factory=list, description="OpenAPI documents as [[openapi]] TOML tables (docs/packs.md)"
     )
     rego_decision: str | None = Field(None, description="ground decision reference, e.g. data.codemode.allow")
 
@@ -219,7 +244,20 @@ class Settings(BaseSettings):
     max_search_response_bytes: int = _limit("max_search_response_bytes")
     max_callstack: int = _limit("max_callstack")
     subject_quota: int = Field(
-        DEFAULT_SUBJECT_QUOTA, ge=0, description="concurrent executes per subject (0 = no quota)"
+        DEFAULT_SUBJECT_QUOTA,
+        ge=0,
+        description=(
+            "concurrent executes per subject (0 = no quota; when not given: "
+            f"{DEFAULT_SUBJECT_QUOTA}, at most max_concurrent_executions - reserved_slots)"
+        ),
+    )
+    reserved_slots: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "worker slots kept for subjects with nothing in flight "
+            "(default: a quarter of max_concurrent_executions, at least 1)"
+        ),
     )
 
     # ---------------------------------------------------------------------------- MCP transport (http)
@@ -230,6 +268,21 @@ class Settings(BaseSettings):
         default_factory=list, description="Host header allow-list (host:port or host:*); empty = off"
     )
     allowed_origins: StrList = Field(default_factory=list, description="Origin allow-list; empty = off")
+    max_open_requests_per_subject: int = Field(
+        16, gt=0, description="open /mcp requests (and event streams) of one subject; more get 429"
+    )
+    max_open_requests: int = Field(256, gt=0, description="open /mcp requests of all subjects; more get 429")
+    stream_idle_timeout: float = Field(
+        60.0, gt=0, description="seconds an /mcp event stream may send nothing before the host ends it"
+    )
+    max_stream_seconds: float = Field(3600.0, gt=0, description="seconds an /mcp event stream may stay open")
+    max_connections: int | None = Field(
+        None,
+        gt=0,
+        description="open HTTP connections and requests the server accepts; more get 503 "
+        "(default: half the file-descriptor limit, at most 1000)",
+    )
+    backlog: int = Field(128, gt=0, description="listen backlog of the main port")
 
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
@@ -320,8 +373,20 @@ class Settings(BaseSettings):
             out[key.strip()] = value
         return out
 
+    @property
+    def effective_reserved_slots(self) -> int:
+        """``reserved_slots``, or the reserve derived from ``max_concurrent_executions``."""
+        if self.reserved_slots is not None:
+            return self.reserved_slots
+        return default_reserve(self.max_concurrent_executions)
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        slots = self.max_concurrent_executions
+        if "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
+            # Not configured: the default quota, lowered so that one subject can reach it.
+            usable = slots - self.effective_reserved_slots
+            self.__dict__["subject_quota"] = max(1, min(DEFAULT_SUBJECT_QUOTA, usable))
         problems = self.problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -346,13 +411,34 @@ class Settings(BaseSettings):
             problem = _unreadable(Path(path))
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
-        if self.transport == "stdio" and self.runtime == "process":
-            docker = [
-                f for f in type(self).model_fields if f.startswith("docker_") and getattr(self, f) is not None
+        out += self._slot_problems()
+        for prefix in ("docker", "kubernetes"):
+            given = [
+                f
+                for f in type(self).model_fields
+                if f.startswith(prefix + "_") and getattr(self, f) is not None
             ]
-            if docker:
-                out.append(f"{names(docker[0])} needs {names('runtime')} docker")
+            if given and self.runtime != prefix:
+                out.append(f"{names(given[0])} needs {names('runtime')} {prefix}")
         return out
+
+    def _slot_problems(self) -> list[str]:
+        """Quota and slots are configured together (docs/service.md, "Fair slots")."""
+        slots, reserve = self.max_concurrent_executions, self.effective_reserved_slots
+        quota = self.subject_quota
+        if reserve >= slots:
+            return [
+                f"{names('reserved_slots')}: {reserve} reserved of {slots} slots "
+                f"({names('max_concurrent_executions')}): must be fewer than the slots"
+            ]
+        if quota > slots - reserve:
+            return [
+                f"{names('subject_quota')}: {quota} is more than one subject can ever hold: "
+                f"{slots} slots ({names('max_concurrent_executions')}) minus {reserve} reserved for "
+                f"subjects with nothing in flight ({names('reserved_slots')}) leaves {slots - reserve}; "
+                "lower the quota, raise the slots or lower the reserve"
+            ]
+        return []
 
     def http_problems(self) -> list[str]:
         """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening."""
@@ -374,9 +460,22 @@ class Settings(BaseSettings):
                 out.append(f"auth_mode jwt needs {names('jwt_audience')}")
             if self.jwks_url is not None and not _safe_jwks_url(self.jwks_url):
                 out.append(f"{names('jwks_url')}: must be https (plain http only for a loopback host)")
-        if self.metrics_port is not None and self.metrics_port != 0 and self.metrics_port == self.port:
+        if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
         return out
+
+    @property
+    def pack_data_dir(self) -> Path | None:
+        """The data directory handed to packs: ``data_dir``, else :func:`default_data_dir` for the HTTP
+        service, else None (state in memory)."""
+        if self.data_dir is not None:
+            return self.data_dir
+        return default_data_dir() if self.transport == "http" else None
+
+    @property
+    def metrics_host_address(self) -> str:
+        """Where the metrics server listens: ``metrics_host``, else loopback (tenants reach ``host``)."""
+        return self.metrics_host or "127.0.0.1"
 
     @property
     def token_file_path(self) -> Path:
@@ -414,7 +513,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-_PATH_KEYS = ("token_file", "jwks_file", "audit_log")
+_PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir")
 
 
 class _TomlSource(TomlConfigSettingsSource):

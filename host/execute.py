@@ -8,21 +8,24 @@ shape, authorizes every call with the trusted subject, and checks every size its
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import json
 import logging
 import re
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
+from codemode_worker.protocol import ProtocolError, encode_frame
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
+from .admission import FairAdmission
 from .authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
 from .capability import CompiledCapability
 from .context import CallContext
@@ -39,6 +42,7 @@ from .errors import (
     ResourceLimit,
     sanitize_disclosure,
 )
+from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
@@ -64,8 +68,11 @@ class WorkerGone(Exception):
     """The worker's output ended before it sent a final frame."""
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODE(value)
 
 
 def _trusted_frame(body: str) -> bytes:
@@ -98,7 +105,8 @@ class _Session:
         self.subject = subject
         self.ctx = ctx
         limits = executor.limits
-        self.decoder = FrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
+        # Bytes capped before buffering, decoded host memory capped before parsing (codemode.frames).
+        self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         self.intermediate = 0
@@ -112,6 +120,8 @@ class _Session:
                 self.pending.extend(self.decoder.feed(data))
             except ProtocolError as exc:
                 raise WorkerMisbehaved(f"protocol error: {exc}") from None
+            except FrameTooCostly:
+                raise ResourceLimit("value size") from None
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:
@@ -257,34 +267,124 @@ class _Session:
         call_args: tuple[Any, ...] = (self.ctx, self.subject)
         if cap.input_type is not None:
             call_args += (typed_args,)
-        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004
-        ):
-            task: asyncio.Future[Any] = asyncio.ensure_future(handler(*call_args))
-        else:
-            task = asyncio.ensure_future(asyncio.to_thread(handler, *call_args))
+        if self.ex.is_async(cap):
+            # Driven in this task, in a copy of the context (as a task of its own would be): a
+            # handler that finishes without suspending (most do) costs no task and no loop
+            # iteration. A handler that swallows the execute's cancellation is left to finish on
+            # its own (see _Driven), so it cannot hold the execute call past its deadline.
+            context = contextvars.copy_context()
+            coro: Coroutine[Any, Any, Any] = handler(*call_args)  # type: ignore[assignment]
+            try:
+                try:
+                    pending = context.run(coro.send, None)
+                except StopIteration as stop:
+                    return stop.value
+                return await _Driven(coro, pending, context)
+            except asyncio.CancelledError:
+                _reraise_if_cancelled()
+                raise CapabilityFailure() from None  # the handler raised it itself
+            except Exception as exc:
+                _handler_failed(cap, exc)
+        # A sync handler runs on the loop's default executor, in a copy of the context. Its future
+        # is awaited directly: cancelling the call cancels it (a handler already running in its
+        # thread finishes there, unobserved).
+        call = functools.partial(contextvars.copy_context().run, handler, *call_args)
         try:
-            # Wait without awaiting the handler directly: a handler that swallows cancellation
-            # must not hold the execute call past its deadline.
-            await asyncio.wait({task})
+            return await asyncio.get_running_loop().run_in_executor(None, call)
         except asyncio.CancelledError:
-            task.cancel()
-            task.add_done_callback(_consume)
-            raise
-        try:
-            return task.result()
-        except asyncio.CancelledError:
+            _reraise_if_cancelled()
             raise CapabilityFailure() from None
-        except AgentError as exc:
-            raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
         except Exception as exc:
-            log.warning("handler %s raised %s", cap.id, type(exc).__name__)
-            raise CapabilityFailure() from None
+            _handler_failed(cap, exc)
 
 
-def _consume(task: asyncio.Future[Any]) -> None:
+def _reraise_if_cancelled() -> None:
+    """Re-raise the CancelledError being handled if this task is being cancelled (deadline, client):
+    otherwise the handler raised it itself, which is a failure of the handler."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise
+
+
+def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
+    if isinstance(exc, AgentError):
+        raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+    log.warning("handler %s raised %s", cap.id, type(exc).__name__)
+    raise CapabilityFailure() from None
+
+
+#: Handlers that swallowed an execute's cancellation, finishing on their own (strong references:
+#: the event loop keeps only weak ones).
+_DETACHED: set[asyncio.Task[Any]] = set()
+
+
+class _Driven:
+    """Awaitable that drives a handler coroutine whose first step already ran and yielded
+    ``pending``, inside the awaiting task: the coroutine's yields go to the task, the task's
+    resumptions (values, exceptions, cancellation) go back to the coroutine, every step in the
+    handler's own context.
+
+    A cancellation of the task always goes on at once, whatever the handler does with it: if the
+    handler swallows it and yields again, the handler is handed to a task of its own to finish
+    unobserved; if it returns or raises something else, that outcome is dropped. (A cancellation the
+    handler's own ``asyncio.timeout`` caused and took back is the handler's business.)"""
+
+    __slots__ = ("_context", "_coro", "_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any, context: contextvars.Context) -> None:
+        self._coro = coro
+        self._pending = pending
+        self._context = context
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, pending, context = self._coro, self._pending, self._context
+        self._pending = None
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    pending = context.run(coro.throw, exc)
+                except BaseException as raised:
+                    if _cancelling(exc):
+                        raise exc from None  # the execute's cancellation wins over the handler
+                    if isinstance(raised, StopIteration):
+                        return raised.value
+                    raise
+                if _cancelling(exc):
+                    rest = asyncio.get_running_loop().create_task(
+                        _finish_detached(coro, pending, context), context=context
+                    )
+                    _DETACHED.add(rest)
+                    rest.add_done_callback(_detached_done)
+                    raise
+            else:
+                try:
+                    pending = context.run(coro.send, sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+def _cancelling(exc: BaseException) -> bool:
+    """``exc`` is a cancellation of the current task that is still pending after the handler saw it
+    (not one the handler's own ``asyncio.timeout`` took back)."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _finish_detached(coro: Coroutine[Any, Any, Any], pending: Any, context: contextvars.Context) -> Any:
+    return await _Driven(coro, pending, context)
+
+
+def _detached_done(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
     if not task.cancelled():
-        task.exception()
+        task.exception()  # retrieved: the execute that called it has ended
 
 
 class Executor:
@@ -298,6 +398,7 @@ class Executor:
         runtime: Runtime,
         observer: Observer | None = None,
         subject_quota: int = 0,
+        reserved_slots: int | None = None,
     ) -> None:
         self.by_name = dict(capabilities)
         self.subject_quota = subject_quota
@@ -329,8 +430,21 @@ class Executor:
         self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
         self.argument_grammar = ArgumentGrammar({c.name: c.input_shape for c in self.by_name.values()})
-        self.slots = asyncio.Semaphore(limits.max_concurrent_executions)
+        # Worker slots, shared fairly between subjects (codemode.admission).
+        self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
+        self._async_handlers: dict[str, bool] = {}
         self.reaping: set[asyncio.Task[None]] = set()
+
+    def is_async(self, cap: CompiledCapability) -> bool:
+        """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
+        known = self._async_handlers.get(cap.name)
+        if known is None:
+            handler = cap.handler
+            known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+                getattr(handler, "__call__", None)  # noqa: B004
+            )
+            self._async_handlers[cap.name] = known
+        return known
 
     def manifest_for(self, source: str) -> str:
         """The manifest JSON for one program: the namespaces whose root names its source mentions
@@ -385,11 +499,11 @@ class Executor:
             session: _Session | None = None
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-                    await self.slots.acquire()
+                    await self.slots.acquire(subject.id)
                     try:
                         sandbox = await self.runtime.spawn()
                     except BaseException:
-                        self.slots.release()
+                        self.slots.release(subject.id)
                         raise
                     worker_id = ctx.worker_id = sandbox.worker_id
                     session = _Session(self, sandbox, subject, ctx)
@@ -398,7 +512,7 @@ class Executor:
                 # Still waiting for a slot when the deadline passed: the host was full.
                 raise ExecutionTimeout("concurrency" if sandbox is None else "time") from None
             except WorkerGone:
-                info = await self._reap_now(sandbox)
+                info = await self._reap_now(sandbox, subject.id)
                 sandbox = None
                 oom = info.oom_killed
                 kind = exhaustion_kind(info, self.runtime)
@@ -423,7 +537,7 @@ class Executor:
                 if session is not None:
                     calls = session.calls
                 if sandbox is not None:
-                    self._reap_later(sandbox)
+                    self._reap_later(sandbox, subject.id)
             outcome = "ok"
             return value
         except CodeModeError as exc:
@@ -444,14 +558,14 @@ class Executor:
                 )
             )
 
-    async def _reap_now(self, sandbox: Sandbox | None) -> ExitInfo:
+    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
         assert sandbox is not None
         try:
             return await asyncio.shield(sandbox.destroy())
         finally:
-            self.slots.release()
+            self.slots.release(subject_id)
 
-    def _reap_later(self, sandbox: Sandbox) -> None:
+    def _reap_later(self, sandbox: Sandbox, subject_id: str) -> None:
         """Destroy in the background; the slot is released only once the worker is reaped, so
         live workers never exceed ``max_concurrent_executions``."""
 
@@ -463,7 +577,7 @@ class Executor:
             except Exception:
                 log.exception("destroying worker %s failed", sandbox.worker_id)
             finally:
-                self.slots.release()
+                self.slots.release(subject_id)
 
         task = asyncio.get_running_loop().create_task(reap())
         self.reaping.add(task)

@@ -1,4 +1,4 @@
-"""The MCP adapter: exactly three tools over a built :class:`codemode.Server` (SPEC §2, §7, §10).
+"""The MCP adapter: exactly three tools over a built :class:`codemode.Server` (docs/reference/tools.md).
 
 ``create_server(server, resolver)`` returns an official MCP SDK low-level server
 (``mcp.server.Server``) publishing ``search_api {query}``, ``describe_api {name}`` and

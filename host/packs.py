@@ -44,6 +44,8 @@ class PackSettings:
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     options: Mapping[str, str] = field(default_factory=dict)
+    #: Where packs keep state on disk (``--data-dir``), or None: keep it in memory.
+    data_dir: Path | None = None
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """An option if set, else the environment variable of that name, else ``default``."""

@@ -1,4 +1,4 @@
-"""Capability search for ``search_api`` (SPEC §4).
+"""Capability search for ``search_api`` (docs/reference/search.md).
 
 The index is built once from the *enabled* capabilities (static filtering has already happened, so
 disabled capabilities neither match nor influence the rarity statistics) and is immutable afterwards;
@@ -21,7 +21,7 @@ Tokenization (``tokenize``), shared by queries and capability text
    - acronym→word, Upper→Upper followed by lower: ``HTTPServer`` → ``http server``,
      ``XMLHttpRequest`` → ``xml http request``. A trailing plural ``s`` is not a word:
      ``IDs``, ``URLs`` → ``ids``, ``urls`` (not ``i ds``);
-   - **brand words**: the SPEC's example turns ``GitHub.Pulls.createReview`` into
+   - **brand words**: the documented example turns ``GitHub.Pulls.createReview`` into
      ``github pulls create review``, so a plain camelCase rule (``git hub``) is not what is wanted.
      The rule (the same one the Go original uses, made one-shot): a word that *starts* with one capital
      followed by a lowercase letter (``Git…``, ``My…``, ``Java…``) keeps its *first* lower→Upper hump:
@@ -68,7 +68,7 @@ capabilities (``df`` = number of them with the token in any field)::
 The weights are ``12, 8, 5, 3``, ``PREFIX_FACTOR`` is ``0.75`` and ``RARITY_SPAN`` is ``0.3``. For
 equally rare tokens the order is strictly name exact > name prefix > terms exact > terms prefix >
 summary exact > … > description prefix. Rarity is deliberately bounded (a factor in ``[1, 1.3]``,
-independent of catalog size) so that it can never overturn the two orderings the SPEC states: an exact
+independent of catalog size) so that it can never overturn the two orderings the contract states: an exact
 match always beats a prefix match in the same field (step 1/0.75 ≈ 1.33), and a field always beats a
 lower field for the same match quality (steps ≥ 1.5). It decides between matches of the same kind,
 tips the balance between a prefix match and an exact match in the next field down, and makes a

@@ -1,4 +1,4 @@
-"""Builder and Server: the library's front door (SPEC §10)."""
+"""Builder and Server: the library's front door (docs/reference/python-api.md)."""
 
 from __future__ import annotations
 
@@ -58,9 +58,11 @@ class Builder:
         runtime: Runtime | None = None,
         observer: Observer | None = None,
         subject_quota: int = DEFAULT_SUBJECT_QUOTA,
+        reserved_slots: int | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._subject_quota = subject_quota
+        self._reserved_slots = reserved_slots
         self._limits = limits if limits is not None else Limits()
         self._disabled = list(disabled)
         self._runtime = runtime
@@ -95,6 +97,14 @@ class Builder:
             or (self._subject_quota < 0)
         ):
             problems.append("subject_quota: must be a non-negative int (0 = no per-subject quota)")
+        if self._reserved_slots is not None and (
+            isinstance(self._reserved_slots, bool)
+            or not isinstance(self._reserved_slots, int)
+            or not 0 <= self._reserved_slots < _resolved_slots(limits)
+        ):
+            problems.append(
+                "reserved_slots: must be an int from 0 to max_concurrent_executions - 1 (None = derived)"
+            )
         if isinstance(self._disabled, str):
             problems.append("disabled: must be a list of ids")
             self._disabled = []
@@ -115,7 +125,22 @@ class Builder:
             from .runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
-        return Server(enabled, self._authorizer, resolved, runtime, self._observer, self._subject_quota)
+        return Server(
+            enabled,
+            self._authorizer,
+            resolved,
+            runtime,
+            self._observer,
+            self._subject_quota,
+            self._reserved_slots,
+        )
+
+
+def _resolved_slots(limits: Limits) -> int:
+    """``max_concurrent_executions`` of ``limits`` with its default applied."""
+    if isinstance(limits, Limits) and not limits.problems():
+        return int(limits.resolved().max_concurrent_executions)
+    return int(Limits().resolved().max_concurrent_executions)
 
 
 def _entry(c: CompiledCapability) -> SearchEntry:
@@ -139,6 +164,7 @@ class Server:
         runtime: Runtime,
         observer: Observer | None = None,
         subject_quota: int = 0,
+        reserved_slots: int | None = None,
     ) -> None:
         self.limits = limits
         self.runtime = runtime
@@ -148,9 +174,18 @@ class Server:
             max_results=limits.max_search_results,
             max_response_bytes=limits.max_search_response_bytes,
         )
-        self._executor = Executor(self._by_name, authorizer, limits, runtime, observer, subject_quota)
+        self._executor = Executor(
+            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots
+        )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        self._resources: list[Any] = []
+
+    def attach(self, resource: Any) -> None:
+        """Tie a pack's connections to this server: :meth:`start` awaits ``resource.connect()`` (when
+        it has one; a failure is logged, the pack reconnects on its next call) and :meth:`aclose`
+        awaits ``resource.aclose()`` after the workers are reaped."""
+        self._resources.append(resource)
 
     @property
     def capabilities(self) -> list[CompiledCapability]:
@@ -187,6 +222,14 @@ class Server:
             if not self._started:
                 await self.runtime.start()
                 self._started = True
+                for resource in self._resources:
+                    connect = getattr(resource, "connect", None)
+                    if connect is None:
+                        continue
+                    try:
+                        await connect()
+                    except Exception as exc:
+                        log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
     async def execute(self, source: str, *, subject: Subject) -> Any:
         """Run one program for ``subject`` and return ``main()``'s plain value."""
@@ -203,4 +246,19 @@ class Server:
     async def aclose(self) -> None:
         """Stop pools and reap every worker."""
         await self._executor.drain()
-        await self.runtime.aclose()
+        try:
+            await self.runtime.aclose()
+        finally:
+            for resource in reversed(self._resources):
+                try:
+                    await resource.aclose()
+                except Exception as exc:
+                    log.warning("%s: closing failed: %s", type(resource).__name__, exc)
+
+    async def __aenter__(self) -> Server:
+        """``async with server:`` starts the runtime and closes everything on exit."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,6 +1,6 @@
 """The type model: handler annotations compiled once into shapes.
 
-A :class:`TypeSpec` is compiled from a Python annotation (SPEC §3 table) and can
+A :class:`TypeSpec` is compiled from a Python annotation (the table in docs/reference/capabilities.md) and can
 
 * give its serializable *shape* (``codemode_worker.shapes``) so the worker can bind without host code,
 * render the model-facing notation (inputs use ``T | None``; outputs use ``{field: T, opt?: U}``),
@@ -17,16 +17,18 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Literal, Union
 
+from codemode_worker.shapes import MAX_ENUM_VALUES
 from codemode_worker.shapes import render as render_input
 
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "OutputError",
+    "PlainRecord",
     "TypeProblem",
     "compile_type",
     "construct",
@@ -58,6 +60,12 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = ()) -> Shape:
         return {"t": _SCALARS[tp]}
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is Literal:
+        if not args or not all(type(a) is str for a in args):
+            raise TypeProblem(f"unsupported {_name(tp)} (only Literal of strings is allowed)")
+        if len(args) > MAX_ENUM_VALUES:
+            raise TypeProblem(f"Literal lists more than {MAX_ENUM_VALUES} values")
+        return {"t": "str", "enum": list(dict.fromkeys(args))}
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
         if len(rest) != 1 or len(args) != 2:
@@ -135,7 +143,12 @@ def construct(tp: Any, value: Any) -> Any:
     return value
 
 
-def to_plain(shape: Shape, obj: Any, path: str = "result") -> Any:
+class PlainRecord(dict[str, Any]):
+    """A handler result that is a plain map (from a shape-declared capability): ``to_plain`` then
+    accepts maps for the record shapes at and below it. Dataclass-typed handlers never get this."""
+
+
+def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False) -> Any:
     """Convert handler output into a plain JSON-shaped value following the output shape.
 
     Raises :class:`OutputError` for anything that does not fit (wrong types, NaN/inf, ints outside
@@ -143,9 +156,11 @@ def to_plain(shape: Shape, obj: Any, path: str = "result") -> Any:
     """
     kind = shape["t"]
     if kind == "opt":
-        return None if obj is None else to_plain(shape["of"], obj, path)
+        return None if obj is None else to_plain(shape["of"], obj, path, _plain)
     if kind == "str":
         if isinstance(obj, str):
+            if "enum" in shape and obj not in shape["enum"]:
+                raise OutputError(f"{path}: value outside the declared enum")
             return obj
     elif kind == "bool":
         if isinstance(obj, bool):
@@ -163,14 +178,14 @@ def to_plain(shape: Shape, obj: Any, path: str = "result") -> Any:
             return out
     elif kind == "list":
         if isinstance(obj, list | tuple):
-            return [to_plain(shape["of"], v, f"{path}[{i}]") for i, v in enumerate(obj)]
+            return [to_plain(shape["of"], v, f"{path}[{i}]", _plain) for i, v in enumerate(obj)]
     elif kind == "dict":
         if isinstance(obj, dict):
             out_d: dict[str, Any] = {}
             for k, v in obj.items():
                 if not isinstance(k, str):
                     raise OutputError(f"{path}: non-str key")
-                out_d[k] = to_plain(shape["of"], v, f"{path}[{k!r}]")
+                out_d[k] = to_plain(shape["of"], v, f"{path}[{k!r}]", _plain)
             return out_d
     elif kind == "record" and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out_r: dict[str, Any] = {}
@@ -182,6 +197,19 @@ def to_plain(shape: Shape, obj: Any, path: str = "result") -> Any:
             if converted is not None or field["shape"]["t"] != "opt":
                 out_r[name] = converted
         return out_r
+    elif kind == "record" and (isinstance(obj, PlainRecord) or (_plain and isinstance(obj, Mapping))):
+        # Shape-declared capabilities (e.g. compiled from JSON Schema) return plain maps: declared
+        # fields are kept and checked, undeclared keys are dropped.
+        out_m: dict[str, Any] = {}
+        for field in shape["fields"]:
+            name = field["name"]
+            fs = field["shape"]
+            if name not in obj or obj[name] is None:
+                if fs["t"] == "opt":
+                    continue
+                raise OutputError(f"{path}.{name}: missing")
+            out_m[name] = to_plain(fs, obj[name], f"{path}.{name}", True)
+        return out_m
     raise OutputError(f"{path}: expected {kind}, got {type(obj).__name__}")
 
 
@@ -203,7 +231,7 @@ def render_output(shape: Shape) -> str:
             else:
                 parts.append(f"{f['name']}: {render_output(fs)}")
         return "{" + ", ".join(parts) + "}"
-    return str(kind)
+    return render_input(shape)
 
 
 @dataclass(frozen=True)

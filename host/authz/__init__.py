@@ -1,4 +1,4 @@
-"""Authorization (SPEC §6, §10): who is calling, and may this bound call run.
+"""Authorization (docs/reference/authorization.md): who is calling, and may this bound call run.
 
 Every native call is authorized on the host, for the trusted subject, after the host has rebound the
 arguments itself, and before the handler runs. An authorizer *returns normally to allow*; it raises

@@ -1,4 +1,4 @@
-"""The in-process Rego authorizer on regopy (rego-cpp), SPEC §6.
+"""The in-process Rego authorizer on regopy (rego-cpp); the rules are in docs/reference/authorization.md.
 
 ``RegoAuthorizer(decision, modules)`` evaluates one ground ``data.`` reference against policy modules
 from trusted configuration, with the input document::
@@ -23,18 +23,23 @@ Design (see ``docs/authz.md``):
   entrypoint (about 14x faster than an ad-hoc query); the input document is handed to the C API
   directly (about 2x faster than ``regopy.Input``). Both preserve the exact result: ``true``,
   ``false``, undefined and other values stay distinct.
-- *Off the event loop*: :meth:`RegoAuthorizer.authorize` runs the evaluation on a small pool of
-  daemon threads and waits at most until the caller's deadline (``ctx.deadline``); past it the call
-  fails promptly and the evaluation finishes in the background.
+- *A cheap hand-off*: :meth:`RegoAuthorizer.authorize` hands the evaluation to a small pool of
+  daemon threads and first waits for it on the calling thread, for at most ``wait_budget`` (and never
+  past the deadline): a decision back in time costs no trip through the event loop. Past the budget
+  it waits asynchronously, at most until the caller's deadline (``ctx.deadline``); past it the call
+  fails promptly and the evaluation finishes in the background. While evaluations keep running out
+  of the budget the calling thread stops blocking on them. ``evaluate_inline=True`` evaluates on the
+  calling thread instead (fastest; only for policies whose evaluation time is bounded whatever the
+  input, since rego-cpp cannot be stopped at a deadline).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import functools
 import json
+import logging
 import math
 import os
 import queue
@@ -49,6 +54,13 @@ from typing import Any
 import regopy
 
 from . import AuthorizationInput, Denied, PolicyError, Subject
+from ._rego_direct import DIRECT as _DIRECT
+from ._rego_direct import INT64_MAX as _INT64_MAX
+from ._rego_direct import INT64_MIN as _INT64_MIN
+from ._rego_direct import MAX_INPUT_DEPTH as _MAX_INPUT_DEPTH
+from ._rego_direct import NUL_MESSAGE as _NUL_MESSAGE
+from ._rego_direct import SURROGATE_MESSAGE as _SURROGATE_MESSAGE
+from ._rego_direct import evaluate as direct_evaluate
 from ._rego_scan import (
     ScanError,
     check_modules,
@@ -59,80 +71,18 @@ from ._rego_scan import (
 
 __all__ = ["InvalidPolicy", "RegoAuthorizer", "from_files"]
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-_NUL_MESSAGE = "rego: input string contains NUL, which the evaluator cannot represent"
-_SURROGATE_MESSAGE = "rego: input string is not valid Unicode (lone surrogate)"
-_MAX_INPUT_DEPTH = 64
+#: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
+WAIT_BUDGET = 0.002
+#: Net evaluations over the budget (over-budget ones minus quick ones) at which ``authorize()``
+#: stops blocking the calling thread.
+_SLOW_LIMIT = 4
+
+
+log = logging.getLogger("codemode.authz.rego")
 
 
 class InvalidPolicy(ValueError):
     """The decision or the modules are not acceptable; the message names the problem."""
-
-
-# -- talking to rego-cpp ----------------------------------------------------------------------------------
-
-_LIB_FUNCTIONS = (
-    "regoNewInput",
-    "regoFreeInput",
-    "regoInputString",
-    "regoInputInt",
-    "regoInputFloat",
-    "regoInputBoolean",
-    "regoInputNull",
-    "regoInputObjectItem",
-    "regoInputObject",
-    "regoInputArray",
-    "regoSetInput",
-    "regoBundleQuery",
-    "regoBundleQueryEntrypoint",
-    "regoOutputOk",
-    "regoOutputJSONSize",
-    "regoOutputJSON",
-    "regoFreeOutput",
-)
-
-
-# The evaluation itself releases the GIL (other threads run meanwhile). Every other call is a few
-# microseconds of C: releasing and re-taking the GIL around each of them (one per input value) would
-# make threads hand the GIL back and forth dozens of times per decision, so they keep it.
-_RELEASES_GIL = frozenset({"regoBundleQuery", "regoBundleQueryEntrypoint"})
-
-
-class _DirectApi:
-    """The rego-cpp C functions the fast path calls, with regopy's own argument and result types."""
-
-    def __init__(self, lib: Any) -> None:
-        keep_gil = ctypes.PyDLL(lib._name, handle=lib._handle)
-        for name in _LIB_FUNCTIONS:
-            declared = getattr(lib, name)
-            if declared.argtypes is None:
-                raise LookupError(name)
-            if name in _RELEASES_GIL:
-                fn = declared
-            else:
-                fn = getattr(keep_gil, name)
-                fn.argtypes = declared.argtypes
-                fn.restype = declared.restype
-            setattr(self, name, fn)
-
-
-def _load_direct_api() -> Any | None:
-    """Direct access to rego-cpp through regopy's ctypes handle, if this regopy has every function the
-    fast path needs. None means: use the public regopy API."""
-    try:
-        from regopy import rego_shared
-
-        api = _DirectApi(rego_shared.rego)
-        probe = regopy.Interpreter()
-        if not isinstance(getattr(probe, "_impl", None), int):
-            return None
-        return api
-    except Exception:
-        return None
-
-
-_DIRECT = _load_direct_api()
 
 
 def _new_interpreter(strict: bool) -> regopy.Interpreter:
@@ -181,89 +131,6 @@ def _check_str(value: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise PolicyError(_SURROGATE_MESSAGE) from None
-
-
-def _make_pusher(lib: Any) -> Callable[[int, Any, int], int]:
-    """A function that builds a value on rego-cpp's input stack (children first, then the container)
-    and returns the OR of the C return codes (0 = all went well).
-
-    It is the hot path of every decision (one C call per value), so the C functions are bound to locals
-    and dispatch is on the exact type; subclasses (an ``IntEnum``, a ``str`` subclass, a tuple) are
-    normalized to the plain type first. Anything rego-cpp cannot represent exactly raises PolicyError.
-    """
-    put_str = lib.regoInputString
-    put_int = lib.regoInputInt
-    put_float = lib.regoInputFloat
-    put_bool = lib.regoInputBoolean
-    put_null = lib.regoInputNull
-    put_item = lib.regoInputObjectItem
-    put_object = lib.regoInputObject
-    put_array = lib.regoInputArray
-    isfinite = math.isfinite
-
-    def push(handle: int, value: Any, depth: int) -> int:
-        t = type(value)
-        if t is str:
-            if "\x00" in value:
-                raise PolicyError(_NUL_MESSAGE)
-            return int(put_str(handle, value.encode()))  # a lone surrogate raises UnicodeEncodeError
-        if t is dict:
-            if depth >= _MAX_INPUT_DEPTH:
-                raise PolicyError("rego: input is nested too deeply")
-            rc = 0
-            for k, v in value.items():
-                if type(k) is not str:
-                    if not isinstance(k, str):
-                        raise PolicyError("rego: input object keys must be strings")
-                    k = k[:]
-                if "\x00" in k:
-                    raise PolicyError(_NUL_MESSAGE)
-                rc |= put_str(handle, k.encode())
-                rc |= push(handle, v, depth + 1)
-                rc |= put_item(handle)
-            return int(rc | put_object(handle, len(value)))
-        if t is bool:
-            return int(put_bool(handle, value))
-        if t is int:
-            if not _INT64_MIN <= value <= _INT64_MAX:
-                raise PolicyError("rego: input integer outside the int64 range")
-            return int(put_int(handle, value))
-        if t is list:
-            if depth >= _MAX_INPUT_DEPTH:
-                raise PolicyError("rego: input is nested too deeply")
-            rc = 0
-            for v in value:
-                rc |= push(handle, v, depth + 1)
-            return int(rc | put_array(handle, len(value)))
-        if value is None:
-            return int(put_null(handle))
-        if t is float:
-            if not isfinite(value):
-                raise PolicyError("rego: input float is not finite")
-            return int(put_float(handle, value))
-        return push(handle, _plain(value), depth)
-
-    return push
-
-
-def _plain(value: Any) -> Any:
-    """A subclass instance → the plain JSON type it stands for; anything else → PolicyError."""
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, str):
-        return value[:]
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise PolicyError(f"rego: input value of type {type(value).__name__} is not JSON")
-
-
-_PUSH = _make_pusher(_DIRECT) if _DIRECT is not None else None
 
 
 _ALLOW_TEXT = '{"expressions":[true]}'
@@ -342,41 +209,11 @@ class _Evaluator:
     def evaluate(self, document: dict[str, Any]) -> bool:
         lib = _DIRECT
         if lib is not None:
-            ok, text = self._evaluate_direct(lib, document)
+            entrypoint = self._entrypoint_c if self._entrypoint is not None else None
+            ok, text = direct_evaluate(lib, self._runner._impl, self._bundle._impl, entrypoint, document)
         else:
             ok, text = self._evaluate_public(document)
         return _classify(ok, text, None if self._entrypoint is not None else "x")
-
-    def _evaluate_direct(self, lib: Any, document: dict[str, Any]) -> tuple[bool, str]:
-        runner: int = self._runner._impl
-        handle = lib.regoNewInput()
-        if not handle:
-            raise PolicyError("rego: could not build the input document")
-        try:
-            assert _PUSH is not None
-            try:
-                failed = _PUSH(handle, document, 0) or lib.regoSetInput(runner, handle)
-            except UnicodeEncodeError:
-                raise PolicyError(_SURROGATE_MESSAGE) from None
-            if failed:
-                raise PolicyError("rego: could not build the input document")
-        finally:
-            lib.regoFreeInput(handle)
-        if self._entrypoint is not None:
-            out = lib.regoBundleQueryEntrypoint(runner, self._bundle._impl, self._entrypoint_c)
-        else:
-            out = lib.regoBundleQuery(runner, self._bundle._impl)
-        if not out:
-            raise PolicyError("rego: evaluation failed")
-        try:
-            ok = bool(lib.regoOutputOk(out))
-            size = lib.regoOutputJSONSize(out)
-            buf = ctypes.create_string_buffer(size)
-            if lib.regoOutputJSON(out, buf, size):
-                raise PolicyError("rego: could not read the evaluator output")
-            return ok, buf.value.decode("utf-8", errors="replace")
-        finally:
-            lib.regoFreeOutput(out)
 
     def _evaluate_public(self, document: dict[str, Any]) -> tuple[bool, str]:
         _check_value(document, 0)
@@ -514,11 +351,23 @@ class RegoAuthorizer:
     ``modules`` maps filename → Rego v1 source; it comes from trusted configuration only. Invalid
     input raises :class:`InvalidPolicy` (a ``ValueError``) naming the problem.
 
-    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4). Safe for
-    concurrent use from any number of threads and asyncio tasks.
+    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4).
+    ``wait_budget`` is how long (seconds) :meth:`authorize` may block the calling thread waiting for
+    an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
+    ``evaluate_inline=True`` evaluates on the calling thread (no hand-off at all): only for policies
+    whose evaluation time is bounded whatever the input, since a running evaluation cannot be
+    stopped at the deadline. Safe for concurrent use from any number of threads and asyncio tasks.
     """
 
-    def __init__(self, decision: str, modules: Mapping[str, str], *, max_workers: int = 4) -> None:
+    def __init__(
+        self,
+        decision: str,
+        modules: Mapping[str, str],
+        *,
+        max_workers: int = 4,
+        wait_budget: float = WAIT_BUDGET,
+        evaluate_inline: bool = False,
+    ) -> None:
         try:
             segments = parse_decision(decision)
         except ScanError as exc:
@@ -538,6 +387,18 @@ class RegoAuthorizer:
             sources[name] = source
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise InvalidPolicy("max_workers must be a positive int")
+        if (
+            isinstance(wait_budget, bool)
+            or not isinstance(wait_budget, int | float)
+            or not 0 <= wait_budget < math.inf
+        ):
+            raise InvalidPolicy("wait_budget must be a finite number of seconds >= 0")
+        if not isinstance(evaluate_inline, bool):
+            raise InvalidPolicy("evaluate_inline must be a bool")
+        self._wait_budget = float(wait_budget)
+        self._inline = evaluate_inline
+        #: Evaluations over the wait budget minus quick ones (racy across threads; a rough count).
+        self._slow = 0
 
         self._decision = decision.strip()
         self._modules: Mapping[str, str] = sources
@@ -632,37 +493,67 @@ class RegoAuthorizer:
 
         Thread-safe: each calling thread uses its own interpreter (built on first use).
         """
-        document = _document(input)
+        return self._evaluator().evaluate(_document(input))
+
+    def _evaluator(self) -> _Evaluator:
+        """The calling thread's own evaluator (never used by another thread)."""
         evaluator: _Evaluator | None = getattr(self._local, "evaluator", None)
         if evaluator is None:
             evaluator = self._new_evaluator()
             self._local.evaluator = evaluator
-        return evaluator.evaluate(document)
+        return evaluator
 
     async def authorize(self, ctx: Any, input: AuthorizationInput) -> None:
         """Allow (return), deny (:class:`~codemode.authz.Denied`) or fail (:class:`PolicyError`).
 
-        Runs off the event loop; returns by ``ctx.deadline`` (monotonic seconds) at the latest. If the
-        calling task is cancelled, an evaluation that has not started yet never runs.
+        Evaluates on the pool (or inline, see ``evaluate_inline``) and returns by ``ctx.deadline``
+        (monotonic seconds) at the latest: it blocks the calling thread at most ``wait_budget``, then
+        waits asynchronously. If ``ctx.cancelled`` is set or the calling task is cancelled, an
+        evaluation that has not started yet never runs.
         """
         document = _document(input)
         cancelled = getattr(ctx, "cancelled", None)
         if cancelled is not None and _is_set(cancelled):
             raise PolicyError("rego: the call was cancelled")
         timeout: float | None = None
-        deadline = getattr(ctx, "deadline", None)
+        deadline: Any = getattr(ctx, "deadline", None)
         if isinstance(deadline, int | float) and not isinstance(deadline, bool):
             timeout = float(deadline) - time.monotonic()
             if timeout <= 0:
                 raise PolicyError("rego: the deadline passed before evaluation")
-        future = asyncio.wrap_future(self._pool.submit(document))
+        if self._inline:
+            allowed = self._evaluator().evaluate(document)
+            if timeout is not None and time.monotonic() >= float(deadline):
+                raise PolicyError("rego: evaluation did not finish before the deadline")
+            if not allowed:
+                raise Denied("rego: decision is false")
+            return
+        started = time.monotonic()
+        job = self._pool.submit(document)
+        block = self._wait_budget if self._slow < _SLOW_LIMIT else 0.0
+        if timeout is not None:
+            block = min(block, timeout)
+        if block > 0:
+            try:
+                allowed = job.result(block)
+            except concurrent.futures.TimeoutError:
+                self._slow += 1
+            else:
+                if self._slow > 0:
+                    self._slow -= 1
+                if not allowed:
+                    raise Denied("rego: decision is false")
+                return
+        future = asyncio.wrap_future(job)
         try:
             if timeout is None:
                 allowed = await future
             else:
-                allowed = await asyncio.wait_for(future, timeout)
+                allowed = await asyncio.wait_for(future, timeout - (time.monotonic() - started))
         except TimeoutError:
             raise PolicyError("rego: evaluation did not finish before the deadline") from None
+        if block == 0 and self._slow > 0 and time.monotonic() - started <= self._wait_budget:
+            self._slow -= 1
         if not allowed:
             raise Denied("rego: decision is false")
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from ..config import ConfigError, Settings, env_var, flag
 
-__all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides"]
+__all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides", "settings_table"]
 
 Mode = Literal["stdio", "http"]
 
@@ -37,14 +37,21 @@ HTTP_ONLY = frozenset(
         "max_request_body_bytes",
         "allowed_hosts",
         "allowed_origins",
+        "max_open_requests_per_subject",
+        "max_open_requests",
+        "stream_idle_timeout",
+        "max_stream_seconds",
+        "max_connections",
+        "backlog",
         "ready_check_timeout",
         "shutdown_timeout",
     }
 )
 #: Settings that only ``serve --stdio`` reads.
 STDIO_ONLY = frozenset({"subject"})
-#: Not a flag: the mode is ``--stdio`` / ``--http``.
-_NOT_FLAGS = frozenset({"transport"})
+#: Not flags: the mode is ``--stdio`` / ``--http``; upstream tables live in TOML (or JSON in the
+#: environment).
+_NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
 _LISTS = frozenset(
     {"packs", "pack_options", "disable", "rego_policy", "allowed_hosts", "allowed_origins", "jwt_algorithms"}
 )
@@ -56,7 +63,7 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("allow_all", "rego_policy", "rego_decision"),
     ),
     ("runtime", ("runtime", "pool", "docker_", "kubernetes_")),
-    ("limits", ("max_", "subject_quota")),
+    ("limits", ("max_", "subject_quota", "reserved_slots")),
     ("stdio only", tuple(STDIO_ONLY)),
     ("HTTP only (see docs/service.md)", tuple(HTTP_ONLY)),
 )
@@ -178,3 +185,17 @@ def overrides(
             value = [*base, *value]
         out[name] = value
     return out
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting (docs/configuration.md carries it; a test compares)."""
+    from ..config import env_var as env
+
+    rows = ["| flag | environment | default | modes | meaning |", "|---|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        if name in _NOT_FLAGS:
+            continue
+        modes = "http" if name in HTTP_ONLY else "stdio" if name in STDIO_ONLY else "both"
+        default = (_default_text(name, field) or "—").replace("|", "\\|")
+        rows.append(f"| `{flag(name)}` | `{env(name)}` | {default} | {modes} | {field.description} |")
+    return "\n".join(rows)

@@ -7,9 +7,11 @@ from here): on the chosen runtime it times
 - a trivial execute, **warm** (``WarmPool``: a started worker is waiting; the pool refills between
   samples, which are not timed),
 - one native call, warm (the program calls one echo capability once; the host rebinds, authorizes
-  with ``allow_all()`` and dispatches it),
+  with ``allow_all()`` and dispatches it), and 100 native calls, warm,
+- the transport floor: probe → probe_ack echoes through the runtime's channel to a fresh worker,
 
-and prints p50/p99 of each. It registers only its own echo capability: no pack is loaded and nothing
+and prints p50/p99 of each, then the cost of one native call ((100 calls − one call) / 99) and its
+ratio to the floor. It registers only its own echo capability: no pack is loaded and nothing
 outside the process and the worker is touched.
 """
 
@@ -26,16 +28,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker.protocol import encode_frame
+
 from .. import authz
 from ..capability import Capability
 from ..context import CallContext
-from ..runtimes.base import Runtime
+from ..frames import HostFrameDecoder
+from ..observe import Observer
+from ..runtimes.base import Runtime, Sandbox
 from ..server import Builder, Server
 
 __all__ = [
     "HUNDRED",
     "ONE_CALL",
     "TRIVIAL",
+    "EchoFloor",
     "EchoIn",
     "EchoOut",
     "add_arguments",
@@ -76,9 +84,12 @@ async def aecho(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoO
     return EchoOut(args.value)
 
 
-def build_server(runtime: Runtime) -> Server:
-    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all, default limits."""
-    b = Builder(authorizer=authz.allow_all(), runtime=runtime)
+def build_server(
+    runtime: Runtime, authorizer: authz.Authorizer | None = None, observer: Observer | None = None
+) -> Server:
+    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all unless an
+    ``authorizer`` is given, default limits."""
+    b = Builder(authorizer=authorizer or authz.allow_all(), runtime=runtime, observer=observer)
     b.register(Capability(name="util.echo", summary="Echo.", handler=aecho))
     b.register(Capability(name="util.secho", summary="Echo (sync).", handler=echo))
     return b.build()
@@ -106,6 +117,71 @@ async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
         await fn()
         out.append(time.perf_counter() - t0)
     return out
+
+
+_PROBE = encode_frame({"k": "probe", "v": PROTOCOL_VERSION})
+
+
+class EchoFloor:
+    """A runtime wrapper that measures the transport floor on each worker before handing it out.
+
+    ``prepare()`` spawns one worker from the wrapped runtime and times ``rounds`` probe → probe_ack
+    round trips on it: an echo through the very channel (pipes, the Docker attach stream, the
+    Kubernetes attach websocket) and the same two processes the next execute uses, with the same
+    framing on both sides (the worker reads and answers a probe exactly as it reads a
+    ``native_result`` and sends a ``native_call``). ``spawn()`` then returns that worker, so an
+    execute timed after ``prepare()`` is a warm execute on the worker whose floor was just measured.
+    """
+
+    def __init__(self, runtime: Runtime, rounds: int = 50) -> None:
+        self.runtime = runtime
+        self.rounds = rounds
+        self.floors: list[float] = []
+        self._ready: Sandbox | None = None
+
+    @property
+    def name(self) -> str:
+        return self.runtime.name
+
+    async def start(self) -> None:
+        await self.runtime.start()
+
+    async def check(self) -> None:
+        await self.runtime.check()
+
+    async def prepare(self) -> list[float]:
+        """Spawn the next worker and return its ``rounds`` echo times (seconds)."""
+        if self._ready is not None:
+            await self._ready.destroy()
+        sandbox = await self.runtime.spawn()
+        self._ready = sandbox
+        decoder = HostFrameDecoder(4096)  # the execute pipeline's own reader
+        out = []
+        for _ in range(self.rounds):
+            t0 = time.perf_counter()
+            await sandbox.write(_PROBE)
+            while True:
+                data = await sandbox.read(4096)
+                if not data:
+                    raise RuntimeError(f"worker {sandbox.worker_id} ended during the echo")
+                if decoder.feed(data):
+                    break
+            out.append(time.perf_counter() - t0)
+        self.floors += out
+        return out
+
+    async def spawn(self) -> Sandbox:
+        if self._ready is None:
+            await self.prepare()
+        sandbox, self._ready = self._ready, None
+        assert sandbox is not None
+        return sandbox
+
+    async def aclose(self) -> None:
+        if self._ready is not None:
+            await self._ready.destroy()
+            self._ready = None
+        await self.runtime.aclose()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,11 +289,40 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         report["series"]["trivial_warm"] = line(
             f"trivial execute, warm (pool {args.pool})", await series(TRIVIAL), quiet=quiet
         )
-        report["series"]["one_call_warm"] = line(
+        one = report["series"]["one_call_warm"] = line(
             f"one native call, warm (pool {args.pool})", await series(ONE_CALL), quiet=quiet
+        )
+        hundred = report["series"]["hundred_calls_warm"] = line(
+            f"100 native calls, warm (pool {args.pool})", await series(HUNDRED), quiet=quiet
         )
     finally:
         await server.aclose()
+
+    # The transport floor: probe echoes through the same channel to a few fresh workers.
+    floor = EchoFloor(_make_runtime(args), rounds=50)
+    try:
+        echoes: list[float] = []
+        for _ in range(3):
+            echoes += await floor.prepare()
+    finally:
+        await floor.aclose()
+    per_call_us = (hundred["p50"] - one["p50"]) / 99 * 1e3
+    floor_us = statistics.median(echoes) * 1e6
+    report["native_call"] = {
+        "per_call_us": round(per_call_us, 1),
+        "floor_us": round(floor_us, 1),
+        "ratio": round(per_call_us / floor_us, 2),
+    }
+    if not quiet:
+        print(
+            f"{'transport floor (probe echo)':<38} n={len(echoes):<5} p50={floor_us / 1e3:8.3f} ms",
+            flush=True,
+        )
+        print(
+            f"{'per native call (100 - 1) / 99':<38} {'':7} p50={per_call_us / 1e3:8.3f} ms  "
+            f"({per_call_us / floor_us:.1f}x the floor)",
+            flush=True,
+        )
     return report
 
 

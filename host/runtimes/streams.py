@@ -1,13 +1,15 @@
 """What the container runtimes (Docker, Kubernetes) share: a sandbox reached through one attached
-byte stream read by a thread, the thread pool their blocking client calls run on, the cancellable
-launch hand-over, and this host process's identity.
+byte stream (read by a thread unless the event loop can read it), the thread pool their blocking
+client calls run on, the cancellable launch hand-over, and this host process's identity.
 
 ``ThreadedStreamSandbox`` keeps the worker's stdout in a bounded buffer that ``read()`` drains (a
-full buffer stops the reader thread, which back-pressures the worker) and its stderr in a bounded
+full buffer stops the reader, which back-pressures the worker) and its stderr in a bounded
 tail kept for host logs only; it serialises writes, half-closes input once and destroys exactly once
 (``destroy()`` never raises and later calls return the same ``ExitInfo``). A runtime implements the
 transport: ``_send`` (blocking), ``_half_close``, ``_pump`` (the reader thread's loop) and
-``_destroy_blocking`` (close, inspect, remove).
+``_destroy_blocking`` (close, inspect, remove). A runtime whose stream the event loop can read
+itself replaces the reader thread (``_start_reading``, ``_room_made``); output pushed from the
+loop's own thread wakes ``read()`` without a hop.
 
 ``BlockingRuntime`` runs blocking calls on a pool it owns (inline once the pool is shut down, rather
 than leak), tracks live sandboxes and launches in flight, and hands a launch that finished after its
@@ -134,10 +136,17 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
     def __init__(
         self, runtime: _R, worker_id: str, loop: asyncio.AbstractEventLoop, reader_name: str
     ) -> None:
-        """Set up the buffers and start the reader thread: set the transport up before calling."""
+        """Set up the buffers and start reading (``_start_reading``; by default a reader thread that
+        runs ``_pump``): set the transport up before calling."""
         self._runtime = runtime
         self._id = worker_id
         self._loop = loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        #: The loop's thread, when this sandbox is set up on it (else None: always hop to the loop).
+        self._loop_thread = threading.get_ident() if running is loop else None
         self._cond = threading.Condition()
         self._out = bytearray()
         self._out_limit = runtime.stdout_buffer_bytes
@@ -150,8 +159,17 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
         self._destroy_lock = threading.Lock()
         self._destroy_future: concurrent.futures.Future[ExitInfo] | None = None
         self.exit_info: ExitInfo | None = None
+        self._start_reading(reader_name)
+
+    def _start_reading(self, reader_name: str) -> None:
+        """Start consuming the worker's output (default: a reader thread running ``_pump``)."""
         self._reader = threading.Thread(target=self._read_loop, name=reader_name, daemon=True)
         self._reader.start()
+
+    def _room_made(self) -> None:
+        """The stdout buffer has room again, or the sandbox is closing (called holding ``_cond``):
+        wake whatever waits to read more (default: the reader thread)."""
+        self._cond.notify_all()
 
     # -- transport hooks -------------------------------------------------------------------------
 
@@ -200,7 +218,7 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
                 if self._out:
                     chunk = bytes(self._out[:max_bytes])
                     del self._out[:max_bytes]
-                    self._cond.notify_all()  # wake the reader waiting for buffer space
+                    self._room_made()  # wake the reader waiting for buffer space
                     return chunk
                 if self._eof or self._closing:
                     return b""
@@ -230,6 +248,9 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
     # -- the reader thread -----------------------------------------------------------------------
 
     def _notify(self) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._data.set()
+            return
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
             self._loop.call_soon_threadsafe(self._data.set)
 
@@ -279,7 +300,7 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
             exited = self._eof
             self._closing = True
             self._out.clear()
-            self._cond.notify_all()
+            self._room_made()
         self._notify()
         return exited
 

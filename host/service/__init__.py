@@ -1,7 +1,8 @@
 """The HTTP service: ``codemode serve --http``.
 
 ``create_app(settings)`` returns the FastAPI application: authenticated MCP streamable HTTP at
-``/mcp``, ``/healthz``, ``/readyz`` and ``/metrics``. Settings come from :mod:`codemode.config`
+``/mcp``, ``/healthz`` and ``/readyz``, and ``/metrics`` on a separate (loopback by default)
+port. Settings come from :mod:`codemode.config`
 (``load_settings``). See docs/service.md.
 """
 

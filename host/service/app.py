@@ -7,7 +7,8 @@ Routes:
 - ``/healthz``: liveness, 200 while the process serves;
 - ``/readyz``: readiness: the runtime answers ``check()`` (for Docker: daemon reachable, worker image
   present with the matching protocol version) and the warm pool, if any, is at its target;
-- ``/metrics``: Prometheus text, unless ``metrics_port`` moves it to a second server.
+- ``/metrics``: Prometheus text, only on a second server (``metrics_port``, loopback by default),
+  never on the port tenants reach.
 
 Lifespan: start the runtime (orphan clean-up, pool warm-up; a failure is logged and retried by
 ``/readyz`` and by the first execute, so the process still starts and reports not-ready), the MCP
@@ -38,13 +39,15 @@ from starlette.types import Scope
 
 from .. import authz
 from ..bootstrap import build_runtime, build_server
-from ..config import ConfigError, Settings, load_settings
+from ..config import ConfigError, Settings, load_settings, names
 from ..observe import CallEvent, ExecuteEvent
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..server import Server
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
+from .connections import RequestGuard
+from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 
 __all__ = ["Service", "create_app", "serve", "serve_async"]
@@ -115,6 +118,9 @@ class Service:
         problems = settings.http_problems()
         if problems:
             raise ConfigError("; ".join(problems))
+        if settings.transport != "http":
+            # This is the HTTP service whatever built the settings (packs keep state on disk).
+            settings = settings.model_copy(update={"transport": "http"})
         self.settings = settings
         self.inflight = 0
         self.draining = False
@@ -150,8 +156,17 @@ class Service:
             security_settings=security,
             max_request_body_size=settings.max_request_body_bytes,
         )
-        self.mcp_endpoint = BearerAuthMiddleware(
+        self.guard = RequestGuard(
             self.sessions.handle_request,
+            stateless=settings.mcp_stateless,
+            per_subject=settings.max_open_requests_per_subject,
+            total=settings.max_open_requests,
+            idle_timeout=settings.stream_idle_timeout,
+            max_stream_seconds=settings.max_stream_seconds,
+            on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
+        )
+        self.mcp_endpoint = BearerAuthMiddleware(
+            self.guard,
             self.authenticator,
             on_failure=self._auth_failed,
             gate=self._accepting,
@@ -200,8 +215,7 @@ class Service:
             log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
         if self.pool is not None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
-        if self.settings.metrics_port is not None:
-            await self._start_metrics_server()
+        await self._start_metrics_server()
 
     async def _sample_pool(self) -> None:
         while True:
@@ -212,8 +226,7 @@ class Service:
             await asyncio.sleep(0.5)
 
     async def _start_metrics_server(self) -> None:
-        assert self.settings.metrics_port is not None
-        host = self.settings.metrics_host or self.settings.host
+        host = self.settings.metrics_host_address
         port = self.settings.metrics_port
         # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -224,7 +237,7 @@ class Service:
         except OSError as exc:
             sock.close()
             raise ConfigError(
-                f"metrics_port: cannot listen on {host}:{port}: {exc.strerror or exc}"
+                f"{names('metrics_port')}: cannot listen on {host}:{port}: {exc.strerror or exc}"
             ) from None
         addr = sock.getsockname()
         config = uvicorn.Config(
@@ -251,6 +264,7 @@ class Service:
             sock.close()
             raise
         self.metrics_address = (str(addr[0]), int(addr[1]))
+        log.info("metrics at http://%s:%d/metrics", addr[0], addr[1])
         self._metrics_server = server
         self._metrics_task = task
         self._metrics_socket = sock
@@ -369,12 +383,6 @@ def create_app(
             headers={"cache-control": "no-store"},
         )
 
-    if settings.metrics_port is None:
-
-        @app.get("/metrics", include_in_schema=False)
-        async def metrics() -> Response:
-            return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
     app.router.routes.append(Route("/mcp", endpoint=service.mcp_endpoint))
     return app
 
@@ -398,11 +406,33 @@ async def serve_async(settings: Settings | None = None) -> None:
         lifespan="on",
         ws="none",
         server_header=False,
+        limit_concurrency=connection_limit(settings),
+        backlog=settings.backlog,
+        timeout_keep_alive=5,
         timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout))
         if settings.shutdown_timeout
         else None,
     )
+    # uvicorn configured its handlers above: rate-limit repeated lines on all of them (a flood of
+    # "Too many open files" must not fill the disk).
+    install_repeat_filter()
     await uvicorn.Server(config).serve()
+
+
+def connection_limit(settings: Settings) -> int:
+    """``max_connections``, or half the process's file-descriptor limit (at most 1000, at least 16):
+    the rest stays free for workers, the token file, the store and the metrics port."""
+    if settings.max_connections is not None:
+        return settings.max_connections
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1000
+    if soft == resource.RLIM_INFINITY:
+        return 1000
+    return max(16, min(1000, soft // 2))
 
 
 def serve(settings: Settings | None = None) -> None:

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import authz
 from ..config import ConfigError, Settings
-from .tokens import hash_token, load_token_file
+from .tokens import hash_token, load_token_file, valid_subject
 
 __all__ = [
     "AuthFailure",
@@ -87,6 +87,7 @@ class TokenFileAuthenticator:
         self._entries: list[tuple[bytes, str]] = []
         self._stamp: tuple[int, int, int] | None = None
         self._checked = 0.0
+        self._missing = False
         self._load()
 
     def _file_stamp(self) -> tuple[int, int, int]:
@@ -106,10 +107,27 @@ class TokenFileAuthenticator:
             return
         self._checked = now
         try:
-            if self._file_stamp() == self._stamp:
-                return
+            stamp = self._file_stamp()
+        except OSError as exc:
+            # Deleted (or unreadable): fail closed. Revoking every token must not need a restart.
+            self._entries = []
+            self._stamp = None
+            if not self._missing:
+                self._missing = True
+                log.error(
+                    "token file %s is gone (%s): no token is accepted until it is back",
+                    self.path,
+                    exc.strerror or type(exc).__name__,
+                )
+            return
+        if stamp == self._stamp:
+            return
+        try:
             self._load()
+            self._missing = False
             log.info("token file reloaded: %d entries", len(self._entries))
+        except FileNotFoundError:
+            self._checked = 0.0  # replaced between stat and read: look again on the next request
         except (OSError, ConfigError) as exc:
             # Keep the last good set: a half-written file must not lock everybody out.
             log.error("token file reload failed, keeping the previous tokens: %s", exc)
@@ -339,7 +357,8 @@ class JWTAuthenticator:
         except jwt.PyJWTError:
             raise AuthFailure("invalid_token") from None
         sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub or len(sub) > 256:
+        if not isinstance(sub, str) or not valid_subject(sub):
+            # The token-file rule: printable, no surrounding spaces, 1-256 characters.
             raise AuthFailure("invalid_subject")
         return authz.Subject(sub)
 

@@ -6,7 +6,6 @@ and, for the warm pool, by sampling the pool when scraped and every half second.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -56,11 +55,13 @@ class Metrics:
             registry=r,
         )
         self.oom_kills = Counter("codemode_oom_kills", "Workers killed by their memory limit.", registry=r)
-        self.active_workers = Gauge(
-            "codemode_active_workers",
-            "Executes (each with its own worker) currently running, per subject. A subject's series "
-            "exists only while it has one running.",
-            ["subject"],
+        # Never labelled by subject id: ids are tenant data, and one series per tenant is unbounded.
+        self.active_subjects = Gauge(
+            "codemode_active_subjects", "Subjects with at least one execute running.", registry=r
+        )
+        self.busiest_subject = Gauge(
+            "codemode_busiest_subject_executes",
+            "Executes running for the subject that has the most running (compare with the quota).",
             registry=r,
         )
         self.active_total = Gauge(
@@ -70,6 +71,12 @@ class Metrics:
             "codemode_auth_failures",
             "Requests to /mcp refused by bearer authentication, by reason.",
             ["reason"],
+            registry=r,
+        )
+        self.requests_refused = Counter(
+            "codemode_mcp_requests_refused",
+            "Authenticated /mcp requests refused because too many were open, by bound (subject, total).",
+            ["bound"],
             registry=r,
         )
         self.pool_idle = Gauge(
@@ -103,21 +110,22 @@ class Metrics:
             self.oom_kills.inc()
 
     def execute_started(self, subject_id: str) -> None:
-        n = self._active.get(subject_id, 0) + 1
-        self._active[subject_id] = n
-        self.active_workers.labels(subject_id).set(n)
+        self._active[subject_id] = self._active.get(subject_id, 0) + 1
+        self._sample_subjects()
         self.active_total.inc()
 
     def execute_finished(self, subject_id: str) -> None:
         n = self._active.get(subject_id, 0) - 1
         if n > 0:
             self._active[subject_id] = n
-            self.active_workers.labels(subject_id).set(n)
         else:
             self._active.pop(subject_id, None)
-            with contextlib.suppress(KeyError):
-                self.active_workers.remove(subject_id)
+        self._sample_subjects()
         self.active_total.dec()
+
+    def _sample_subjects(self) -> None:
+        self.active_subjects.set(len(self._active))
+        self.busiest_subject.set(max(self._active.values(), default=0))
 
     # ------------------------------------------------------------------ pool sampling
     def sample_pool(self) -> None:

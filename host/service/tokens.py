@@ -24,7 +24,15 @@ from typing import Any
 
 from ..config import ConfigError, names
 
-__all__ = ["TokenEntry", "add_token", "hash_token", "load_token_file", "read_entries", "revoke_subject"]
+__all__ = [
+    "TokenEntry",
+    "add_token",
+    "hash_token",
+    "load_token_file",
+    "read_entries",
+    "revoke_subject",
+    "valid_subject",
+]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _WHERE = names("token_file")
@@ -42,7 +50,9 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _valid_subject(subject: Any) -> bool:
+def valid_subject(subject: Any) -> bool:
+    """A usable subject id: a non-empty printable string (no control or format characters) of at
+    most 256 characters without surrounding spaces. Token files and JWT ``sub`` claims both obey it."""
     return (
         isinstance(subject, str)
         and bool(subject)
@@ -68,7 +78,7 @@ def read_entries(path: Path) -> list[TokenEntry]:
         if not isinstance(digest, str) or not _HEX64.match(digest.lower()):
             problems.append(f"{where}: not a SHA-256 hex digest (store hashes, never tokens)")
             return
-        if not _valid_subject(subject):
+        if not valid_subject(subject):
             problems.append(f"{where}: subject id must be printable, non-empty, without surrounding spaces")
             return
         if created is not None and not isinstance(created, str):
@@ -123,14 +133,14 @@ def _write(path: Path, entries: list[TokenEntry]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        fh.write(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
 
 
 def add_token(path: Path, subject: str) -> str:
     """Create a random token for ``subject``, store its hash (and creation time) in ``path``, and
     return the token (the only time it exists in clear)."""
-    if not _valid_subject(subject):
+    if not valid_subject(subject):
         raise ConfigError("subject must be printable, non-empty, without surrounding spaces")
     entries = read_entries(path) if path.exists() else []
     token = secrets.token_urlsafe(32)

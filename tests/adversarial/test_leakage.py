@@ -2,7 +2,7 @@
 errors, runtime errors, panics, and oversized or control-character ``AgentError`` messages.
 
 Each response is serialized in full (every field, by alias, with ``_meta`` and nulls) and searched for
-the secret markers; the error text must also be one of the SPEC §7 texts.
+the secret markers; the error text must also be one of the approved texts (docs/reference/errors.md).
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ async def test_program_values_in_errors_do_not_leak(mode: str) -> None:
             finally:
                 await limited.aclose()
             # fail() with a secret message is the program's own text: it may come back (it is the
-            # model's own data), but never any host detail; the text stays one of the SPEC forms.
+            # model's own data), but never any host detail; the text stays one of the approved forms.
             result = await call(client, "execute", source='def main():\n    fail("model text")\n')
             assert_coarse(error_text(result))
     finally:

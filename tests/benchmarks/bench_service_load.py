@@ -170,7 +170,7 @@ async def scrape_executes(base: str) -> dict[str, float]:
     out: dict[str, float] = {}
     with contextlib.suppress(httpx.HTTPError):
         async with httpx.AsyncClient(timeout=5) as http:
-            text = (await http.get(base + "/metrics")).text
+            text = (await http.get(base + "/metrics")).text  # the metrics server's base URL
         for line in text.splitlines():
             if line.startswith("codemode_executes_total{"):
                 label, value = line.rsplit(" ", 1)
@@ -189,12 +189,15 @@ async def run(args: argparse.Namespace) -> int:
         json.dumps({hashlib.sha256(t.encode()).hexdigest(): s for s, t in tokens.items()})
     )
     port = free_port()
+    metrics_port = free_port()
     base = f"http://127.0.0.1:{port}"
+    metrics_base = f"http://127.0.0.1:{metrics_port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
     env.update(
         {
             "CODEMODE_HOST": "127.0.0.1",
             "CODEMODE_PORT": str(port),
+            "CODEMODE_METRICS_PORT": str(metrics_port),
             "CODEMODE_TOKEN_FILE": str(tmp / "tokens.json"),
             "CODEMODE_ALLOW_ALL": "true",
             "CODEMODE_PACKS": PACK_SPEC,
@@ -249,7 +252,7 @@ async def run(args: argparse.Namespace) -> int:
         wall = time.perf_counter() - t0
         while not jobs.empty():
             lost.append(jobs.get_nowait())
-        server_counts = await scrape_executes(base)
+        server_counts = await scrape_executes(metrics_base)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -70,7 +70,7 @@ def main():
         src = "def main():\n    return records.delete(id=3)\n"
         assert execute_value(await call(client, "execute", source=src)) == {"id": 3, "deleted": True}
 
-        # SPEC §7 texts reachable with allow-all and the records pack
+        # error texts (docs/reference/errors.md) reachable with allow-all and the records pack
         assert error_text(await call(client, "describe_api", name="records.nope")) == "capability not found"
         text = error_text(await call(client, "execute", source="def main(:\n"))
         assert re.fullmatch(r"invalid program: <codemode>:\d+:\d+: .+", text), text

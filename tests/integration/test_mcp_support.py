@@ -146,7 +146,7 @@ def dump(result: BaseModel) -> str:
 
 
 def assert_coarse(text: str) -> None:
-    """``text`` is one of the coarse texts (docs/reference/errors.md), or an approved suffix form."""
+    """``text`` is an error text of docs/reference/errors.md, or one of the approved suffix forms."""
     if text in ERROR_TEXTS:
         return
     for prefix in ("invalid program: ", "invalid capability arguments: ", "capability failed: "):

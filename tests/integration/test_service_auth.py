@@ -13,8 +13,8 @@ import jwt
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
 from codemode.config import ConfigError
+from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
 
 from .test_service_support import (
     AUDIENCE,
@@ -279,12 +279,12 @@ async def test_stateful_sessions_are_bound_to_their_subject(tmp_path: Path) -> N
 async def test_tokens_command_stores_only_the_hash(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from codemode.service.tokens import main
+    from codemode.cli import main
 
     for name in ("tokens.txt", "tokens.json"):
         path = tmp_path / name
-        assert main(["new", "alice", "--file", str(path)]) == 0
-        assert main(["new", "bob", "--file", str(path)]) == 0
+        assert main(["token", "new", "alice", "--token-file", str(path)]) == 0
+        assert main(["token", "new", "bob", "--token-file", str(path)]) == 0
         out = capsys.readouterr().out.split()
         alice_token, bob_token = out
         text = path.read_text()

@@ -13,8 +13,8 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.observe import ExecuteEvent
 from codemode.config import ConfigError, load_settings
+from codemode.observe import ExecuteEvent
 from codemode.service import create_app
 
 from .test_service_support import (
@@ -69,12 +69,12 @@ async def test_readiness_flips_when_the_runtime_goes_away_and_recovers(tmp_path:
         assert "secret" not in resp.text
         assert (await http_get(srv.url + "/healthz")).status_code == 200  # still alive
         assert await execute(srv.mcp_url, tokens["alice"], ECHO % "x") == ("error", "internal failure")
-        samples = await scrape(srv.url + "/metrics")
+        samples = await scrape(srv.metrics_url)
         assert metric(samples, "codemode_ready") == 0
         runtime.down = False
         assert (await http_get(srv.url + "/readyz")).status_code == 200
         assert await execute(srv.mcp_url, tokens["alice"], ECHO % "x") == {"result": "x"}
-        samples = await scrape(srv.url + "/metrics")
+        samples = await scrape(srv.metrics_url)
         assert metric(samples, "codemode_ready") == 1
 
 
@@ -92,16 +92,16 @@ async def test_readiness_waits_for_the_pool_and_pool_metrics(tmp_path: Path) -> 
                     break
                 assert resp.json()["reason"].startswith("pool warming (")
                 await asyncio.sleep(0.05)
-        before = await scrape(srv.url + "/metrics")
+        before = await scrape(srv.metrics_url)
         assert metric(before, "codemode_pool_target_workers") == 2
         assert metric(before, "codemode_pool_idle_workers") == 2
         refills = metric(before, "codemode_pool_refill_duration_seconds_count")
         assert refills >= 2
         assert await execute(srv.mcp_url, tokens["alice"], ECHO % "p") == {"result": "p"}
         async with asyncio.timeout(30):
-            while metric(
-                await scrape(srv.url + "/metrics"), "codemode_pool_refill_duration_seconds_count"
-            ) < (refills + 1):
+            while metric(await scrape(srv.metrics_url), "codemode_pool_refill_duration_seconds_count") < (
+                refills + 1
+            ):
                 await asyncio.sleep(0.05)
         await pool.wait_warm(30)
     assert pool.idle == 0  # drained at shutdown
@@ -115,7 +115,7 @@ async def test_readiness_waits_for_the_pool_and_pool_metrics(tmp_path: Path) -> 
 async def test_metrics_change_as_expected(tmp_path: Path) -> None:
     tokens = write_token_file(tmp_path, ["alice", "bob"])
     async with service(settings(token_file=tokens.path), authorizer=DenyWhoami()) as srv:
-        url = srv.url + "/metrics"
+        url = srv.metrics_url
         before = await scrape(url)
         async with mcp_client(srv.mcp_url, tokens["alice"]) as client:
             assert await call(client, "execute", source=ECHO % "m") == {"result": "m"}
@@ -144,16 +144,17 @@ async def test_metrics_change_as_expected(tmp_path: Path) -> None:
         assert delta("codemode_auth_failures_total", reason="unknown_token") == 1
         assert delta("codemode_oom_kills_total") == 0
 
-        # active workers per subject, seen while a slow execute runs
+        # active subjects (never labelled by subject id), seen while a slow execute runs
         task = asyncio.create_task(execute(srv.mcp_url, tokens["bob"], SLOW % "1.5"))
         async with asyncio.timeout(10):
-            while metric(await scrape(url), "codemode_active_workers", subject="bob") != 1:
+            while metric(await scrape(url), "codemode_active_subjects") != 1:
                 await asyncio.sleep(0.02)
         during = await scrape(url)
         assert metric(during, "codemode_active_executes") == 1
+        assert metric(during, "codemode_busiest_subject_executes") == 1
         assert await task == {"result": "slept"}
         done = await scrape(url)
-        assert ("codemode_active_workers", (("subject", "bob"),)) not in done
+        assert metric(done, "codemode_active_subjects") == 0
         assert metric(done, "codemode_active_executes") == 0
 
         # OOM kills come from the execute event (the process runtime cannot produce one here)
@@ -261,13 +262,14 @@ def test_settings_from_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert s.pool == 3 and s.subject_quota == 2
     limits = s.limits
     assert limits.max_execution_time == 2.5 and limits.max_native_calls == 9
-    assert limits.max_value_depth == 0  # library default
+    assert limits.max_value_depth == 32  # the library default, shown as the setting's default
 
     monkeypatch.setenv("CODEMODE_AUTH_MODE", "jwt")
-    with pytest.raises(ConfigError) as info:
-        load_settings()
-    text = str(info.value)
-    assert "jwks_file / jwks_url" in text and "jwt_issuer" in text and "jwt_audience" in text
+    text = "; ".join(load_settings().http_problems())
+    assert "--jwks-file / CODEMODE_JWKS_FILE" in text and "--jwks-url / CODEMODE_JWKS_URL" in text
+    assert "--jwt-issuer / CODEMODE_JWT_ISSUER" in text and "--jwt-audience / CODEMODE_JWT_AUDIENCE" in text
+    with pytest.raises(ConfigError, match="--jwt-issuer / CODEMODE_JWT_ISSUER"):
+        create_app(load_settings())
 
     monkeypatch.delenv("CODEMODE_AUTH_MODE")
     monkeypatch.setenv("CODEMODE_CONFIG", str(tmp_path / "missing.toml"))
@@ -279,17 +281,16 @@ def test_settings_require_an_explicit_authorizer_and_credentials(tmp_path: Path)
     with pytest.raises(ConfigError) as info:
         load_settings(config_file=None, token_file=tmp_path / "t.json")
     assert "authorizer" in str(info.value)
-    with pytest.raises(ConfigError) as info:
-        load_settings(allow_all=True)
-    assert "token_file" in str(info.value)
-    with pytest.raises(ConfigError):
-        load_settings(
-            allow_all=True,
-            auth_mode="jwt",
-            jwks_url="http://example.com/jwks",
-            jwt_issuer="i",
-            jwt_audience="a",
-        )
+    problems = load_settings(allow_all=True, token_file=tmp_path / "missing").http_problems()
+    assert any("--token-file / CODEMODE_TOKEN_FILE" in p and "does not exist" in p for p in problems)
+    problems = load_settings(
+        allow_all=True,
+        auth_mode="jwt",
+        jwks_url="http://example.com/jwks",
+        jwt_issuer="i",
+        jwt_audience="a",
+    ).http_problems()
+    assert any("--jwks-url / CODEMODE_JWKS_URL: must be https" in p for p in problems)
 
 
 def test_bad_pack_or_catalog_is_a_config_error(tmp_path: Path) -> None:
@@ -405,7 +406,7 @@ async def test_metrics_port_in_use_fails_startup_cleanly(tmp_path: Path) -> None
         busy.listen()
         cfg = settings(token_file=tokens.path, metrics_port=busy.getsockname()[1], pool=1)
         app = create_app(cfg)
-        with pytest.raises(ConfigError, match="metrics_port: cannot listen"):
+        with pytest.raises(ConfigError, match="--metrics-port / CODEMODE_METRICS_PORT: cannot listen"):
             async with app.router.lifespan_context(app):
                 pass
     assert app.state.codemode.pool.idle == 0  # the runtime that started was closed again

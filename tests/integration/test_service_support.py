@@ -27,8 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import codemode
 from codemode import authz
+from codemode.config import Settings
 from codemode.runtimes.base import RuntimeUnavailable, Sandbox
-from codemode.service import Settings, create_app
+from codemode.service import create_app
 from codemode.service.auth import hash_token
 
 # --------------------------------------------------------------------------------------------------
@@ -190,6 +191,8 @@ def settings(**overrides: Any) -> Settings:
         "packs": [PACK_SPEC],
         "audit_log": "none",
         "log_level": "warning",
+        "metrics_port": 0,
+        "pack_options": ["CODEMODE_RECORDS_DB=:memory:"],
     }
     base.update(overrides)
     return Settings(**base)
@@ -219,6 +222,11 @@ class Running:
     @property
     def mcp_url(self) -> str:
         return self.url + "/mcp"
+
+    @property
+    def metrics_url(self) -> str:
+        host, port = self.service.metrics_address
+        return f"http://{host}:{port}/metrics"
 
 
 @contextlib.asynccontextmanager

@@ -23,9 +23,12 @@ async def test_two_subjects_see_their_own_records_only(tmp_path: Path) -> None:
     async with service(cfg) as srv:
         create = "def main():\n    r = records.create(title=%r, tags=['private'])\n    return r['id']\n"
         async with mcp_client(srv.mcp_url, tokens["alice"]) as alice:
-            alice_id = (await call(alice, "execute", source=create % "alice diary"))["result"]
+            assert (await call(alice, "execute", source=create % "alice diary"))["result"] == 1
+            alice_id = (await call(alice, "execute", source=create % "alice secret"))["result"]
         async with mcp_client(srv.mcp_url, tokens["bob"]) as bob:
             bob_id = (await call(bob, "execute", source=create % "bob groceries"))["result"]
+            # Ids are per subject: bob's first record is 1, alice's second is 2.
+            assert (alice_id, bob_id) == (2, 1)
             listing = (
                 "def main():\n    return [r['title'] for r in records.search(tag='private')['records']]\n"
             )
@@ -37,12 +40,15 @@ async def test_two_subjects_see_their_own_records_only(tmp_path: Path) -> None:
             )
             wipe = f"def main():\n    return records.delete(id={alice_id})\n"
             assert (await call(bob, "execute", source=wipe))[0] == "error"
+            # The same id names bob's own record for bob, never alice's.
+            own = "def main():\n    return records.get(id=1)['title']\n"
+            assert await call(bob, "execute", source=own) == {"result": "bob groceries"}
         async with mcp_client(srv.mcp_url, tokens["alice"]) as alice:
-            assert await call(alice, "execute", source=listing) == {"result": ["alice diary"]}
+            assert await call(alice, "execute", source=listing) == {"result": ["alice diary", "alice secret"]}
             mine = f"def main():\n    return records.get(id={alice_id})['title']\n"
-            assert await call(alice, "execute", source=mine) == {"result": "alice diary"}
-            theirs = f"def main():\n    return records.get(id={bob_id})['title']\n"
-            assert (await call(alice, "execute", source=theirs))[0] == "error"
+            assert await call(alice, "execute", source=mine) == {"result": "alice secret"}
+            theirs = "def main():\n    return records.get(id=1)['title']\n"
+            assert await call(alice, "execute", source=theirs) == {"result": "alice diary"}
 
 
 SLOW = "def main():\n    return svc.slow(seconds=1.5)['value']\n"

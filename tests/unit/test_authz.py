@@ -1,5 +1,5 @@
 """codemode.authz: Subject, AuthorizationInput, Authorizer, Denied, allow_all, run_authorizer and the
-contextvars-based subject (SPEC §2, §6, §10)."""
+contextvars-based subject (docs/reference/authorization.md)."""
 
 from __future__ import annotations
 

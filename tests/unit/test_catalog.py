@@ -1,4 +1,5 @@
-"""Registration validation, the type model and describe notation (SPEC §3, §10)."""
+"""Registration validation, the type model and describe notation (docs/reference/capabilities.md,
+describe.md)."""
 
 from __future__ import annotations
 

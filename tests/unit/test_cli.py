@@ -1,25 +1,43 @@
-"""The ``codemode`` command line: parsing, environment configuration, server building, stubs."""
+"""The ``codemode`` command line: parsing, the one settings model, server building, exit codes."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import codemode
-from codemode import cli
-from codemode.cli import ConfigError, build_parser, build_server, main, serve_config
+from codemode.bootstrap import build_runtime, build_server
+from codemode.cli import build_parser, main
+from codemode.cli.flags import overrides
+from codemode.config import ConfigError, Settings, load_settings
+from codemode.limits import DEFAULTS
 
 RECORDS = "codemode.capabilities.records:pack"
 
+Config = Callable[..., Settings]
 
-def config(argv: list[str], env: dict[str, str] | None = None) -> cli.ServeConfig:
-    args = build_parser().parse_args(["serve", *argv])
-    return serve_config(args, env or {})
+
+@pytest.fixture
+def config(monkeypatch: pytest.MonkeyPatch) -> Config:
+    """Settings as ``codemode serve ARGV`` would build them, under exactly the environment ``env``."""
+    for key in list(os.environ):
+        if key.startswith("CODEMODE_"):
+            monkeypatch.delenv(key)
+
+    def make(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        args = build_parser().parse_args(["serve", *argv])
+        mode = "http" if args.http else "stdio"
+        return load_settings(config_file=args.config, **overrides(args, mode))
+
+    return make
 
 
 # --------------------------------------------------------------------------------------------- help
@@ -27,38 +45,40 @@ def config(argv: list[str], env: dict[str, str] | None = None) -> cli.ServeConfi
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["serve"], ["image"], ["image", "audit"], ["quotas"], ["quotas", "tune"], ["bench"]],
+    [
+        [],
+        ["serve"],
+        ["token"],
+        ["token", "new"],
+        ["token", "list"],
+        ["token", "revoke"],
+        ["image"],
+        ["image", "audit"],
+        ["quotas"],
+        ["quotas", "tune"],
+        ["bench"],
+    ],
 )
 def test_every_command_has_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main([*argv, "--help"])
     assert info.value.code == 0
-    out = capsys.readouterr().out
-    assert "usage: codemode" in out
+    assert "usage: codemode" in capsys.readouterr().out
 
 
-def test_serve_help_lists_flags(capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_help_shows_real_defaults_units_and_variables(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
-    out = capsys.readouterr().out
-    for flag in (
-        "--stdio",
-        "--http",
-        "--host",
-        "--port",
-        "--pack",
-        "--allow-all",
-        "--rego-policy",
-        "--rego-decision",
-        "--runtime",
-        "--pool",
-        "--subject",
-        "--disable",
-        "--max-execution-time",
-        "--max-native-calls",
-        "CODEMODE_PACKS",
-    ):
+    out = " ".join(capsys.readouterr().out.split())
+    for flag in ("--stdio", "--http", "--pack", "--allow-all", "--rego-policy", "--runtime", "--token-file"):
         assert flag in out, flag
+    assert "{process,docker,kubernetes}" in out
+    assert "0 = the default" not in out
+    for name, default in DEFAULTS.items():
+        env = "CODEMODE_" + name.upper()
+        shown = str(float(default)) if name == "max_execution_time" else str(int(default))
+        assert f"(default: {shown}; {env})" in out, name
+    assert "seconds of wall time per execute (default: 5.0; CODEMODE_MAX_EXECUTION_TIME)" in out
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,11 +94,33 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["serve", "--stdio", "--bogus"], "usage: codemode serve"),
+        (["bench", "--bogus"], "usage: codemode bench"),
+        (["quotas", "tune", "--program", "x", "--bogus"], "usage: codemode quotas tune"),
+        (["token", "list", "--bogus"], "usage: codemode token"),
+    ],
+)
+def test_unknown_flag_prints_the_subcommand_usage(
+    argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert "unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize(
     ("argv", "what"),
     [
         (["image", "audit", "x", "--docker-base-url", "unix:///nonexistent.sock"], "nonexistent"),
         (["quotas", "tune"], "--program"),
+        (["quotas", "tune", "--program", "x", "--runtime", "process"], "reads each worker's cgroup"),
         (["bench", "--n", "0"], "--n must be positive"),
+        (["bench", "--docker-image", "img:1"], "--docker-image / CODEMODE_DOCKER_IMAGE needs --runtime"),
     ],
 )
 def test_operator_commands_reject_bad_input(
@@ -100,23 +142,33 @@ def test_group_without_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------------------------------- config
 
 
-def test_defaults() -> None:
-    c = config(["--stdio"])
+def test_defaults(config: Config) -> None:
+    c = config(["--stdio", "--allow-all"])
     assert c.transport == "stdio"
-    assert c.packs == [] and c.disabled == [] and c.allow_all is False
+    assert c.packs == [] and c.disable == [] and c.rego_policy == []
     assert c.runtime == "process" and c.pool == 0
-    assert c.limits == codemode.Limits()
-    assert c.subject  # the OS user name
+    assert c.limits.resolved() == codemode.Limits().resolved()
+    assert c.subject_quota == Settings.model_fields["subject_quota"].default == 4
+    assert c.subject_id  # the OS user name
 
 
-def test_flags() -> None:
+def test_one_subject_quota_default() -> None:
+    import inspect
+
+    from codemode.limits import DEFAULT_SUBJECT_QUOTA
+
+    builder_default = inspect.signature(codemode.Builder).parameters["subject_quota"].default
+    assert builder_default == Settings.model_fields["subject_quota"].default == DEFAULT_SUBJECT_QUOTA
+
+
+def test_flags(config: Config) -> None:
     c = config(
         [
             "--stdio",
             "--pack",
             RECORDS,
             "--pack",
-            "a.b:c,d.e:f",
+            "a.b:c",
             "--allow-all",
             "--disable",
             "records.entry.delete",
@@ -124,8 +176,6 @@ def test_flags() -> None:
             "2.5",
             "--max-native-calls",
             "7",
-            "--max-value-bytes",
-            "1000",
             "--pool",
             "3",
             "--subject",
@@ -134,101 +184,96 @@ def test_flags() -> None:
             "K=V=W",
         ]
     )
-    assert c.packs == [RECORDS, "a.b:c", "d.e:f"]
+    assert c.packs == [RECORDS, "a.b:c"]
     assert c.allow_all is True
-    assert c.disabled == ["records.entry.delete"]
-    assert c.limits.max_execution_time == 2.5
-    assert c.limits.max_native_calls == 7
-    assert c.limits.max_value_bytes == 1000
-    assert c.pool == 3
-    assert c.subject == "alice"
-    assert c.pack_options == {"K": "V=W"}
+    assert c.disable == ["records.entry.delete"]
+    assert c.limits.max_execution_time == 2.5 and c.limits.max_native_calls == 7
+    assert c.pool == 3 and c.subject_id == "alice"
+    assert c.pack_option_map == {"K": "V=W"}
 
 
-def test_environment() -> None:
+def test_environment(config: Config) -> None:
     env = {
         "CODEMODE_PACKS": f"{RECORDS}, x.y:z",
         "CODEMODE_ALLOW_ALL": "true",
         "CODEMODE_DISABLE": "a,b",
         "CODEMODE_MAX_EXECUTION_TIME": "1.5",
-        "CODEMODE_MAX_NATIVE_CALLS": "9",
         "CODEMODE_SUBJECT": "envuser",
         "CODEMODE_RUNTIME": "docker",
         "CODEMODE_POOL": "2",
         "CODEMODE_DOCKER_MEMORY": "256m",
         "CODEMODE_DOCKER_CPUS": "0.5",
-        "CODEMODE_DOCKER_PIDS": "32",
-        "CODEMODE_REGO_DECISION": "data.x.allow",
         "CODEMODE_LOG_LEVEL": "debug",
     }
     c = config(["--stdio"], env)
-    assert c.packs == [RECORDS, "x.y:z"]
-    assert c.allow_all is True
-    assert c.disabled == ["a", "b"]
-    assert c.limits.max_execution_time == 1.5 and c.limits.max_native_calls == 9
-    assert c.subject == "envuser"
+    assert c.packs == [RECORDS, "x.y:z"] and c.allow_all is True and c.disable == ["a", "b"]
+    assert c.limits.max_execution_time == 1.5 and c.subject_id == "envuser"
     assert c.runtime == "docker" and c.pool == 2
-    assert (c.docker_memory, c.docker_cpus, c.docker_pids) == (256 * 1024**2, 0.5, 32)
-    assert c.rego_decision == "data.x.allow"
-    assert c.log_level == "DEBUG"
+    assert (c.docker_memory_bytes, c.docker_cpus) == (256 * 1024**2, 0.5)
 
 
-def test_flags_beat_environment_and_lists_add() -> None:
-    env = {
-        "CODEMODE_PACKS": "a.b:c",
-        "CODEMODE_MAX_NATIVE_CALLS": "9",
-        "CODEMODE_SUBJECT": "envuser",
-        "CODEMODE_DISABLE": "x",
-    }
+def test_toml_file_under_environment_under_flags(config: Config, tmp_path: Path) -> None:
+    toml = tmp_path / "codemode.toml"
+    toml.write_text('allow_all = true\npool = 1\nsubject = "toml"\n[limits]\nmax_native_calls = 11\n')
+    c = config(["--stdio", "--config", str(toml)])
+    assert (c.pool, c.subject_id, c.limits.max_native_calls) == (1, "toml", 11)
+    c = config(["--stdio", "--config", str(toml), "--pool", "5"], {"CODEMODE_SUBJECT": "env"})
+    assert (c.pool, c.subject_id) == (5, "env")
+
+
+def test_flags_beat_environment_and_lists_add(config: Config) -> None:
+    env = {"CODEMODE_PACKS": "a.b:c", "CODEMODE_MAX_NATIVE_CALLS": "9", "CODEMODE_DISABLE": "x"}
     c = config(
-        ["--stdio", "--pack", "d.e:f", "--max-native-calls", "3", "--subject", "flag", "--disable", "y"], env
+        ["--stdio", "--allow-all", "--pack", "d.e:f", "--max-native-calls", "3", "--disable", "y"], env
     )
-    assert c.packs == ["a.b:c", "d.e:f"]
-    assert c.limits.max_native_calls == 3
-    assert c.subject == "flag"
-    assert c.disabled == ["x", "y"]
+    assert c.packs == ["a.b:c", "d.e:f"] and c.limits.max_native_calls == 3 and c.disable == ["x", "y"]
 
 
-def test_transport_from_environment() -> None:
-    assert config([], {"CODEMODE_TRANSPORT": "stdio"}).transport == "stdio"
-    with pytest.raises(ConfigError, match="choose a transport"):
-        config([], {})
-
-
-def test_stdio_and_http_are_exclusive() -> None:
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--stdio", "--http"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--stdio", "--port", "9"], "--port is for serve --http; it does nothing with --stdio"),
+        (["--stdio", "--token-file", "t"], "--token-file is for serve --http"),
+        (["--http", "--subject", "x"], "--subject is for serve --stdio"),
+    ],
+)
+def test_flags_that_do_nothing_in_a_mode_are_rejected(config: Config, argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config(argv)
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"CODEMODE_ALLOW_ALL": "maybe"}, "CODEMODE_ALLOW_ALL"),
-        ({"CODEMODE_MAX_NATIVE_CALLS": "lots"}, "CODEMODE_MAX_NATIVE_CALLS must be an integer"),
-        ({"CODEMODE_MAX_EXECUTION_TIME": "soon"}, "CODEMODE_MAX_EXECUTION_TIME must be a number"),
-        ({"CODEMODE_MAX_NATIVE_CALLS": "-1"}, "must not be negative"),
-        ({"CODEMODE_POOL": "-2"}, "--pool must not be negative"),
-        ({"CODEMODE_PACK_OPTIONS": "novalue"}, "KEY=VALUE"),
-        ({"CODEMODE_DOCKER_MEMORY": "lots"}, "--docker-memory must be a positive byte count"),
+        ({"CODEMODE_ALLOW_ALL": "maybe"}, "--allow-all / CODEMODE_ALLOW_ALL"),
+        ({"CODEMODE_MAX_NATIVE_CALLS": "lots"}, "--max-native-calls / CODEMODE_MAX_NATIVE_CALLS"),
+        (
+            {"CODEMODE_MAX_NATIVE_CALLS": "-1"},
+            "--max-native-calls / CODEMODE_MAX_NATIVE_CALLS: Input should be greater",
+        ),
+        ({"CODEMODE_POOL": "-2"}, "--pool / CODEMODE_POOL"),
+        ({"CODEMODE_PACK_OPTIONS": "novalue"}, "--pack-option / CODEMODE_PACK_OPTIONS: .*KEY=VALUE"),
+        ({"CODEMODE_DOCKER_MEMORY": "lots"}, "--docker-memory / CODEMODE_DOCKER_MEMORY"),
+        ({"CODEMODE_RUNTIME": "vm"}, "--runtime / CODEMODE_RUNTIME"),
     ],
 )
-def test_bad_environment(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        config(["--stdio"], env)
+def test_bad_environment_names_flag_and_variable(config: Config, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        config(["--stdio"], {"CODEMODE_ALLOW_ALL": "true", **env})
+    assert "\n" not in str(info.value)
 
 
-def test_allow_all_false_values() -> None:
-    for value in ("0", "false", "no", "off", ""):
-        assert config(["--stdio"], {"CODEMODE_ALLOW_ALL": value}).allow_all is False
+def test_allow_all_false_values(config: Config) -> None:
+    for value in ("0", "false", "no", "off"):
+        with pytest.raises(ConfigError, match="no authorizer"):
+            config(["--stdio"], {"CODEMODE_ALLOW_ALL": value})
 
 
 # ------------------------------------------------------------------------------------------- build
 
 
-def test_build_server_with_records() -> None:
-    server = build_server(
-        config(["--stdio", "--allow-all", "--pack", RECORDS, "--max-native-calls", "4"]), {}
-    )
+def test_build_server_with_records(config: Config) -> None:
+    server = build_server(config(["--stdio", "--allow-all", "--pack", RECORDS, "--max-native-calls", "4"]))
     assert {c.name for c in server.capabilities} == {
         "records.create",
         "records.get",
@@ -237,53 +282,44 @@ def test_build_server_with_records() -> None:
         "records.delete",
     }
     assert server.limits.max_native_calls == 4
-    assert server.limits.max_execution_time == 5.0  # defaults resolved
+    assert server.limits.max_execution_time == 5.0
     assert isinstance(server.runtime, codemode.ProcessRuntime)
 
 
-def test_build_server_disable_and_pool() -> None:
+def test_build_server_disable_and_pool(config: Config) -> None:
     c = config(
         ["--stdio", "--allow-all", "--pack", RECORDS, "--disable", "records.entry.delete", "--pool", "2"]
     )
-    server = build_server(c, {})
+    server = build_server(c)
     assert "records.delete" not in {cap.name for cap in server.capabilities}
     assert isinstance(server.runtime, codemode.WarmPool)
     assert server.runtime.size == 2
     assert isinstance(server.runtime.inner, codemode.ProcessRuntime)
 
 
-def test_no_authorizer_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="no authorizer: pass --allow-all"):
-        build_server(config(["--stdio", "--pack", RECORDS]), {})
+def test_no_authorizer_is_an_error(config: Config) -> None:
+    with pytest.raises(ConfigError, match="no authorizer: set --allow-all / CODEMODE_ALLOW_ALL"):
+        config(["--stdio", "--pack", RECORDS])
 
 
-def test_both_authorizers_is_an_error(tmp_path: Path) -> None:
+def test_both_authorizers_is_an_error(config: Config, tmp_path: Path) -> None:
     policy = tmp_path / "p.rego"
     policy.write_text("package x\n\nallow := true\n")
-    c = config(["--stdio", "--allow-all", "--rego-policy", str(policy), "--rego-decision", "data.x.allow"])
     with pytest.raises(ConfigError, match="choose one authorizer"):
-        build_server(c, {})
+        config(["--stdio", "--allow-all", "--rego-policy", str(policy), "--rego-decision", "data.x.allow"])
 
 
-def test_rego_needs_decision_and_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="go together"):
-        build_server(config(["--stdio", "--rego-decision", "data.x.allow"]), {})
-    with pytest.raises(ConfigError, match="cannot read Rego policy"):
-        build_server(
-            config(
-                [
-                    "--stdio",
-                    "--rego-policy",
-                    str(tmp_path / "missing.rego"),
-                    "--rego-decision",
-                    "data.x.allow",
-                ]
-            ),
-            {},
-        )
+def test_rego_needs_decision_and_a_readable_file(config: Config, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs both --rego-policy / CODEMODE_REGO_POLICY"):
+        config(["--stdio", "--rego-decision", "data.x.allow"])
+    missing = str(tmp_path / "missing.rego")
+    with pytest.raises(
+        ConfigError, match=r"--rego-policy / CODEMODE_REGO_POLICY: policy file .* does not exist"
+    ):
+        config(["--stdio", "--rego-policy", missing, "--rego-decision", "data.x.allow"])
 
 
-def test_rego_authorizer_is_built(tmp_path: Path) -> None:
+def test_rego_authorizer_is_built(config: Config, tmp_path: Path) -> None:
     from codemode.authz.rego import RegoAuthorizer
 
     policy = tmp_path / "p.rego"
@@ -291,98 +327,96 @@ def test_rego_authorizer_is_built(tmp_path: Path) -> None:
     c = config(
         ["--stdio", "--pack", RECORDS, "--rego-policy", str(policy), "--rego-decision", "data.x.allow"]
     )
-    server = build_server(c, {})
+    server = build_server(c)
     assert isinstance(server._executor.authorizer, RegoAuthorizer)
 
 
-def test_rego_rejected_policy(tmp_path: Path) -> None:
+def test_rego_rejected_policy_names_flag_and_variable(config: Config, tmp_path: Path) -> None:
     policy = tmp_path / "p.rego"
     policy.write_text(
         'package x\n\nallow if http.send({"method": "get", "url": "http://x"}).status_code == 200\n'
     )
     c = config(["--stdio", "--rego-policy", str(policy), "--rego-decision", "data.x.allow"])
-    with pytest.raises(ConfigError, match="Rego policy rejected"):
-        build_server(c, {})
+    with pytest.raises(ConfigError, match=r"--rego-policy / CODEMODE_REGO_POLICY: .*rejected") as info:
+        build_server(c)
+    assert "\n" not in str(info.value)
 
 
-def test_bad_pack_and_registration_errors() -> None:
-    with pytest.raises(ConfigError, match="cannot import module"):
-        build_server(config(["--stdio", "--allow-all", "--pack", "no_such_module_xyz:pack"]), {})
+def test_bad_pack_and_registration_errors(config: Config) -> None:
+    with pytest.raises(
+        ConfigError, match="--pack / CODEMODE_PACKS: pack 'no_such_module_xyz:pack': no module"
+    ):
+        build_server(config(["--stdio", "--allow-all", "--pack", "no_such_module_xyz:pack"]))
     with pytest.raises(ConfigError, match="disabled id 'nope'"):
-        build_server(config(["--stdio", "--allow-all", "--pack", RECORDS, "--disable", "nope"]), {})
+        build_server(config(["--stdio", "--allow-all", "--pack", RECORDS, "--disable", "nope"]))
 
 
-def test_docker_runtime_is_constructed(monkeypatch: pytest.MonkeyPatch) -> None:
-    made: list[dict[str, Any]] = []
-
-    class FakeDocker:
-        name = "docker"
-
-        def __init__(self, **kwargs: Any) -> None:
-            made.append(kwargs)
-
-    import codemode.runtimes as runtimes_pkg
-
-    fake_module: Any = type(sys)("codemode.runtimes.docker")
-    fake_module.DockerRuntime = FakeDocker
-    monkeypatch.setitem(sys.modules, "codemode.runtimes.docker", fake_module)
-    monkeypatch.setattr(runtimes_pkg, "docker", fake_module, raising=False)
+def test_docker_runtime_gets_the_flags(config: Config) -> None:
     c = config(
         [
             "--stdio",
+            "--allow-all",
             "--runtime",
             "docker",
             "--docker-image",
             "img:1",
-            "--docker-oci-runtime",
-            "runsc",
             "--docker-memory",
             "64m",
             "--docker-cpus",
             "2",
             "--docker-pids",
             "50",
-            "--docker-base-url",
-            "unix:///tmp/docker.sock",
-            "--pool",
-            "1",
         ]
     )
-    runtime = cli.make_runtime(c)
-    assert isinstance(runtime, codemode.WarmPool)
-    assert isinstance(runtime.inner, FakeDocker)
-    assert made == [
-        {
-            "image": "img:1",
-            "runtime": "runsc",
-            "memory_bytes": 64 * 1024**2,
-            "cpus": 2.0,
-            "pids_limit": 50,
-            "base_url": "unix:///tmp/docker.sock",
-        }
-    ]
-
-
-def test_real_docker_runtime_accepts_the_flags() -> None:
-    c = config(["--stdio", "--runtime", "docker", "--docker-image", "img:1", "--docker-memory", "64m"])
-    runtime = cli.make_runtime(c)
+    runtime: Any = build_runtime(c)
     assert isinstance(runtime, codemode.DockerRuntime)
-    with pytest.raises(ConfigError, match="docker runtime"):
-        cli.make_runtime(config(["--stdio", "--runtime", "docker", "--docker-memory", "1k"]))
+    assert (runtime.image, runtime.memory_bytes, runtime.cpus, runtime.pids_limit) == (
+        "img:1",
+        64 * 1024**2,
+        2.0,
+        50,
+    )
+    with pytest.raises(ConfigError, match="--docker-"):
+        build_runtime(config(["--stdio", "--allow-all", "--runtime", "docker", "--docker-memory", "1k"]))
 
 
-def test_docker_flags_need_docker_runtime() -> None:
-    with pytest.raises(ConfigError, match="need --runtime docker"):
-        cli.make_runtime(config(["--stdio", "--docker-image", "img:1"]))
+def test_kubernetes_runtime_gets_the_flags(config: Config) -> None:
+    c = config(
+        [
+            "--stdio",
+            "--allow-all",
+            "--runtime",
+            "kubernetes",
+            "--kubernetes-namespace",
+            "ns1",
+            "--kubernetes-image",
+            "w:1",
+        ]
+    )
+    runtime: Any = build_runtime(c)
+    assert isinstance(runtime, codemode.KubernetesRuntime)
+    assert (runtime.namespace, runtime.image) == ("ns1", "w:1")
+
+
+def test_runtime_flags_need_their_runtime(config: Config) -> None:
+    with pytest.raises(
+        ConfigError, match="--docker-image / CODEMODE_DOCKER_IMAGE needs --runtime / CODEMODE_RUNTIME docker"
+    ):
+        config(["--stdio", "--allow-all", "--docker-image", "img:1"])
+    with pytest.raises(ConfigError, match="needs --runtime / CODEMODE_RUNTIME kubernetes"):
+        config(["--stdio", "--allow-all", "--kubernetes-image", "img:1"])
 
 
 # -------------------------------------------------------------------------------------------- main
 
 
-def test_main_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_reports_config_errors_on_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CODEMODE_ALLOW_ALL", raising=False)
     assert main(["serve", "--stdio", "--pack", RECORDS]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("codemode: no authorizer")
+    assert err.startswith("codemode: no authorizer") and err.count("\n") == 1
 
 
 def test_main_without_transport(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -391,43 +425,25 @@ def test_main_without_transport(capsys: pytest.CaptureFixture[str], monkeypatch:
     assert "choose a transport" in capsys.readouterr().err
 
 
-def test_http_without_service(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import codemode.service as service
-
-    monkeypatch.delattr(service, "serve", raising=False)
-    assert main(["serve", "--http", "--allow-all"]) == 2
-    assert "serve --http is not available" in capsys.readouterr().err
-
-
-def test_http_overrides() -> None:
-    args = build_parser().parse_args(
-        [
-            "serve",
-            "--http",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "9000",
-            "--pack",
-            RECORDS,
-            "--allow-all",
-            "--max-native-calls",
-            "3",
-            "--disable",
-            "b",
-        ]
-    )
-    assert cli.http_overrides(args, {"CODEMODE_DISABLE": "a"}) == {
-        "host": "0.0.0.0",
-        "port": 9000,
-        "packs": [RECORDS],
-        "allow_all": True,
-        "max_native_calls": 3,
-        "disable": ["a", "b"],
-    }
-    assert cli.http_overrides(build_parser().parse_args(["serve", "--http"]), {}) == {}
-    with pytest.raises(ConfigError, match="--subject is for --stdio"):
-        cli.http_overrides(build_parser().parse_args(["serve", "--http", "--subject", "x"]), {})
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--token-file", "/nonexistent/tokens"],
+            "--token-file / CODEMODE_TOKEN_FILE: token file '/nonexistent/tokens' does not exist",
+        ),
+        (["--token-file", "/"], "is not a regular file"),
+    ],
+)
+def test_http_config_errors_exit_2_naming_flag_and_variable(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("CODEMODE_"):
+            monkeypatch.delenv(key)
+    assert main(["serve", "--http", "--allow-all", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 def test_http_hands_settings_to_the_service(
@@ -443,24 +459,78 @@ def test_http_hands_settings_to_the_service(
     monkeypatch.setenv("CODEMODE_TOKEN_FILE", str(tokens))
     seen: list[Any] = []
     monkeypatch.setattr(service, "serve", seen.append)
-    argv = [
-        "serve",
-        "--http",
-        "--port",
-        "9123",
-        "--allow-all",
-        "--pack",
-        RECORDS,
-        "--max-execution-time",
-        "2",
-    ]
-    assert main(argv) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "--http",
+                "--port",
+                "9123",
+                "--allow-all",
+                "--pack",
+                RECORDS,
+                "--max-execution-time",
+                "2",
+            ]
+        )
+        == 0
+    )
     (settings,) = seen
     assert settings.port == 9123 and settings.allow_all is True and settings.packs == [RECORDS]
     assert settings.limits.max_execution_time == 2.0
-    # the service's own validation reports problems as configuration errors
     assert main(["serve", "--http", "--pack", RECORDS]) == 2
     assert "authorizer" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- token
+
+
+def test_token_new_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from codemode.service.tokens import hash_token, load_token_file
+
+    path = tmp_path / "sub" / "codemode.tokens"
+    assert main(["token", "new", "alice", "--token-file", str(path)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert main(["token", "new", "bob", "--token-file", str(path)]) == 0
+    capsys.readouterr()
+    assert load_token_file(path)[hash_token(token)] == "alice"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert token not in path.read_text()
+    assert main(["token", "list", "--token-file", str(path)]) == 0
+    listed = capsys.readouterr().out
+    lines = listed.strip().splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["alice", "bob"]
+    assert all(line.split("\t")[1].startswith("20") for line in lines)  # ISO creation time
+    assert hash_token(token) not in listed
+    assert main(["token", "revoke", "alice", "--token-file", str(path)]) == 0
+    assert list(load_token_file(path).values()) == ["bob"]
+    assert main(["token", "revoke", "alice", "--token-file", str(path)]) == 1
+
+
+def test_token_file_from_environment_and_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from codemode.config import default_token_file
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("CODEMODE_TOKEN_FILE", raising=False)
+    assert default_token_file() == tmp_path / "xdg" / "codemode" / "codemode.tokens"
+    assert main(["token", "new", "carol"]) == 0
+    assert default_token_file().is_file()
+    monkeypatch.setenv("CODEMODE_TOKEN_FILE", str(tmp_path / "env.tokens"))
+    assert main(["token", "list"]) == 2
+    assert "--token-file / CODEMODE_TOKEN_FILE" in capsys.readouterr().err
+
+
+def test_default_token_name_is_ignored_by_git() -> None:
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        ["git", "check-ignore", "-q", "codemode.tokens"], cwd=root, capture_output=True, timeout=30
+    )
+    assert proc.returncode == 0
+
+
+# ------------------------------------------------------------------------------------ entry points
 
 
 def test_module_entry_point_runs() -> None:
@@ -475,12 +545,55 @@ def test_module_entry_point_runs() -> None:
 
 
 def test_stdio_server_exits_cleanly_on_eof() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
     proc = subprocess.run(
         [sys.executable, "-m", "codemode.cli", "serve", "--stdio", "--allow-all", "--pack", RECORDS],
         input="",
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
+
+
+def test_configuration_doc_lists_every_setting_as_the_code_defines_it() -> None:
+    from codemode.cli.flags import settings_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert settings_table() in doc
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--allow-all", "--pack", "no_such_pack_mod:pack"],
+            "--pack / CODEMODE_PACKS: pack 'no_such_pack_mod:pack'",
+        ),
+        (
+            ["--rego-policy", "BAD", "--rego-decision", "data.x.allow"],
+            "--rego-policy / CODEMODE_REGO_POLICY: ",
+        ),
+    ],
+)
+def test_http_build_errors_exit_2_on_one_line(
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("CODEMODE_"):
+            monkeypatch.delenv(key)
+    tokens = tmp_path / "codemode.tokens"
+    tokens.write_text("{}")
+    bad = tmp_path / "bad.rego"
+    bad.write_text("package x\n\nallow if http.send({}).status_code == 200\n")
+    argv = ["serve", "--http", "--token-file", str(tokens), *[str(bad) if a == "BAD" else a for a in extra]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("codemode: " + message), err
+    assert err.count("\n") == 1

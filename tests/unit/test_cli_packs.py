@@ -6,6 +6,7 @@ import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest

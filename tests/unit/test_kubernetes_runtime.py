@@ -1138,8 +1138,8 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     """The shipped ConfigMap's TOML loads and builds this runtime with its values."""
     import yaml
 
-    from codemode.service.app import build_runtime
     from codemode.config import load_settings
+    from codemode.service.app import build_runtime
 
     config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "configmap.yaml").read_text())
     for name, text in config_map["data"].items():

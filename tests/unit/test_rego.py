@@ -1,5 +1,5 @@
-"""codemode.authz.rego.RegoAuthorizer (SPEC §6): outcomes, construction checks, forbidden builtins,
-deadlines and concurrency."""
+"""codemode.authz.rego.RegoAuthorizer (docs/reference/authorization.md): outcomes, construction
+checks, forbidden builtins, deadlines and concurrency."""
 
 from __future__ import annotations
 
@@ -646,6 +646,75 @@ async def test_deadline_returns_promptly() -> None:
     a.close()
 
 
+async def test_slow_evaluations_stop_blocking_the_event_loop() -> None:
+    a = make(SLOW, max_workers=1, wait_budget=0.005)
+    ctx = Ctx(deadline=time.monotonic() + 60)
+    await a.authorize(ctx, inp(arguments={"n": 10}))  # quick: answered within the budget
+    assert a._slow == 0
+    for _ in range(rego_module._SLOW_LIMIT):
+        await a.authorize(ctx, inp(arguments={"n": 10_000}))  # ~0.1 s: over the budget
+    assert a._slow == rego_module._SLOW_LIMIT
+    # From now on the loop is never blocked: other tasks run while an evaluation is in flight.
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    await a.authorize(ctx, inp(arguments={"n": 10_000}))
+    task.cancel()
+    assert ticks > before + 10
+    # Quick evaluations bring the blocking wait back.
+    for _ in range(rego_module._SLOW_LIMIT + 1):
+        await a.authorize(ctx, inp(arguments={"n": 10}))
+    assert a._slow < rego_module._SLOW_LIMIT
+    a.close()
+
+
+async def test_wait_budget_never_outlasts_the_deadline() -> None:
+    a = make(SLOW, max_workers=1, wait_budget=10.0)
+    started = time.monotonic()
+    with pytest.raises(PolicyError, match="deadline"):
+        await a.authorize(Ctx(deadline=time.monotonic() + 0.05), inp(arguments={"n": 1_000_000}))
+    assert time.monotonic() - started < 1.0
+    a.close()
+
+
+async def test_evaluate_inline_decides_on_the_calling_thread(backend: str) -> None:
+    a = RegoAuthorizer("data.app.allow", {"authz.rego": ALLOW_ALICE}, evaluate_inline=True)
+    ctx = Ctx(deadline=time.monotonic() + 10)
+    assert await a.authorize(ctx, inp("alice")) is None
+    with pytest.raises(Denied):
+        await a.authorize(ctx, inp("bob"))
+    with pytest.raises(PolicyError, match="deadline"):
+        await a.authorize(Ctx(deadline=time.monotonic() - 1), inp("alice"))
+    ctx.cancelled.set()
+    with pytest.raises(PolicyError, match="cancelled"):
+        await a.authorize(ctx, inp("alice"))
+    a.close()
+
+
+async def test_evaluate_inline_never_allows_past_the_deadline() -> None:
+    a = make(SLOW, evaluate_inline=True)
+    with pytest.raises(PolicyError, match="deadline"):
+        await a.authorize(Ctx(deadline=time.monotonic() + 0.01), inp(arguments={"n": 10_000}))
+    a.close()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"wait_budget": -1}, {"wait_budget": float("inf")}, {"wait_budget": True}, {"evaluate_inline": 1}],
+)
+def test_bad_hand_off_options(kw: dict[str, Any]) -> None:
+    with pytest.raises(InvalidPolicy):
+        make("allow := true", **kw)
+
+
 async def test_deadline_already_passed() -> None:
     a = make("allow := true")
     with pytest.raises(PolicyError, match="deadline"):
@@ -875,7 +944,7 @@ async def test_dropped_authorizer_stops_its_threads() -> None:
 
 def test_from_files_reads_modules_and_names_problems(tmp_path: Path) -> None:
     good = tmp_path / "policy.rego"
-    good.write_text("package app\n\ndefault allow := false\n\nallow if input.subject.id == \"alice\"\n")
+    good.write_text('package app\n\ndefault allow := false\n\nallow if input.subject.id == "alice"\n')
     authorizer = from_files("data.app.allow", [good])
     assert isinstance(authorizer, RegoAuthorizer)
     with pytest.raises(InvalidPolicy, match=r"cannot read Rego policy '.*missing\.rego'"):

@@ -1,4 +1,4 @@
-"""Search and tokenization (SPEC §4): table-driven where the behaviour is a table."""
+"""Search and tokenization (docs/reference/search.md): table-driven where the behaviour is a table."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def encoded_size(response: SearchResponse) -> int:
 @pytest.mark.parametrize(
     ("text", "tokens"),
     [
-        # the SPEC example
+        # the example of docs/reference/search.md
         ("GitHub.Pulls.createReview", ["github", "pulls", "create", "review"]),
         # camelCase
         ("createReview", ["create", "review"]),
@@ -70,7 +70,7 @@ def encoded_size(response: SearchResponse) -> int:
         ("HTTPS", ["https"]),
         ("IDs", ["ids"]),  # plural s is not a word
         ("listURLsForRepo", ["list", "urls", "for", "repo"]),
-        # brand-like words keep their first hump (so the SPEC example holds), only at word start
+        # brand-like words keep their first hump (so the documented example holds), only at word start
         ("MySQL", ["mysql"]),
         ("PostgreSQL", ["postgresql"]),
         ("JavaScript", ["javascript"]),

@@ -285,3 +285,41 @@ def test_bind_single_value_and_root_path() -> None:
 def test_bind_arguments_needs_a_record() -> None:
     with pytest.raises(ShapeError):
         bind_arguments(STR, {})
+
+
+# --- string enums ---------------------------------------------------------------------------------
+
+
+def test_enum_shape_validation() -> None:
+    validate_shape({"t": "str", "enum": ["a", "b"]})
+    for bad in (
+        {"t": "str", "enum": []},
+        {"t": "str", "enum": "a"},
+        {"t": "str", "enum": ["a", "a"]},
+        {"t": "str", "enum": [1]},
+        {"t": "str", "enum": ["x" * 257]},
+        {"t": "str", "enum": [str(i) for i in range(257)]},
+        {"t": "int", "enum": ["a"]},
+        {"t": "str", "enum": ["a"], "x": 1},
+    ):
+        with pytest.raises(ShapeError):
+            validate_shape(bad)
+
+
+def test_enum_binding_render_and_bounded_diagnostic() -> None:
+    shape = {
+        "t": "record",
+        "fields": [{"name": "s", "shape": {"t": "opt", "of": {"t": "str", "enum": ["a", "b"]}}}],
+    }
+    assert render(shape) == '{s: "a" | "b" | None}'
+    assert bind_arguments(shape, {"s": "b"}) == {"s": "b"}
+    assert bind_arguments(shape, {"s": None}) == {}
+    with pytest.raises(BindError) as info:
+        bind_arguments(shape, {"s": "c"})
+    assert info.value.diagnostic == 'argument "s" must be one of "a", "b"'
+    many = {"t": "str", "enum": [f"v{i}" for i in range(20)]}
+    with pytest.raises(BindError) as info:
+        bind(many, "zz", "x")
+    assert info.value.diagnostic.endswith('"v6", "v7", ...')
+    with pytest.raises(BindError):
+        bind(many, 3, "x")

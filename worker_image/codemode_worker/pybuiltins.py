@@ -162,7 +162,7 @@ def _math_functions() -> dict[str, Callable[..., Any]]:
 
 
 MATH_FUNCTIONS: Final = _math_functions()
-"""``math`` functions by name (SPEC §5 list, minus the constants)."""
+"""``math`` functions by name (the list in docs/reference/program.md, minus the constants)."""
 MATH_CONSTANTS: Final = {"e": math.e, "pi": math.pi}
 
 

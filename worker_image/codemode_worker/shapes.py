@@ -3,6 +3,7 @@
 A shape is JSON (see ``docs/ARCHITECTURE.md``)::
 
     {"t": "str"} | {"t": "int"} | {"t": "bool"} | {"t": "float"}
+    {"t": "str", "enum": ["open", "closed"]}      (a string restricted to the listed values)
     {"t": "list", "of": SHAPE} | {"t": "dict", "of": SHAPE} | {"t": "opt", "of": SHAPE}
     {"t": "record", "fields": [{"name": "a", "shape": SHAPE}, ...]}
 
@@ -27,6 +28,8 @@ from typing import Any, Final
 from .values import INT64_MAX, INT64_MIN, NonFiniteFloat, NonStringKeys, kind_of
 
 __all__ = [
+    "MAX_ENUM_VALUES",
+    "MAX_ENUM_VALUE_BYTES",
     "MAX_SHAPE_DEPTH",
     "BindError",
     "ShapeError",
@@ -37,11 +40,20 @@ __all__ = [
     "list_item_path",
     "positional_diagnostic",
     "render",
+    "render_enum",
     "validate_shape",
 ]
 
 MAX_SHAPE_DEPTH: Final = 64
 """Deepest shape ``validate_shape`` accepts (a scalar shape has depth 1)."""
+
+MAX_ENUM_VALUES: Final = 256
+"""Most values a string enum may list."""
+
+MAX_ENUM_VALUE_BYTES: Final = 256
+"""Longest (UTF-8 bytes) value a string enum may list."""
+
+_ENUM_SHOWN = 8  # enum values quoted in one diagnostic before "..."
 
 _SCALARS = frozenset({"str", "int", "bool", "float"})
 _WRAPPERS = frozenset({"list", "dict", "opt"})
@@ -80,7 +92,11 @@ def validate_shape(obj: object, max_depth: int = MAX_SHAPE_DEPTH) -> None:
         t = node.get("t")
         if not isinstance(t, str):
             raise ShapeError("shape needs a string 't'")
-        if t in _SCALARS:
+        if t == "str" and "enum" in node:
+            if set(node) != {"t", "enum"}:
+                raise ShapeError("str shape has extra keys")
+            _validate_enum(node["enum"])
+        elif t in _SCALARS:
             if set(node) != {"t"}:
                 raise ShapeError(f"{t} shape has extra keys")
         elif t in _WRAPPERS:
@@ -111,7 +127,32 @@ def validate_shape(obj: object, max_depth: int = MAX_SHAPE_DEPTH) -> None:
             raise ShapeError(f"unknown shape kind {t!r}")
 
 
+def _validate_enum(values: object) -> None:
+    if not isinstance(values, list) or not values:
+        raise ShapeError("str enum must be a non-empty list")
+    if len(values) > MAX_ENUM_VALUES:
+        raise ShapeError(f"str enum lists more than {MAX_ENUM_VALUES} values")
+    seen: set[str] = set()
+    for value in values:
+        if type(value) is not str:
+            raise ShapeError("str enum values must be strings")
+        if len(value.encode("utf-8", errors="surrogatepass")) > MAX_ENUM_VALUE_BYTES:
+            raise ShapeError(f"str enum value longer than {MAX_ENUM_VALUE_BYTES} bytes")
+        if value in seen:
+            raise ShapeError(f"duplicate str enum value {value!r}")
+        seen.add(value)
+
+
 # -------------------------------------------------------------------------------------- render
+
+
+def _quoted(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_enum(values: list[str]) -> str:
+    """``"open" | "closed"``: the notation of a string enum."""
+    return " | ".join(_quoted(v) for v in values)
 
 
 def _record_key(name: str) -> str:
@@ -122,6 +163,8 @@ def render(shape: Shape) -> str:
     """Model-facing notation: ``str``, ``list[T]``, ``dict[str, T]``, ``T | None``,
     ``{a: T, b: U | None}``."""
     t = shape["t"]
+    if t == "str" and "enum" in shape:
+        return render_enum(shape["enum"])
     if t in _SCALARS:
         return str(t)
     if t == "list":
@@ -202,6 +245,11 @@ def _accepts_kind(shape: Shape, value: object) -> bool:
     return isinstance(value, (dict, NonStringKeys))
 
 
+def _enum_choices(values: list[str]) -> str:
+    shown = ", ".join(_quoted(v) for v in values[:_ENUM_SHOWN])
+    return shown + (", ..." if len(values) > _ENUM_SHOWN else "")
+
+
 def _bind_float(shape: Shape, value: object, path: str) -> float:
     if isinstance(value, NonFiniteFloat):
         raise BindError(f"{_argument(path)} must be a finite float")
@@ -252,6 +300,8 @@ def bind(shape: Shape, value: object, path: str) -> Any:
     if t == "str":
         if type(value) is not str:
             raise _type_error(shape, value, path)
+        if "enum" in shape and value not in shape["enum"]:
+            raise BindError(f"{_argument(path)} must be one of {_enum_choices(shape['enum'])}")
         return value
     if t == "int":
         if type(value) is not int:

@@ -1,0 +1,379 @@
+"""JSON Schema → capability shapes (draft 2020-12 and the OpenAPI 3.0 / 3.1 schema dialects).
+
+:func:`compile_schema` turns one schema into a shape (``codemode_worker.shapes``) or raises
+:class:`Unsupported` naming the JSON pointer and the reason. It never loosens a type: whatever the
+model cannot represent exactly is refused, and the caller reports it (see ``docs/packs.md``).
+
+=====================================================  ===========================================
+JSON Schema                                            shape
+=====================================================  ===========================================
+``type: string`` / ``integer`` / ``number`` /          ``str`` / ``int`` / ``float`` / ``bool``
+``boolean``
+``enum`` of strings (or string ``const``)              ``str`` restricted to those values
+``type: array`` + ``items: S``                         ``list[S]``
+``type: object`` + ``properties`` / ``required``       record; non-required fields are optional
+``type: object`` + ``additionalProperties: S`` only    ``dict[str, S]``
+``type: [T, "null"]``, ``anyOf``/``oneOf`` ``[S,       ``S | None``
+null]``, OpenAPI 3.0 ``nullable: true``
+``allOf`` of object schemas                            one record with the merged properties
+local ``$ref`` (``#/$defs/X``, ``#/components/...``)   the referenced schema (non-recursive)
+=====================================================  ===========================================
+
+Refused (with a reason): recursive ``$ref``, remote ``$ref``, unions of several non-null types,
+untyped values (``{}``, ``true``, an object with neither properties nor a typed
+``additionalProperties`` below the root), non-string enums, binary strings (``format: binary``),
+tuples (``prefixItems``), ``not`` / ``if`` / ``patternProperties`` and a record that also types
+its extra keys. Value constraints (``minimum``, ``maxLength``, ``pattern``, ``format``...) are not
+types in this model: they are left to the upstream, which still validates them.
+
+With ``direction="input"`` properties marked ``readOnly`` are left out; with ``"output"``,
+``writeOnly`` ones are, and (when the caller asks, see :func:`compile_schema`) so are properties
+that cannot be represented: a result can always be cut to fewer fields without lying about them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from codemode_worker.shapes import MAX_ENUM_VALUES, MAX_SHAPE_DEPTH, ShapeError, validate_shape
+
+__all__ = ["Dialect", "Direction", "Unsupported", "compile_schema", "record_of"]
+
+Dialect = Literal["2020-12", "openapi-3.0", "openapi-3.1"]
+Direction = Literal["input", "output"]
+Shape = dict[str, Any]
+
+_REFUSED_KEYWORDS = ("not", "if", "then", "else", "patternProperties", "dependentSchemas", "prefixItems")
+_STRING_TYPES = ("string", ["string"], ["string", "null"], ["null", "string"])
+_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
+
+
+class Unsupported(Exception):
+    """A schema (or part of one) the type model cannot represent exactly."""
+
+    def __init__(self, pointer: str, reason: str) -> None:
+        super().__init__(f"{pointer or '/'}: {reason}")
+        self.pointer = pointer
+        self.reason = reason
+
+
+@dataclass
+class _Compiler:
+    document: Any
+    dialect: Dialect
+    direction: Direction
+    omissions: list[Unsupported] | None = None
+    refs: list[str] = field(default_factory=list)
+
+    def resolve(self, ref: object, pointer: str) -> tuple[Any, str]:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise Unsupported(pointer, f"non-local $ref {ref!r}")
+        target: Any = self.document
+        path = ref[1:]
+        if path and not path.startswith("/"):
+            raise Unsupported(pointer, f"$ref {ref!r} is not a JSON pointer")
+        for raw in path.split("/")[1:] if path else []:
+            part = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, Mapping) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                raise Unsupported(pointer, f"$ref {ref!r} does not resolve")
+        return target, path
+
+    def compile(self, schema: Any, pointer: str, depth: int) -> Shape:
+        if depth > MAX_SHAPE_DEPTH:
+            raise Unsupported(pointer, f"nested deeper than {MAX_SHAPE_DEPTH}")
+        if schema is True or (isinstance(schema, Mapping) and not _meaningful(schema)):
+            raise Unsupported(pointer, "untyped value (any JSON)")
+        if not isinstance(schema, Mapping):
+            raise Unsupported(pointer, "schema is not an object")
+        if "$ref" in schema:
+            ref = schema["$ref"]
+            if ref in self.refs:
+                raise Unsupported(pointer, f"recursive $ref {ref!r}")
+            target, _ = self.resolve(ref, pointer)
+            self.refs.append(ref)
+            try:
+                shape = self.compile(target, f"{pointer}/$ref", depth)
+            finally:
+                self.refs.pop()
+            # OpenAPI 3.1 / 2020-12 allow siblings of $ref; only nullability can change the type.
+            if self._nullable_sibling(schema):
+                return _optional(shape)
+            return shape
+        for keyword in _REFUSED_KEYWORDS:
+            if keyword in schema:
+                raise Unsupported(pointer, f"'{keyword}' is not representable")
+        nullable = self._nullable_sibling(schema)
+        shape = self._compile_inner(schema, pointer, depth)
+        return _optional(shape) if nullable else shape
+
+    def _nullable_sibling(self, schema: Mapping[str, Any]) -> bool:
+        return self.dialect != "2020-12" and schema.get("nullable") is True
+
+    def _compile_inner(self, schema: Mapping[str, Any], pointer: str, depth: int) -> Shape:
+        for combinator in ("anyOf", "oneOf"):
+            if combinator in schema:
+                return self._union(schema, combinator, pointer, depth)
+        if "allOf" in schema:
+            return self._all_of(schema, pointer, depth)
+        if "enum" in schema or "const" in schema:
+            return self._enum(schema, pointer)
+        raw_type = schema.get("type")
+        types: list[str]
+        if raw_type is None:
+            if "properties" in schema or "additionalProperties" in schema or "required" in schema:
+                types = ["object"]
+            elif "items" in schema:
+                types = ["array"]
+            else:
+                raise Unsupported(pointer, "untyped value (no 'type')")
+        elif isinstance(raw_type, str):
+            types = [raw_type]
+        elif isinstance(raw_type, list) and all(isinstance(t, str) for t in raw_type):
+            types = list(dict.fromkeys(raw_type))
+        else:
+            raise Unsupported(pointer, "'type' is neither a string nor a list of strings")
+        nullable = "null" in types
+        rest = [t for t in types if t != "null"]
+        if len(rest) != 1:
+            if not rest:
+                raise Unsupported(pointer, "only null is allowed (no value to pass)")
+            raise Unsupported(pointer, f"union of types {rest} is not representable")
+        shape = self._typed(rest[0], schema, pointer, depth)
+        return _optional(shape) if nullable else shape
+
+    def _typed(self, kind: str, schema: Mapping[str, Any], pointer: str, depth: int) -> Shape:
+        if kind in _TYPES:
+            if kind == "string" and schema.get("format") == "binary":
+                raise Unsupported(pointer, "binary string (format: binary)")
+            if (
+                kind == "string"
+                and self.dialect != "openapi-3.0"
+                and "contentMediaType" in schema
+                and schema.get("contentEncoding") is None
+            ):
+                raise Unsupported(pointer, "binary string (contentMediaType without encoding)")
+            return {"t": _TYPES[kind]}
+        if kind == "array":
+            items = schema.get("items")
+            if items is None:
+                raise Unsupported(pointer, "array without 'items' (untyped elements)")
+            if isinstance(items, list):
+                raise Unsupported(pointer, "tuple array (items list) is not representable")
+            return {"t": "list", "of": self.compile(items, f"{pointer}/items", depth + 1)}
+        if kind == "object":
+            return self._object(schema, pointer, depth)
+        raise Unsupported(pointer, f"unknown type {kind!r}")
+
+    def _object(self, schema: Mapping[str, Any], pointer: str, depth: int) -> Shape:
+        props = schema.get("properties") or {}
+        if not isinstance(props, Mapping):
+            raise Unsupported(pointer, "'properties' is not an object")
+        extra = schema.get("additionalProperties", True)
+        typed_extra = isinstance(extra, Mapping) and _meaningful(extra)
+        if not props:
+            if typed_extra:
+                of = self.compile(extra, f"{pointer}/additionalProperties", depth + 1)
+                return {"t": "dict", "of": of}
+            if (depth > 0 or self.direction == "output") and extra is not False:
+                # A tool without arguments is the empty input record; an untyped result is refused.
+                raise Unsupported(pointer, "untyped object (no properties, extra keys of any type)")
+            return {"t": "record", "fields": []}
+        if typed_extra:
+            raise Unsupported(pointer, "record whose extra keys are also typed (additionalProperties)")
+        required = schema.get("required") or []
+        if not isinstance(required, list):
+            raise Unsupported(pointer, "'required' is not a list")
+        fields = []
+        for name, sub in props.items():
+            if not isinstance(name, str) or not name:
+                raise Unsupported(pointer, "empty property name")
+            if isinstance(sub, Mapping) and self._skipped(sub):
+                continue  # readOnly in a request / writeOnly in a response: never sent
+            try:
+                child = self.compile(sub, f"{pointer}/properties/{_escape(name)}", depth + 1)
+            except Unsupported as exc:
+                if self.omissions is None or self.direction != "output":
+                    raise
+                self.omissions.append(exc)  # the output type shows exactly what is returned
+                continue
+            if name not in required:
+                child = _optional(child)
+            fields.append({"name": name, "shape": child})
+        return {"t": "record", "fields": fields}
+
+    def _skipped(self, sub: Mapping[str, Any]) -> bool:
+        target: Any = sub
+        if "$ref" in sub and "readOnly" not in sub and "writeOnly" not in sub:
+            try:
+                target, _ = self.resolve(sub["$ref"], "")
+            except Unsupported:
+                return False
+        if not isinstance(target, Mapping):
+            return False
+        if self.direction == "input":
+            return target.get("readOnly") is True
+        return target.get("writeOnly") is True
+
+    def _union(self, schema: Mapping[str, Any], combinator: str, pointer: str, depth: int) -> Shape:
+        options = schema[combinator]
+        if not isinstance(options, list) or not options:
+            raise Unsupported(pointer, f"'{combinator}' is not a non-empty list")
+        non_null = [(i, o) for i, o in enumerate(options) if not _is_null(o)]
+        if len(non_null) != 1:
+            raise Unsupported(pointer, f"{combinator} of {len(non_null)} non-null alternatives")
+        i, only = non_null[0]
+        shape = self.compile(only, f"{pointer}/{combinator}/{i}", depth)
+        if "type" in schema and schema["type"] not in ("null", ["null"]):
+            # A sibling 'type' constrains the alternative; accept it only when it agrees.
+            sibling = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            want = _shape_type_name(shape)
+            if want is not None and want not in sibling:
+                raise Unsupported(pointer, f"'type' {sibling} conflicts with the {combinator} alternative")
+        return _optional(shape) if len(non_null) != len(options) else shape
+
+    def _all_of(self, schema: Mapping[str, Any], pointer: str, depth: int) -> Shape:
+        parts = schema["allOf"]
+        if not isinstance(parts, list) or not parts:
+            raise Unsupported(pointer, "'allOf' is not a non-empty list")
+        siblings = {k: v for k, v in schema.items() if k in ("properties", "required", "type")}
+        if len(parts) == 1 and not siblings.get("properties"):
+            return self.compile(parts[0], f"{pointer}/allOf/0", depth)
+        merged_props: dict[str, Any] = {}
+        merged_required: list[str] = []
+        member_refs: list[str] = []
+        for i, part in enumerate([*parts, siblings]):
+            where = f"{pointer}/allOf/{i}"
+            while isinstance(part, Mapping) and "$ref" in part:
+                ref = part["$ref"]
+                if ref in self.refs or ref in member_refs:
+                    raise Unsupported(where, f"recursive $ref {ref!r}")
+                member_refs.append(ref)
+                part, _ = self.resolve(ref, where)
+            if not isinstance(part, Mapping):
+                raise Unsupported(where, "schema is not an object")
+            if part is siblings and not part:
+                continue
+            if any(k in part for k in ("anyOf", "oneOf", "allOf", "enum", "items")) or part.get(
+                "type", "object"
+            ) not in ("object", ["object"]):
+                raise Unsupported(where, "allOf member is not a plain object schema")
+            if isinstance(part.get("additionalProperties"), Mapping):
+                raise Unsupported(where, "allOf member types its extra keys")
+            for name, sub in (part.get("properties") or {}).items():
+                if name in merged_props and merged_props[name] != sub:
+                    raise Unsupported(where, f"allOf members disagree on property {name!r}")
+                merged_props[name] = sub
+            merged_required += [r for r in part.get("required") or [] if r not in merged_required]
+        merged = {"type": "object", "properties": merged_props, "required": merged_required}
+        self.refs.extend(member_refs)  # a property referring back to a member is recursion
+        try:
+            return self._object(merged, pointer, depth)
+        finally:
+            del self.refs[len(self.refs) - len(member_refs) :]
+
+    def _enum(self, schema: Mapping[str, Any], pointer: str) -> Shape:
+        values = schema["enum"] if "enum" in schema else [schema["const"]]
+        if not isinstance(values, list) or not values:
+            raise Unsupported(pointer, "'enum' is not a non-empty list")
+        declared = schema.get("type")
+        nullable = None in values or (isinstance(declared, list) and "null" in declared)
+        strings = [v for v in values if v is not None]
+        if not strings:
+            raise Unsupported(pointer, "enum of only null")
+        if not all(isinstance(v, str) for v in strings):
+            raise Unsupported(pointer, "non-string enum (the model restricts only strings)")
+        if declared is not None and declared not in _STRING_TYPES:
+            raise Unsupported(pointer, f"string enum with 'type' {declared!r}")
+        unique = list(dict.fromkeys(strings))
+        if len(unique) > MAX_ENUM_VALUES:
+            raise Unsupported(pointer, f"enum of more than {MAX_ENUM_VALUES} values")
+        shape: Shape = {"t": "str", "enum": unique}
+        try:
+            validate_shape(shape)
+        except ShapeError as exc:
+            raise Unsupported(pointer, str(exc)) from None
+        return _optional(shape) if nullable else shape
+
+
+def _meaningful(schema: Mapping[str, Any]) -> bool:
+    """Whether a schema object says anything about the type (``{}`` or annotations only do not)."""
+    typing_keys = {
+        "type", "properties", "additionalProperties", "items", "enum", "const", "anyOf", "oneOf",
+        "allOf", "$ref", "not", "if", "patternProperties", "prefixItems", "required",
+    }  # fmt: skip
+    return any(k in schema for k in typing_keys)
+
+
+def _is_null(option: object) -> bool:
+    if not isinstance(option, Mapping):
+        return False
+    return option.get("type") == "null" or option.get("type") == ["null"] or option.get("const", 0) is None
+
+
+def _shape_type_name(shape: Shape) -> str | None:
+    inner = shape["of"] if shape["t"] == "opt" else shape
+    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array"}.get(
+        inner["t"], "object" if inner["t"] in ("record", "dict") else None
+    )
+
+
+def _optional(shape: Shape) -> Shape:
+    return shape if shape["t"] == "opt" else {"t": "opt", "of": shape}
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def compile_schema(
+    schema: Any,
+    *,
+    document: Any = None,
+    dialect: Dialect = "2020-12",
+    direction: Direction = "input",
+    pointer: str = "",
+    omissions: list[Unsupported] | None = None,
+) -> Shape:
+    """Compile ``schema`` to a shape; ``$ref`` resolves against ``document`` (default: ``schema``).
+
+    Raises :class:`Unsupported` for anything the model cannot represent exactly. With
+    ``direction="output"`` and an ``omissions`` list, an object property that cannot be represented
+    is left out of the record instead (the handler's result is cut to the declared fields, so the
+    type stays exact) and its reason is appended to ``omissions``.
+    """
+    compiler = _Compiler(document if document is not None else schema, dialect, direction, omissions)
+    shape = compiler.compile(schema, pointer, 0)
+    try:
+        validate_shape(shape)
+    except ShapeError as exc:
+        raise Unsupported(pointer, str(exc)) from None
+    return shape
+
+
+def record_of(
+    schema: Any,
+    *,
+    document: Any = None,
+    dialect: Dialect = "2020-12",
+    direction: Direction = "input",
+    pointer: str = "",
+    omissions: list[Unsupported] | None = None,
+) -> Shape:
+    """Like :func:`compile_schema` but the result must be a record (a tool's arguments or result).
+
+    An absent schema, ``{}`` or ``{"type": "object"}`` is the empty record.
+    """
+    if schema is None or schema == {} or schema is True:
+        return {"t": "record", "fields": []}
+    shape = compile_schema(
+        schema, document=document, dialect=dialect, direction=direction, pointer=pointer, omissions=omissions
+    )
+    if shape["t"] != "record":
+        raise Unsupported(pointer, f"expected an object schema with properties, got {shape['t']}")
+    return shape

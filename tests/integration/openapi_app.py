@@ -1,0 +1,107 @@
+"""A small FastAPI service used as an OpenAPI upstream (its own generated /openapi.json)."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from typing import Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, UploadFile
+from pydantic import BaseModel
+
+API_KEY_ENV = "INVENTORY_TEST_KEY"
+
+
+def require_key(x_api_key: str | None = Header(default=None)) -> None:
+    if x_api_key != os.environ.get(API_KEY_ENV):
+        raise HTTPException(status_code=401, detail="bad api key")
+
+
+app = FastAPI(title="Inventory", version="1.0", dependencies=[Depends(require_key)])
+
+
+class Kind(StrEnum):
+    tool = "tool"
+    part = "part"
+
+
+class ItemIn(BaseModel):
+    name: str
+    kind: Kind
+    price: float
+    tags: list[str] = []
+
+
+class Item(ItemIn):
+    id: int
+
+
+class Peer(BaseModel):
+    port: int
+
+
+ITEMS: dict[int, Item] = {}
+
+
+@app.post("/items", operation_id="createItem", tags=["items"], status_code=201, summary="Create an item")
+def create_item(item: ItemIn) -> Item:
+    new = Item(id=len(ITEMS) + 1, **item.model_dump())
+    ITEMS[new.id] = new
+    return new
+
+
+@app.get("/items/{item_id}", operation_id="getItem", tags=["items"], summary="Get one item by id")
+def get_item(item_id: int, verbose: bool = False, x_trace: str | None = Header(default=None)) -> Item:
+    if item_id not in ITEMS:
+        raise HTTPException(status_code=404, detail=f"item {item_id} not found")
+    item = ITEMS[item_id]
+    if verbose and x_trace:
+        return item.model_copy(update={"name": f"{item.name} [{x_trace}]"})
+    return item
+
+
+@app.get("/items", operation_id="listItems", tags=["items"], summary="List items, optionally by tag")
+def list_items(tag: list[str] | None = Query(default=None), limit: int = 10) -> list[Item]:  # noqa: B008
+    found = [i for i in ITEMS.values() if not tag or set(tag) & set(i.tags)]
+    return found[:limit]
+
+
+@app.delete("/items/{item_id}", operation_id="deleteItem", tags=["items"], status_code=204)
+def delete_item(item_id: int) -> Response:
+    ITEMS.pop(item_id, None)
+    return Response(status_code=204)
+
+
+@app.get("/big", operation_id="bigPayload", tags=["misc"])
+def big() -> dict[str, str]:
+    return {"blob": "x" * (2 * 1024 * 1024)}
+
+
+@app.get("/broken", operation_id="broken", tags=["misc"], response_model=Item)
+def broken() -> Any:
+    return Response(content=b"<html>not json</html>", media_type="application/json")
+
+
+@app.get("/peer", operation_id="peer", tags=["misc"])
+def peer(request: Request) -> Peer:
+    assert request.client is not None
+    return Peer(port=request.client.port)
+
+
+class Named(BaseModel):
+    name: str
+
+
+@app.get("/names/{name}", operation_id="peerByName", tags=["misc"])
+def by_name(name: str) -> Named:
+    return Named(name=name)
+
+
+@app.put("/items/{item_id}/blob", operation_id="uploadBlob", tags=["files"])
+async def upload(item_id: int, file: UploadFile) -> Peer:
+    return Peer(port=0)
+
+
+@app.get("/anything", operation_id="anything", tags=["misc"])
+def anything() -> dict[str, Any]:
+    return {}

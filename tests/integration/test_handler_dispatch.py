@@ -1,0 +1,155 @@
+"""How the host runs handlers, end to end on the process runtime.
+
+An async handler's first step runs at once, in a copy of the context; one that suspends continues as
+a task where it stopped. Both paths must behave exactly like a handler run as a task: same results,
+same error texts, context variables isolated from the execute call, cancellation delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from dataclasses import dataclass
+
+import pytest
+
+import codemode
+from codemode import authz
+from codemode.errors import AgentError, client_text
+
+ALICE = authz.Subject("alice")
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
+
+
+@dataclass
+class In:
+    value: str
+
+
+@dataclass
+class Out:
+    value: str
+
+
+async def at_once(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    seen = MARK.get()
+    MARK.set(args.value)  # must not leak into the next call
+    return Out(seen)
+
+
+async def suspends(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    seen = MARK.get()
+    MARK.set(args.value)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    assert MARK.get() == args.value  # the continuation runs in the same context
+    return Out(seen + ":" + args.value)
+
+
+async def fails_at_once(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    if args.value == "agent":
+        raise AgentError("record is locked")
+    raise RuntimeError("SECRET-DETAIL")
+
+
+async def fails_later(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    await asyncio.sleep(0.01)
+    if args.value == "agent":
+        raise AgentError("record is locked")
+    if args.value == "cancel":
+        raise asyncio.CancelledError()
+    raise RuntimeError("SECRET-DETAIL")
+
+
+async def own_timeout(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    try:
+        async with asyncio.timeout(0.05):
+            await asyncio.sleep(10)
+    except TimeoutError:
+        return Out("timed out on its own")
+    return Out("slept")
+
+
+async def answers_cancellation(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        return Out("cancelled, but returning anyway")
+    return Out("slept")
+
+
+class CallableAsync:
+    async def __call__(self, ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+        return Out(args.value.upper())
+
+
+def server(**limits: float) -> codemode.Server:
+    b = codemode.Builder(
+        authorizer=authz.allow_all(), runtime=codemode.ProcessRuntime(), limits=codemode.Limits(**limits)
+    )
+    b.register(
+        codemode.Capability(name="h.at_once", summary="s", handler=at_once),
+        codemode.Capability(name="h.suspends", summary="s", handler=suspends),
+        codemode.Capability(name="h.fails_at_once", summary="s", handler=fails_at_once),
+        codemode.Capability(name="h.fails_later", summary="s", handler=fails_later),
+        codemode.Capability(name="h.callable", summary="s", handler=CallableAsync()),
+        codemode.Capability(name="h.own_timeout", summary="s", handler=own_timeout),
+        codemode.Capability(name="h.answers_cancellation", summary="s", handler=answers_cancellation),
+    )
+    return b.build()
+
+
+async def test_results_and_context_isolation() -> None:
+    srv = server()
+    try:
+        src = (
+            "def main():\n"
+            "    return [h.at_once(value='a')['value'], h.at_once(value='b')['value'],\n"
+            "            h.suspends(value='c')['value'], h.suspends(value='d')['value'],\n"
+            "            h.callable(value='e')['value']]\n"
+        )
+        token = MARK.set("outer")
+        try:
+            assert await srv.execute(src, subject=ALICE) == ["outer", "outer", "outer:c", "outer:d", "E"]
+            assert MARK.get() == "outer"
+        finally:
+            MARK.reset(token)
+    finally:
+        await srv.aclose()
+
+
+@pytest.mark.parametrize("cap", ["h.fails_at_once", "h.fails_later"])
+async def test_failures_map_like_a_task(cap: str) -> None:
+    srv = server()
+    try:
+        for value, text in [("agent", "capability failed: record is locked"), ("x", "capability failed")]:
+            with pytest.raises(codemode.CodeModeError) as info:
+                await srv.execute(f"def main():\n    return {cap}(value='{value}')\n", subject=ALICE)
+            assert client_text(info.value) == text
+        if cap == "h.fails_later":
+            with pytest.raises(codemode.CodeModeError) as info:
+                await srv.execute(f"def main():\n    return {cap}(value='cancel')\n", subject=ALICE)
+            assert client_text(info.value) == "capability failed"
+    finally:
+        await srv.aclose()
+
+
+async def test_a_handlers_own_timeout_is_its_own_business() -> None:
+    srv = server()
+    try:
+        src = "def main():\n    return h.own_timeout(value='x')['value']\n"
+        assert await srv.execute(src, subject=ALICE) == "timed out on its own"
+    finally:
+        await srv.aclose()
+
+
+async def test_the_deadline_wins_over_a_handler_that_answers_cancellation() -> None:
+    srv = server(max_execution_time=0.5)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(codemode.ResourceLimit):
+            await srv.execute("def main():\n    return h.answers_cancellation(value='x')\n", subject=ALICE)
+        assert time.monotonic() - t0 < 0.5 + 0.4
+    finally:
+        await srv.aclose()

@@ -1,0 +1,284 @@
+"""OpenAPI documents as capabilities: a live FastAPI service under uvicorn on 127.0.0.1 (its own
+generated /openapi.json), and GitHub's REST description as shipped by the npm package
+``@octokit/openapi`` (installed like the other npm fixtures, see ``upstream_support.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+import codemode
+from codemode import authz
+from codemode.capabilities.openapi import OpenAPIConfig, OpenAPIPack, openapi_pack
+from codemode.errors import client_text
+from codemode.upstream import UpstreamBuildError
+
+from . import openapi_app
+from .upstream_support import free_port, octokit_openapi_document
+
+pytestmark = pytest.mark.slow
+
+SUBJECT = authz.Subject(id="alice")
+KEY = "inventory-secret-key"
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(openapi_app.app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def config(base: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "inventory",
+        "document": f"{base}/openapi.json",
+        "base_url": base,
+        "auth_header": "X-API-Key",
+        "auth_value_from_env": openapi_app.API_KEY_ENV,
+        "max_response_bytes": 256 * 1024,
+        **extra,
+    }
+
+
+@pytest.fixture
+async def served(
+    service: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[OpenAPIPack, codemode.Server]]:
+    monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)
+    openapi_app.ITEMS.clear()
+    pack = openapi_pack([config(service)])
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
+    try:
+        yield pack, server
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
+def run(source: str) -> str:
+    return "def main():\n" + "".join(f"    {line}\n" for line in source.splitlines())
+
+
+def test_operations_become_capabilities(served: tuple[OpenAPIPack, codemode.Server]) -> None:
+    pack, server = served
+    sig = {c.name: c.signature for c in server.capabilities}
+    ids = {c.name: c.id for c in server.capabilities}
+    assert ids["inventory.create_item"] == "openapi:inventory:createItem"
+    # required JSON body: its properties are flattened into keyword arguments
+    assert sig["inventory.create_item"] == (
+        'inventory.create_item(*, name: str, kind: "tool" | "part", price: float, tags: list[str] | None)'
+    )
+    # path + query + header parameters (the configured X-API-Key header is never an argument)
+    assert sig["inventory.get_item"] == (
+        "inventory.get_item(*, item_id: int, verbose: bool | None, x_trace: str | None)"
+    )
+    assert sig["inventory.list_items"] == "inventory.list_items(*, tag: list[str] | None, limit: int | None)"
+    assert server.describe("inventory.list_items").output[0]["name"] == "result"
+    assert server.describe("inventory.delete_item").output == []
+    skipped = dict(pack.reports["inventory"].skipped)
+    assert skipped == {
+        "anything": "/responses/200: untyped object (no properties, extra keys of any type)",
+        "uploadBlob": "/requestBody: required request body is not JSON",
+    }
+
+
+async def test_calls_round_trip(served: tuple[OpenAPIPack, codemode.Server]) -> None:
+    _, server = served
+    value = await server.execute(
+        run(
+            'a = inventory.create_item(name="hammer", kind="tool", price=9, tags=["red"])\n'
+            'b = inventory.create_item(name="bolt", kind="part", price=0.5)\n'
+            'got = inventory.get_item(item_id=a["id"], verbose=True, x_trace="t1")\n'
+            'red = inventory.list_items(tag=["red", "blue"])\n'
+            'gone = inventory.delete_item(item_id=b["id"])\n'
+            'return [got["name"], got["price"], [i["name"] for i in red["result"]], gone,'
+            ' len(inventory.list_items()["result"])]'
+        ),
+        subject=SUBJECT,
+    )
+    assert value == ["hammer [t1]", 9.0, ["hammer"], {}, 1]
+
+
+async def test_connections_are_reused(served: tuple[OpenAPIPack, codemode.Server]) -> None:
+    _, server = served
+    ports = await server.execute(run("return [inventory.peer()['port'] for _ in range(5)]"), subject=SUBJECT)
+    assert len(set(ports)) == 1
+
+
+async def test_http_errors_and_bad_responses(served: tuple[OpenAPIPack, codemode.Server]) -> None:
+    _, server = served
+    with pytest.raises(codemode.CapabilityFailure) as info:
+        await server.execute(run("return inventory.get_item(item_id=99)"), subject=SUBJECT)
+    assert client_text(info.value) == "capability failed: HTTP 404: item 99 not found"
+    for source in ("return inventory.big_payload()", "return inventory.broken()"):
+        with pytest.raises(codemode.CapabilityFailure) as info:
+            await server.execute(run(source), subject=SUBJECT)
+        assert client_text(info.value) == "capability failed"
+    for bad in ('""', '"."', '".."'):
+        with pytest.raises(codemode.CapabilityFailure) as info:
+            await server.execute(run(f"return inventory.peer_by_name(name={bad})"), subject=SUBJECT)
+        assert (
+            client_text(info.value) == "capability failed: path parameter name must not be empty, '.' or '..'"
+        )
+    odd = await server.execute(run('return inventory.peer_by_name(name="a?b=1#c d")'), subject=SUBJECT)
+    assert odd == {"name": "a?b=1#c d"}  # reserved characters arrive encoded, in one path segment
+    with pytest.raises(codemode.InvalidArguments):
+        await server.execute(
+            run('return inventory.create_item(name="x", kind="gadget", price=1)'), subject=SUBJECT
+        )
+
+
+READ_ONLY = """package inventory
+import rego.v1
+
+default allow := false
+
+allow if input.capability.id in {"openapi:inventory:getItem", "openapi:inventory:listItems"}
+
+allow if {
+    input.capability.name == "inventory.create_item"
+    input.arguments.price < 100
+}
+"""
+
+
+async def test_rego_policy_gates_operations(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemode.authz.rego import RegoAuthorizer
+
+    monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)
+    pack = openapi_pack([config(service)])
+    authorizer = RegoAuthorizer("data.inventory.allow", {"inventory.rego": READ_ONLY})
+    server = codemode.Builder(authorizer=authorizer).register(*pack.capabilities()).build()
+    try:
+        made = await server.execute(
+            run('return inventory.create_item(name="n", kind="part", price=5)'), subject=SUBJECT
+        )
+        assert (
+            await server.execute(run(f"return inventory.get_item(item_id={made['id']})"), subject=SUBJECT)
+            == made
+        )
+        with pytest.raises(codemode.PermissionDenied):
+            await server.execute(
+                run('return inventory.create_item(name="n", kind="part", price=500)'), subject=SUBJECT
+            )
+        with pytest.raises(codemode.PermissionDenied):
+            await server.execute(run(f"return inventory.delete_item(item_id={made['id']})"), subject=SUBJECT)
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
+async def test_wrong_credential_is_an_http_error(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)  # what the service expects
+    monkeypatch.setenv("INVENTORY_WRONG_KEY", "not-the-key")  # what this pack sends
+    pack = openapi_pack([config(service, auth_value_from_env="INVENTORY_WRONG_KEY")])
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
+    try:
+        with pytest.raises(codemode.CapabilityFailure) as info:
+            await server.execute(run("return inventory.list_items()"), subject=SUBJECT)
+        assert client_text(info.value) == "capability failed: HTTP 401: bad api key"
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
+async def test_missing_credential_names_the_variable(service: str) -> None:
+    with pytest.raises(UpstreamBuildError, match="NO_SUCH_KEY_VAR"):
+        openapi_pack([config(service, auth_value_from_env="NO_SUCH_KEY_VAR")]).capabilities()
+
+
+def test_filters_and_config_errors(tmp_path: Any) -> None:
+    doc = tmp_path / "doc.json"
+    doc.write_text(__import__("json").dumps(openapi_app.app.openapi()))
+    base = {"name": "inv", "document": str(doc), "base_url": "http://127.0.0.1:9"}
+    caps = openapi_pack([{**base, "include_tags": ["items"], "methods": ["GET"]}]).capabilities()
+    assert sorted(c.name for c in caps) == ["inv.get_item", "inv.list_items"]
+    caps = openapi_pack(
+        [{**base, "exclude_operations": ["*Item*", "big*"], "exclude_tags": ["files"]}]
+    ).capabilities()
+    assert sorted(c.name for c in caps) == [
+        "inv.broken",
+        "inv.peer",
+        "inv.peer_by_name",
+    ]  # *Item* hits listItems
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAPIConfig(name="x", document="d", base_url="ftp://x")
+    with pytest.raises(ValueError, match="need auth_header"):
+        OpenAPIConfig(name="x", document="d", base_url="http://x", auth_value_from_env="K")
+    with pytest.raises(UpstreamBuildError, match=r"not an OpenAPI 3\.x"):
+        (tmp_path / "swagger.json").write_text('{"swagger": "2.0"}')
+        openapi_pack([{**base, "document": str(tmp_path / "swagger.json")}]).capabilities()
+
+
+def test_large_real_world_document_github() -> None:
+    """GitHub's REST API description (``@octokit/openapi``, api.github.com.json, OpenAPI 3.0)."""
+    document, version = octokit_openapi_document()
+    pack = openapi_pack([{"name": "github", "document": str(document), "base_url": "https://api.github.com"}])
+    caps = pack.capabilities()
+    report = pack.reports["github"]
+    reasons = collections.Counter(re.sub(r"^\S*: ", "", r).split(" (")[0] for _, r in report.skipped)
+    print(
+        f"\n@octokit/openapi {version} api.github.com.json: {len(report.converted)} operations converted, "
+        f"{len(report.skipped)} skipped, {len(report.omitted)} unrepresentable output fields left out"
+    )
+    for reason, n in reasons.most_common():
+        print(f"  skipped {n:4d}: {reason}")
+    assert len(report.converted) > 1000
+    assert len(report.skipped) == sum(reasons.values()) > 0
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
+    assert len(server.capabilities) == len(report.converted)
+    sig = server.describe("github.issues_list_for_repo").signature
+    assert sig.startswith("github.issues_list_for_repo(*, owner: str, repo: str, milestone: str | None,")
+    assert 'state: "open" | "closed" | "all" | None' in sig
+    names = [r.name for r in server.search("create an issue comment").results]
+    assert "github.issues_create_comment" in names
+    # a required JSON body with object properties is flattened
+    create = server.describe("github.repos_create_for_authenticated_user").signature
+    assert create.startswith(
+        "github.repos_create_for_authenticated_user(*, name: str, description: str | None"
+    )
+    # issue titles are string-or-integer in this document: refused, not loosened
+    assert (
+        "issues/create",
+        "/requestBody/properties/title: oneOf of 2 non-null alternatives",
+    ) in report.skipped
+
+
+def test_github_document_survives_a_running_loop() -> None:
+    async def main() -> int:
+        document, _ = octokit_openapi_document()
+        pack = openapi_pack(
+            [
+                {
+                    "name": "gh",
+                    "document": str(document),
+                    "base_url": "https://api.github.com",
+                    "include_tags": ["meta"],
+                }
+            ]
+        )
+        caps = pack.capabilities()
+        await pack.aclose()
+        return len(caps)
+
+    assert asyncio.run(main()) >= 3

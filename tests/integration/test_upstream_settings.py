@@ -1,0 +1,69 @@
+"""Upstream tables in the one settings model: a ``[[upstream_mcp]]`` table in the TOML file of
+``codemode serve --stdio --config`` becomes capabilities (a real PyPI MCP server, mcp-server-time),
+reached through the official client; a bad table is a one-line configuration error naming the table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from codemode.bootstrap import build_server
+from codemode.config import ConfigError, load_settings
+
+from .test_mcp_support import call, child_env, cli_command, execute_value, success_value
+
+pytestmark = pytest.mark.slow
+
+
+def _toml(tmp_path: Path) -> Path:
+    path = tmp_path / "codemode.toml"
+    path.write_text(
+        "allow_all = true\n\n[[upstream_mcp]]\n"
+        f'name = "time"\ncommand = {json.dumps(sys.executable)}\n'
+        'args = ["-m", "mcp_server_time", "--local-timezone", "UTC"]\n'
+    )
+    return path
+
+
+async def test_upstream_table_served_over_stdio(tmp_path: Path) -> None:
+    argv = cli_command("serve", "--stdio", "--config", str(_toml(tmp_path)))
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=child_env())
+    async with Client(params) as client:
+        found = success_value(await call(client, "search_api", query="convert time zone"))
+        assert "time.convert_time" in [r["name"] for r in found["results"]]
+        src = (
+            "def main():\n"
+            '    c = time.convert_time(source_timezone="UTC", time="12:00", target_timezone="Asia/Kolkata")\n'
+            "    return c['target']['datetime'][11:16]\n"
+        )
+        assert execute_value(await call(client, "execute", source=src)) == "17:30"
+
+
+async def test_server_closes_the_upstream_connection(tmp_path: Path) -> None:
+    settings = load_settings(config_file=_toml(tmp_path), transport="stdio")
+    server = build_server(settings)
+    async with server:
+        src = 'def main():\n    return time.get_current_time(timezone="UTC")["timezone"]\n'
+        from codemode import Subject
+
+        assert await server.execute(src, subject=Subject("alice")) == "UTC"
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    assert str(tmp_path) not in ps  # nothing of ours left
+    leftovers = [
+        line for line in ps.splitlines() if "mcp_server_time" in line and "--local-timezone UTC" in line
+    ]
+    assert leftovers == [] or all("pytest" in line for line in leftovers)
+
+
+def test_a_bad_table_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "codemode.toml"
+    path.write_text('allow_all = true\n\n[[openapi]]\nname = "x"\n')
+    with pytest.raises(
+        ConfigError, match=r"--config / CODEMODE_CONFIG: upstreams: invalid configuration; openapi\[0\]"
+    ):
+        build_server(load_settings(config_file=path, transport="stdio"))

@@ -1,0 +1,81 @@
+"""``codemode.capabilities.upstreams``: one TOML file with [[upstream_mcp]] and [[openapi]] tables,
+and the TOML examples in docs/packs.md (validated against the config models)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import codemode
+from codemode.capabilities.upstreams import UpstreamsPack, upstream_packs
+from codemode.packs import PackError, PackSettings
+
+from . import openapi_app
+from .upstream_support import SERVER_SCRIPT
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_one_toml_file_serves_both_kinds(tmp_path: Path) -> None:
+    doc = tmp_path / "inventory.json"
+    doc.write_text(json.dumps(openapi_app.app.openapi()))
+    config = tmp_path / "upstreams.toml"
+    config.write_text(
+        f"""
+[[upstream_mcp]]
+name = "test"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(SERVER_SCRIPT))}, "stdio"]
+include = ["addNumbers", "shout"]
+
+[[openapi]]
+name = "inventory"
+document = {json.dumps(str(doc))}
+base_url = "http://127.0.0.1:9"
+include_tags = ["items"]
+"""
+    )
+    pack = UpstreamsPack()
+    caps = pack.capabilities(PackSettings(environ={}, options={"CODEMODE_UPSTREAMS_FILE": str(config)}))
+    assert sorted(c.id for c in caps) == [
+        "mcp:test:addNumbers",
+        "mcp:test:shout",
+        "openapi:inventory:createItem",
+        "openapi:inventory:deleteItem",
+        "openapi:inventory:getItem",
+        "openapi:inventory:listItems",
+    ]
+    codemode.Builder(authorizer=codemode.allow_all()).register(*caps).build()
+
+
+def test_errors_name_the_table_and_the_option(tmp_path: Path) -> None:
+    with pytest.raises(PackError, match="CODEMODE_UPSTREAMS_FILE"):
+        UpstreamsPack().capabilities(PackSettings(environ={}, options={}))
+    with pytest.raises(PackError) as info:
+        upstream_packs([{"name": "a", "command": "x"}, {"name": "b"}], [{"name": "c", "document": "d"}])
+    text = str(info.value)
+    assert (
+        "upstream_mcp[1]: Value error, upstream 'b': set exactly one of command (stdio) or url (HTTP)" in text
+    )
+    assert "openapi[0].base_url: Field required" in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[mcp]]\nname = 'x'\n")
+    with pytest.raises(PackError, match=r"unknown tables \['mcp'\]"):
+        UpstreamsPack().capabilities(PackSettings(environ={}, options={"CODEMODE_UPSTREAMS_FILE": str(bad)}))
+
+
+def test_docs_toml_examples_are_valid() -> None:
+    text = (REPO / "docs" / "packs.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    seen = 0
+    for block in blocks:
+        data = tomllib.loads(block)
+        mcp_pack, api_pack = upstream_packs(data.get("upstream_mcp", []), data.get("openapi", []))
+        seen += len(mcp_pack.configs) + len(api_pack.configs)
+    assert seen >= 3

@@ -1,0 +1,193 @@
+"""JSON Schema → shapes: every mapping rule, every refusal, and enum binding on both sides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from codemode.jsonschema import Unsupported, compile_schema, record_of
+from codemode_worker.shapes import BindError, bind_arguments, render, validate_shape
+
+S = {"t": "str"}
+I = {"t": "int"}  # noqa: E741
+
+
+def opt(shape: dict[str, Any]) -> dict[str, Any]:
+    return {"t": "opt", "of": shape}
+
+
+def test_primitives_and_containers() -> None:
+    assert compile_schema({"type": "string"}) == S
+    assert compile_schema({"type": "integer"}) == I
+    assert compile_schema({"type": "number"}) == {"t": "float"}
+    assert compile_schema({"type": "boolean"}) == {"t": "bool"}
+    assert compile_schema({"type": "array", "items": {"type": "string"}}) == {"t": "list", "of": S}
+    assert compile_schema({"type": "object", "additionalProperties": {"type": "integer"}}) == {
+        "t": "dict",
+        "of": I,
+    }
+
+
+def test_object_required_and_optional_in_declaration_order() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"b": {"type": "string"}, "a": {"type": "integer"}},
+        "required": ["a"],
+    }
+    assert record_of(schema) == {
+        "t": "record",
+        "fields": [{"name": "b", "shape": opt(S)}, {"name": "a", "shape": I}],
+    }
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": ["string", "null"]},
+        {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        {"oneOf": [{"type": "null"}, {"type": "string"}]},
+    ],
+)
+def test_nullable_forms(schema: dict[str, Any]) -> None:
+    assert compile_schema(schema) == opt(S)
+
+
+def test_openapi_30_nullable_only_in_openapi_dialects() -> None:
+    schema = {"type": "string", "nullable": True}
+    assert compile_schema(schema, dialect="openapi-3.0") == opt(S)
+    assert compile_schema(schema, dialect="2020-12") == S  # not a keyword there
+
+
+def test_string_enum_and_const() -> None:
+    assert compile_schema({"type": "string", "enum": ["open", "closed"]}) == {
+        "t": "str",
+        "enum": ["open", "closed"],
+    }
+    assert compile_schema({"enum": ["a", None]}) == opt({"t": "str", "enum": ["a"]})
+    assert compile_schema({"const": "x"}) == {"t": "str", "enum": ["x"]}
+
+
+def test_local_refs_and_defs() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"owner": {"$ref": "#/$defs/user"}},
+        "required": ["owner"],
+        "$defs": {"user": {"type": "object", "properties": {"login": {"type": "string"}}}},
+    }
+    assert record_of(schema)["fields"][0]["shape"] == {
+        "t": "record",
+        "fields": [{"name": "login", "shape": opt(S)}],
+    }
+
+
+def test_all_of_objects_merge() -> None:
+    doc = {
+        "components": {
+            "schemas": {
+                "Base": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+            }
+        }
+    }
+    schema = {"allOf": [{"$ref": "#/components/schemas/Base"}, {"properties": {"n": {"type": "string"}}}]}
+    shape = compile_schema(schema, document=doc, dialect="openapi-3.1")
+    assert shape == {"t": "record", "fields": [{"name": "id", "shape": I}, {"name": "n", "shape": opt(S)}]}
+
+
+def test_read_only_and_write_only_follow_direction() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer", "readOnly": True},
+            "pw": {"type": "string", "writeOnly": True},
+        },
+        "required": ["id", "pw"],
+    }
+    assert [f["name"] for f in record_of(schema, direction="input")["fields"]] == ["pw"]
+    assert [f["name"] for f in record_of(schema, direction="output")["fields"]] == ["id"]
+
+
+def test_empty_root_objects_are_empty_records() -> None:
+    empty = {"t": "record", "fields": []}
+    assert record_of(None) == empty
+    assert record_of({}) == empty
+    assert record_of({"type": "object"}) == empty
+    assert record_of({"type": "object", "properties": {}, "additionalProperties": False}) == empty
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"type": "object", "properties": {"x": {}}}, "untyped value"),
+        ({"type": "object", "properties": {"x": True}}, "untyped value"),
+        ({"type": ["string", "integer"]}, "union of types"),
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, "anyOf of 2 non-null alternatives"),
+        ({"enum": [1, 2]}, "non-string enum"),
+        ({"type": "string", "format": "binary"}, "binary string"),
+        ({"type": "array"}, "array without 'items'"),
+        ({"prefixItems": [{"type": "string"}], "type": "array"}, "'prefixItems'"),
+        ({"not": {"type": "string"}}, "'not'"),
+        ({"type": "object", "properties": {"m": {"type": "object"}}}, "untyped object"),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "additionalProperties": {"type": "string"},
+            },
+            "extra keys are also typed",
+        ),
+        ({"$ref": "https://example.com/s.json"}, "non-local $ref"),
+        ({"$ref": "#/$defs/missing"}, "does not resolve"),
+    ],
+)
+def test_refusals_name_a_reason(schema: dict[str, Any], reason: str) -> None:
+    with pytest.raises(Unsupported) as info:
+        compile_schema(schema)
+    assert reason in str(info.value)
+
+
+def test_recursive_ref_is_refused_with_pointer() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"node": {"$ref": "#/$defs/node"}},
+        "$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+    }
+    with pytest.raises(Unsupported) as info:
+        record_of(schema)
+    assert "recursive $ref '#/$defs/node'" in str(info.value)
+    assert info.value.pointer.startswith("/properties/node")
+
+
+def test_recursion_through_all_of_is_refused() -> None:
+    doc = {
+        "$defs": {
+            "A": {"allOf": [{"$ref": "#/$defs/B"}, {"properties": {"z": {"type": "string"}}}]},
+            "B": {"type": "object", "properties": {"child": {"$ref": "#/$defs/A"}}},
+        }
+    }
+    with pytest.raises(Unsupported, match="recursive"):
+        compile_schema({"$ref": "#/$defs/A"}, document=doc)
+
+
+def test_compiled_shapes_are_valid_and_bind() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "state": {"type": "string", "enum": ["open", "closed"]},
+            "labels": {"type": "array", "items": {"type": "string"}},
+            "meta": {"type": "object", "additionalProperties": {"type": ["number", "null"]}},
+        },
+        "required": ["state"],
+    }
+    shape = record_of(schema)
+    validate_shape(shape)
+    assert render(shape) == (
+        '{state: "open" | "closed", labels: list[str] | None, meta: dict[str, float | None] | None}'
+    )
+    assert bind_arguments(shape, {"state": "open", "meta": {"x": 1, "y": None}}) == {
+        "state": "open",
+        "meta": {"x": 1.0, "y": None},
+    }
+    with pytest.raises(BindError) as info:
+        bind_arguments(shape, {"state": "merged"})
+    assert info.value.diagnostic == 'argument "state" must be one of "open", "closed"'

@@ -1,0 +1,196 @@
+"""The import structure of docs/ARCHITECTURE.md, checked on the source: the worker imports nothing
+from the host, the core imports no front end, no operator tool, no configuration layer; front ends
+never import each other; and no module takes part in an import cycle."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {  # import package -> source folder
+    "codemode": ROOT / "host",
+    "codemode.capabilities": ROOT / "capabilities",
+    "codemode_worker": ROOT / "worker_image" / "codemode_worker",
+}
+
+#: Layers from the bottom up. A module may import its own layer and the layers listed as allowed.
+CORE = "core"
+FRONT_ENDS = ("codemode.mcp", "codemode.service")
+
+
+def layer(module: str) -> str:
+    if module.startswith("codemode_worker"):
+        return "worker"
+    if module.startswith("codemode.capabilities"):
+        return "packs"
+    if module == "codemode.config":
+        return "config"
+    if module == "codemode.bootstrap":
+        return "bootstrap"
+    if module.startswith("codemode.cli"):
+        return "cli"
+    if module.startswith("codemode.ops"):
+        return "ops"
+    for front in FRONT_ENDS:
+        if module == front or module.startswith(front + "."):
+            return front
+    return CORE
+
+
+ALLOWED: dict[str, set[str]] = {
+    "worker": {"worker"},
+    CORE: {CORE, "worker"},
+    "packs": {"packs", CORE, "worker"},
+    "config": {"config", CORE},
+    "bootstrap": {"bootstrap", "config", "packs", CORE, "worker"},
+    "codemode.mcp": {"codemode.mcp", CORE},
+    "codemode.service": {"codemode.service", "codemode.mcp", "bootstrap", "config", CORE},
+    "ops": {"ops", "bootstrap", "config", CORE, "worker"},
+    "cli": {"cli", "codemode.mcp", "codemode.service", "ops", "bootstrap", "config", CORE},
+}
+
+
+def modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([package, *parts]) if parts else package
+            if package == "codemode" and name.startswith("codemode.capabilities"):
+                continue
+            out[name] = path
+    return out
+
+
+def _resolve(module: str, path: Path, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join([*base, target] if target else base)
+
+
+def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[tuple[str, int]]:
+    """Every project module ``module`` imports (anywhere in the file), with the line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                while name and name not in known:
+                    name = name.rpartition(".")[0]
+                if name:
+                    yield name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, path, node.level, node.module)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in known:
+                    yield full, node.lineno
+                else:
+                    name = base
+                    while name and name not in known:
+                        name = name.rpartition(".")[0]
+                    if name:
+                        yield name, node.lineno
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {m: {t for t, _ in imports(m, p, known) if t != m} for m, p in known.items()}
+
+
+def test_the_walk_sees_the_project() -> None:
+    g = graph()
+    assert {"codemode.server", "codemode.cli.main", "codemode.ops.bench", "codemode_worker.entry"} <= set(g)
+    assert "codemode.config" in g["codemode.bootstrap"]
+    assert "codemode.bootstrap" in g["codemode.service.app"]
+
+
+def test_layers() -> None:
+    known = modules()
+    problems = []
+    for module, path in sorted(known.items()):
+        for target, line in imports(module, path, known):
+            if target == module:
+                continue
+            if layer(target) not in ALLOWED[layer(module)]:
+                rel = path.relative_to(ROOT)
+                problems.append(
+                    f"{rel}:{line}: {module} ({layer(module)}) imports {target} ({layer(target)})"
+                )
+    assert problems == []
+
+
+def _cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles() -> None:
+    g = graph()
+    # A package's __init__ that only re-exports its submodules is not a cycle with them.
+    for package in [m for m, p in modules().items() if p.name == "__init__.py"]:
+        for child in list(g):
+            if child.startswith(package + ".") and package in g[child]:
+                g[child] = g[child] - {package}
+    assert _cycles(g) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "target", "ok"),
+    [
+        ("codemode.server", "codemode.cli.main", False),
+        ("codemode.execute", "codemode.ops.bench", False),
+        ("codemode.execute", "codemode.config", False),
+        ("codemode.service.app", "codemode.cli.main", False),
+        ("codemode.ops.quotas", "codemode.service.app", False),
+        ("codemode_worker.entry", "codemode.server", False),
+        ("codemode.service.app", "codemode.bootstrap", True),
+        ("codemode.cli.serve", "codemode.service", True),
+    ],
+)
+def test_the_rules_can_fail(module: str, target: str, ok: bool) -> None:
+    assert (layer(target) in ALLOWED[layer(module)]) is ok
+
+
+def test_a_cycle_is_found() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

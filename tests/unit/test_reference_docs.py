@@ -1,0 +1,115 @@
+"""docs/reference must not contradict the code: limits, error texts, tool schemas, search constants,
+the protocol's kinds and the program surface are read from the code and looked up in the pages."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from codemode import errors, limits, mcp, search
+from codemode_worker import PROTOCOL_VERSION, protocol
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
+
+
+def page(name: str) -> str:
+    return (REFERENCE / name).read_text(encoding="utf-8")
+
+
+def flat(name: str) -> str:
+    """The page with every run of whitespace (line breaks included) turned into one space."""
+    return " ".join(page(name).split())
+
+
+def test_every_relative_link_resolves() -> None:
+    for path in REFERENCE.glob("*.md"):
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
+
+
+def test_the_index_lists_every_page() -> None:
+    index = page("README.md")
+    for path in REFERENCE.glob("*.md"):
+        if path.name != "README.md":
+            assert f"]({path.name})" in index, f"README.md does not list {path.name}"
+
+
+def _default_cell(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def test_limits_table_matches_the_defaults() -> None:
+    text = page("limits.md")
+    resolved = limits.Limits().resolved()
+    for field in dataclasses.fields(limits.Limits):
+        value = getattr(resolved, field.name)
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{field.name}` |")), None)
+        assert row is not None, f"limits.md has no row for {field.name}"
+        assert f"| {_default_cell(value)} |" in row, f"limits.md: {field.name} default is {value}"
+
+
+def test_every_coarse_error_text_is_documented() -> None:
+    text = page("errors.md")
+    classes = [
+        errors.Unauthenticated,
+        errors.NotFound,
+        errors.InvalidProgram,
+        errors.InvalidArguments,
+        errors.PermissionDenied,
+        errors.PolicyFailure,
+        errors.ResourceLimit,
+        errors.CapabilityFailure,
+        errors.Internal,
+    ]
+    for cls in classes:
+        assert f"| `{cls.text}` |" in text, f"errors.md lacks {cls.text!r}"
+    assert f"at most {errors.MAX_DISCLOSED_BYTES}" in text
+
+
+@pytest.mark.parametrize("tool", mcp.TOOL_NAMES)
+def test_tool_argument_error_text_and_schema_are_documented(tool: str) -> None:
+    text = page("tools.md")
+    definition = next(t for t in mcp.tool_definitions() if t.name == tool)
+    (arg,) = definition.input_schema["properties"]
+    assert f"| `{tool}` |" in text and f"`{arg}`" in text
+    generic = 'invalid tool arguments: <tool> takes exactly one argument, "<arg>", a string'
+    assert generic in text
+    assert generic.replace("<tool>", tool).replace("<arg>", arg) == mcp._TOOLS[tool].schema_error
+    assert definition.output_schema is not None
+    for key in definition.output_schema["properties"]:
+        assert f'"{key}"' in text, f"tools.md does not show {tool}'s output key {key}"
+
+
+def test_search_constants_are_documented() -> None:
+    text = flat("search.md")
+    assert " ".join(sorted(search.CONNECTORS)) in text
+    assert f"More than {search.MAX_QUERY_TOKENS} distinct" in text
+    assert f"at least **{search.MIN_PREFIX_CHARS} characters**" in text
+    name, terms, summary, description = (f"{w:g}" for w in search.FIELD_WEIGHTS)
+    assert f"name {name}, search terms {terms}, summary {summary}, description {description}" in text
+    assert f"(1 if exact else {search.PREFIX_FACTOR:g})" in text
+    assert f"1 + {search.RARITY_SPAN:g} × ln(N / df(t))" in text
+    assert search.tokenize("GitHub.Pulls.createReview") == ["github", "pulls", "create", "review"]
+    assert "`GitHub.Pulls.createReview` → `github pulls create review`" in text
+
+
+def test_protocol_kinds_and_codes_are_documented() -> None:
+    text = page("protocol.md")
+    assert f"Version: **{PROTOCOL_VERSION}**" in text
+    for kind in protocol.ALL_KINDS:
+        assert f"| `{kind}` |" in text, f"protocol.md lacks kind {kind}"
+    for code in protocol.ERROR_CODES:
+        assert f"`{code}`" in text
+    for key in protocol.LIMIT_KEYS:
+        assert f"`{key}`" in text
+    assert f"{protocol.MAX_HOST_FRAME_BYTES // (1024 * 1024)} MiB" in text
+
+
+def test_program_surface_is_documented() -> None:
+    text = flat("program.md")
+    assert " ".join(sorted(protocol.RESERVED_ROOTS, key=lambda n: (n[0].islower(), n))) in text
