@@ -5,8 +5,9 @@ a private descriptor for frames and fd 1 (and ``sys.stdout``) is pointed at stde
 write from Python or native code can never corrupt the frame stream.
 
 Sequence: warm up the interpreter; drop to the uid the runtime asked for (``privileges``);
-answer every ``probe`` with ``probe_ack`` (only possible once warm); on ``exec`` run the program, sending one ``native_call`` per capability call and blocking
-for its ``native_result``; end with ``final`` or ``final_error`` and exit 0.
+answer every ``probe`` with ``probe_ack`` (only possible once warm); on ``exec`` run the program,
+sending one ``native_call`` per capability call and blocking for its ``native_result``; end with
+``final`` or ``final_error`` and exit 0.
 
 Exit codes: 0 after the final frame (or when the host closes stdin before any exec);
 1 (``EXIT_ABORTED``) on ``native_abort`` or when the host goes away mid-call, nothing more is
