@@ -369,9 +369,12 @@ def _allowable(check: str, found: Mapping[str, list[str]], allow: frozenset[str]
     warns."""
     refused = {name: paths for name, paths in found.items() if name not in allow}
     allowed = {name: paths for name, paths in found.items() if name in allow}
-    findings = [p for paths in refused.values() for p in paths] + [
-        f"{p} (allowed: --allow {name})" for name, paths in allowed.items() for p in paths
-    ]
+    findings = list(
+        dict.fromkeys(
+            [p for paths in refused.values() for p in paths]
+            + [f"{p} (allowed: --allow {name})" for name, paths in allowed.items() for p in paths]
+        )
+    )
     if refused:
         names = ", ".join(sorted(refused))
         return Check(

@@ -208,8 +208,8 @@ final({"writable": writable, "existing": existing, "errors": sorted(errors), "ch
     res = await run_fresh(testing_runtime, source)
     assert res["writable"] == []
     assert res["existing"] == []
-    assert res["checked"] > 100
-    assert set(res["errors"]) <= {"EROFS", "EACCES", "EPERM"}
+    assert res["checked"] > 50  # directories walked (the slim image has about 100)
+    assert set(res["errors"]) <= {"EROFS", "EACCES", "EPERM", "ENOENT"}  # ENOENT: no /etc/passwd (slim image)
     if not GVISOR:  # gVisor has its own (internal, here not writable) /dev/shm
         assert res["shm"] is False  # IpcMode none: no /dev/shm tmpfs
     assert res["mqueue"] == []
@@ -601,7 +601,8 @@ names = ["sh", "bash", "dash", "ash", "busybox", "dpkg", "apt", "apt-get", "pip"
 dirs = ["/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin"]
 found = [d + "/" + n for d in dirs for n in names if os.path.lexists(d + "/" + n)]
 found += glob.glob("/var/lib/dpkg") + glob.glob("/usr/lib/python3*/ensurepip")
-found += glob.glob("/**/site-packages/pip", recursive=True)
+found += glob.glob("/usr/**/site-packages/pip", recursive=True)
+found += glob.glob("/usr/**/dist-packages/pip", recursive=True) + glob.glob("/opt/**/pip", recursive=True)
 final({"found": found, "bin": sorted(os.listdir("/usr/bin"))})
 """
     res = await run_fresh(testing_runtime, source)
