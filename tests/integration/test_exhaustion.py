@@ -65,3 +65,36 @@ async def test_exhaustion_is_a_named_limit(source: str, expected: str) -> None:
     finally:
         await srv.aclose()
     assert client_text(info.value) == expected
+
+
+DOCKER_CASES = [
+    (DOUBLE, "resource limit exceeded: memory"),
+    ("def main():\n    return len(sorted(range(1000000000)))\n", "resource limit exceeded: memory"),
+    ("def main():\n    return len(list(range(1000000000)))\n", "resource limit exceeded: memory"),
+    (JOIN, "resource limit exceeded: memory"),
+    ("def main():\n    return int('9' * 5000)\n", "resource limit exceeded: value size"),
+]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_exhaustion_is_a_named_limit_on_docker() -> None:
+    # The same programs inside the Docker runtime's container (cgroup memory limit, no rlimit).
+    import os
+
+    from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
+
+    from .test_docker_support import require_docker
+
+    require_docker()
+    image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
+    srv, _ = make_server(
+        runtime=DockerRuntime(image=image), max_execution_time=60.0, max_execution_steps=10**9
+    )
+    try:
+        for source, expected in DOCKER_CASES:
+            with pytest.raises(codemode.CodeModeError) as info:
+                await srv.execute(source, subject=ALICE)
+            assert client_text(info.value) == expected, source
+    finally:
+        await srv.aclose()
