@@ -9,8 +9,8 @@ the form an honest worker produces, otherwise the client gets the bare coarse te
   MESSAGE itself is text the program controls anyway (``fail("...")``), so only its form is checked.
 - ``invalid_arguments``: one of the binder's fixed phrases (``codemode_worker.shapes``) around an
   argument path of identifiers, ``[N]`` and ``['key']`` steps, with the type named as the rendering
-  of a shape some enabled capability actually has, or the positional-arguments phrase naming an
-  enabled capability.
+  of a shape some enabled capability actually has (the choices of a string enum likewise), or the
+  positional-arguments phrase naming an enabled capability.
 - ``resource_limit``: the message must be one of the kinds a worker can observe
   (:data:`WORKER_LIMIT_KINDS`); anything else is a bare ``resource limit exceeded``.
 
@@ -23,7 +23,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 
-from codemode_worker.shapes import render
+from codemode_worker.shapes import _enum_choices, render
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -44,6 +44,7 @@ _STEP = rf"(?:\.{_IDENT}|\[[0-9]{{1,9}}\]|\['(?:[^'\\]|\\.)*'\])"
 _PATH = rf"{_IDENT}{_STEP}*"
 _KIND = r"[A-Za-z_][A-Za-z0-9_]{0,39}"
 _MUST_BE = re.compile(rf'(?:argument "(?P<path>{_PATH})"|arguments) must be (?P<type>.+), got {_KIND}\Z')
+_ONE_OF = re.compile(rf'(?:argument "{_PATH}"|arguments) must be one of (?P<choices>.+)\Z')
 _FIXED = re.compile(
     rf'(?:(?:argument "{_PATH}"|arguments) (?:must be a finite float|keys must be str|overflows int64)'
     rf'|unknown argument "{_PATH}"|missing required argument "{_PATH}")\Z'
@@ -97,7 +98,9 @@ class ArgumentGrammar:
 
     def __init__(self, inputs: Mapping[str, Mapping[str, Any]]) -> None:
         self.names: Collection[str] = frozenset(inputs)
-        self.types = frozenset(render(sub) for shape in inputs.values() for sub in _subshapes(shape))
+        subs = [sub for shape in inputs.values() for sub in _subshapes(shape)]
+        self.types = frozenset(render(sub) for sub in subs)
+        self.choices = frozenset(_enum_choices(list(sub["enum"])) for sub in subs if "enum" in sub)
 
     def accepted(self, message: Any) -> str | None:
         """``message`` if it is a well-formed binding diagnostic, else None."""
@@ -105,6 +108,9 @@ class ArgumentGrammar:
             return None
         if _FIXED.match(message):
             return str(message)
+        one_of = _ONE_OF.match(message)
+        if one_of is not None:
+            return str(message) if one_of["choices"] in self.choices else None
         must = _MUST_BE.match(message)
         if must is not None:
             return str(message) if must["type"] in self.types else None

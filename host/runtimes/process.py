@@ -318,8 +318,10 @@ class ProcessRuntime:
         return bool(self.worker_uid_base)
 
     def _preexec(self, uid: int | None) -> None:  # runs in the child between fork and exec
-        # No privilege gain through execve (setuid/setgid binaries, file capabilities).
-        self._libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        # No privilege gain through execve (setuid/setgid binaries, file capabilities). Linux only.
+        prctl = getattr(self._libc, "prctl", None)
+        if prctl is not None:
+            prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if uid is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (self.max_processes, self.max_processes))
         cpu = max(1, math.ceil(self.cpu_seconds))
