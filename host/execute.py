@@ -16,7 +16,7 @@ import logging
 import re
 import struct
 import time
-from collections.abc import Coroutine, Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -268,20 +268,21 @@ class _Session:
         if cap.input_type is not None:
             call_args += (typed_args,)
         if self.ex.is_async(cap):
-            # Driven in this task, in a copy of the context (as a task of its own would be): a
-            # handler that finishes without suspending (most do) costs no task and no loop
-            # iteration. A handler that swallows the execute's cancellation is left to finish on
-            # its own (see _Driven), so it cannot hold the execute call past its deadline.
-            context = contextvars.copy_context()
-            coro: Coroutine[Any, Any, Any] = handler(*call_args)  # type: ignore[assignment]
+            # Its own task, always: task-bound constructs inside the handler (asyncio.timeout, anyio
+            # cancel scopes such as an MCP client's read timeout) must stay with the task they were
+            # entered in. Waited without awaiting it directly, so a handler that swallows the
+            # execute's cancellation cannot hold the call past its deadline.
+            task = asyncio.ensure_future(handler(*call_args))
             try:
-                try:
-                    pending = context.run(coro.send, None)
-                except StopIteration as stop:
-                    return stop.value
-                return await _Driven(coro, pending, context)
+                await asyncio.wait((task,))
             except asyncio.CancelledError:
-                _reraise_if_cancelled()
+                task.cancel()
+                _DETACHED.add(task)
+                task.add_done_callback(_detached_done)
+                raise
+            try:
+                return task.result()
+            except asyncio.CancelledError:
                 raise CapabilityFailure() from None  # the handler raised it itself
             except Exception as exc:
                 _handler_failed(cap, exc)
@@ -313,72 +314,9 @@ def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
     raise CapabilityFailure() from None
 
 
-#: Handlers that swallowed an execute's cancellation, finishing on their own (strong references:
-#: the event loop keeps only weak ones).
+#: Handlers still running after their execute gave up on them (strong references: the event loop
+#: keeps only weak ones).
 _DETACHED: set[asyncio.Task[Any]] = set()
-
-
-class _Driven:
-    """Awaitable that drives a handler coroutine whose first step already ran and yielded
-    ``pending``, inside the awaiting task: the coroutine's yields go to the task, the task's
-    resumptions (values, exceptions, cancellation) go back to the coroutine, every step in the
-    handler's own context.
-
-    A cancellation of the task always goes on at once, whatever the handler does with it: if the
-    handler swallows it and yields again, the handler is handed to a task of its own to finish
-    unobserved; if it returns or raises something else, that outcome is dropped. (A cancellation the
-    handler's own ``asyncio.timeout`` caused and took back is the handler's business.)"""
-
-    __slots__ = ("_context", "_coro", "_pending")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any, context: contextvars.Context) -> None:
-        self._coro = coro
-        self._pending = pending
-        self._context = context
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, pending, context = self._coro, self._pending, self._context
-        self._pending = None
-        while True:
-            try:
-                sent = yield pending
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:
-                try:
-                    pending = context.run(coro.throw, exc)
-                except BaseException as raised:
-                    if _cancelling(exc):
-                        raise exc from None  # the execute's cancellation wins over the handler
-                    if isinstance(raised, StopIteration):
-                        return raised.value
-                    raise
-                if _cancelling(exc):
-                    rest = asyncio.get_running_loop().create_task(
-                        _finish_detached(coro, pending, context), context=context
-                    )
-                    _DETACHED.add(rest)
-                    rest.add_done_callback(_detached_done)
-                    raise
-            else:
-                try:
-                    pending = context.run(coro.send, sent)
-                except StopIteration as stop:
-                    return stop.value
-
-
-def _cancelling(exc: BaseException) -> bool:
-    """``exc`` is a cancellation of the current task that is still pending after the handler saw it
-    (not one the handler's own ``asyncio.timeout`` took back)."""
-    if not isinstance(exc, asyncio.CancelledError):
-        return False
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-async def _finish_detached(coro: Coroutine[Any, Any, Any], pending: Any, context: contextvars.Context) -> Any:
-    return await _Driven(coro, pending, context)
 
 
 def _detached_done(task: asyncio.Task[Any]) -> None:

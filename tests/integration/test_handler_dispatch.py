@@ -1,8 +1,8 @@
 """How the host runs handlers, end to end on the process runtime.
 
-An async handler's first step runs at once, in a copy of the context; one that suspends continues as
-a task where it stopped. Both paths must behave exactly like a handler run as a task: same results,
-same error texts, context variables isolated from the execute call, cancellation delivered.
+Every async handler runs as a task of its own, in a copy of the context: results, error texts,
+context variables isolated from the execute call, cancellation delivered, the deadline winning over a
+handler that swallows it, and task-bound constructs (``asyncio.timeout``) staying with the handler.
 """
 
 from __future__ import annotations
@@ -98,6 +98,45 @@ def server(**limits: float) -> codemode.Server:
         codemode.Capability(name="h.answers_cancellation", summary="s", handler=answers_cancellation),
     )
     return b.build()
+
+
+EVENTS: list[str] = []
+
+
+async def swallows_inside_a_timeout(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    try:
+        async with asyncio.timeout(1.6):  # entered before the execute's deadline
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                EVENTS.append("execute cancelled")  # swallowed: the handler goes on by itself
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                EVENTS.append("own timeout")
+                raise
+    except TimeoutError:
+        EVENTS.append("timed out")
+    return Out("done")
+
+
+async def test_a_detached_handlers_timeout_never_cancels_the_caller() -> None:
+    b = codemode.Builder(
+        authorizer=authz.allow_all(),
+        limits=codemode.Limits(max_execution_time=1.0),
+        runtime=codemode.ProcessRuntime(),
+    )
+    b.register(codemode.Capability(name="h.swallows", summary="s", handler=swallows_inside_a_timeout))
+    srv = b.build()
+    try:
+        with pytest.raises(codemode.ResourceLimit):
+            await srv.execute("def main():\n    return h.swallows(value='x')\n", subject=ALICE)
+        # The handler's own timeout fires while it finishes on its own: it must reach the handler,
+        # not the task that called execute (here: this test).
+        await asyncio.sleep(2.0)
+        assert EVENTS[:2] == ["execute cancelled", "own timeout"]
+    finally:
+        await srv.aclose()
 
 
 async def test_results_and_context_isolation() -> None:
