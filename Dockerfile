@@ -37,7 +37,7 @@ FROM ${BASE_IMAGE} AS build
 ARG PIP_INDEX_URL
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY host ./host
 COPY capabilities ./capabilities
 COPY worker_image/codemode_worker ./worker_image/codemode_worker

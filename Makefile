@@ -1,7 +1,8 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall only when the project metadata changes: the stamp is newer than pyproject.toml otherwise.
+# Reinstall only when the project metadata changes: pyproject.toml, or host/__init__.py (the version
+# source, read by pyproject); the stamp is newer than both otherwise.
 STAMP := $(VENV)/.installed
 
 .PHONY: venv run test lint format typecheck bench clean
@@ -12,8 +13,8 @@ $(BIN)/python:
 	@echo "[make] upgrading pip" >&2
 	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	@echo "[make] installing codemode and its dev tools into $(VENV) (once per pyproject.toml change)" >&2
+$(STAMP): pyproject.toml host/__init__.py | $(BIN)/python
+	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or host/__init__.py changes)" >&2
 	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 	@touch $(STAMP)
 	@echo "[make] $(VENV) is ready" >&2

@@ -159,7 +159,11 @@ def _client(base_url: str | None) -> Any:
         )
         kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
         api = docker.APIClient(version="auto", timeout=120, **kwargs)
-        api.ping()
+        try:
+            api.ping()
+        except Exception:
+            api.close()
+            raise
     except Exception as exc:
         where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
         raise AuditError(f"Docker daemon unreachable at {where}: {exc}") from exc

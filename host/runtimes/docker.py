@@ -170,6 +170,17 @@ def _loop_readable(sock: Any) -> bool:
 # ----------------------------------------------------------------------------------- sandbox
 
 
+def _close_attach(attach: Any) -> None:
+    """Close an attach stream from ``attach_socket``: the SDK's wrapper and the socket under it
+    (closing only the wrapper leaves the connection open)."""
+    sock = getattr(attach, "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.close()
+    with contextlib.suppress(Exception):
+        attach.close()
+
+
 class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
     """One worker container reached through its attached stdin/stdout."""
 
@@ -706,8 +717,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         )
 
     def _discard_blocking(self, cid: str, attach: Any) -> None:
-        with contextlib.suppress(Exception):
-            attach.close()
+        _close_attach(attach)
         self._remove_blocking(cid)
 
     def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
@@ -756,8 +766,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
             api.start(cid)
         except Exception as exc:
             if attach is not None:
-                with contextlib.suppress(Exception):
-                    attach.close()
+                _close_attach(attach)
             if cid is not None:
                 self._remove_blocking(cid)
             raise self._launch_error(exc) from exc

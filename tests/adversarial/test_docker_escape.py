@@ -12,7 +12,8 @@ Runtime-level tests drive the sandbox directly; pipeline-level tests go through
 ``codemode.Server.execute`` to show what the client sees (``resource limit exceeded`` for the
 memory limit and the deadline, ``internal failure`` for protocol abuse).
 
-Skips locally without Docker (visible reason); fails under CI=true.
+Skips locally without Docker (visible reason); fails under CI=true (the ``docker_api`` fixture in
+tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from codemode.runtimes.base import SpawnFailed
 from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, DockerRuntime, DockerSandbox
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
-from tests.integration.test_docker_support import docker_client, read_exact, read_frame, worker_containers
+from tests.integration.support_docker import read_exact, read_frame, worker_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -55,11 +56,6 @@ LIMITS = {
     "max_native_calls": 100,
     "max_callstack": 100,
 }
-
-
-@pytest.fixture(scope="module")
-def docker_api() -> Iterator[Any]:
-    yield from docker_client()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,7 +17,7 @@ import codemode
 from codemode import authz
 from codemode.mcp import create_server
 
-from ..integration.test_mcp_support import (
+from ..integration.support_mcp import (
     CLIENT_MODES,
     CountingResolver,
     EchoIn,

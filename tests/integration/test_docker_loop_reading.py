@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from codemode.runtimes.docker import DockerRuntime
 
-from .test_docker_support import docker_client, encode, fake_worker, read_frame
+from .support_docker import encode, fake_worker, read_frame
 
 pytestmark = pytest.mark.docker
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def docker_api() -> Iterator[Any]:
-    yield from docker_client()
 
 
 def reader_threads() -> list[str]:

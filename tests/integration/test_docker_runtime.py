@@ -1,6 +1,7 @@
 """DockerRuntime against a real Docker engine: lifecycle, hardening, orphans, exit info, removal.
 
-Skips locally without Docker (visible reason); fails under CI=true. See test_docker_support.py.
+Skips locally without Docker (visible reason); fails under CI=true. See the ``docker_api`` fixture in
+tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,8 +25,7 @@ from codemode.runtimes.docker import (
     DockerSandbox,
 )
 
-from .test_docker_support import (
-    docker_client,
+from .support_docker import (
     encode,
     fake_worker,
     read_exact,
@@ -35,11 +34,6 @@ from .test_docker_support import (
 )
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def docker_api() -> Iterator[Any]:
-    yield from docker_client()
 
 
 MiB = 1024 * 1024
@@ -658,6 +652,8 @@ async def test_containers_of_a_sigkilled_host_are_removed_at_restart(docker_api:
     finally:
         proc.kill()  # SIGKILL: no clean-up runs in the host
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
     for cid in cids:
         assert docker_api.inspect_container(cid)["State"]["Running"]
     restarted = DockerRuntime()

@@ -19,7 +19,7 @@ import codemode
 from codemode import authz
 from codemode.mcp import TOOL_NAMES, ContextSubject, StaticSubject, create_server
 
-from .test_mcp_support import (
+from .support_mcp import (
     CLIENT_MODES,
     CountingResolver,
     EchoIn,

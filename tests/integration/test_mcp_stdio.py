@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from .test_mcp_support import (
+from .support_mcp import (
     RECORDS_PACK,
     assert_coarse,
     call,

@@ -379,6 +379,8 @@ async def test_mcp_server_time_from_pypi() -> None:
         await server.aclose()
 
 
+# The first run installs an npm package (up to 300 s) before the test itself.
+@pytest.mark.timeout(600)
 async def test_server_everything_from_npm() -> None:
     command = everything_command()
     pack = upstream_mcp_pack([{"name": "everything", "command": command[0], "args": [*command[1:], "stdio"]}])
@@ -423,7 +425,7 @@ async def test_cli_serves_an_upstream_pack_file_over_stdio(markers: Path) -> Non
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from .test_mcp_support import REPO, child_env, cli_command
+    from .support_mcp import REPO, child_env, cli_command
 
     pack_file = REPO / "tests" / "benchmarks" / "upstream_bench_pack.py"
     argv = cli_command("serve", "--stdio", "--allow-all", "--pack", f"{pack_file}:pack")

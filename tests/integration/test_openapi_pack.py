@@ -230,6 +230,8 @@ def test_filters_and_config_errors(tmp_path: Any) -> None:
         openapi_pack([{**base, "document": str(tmp_path / "swagger.json")}]).capabilities()
 
 
+# The first run installs an npm package (up to 300 s) before the test itself.
+@pytest.mark.timeout(600)
 def test_large_real_world_document_github() -> None:
     """GitHub's REST API description (``@octokit/openapi``, api.github.com.json, OpenAPI 3.0)."""
     document, version = octokit_openapi_document()
@@ -264,6 +266,8 @@ def test_large_real_world_document_github() -> None:
     ) in report.skipped
 
 
+# The first run installs an npm package (up to 300 s) before the test itself.
+@pytest.mark.timeout(600)
 def test_github_document_survives_a_running_loop() -> None:
     async def main() -> int:
         document, _ = octokit_openapi_document()

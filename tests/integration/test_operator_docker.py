@@ -1,6 +1,7 @@
 """Operators' tools against a real Docker engine: ``image audit`` and ``quotas tune``.
 
-Skips locally without Docker (visible reason); fails under CI=true. See test_docker_support.py.
+Skips locally without Docker (visible reason); fails under CI=true. See the ``docker_api`` fixture in
+tests/conftest.py.
 The deliberately bad image is built here from ``codemode-base:bookworm`` and removed afterwards.
 """
 
@@ -20,16 +21,16 @@ import pytest
 from codemode import cli
 from codemode.runtimes.docker import DEFAULT_IMAGE
 
-from .test_docker_support import require_docker, worker_containers
+from .support_docker import worker_containers
 
 # Containers started by this test process (other hosts may share the daemon).
 MINE = f"io.codemode.owner-pid={os.getpid()}"
 
 pytestmark = pytest.mark.docker
 
-BASE_IMAGE = "codemode-base:bookworm"
-BAD_DOCKERFILE = f"""\
-FROM {BASE_IMAGE}
+# FROM is filled in with the base image from the ``docker_base_image`` fixture.
+BAD_DOCKERFILE = """\
+FROM {base}
 RUN ["python3", "-c", "import os\\nos.makedirs('/usr/local/bin', exist_ok=True)\\np = '/usr/local/bin/escalate'\\nopen(p, 'w').write('#!/bin/true\\\\n')\\nos.chmod(p, 0o4755)\\nos.makedirs('/srv/drop', exist_ok=True)\\nos.chmod('/srv/drop', 0o777)\\n"]
 ENV API_TOKEN=not-a-real-token-0123456789
 EXPOSE 8080
@@ -40,22 +41,11 @@ ENTRYPOINT ["python3", "-m", "codemode_worker"]
 
 
 @pytest.fixture(scope="module")
-def docker_api() -> Iterator[Any]:
-    require_docker()
-    require_docker(BASE_IMAGE)
-    import docker
-
-    api = docker.APIClient(version="auto", timeout=120, **docker.utils.kwargs_from_env())
-    yield api
-    api.close()
-
-
-@pytest.fixture(scope="module")
-def bad_image(docker_api: Any) -> Iterator[str]:
+def bad_image(docker_api: Any, docker_base_image: str) -> Iterator[str]:
     tag = f"codemode-test-bad-worker:{uuid.uuid4().hex[:12]}"
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tf:
-        data = BAD_DOCKERFILE.encode()
+        data = BAD_DOCKERFILE.replace("{base}", docker_base_image).encode()
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(data)
         tf.addfile(info, io.BytesIO(data))

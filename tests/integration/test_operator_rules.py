@@ -277,6 +277,6 @@ def test_bench_json() -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["runtime"] == "process" and report["n"] == 3
-    assert set(report["series"]) == {"trivial_cold", "trivial_warm", "one_call_warm"}
+    assert set(report["series"]) == {"trivial_cold", "trivial_warm", "one_call_warm", "hundred_calls_warm"}
     for series in report["series"].values():
         assert 0 < series["p50"] <= series["p99"]

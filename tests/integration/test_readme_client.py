@@ -71,4 +71,4 @@ def test_readme_token_serve_and_client(tmp_path: Path) -> None:
         assert denied.returncode != 0 and "records.create" not in denied.stdout
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.communicate(timeout=30)  # reaps it and closes both pipes

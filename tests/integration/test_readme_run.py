@@ -24,6 +24,8 @@ INITIALIZE = {
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+# On a fresh checkout `make run` first creates .venv and installs everything (up to 300 s).
+@pytest.mark.timeout(600)
 def test_make_run_speaks_only_mcp_on_stdout() -> None:
     proc = subprocess.run(
         ["make", "--no-print-directory", "run"],

@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 from codemode.config import ConfigError
 from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
 
-from .test_service_support import (
+from .support_service import (
     AUDIENCE,
     CALLS,
     CountingAuthorizer,
@@ -303,7 +303,7 @@ async def test_jwt_from_a_jwks_url_with_es256_and_key_rotation(tmp_path: Path) -
 
     from codemode.service.auth import JWTAuthenticator
 
-    from .test_service_support import running
+    from .support_service import running
 
     def es_key(kid: str) -> tuple[Any, dict[str, Any]]:
         key = ec.generate_private_key(ec.SECP256R1())

@@ -12,7 +12,7 @@ import httpx
 
 from codemode.service.logfilter import RepeatFilter
 
-from .test_service_support import PACK_SPEC, execute, service, settings, write_token_file
+from .support_service import PACK_SPEC, execute, service, settings, write_token_file
 
 SLOW = "def main():\n    return svc.slow(seconds=2.0)['value']\n"
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"

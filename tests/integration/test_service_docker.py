@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .test_docker_support import require_docker, worker_containers
-from .test_service_support import execute, http_get, service, settings, write_token_file
+from .support_docker import worker_containers
+from .support_service import execute, http_get, service, settings, write_token_file
 
 pytestmark = pytest.mark.docker
 
@@ -84,9 +85,7 @@ class SocketProxy:
                 dst.write_eof()
 
 
-async def test_readiness_follows_the_docker_engine(tmp_path: Path) -> None:
-    require_docker()
-    import docker
+async def test_readiness_follows_the_docker_engine(tmp_path: Path, docker_api: Any) -> None:
 
     proxy = SocketProxy(tmp_path / "engine.sock", _daemon_socket())
     await proxy.start()
@@ -97,7 +96,6 @@ async def test_readiness_follows_the_docker_engine(tmp_path: Path) -> None:
         docker_base_url=f"unix://{proxy.path}",
         max_execution_time=20,
     )
-    api = docker.APIClient(version="auto", timeout=30)
     instance = ""
     try:
         async with service(cfg) as srv:
@@ -120,18 +118,17 @@ async def test_readiness_follows_the_docker_engine(tmp_path: Path) -> None:
                 while (await http_get(srv.url + "/readyz")).status_code != 200:
                     await asyncio.sleep(0.2)
             assert await execute(srv.mcp_url, tokens["alice"], ECHO) == {"result": "from-a-container"}
-        assert worker_containers(api, f"io.codemode.runtime-instance={instance}") == []
+        assert worker_containers(docker_api, f"io.codemode.runtime-instance={instance}") == []
     finally:
         if proxy.server is not None:
             await proxy.stop()
         if instance:
-            for c in worker_containers(api, f"io.codemode.runtime-instance={instance}"):
-                api.remove_container(c["Id"], force=True)
-        api.close()
+            for c in worker_containers(docker_api, f"io.codemode.runtime-instance={instance}"):
+                docker_api.remove_container(c["Id"], force=True)
 
 
+@pytest.mark.usefixtures("docker_api")
 async def test_missing_worker_image_is_not_ready(tmp_path: Path) -> None:
-    require_docker()
     tokens = write_token_file(tmp_path, ["alice"])
     cfg = settings(token_file=tokens.path, runtime="docker", docker_image="codemode-worker:no-such-tag")
     async with service(cfg) as srv:

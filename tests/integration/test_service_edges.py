@@ -12,7 +12,7 @@ import pytest
 
 from codemode.config import load_settings
 
-from .test_service_support import (
+from .support_service import (
     AUDIENCE,
     ISSUER,
     PACK_SPEC,

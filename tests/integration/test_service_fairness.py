@@ -10,7 +10,7 @@ import pytest
 
 from codemode.config import ConfigError, load_settings
 
-from .test_service_support import PACK_SPEC, execute, service, settings, write_token_file
+from .support_service import PACK_SPEC, execute, service, settings, write_token_file
 
 GREEDY = "def main():\n    return svc.slow(seconds=4.0)['value']\n"
 LIGHT = "def main():\n    return svc.slow(seconds=0.5)['value']\n"

@@ -17,7 +17,7 @@ from codemode.config import ConfigError, load_settings
 from codemode.observe import ExecuteEvent
 from codemode.service import create_app
 
-from .test_service_support import (
+from .support_service import (
     PACK_SPEC,
     ToggleRuntime,
     call,
@@ -393,6 +393,8 @@ async def test_serve_from_environment_and_toml_then_sigterm(tmp_path: Path) -> N
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
     lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [(x["event"], x["outcome"]) for x in lines] == [("native_call", "ok"), ("execute", "ok")]
 

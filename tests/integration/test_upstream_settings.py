@@ -15,7 +15,7 @@ from mcp import Client, StdioServerParameters
 from codemode.bootstrap import build_server
 from codemode.config import ConfigError, load_settings
 
-from .test_mcp_support import call, child_env, cli_command, execute_value, success_value
+from .support_mcp import call, child_env, cli_command, execute_value, success_value
 
 pytestmark = pytest.mark.slow
 

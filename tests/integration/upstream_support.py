@@ -19,18 +19,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests import environment
 
 SERVER_SCRIPT = Path(__file__).with_name("upstream_mcp_server.py")
 EVERYTHING = "@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION = os.environ.get("CODEMODE_EVERYTHING_VERSION", "2026.8.31")
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def unavailable(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"required in CI: {reason}")
-    pytest.skip(reason)
+    environment.unavailable("the upstream MCP test server", reason)
 
 
 def everything_dir() -> Path:
@@ -106,6 +103,8 @@ def start_http_upstream(port: int, token_file: Path, markers: Path) -> Iterator[
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 OCTOKIT = "@octokit/openapi"

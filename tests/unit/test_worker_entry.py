@@ -91,18 +91,26 @@ class Worker:
         rest = self.proc.stdout.read()
         err = self.proc.stderr.read()
         code = self.proc.wait()
-        self._watchdog.cancel()
+        self.close()
         return code, rest, err
+
+    def close(self) -> None:
+        """Kill the worker if it still runs, reap it, and close every pipe (idempotent)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._watchdog.cancel()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    pipe.close()
 
 
 @pytest.fixture
 def worker() -> Any:
     w = Worker()
     yield w
-    if w.proc.poll() is None:
-        w.proc.kill()
-    w.proc.wait()
-    w._watchdog.cancel()
+    w.close()
 
 
 def test_probe_then_trivial_program(worker: Worker) -> None:

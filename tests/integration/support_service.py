@@ -90,7 +90,7 @@ PACK = [
     codemode.Capability(id="svc.slow.v1", name="svc.slow", summary="Sleep a while.", handler=_slow),
     codemode.Capability(id="svc.whoami.v1", name="svc.whoami", summary="The caller.", handler=_whoami),
 ]
-PACK_SPEC = "tests.integration.test_service_support:PACK"
+PACK_SPEC = "tests.integration.support_service:PACK"
 RECORDS_SPEC = "codemode.capabilities.records:pack"
 
 

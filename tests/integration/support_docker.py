@@ -1,60 +1,16 @@
-"""Shared helpers for the Docker test modules (no tests here).
+"""Shared helpers for the Docker test modules (no tests here; pytest does not collect this module).
 
-Docker tests are marked ``docker``. Locally without a reachable Docker engine (or without the worker
-image) they skip with the reason; with ``CI=true`` they fail instead, so CI can't pass by skipping.
-Build the image with ``scripts/provision-docker.sh``.
+The engine itself comes from the ``docker_api`` fixture in tests/conftest.py, which skips locally
+without an engine or the worker image and fails under ``CI=true``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import struct
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from codemode.runtimes.docker import DEFAULT_IMAGE
-
 ROLE_LABEL = "io.codemode.role=worker"
-
-
-def docker_problem(image: str = DEFAULT_IMAGE) -> str | None:
-    """Why Docker tests can't run here, or None."""
-    try:
-        import docker
-
-        api = docker.APIClient(version="auto", timeout=10, **docker.utils.kwargs_from_env())
-        try:
-            api.ping()
-            api.inspect_image(image)
-        finally:
-            api.close()
-    except Exception as exc:  # any failure means "no usable Docker here"
-        return f"Docker engine or image {image} not available ({type(exc).__name__}: {exc}); " + (
-            "run scripts/provision-docker.sh"
-        )
-    return None
-
-
-def require_docker(image: str = DEFAULT_IMAGE) -> None:
-    problem = docker_problem(image)
-    if problem is None:
-        return
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"Docker tests are required in CI: {problem}")
-    pytest.skip(problem)
-
-
-def docker_client() -> Iterator[Any]:
-    """Body of each module's ``docker_api`` fixture: skip/fail without Docker, else a client."""
-    require_docker()
-    import docker
-
-    api = docker.APIClient(version="auto", timeout=30, **docker.utils.kwargs_from_env())
-    yield api
-    api.close()
 
 
 def worker_containers(api: Any, *extra_labels: str) -> list[dict[str, Any]]:

@@ -1,0 +1,61 @@
+"""Fixtures shared by the whole suite.
+
+Docker: a test that needs the engine takes ``docker_api`` (one low-level client for the session).
+Without a reachable engine or without the worker image the test is skipped with the reason locally
+and fails under ``CI=true`` (see tests/environment.py). ``scripts/provision-docker.sh`` starts the
+engine and builds the images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from codemode.runtimes.docker import DEFAULT_IMAGE
+from tests.environment import unavailable
+
+# Made by scripts/provision-docker.sh; the worker image is built FROM it.
+BASE_IMAGE = "codemode-base:bookworm"
+# Generous: image builds and `docker events` waits go through this client too.
+DOCKER_API_TIMEOUT_S = 120
+
+
+def _missing_image(api: Any, image: str) -> str | None:
+    import docker.errors
+
+    try:
+        api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        return f"image {image} not found; run scripts/provision-docker.sh"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[Any]:
+    """A ``docker.APIClient`` for the engine from the environment, with the worker image present."""
+    import docker
+
+    try:
+        api = docker.APIClient(version="auto", timeout=DOCKER_API_TIMEOUT_S, **docker.utils.kwargs_from_env())
+        api.ping()
+    except Exception as exc:  # any failure to connect means "no usable engine here"
+        unavailable(
+            "a Docker engine",
+            f"not reachable ({type(exc).__name__}: {exc}); run scripts/provision-docker.sh",
+        )
+    try:
+        if problem := _missing_image(api, DEFAULT_IMAGE):
+            unavailable("the worker image", problem)
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def docker_base_image(docker_api: Any) -> str:
+    """The base image tag (for tests that build images of their own), checked to be present."""
+    if problem := _missing_image(docker_api, BASE_IMAGE):
+        unavailable("the base image", problem)
+    return BASE_IMAGE
