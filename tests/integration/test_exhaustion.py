@@ -3,6 +3,8 @@ address-space limit; the interpreter panics or aborts when an allocation fails).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import codemode
@@ -78,15 +80,12 @@ DOCKER_CASES = [
 
 @pytest.mark.docker
 @pytest.mark.slow
-async def test_exhaustion_is_a_named_limit_on_docker() -> None:
+async def test_exhaustion_is_a_named_limit_on_docker(docker_api: Any) -> None:
     # The same programs inside the Docker runtime's container (cgroup memory limit, no rlimit).
     import os
 
     from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
 
-    from .test_docker_support import require_docker
-
-    require_docker()
     image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
     srv, _ = make_server(
         runtime=DockerRuntime(image=image), max_execution_time=60.0, max_execution_steps=10**9
