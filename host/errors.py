@@ -1,14 +1,15 @@
-"""The error classes a client can see (docs/reference/errors.md).
+"""The error classes a client may see (docs/reference/errors.md).
 
-``str(err)`` is always exactly the coarse client-facing text (docs/reference/errors.md). An
-approved suffix (a binding
-diagnostic, a program position, a disclosed ``AgentError`` message) lives in ``err.detail`` and is
-rendered only through :func:`client_text`. Host-only detail goes to logs, never into these objects.
+``str(err)`` is always exactly the coarse client-facing text. An approved suffix (a binding
+diagnostic, a program position, a disclosed ``AgentError`` message, the kind of an exceeded limit)
+lives in ``err.detail`` and is rendered only through :func:`client_text`. Host-only detail goes to
+logs, never into these objects.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "LIMIT_KINDS",
     "AgentError",
     "CapabilityFailure",
     "CodeModeError",
@@ -81,12 +82,41 @@ class PolicyFailure(CodeModeError):
     text = "authorization policy failure"
 
 
+#: The limits a client may learn were exceeded (``resource limit exceeded: <kind>``). Fixed: no
+#: numbers and no host detail, only which budget ran out.
+LIMIT_KINDS: tuple[str, ...] = (
+    "time",
+    "steps",
+    "memory",
+    "native calls",
+    "value size",
+    "intermediate bytes",
+    "source size",
+    "query",
+    "concurrency",
+    "quota",
+)
+
+
 class ResourceLimit(CodeModeError):
+    """A budget ran out; ``kind`` names it and is the approved suffix of the client text. Only a
+    kind of :data:`LIMIT_KINDS` is kept: anything else (a number, host detail) is dropped, and the
+    client sees the bare ``resource limit exceeded``."""
+
     text = "resource limit exceeded"
+
+    def __init__(self, kind: str | None = None) -> None:
+        known = kind if kind in LIMIT_KINDS else None
+        super().__init__(known)
+        self.kind = known
 
 
 class ExecutionTimeout(ResourceLimit, TimeoutError):
-    """The execution deadline passed: a ``ResourceLimit`` that is also a ``TimeoutError``."""
+    """The execution deadline passed: a ``ResourceLimit`` (kind ``time``) that is also a
+    ``TimeoutError``."""
+
+    def __init__(self, kind: str | None = "time") -> None:
+        super().__init__(kind)
 
     def __str__(self) -> str:
         return ResourceLimit.text
@@ -123,6 +153,8 @@ def client_text(err: CodeModeError) -> str:
     """The exact text a client may see: the coarse text, plus the approved suffix if any."""
     if isinstance(err, InvalidRegistration):
         return Internal.text
+    if isinstance(err, ResourceLimit):
+        return f"{err.text}: {err.kind}" if err.kind in LIMIT_KINDS else err.text
     if err.detail and isinstance(err, InvalidProgram | InvalidArguments | CapabilityFailure):
         return f"{err.text}: {err.detail}"
     return err.text

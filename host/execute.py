@@ -14,7 +14,6 @@ import inspect
 import json
 import logging
 import re
-import signal
 import struct
 import time
 from collections.abc import Mapping
@@ -47,7 +46,9 @@ from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
+from .runtimes.exhaustion import exhaustion_kind
 from .types import OutputError, construct, to_plain
+from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
 __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
 
@@ -57,7 +58,6 @@ FRAME_OVERHEAD = 64 * 1024
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 READ_CHUNK = 256 * 1024
-MAX_WORKER_MESSAGE = 1024
 
 
 class WorkerMisbehaved(Exception):
@@ -80,18 +80,6 @@ def _trusted_frame(body: str) -> bytes:
     path; the worker validates every frame it reads)."""
     data = body.encode("utf-8")
     return struct.pack(">I", len(data)) + data
-
-
-def _clean_message(message: str) -> str:
-    return sanitize_disclosure(message, MAX_WORKER_MESSAGE)
-
-
-_FINAL_ERRORS: dict[str, type[CodeModeError]] = {
-    "invalid_program": InvalidProgram,
-    "invalid_arguments": InvalidArguments,
-    "resource_limit": ResourceLimit,
-    "internal": Internal,
-}
 
 
 @dataclass
@@ -133,7 +121,7 @@ class _Session:
             except ProtocolError as exc:
                 raise WorkerMisbehaved(f"protocol error: {exc}") from None
             except FrameTooCostly:
-                raise ResourceLimit() from None
+                raise ResourceLimit("value size") from None
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:
@@ -154,22 +142,29 @@ class _Session:
             elif kind == "final":
                 return self.final_value(frame["value"])
             elif kind == "final_error":
-                cls = _FINAL_ERRORS.get(frame["error"])
-                if cls is None:
-                    raise WorkerMisbehaved(f"unknown final_error kind {frame['error']!r}")
-                message = _clean_message(frame["message"])
-                if cls in (InvalidProgram, InvalidArguments) and message:
-                    raise cls(message)
-                raise cls()
+                raise self.final_error(frame["error"], frame["message"], source)
             else:
                 raise WorkerMisbehaved(f"unexpected frame kind {kind!r}")
+
+    def final_error(self, error: Any, message: Any, source: str) -> CodeModeError:
+        """The client-facing error for a ``final_error`` frame: the worker's text only in the exact
+        form an honest worker writes (``worker_text``), otherwise the bare coarse text."""
+        if error == "invalid_program":
+            return InvalidProgram(accepted_program_message(message, source))
+        if error == "invalid_arguments":
+            return InvalidArguments(self.ex.argument_grammar.accepted(message))
+        if error == "resource_limit":
+            return ResourceLimit(accepted_limit_kind(message))
+        if error == "internal":
+            return Internal()
+        raise WorkerMisbehaved(f"unknown final_error kind {error!r}")
 
     def final_value(self, value: Any) -> Any:
         limits = self.ex.limits
         try:
             check_value(value, limits.max_value_depth, limits.max_value_bytes)
         except ValueLimitError:
-            raise ResourceLimit() from None
+            raise ResourceLimit("value size") from None
         except ValueTypeError as exc:
             raise WorkerMisbehaved(f"final value: {exc}") from None
         return value
@@ -180,7 +175,7 @@ class _Session:
         if frame["seq"] != self.calls:
             raise WorkerMisbehaved(f"native_call seq {frame['seq']!r}, expected {self.calls}")
         if self.calls > limits.max_native_calls:
-            raise ResourceLimit()
+            raise ResourceLimit("native calls")
         cap = self.ex.by_name.get(frame["name"])
         if cap is None:
             raise WorkerMisbehaved("native_call for a capability that is not enabled")
@@ -191,7 +186,7 @@ class _Session:
             # Depth counts each argument value (the keyword map itself is not a value).
             check_value(args, limits.max_value_depth + 1, limits.max_value_bytes)
         except ValueLimitError:
-            raise ResourceLimit() from None
+            raise ResourceLimit("value size") from None
         except ValueTypeError as exc:
             raise WorkerMisbehaved(f"native_call args: {exc}") from None
         try:
@@ -242,11 +237,11 @@ class _Session:
                 size = check_value(plain, limits.max_value_depth, limits.max_value_bytes)
             except ValueLimitError:
                 event.outcome = "resource_limit"
-                raise ResourceLimit() from None
+                raise ResourceLimit("value size") from None
             self.intermediate += size
             if self.intermediate > limits.max_intermediate_value_bytes:
                 event.outcome = "resource_limit"
-                raise ResourceLimit()
+                raise ResourceLimit("intermediate bytes")
             event.outcome = "ok"
         finally:
             self.ex.observer.native_call(
@@ -372,6 +367,7 @@ class Executor:
             by_root.setdefault(cap.name.split(".", 1)[0], []).append(_json(entry))
         self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
         self.limits_json = _json(self._wire_limits())
+        self.argument_grammar = ArgumentGrammar({c.name: c.input_shape for c in self.by_name.values()})
         # Worker slots, shared fairly between subjects (codemode.admission).
         self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
         self._async_handlers: dict[str, bool] = {}
@@ -410,7 +406,7 @@ class Executor:
         held = self.active.get(subject.id, 0)
         if self.subject_quota and held >= self.subject_quota:
             self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
-            raise ResourceLimit()
+            raise ResourceLimit("quota")
         self.active[subject.id] = held + 1
         self.observer.execute_started(subject.id)
         try:
@@ -435,7 +431,7 @@ class Executor:
             if not isinstance(source, str) or _LONE_SURROGATE.search(source):
                 raise InvalidProgram()
             if len(source.encode("utf-8")) > self.limits.max_source_bytes:
-                raise ResourceLimit()
+                raise ResourceLimit("source size")
             loop = asyncio.get_running_loop()
             sandbox: Sandbox | None = None
             session: _Session | None = None
@@ -451,13 +447,17 @@ class Executor:
                     session = _Session(self, sandbox, subject, ctx)
                     value = await session.run(source)
             except TimeoutError:
-                raise ExecutionTimeout() from None
+                # Still waiting for a slot when the deadline passed: the host was full.
+                raise ExecutionTimeout("concurrency" if sandbox is None else "time") from None
             except WorkerGone:
                 info = await self._reap_now(sandbox, subject.id)
                 sandbox = None
                 oom = info.oom_killed
-                if info.resource_killed or info.signal in (signal.SIGXCPU, signal.SIGXFSZ):
-                    raise ResourceLimit() from None
+                kind = exhaustion_kind(info, self.runtime)
+                if kind is not None:
+                    if kind == "memory" and not oom:
+                        log.info("worker %s ran out of memory: %s", worker_id, info)
+                    raise ResourceLimit(kind) from None
                 log.warning("worker %s ended without a result: %s", worker_id, info)
                 raise Internal() from None
             except WorkerMisbehaved as exc:

@@ -112,7 +112,7 @@ capabilities matched than were returned: narrow the query. An empty result list 
 Next step: call describe_api with the exact name of the capability you want, then use it in \
 execute exactly as its signature shows.
 
-Errors: "resource limit exceeded" - the query is too long or has too many words: shorten it. \
+Errors: "resource limit exceeded: query" - the query is too long or has too many words: shorten it. \
 "unauthenticated" - the host did not accept your identity: do not retry, tell the user. \
 "internal failure" - a host-side problem: retry once later."""
 
@@ -154,7 +154,8 @@ hasattr hash int len list max min ord print range repr reversed sorted str sum t
 json.encode/json.decode/json.indent and math.* (sqrt, floor, ceil, pow, log, exp, fabs, round, pi, \
 e, sin, cos, ...). Strings support "%s" % x and "{}".format(x).
 - Not available: load, import, while (use `for i in range(n):`), f-strings (use "%s" % x or str()), \
-filter and map (use list comprehensions), set (use dict keys), try/except, classes. print() output \
+filter and map (use list comprehensions), set (use dict keys), try/except, classes, the << operator \
+(multiply instead). print() output \
 is discarded: return data instead. There is no time, file, network, environment or process access.
 - Programs have budgets (interpreter steps, wall time, number of capability calls, size and \
 nesting of values).
@@ -182,9 +183,13 @@ another way.
 another approach or tell the user.
 - "authorization policy failure" - the host could not evaluate its policy: retrying will not help; \
 tell the user.
-- "resource limit exceeded" - the program took too long or used too many steps, calls, memory or \
-too large a value: do less per program (fewer or narrower calls, smaller results, fewer loop \
-iterations) or split the work over several execute calls.
+- "resource limit exceeded: <kind>" - a budget ran out; the kind says which. "time", "steps" \
+(loop iterations, function calls, call depth), "native calls", "memory", "value size" (an argument, \
+a result or the return value too large or too deeply nested), "intermediate bytes" (all capability \
+results together): do less per program (fewer loop iterations, fewer or narrower calls, smaller \
+results and strings) or split the work over several execute calls. "source size": shorten the \
+program. "concurrency" (the host is busy) or "quota" (you already run as many programs as allowed): \
+wait for your other calls to finish, then retry.
 - "unauthenticated" - do not retry, tell the user. "internal failure" - a host-side problem: retry \
 once later."""
 

@@ -193,11 +193,11 @@ class Server:
 
     def search(self, query: str) -> SearchResponse:
         if not isinstance(query, str):
-            raise ResourceLimit()
+            raise ResourceLimit("query")
         try:
             return self._index.search(query, max_query_bytes=self.limits.max_search_query_bytes)
         except SearchLimitError:
-            raise ResourceLimit() from None
+            raise ResourceLimit("query") from None
 
     def describe(self, name: str) -> Description:
         cap = self._by_name.get(name) if isinstance(name, str) else None

@@ -8,7 +8,9 @@
 #   3. build the offline base image codemode-base:bookworm with debootstrap (cached: skipped when the
 #      image exists; CODEMODE_REBUILD_BASE=1 forces a rebuild);
 #   4. fetch the worker's pinned wheels (worker_image/requirements.txt) on the host and build
-#      codemode-worker:1 from worker_image/ (always; the Docker build cache makes this cheap);
+#      codemode-worker:1 (the production target: interpreter, libraries and worker only) and
+#      codemode-worker-testing:1 (the same plus the test-only entry the escape tests use) from
+#      worker_image/ (always; the Docker build cache makes this cheap);
 #   5. smoke-test the image (probe -> probe_ack under the runtime's hardening flags);
 #   6. optionally (CODEMODE_GVISOR=auto|1|0, default auto) install gVisor's runsc from Debian,
 #      register it with dockerd as runtime "runsc" and verify it runs a worker with --network=none.
@@ -18,6 +20,7 @@
 #   CODEMODE_CACHE_DIR     default /var/cache/codemode (wheel cache, build staging)
 #   CODEMODE_BASE_IMAGE    default codemode-base:bookworm
 #   CODEMODE_WORKER_IMAGE  default codemode-worker:1 (tag = protocol version)
+#   CODEMODE_TESTING_IMAGE default codemode-worker-testing:1 (escape tests only; never deploy it)
 #   CODEMODE_DEBIAN_MIRROR default: the first Debian mirror apt uses on this machine
 #   CODEMODE_GVISOR        auto (default) | 1 (required) | 0 (skip)
 #   CODEMODE_REBUILD_BASE  1 to rebuild the base image even when it exists
@@ -28,6 +31,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE_DIR="${CODEMODE_CACHE_DIR:-/var/cache/codemode}"
 BASE_IMAGE="${CODEMODE_BASE_IMAGE:-codemode-base:bookworm}"
 WORKER_IMAGE="${CODEMODE_WORKER_IMAGE:-codemode-worker:1}"
+TESTING_IMAGE="${CODEMODE_TESTING_IMAGE:-codemode-worker-testing:1}"
 GVISOR="${CODEMODE_GVISOR:-auto}"
 DOCKERD_LOG=/var/log/dockerd.log
 SUITE=bookworm
@@ -221,16 +225,22 @@ mkdir -p "$STAGE/site"
 cp -a "$SITE_CACHE/." "$STAGE/site/"
 rm -f "$STAGE/site/.complete"
 
-log "building $WORKER_IMAGE from $BASE_IMAGE (offline dependencies)"
-if ! docker build --quiet --force-rm \
-    --build-arg "BASE_IMAGE=$BASE_IMAGE" \
-    --build-arg DEPS=offline \
-    -t "$WORKER_IMAGE" -f "$STAGE/Dockerfile" "$STAGE" >"$STAGE/build.log" 2>&1; then
-    cat "$STAGE/build.log" >&2
-    die "docker build failed"
-fi
-log "built $WORKER_IMAGE ($(docker image inspect "$WORKER_IMAGE" --format '{{.Size}}' \
-    | awk '{printf "%.1f MiB", $1 / 1048576}'))"
+build_target() {
+    local target="$1" image="$2"
+    log "building $image (target $target) from $BASE_IMAGE (offline dependencies)"
+    if ! docker build --quiet --force-rm \
+        --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+        --build-arg DEPS=offline \
+        --target "$target" \
+        -t "$image" -f "$STAGE/Dockerfile" "$STAGE" >"$STAGE/build.log" 2>&1; then
+        cat "$STAGE/build.log" >&2
+        die "docker build --target $target failed"
+    fi
+    log "built $image ($(docker image inspect "$image" --format '{{.Size}}' \
+        | awk '{printf "%.1f MiB", $1 / 1048576}'))"
+}
+build_target production "$WORKER_IMAGE"
+build_target testing "$TESTING_IMAGE"
 
 # --------------------------------------------------------------------------- 5. smoke test
 # Hardened like DockerRuntime: probe frame in, probe_ack out.
@@ -328,4 +338,4 @@ case "$GVISOR" in
     ;;
 esac
 
-log "done: $WORKER_IMAGE is ready"
+log "done: $WORKER_IMAGE is ready ($TESTING_IMAGE for the escape tests)"

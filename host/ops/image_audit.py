@@ -26,12 +26,13 @@ import os
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from codemode_worker import PROTOCOL_VERSION
 
 from .image_rules import (
+    ALLOWABLE,
     ROLE_LABEL,
     TABLE_FINDINGS,
     AuditError,
@@ -181,8 +182,10 @@ async def audit_image(
     oci_runtime: str | None = None,
     probe: bool = True,
     probe_timeout: float = 10.0,
+    allow: Sequence[str] = (),
 ) -> AuditReport:
-    """Audit ``image`` (which must exist on the daemon: it is never pulled)."""
+    """Audit ``image`` (which must exist on the daemon: it is never pulled). ``allow`` names the
+    shells, package managers or test entries accepted on purpose (they warn instead of failing)."""
     import docker.errors
 
     api = await asyncio.to_thread(_client, base_url)
@@ -206,7 +209,7 @@ async def audit_image(
                 )
             )
         else:
-            checks.extend(audit_filesystem(entries, _image_uid(str(config.get("User") or ""))))
+            checks.extend(audit_filesystem(entries, _image_uid(str(config.get("User") or "")), allow))
         if probe:
             checks.append(
                 await probe_check(image, base_url=base_url, oci_runtime=oci_runtime, timeout=probe_timeout)
@@ -267,6 +270,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-probe", action="store_true", help="skip the protocol probe (runs no container)")
     p.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept one shell, package manager or test entry on purpose (warns instead of failing): "
+        + ", ".join(ALLOWABLE),
+    )
+    p.add_argument(
         "--probe-timeout", type=float, default=10.0, metavar="SECONDS", help="probe timeout (default 10)"
     )
 
@@ -277,6 +288,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.probe_timeout > 0:
         print("codemode image audit: --probe-timeout must be positive", file=sys.stderr)
         return 2
+    unknown = sorted(set(args.allow) - set(ALLOWABLE))
+    if unknown:
+        print(
+            f"codemode image audit: --allow {', '.join(unknown)}: not one of {', '.join(ALLOWABLE)}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         report = asyncio.run(
             audit_image(
@@ -285,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
                 oci_runtime=args.docker_oci_runtime,
                 probe=not args.no_probe,
                 probe_timeout=args.probe_timeout,
+                allow=args.allow,
             )
         )
     except AuditError as exc:

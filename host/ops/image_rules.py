@@ -22,6 +22,7 @@ from typing import Any, Literal
 from codemode_worker import PROTOCOL_VERSION
 
 __all__ = [
+    "ALLOWABLE",
     "AuditError",
     "AuditReport",
     "Check",
@@ -48,6 +49,22 @@ TMP_LIKE = ("/tmp", "/var/tmp", "/run/lock", "/var/lock", "/dev/shm")
 RUNTIME_MOUNTS = ("/dev", "/proc", "/sys")
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox")
 SHELL_DIRS = ("/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin")
+#: Package managers, by the name ``--allow`` takes: their programs (in SHELL_DIRS) and their state.
+PACKAGE_MANAGERS: dict[str, tuple[re.Pattern[str], ...]] = {
+    "dpkg": (re.compile(r"^/(?:usr/)?s?bin/dpkg(?:-[\w-]+)?$"), re.compile(r"^/var/lib/dpkg$")),
+    "apt": (re.compile(r"^/(?:usr/)?s?bin/apt(?:-[\w-]+|itude)?$"), re.compile(r"^/var/lib/apt$")),
+    "pip": (
+        re.compile(r"^/(?:usr/(?:local/)?)?bin/pip(?:3(?:\.\d+)?)?$"),
+        re.compile(r"^/.*/(?:site|dist)-packages/pip$"),
+        re.compile(r"^/.*/python3(?:\.\d+)?/ensurepip$"),
+    ),
+}
+#: Test-only worker entries (``worker_image/Dockerfile --target testing``), by ``--allow`` name.
+TEST_ENTRIES: dict[str, re.Pattern[str]] = {
+    "testing_entry": re.compile(
+        r"/codemode_worker/(?:testing_entry\.py|__pycache__/testing_entry\.[\w.-]+\.pyc)$"
+    ),
+}
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _SHORT_FLAGS = set("bBdEhIOPqsSuv")  # flags without a value (no -c, -m handled apart)
 MAX_FINDINGS = 200  # per check in the JSON report
@@ -343,9 +360,38 @@ def _fmt_mode(entry: FsEntry) -> str:
     return f"{entry.path} ({entry.kind}, mode {entry.mode:04o}, uid {entry.uid})"
 
 
-def audit_filesystem(entries: Iterable[FsEntry], image_uid: int | None = None) -> list[Check]:
+#: What ``codemode image audit --allow NAME`` accepts.
+ALLOWABLE: tuple[str, ...] = (*SHELLS, *PACKAGE_MANAGERS, *TEST_ENTRIES)
+
+
+def _allowable(check: str, found: Mapping[str, list[str]], allow: frozenset[str], what: str) -> Check:
+    """FAIL listing what ``found`` holds (findings by ``--allow`` name); what ``allow`` names only
+    warns."""
+    refused = {name: paths for name, paths in found.items() if name not in allow}
+    allowed = {name: paths for name, paths in found.items() if name in allow}
+    findings = list(
+        dict.fromkeys(
+            [p for paths in refused.values() for p in paths]
+            + [f"{p} (allowed: --allow {name})" for name, paths in allowed.items() for p in paths]
+        )
+    )
+    if refused:
+        names = ", ".join(sorted(refused))
+        return Check(
+            check, "FAIL", f"{what}: {names} (the worker needs none; --allow NAME to accept)", findings
+        )
+    if allowed:
+        return Check(check, "WARN", f"{what}, allowed by --allow: {', '.join(sorted(allowed))}", findings)
+    return Check(check, "PASS", f"no {what}")
+
+
+def audit_filesystem(
+    entries: Iterable[FsEntry], image_uid: int | None = None, allow: Iterable[str] = ()
+) -> list[Check]:
     """setuid/setgid files, file capabilities, world-writable paths, device files, files owned by
-    the worker user, and whether a shell exists."""
+    the worker user, and whether a shell, a package manager or a test entry exists (each FAILs
+    unless ``allow`` names it: a shell's name, ``dpkg``/``apt``/``pip``, ``testing_entry``)."""
+    accepted = frozenset(allow)
     suid: list[str] = []
     caps: list[str] = []
     writable: list[str] = []
@@ -420,29 +466,26 @@ def audit_filesystem(entries: Iterable[FsEntry], image_uid: int | None = None) -
         if owned
         else Check("owned by the worker user", "PASS", f"nothing owned by uid {who}")
     )
-    # Unique real files (with usrmerge /bin is a link to /usr/bin: don't list each shell twice).
-    shells = sorted(
-        {
-            r
-            for d in SHELL_DIRS
-            for s in SHELLS
-            if (r := _resolve(f"{d}/{s}", links)) is not None and r in present
-        }
-    )
-    sh = _resolve("/bin/sh", links)
-    if sh is not None and sh in present:
-        checks.append(
-            Check(
-                "shell",
-                "WARN",
-                f"/bin/sh exists (-> {sh}); the worker needs no shell, nothing runs it",
-                shells,
-            )
-        )
-    elif shells:
-        checks.append(Check("shell", "WARN", f"no /bin/sh, but shells exist: {', '.join(shells)}", shells))
-    else:
-        checks.append(Check("shell", "PASS", "no shell"))
+    # Unique real files (with usrmerge /bin is a link to /usr/bin: don't list each shell twice),
+    # by the name the image calls them (sh -> dash counts as "sh" and as "dash").
+    shells: dict[str, list[str]] = {}
+    for d in SHELL_DIRS:
+        for name in SHELLS:
+            real = _resolve(f"{d}/{name}", links)
+            if real is not None and real in present and real not in shells.get(name, []):
+                shells.setdefault(name, []).append(real)
+    checks.append(_allowable("shell", shells, accepted, "shells"))
+    managers: dict[str, list[str]] = {}
+    tests: dict[str, list[str]] = {}
+    for path in sorted(present | set(links)):
+        for name, patterns in PACKAGE_MANAGERS.items():
+            if any(p.match(path) for p in patterns):
+                managers.setdefault(name, []).append(path)
+        for name, pattern in TEST_ENTRIES.items():
+            if pattern.search(path):
+                tests.setdefault(name, []).append(path)
+    checks.append(_allowable("package managers", managers, accepted, "package managers"))
+    checks.append(_allowable("test entries", tests, accepted, "test-only worker entries"))
     return checks
 
 

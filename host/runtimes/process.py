@@ -1,32 +1,120 @@
 """The embedded default runtime: one fresh local Python process per execute.
 
 ``sys.executable -I -m codemode_worker`` with an environment holding only the worker marker, no
-inherited file descriptors beyond stdio, its own session, and rlimits (address space, CPU seconds,
-no core files, file size 0, few open files). Good for development and single-user stdio; it is not
-tenant isolation — use the Docker or Kubernetes runtime for that.
+inherited file descriptors beyond stdio, its own session, ``no_new_privs`` (setuid binaries gain
+nothing), and rlimits (address space, CPU seconds, no core files, file size 0, few open files).
+
+When the host runs as root, every live worker also gets a uid (and gid) of its own from an unused
+range (``worker_uid_base``, default 1,000,000,000; no supplementary groups), with ``RLIMIT_NPROC``
+bounding its processes and threads. That gives three things a same-uid child lacks: it cannot read
+the host's environment (``/proc/<host>/environ``) or the host's private (0600) files, it cannot
+signal or trace the host or other workers, and the host can find **every** descendant, even one that
+forked, called ``setsid()`` and left the session: ``destroy()`` kills the session group, then kills
+every process whose real uid is the worker's (a worker cannot change its real uid back), scanning
+``/proc`` until none is left, and only then returns the uid to the pool.
+
+Without root there is no uid to drop to: descendants that leave the worker's session survive
+``destroy()`` and the worker reads what the host user can read. Either way this is not tenant
+isolation (same kernel, network, and a view of every world-readable file): use the Docker or
+Kubernetes runtime for untrusted tenants.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import fcntl
 import itertools
+import logging
 import math
 import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from codemode_worker import WORKER_ENV_MARKER
+from codemode_worker.privileges import UID_VARIABLE
 
 from .base import ExitInfo, SandboxClosed, SpawnFailed
 from .handshake import probe
 
-__all__ = ["ProcessRuntime", "ProcessSandbox"]
+__all__ = ["DEFAULT_UID_BASE", "ProcessRuntime", "ProcessSandbox", "kill_uid"]
+
+log = logging.getLogger("codemode.runtimes.process")
 
 STDERR_TAIL = 8 * 1024
+#: First uid (and gid) handed to workers when the host runs as root; none is a real user.
+DEFAULT_UID_BASE = 1_000_000_000
+_PR_SET_NO_NEW_PRIVS = 38
+_KILL_ROUNDS = 100
+#: Seconds destroy() waits for the worker's pipes to close after the kill.
+ORPHAN_PIPE_GRACE = 2.0
+#: Seconds kill_uid() waits for the killed processes to be reaped.
+ZOMBIE_GRACE = 1.0
+#: One lock file per worker uid in use, shared by every host on the machine.
+UID_LOCK_DIR = "/run/codemode/worker-uids"
 _ids = itertools.count(1)
+
+
+def _processes_of(uid: int, zombies: bool = False) -> list[int]:
+    """Pids of every live process (thread group) whose real uid is ``uid``; zombies (dead, waiting
+    to be reaped by their new parent) run nothing and are left out unless ``zombies``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as status:
+                zombie = False
+                for line in status:
+                    if line.startswith(b"State:"):
+                        zombie = line.split()[1] in (b"Z", b"X")
+                    elif line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid and (zombies or not zombie):
+                            found.append(int(name))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
+
+
+def _uids_of(pid: int) -> tuple[int, int] | None:
+    """(every uid, every gid) of ``pid`` when its real, effective, saved and filesystem ids are
+    each one value; None otherwise or when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            fields = {
+                line.split(b":", 1)[0]: line.split()[1:] for line in status if line[:4] in (b"Uid:", b"Gid:")
+            }
+        uids = {int(v) for v in fields[b"Uid"]}
+        gids = {int(v) for v in fields[b"Gid"]}
+    except (OSError, KeyError, ValueError):
+        return None
+    if len(uids) != 1 or len(gids) != 1:
+        return None
+    return uids.pop(), gids.pop()
+
+
+def kill_uid(uid: int) -> bool:
+    """SIGKILL every process whose real uid is ``uid`` until none is left (a worker's processes
+    cannot change their real uid). True when none is left; blocking (scans ``/proc``)."""
+    for _ in range(_KILL_ROUNDS):
+        pids = _processes_of(uid)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    else:
+        return not _processes_of(uid)
+    # Zombies still count toward the uid's RLIMIT_NPROC: give init a moment to reap them.
+    deadline = time.monotonic() + ZOMBIE_GRACE
+    while _processes_of(uid, zombies=True) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return True
 
 
 class ProcessSandbox:
@@ -37,13 +125,16 @@ class ProcessSandbox:
         proc: asyncio.subprocess.Process,
         worker_id: str,
         on_reaped: Callable[[ProcessSandbox], None] | None = None,
+        uid: int | None = None,
     ) -> None:
         self._proc = proc
         self._on_reaped = on_reaped
         self._id = worker_id
+        self.uid = uid
         self._stderr = bytearray()
         self._exit: ExitInfo | None = None
         self._destroying: asyncio.Future[ExitInfo] | None = None
+        self.contained = uid is None
         assert proc.stderr is not None
         self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr(proc.stderr))
 
@@ -126,8 +217,20 @@ class ProcessSandbox:
                     proc.kill()
         # A paused stdout pipe (nobody reading a flooding worker) would keep the transport, and so
         # wait(), from finishing: discard what is left until EOF, which comes once the worker is dead.
+        if self.uid is not None:
+            # Descendants that left the session (fork + setsid) still run as the worker's uid.
+            self.contained = await asyncio.to_thread(kill_uid, self.uid)
         drain = asyncio.get_running_loop().create_task(_discard(proc.stdout))
-        code = await proc.wait()
+        try:
+            # wait() also waits for EOF on the worker's pipes, which a descendant that escaped the
+            # kill (only possible without a uid of its own) could hold open forever.
+            code = await asyncio.wait_for(asyncio.shield(proc.wait()), ORPHAN_PIPE_GRACE)
+        except TimeoutError:
+            log.warning("worker %s: a descendant keeps its pipes open; closing them", self._id)
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+            code = await proc.wait()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(drain, 1.0)
         drain.cancel()
@@ -168,7 +271,27 @@ class ProcessRuntime:
         module: str = "codemode_worker",
         extra_env: dict[str, str] | None = None,
         argv: Sequence[str] | None = None,
+        worker_uid_base: int | None = None,
+        worker_uids: int = 4096,
+        max_processes: int = 16,
     ) -> None:
+        """``worker_uid_base``: first of ``worker_uids`` uids given to live workers, one each;
+        None = ``DEFAULT_UID_BASE`` when the host runs as root, else no uid change; 0 = never
+        change uid. ``max_processes``: ``RLIMIT_NPROC`` of a worker's uid (processes and threads;
+        only with a uid of its own, the limit counts per uid)."""
+        root = os.geteuid() == 0
+        if worker_uid_base is None:
+            worker_uid_base = DEFAULT_UID_BASE if root else 0
+        if worker_uid_base < 0 or worker_uids <= 0 or max_processes <= 0:
+            raise ValueError("worker_uid_base must be >= 0, worker_uids and max_processes positive")
+        if worker_uid_base and not root:
+            raise ValueError("worker_uid_base needs a host running as root (use 0 or leave it unset)")
+        self.worker_uid_base = worker_uid_base
+        self.max_processes = max_processes
+        self.worker_uids = worker_uids
+        self._uid_cursor = 0
+        self._uid_locks: dict[int, int] = {}
+        self._libc = ctypes.CDLL(None, use_errno=True)
         self.python = python or sys.executable
         self.address_space_bytes = address_space_bytes
         self.cpu_seconds = cpu_seconds
@@ -189,7 +312,18 @@ class ProcessRuntime:
             return self.argv
         return [self.python, "-I", "-m", self.module]
 
-    def _preexec(self) -> None:  # runs in the child between fork and exec
+    @property
+    def drops_privileges(self) -> bool:
+        """Whether workers run under uids of their own (the host runs as root)."""
+        return bool(self.worker_uid_base)
+
+    def _preexec(self, uid: int | None) -> None:  # runs in the child between fork and exec
+        # No privilege gain through execve (setuid/setgid binaries, file capabilities). Linux only.
+        prctl = getattr(self._libc, "prctl", None)
+        if prctl is not None:
+            prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if uid is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.max_processes, self.max_processes))
         cpu = max(1, math.ceil(self.cpu_seconds))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -204,8 +338,48 @@ class ProcessRuntime:
     async def check(self) -> None:
         return None
 
+    def _claim_uid(self) -> int:
+        """A worker uid no live worker of any host on this machine holds: the one whose lock file
+        (``UID_LOCK_DIR``) this runtime could ``flock``; the lock lives as long as the worker (and
+        dies with a crashed host). Uids are taken round-robin, so a just-freed one rests longest."""
+        os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
+        for _ in range(self.worker_uids):
+            uid = self.worker_uid_base + self._uid_cursor
+            self._uid_cursor = (self._uid_cursor + 1) % self.worker_uids
+            fd = os.open(os.path.join(UID_LOCK_DIR, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._uid_locks[uid] = fd
+            return uid
+        raise SpawnFailed("no free worker uid (raise worker_uids)")
+
+    def _release_uid(self, uid: int) -> None:
+        fd = self._uid_locks.pop(uid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _released(self, sandbox: ProcessSandbox) -> None:
+        self._live.discard(sandbox)
+        if sandbox.uid is not None:
+            if sandbox.contained:
+                self._release_uid(sandbox.uid)
+            else:  # something of it may still run: keep the uid locked while this host lives
+                log.error("worker %s: processes of uid %d survived the kill", sandbox.worker_id, sandbox.uid)
+
     async def spawn(self) -> ProcessSandbox:
         env = {WORKER_ENV_MARKER: "1", **self.extra_env}
+        uid: int | None = None
+        if self.worker_uid_base:
+            uid = self._claim_uid()
+            # Stray processes of an earlier holder (a host that died) must not share the uid.
+            if not await asyncio.to_thread(kill_uid, uid):
+                raise SpawnFailed(f"processes of worker uid {uid} cannot be killed")
+            # The worker drops to it itself, after warming up and before it reads any frame (the
+            # interpreter may live where only root can read); the host checks it after the probe.
+            env[UID_VARIABLE] = str(uid)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.command(),
@@ -215,15 +389,19 @@ class ProcessRuntime:
                 env=env,
                 close_fds=True,
                 start_new_session=True,
-                preexec_fn=self._preexec,
+                preexec_fn=lambda: self._preexec(uid),
                 cwd="/",
             )
         except OSError as exc:
+            if uid is not None:
+                self._release_uid(uid)
             raise SpawnFailed(f"cannot start worker process: {exc}") from exc
-        sandbox = ProcessSandbox(proc, f"proc-{os.getpid()}-{next(_ids)}", self._live.discard)
+        sandbox = ProcessSandbox(proc, f"proc-{os.getpid()}-{next(_ids)}", self._released, uid)
         self._live.add(sandbox)
         try:
             await probe(sandbox, self.spawn_timeout)
+            if uid is not None and _uids_of(proc.pid) != (uid, uid):
+                raise SpawnFailed(f"worker {sandbox.worker_id} did not drop to uid {uid}")
         except BaseException:
             await sandbox.destroy()
             raise

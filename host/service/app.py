@@ -204,6 +204,8 @@ class Service:
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
+        if self.settings.runtime == "process":
+            log.warning("runtime process is NOT tenant isolation: use --runtime docker (CODEMODE_RUNTIME)")
         if isinstance(self.authenticator, JWTAuthenticator):
             await self.authenticator.start()
         try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import time
 
+from codemode_worker.privileges import drop_privileges
 from codemode_worker.protocol import encode_frame
 
 out = sys.stdout.buffer
@@ -38,6 +40,7 @@ def nested(depth: int) -> object:
 
 def main() -> None:
     mode = sys.argv[1]
+    drop_privileges()  # as the real worker does when the host runs as root
     assert read_frame()["k"] == "probe"
     send({"k": "probe_ack", "v": 1})
     read_frame()  # exec
@@ -96,6 +99,14 @@ def main() -> None:
         send({"k": "final_error", "error": "invalid_program", "message": "\x1b[31m" + "A" * 5000})
     elif mode == "unknown_error":
         send({"k": "final_error", "error": "root_shell", "message": ""})
+    elif mode == "say":  # argv: say ERROR MESSAGE
+        send({"k": "final_error", "error": sys.argv[2], "message": sys.argv[3]})
+    elif mode == "abort_alloc":  # pretends to be the interpreter's allocation failure
+        sys.stderr.write("memory allocation of 4294967296 bytes failed\n")
+        sys.stderr.flush()
+        os.abort()
+    elif mode == "abort_plain":
+        os.abort()
     elif mode == "silent_exit":
         return
     elif mode == "hang":

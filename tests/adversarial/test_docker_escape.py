@@ -3,7 +3,10 @@
 Starlark has no I/O, so these tests use the TEST-ONLY worker entry
 (``python -m codemode_worker.testing_entry``, enabled by ``DockerRuntime(testing_entry=True)``):
 it answers the probe like the real worker, then runs the exec frame's ``source`` as arbitrary
-**Python**, in the same image, with the same limits. Each test has one defined outcome.
+**Python**, with the same limits. The production image does not contain that entry: the tests run
+the test image (``worker_image/Dockerfile --target testing``, ``codemode-worker-testing:1``; override
+with CODEMODE_TEST_TESTING_IMAGE), which is the production image plus that one module. Each test has
+one defined outcome.
 
 Runtime-level tests drive the sandbox directly; pipeline-level tests go through
 ``codemode.Server.execute`` to show what the client sees (``resource limit exceeded`` for the
@@ -30,6 +33,7 @@ import codemode
 from codemode import authz
 from codemode.runtimes.base import SpawnFailed
 from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, DockerRuntime, DockerSandbox
+from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
 from tests.integration.support_docker import read_exact, read_frame, worker_containers
 
@@ -38,6 +42,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # CODEMODE_TEST_OCI_RUNTIME=runsc runs the whole suite under gVisor (default: the daemon's runc).
 OCI_RUNTIME = os.environ.get("CODEMODE_TEST_OCI_RUNTIME") or None
 GVISOR = OCI_RUNTIME == "runsc"
+
+#: The production image plus codemode_worker.testing_entry (built by scripts/provision-docker.sh).
+TESTING_IMAGE = os.environ.get("CODEMODE_TEST_TESTING_IMAGE") or f"codemode-worker-testing:{PROTOCOL_VERSION}"
+PRODUCTION_IMAGE = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
 
 MiB = 1024 * 1024
 SUBJECT = authz.Subject("escape-suite")
@@ -63,7 +71,7 @@ def no_leaked_containers(docker_api: Any) -> Iterator[None]:
 
 @pytest.fixture
 async def testing_runtime(docker_api: Any) -> AsyncIterator[DockerRuntime]:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True)
+    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)
     yield rt
     await rt.aclose()
 
@@ -196,8 +204,8 @@ final({"writable": writable, "existing": existing, "errors": sorted(errors), "ch
     res = await run_fresh(testing_runtime, source)
     assert res["writable"] == []
     assert res["existing"] == []
-    assert res["checked"] > 100
-    assert set(res["errors"]) <= {"EROFS", "EACCES", "EPERM"}
+    assert res["checked"] > 50  # directories walked (the slim image has about 100)
+    assert set(res["errors"]) <= {"EROFS", "EACCES", "EPERM", "ENOENT"}  # ENOENT: no /etc/passwd (slim image)
     if not GVISOR:  # gVisor has its own (internal, here not writable) /dev/shm
         assert res["shm"] is False  # IpcMode none: no /dev/shm tmpfs
     assert res["mqueue"] == []
@@ -247,7 +255,7 @@ final({
     res = await run_fresh(testing_runtime, source)
     assert secret not in json.dumps(res)
     image_env = dict(
-        e.split("=", 1) for e in docker_api.inspect_image(DEFAULT_IMAGE)["Config"].get("Env") or []
+        e.split("=", 1) for e in docker_api.inspect_image(TESTING_IMAGE)["Config"].get("Env") or []
     )
     env = res["environ"]
     extra = set(env) - set(image_env) - {"HOSTNAME", "HOME"}
@@ -295,7 +303,7 @@ final({
 
 
 async def test_fork_bomb_is_stopped_by_the_pids_limit(docker_api: Any) -> None:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, pids_limit=32)
+    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, pids_limit=32)
     source = r"""
 import errno, os, time, threading
 forked, error = 0, None
@@ -346,7 +354,7 @@ time.sleep(600)  # keep the bomb alive until the host destroys the container
 
 
 async def test_memory_bomb_is_oom_killed(docker_api: Any) -> None:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, memory_bytes=128 * MiB)
+    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, memory_bytes=128 * MiB)
     try:
         sandbox = await rt.spawn()
         await sandbox.write(exec_frame("blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))\n"))
@@ -361,7 +369,7 @@ async def test_memory_bomb_is_oom_killed(docker_api: Any) -> None:
 
 async def test_memory_bomb_is_resource_limit_exceeded_for_the_client(docker_api: Any) -> None:
     srv = server(
-        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, memory_bytes=128 * MiB),
+        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, memory_bytes=128 * MiB),
         max_execution_time=30.0,
     )
     try:
@@ -375,7 +383,7 @@ async def test_memory_bomb_is_resource_limit_exceeded_for_the_client(docker_api:
 async def test_cpu_is_throttled_to_the_quota(docker_api: Any) -> None:
     if GVISOR:
         pytest.skip("gVisor virtualizes process CPU time; the quota applies to its sentry on the host")
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, cpus=0.25)
+    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, cpus=0.25)
     source = r"""
 import time
 t0, c0 = time.monotonic(), time.process_time()
@@ -391,7 +399,9 @@ final({"wall": time.monotonic() - t0, "cpu": time.process_time() - c0})
 
 
 async def test_cpu_spin_is_killed_at_the_deadline(docker_api: Any) -> None:
-    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True), max_execution_time=2.0)
+    srv = server(
+        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=2.0
+    )
     try:
         t0 = time.monotonic()
         with pytest.raises(codemode.ResourceLimit) as err:
@@ -417,7 +427,7 @@ async def test_cpu_spin_is_killed_by_destroy(testing_runtime: DockerRuntime, doc
 
 
 async def test_giant_final_value_is_refused(docker_api: Any) -> None:
-    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True))
+    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE))
     try:
         with pytest.raises(codemode.CodeModeError) as err:
             await srv.execute("final('x' * (8 << 20))\n", subject=SUBJECT)
@@ -428,7 +438,9 @@ async def test_giant_final_value_is_refused(docker_api: Any) -> None:
 
 
 async def test_huge_frame_header_is_refused_without_allocating(docker_api: Any) -> None:
-    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True), max_execution_time=10.0)
+    srv = server(
+        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=10.0
+    )
     try:
         t0 = time.monotonic()
         with pytest.raises(codemode.CodeModeError) as err:
@@ -440,7 +452,9 @@ async def test_huge_frame_header_is_refused_without_allocating(docker_api: Any) 
 
 
 async def test_stdout_flood_is_bounded_on_the_host(docker_api: Any) -> None:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, stdout_buffer_bytes=256 * 1024)
+    rt = DockerRuntime(
+        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, stdout_buffer_bytes=256 * 1024
+    )
     try:
         sandbox = await rt.spawn()
         await sandbox.write(
@@ -459,7 +473,9 @@ async def test_stdout_flood_is_bounded_on_the_host(docker_api: Any) -> None:
 
 
 async def test_stdout_flood_is_internal_failure_for_the_client(docker_api: Any) -> None:
-    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True), max_execution_time=10.0)
+    srv = server(
+        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=10.0
+    )
     try:
         t0 = time.monotonic()
         with pytest.raises(codemode.CodeModeError) as err:
@@ -501,7 +517,7 @@ async def test_worker_closing_its_streams_ends_at_the_deadline(docker_api: Any) 
     # The worker closes stdin, stdout and stderr and hangs. Docker keeps the attach connection open
     # while its stdin copy is pending, so the host sees silence, not EOF: the execution deadline
     # ends it (resource limit exceeded) and the container is killed and removed.
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True)
+    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)
     srv = server(rt, max_execution_time=3.0)
     source = "import os, time\nstdout.close()\nos.close(0)\nos.close(1)\nos.close(2)\ntime.sleep(600)\n"
     try:
@@ -530,7 +546,9 @@ async def test_worker_that_never_answers_the_probe(docker_api: Any) -> None:
 
 
 async def test_worker_that_never_answers_the_program(docker_api: Any) -> None:
-    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True), max_execution_time=2.0)
+    srv = server(
+        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=2.0
+    )
     try:
         t0 = time.monotonic()
         with pytest.raises(codemode.ResourceLimit):
@@ -543,6 +561,7 @@ async def test_worker_that_never_answers_the_program(docker_api: Any) -> None:
 async def test_testing_entry_refuses_to_run_without_its_variable(docker_api: Any) -> None:
     # The test entry is inert in a normal deployment: without CODEMODE_WORKER_TESTING=1 it exits 3.
     rt = DockerRuntime(
+        image=TESTING_IMAGE,
         runtime=OCI_RUNTIME,
         entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
         spawn_timeout=5.0,
@@ -552,3 +571,36 @@ async def test_testing_entry_refuses_to_run_without_its_variable(docker_api: Any
             await rt.spawn()
     finally:
         await rt.aclose()
+
+
+async def test_production_image_has_no_test_entry(docker_api: Any) -> None:
+    # Even with its variable set, the production image cannot run the test entry: it is not there.
+    rt = DockerRuntime(
+        image=PRODUCTION_IMAGE,
+        runtime=OCI_RUNTIME,
+        entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
+        spawn_timeout=5.0,
+    )
+    rt.testing_entry = True  # the variable only; the image is the production one
+    try:
+        with pytest.raises(SpawnFailed):
+            await rt.spawn()
+    finally:
+        await rt.aclose()
+
+
+async def test_image_has_no_shell_or_package_manager(testing_runtime: DockerRuntime) -> None:
+    # The test image is the production image plus one module: what is missing here is missing there.
+    source = """
+import os, glob
+names = ["sh", "bash", "dash", "ash", "busybox", "dpkg", "apt", "apt-get", "pip", "pip3", "perl", "env"]
+dirs = ["/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin"]
+found = [d + "/" + n for d in dirs for n in names if os.path.lexists(d + "/" + n)]
+found += glob.glob("/var/lib/dpkg") + glob.glob("/usr/lib/python3*/ensurepip")
+found += glob.glob("/usr/**/site-packages/pip", recursive=True)
+found += glob.glob("/usr/**/dist-packages/pip", recursive=True) + glob.glob("/opt/**/pip", recursive=True)
+final({"found": found, "bin": sorted(os.listdir("/usr/bin"))})
+"""
+    res = await run_fresh(testing_runtime, source)
+    assert res["found"] == [], res
+    assert all(name.startswith("python3") for name in res["bin"]), res["bin"]

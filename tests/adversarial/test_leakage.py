@@ -256,7 +256,7 @@ async def test_program_values_in_errors_do_not_leak(mode: str) -> None:
             try:
                 async with Client(mcp_for(limited), mode=mode) as small:
                     result = await call(small, "execute", source=src)
-                    assert assert_clean(result) == "resource limit exceeded"
+                    assert assert_clean(result) == "resource limit exceeded: value size"
             finally:
                 await limited.aclose()
             # fail() with a secret message is the program's own text: it may come back (it is the

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 import codemode
 from codemode import authz
+from codemode.errors import LIMIT_KINDS
 from codemode.mcp import StaticSubject, create_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,6 +152,8 @@ def assert_coarse(text: str) -> None:
     for prefix in ("invalid program: ", "invalid capability arguments: ", "capability failed: "):
         if text.startswith(prefix):
             return
+    if text.removeprefix("resource limit exceeded: ") in LIMIT_KINDS:
+        return
     raise AssertionError(f"not an approved error text: {text!r}")
 
 

@@ -179,14 +179,14 @@ async def test_max_source_bytes() -> None:
     value, _ = await run(src + "#" * (pad - 1) + "\n", max_source_bytes=100)
     assert value == 1
     text, _ = await fails(src + "#" * pad + "\n", max_source_bytes=100)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: source size"
 
 
 async def test_max_native_calls() -> None:
     src = "def main():\n    for i in range({n}):\n        util.echo(value='x')\n    return 'ok'\n"
     assert (await run(src.format(n=3), max_native_calls=3))[0] == "ok"
     text, rec = await fails(src.format(n=4), max_native_calls=3)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: native calls"
     assert len(rec.handler_calls) == 3
 
 
@@ -194,19 +194,19 @@ async def test_max_value_bytes_final_and_result() -> None:
     # '"' + n chars + '"' is the encoded size of a string.
     assert (await run("def main():\n    return 'x' * 98\n", max_value_bytes=100))[0] == "x" * 98
     text, _ = await fails("def main():\n    return 'x' * 99\n", max_value_bytes=100)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: value size"
     # A native result {"data": "..."} is 11 bytes of framing plus the string.
     ok = "def main():\n    return len(util.blob(size=89)['data'])\n"
     assert (await run(ok, max_value_bytes=100))[0] == 89
     text, _ = await fails("def main():\n    return len(util.blob(size=90)['data'])\n", max_value_bytes=100)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: value size"
 
 
 async def test_max_value_depth() -> None:
     at = "def main():\n    return [[[1]]]\n"  # depth 4
     assert (await run(at, max_value_depth=4))[0] == [[[1]]]
     text, _ = await fails("def main():\n    return [[[[1]]]]\n", max_value_depth=4)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: value size"
     text, rec = await fails(
         "def main():\n    return records.lookup(key='a', tags=[[['x']]])\n", max_value_depth=3
     )
@@ -218,14 +218,14 @@ async def test_max_intermediate_value_bytes() -> None:
     src = "def main():\n    for i in range({n}):\n        util.blob(size=89)\n    return 1\n"
     assert (await run(src.format(n=3), max_intermediate_value_bytes=300))[0] == 1
     text, _ = await fails(src.format(n=4), max_intermediate_value_bytes=300)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: intermediate bytes"
 
 
 async def test_max_execution_steps() -> None:
     src = "def main():\n    t = 0\n    for i in range({n}):\n        t += i\n    return t\n"
     assert (await run(src.format(n=1000)))[0] == sum(range(1000))
     text, _ = await fails(src.format(n=10_000_000), max_execution_steps=1000)
-    assert text == "resource limit exceeded"
+    assert text == "resource limit exceeded: steps"
 
 
 # --- deadlines and cancellation -------------------------------------------------------------------

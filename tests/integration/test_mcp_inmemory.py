@@ -341,13 +341,21 @@ async def test_resource_limits(mode: str) -> None:
             src = (
                 'def main():\n    for i in range(3):\n        records.create(title="n%d" % i)\n    return 1\n'
             )
-            assert error_text(await call(client, "execute", source=src)) == "resource limit exceeded"
-            assert error_text(await call(client, "search_api", query="x" * 257)) == "resource limit exceeded"
+            assert (
+                error_text(await call(client, "execute", source=src))
+                == "resource limit exceeded: native calls"
+            )
+            assert (
+                error_text(await call(client, "search_api", query="x" * 257))
+                == "resource limit exceeded: query"
+            )
             many = " ".join(f"word{i}" for i in range(17))
-            assert error_text(await call(client, "search_api", query=many)) == "resource limit exceeded"
+            assert (
+                error_text(await call(client, "search_api", query=many)) == "resource limit exceeded: query"
+            )
         async with Client(mcp_for(slow), mode=mode) as client:
             src = "def main():\n    x = 0\n    for i in range(1000000000):\n        x += i\n    return x\n"
-            assert error_text(await call(client, "execute", source=src)) == "resource limit exceeded"
+            assert error_text(await call(client, "execute", source=src)) == "resource limit exceeded: time"
     finally:
         await server.aclose()
         await slow.aclose()

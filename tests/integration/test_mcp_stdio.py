@@ -81,8 +81,12 @@ def main():
         text = error_text(await call(client, "execute", source="def main():\n    return records.get(id=3)\n"))
         assert text == "capability failed: record 3 not found"
         src = "def main():\n    for i in range(6):\n        records.get(id=1)\n    return 0\n"
-        assert error_text(await call(client, "execute", source=src)) == "resource limit exceeded"
-        assert error_text(await call(client, "search_api", query="q" * 300)) == "resource limit exceeded"
+        assert (
+            error_text(await call(client, "execute", source=src)) == "resource limit exceeded: native calls"
+        )
+        assert (
+            error_text(await call(client, "search_api", query="q" * 300)) == "resource limit exceeded: query"
+        )
 
         # schema violations
         for tool, args in (

@@ -152,7 +152,54 @@ def test_filesystem_findings() -> None:
     assert got["device files"] == "FAIL"
     assert got["owned by the worker user"] == "WARN"
     shell = by_name(checks, "shell")
-    assert shell.status == "WARN" and "/usr/bin/dash" in shell.detail  # /bin/sh -> /usr/bin/sh -> dash
+    assert shell.status == "FAIL" and "/usr/bin/dash" in shell.findings  # /bin/sh -> /usr/bin/sh -> dash
+    assert "sh" in shell.detail and "dash" in shell.detail
+
+
+SLIM_BUT = (
+    FsEntry("/usr/bin/dpkg", "file", 0o755),
+    FsEntry("/usr/bin/dpkg-query", "file", 0o755),
+    FsEntry("/var/lib/dpkg", "dir", 0o755),
+    FsEntry("/usr/bin/apt-get", "file", 0o755),
+    FsEntry("/usr/local/bin/pip3", "file", 0o755),
+    FsEntry("/usr/local/lib/python3.11/site-packages/pip", "dir", 0o755),
+    FsEntry("/usr/lib/python3.11/ensurepip", "dir", 0o755),
+    FsEntry("/opt/codemode/site/codemode_worker/testing_entry.py", "file", 0o644),
+    FsEntry("/opt/codemode/site/codemode_worker/__pycache__/testing_entry.cpython-311.pyc", "file", 0o644),
+    FsEntry("/usr/bin/bash", "file", 0o755),
+)
+
+
+def test_shells_package_managers_and_test_entries_fail() -> None:
+    checks = audit_filesystem(fs(*SLIM_BUT))
+    got = statuses(checks)
+    assert got["shell"] == "FAIL" and by_name(checks, "shell").findings == ["/usr/bin/bash"]
+    managers = by_name(checks, "package managers")
+    assert (
+        managers.status == "FAIL" and "dpkg, apt, pip" in managers.detail.replace("apt, dpkg", "dpkg, apt")
+    ) or (managers.status == "FAIL" and all(n in managers.detail for n in ("dpkg", "apt", "pip")))
+    assert (
+        "/var/lib/dpkg" in managers.findings
+        and "/usr/local/lib/python3.11/site-packages/pip" in managers.findings
+    )
+    tests = by_name(checks, "test entries")
+    assert tests.status == "FAIL" and len(tests.findings) == 2
+
+
+def test_allow_turns_a_deliberate_exception_into_a_warning() -> None:
+    checks = audit_filesystem(fs(*SLIM_BUT), allow=["bash", "dpkg", "apt", "pip", "testing_entry"])
+    got = statuses(checks)
+    assert got["shell"] == got["package managers"] == got["test entries"] == "WARN"
+    assert any("--allow bash" in f for f in by_name(checks, "shell").findings)
+    # Allowing one name leaves the others failing.
+    partial = statuses(audit_filesystem(fs(*SLIM_BUT), allow=["pip"]))
+    assert partial["package managers"] == "FAIL"
+
+
+def test_slim_filesystem_passes() -> None:
+    checks = audit_filesystem(fs(FsEntry("/opt/codemode/site/codemode_worker/entry.py", "file", 0o644)))
+    got = statuses(checks)
+    assert got["shell"] == got["package managers"] == got["test entries"] == "PASS"
 
 
 # ------------------------------------------------------------------------------------------ quotas

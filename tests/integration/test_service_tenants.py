@@ -65,7 +65,7 @@ async def test_subject_quota_under_concurrent_load(tmp_path: Path) -> None:
             execute(url, tokens["bob"], SLOW),
         )
         alice = sorted(map(repr, results[:2]))
-        assert alice == sorted([repr(("error", "resource limit exceeded")), repr({"result": "slept"})])
+        assert alice == sorted([repr(("error", "resource limit exceeded: quota")), repr({"result": "slept"})])
         assert results[2] == {"result": "slept"}
         # the quota is released afterwards
         assert await execute(url, tokens["alice"], SLOW) == {"result": "slept"}
@@ -81,7 +81,7 @@ async def test_quota_holds_for_many_concurrent_requests(tmp_path: Path) -> None:
         bob = [execute(url, tokens["bob"], slower) for _ in range(2)]
         results = await asyncio.gather(*alice, *bob)
         ok = [r for r in results[:6] if r == {"result": "slept"}]
-        limited = [r for r in results[:6] if r == ("error", "resource limit exceeded")]
+        limited = [r for r in results[:6] if r == ("error", "resource limit exceeded: quota")]
         assert len(ok) + len(limited) == 6
         assert 1 <= len(ok) <= 2
         assert results[6:] == [{"result": "slept"}] * 2

@@ -323,6 +323,8 @@ def test_client_text_suffix_only_for_approved_kinds() -> None:
     assert client_text(codemode.CapabilityFailure("boom")) == "capability failed: boom"
     assert client_text(codemode.PolicyFailure("rule allow")) == "authorization policy failure"
     assert client_text(codemode.ResourceLimit("max 100")) == "resource limit exceeded"
+    assert client_text(codemode.ResourceLimit("memory")) == "resource limit exceeded: memory"
+    assert client_text(codemode.ResourceLimit()) == "resource limit exceeded"
 
 
 def test_timeout_is_resource_limit_and_timeout_error() -> None:
@@ -331,6 +333,7 @@ def test_timeout_is_resource_limit_and_timeout_error() -> None:
     err = ExecutionTimeout()
     assert isinstance(err, codemode.ResourceLimit) and isinstance(err, TimeoutError)
     assert str(err) == "resource limit exceeded"
+    assert client_text(err) == "resource limit exceeded: time"
 
 
 def test_sanitize_disclosure() -> None:

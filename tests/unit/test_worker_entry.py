@@ -255,7 +255,7 @@ def test_serves_exactly_one_program(worker: Worker) -> None:
 
 def test_resource_limit_from_steps(worker: Worker) -> None:
     worker.exec("def main():\n    for i in range(10000000):\n        pass\n", manifest=[], max_steps=10_000)
-    assert worker.recv() == {"k": "final_error", "error": "resource_limit", "message": ""}
+    assert worker.recv() == {"k": "final_error", "error": "resource_limit", "message": "steps"}
     assert worker.finish()[0] == 0
 
 

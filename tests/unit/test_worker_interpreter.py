@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -369,9 +370,12 @@ def test_json_encode_of_deep_value_is_an_error_not_a_crash() -> None:
     ],
 )
 def test_bad_main(source: str) -> None:
-    assert error_of(source) == (
-        "invalid_program",
-        "program must define `def main():` (no parameters) at top level",
+    error, message = error_of(source)
+    assert error == "invalid_program"
+    # Every program message carries a position: the first `def main` or 1:1.
+    assert re.fullmatch(
+        r"<codemode>:[0-9]+:[0-9]+: program must define `def main\(\):` \(no parameters\) at top level",
+        message,
     )
 
 
@@ -430,7 +434,7 @@ def test_return_values(expr: str, expected: Any) -> None:
 def test_unsupported_return_values(expr: str, fragment: str) -> None:
     error, message = error_of(main_returning(expr))
     assert error == "invalid_program"
-    assert message.startswith("main() returned an unsupported value: ")
+    assert message.startswith("<codemode>:1:1: main() returned an unsupported value: ")
     assert fragment in message
 
 
@@ -439,17 +443,17 @@ def test_final_value_depth_and_bytes_limits() -> None:
         return "[" * (depth - 1) + "1" + "]" * (depth - 1)
 
     assert value_of(main_returning(nested(32))) is not None
-    assert error_of(main_returning(nested(33))) == ("resource_limit", "")
+    assert error_of(main_returning(nested(33))) == ("resource_limit", "value size")
     small = replace(LIMITS, max_value_bytes=7)
     assert value_of(main_returning("'x' * 5"), limits=small) == "xxxxx"  # "xxxxx" is 7 bytes
-    assert error_of(main_returning("'x' * 6"), limits=small) == ("resource_limit", "")
-    assert error_of(main_returning("[1] * 10000"), limits=small) == ("resource_limit", "")
+    assert error_of(main_returning("'x' * 6"), limits=small) == ("resource_limit", "value size")
+    assert error_of(main_returning("[1] * 10000"), limits=small) == ("resource_limit", "value size")
 
 
 def test_deeply_nested_data_is_a_limit_not_a_crash() -> None:
     source = "def main():\n    x = []\n    for i in range(%d):\n        x = [x]\n    return x\n"
-    assert error_of(source % 10_000) == ("resource_limit", "")
-    assert error_of(source % 200_000) == ("resource_limit", "")
+    assert error_of(source % 10_000) == ("resource_limit", "value size")
+    assert error_of(source % 200_000) == ("resource_limit", "value size")
 
 
 def test_deeply_nested_source_does_not_crash() -> None:
@@ -460,7 +464,7 @@ def test_deeply_nested_source_does_not_crash() -> None:
 
 def test_cyclic_value_is_a_limit() -> None:
     source = "def main():\n    x = []\n    x.append(x)\n    return x\n"
-    assert error_of(source) == ("resource_limit", "")
+    assert error_of(source) == ("resource_limit", "value size")
 
 
 # --------------------------------------------------------------------------------- errors
@@ -528,10 +532,10 @@ def test_steps_exactly_at_budget_pass_and_one_check_over_fails() -> None:
     loop = "def main():\n    x = 0\n    for i in range(%d):\n        x += 1\n    return x\n"
     assert value_of(loop % 999_000) == 999_000
     assert value_of(loop % 1_000_000) == 1_000_000
-    assert error_of(loop % 1_001_000) == ("resource_limit", "")
+    assert error_of(loop % 1_001_000) == ("resource_limit", "steps")
     small = replace(LIMITS, max_steps=5_000)
     assert value_of(loop % 4_990, limits=small) == 4_990
-    assert error_of(loop % 6_000, limits=small) == ("resource_limit", "")
+    assert error_of(loop % 6_000, limits=small) == ("resource_limit", "steps")
 
 
 def test_steps_count_function_calls_and_top_level() -> None:
@@ -542,9 +546,9 @@ def test_steps_count_function_calls_and_top_level() -> None:
     )
     small = replace(LIMITS, max_steps=10_000)
     assert value_of(calls % 4_900, limits=small) == 2_450  # ~9,800 ticks
-    assert error_of(calls % 6_000, limits=small) == ("resource_limit", "")
+    assert error_of(calls % 6_000, limits=small) == ("resource_limit", "steps")
     top = "X = [i for i in range(20000)]\ndef main():\n    return 1\n"
-    assert error_of(top, limits=small) == ("resource_limit", "")
+    assert error_of(top, limits=small) == ("resource_limit", "steps")
 
 
 def test_zero_steps_still_allows_tiny_programs() -> None:
@@ -556,8 +560,11 @@ def test_callstack_limit_is_a_resource_limit() -> None:
         "def f(n):\n    if n == 0:\n        return 0\n    return f(n - 1)\ndef main():\n    return f(%d)\n"
     )
     assert value_of(source % 150) == 0
-    assert error_of(source % 250) == ("resource_limit", "")
-    assert error_of(source % 100_000, limits=replace(LIMITS, max_callstack=10**9)) == ("resource_limit", "")
+    assert error_of(source % 250) == ("resource_limit", "steps")
+    assert error_of(source % 100_000, limits=replace(LIMITS, max_callstack=10**9)) == (
+        "resource_limit",
+        "steps",
+    )
 
 
 # ---------------------------------------------------------------------------------- natives
@@ -661,23 +668,29 @@ def test_native_call_count_limit() -> None:
     source = "def main():\n    for i in range(%d):\n        records.status()\n    return 1\n"
     limits = replace(LIMITS, max_native_calls=3)
     assert value_of(source % 3, limits=limits, host=host) == 1
-    assert error_of(source % 4, limits=limits, host=host) == ("resource_limit", "")
+    assert error_of(source % 4, limits=limits, host=host) == ("resource_limit", "native calls")
     assert len(host.calls) == 6
     zero = replace(LIMITS, max_native_calls=0)
-    assert error_of(main_returning("records.status()"), limits=zero, host=host) == ("resource_limit", "")
+    assert error_of(main_returning("records.status()"), limits=zero, host=host) == (
+        "resource_limit",
+        "native calls",
+    )
 
 
 def test_native_argument_limits() -> None:
     host = Host()
     deep = "[" * 40 + "1" + "]" * 40
-    assert error_of(main_returning(f"data.echo(value = {deep})"), host=host) == ("resource_limit", "")
+    assert error_of(main_returning(f"data.echo(value = {deep})"), host=host) == (
+        "resource_limit",
+        "value size",
+    )
     small = replace(LIMITS, max_value_bytes=30)
     assert error_of(main_returning("records.lookup(key = 'x' * 100)"), limits=small, host=host) == (
         "resource_limit",
-        "",
+        "value size",
     )
     hostile = DEEP_100K + "    return data.echo(value = x)\n"
-    assert error_of(hostile, host=host) == ("resource_limit", "")
+    assert error_of(hostile, host=host) == ("resource_limit", "value size")
     assert host.calls == []
 
 
@@ -695,7 +708,7 @@ def test_native_argument_depth_counts_each_value_exactly() -> None:
     assert ok == Outcome.final("ok")
     assert len(host.calls) == 1
     over = run_program(main_returning(f"deep.take(v = [{nested(32)}])"), manifest, LIMITS, host)
-    assert over == Outcome.failed("resource_limit", "")
+    assert over == Outcome.failed("resource_limit", "value size")
     assert len(host.calls) == 1
 
 
@@ -703,11 +716,14 @@ def test_native_result_limits() -> None:
     too_deep: Any = 1
     for _ in range(40):
         too_deep = [too_deep]
-    assert error_of(main_returning("records.status()"), host=Host([too_deep])) == ("resource_limit", "")
+    assert error_of(main_returning("records.status()"), host=Host([too_deep])) == (
+        "resource_limit",
+        "value size",
+    )
     small = replace(LIMITS, max_value_bytes=20)
     assert error_of(main_returning("records.status()"), limits=small, host=Host(["x" * 100])) == (
         "resource_limit",
-        "",
+        "value size",
     )
 
 

@@ -8,9 +8,22 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["FILENAME", "MAX_MESSAGE_BYTES", "bounded", "describe_error", "has_valid_main", "program_error"]
+__all__ = [
+    "FALLBACK_LOCATION",
+    "FILENAME",
+    "MAX_MESSAGE_BYTES",
+    "bounded",
+    "describe_error",
+    "find_operator",
+    "has_valid_main",
+    "located_tokens",
+    "main_error",
+    "program_error",
+]
 
 FILENAME: Final = "<codemode>"
+#: Where a program error without a position of its own is reported (every program message has one).
+FALLBACK_LOCATION: Final = "1:1"
 MAX_MESSAGE_BYTES: Final = 1024
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -40,15 +53,22 @@ def _skip_string(source: str, i: int) -> int:
 def tokens(source: str) -> list[tuple[str, int]]:
     """Names and punctuation of a Starlark source with their 0-based columns; strings,
     numbers and comments are skipped. Meant for sources that already parsed."""
-    out: list[tuple[str, int]] = []
+    return [(text, column) for text, _line, column in located_tokens(source)]
+
+
+def located_tokens(source: str) -> list[tuple[str, int, int]]:
+    """Like :func:`tokens`, with the 1-based line: ``(text, line, 0-based column)``."""
+    out: list[tuple[str, int, int]] = []
     i = 0
     n = len(source)
     line_start = 0
+    line = 1
     while i < n:
         ch = source[i]
         if ch == "\n":
             i += 1
             line_start = i
+            line += 1
         elif ch in " \t\r\f" or (ch == "\\" and i + 1 < n and source[i + 1] in "\r\n"):
             i += 1
         elif ch == "#":
@@ -63,15 +83,44 @@ def tokens(source: str) -> list[tuple[str, int]]:
             if word in _STRING_PREFIXES and end < n and source[end] in "'\"":
                 i = _skip_string(source, end)
                 continue
-            out.append((word, i - line_start))
+            out.append((word, line, i - line_start))
             i = end
         elif ch.isdigit():
             while i < n and (source[i].isalnum() or source[i] in "._"):
                 i += 1
         else:
-            out.append((ch, i - line_start))
+            out.append((ch, line, i - line_start))
             i += 1
     return out
+
+
+def find_operator(source: str, operator: str) -> tuple[int, int] | None:
+    """1-based ``(line, column)`` of the first use of a punctuation ``operator`` (outside strings
+    and comments), or None."""
+    toks = located_tokens(source)
+    width = len(operator)
+    for index in range(len(toks) - width + 1):
+        text, line, column = toks[index]
+        if text != operator[0]:
+            continue
+        run = toks[index : index + width]
+        if all(
+            t[0] == ch and t[1] == line and t[2] == column + k
+            for k, (t, ch) in enumerate(zip(run, operator, strict=True))
+        ):
+            return line, column + 1
+    return None
+
+
+def main_error(source: str, message: str) -> str:
+    """``<codemode>:LINE:COL: message`` at the first ``def main`` (else at 1:1), bounded."""
+    location = FALLBACK_LOCATION
+    toks = located_tokens(source)
+    for index in range(len(toks) - 1):
+        if toks[index][0] == "def" and toks[index + 1][0] == "main":
+            location = f"{toks[index][1]}:{toks[index][2] + 1}"
+            break
+    return bounded(f"{FILENAME}:{location}: {message}")
 
 
 def has_valid_main(source: str) -> bool:
@@ -189,6 +238,4 @@ def describe_error(
 def program_error(text: str, source: str, helpers: Mapping[str, str] | None = None) -> str:
     """``<codemode>:LINE:COL: message`` for an error of the program (bounded, printable)."""
     location, message = describe_error(text, source, helpers=helpers)
-    if location is None:
-        return bounded(message)
-    return bounded(f"{FILENAME}:{location}: {message}")
+    return bounded(f"{FILENAME}:{location or FALLBACK_LOCATION}: {message}")

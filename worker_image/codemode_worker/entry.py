@@ -4,9 +4,10 @@ Stdin and stdout carry frames only (``protocol``). Before anything else stdout i
 a private descriptor for frames and fd 1 (and ``sys.stdout``) is pointed at stderr, so a stray
 write from Python or native code can never corrupt the frame stream.
 
-Sequence: warm up the interpreter; answer every ``probe`` with ``probe_ack`` (only possible once
-warm); on ``exec`` run the program, sending one ``native_call`` per capability call and blocking
-for its ``native_result``; end with ``final`` or ``final_error`` and exit 0.
+Sequence: warm up the interpreter; drop to the uid the runtime asked for (``privileges``);
+answer every ``probe`` with ``probe_ack`` (only possible once warm); on ``exec`` run the program,
+sending one ``native_call`` per capability call and blocking for its ``native_result``; end with
+``final`` or ``final_error`` and exit 0.
 
 Exit codes: 0 after the final frame (or when the host closes stdin before any exec);
 1 (``EXIT_ABORTED``) on ``native_abort`` or when the host goes away mid-call, nothing more is
@@ -29,6 +30,7 @@ from .interpreter import (
     run_program,
     warm_up,
 )
+from .privileges import drop_privileges
 from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
 __all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "streams"]
@@ -113,6 +115,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
     warm_up()
     gc.collect()
     gc.freeze()  # a single-use process: keep the warm state out of later collections
+    drop_privileges()  # before the first frame: no program runs with the starting uid
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)

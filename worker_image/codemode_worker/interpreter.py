@@ -61,7 +61,16 @@ from typing import Any, Final, TypeVar, cast
 
 import starlark as sl
 
-from .diagnostics import FILENAME, bounded, describe_error, has_valid_main, program_error
+from .diagnostics import (
+    FALLBACK_LOCATION,
+    FILENAME,
+    bounded,
+    describe_error,
+    find_operator,
+    has_valid_main,
+    main_error,
+    program_error,
+)
 from .environment import JSON_RESULT_DEPTH, MAX_BRIDGE_DEPTH, Environment, environment, set_hooks
 from .protocol import ProtocolError, validate_manifest
 from .shapes import BindError, bind_arguments, positional_diagnostic
@@ -93,6 +102,17 @@ _STACK_FALLBACKS: Final = (THREAD_STACK_BYTES, 64 * 1024 * 1024, 16 * 1024 * 102
 T = TypeVar("T")
 
 MAIN_MESSAGE: Final = "program must define `def main():` (no parameters) at top level"
+SHIFT_MESSAGE: Final = "the << operator is not supported (its results wrap around); multiply instead"
+
+# The ``final_error`` message of a ``resource_limit``: which limit ran out (a fixed word list the
+# host checks again).
+LIMIT_STEPS: Final = "steps"
+LIMIT_MEMORY: Final = "memory"
+LIMIT_NATIVE_CALLS: Final = "native calls"
+LIMIT_VALUE_SIZE: Final = "value size"
+# Messages of the interpreter's panics when its heap cannot grow (measured on starlark-pyo3
+# 2026.1.3: doubling a string to 2**40, a list of 50M strings, ``list(range(10**9))``).
+_MEMORY_PANICS: Final = ("out of memory", "AlignedSize must not exceed", "capacity overflow")
 
 
 @dataclass(frozen=True)
@@ -183,7 +203,7 @@ class _Run:
     def check_cancelled(self) -> bool:
         self.checks += 1
         if self.counting and self.checks * STEPS_PER_CHECK > self.limits.max_steps:
-            self.fail("resource_limit")
+            self.fail("resource_limit", LIMIT_STEPS)
             return True
         return False
 
@@ -207,7 +227,7 @@ class _Run:
             raise _Stop
         self.native_calls += 1
         if self.native_calls > self.limits.max_native_calls:
-            self.fail("resource_limit")
+            self.fail("resource_limit", LIMIT_NATIVE_CALLS)
             raise _Stop
 
     def native_positional(self, name: str) -> None:
@@ -217,7 +237,7 @@ class _Run:
     def native_rejected(self, name: str, value: Any) -> None:
         self._enter(name)
         if isinstance(value, Overflow):
-            self.fail("resource_limit")
+            self.fail("resource_limit", LIMIT_VALUE_SIZE)
             return
         try:
             bind_arguments(self.inputs[name], value)
@@ -229,14 +249,17 @@ class _Run:
     def native_call(self, name: str, args_json: str) -> Any:
         self._enter(name)
         try:
-            args = bind_arguments(self.inputs[name], _DECODER.decode(args_json))
+            args = bind_arguments(self.inputs[name], _decode(args_json))
         except BindError as exc:
             self.fail("invalid_arguments", exc.diagnostic)
+            raise _Stop from None
+        except ValueLimitError:
+            self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
         try:
             check_value(args, self.args_depth, self.limits.max_value_bytes)
         except ValueLimitError:
-            self.fail("resource_limit")
+            self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
         try:
             value = self.native(name, args)
@@ -246,7 +269,7 @@ class _Run:
         try:
             check_value(value, self.depth, self.limits.max_value_bytes)
         except ValueLimitError:
-            self.fail("resource_limit")
+            self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
         except ValueTypeError:
             self.escape = HostProtocolError("native_result value is not a plain value")
@@ -263,34 +286,48 @@ def _classify(run: _Run, exc: BaseException, source: str, helpers: Mapping[str, 
         error, message, callee = run.failure
         if callee:
             location, _ = describe_error(str(exc), source, callee, helpers)
-            if location is not None:
-                message = f"{FILENAME}:{location}: {message}"
+            message = f"{FILENAME}:{location or FALLBACK_LOCATION}: {message}"
         return Outcome.failed(error, bounded(message))
     if type(exc).__name__ == "PanicException":
+        # The interpreter's heap panics (instead of aborting) when one of its own allocations
+        # cannot be made; any other panic is a bug.
+        if str(exc).startswith(_MEMORY_PANICS):
+            return Outcome.failed("resource_limit", LIMIT_MEMORY)
         return Outcome.failed("internal")
     if isinstance(exc, sl.StarlarkError):
         text = str(exc)
         _, message = describe_error(text, source)
         if message.startswith(("Starlark call stack overflow", "Too many recursion levels")):
-            return Outcome.failed("resource_limit")
+            return Outcome.failed("resource_limit", LIMIT_STEPS)
         return Outcome.failed("invalid_program", program_error(text, source, helpers))
     if isinstance(exc, MemoryError):
-        return Outcome.failed("resource_limit")
+        return Outcome.failed("resource_limit", LIMIT_MEMORY)
     return Outcome.failed("internal")
 
 
-def _finish(result: Any, limits: ExecLimits) -> Outcome:
+def _decode(text: str) -> Any:
+    """A value the driver encoded as JSON. Integers too long for CPython's int parsing (more than
+    4300 digits, e.g. ``1 << 100000``) are too large to cross: ``ValueLimitError``."""
+    try:
+        return _DECODER.decode(text)
+    except ValueError:
+        raise ValueLimitError("integer too large to cross") from None
+
+
+def _finish(result: Any, limits: ExecLimits, source: str) -> Outcome:
     if not isinstance(result, list) or not result:
         return Outcome.failed("internal")
     if result[0] == "bad_main":
-        return Outcome.failed("invalid_program", MAIN_MESSAGE)
-    value = _DECODER.decode(result[1]) if result[0] == "ok" else result[1]
+        return Outcome.failed("invalid_program", main_error(source, MAIN_MESSAGE))
     try:
+        value = _decode(result[1]) if result[0] == "ok" else result[1]
         check_value(value, limits.max_value_depth, limits.max_value_bytes)
     except ValueLimitError:
-        return Outcome.failed("resource_limit")
+        return Outcome.failed("resource_limit", LIMIT_VALUE_SIZE)
     except ValueTypeError as exc:
-        return Outcome.failed("invalid_program", f"main() returned an unsupported value: {exc}")
+        return Outcome.failed(
+            "invalid_program", main_error(source, f"main() returned an unsupported value: {exc}")
+        )
     return Outcome.final(value)
 
 
@@ -300,7 +337,12 @@ def _execute(env: Environment, run: _Run, source: str) -> Outcome:
     except sl.StarlarkError as exc:
         return Outcome.failed("invalid_program", program_error(str(exc), source))
     if not has_valid_main(source):
-        return Outcome.failed("invalid_program", MAIN_MESSAGE)
+        return Outcome.failed("invalid_program", main_error(source, MAIN_MESSAGE))
+    shift = find_operator(source, "<<")
+    if shift is not None:
+        return Outcome.failed(
+            "invalid_program", bounded(f"{FILENAME}:{shift[0]}:{shift[1]}: {SHIFT_MESSAGE}")
+        )
 
     limits = run.limits
     modules: dict[str, Any] = {}
@@ -325,7 +367,7 @@ def _execute(env: Environment, run: _Run, source: str) -> Outcome:
         return _classify(run, exc, source, env.helper_sources)
     if run.escape is not None:
         raise run.escape
-    return _finish(result, limits)
+    return _finish(result, limits, source)
 
 
 class _Executor:

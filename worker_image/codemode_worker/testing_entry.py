@@ -17,6 +17,7 @@ from typing import Any
 
 from . import PROTOCOL_VERSION, protocol
 from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
+from .privileges import drop_privileges
 
 __all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main"]
 
@@ -28,6 +29,7 @@ def main() -> int:
     if os.environ.get(ENABLE_VARIABLE) != "1":
         return EXIT_DISABLED
     inp, out = streams()
+    drop_privileges()  # like the real worker: the test program never runs with the starting uid
 
     def send(frame: dict[str, Any]) -> None:
         out.write(protocol.encode_frame(frame))

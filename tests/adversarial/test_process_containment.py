@@ -1,0 +1,147 @@
+"""A compromised process-runtime worker (arbitrary Python through the test-only entry): every
+descendant dies with destroy(), it cannot fork without bound, and it sees neither the host's
+environment nor the host's private files. Needs a host running as root (uid drop)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import codemode
+from codemode.runtimes.process import ProcessRuntime
+
+from ..integration.helpers import ALICE, make_server
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")
+
+TESTING = {"CODEMODE_WORKER_TESTING": "1"}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[codemode.Server]:
+    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+    yield srv
+    await srv.aclose()
+
+
+async def run(server: codemode.Server, python: str) -> Any:
+    value = await server.execute(python, subject=ALICE)
+    await server._executor.drain()  # every background destroy has finished
+    return value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+async def _dead_soon(pid: int) -> bool:
+    for _ in range(50):  # an orphan is reaped by init shortly after the kill
+        if not _alive(pid):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+ESCAPE = """
+import os, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.close(r)
+        os.write(w, str(os.getpid()).encode())
+        os.close(w)
+        while True:
+            time.sleep(1)
+    os._exit(0)
+os.close(w)
+pid = int(os.read(r, 32))
+final({"grandchild": pid, "uid": os.getuid()})
+"""
+
+
+async def test_setsid_grandchild_dies_with_destroy(server: codemode.Server) -> None:
+    value = await run(server, ESCAPE)
+    pid = value["grandchild"]
+    assert value["uid"] != 0
+    assert await _dead_soon(pid), f"grandchild {pid} survived destroy()"
+
+
+FORK_BOMB = """
+import os, time
+made, refused = 0, 0
+for _ in range(200):
+    try:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        made += 1
+    except OSError:
+        refused += 1
+final({"made": made, "refused": refused})
+"""
+
+
+async def test_processes_are_bounded(server: codemode.Server) -> None:
+    value = await run(server, FORK_BOMB)
+    assert value["refused"] > 0
+    assert value["made"] < 16
+
+
+LOOK = """
+import os
+out = {"env": dict(os.environ), "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
+for name, path in (("host_environ", "/proc/%d/environ" % HOST), ("secret", SECRET), ("root_home", "/root")):
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").read(16)
+        out[name] = "readable"
+    except OSError as exc:
+        out[name] = type(exc).__name__
+try:
+    os.kill(HOST, 0)
+    out["signal_host"] = "allowed"
+except OSError as exc:
+    out["signal_host"] = type(exc).__name__
+final(out)
+"""
+
+
+async def test_no_view_of_the_host(server: codemode.Server, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    secret.chmod(0o600)
+    os.environ["CODEMODE_TEST_HOST_SECRET"] = "hunter2"
+    try:
+        program = f"HOST = {os.getpid()}\nSECRET = {str(secret)!r}\n" + LOOK
+        value = await run(server, program)
+    finally:
+        del os.environ["CODEMODE_TEST_HOST_SECRET"]
+    # LC_CTYPE is CPython's own C-locale coercion (PEP 538) in the child, not the host's.
+    env = {k: v for k, v in value["env"].items() if k != "LC_CTYPE"}
+    assert env == {"CODEMODE_WORKER": "1", **TESTING}
+    assert value["uid"] != 0 and value["gid"] != 0 and value["groups"] == []
+    assert value["host_environ"] == "PermissionError"
+    assert value["secret"] == "PermissionError"
+    assert value["signal_host"] == "PermissionError"
+
+
+async def test_each_live_worker_has_its_own_uid(server: codemode.Server) -> None:
+    slow = "import os, time\ntime.sleep(0.5)\nfinal(os.getuid())\n"
+    t0 = time.monotonic()
+    uids = await asyncio.gather(*(server.execute(slow, subject=ALICE) for _ in range(3)))
+    assert time.monotonic() - t0 < 10
+    assert len(set(uids)) == 3 and 0 not in uids
