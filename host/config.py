@@ -224,6 +224,9 @@ class Settings(BaseSettings):
         None, description="memory request = limit of a worker pod, e.g. 256Mi"
     )
     kubernetes_cpu: str | None = Field(None, description="CPU limit of a worker pod, e.g. 500m")
+    kubernetes_cpu_request: str | None = Field(
+        None, description="CPU request of a worker pod, e.g. 100m (default 100m: Burstable QoS)"
+    )
     kubernetes_runtime_class: str | None = Field(None, description="RuntimeClass of worker pods, e.g. gvisor")
     kubernetes_kubeconfig: Path | None = Field(
         None, description="kubeconfig file (default: in-cluster, then $KUBECONFIG / ~/.kube/config)"

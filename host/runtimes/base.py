@@ -33,11 +33,11 @@ class SpawnFailed(Exception):
 
 class CapacityExhausted(SpawnFailed, ResourceLimit):
     """No room for another worker (a quota, or no node can take it): the client gets
-    ``resource limit exceeded``; the runtime has logged what the operator should change. The
-    host-log detail is ``reason``; ``str()`` is the client text."""
+    ``resource limit exceeded: concurrency``; the runtime has logged what the operator should change.
+    The host-log detail is ``reason``; ``str()`` is the coarse client text."""
 
     def __init__(self, reason: str) -> None:
-        ResourceLimit.__init__(self)
+        ResourceLimit.__init__(self, "concurrency")
         self.reason = reason
 
 

@@ -234,7 +234,7 @@ async def test_resource_quota_exhausted_is_a_clear_operator_log_and_client_text(
                 pytest.raises(ResourceLimit) as info,
             ):
                 await srv.execute(TRIVIAL, subject=ALICE)
-            assert codemode.errors.client_text(info.value) == "resource limit exceeded"
+            assert codemode.errors.client_text(info.value) == "resource limit exceeded: concurrency"
             assert "ResourceQuota of namespace codemode-workers refused worker pod" in caplog.text
             assert "exceeded quota: codemode-e2e-full" in caplog.text
         finally:
@@ -251,9 +251,10 @@ async def test_unschedulable_worker_is_a_clear_operator_log_and_client_text(
     try:
         with caplog.at_level(logging.ERROR, logger="codemode.runtimes.kubernetes"):
             t0 = time.monotonic()
-            with pytest.raises(ResourceLimit):
+            with pytest.raises(ResourceLimit) as info:
                 await srv.execute(TRIVIAL, subject=ALICE)
             assert time.monotonic() - t0 < 20
+            assert codemode.errors.client_text(info.value) == "resource limit exceeded: concurrency"
         assert "no node has room for worker pod" in caplog.text and "Insufficient cpu" in caplog.text
     finally:
         await srv.aclose()

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from codemode.errors import ResourceLimit
+from codemode.errors import ResourceLimit, client_text
 from codemode.runtimes import kubernetes as kmod
 from codemode.runtimes.base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
 from codemode.runtimes.kubernetes import (
@@ -761,6 +761,7 @@ async def test_unschedulable_pod_is_a_resource_limit_with_an_operator_log(
     assert time.monotonic() - t0 < 5.0  # the grace, not the spawn timeout
     assert isinstance(info.value, SpawnFailed) and isinstance(info.value, ResourceLimit)
     assert str(info.value) == "resource limit exceeded"
+    assert client_text(info.value) == "resource limit exceeded: concurrency"
     assert "not scheduled: Unschedulable: 0/3 nodes" in info.value.reason
     assert "no node has room for worker pod" in caplog.text and "cpu_request" in caplog.text
     assert cluster.api.pods == {}
