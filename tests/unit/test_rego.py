@@ -652,7 +652,7 @@ async def test_slow_evaluations_stop_blocking_the_event_loop() -> None:
     await a.authorize(ctx, inp(arguments={"n": 10}))  # quick: answered within the budget
     assert a._slow == 0
     for _ in range(rego_module._SLOW_LIMIT):
-        await a.authorize(ctx, inp(arguments={"n": 10_000}))  # ~0.1 s: over the budget
+        await a.authorize(ctx, inp(arguments={"n": 100_000}))  # ~0.3 s: far over the budget
     assert a._slow == rego_module._SLOW_LIMIT
     # From now on the loop is never blocked: other tasks run while an evaluation is in flight.
     ticks = 0
@@ -666,7 +666,7 @@ async def test_slow_evaluations_stop_blocking_the_event_loop() -> None:
     task = asyncio.create_task(ticker())
     await asyncio.sleep(0)
     before = ticks
-    await a.authorize(ctx, inp(arguments={"n": 10_000}))
+    await a.authorize(ctx, inp(arguments={"n": 100_000}))
     task.cancel()
     assert ticks > before + 10
     # Quick evaluations bring the blocking wait back.
