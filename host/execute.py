@@ -118,10 +118,10 @@ class _Session:
                 raise WorkerGone()
             try:
                 self.pending.extend(self.decoder.feed(data))
-            except ProtocolError as exc:
-                raise WorkerMisbehaved(f"protocol error: {exc}") from None
             except FrameTooCostly:
                 raise ResourceLimit("value size") from None
+            except ProtocolError as exc:
+                raise WorkerMisbehaved(f"protocol error: {exc}") from None
         return self.pending.pop(0)
 
     async def run(self, source: str) -> Any:

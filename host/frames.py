@@ -11,11 +11,10 @@ about what they weigh) and charges containers what CPython charges for them.
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Collection
 from typing import Any
 
-from codemode_worker.protocol import HEADER_BYTES, WORKER_KINDS, ProtocolError, decode_body
+from codemode_worker.protocol import WORKER_KINDS, FrameDecoder, ProtocolError
 
 __all__ = [
     "CONTAINER_COST",
@@ -33,14 +32,13 @@ ELEMENT_COST = 40
 #: The budget of one frame: this many times its byte cap (so ~16 MiB per execute by default).
 MEMORY_FACTOR = 16
 
-_HEADER = struct.Struct(">I")
 # A JSON string (escapes included); the unrolled form keeps Python's regex engine linear.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
-class FrameTooCostly(Exception):
+class FrameTooCostly(ProtocolError):
     """A frame would cost the host more memory than its budget (a resource limit, not misbehaviour:
-    an honest worker checks bytes only)."""
+    an honest worker checks bytes only; callers catch it before ``ProtocolError``)."""
 
 
 def estimated_cost(body: bytes) -> int:
@@ -51,9 +49,9 @@ def estimated_cost(body: bytes) -> int:
     return len(body) + containers * CONTAINER_COST + elements * ELEMENT_COST
 
 
-class HostFrameDecoder:
-    """Incremental reader of worker frames: length cap before buffering, memory budget before
-    decoding, then the protocol's strict :func:`decode_body`. Unusable after an error."""
+class HostFrameDecoder(FrameDecoder):
+    """The protocol's incremental reader (length cap before buffering, strict decoding), with the
+    memory budget checked before a body is decoded. Unusable after an error."""
 
     def __init__(
         self,
@@ -61,46 +59,10 @@ class HostFrameDecoder:
         memory_budget: int | None = None,
         allowed_kinds: Collection[str] = WORKER_KINDS,
     ) -> None:
-        self._max = max_frame_bytes
+        super().__init__(max_frame_bytes, allowed_kinds)
         self._budget = memory_budget if memory_budget is not None else max_frame_bytes * MEMORY_FACTOR
-        self._allowed = frozenset(allowed_kinds)
-        self._buffer = bytearray()
-        self._need: int | None = None
-        self._failed: Exception | None = None
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
-        if self._failed is not None:
-            raise self._failed
-        try:
-            return self._feed(data)
-        except (ProtocolError, FrameTooCostly) as exc:
-            self._failed = exc
-            self._buffer.clear()
-            raise
-
-    def _feed(self, data: bytes) -> list[dict[str, Any]]:
-        frames: list[dict[str, Any]] = []
-        view = memoryview(data)
-        while True:
-            if self._need is None:
-                take = min(HEADER_BYTES - len(self._buffer), len(view))
-                self._buffer += view[:take]
-                view = view[take:]
-                if len(self._buffer) < HEADER_BYTES:
-                    return frames
-                (length,) = _HEADER.unpack(self._buffer)
-                self._buffer.clear()
-                if length > self._max:
-                    raise ProtocolError(f"frame length {length} exceeds {self._max}")
-                self._need = length
-            take = min(self._need - len(self._buffer), len(view))
-            self._buffer += view[:take]
-            view = view[take:]
-            if len(self._buffer) < self._need:
-                return frames
-            body = bytes(self._buffer)
-            self._buffer.clear()
-            self._need = None
-            if estimated_cost(body) > self._budget:
-                raise FrameTooCostly("frame would cost the host more memory than its budget")
-            frames.append(decode_body(body, self._allowed))
+    def _decode(self, body: bytes) -> dict[str, Any]:
+        if estimated_cost(body) > self._budget:
+            raise FrameTooCostly("frame would cost the host more memory than its budget")
+        return super()._decode(body)
