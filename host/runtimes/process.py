@@ -52,6 +52,8 @@ _PR_SET_NO_NEW_PRIVS = 38
 _KILL_ROUNDS = 100
 #: Seconds destroy() waits for the worker's pipes to close after the kill.
 ORPHAN_PIPE_GRACE = 2.0
+#: Seconds close_input() waits for the worker to take its unread input before dropping it.
+CLOSE_INPUT_GRACE = 1.0
 #: Seconds kill_uid() waits for the killed processes to be reaped.
 ZOMBIE_GRACE = 1.0
 #: One lock file per worker uid in use, shared by every host on the machine.
@@ -179,8 +181,21 @@ class ProcessSandbox:
         stdin = self._proc.stdin
         if stdin is not None and not stdin.is_closing():
             stdin.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await stdin.wait_closed()
+            try:
+                # A worker that stops reading would keep unread bytes in the transport, and
+                # wait_closed() waiting, forever: give it a moment, then drop them.
+                await asyncio.wait_for(stdin.wait_closed(), CLOSE_INPUT_GRACE)
+            except TimeoutError:
+                self._abort_input()
+            except (ConnectionError, OSError):
+                pass
+
+    def _abort_input(self) -> None:
+        """Close stdin at once, dropping whatever the worker never read."""
+        stdin = self._proc.stdin
+        if stdin is not None:
+            with contextlib.suppress(Exception):
+                stdin.transport.abort()
 
     def alive(self) -> bool:
         return self._exit is None and self._proc.returncode is None
@@ -202,8 +217,9 @@ class ProcessSandbox:
 
     async def _destroy_once(self) -> ExitInfo:
         proc = self._proc
-        with contextlib.suppress(Exception):
-            await self.close_input()
+        # Nothing is awaited before the kill: a worker that stopped reading its stdin (or a
+        # cancellation) must not be able to delay it. Unread input is dropped.
+        self._abort_input()
         if proc.returncode is None:
             # The worker leads its own session; kill the whole group in case it forked. Not
             # proc.kill(): Popen.send_signal polls first and would reap the child behind asyncio's

@@ -145,3 +145,30 @@ async def test_each_live_worker_has_its_own_uid(server: codemode.Server) -> None
     uids = await asyncio.gather(*(server.execute(slow, subject=ALICE) for _ in range(3)))
     assert time.monotonic() - t0 < 10
     assert len(set(uids)) == 3 and 0 not in uids
+
+
+async def test_a_worker_that_stops_reading_cannot_hold_its_destroy() -> None:
+    """Found by review: unread stdin bytes kept close_input() waiting before the kill, so destroy()
+    never returned and the slot leaked. The kill now comes first and unread input is dropped."""
+    from codemode.runtimes.process import ProcessSandbox
+
+    proc = await asyncio.create_subprocess_exec(
+        "sleep",
+        "1000",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    sandbox = ProcessSandbox(proc, "stops-reading")
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(sandbox.write(b"x" * (1 << 20)), 0.5)  # never read
+        t0 = time.monotonic()
+        await asyncio.wait_for(asyncio.shield(sandbox.destroy()), 8.0)
+        assert time.monotonic() - t0 < 4.0
+        assert proc.returncode is not None
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, 9)
+            await proc.wait()
