@@ -450,8 +450,8 @@ class Executor:
                 # Still waiting for a slot when the deadline passed: the host was full.
                 raise ExecutionTimeout("concurrency" if sandbox is None else "time") from None
             except WorkerGone:
-                info = await self._reap_now(sandbox, subject.id)
-                sandbox = None
+                gone, sandbox = sandbox, None  # from here on _reap_now alone owns worker and slot
+                info = await self._reap_now(gone, subject.id)
                 oom = info.oom_killed
                 kind = exhaustion_kind(info, self.runtime)
                 if kind is not None:
@@ -497,11 +497,36 @@ class Executor:
             )
 
     async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
+        """Destroy and wait (the exit info decides the client text). Cancelled while waiting, the
+        reap goes on in the background, which then releases the slot: exactly one release, and only
+        once the worker is reaped."""
         assert sandbox is not None
+        destroying = asyncio.ensure_future(sandbox.destroy())
         try:
-            return await asyncio.shield(sandbox.destroy())
-        finally:
+            info = await asyncio.shield(destroying)
+        except asyncio.CancelledError:
+            self._release_when_done(destroying, sandbox, subject_id)
+            raise
+        except Exception:
             self.slots.release(subject_id)
+            raise
+        self.slots.release(subject_id)
+        return info
+
+    def _release_when_done(
+        self, destroying: asyncio.Future[ExitInfo], sandbox: Sandbox, subject_id: str
+    ) -> None:
+        async def finish() -> None:
+            try:
+                await destroying
+            except Exception:
+                log.exception("destroying worker %s failed", sandbox.worker_id)
+            finally:
+                self.slots.release(subject_id)
+
+        task = asyncio.get_running_loop().create_task(finish())
+        self.reaping.add(task)
+        task.add_done_callback(self.reaping.discard)
 
     def _reap_later(self, sandbox: Sandbox, subject_id: str) -> None:
         """Destroy in the background; the slot is released only once the worker is reaped, so
