@@ -493,6 +493,10 @@ class _Handler:
                     headers=headers or None,
                     json=body if body is not None else None,
                 )
+                if not _same_origin(request.url, cfg.base_url):
+                    # Never reachable through a compiled path; kept as the last guard of the credential.
+                    log.warning("openapi %r: %s would leave base_url; refused", cfg.name, op.cap_id)
+                    raise CallFailed(op.cap_id)
                 response = await self.http.client().send(request, stream=True)
                 try:
                     data = bytearray()
@@ -515,7 +519,8 @@ class _Handler:
             raise CallFailed(op.cap_id) from None
         raw = bytes(data)
         if not 200 <= response.status_code < 300:
-            reason = _reason(response, raw)
+            # An authentication answer may echo part of the host's credential: status only.
+            reason = "" if response.status_code in (401, 403, 407) else _reason(response, raw)
             raise AgentError(f"HTTP {response.status_code}" + (f": {reason}" if reason else ""))
         if op.empty_result:
             return {}
@@ -549,6 +554,9 @@ def compile_document(
     found: list[tuple[str, str, str, Mapping[str, Any], list[Any]]] = []
     paths = doc.get("paths") or {}
     for path, item in paths.items() if isinstance(paths, Mapping) else []:
+        if not _relative_path(path):
+            report.skip(f"path {str(path)[:80]}", "path must be relative to base_url (one leading /)")
+            continue
         item = _resolve(doc, item)
         if not isinstance(item, Mapping):
             continue
@@ -639,3 +647,20 @@ def openapi_pack(configs: Sequence[OpenAPIConfig | Mapping[str, Any]]) -> OpenAP
     return OpenAPIPack(
         [c if isinstance(c, OpenAPIConfig) else OpenAPIConfig.model_validate(c) for c in configs]
     )
+
+
+def _relative_path(path: Any) -> bool:
+    """An OpenAPI path key that stays under ``base_url``: one leading ``/``, no scheme, no authority,
+    no query, fragment or backslash (httpx would send an absolute URL as it is, credential included)."""
+    return (
+        isinstance(path, str)
+        and path.startswith("/")
+        and not path.startswith("//")
+        and "://" not in path
+        and not any(c in path for c in "\\?#")
+    )
+
+
+def _same_origin(url: httpx.URL, base_url: str) -> bool:
+    base = httpx.URL(base_url)
+    return (url.scheme, url.host, url.port) == (base.scheme, base.host, base.port)
