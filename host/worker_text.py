@@ -39,8 +39,10 @@ MAX_MESSAGE_BYTES: Final = 1024
 WORKER_LIMIT_KINDS: Final = frozenset({"steps", "memory", "native calls", "value size"})
 
 _POSITION = re.compile(r"<codemode>:([1-9][0-9]{0,6}):([1-9][0-9]{0,6}): (\S[^\n]*)\Z")
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_STEP = rf"(?:\.{_IDENT}|\[[0-9]{{1,9}}\]|\['(?:[^'\\]|\\.)*'\])"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
+#: A map key inside an argument path: short, no spaces, no punctuation that could spell a URL.
+_KEY = r"[A-Za-z0-9_-]{0,32}"
+_STEP = rf"(?:\.{_IDENT}|\[[0-9]{{1,9}}\]|\['{_KEY}'\])"
 _PATH = rf"{_IDENT}{_STEP}*"
 _KIND = r"[A-Za-z_][A-Za-z0-9_]{0,39}"
 _MUST_BE = re.compile(rf'(?:argument "(?P<path>{_PATH})"|arguments) must be (?P<type>.+), got {_KIND}\Z')
@@ -49,6 +51,8 @@ _FIXED = re.compile(
     rf'(?:(?:argument "{_PATH}"|arguments) (?:must be a finite float|keys must be str|overflows int64)'
     rf'|unknown argument "{_PATH}"|missing required argument "{_PATH}")\Z'
 )
+_QUOTED_PATH = re.compile(r'argument "([^"]*)"')
+_PATH_IDENTS = re.compile(rf"(?:^|\.)({_IDENT})")
 _POSITIONAL = re.compile(
     rf"positional arguments are not accepted; call (?P<name>{_IDENT}(?:\.{_IDENT})*)"
     rf"\((?P<keywords>(?:{_IDENT}=\.\.\.(?:, {_IDENT}=\.\.\.)*)?)\) (?:with keywords|without arguments)\Z"
@@ -101,10 +105,23 @@ class ArgumentGrammar:
         subs = [sub for shape in inputs.values() for sub in _subshapes(shape)]
         self.types = frozenset(render(sub) for sub in subs)
         self.choices = frozenset(_enum_choices(list(sub["enum"])) for sub in subs if "enum" in sub)
+        self.fields = frozenset(field["name"] for sub in subs for field in sub.get("fields", ()))
+
+    def _known_path(self, message: str) -> bool:
+        """Every field named in the message's argument path is a field of an enabled capability
+        (of an unknown argument, all but the last name: that one the program chose itself)."""
+        unknown = message.startswith("unknown argument ")
+        for path in _QUOTED_PATH.findall(message):
+            names = _PATH_IDENTS.findall(re.sub(r"\[[^\]]*\]", "", path))
+            if unknown:
+                names = names[:-1]
+            if any(name not in self.fields for name in names):
+                return False
+        return True
 
     def accepted(self, message: Any) -> str | None:
         """``message`` if it is a well-formed binding diagnostic, else None."""
-        if not _printable_and_bounded(message):
+        if not _printable_and_bounded(message) or not self._known_path(message):
             return None
         if _FIXED.match(message):
             return str(message)
