@@ -59,6 +59,11 @@ class Unsupported(Exception):
         self.reason = reason
 
 
+#: Schema nodes one type may expand to (every ``$ref`` use counted): far above real tools (GitHub's
+#: largest operation needs a few thousand) and far below what would stall the host's start.
+MAX_SCHEMA_NODES = 20_000
+
+
 @dataclass
 class _Compiler:
     document: Any
@@ -66,6 +71,9 @@ class _Compiler:
     direction: Direction
     omissions: list[Unsupported] | None = None
     refs: list[str] = field(default_factory=list)
+    #: Schema nodes compiled so far, $ref expansions included: shared references (a diamond of
+    #: $defs) expand once per use, so a small document could otherwise cost exponential time.
+    nodes: int = 0
 
     def resolve(self, ref: object, pointer: str) -> tuple[Any, str]:
         if not isinstance(ref, str) or not ref.startswith("#"):
@@ -85,6 +93,9 @@ class _Compiler:
         return target, path
 
     def compile(self, schema: Any, pointer: str, depth: int) -> Shape:
+        self.nodes += 1
+        if self.nodes > MAX_SCHEMA_NODES:
+            raise Unsupported(pointer, f"expands to more than {MAX_SCHEMA_NODES} schema nodes")
         if depth > MAX_SHAPE_DEPTH:
             raise Unsupported(pointer, f"nested deeper than {MAX_SHAPE_DEPTH}")
         if schema is True or (isinstance(schema, Mapping) and not _meaningful(schema)):
