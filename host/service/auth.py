@@ -54,6 +54,8 @@ __all__ = [
 
 log = logging.getLogger("codemode.service.auth")
 
+_HEX64_ANYWHERE = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+
 MAX_TOKEN_BYTES = 8 * 1024
 MAX_JWKS_BYTES = 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -129,8 +131,22 @@ class TokenFileAuthenticator:
         except FileNotFoundError:
             self._checked = 0.0  # replaced between stat and read: look again on the next request
         except (OSError, ConfigError) as exc:
-            # Keep the last good set: a half-written file must not lock everybody out.
-            log.error("token file reload failed, keeping the previous tokens: %s", exc)
+            # A half-written or mistyped file must not lock everybody out, nor keep a revoked token
+            # alive: keep only the previous tokens whose hash is still in the file.
+            try:
+                present = set(
+                    _HEX64_ANYWHERE.findall(self.path.read_text(encoding="utf-8", errors="replace").lower())
+                )
+            except OSError:
+                present = set()
+            before = len(self._entries)
+            self._entries = [(d, s) for d, s in self._entries if d.hex() in present]
+            log.error(
+                "token file reload failed (%s): keeping %d of %d previous tokens, those still listed",
+                exc,
+                len(self._entries),
+                before,
+            )
 
     async def authenticate(self, token: str) -> authz.Subject:
         self._maybe_reload()

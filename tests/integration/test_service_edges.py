@@ -65,6 +65,27 @@ async def test_deleting_the_token_file_fails_closed_and_logs_once(
         assert await execute(srv.mcp_url, tokens["alice"], ECHO) == {"result": "x"}
 
 
+async def test_a_broken_reload_keeps_only_tokens_still_listed(tmp_path: Path) -> None:
+    """Found by review: removing bob's line while mistyping another kept bob's token valid (the whole
+    previous set was kept after a failed reload)."""
+    import hashlib
+
+    from codemode.service.auth import TokenFileAuthenticator
+
+    def digest(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    path = tmp_path / "tokens.txt"
+    path.write_text(f"{digest('alice-token')} alice\n{digest('bob-token')} bob\n")
+    auth = TokenFileAuthenticator(path, reload_interval=0)
+    assert (await auth.authenticate("bob-token")).id == "bob"
+    await asyncio.sleep(0.02)
+    path.write_text(f"{digest('alice-token')} alice\n{digest('carol-token')[:-1]} carol\n")  # typo
+    assert (await auth.authenticate("alice-token")).id == "alice"
+    with pytest.raises(Exception, match="unknown_token"):
+        await auth.authenticate("bob-token")
+
+
 @pytest.mark.parametrize("sub", [" alice", "alice ", "al\x00ice", "alice\n", "\u202ealice", "a\tb"])
 async def test_jwt_subjects_with_spaces_or_control_characters_are_refused(tmp_path: Path, sub: str) -> None:
     issuer = make_jwt_issuer(tmp_path)
