@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -158,10 +159,14 @@ async def test_token_file_rotation_is_picked_up(tmp_path: Path) -> None:
             who = "def main():\n    return svc.whoami()['value']\n"
             assert await call(client, "execute", source=who) == {"result": "carol"}
         assert_401(await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {tokens['alice']}"), invalid=True)
-        # a broken rewrite keeps the last good set
-        tokens.path.write_text("{not json")
+        # a broken (half-written) rewrite keeps the previous tokens it still lists ...
+        tokens.path.write_text('{"' + hash_token(new) + '": "carol", "ab')
         async with mcp_client(srv.mcp_url, new) as client:
             assert await call(client, "execute", source=PROGRAM) == {"result": "x"}
+        # ... and no others: a token that is not in the file any more is revoked
+        tokens.path.write_text("{not json")
+        await asyncio.sleep(0.01)
+        assert_401(await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {new}"), invalid=True)
 
 
 def test_token_file_formats_and_rejections(tmp_path: Path) -> None:
