@@ -54,6 +54,7 @@ from codemode.upstream import (
     argument_names,
     capability_names,
     check_namespace,
+    check_unique_names,
     description_of,
     search_terms_of,
     snake_case,
@@ -451,11 +452,7 @@ class UpstreamMCPPack:
     """A pack over several upstream MCP servers (see the module docstring)."""
 
     def __init__(self, configs: Sequence[UpstreamMCPConfig]) -> None:
-        seen: set[str] = set()
-        for cfg in configs:
-            if cfg.name in seen:
-                raise UpstreamBuildError(f"upstream name {cfg.name!r} is configured twice")
-            seen.add(cfg.name)
+        check_unique_names((cfg.name for cfg in configs), "upstream")
         self.configs = list(configs)
         self.sessions = {cfg.name: UpstreamSession(cfg) for cfg in self.configs}
         self.reports: dict[str, SkipReport] = {}

@@ -69,6 +69,7 @@ from codemode.upstream import (
     argument_names,
     capability_names,
     check_namespace,
+    check_unique_names,
     description_of,
     search_terms_of,
     snake_case,
@@ -618,11 +619,7 @@ class OpenAPIPack:
     """A pack over several OpenAPI documents (see the module docstring)."""
 
     def __init__(self, configs: Sequence[OpenAPIConfig]) -> None:
-        seen: set[str] = set()
-        for cfg in configs:
-            if cfg.name in seen:
-                raise UpstreamBuildError(f"api name {cfg.name!r} is configured twice")
-            seen.add(cfg.name)
+        check_unique_names((cfg.name for cfg in configs), "api")
         self.configs = list(configs)
         self.clients = {cfg.name: _HTTP(cfg) for cfg in self.configs}
         self.reports: dict[str, SkipReport] = {}

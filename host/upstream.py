@@ -33,6 +33,7 @@ __all__ = [
     "argument_names",
     "capability_names",
     "check_namespace",
+    "check_unique_names",
     "clean_text",
     "description_of",
     "search_terms_of",
@@ -68,6 +69,15 @@ def snake_case(text: str) -> str:
     if _reserved(s):
         s += "_"
     return s
+
+
+def check_unique_names(names: Iterable[str], what: str) -> None:
+    """Each configured upstream name once (``what`` says which kind, e.g. ``upstream`` or ``api``)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise UpstreamBuildError(f"{what} name {name!r} is configured twice")
+        seen.add(name)
 
 
 def check_namespace(namespace: str) -> None:

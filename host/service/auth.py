@@ -39,6 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import authz
 from ..config import ConfigError, Settings
+from .responses import plain_json
 from .tokens import hash_token, load_token_file, valid_subject
 
 __all__ = [
@@ -474,7 +475,7 @@ class BearerAuthMiddleware:
             await self._unauthorized(send, invalid=reason != "missing_token")
             return
         if self.gate is not None and not await self.gate():
-            await _plain(send, 503, {"error": "shutting down"}, [(b"retry-after", b"1")])
+            await plain_json(send, 503, {"error": "shutting down"}, [(b"retry-after", b"1")])
             return
         scope["user"] = _sdk_user(subject)
         with authz.with_subject(subject):
@@ -484,26 +485,9 @@ class BearerAuthMiddleware:
         challenge = f'Bearer realm="{self.realm}"'
         if invalid:
             challenge += ', error="invalid_token"'
-        await _plain(
+        await plain_json(
             send, 401, {"error": "unauthenticated"}, [(b"www-authenticate", challenge.encode("ascii"))]
         )
-
-
-async def _plain(send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode("ascii")),
-                (b"cache-control", b"no-store"),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
 
 
 def _sdk_user(subject: authz.Subject) -> Any:

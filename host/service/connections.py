@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import authz
+from .responses import plain_json
 
 __all__ = ["RequestGuard"]
 
@@ -58,12 +58,12 @@ class RequestGuard:
         key = subject.id if subject is not None else ""
         method = scope.get("method", "")
         if self.stateless and method == "GET":
-            await _plain(send, 405, {"error": "method not allowed"}, [(b"allow", b"POST")])
+            await plain_json(send, 405, {"error": "method not allowed"}, [(b"allow", b"POST")])
             return
         if self.open_total >= self.total or self.open.get(key, 0) >= self.per_subject:
             if self.on_refused is not None:
                 self.on_refused("subject" if self.open_total < self.total else "total")
-            await _plain(send, 429, {"error": "too many open requests"}, [(b"retry-after", b"1")])
+            await plain_json(send, 429, {"error": "too many open requests"}, [(b"retry-after", b"1")])
             return
         self.open[key] = self.open.get(key, 0) + 1
         self.open_total += 1
@@ -116,20 +116,3 @@ class RequestGuard:
         if state["started"] and not state["finished"]:
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _plain(send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode("ascii")),
-                (b"cache-control", b"no-store"),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
