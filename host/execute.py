@@ -16,7 +16,7 @@ import logging
 import re
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -505,7 +505,7 @@ class Executor:
         try:
             info = await asyncio.shield(destroying)
         except asyncio.CancelledError:
-            self._release_when_done(destroying, sandbox, subject_id)
+            self._reap_later(sandbox, subject_id, destroying)
             raise
         except Exception:
             self.slots.release(subject_id)
@@ -513,28 +513,15 @@ class Executor:
         self.slots.release(subject_id)
         return info
 
-    def _release_when_done(
-        self, destroying: asyncio.Future[ExitInfo], sandbox: Sandbox, subject_id: str
+    def _reap_later(
+        self, sandbox: Sandbox, subject_id: str, destroying: Awaitable[ExitInfo] | None = None
     ) -> None:
-        async def finish() -> None:
-            try:
-                await destroying
-            except Exception:
-                log.exception("destroying worker %s failed", sandbox.worker_id)
-            finally:
-                self.slots.release(subject_id)
-
-        task = asyncio.get_running_loop().create_task(finish())
-        self.reaping.add(task)
-        task.add_done_callback(self.reaping.discard)
-
-    def _reap_later(self, sandbox: Sandbox, subject_id: str) -> None:
-        """Destroy in the background; the slot is released only once the worker is reaped, so
-        live workers never exceed ``max_concurrent_executions``."""
+        """Destroy (or finish ``destroying``) in the background; the slot is released only once the
+        worker is reaped, so live workers never exceed ``max_concurrent_executions``."""
 
         async def reap() -> None:
             try:
-                info = await sandbox.destroy()
+                info = await (destroying if destroying is not None else sandbox.destroy())
                 if info.oom_killed:
                     log.info("worker %s was OOM-killed", sandbox.worker_id)
             except Exception:
