@@ -30,41 +30,39 @@ def unavailable(reason: str) -> None:
     environment.unavailable("the upstream MCP test server", reason)
 
 
-def everything_dir() -> Path:
-    default = Path.home() / ".cache" / "codemode" / "server-everything"
-    return Path(os.environ.get("CODEMODE_EVERYTHING_DIR", str(default)))
-
-
-def everything_command() -> list[str]:
-    """argv that starts server-everything (without its transport argument), installing it once."""
+def npm_package(name: str, version: str, env_dir: str, default_dir: str) -> Path:
+    """The folder of npm package ``name@version``, installed once into a cache folder (``env_dir``
+    names the variable that moves it; default ``~/.cache/codemode/<default_dir>``)."""
     npm = shutil.which("npm")
-    node = shutil.which("node")
-    if npm is None or node is None:
-        unavailable("node/npm not found on PATH (install Node.js to test against server-everything)")
-    assert npm is not None and node is not None
-    where = everything_dir()
-    marker = where / "node_modules" / "@modelcontextprotocol" / "server-everything" / "package.json"
-    if not (marker.exists() and json.loads(marker.read_text()).get("version") == EVERYTHING_VERSION):
+    if npm is None:
+        unavailable(f"npm not found on PATH (install Node.js to test against {name})")
+    assert npm is not None
+    where = Path(os.environ.get(env_dir, str(Path.home() / ".cache" / "codemode" / default_dir)))
+    package = where / "node_modules" / name
+    marker = package / "package.json"
+    if not (marker.exists() and json.loads(marker.read_text()).get("version") == version):
         where.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(where),
-                "--no-audit",
-                "--no-fund",
-                f"{EVERYTHING}@{EVERYTHING_VERSION}",
-            ],
+            [npm, "install", "--prefix", str(where), "--no-audit", "--no-fund", f"{name}@{version}"],
             capture_output=True,
             text=True,
             timeout=300,
         )
         if proc.returncode != 0:
-            unavailable(f"npm install {EVERYTHING}@{EVERYTHING_VERSION} failed: {proc.stderr.strip()[-500:]}")
-    entry = json.loads(marker.read_text())["bin"]
+            unavailable(f"npm install {name}@{version} failed: {proc.stderr.strip()[-500:]}")
+    return package
+
+
+def everything_command() -> list[str]:
+    """argv that starts server-everything (without its transport argument), installing it once."""
+    node = shutil.which("node")
+    if node is None:
+        unavailable("node not found on PATH (install Node.js to test against server-everything)")
+    assert node is not None
+    package = npm_package(EVERYTHING, EVERYTHING_VERSION, "CODEMODE_EVERYTHING_DIR", "server-everything")
+    entry = json.loads((package / "package.json").read_text())["bin"]
     script = entry if isinstance(entry, str) else next(iter(entry.values()))
-    return [node, str(marker.parent / script)]
+    return [node, str(package / script)]
 
 
 def free_port() -> int:
@@ -114,30 +112,5 @@ OCTOKIT_VERSION = os.environ.get("CODEMODE_OCTOKIT_OPENAPI_VERSION", "23.0.2")
 def octokit_openapi_document() -> tuple[Path, str]:
     """GitHub's REST description from the npm package ``@octokit/openapi`` (installed once into
     ``CODEMODE_OCTOKIT_OPENAPI_DIR``, default ``~/.cache/codemode/octokit-openapi``)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        unavailable("npm not found on PATH (install Node.js to test against @octokit/openapi)")
-    assert npm is not None
-    default = Path.home() / ".cache" / "codemode" / "octokit-openapi"
-    where = Path(os.environ.get("CODEMODE_OCTOKIT_OPENAPI_DIR", str(default)))
-    package = where / "node_modules" / "@octokit" / "openapi"
-    marker = package / "package.json"
-    if not (marker.exists() and json.loads(marker.read_text()).get("version") == OCTOKIT_VERSION):
-        where.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [
-                npm,
-                "install",
-                "--prefix",
-                str(where),
-                "--no-audit",
-                "--no-fund",
-                f"{OCTOKIT}@{OCTOKIT_VERSION}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if proc.returncode != 0:
-            unavailable(f"npm install {OCTOKIT}@{OCTOKIT_VERSION} failed: {proc.stderr.strip()[-500:]}")
+    package = npm_package(OCTOKIT, OCTOKIT_VERSION, "CODEMODE_OCTOKIT_OPENAPI_DIR", "octokit-openapi")
     return package / "generated" / "api.github.com.json", OCTOKIT_VERSION
