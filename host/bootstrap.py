@@ -47,7 +47,9 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
     from .authz.rego import InvalidPolicy, from_files
 
     try:
-        return from_files(settings.rego_decision, settings.rego_policy)
+        return from_files(
+            settings.rego_decision, settings.rego_policy, evaluate_inline=settings.rego_evaluate_inline
+        )
     except InvalidPolicy as exc:
         raise ConfigError(f"{names('rego_policy')}: {_one_line(str(exc))}") from None
     except OSError as exc:

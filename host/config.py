@@ -202,6 +202,13 @@ class Settings(BaseSettings):
         default_factory=list, description="OpenAPI documents as [[openapi]] TOML tables (docs/packs.md)"
     )
     rego_decision: str | None = Field(None, description="ground decision reference, e.g. data.codemode.allow")
+    rego_evaluate_inline: bool = Field(
+        False,
+        description=(
+            "evaluate the Rego policy on the event loop's thread (faster per call; only for policies "
+            "whose evaluation time is bounded whatever the input: it cannot be stopped at a deadline)"
+        ),
+    )
 
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
@@ -410,6 +417,8 @@ class Settings(BaseSettings):
                 out.append(
                     f"the Rego authorizer needs both {names('rego_policy')} and {names('rego_decision')}"
                 )
+        if self.rego_evaluate_inline and not self.rego_policy:
+            out.append(f"{names('rego_evaluate_inline')} applies to the Rego authorizer only")
         for path in self.rego_policy:
             problem = _unreadable(Path(path))
             if problem:

@@ -47,7 +47,7 @@ from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
 from .runtimes.exhaustion import exhaustion_kind
-from .types import OutputError, construct, to_plain
+from .types import OutputError, constructor, to_plain
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
 __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
@@ -201,7 +201,7 @@ class _Session:
         event = _CallRecord()
         try:
             t0 = time.perf_counter()
-            typed_args = construct(cap.input_type, canonical) if cap.input_type is not None else None
+            typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
             try:
                 await run_authorizer(
                     self.ex.authorizer,
@@ -243,24 +243,30 @@ class _Session:
                 event.outcome = "resource_limit"
                 raise ResourceLimit("intermediate bytes")
             event.outcome = "ok"
-        finally:
-            self.ex.observer.native_call(
-                CallEvent(
-                    subject_id=self.subject.id,
-                    capability_id=cap.id,
-                    decision=event.decision,
-                    outcome=event.outcome,
-                    authz_seconds=event.authz,
-                    handler_seconds=event.handler,
-                    worker_id=self.sandbox.worker_id,
-                )
-            )
+        except BaseException:
+            self.observe(cap, event)
+            raise
         try:
             await self.sandbox.write(
                 _trusted_frame(f'{{"k":"native_result","seq":{seq},"value":{_json(plain)}}}')
             )
         except SandboxClosed:
             raise WorkerGone() from None
+        finally:
+            self.observe(cap, event)  # after the reply is on its way: the worker need not wait for it
+
+    def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
+        self.ex.observer.native_call(
+            CallEvent(
+                subject_id=self.subject.id,
+                capability_id=cap.id,
+                decision=event.decision,
+                outcome=event.outcome,
+                authz_seconds=event.authz,
+                handler_seconds=event.handler,
+                worker_id=self.sandbox.worker_id,
+            )
+        )
 
     async def run_handler(self, cap: CompiledCapability, typed_args: Any) -> Any:
         handler = cap.handler
@@ -270,20 +276,24 @@ class _Session:
         if self.ex.is_async(cap):
             # Its own task, always: task-bound constructs inside the handler (asyncio.timeout, anyio
             # cancel scopes such as an MCP client's read timeout) must stay with the task they were
-            # entered in. Waited without awaiting it directly, so a handler that swallows the
+            # entered in. The execute waits on its own future, which the handler's task settles as
+            # its last step (one loop pass, no asyncio.wait): so a handler that swallows the
             # execute's cancellation cannot hold the call past its deadline.
-            task = asyncio.ensure_future(handler(*call_args))
+            loop = asyncio.get_running_loop()
+            outcome: asyncio.Future[Any] = loop.create_future()
+            task = loop.create_task(_settle(handler(*call_args), outcome))
             try:
-                await asyncio.wait((task,))
+                return await outcome
             except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not outcome.cancelled() and not (current is not None and current.cancelling()):
+                    raise CapabilityFailure() from None  # the handler raised it itself
+                if outcome.done() and not outcome.cancelled():
+                    outcome.exception()  # settled just before the cancellation: seen, dropped
                 task.cancel()
                 _DETACHED.add(task)
                 task.add_done_callback(_detached_done)
                 raise
-            try:
-                return task.result()
-            except asyncio.CancelledError:
-                raise CapabilityFailure() from None  # the handler raised it itself
             except Exception as exc:
                 _handler_failed(cap, exc)
         # A sync handler runs on the loop's default executor, in a copy of the context. Its future
@@ -297,6 +307,25 @@ class _Session:
             raise CapabilityFailure() from None
         except Exception as exc:
             _handler_failed(cap, exc)
+
+
+async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None:
+    """Run an async handler in its own task and settle ``outcome`` with its result or exception
+    (unless the caller has given up on it). A handler that raises ``CancelledError`` by itself
+    settles ``outcome`` with it; the task then ends normally."""
+    try:
+        value = await handler
+    except asyncio.CancelledError as exc:
+        if outcome.done():  # the caller cancelled: this task is being cancelled too
+            raise
+        outcome.set_exception(exc)
+        return
+    except Exception as exc:
+        if not outcome.done():
+            outcome.set_exception(exc)
+        return
+    if not outcome.done():
+        outcome.set_result(value)
 
 
 def _reraise_if_cancelled() -> None:

@@ -61,8 +61,11 @@ class HostFrameDecoder(FrameDecoder):
     ) -> None:
         super().__init__(max_frame_bytes, allowed_kinds)
         self._budget = memory_budget if memory_budget is not None else max_frame_bytes * MEMORY_FACTOR
+        # No byte can cost more than a container plus itself, so a body up to this length is within
+        # the budget whatever it holds: the estimate is only computed for longer ones.
+        self._always_within = self._budget // (CONTAINER_COST + 1)
 
     def _decode(self, body: bytes) -> dict[str, Any]:
-        if estimated_cost(body) > self._budget:
+        if len(body) > self._always_within and estimated_cost(body) > self._budget:
             raise FrameTooCostly("frame would cost the host more memory than its budget")
         return super()._decode(body)

@@ -119,28 +119,64 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def construct(tp: Any, value: Any) -> Any:
     """Build the typed value for an already-bound canonical value (trusted: it came from ``bind``)."""
-    if value is None:
-        return None
+    return constructor(tp)(value)
+
+
+Construct = Callable[[Any], Any]
+
+_CONSTRUCTORS: dict[Any, Construct] = {}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _to_float(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+def constructor(tp: Any) -> Construct:
+    """``construct(tp, ·)`` planned once per type: the type is inspected here, not on every call."""
+    try:
+        known = _CONSTRUCTORS.get(tp)
+    except TypeError:  # an unhashable annotation: plan it every time
+        return _plan(tp)
+    if known is None:
+        known = _plan(tp)
+        _CONSTRUCTORS[tp] = known
+    return known
+
+
+def _plan(tp: Any) -> Construct:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        inner = next(a for a in typing.get_args(tp) if a is not type(None))
-        return construct(inner, value)
+        return constructor(next(a for a in typing.get_args(tp) if a is not type(None)))
     if origin is list:
-        (elem,) = typing.get_args(tp)
-        return [construct(elem, v) for v in value]
+        each = constructor(typing.get_args(tp)[0])
+        return lambda value: None if value is None else [each(v) for v in value]
     if origin is dict:
-        elem = typing.get_args(tp)[1]
-        return {k: construct(elem, v) for k, v in value.items()}
+        each = constructor(typing.get_args(tp)[1])
+        return lambda value: None if value is None else {k: each(v) for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        kwargs = {
-            f.name: construct(hints[f.name], value[f.name]) if f.name in value else None
-            for f in dataclasses.fields(tp)
-        }
-        return tp(**kwargs)
+        fields: list[tuple[str, Construct]] = []
+
+        def build(value: Any) -> Any:
+            if value is None:
+                return None
+            return tp(**{name: each(value[name]) if name in value else None for name, each in fields})
+
+        _CONSTRUCTORS[tp] = build  # a dataclass that refers to itself finds its own plan
+        try:
+            hints = _hints(tp)
+            fields.extend((f.name, constructor(hints[f.name])) for f in dataclasses.fields(tp))
+        except BaseException:
+            if _CONSTRUCTORS.get(tp) is build:
+                del _CONSTRUCTORS[tp]
+            raise
+        return build
     if tp is float:
-        return float(value)
-    return value
+        return _to_float
+    return _same
 
 
 class PlainRecord(dict[str, Any]):

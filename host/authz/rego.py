@@ -576,7 +576,9 @@ def _is_set(event: Any) -> bool:
         return False
 
 
-def from_files(decision: str, paths: Iterable[str | os.PathLike[str]]) -> RegoAuthorizer:
+def from_files(
+    decision: str, paths: Iterable[str | os.PathLike[str]], *, evaluate_inline: bool = False
+) -> RegoAuthorizer:
     """Read policy files (each file's path is its module name) and build the authorizer.
 
     Raises :class:`InvalidPolicy` with ``cannot read Rego policy '<path>': <reason>`` or
@@ -591,6 +593,6 @@ def from_files(decision: str, paths: Iterable[str | os.PathLike[str]]) -> RegoAu
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             raise InvalidPolicy(f"cannot read Rego policy {str(path)!r}: {reason}") from None
     try:
-        return RegoAuthorizer(decision, modules)
+        return RegoAuthorizer(decision, modules, evaluate_inline=evaluate_inline)
     except Exception as exc:
         raise InvalidPolicy(f"Rego policy rejected: {exc}") from None

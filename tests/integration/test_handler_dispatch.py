@@ -79,6 +79,18 @@ async def answers_cancellation(ctx: codemode.CallContext, subject: authz.Subject
     return Out("slept")
 
 
+CALLERS: list[asyncio.Task[object]] = []
+
+
+async def cancels_its_caller_as_it_returns(
+    ctx: codemode.CallContext, subject: authz.Subject, args: In
+) -> Out:
+    # The caller's cancellation is queued before this handler's result, so both reach the execute
+    # in the same loop pass: the cancellation must win (not turn into a capability failure).
+    asyncio.get_running_loop().call_soon(CALLERS[-1].cancel)
+    return Out(args.value)
+
+
 class CallableAsync:
     async def __call__(self, ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
         return Out(args.value.upper())
@@ -96,6 +108,7 @@ def server(**limits: float) -> codemode.Server:
         codemode.Capability(name="h.callable", summary="s", handler=CallableAsync()),
         codemode.Capability(name="h.own_timeout", summary="s", handler=own_timeout),
         codemode.Capability(name="h.answers_cancellation", summary="s", handler=answers_cancellation),
+        codemode.Capability(name="h.cancels_caller", summary="s", handler=cancels_its_caller_as_it_returns),
     )
     return b.build()
 
@@ -191,4 +204,20 @@ async def test_the_deadline_wins_over_a_handler_that_answers_cancellation() -> N
             await srv.execute("def main():\n    return h.answers_cancellation(value='x')\n", subject=ALICE)
         assert time.monotonic() - t0 < 0.5 + 0.4
     finally:
+        await srv.aclose()
+
+
+async def test_a_cancellation_arriving_with_the_result_still_cancels() -> None:
+    srv = server()
+    try:
+        src = "def main():\n    return h.cancels_caller(value='x')['value']\n"
+        assert await srv.execute("def main():\n    return h.at_once(value='x')['value']\n", subject=ALICE)
+        caller = asyncio.ensure_future(srv.execute(src, subject=ALICE))
+        CALLERS.append(caller)
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        # The server still serves the next execute.
+        assert await srv.execute("def main():\n    return 7\n", subject=ALICE) == 7
+    finally:
+        CALLERS.clear()
         await srv.aclose()

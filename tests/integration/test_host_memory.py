@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
+import struct
 import tracemalloc
 
 import pytest
 
 import codemode
 from codemode.errors import client_text
-from codemode.frames import estimated_cost
+from codemode.frames import CONTAINER_COST, FrameTooCostly, HostFrameDecoder, estimated_cost
 
 from .helpers import ALICE, make_server
 
@@ -51,3 +53,25 @@ def test_estimate_charges_containers_not_string_contents() -> None:
     assert estimated_cost(b'{"a":"{[{[,,,:::"}') < estimated_cost(b'{"a":[{},{},{}]}')
     assert estimated_cost(b'"' + b"x" * 1000 + b'"') == 1002
     assert estimated_cost(b'"a\\"[[["') == len(b'"a\\"[[["')
+
+
+def test_no_byte_costs_more_than_a_container_so_short_frames_skip_the_estimate() -> None:
+    # HostFrameDecoder computes the estimate only for bodies longer than budget / (CONTAINER_COST + 1):
+    # that is sound only if no body ever costs more than that per byte.
+    rng = random.Random(7)
+    alphabet = b'{}[],:"\\ x1'
+    for _ in range(2000):
+        body = bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 200)))
+        assert estimated_cost(body) <= (CONTAINER_COST + 1) * len(body)
+    assert estimated_cost(b"[" * 100) == (CONTAINER_COST + 1) * 100
+    # Right at the skip length a costly body is still refused; one byte past it the estimate runs.
+    decoder = HostFrameDecoder(4096, memory_budget=(CONTAINER_COST + 1) * 40)
+    assert decoder.feed(_frame(b'{"k":"final","value":[[[[[[[[[[[[]]]]]]]]]]]]}')) != []
+    with pytest.raises(FrameTooCostly):
+        HostFrameDecoder(4096, memory_budget=(CONTAINER_COST + 1) * 40).feed(
+            _frame(b'{"k":"final","value":[' + b"[]," * 40 + b"[]]}")
+        )
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body

@@ -12,7 +12,7 @@ import codemode
 from codemode import authz
 from codemode.capability import validate_catalog
 from codemode.errors import AgentError, client_text, sanitize_disclosure
-from codemode.types import OutputError, TypeProblem, compile_type, construct, to_plain
+from codemode.types import OutputError, TypeProblem, compile_type, construct, constructor, to_plain
 
 
 @dataclass
@@ -183,6 +183,20 @@ def test_construct_builds_exact_typed_input_with_floats() -> None:
         limit=None,
     )
     assert isinstance(value.scores[0]["s"], float)
+
+
+@dataclass
+class Tree:
+    label: str
+    weight: float | None = None
+    children: list[Tree] | None = None
+
+
+def test_constructor_is_planned_once_per_type_and_follows_self_reference() -> None:
+    assert constructor(SearchIn) is constructor(SearchIn)
+    value = constructor(Tree)({"label": "a", "weight": 2, "children": [{"label": "b", "weight": None}]})
+    assert value == Tree("a", 2.0, [Tree("b", None, None)])
+    assert isinstance(value.weight, float)
 
 
 def test_to_plain_output_conversion_and_failures() -> None:

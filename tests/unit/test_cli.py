@@ -329,6 +329,17 @@ def test_rego_authorizer_is_built(config: Config, tmp_path: Path) -> None:
     )
     server = build_server(c)
     assert isinstance(server._executor.authorizer, RegoAuthorizer)
+    assert server._executor.authorizer._inline is False
+    inline = config(
+        ["--stdio", "--pack", RECORDS, "--rego-policy", str(policy), "--rego-decision", "data.x.allow"],
+        {"CODEMODE_REGO_EVALUATE_INLINE": "true"},
+    )
+    assert build_server(inline)._executor.authorizer._inline is True  # type: ignore[attr-defined]
+    with pytest.raises(
+        ConfigError,
+        match="--rego-evaluate-inline / CODEMODE_REGO_EVALUATE_INLINE applies to the Rego authorizer only",
+    ):
+        config(["--stdio", "--pack", RECORDS, "--allow-all", "--rego-evaluate-inline"])
 
 
 def test_rego_rejected_policy_names_flag_and_variable(config: Config, tmp_path: Path) -> None:

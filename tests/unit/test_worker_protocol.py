@@ -19,6 +19,7 @@ from codemode_worker.protocol import (
     TruncatedFrame,
     decode_body,
     encode_frame,
+    encode_native_call,
     read_exact,
     read_frame,
     validate_frame,
@@ -86,6 +87,36 @@ def test_decoder_handles_byte_by_byte_and_batches() -> None:
     assert decoder.buffered == 0
     decoder.close()
     assert FrameDecoder(1 << 20).feed(stream) == VALID
+
+
+def test_decoder_gives_the_same_frames_for_every_two_chunk_split() -> None:
+    # Whole frames at the front of a chunk are decoded in place, a trailing partial one is held over:
+    # every split point of a stream must give the same frames.
+    stream = b"".join(encode_frame(f) for f in VALID)
+    for cut in range(len(stream) + 1):
+        decoder = FrameDecoder(1 << 20)
+        got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        assert got == VALID, cut
+        assert decoder.buffered == 0
+        decoder.close()
+
+
+def test_oversize_rejected_behind_whole_frames_in_the_same_chunk() -> None:
+    ok = encode_frame({"k": "probe", "v": 1})
+    decoder = FrameDecoder(len(ok) - 4)
+    with pytest.raises(ProtocolError, match="exceeds"):
+        decoder.feed(ok + struct.pack(">I", len(ok)) + b"{")  # the cap is checked on the header
+    assert decoder.buffered == 0
+
+
+def test_native_call_fast_encoding_matches_the_checked_encoder() -> None:
+    for args in ({}, {"value": 'é\u2028"x'}, {"n": [1, 2.5, None, True], "m": {"k": {"z": []}}}):
+        frame = {"k": "native_call", "seq": 7, "name": "util.echo", "args": args}
+        assert encode_native_call(7, "util.echo", args) == encode_frame(frame)
+    with pytest.raises(ProtocolError):
+        encode_native_call(1, "a.b", {"x": float("nan")})
+    with pytest.raises(ProtocolError):
+        encode_native_call(1, "a.b", {"x": "\ud800"})
 
 
 def test_oversize_rejected_before_body_is_buffered() -> None:

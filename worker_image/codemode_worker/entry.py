@@ -31,7 +31,13 @@ from .interpreter import (
     warm_up,
 )
 from .privileges import drop_privileges
-from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
+from .protocol import (
+    MAX_HOST_FRAME_BYTES,
+    ProtocolError,
+    encode_frame,
+    encode_native_call,
+    read_frame,
+)
 
 __all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "streams"]
 
@@ -70,7 +76,8 @@ def _run_exec(frame: dict[str, Any], inp: BinaryIO, out: BinaryIO) -> int:
         nonlocal seq
         seq += 1
         try:
-            _send(out, {"k": "native_call", "seq": seq, "name": name, "args": args})
+            out.write(encode_native_call(seq, name, args))
+            out.flush()
         except OSError:
             raise NativeAborted("host closed the stream") from None
         except ProtocolError as exc:

@@ -38,6 +38,7 @@ __all__ = [
     "TruncatedFrame",
     "decode_body",
     "encode_frame",
+    "encode_native_call",
     "read_exact",
     "read_frame",
     "validate_frame",
@@ -199,6 +200,24 @@ def encode_frame(obj: Mapping[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+_FRAME_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encode_native_call(seq: int, name: str, args: Mapping[str, Any]) -> bytes:
+    """The ``native_call`` frame for arguments the worker has already checked as a plain, bounded
+    value (``values.check_value``) and a capability name from its manifest: the same bytes as
+    ``encode_frame`` without re-validating them (the host validates every frame it reads)."""
+    try:
+        encode = _FRAME_ENCODER.encode
+        text = f'{{"k":"native_call","seq":{int(seq)},"name":{encode(name)},"args":{encode(args)}}}'
+        body = text.encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"frame is not encodable: {type(exc).__name__}") from None
+    if len(body) > MAX_FRAME_LENGTH:
+        raise ProtocolError("frame too large to encode")
+    return _HEADER.pack(len(body)) + body
+
+
 def write_frame(stream: _Writer, obj: Mapping[str, Any]) -> None:
     """Encode ``obj``, write it to a binary stream and flush."""
     stream.write(encode_frame(obj))
@@ -220,11 +239,9 @@ def _finite_float(text: str) -> float:
 
 
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError("duplicate object key")
-        out[key] = value
+    out = dict(pairs)  # built in C; a repeated key shows as a shorter dict
+    if len(out) != len(pairs):
+        raise ValueError("duplicate object key")
     return out
 
 
@@ -243,6 +260,14 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+#: The one strict JSON reader of frames (built once: ``json.loads`` with hooks builds one per call).
+_FRAME_JSON = json.JSONDecoder(
+    parse_constant=_reject_constant,
+    parse_float=_finite_float,
+    object_pairs_hook=_object_without_duplicates,
+)
+
+
 def decode_body(body: bytes, allowed_kinds: Collection[str] = ALL_KINDS) -> dict[str, Any]:
     """Decode and validate one frame body (the bytes after the length prefix)."""
     try:
@@ -250,12 +275,7 @@ def decode_body(body: bytes, allowed_kinds: Collection[str] = ALL_KINDS) -> dict
     except UnicodeDecodeError:
         raise ProtocolError("frame is not valid UTF-8") from None
     try:
-        obj = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            object_pairs_hook=_object_without_duplicates,
-        )
+        obj = _FRAME_JSON.decode(text)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"frame is not valid JSON: {type(exc).__name__}") from None
     if _SURROGATE_ESCAPE.search(body) and _has_lone_surrogate(obj):
@@ -301,6 +321,22 @@ class FrameDecoder:
 
     def _feed(self, data: bytes) -> list[dict[str, Any]]:
         frames: list[dict[str, Any]] = []
+        if not self._buffer and self._need is None:
+            # Fast path, nothing held over: whole frames are decoded straight from ``data``; only a
+            # trailing partial frame is copied into the buffer (below). Same cap, checked first.
+            pos, end = 0, len(data)
+            while end - pos >= HEADER_BYTES:
+                (length,) = _HEADER.unpack_from(data, pos)
+                if length > self._max:
+                    raise ProtocolError(f"frame length {length} exceeds {self._max}")
+                stop = pos + HEADER_BYTES + length
+                if stop > end:
+                    break
+                frames.append(self._decode(bytes(data[pos + HEADER_BYTES : stop])))
+                pos = stop
+            if pos == end:
+                return frames
+            data = data[pos:]
         view = memoryview(data)
         while True:
             if self._need is None:
