@@ -193,9 +193,15 @@ class ProcessSandbox:
     def _abort_input(self) -> None:
         """Close stdin at once, dropping whatever the worker never read."""
         stdin = self._proc.stdin
-        if stdin is not None:
-            with contextlib.suppress(Exception):
-                stdin.transport.abort()
+        if stdin is None:
+            return
+        transport = stdin.transport
+        # A transport already closing with nothing left to write has its close scheduled: aborting
+        # it again would make asyncio run that close twice (and report the second one failing).
+        if transport.is_closing() and not transport.get_write_buffer_size():
+            return
+        with contextlib.suppress(Exception):
+            transport.abort()
 
     def alive(self) -> bool:
         return self._exit is None and self._proc.returncode is None
