@@ -8,15 +8,17 @@ shape, authorizes every call with the trusted subject, and checks every size its
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import inspect
 import json
 import logging
+import os
 import re
 import struct
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -43,6 +45,7 @@ from .errors import (
     sanitize_disclosure,
 )
 from .frames import FrameTooCostly, HostFrameDecoder
+from .handoff import NOT_YET, HandOff
 from .limits import Limits
 from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
 from .runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
@@ -55,6 +58,8 @@ __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
 log = logging.getLogger("codemode.execute")
 
 FRAME_OVERHEAD = 64 * 1024
+#: Seconds the event loop's thread may wait for a sync handler before awaiting it (codemode.handoff).
+SYNC_HANDLER_BUDGET = 0.001
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 READ_CHUNK = 256 * 1024
@@ -296,12 +301,19 @@ class _Session:
                 raise
             except Exception as exc:
                 _handler_failed(cap, exc)
-        # A sync handler runs on the loop's default executor, in a copy of the context. Its future
-        # is awaited directly: cancelling the call cancels it (a handler already running in its
-        # thread finishes there, unobserved).
+        # A sync handler runs on the handlers' pool, in a copy of the context. Its result is first
+        # waited for on the loop's thread, briefly (codemode.handoff: no trip through the loop for a
+        # short handler), then awaited: cancelling the call cancels it (a handler already running in
+        # its thread finishes there, unobserved).
         call = functools.partial(contextvars.copy_context().run, handler, *call_args)
+        started = time.monotonic()
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, call)
+            job, handoff = self.ex.run_sync(cap, call)
+            result = handoff.block(job, self.ctx.deadline)
+            if result is NOT_YET:
+                result = await asyncio.wrap_future(job)
+                handoff.waited(started)
+            return result
         except asyncio.CancelledError:
             _reraise_if_cancelled()
             raise CapabilityFailure() from None
@@ -400,6 +412,10 @@ class Executor:
         # Worker slots, shared fairly between subjects (codemode.admission).
         self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
         self._async_handlers: dict[str, bool] = {}
+        # Sync handlers run on a pool of their own (not the loop's default executor, which the
+        # runtimes use too), each capability with its own cheap hand-off (codemode.handoff).
+        self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
 
     def is_async(self, cap: CompiledCapability) -> bool:
@@ -562,10 +578,27 @@ class Executor:
         self.reaping.add(task)
         task.add_done_callback(self.reaping.discard)
 
+    def run_sync(
+        self, cap: CompiledCapability, call: Callable[[], Any]
+    ) -> tuple[concurrent.futures.Future[Any], HandOff]:
+        """Start a sync handler call on the handlers' pool; its hand-off to wait with."""
+        if self._sync_pool is None:
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="codemode-handler"
+            )
+        handoff = self._handoffs.get(cap.name)
+        if handoff is None:
+            handoff = self._handoffs[cap.name] = HandOff(SYNC_HANDLER_BUDGET)
+        return self._sync_pool.submit(call), handoff
+
     async def drain(self) -> None:
-        """Wait for every background reap to finish."""
+        """Wait for every background reap to finish; let the handlers' pool go (a handler still
+        running finishes in its thread, unobserved)."""
         while self.reaping:
             await asyncio.gather(*list(self.reaping), return_exceptions=True)
+        pool, self._sync_pool = self._sync_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _outcome_name(exc: CodeModeError) -> str:

@@ -53,6 +53,7 @@ from typing import Any
 
 import regopy
 
+from ..handoff import NOT_YET, HandOff
 from . import AuthorizationInput, Denied, PolicyError, Subject
 from ._rego_direct import DIRECT as _DIRECT
 from ._rego_direct import INT64_MAX as _INT64_MAX
@@ -395,10 +396,8 @@ class RegoAuthorizer:
             raise InvalidPolicy("wait_budget must be a finite number of seconds >= 0")
         if not isinstance(evaluate_inline, bool):
             raise InvalidPolicy("evaluate_inline must be a bool")
-        self._wait_budget = float(wait_budget)
+        self._handoff = HandOff(float(wait_budget), _SLOW_LIMIT)
         self._inline = evaluate_inline
-        #: Evaluations over the wait budget minus quick ones (racy across threads; a rough count).
-        self._slow = 0
 
         self._decision = decision.strip()
         self._modules: Mapping[str, str] = sources
@@ -530,30 +529,17 @@ class RegoAuthorizer:
             return
         started = time.monotonic()
         job = self._pool.submit(document)
-        block = self._wait_budget if self._slow < _SLOW_LIMIT else 0.0
-        if timeout is not None:
-            block = min(block, timeout)
-        if block > 0:
+        allowed = self._handoff.block(job, None if timeout is None else started + timeout)
+        if allowed is NOT_YET:
+            future = asyncio.wrap_future(job)
             try:
-                allowed = job.result(block)
-            except concurrent.futures.TimeoutError:
-                self._slow += 1
-            else:
-                if self._slow > 0:
-                    self._slow -= 1
-                if not allowed:
-                    raise Denied("rego: decision is false")
-                return
-        future = asyncio.wrap_future(job)
-        try:
-            if timeout is None:
-                allowed = await future
-            else:
-                allowed = await asyncio.wait_for(future, timeout - (time.monotonic() - started))
-        except TimeoutError:
-            raise PolicyError("rego: evaluation did not finish before the deadline") from None
-        if block == 0 and self._slow > 0 and time.monotonic() - started <= self._wait_budget:
-            self._slow -= 1
+                if timeout is None:
+                    allowed = await future
+                else:
+                    allowed = await asyncio.wait_for(future, timeout - (time.monotonic() - started))
+            except TimeoutError:
+                raise PolicyError("rego: evaluation did not finish before the deadline") from None
+            self._handoff.waited(started)
         if not allowed:
             raise Denied("rego: decision is false")
 

@@ -37,11 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
 import socket
+import struct
+import termios
 import threading
 import time
 import uuid
@@ -86,6 +89,10 @@ DEFAULT_NAMESPACE = "codemode-workers"
 _OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start")
 
 _WRITE_CHUNK = 64 * 1024
+#: Frames up to this size may be sent on the event loop's thread (``KubernetesSandbox._send_now``).
+_DIRECT_SEND_MAX = 4096
+#: Free send-buffer bytes always left over by a send on the event loop's thread.
+_SEND_MARGIN = 32 * 1024
 _STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
 _V5 = "v5.channel.k8s.io"
 _OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
@@ -179,6 +186,17 @@ def _hangup(stream: Any) -> None:
         ws.shutdown()
 
 
+def _has_room(sock: Any, size: int) -> bool:
+    """Whether ``sock``'s send buffer takes ``size`` more bytes (with a wide margin for framing and
+    the kernel's per-packet overhead) without the sender waiting."""
+    try:
+        capacity = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2  # the kernel doubles it
+        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(queued + 4 * size + _SEND_MARGIN <= capacity)
+
+
 def _default_attach() -> Callable[..., Any]:
     from kubernetes.stream import stream
 
@@ -221,6 +239,19 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
             return bytes(self._error)
 
     # -- transport -------------------------------------------------------------------------------
+
+    def _send_now(self, data: bytes) -> bool:
+        # A native call's round trip would otherwise cross to the pool and back for every result
+        # frame. Sent here only when the socket's send buffer takes the whole message at once: a
+        # worker that stops reading its stdin fills the path back to this socket, and then every
+        # write takes the pool again (the event loop never blocks on a worker).
+        if len(data) > _DIRECT_SEND_MAX or threading.get_ident() != self._loop_thread:
+            return False
+        sock = getattr(self._ws, "sock", None)
+        if sock is None or not _has_room(sock, len(data)):
+            return False
+        self._stream.write_stdin(data)
+        return True
 
     def _send(self, data: bytes) -> None:
         # Several small websocket messages rather than one huge one (servers cap message size).

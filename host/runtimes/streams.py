@@ -177,6 +177,11 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
     def _send(self, data: bytes) -> None:
         """Send bytes to the worker's stdin (blocking; runs on the runtime's pool)."""
 
+    def _send_now(self, data: bytes) -> bool:
+        """Send ``data`` right away on the loop's thread if that cannot block; False means it was
+        not sent (``write`` then hands it to ``_send`` on the runtime's pool). Default: never."""
+        return False
+
     @abstractmethod
     async def _half_close(self) -> None:
         """Close the worker's stdin and keep its output streaming (called at most once)."""
@@ -206,7 +211,8 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
             if self._input_closed or self._closing:
                 raise SandboxClosed(self._id)
             try:
-                await self._runtime._run_blocking(self._send, bytes(data))
+                if not self._send_now(data):
+                    await self._runtime._run_blocking(self._send, bytes(data))
             except self._send_errors as exc:
                 raise SandboxClosed(self._id) from exc
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
+import threading
 import time
 from dataclasses import dataclass
 
@@ -91,6 +93,16 @@ async def cancels_its_caller_as_it_returns(
     return Out(args.value)
 
 
+def sync_thread(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    MARK.set("set by a sync handler")  # its own copy of the context
+    return Out(threading.current_thread().name)
+
+
+def sync_slow(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    time.sleep(0.2)
+    return Out("slept")
+
+
 class CallableAsync:
     async def __call__(self, ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
         return Out(args.value.upper())
@@ -109,6 +121,8 @@ def server(**limits: float) -> codemode.Server:
         codemode.Capability(name="h.own_timeout", summary="s", handler=own_timeout),
         codemode.Capability(name="h.answers_cancellation", summary="s", handler=answers_cancellation),
         codemode.Capability(name="h.cancels_caller", summary="s", handler=cancels_its_caller_as_it_returns),
+        codemode.Capability(name="h.sync_thread", summary="s", handler=sync_thread),
+        codemode.Capability(name="h.sync_slow", summary="s", handler=sync_slow),
     )
     return b.build()
 
@@ -221,3 +235,37 @@ async def test_a_cancellation_arriving_with_the_result_still_cancels() -> None:
     finally:
         CALLERS.clear()
         await srv.aclose()
+
+
+async def test_sync_handlers_run_on_their_own_pool_in_a_copy_of_the_context() -> None:
+    srv = server()
+    try:
+        src = "def main():\n    return h.sync_thread(value='x')['value']\n"
+        assert (await srv.execute(src, subject=ALICE)).startswith("codemode-handler")
+        assert MARK.get() == "unset"
+    finally:
+        await srv.aclose()
+
+
+async def test_slow_sync_handlers_stop_holding_the_loop() -> None:
+    """A sync handler is first waited for on the loop's thread, for a millisecond at most; once a
+    capability keeps overrunning that, its calls are only awaited, so the loop serves others."""
+    srv = server(max_native_calls=50)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.002)
+
+    ticking = asyncio.ensure_future(ticker())
+    try:
+        src = "def main():\n    for i in range(8):\n        h.sync_slow(value='x')\n    return 1\n"
+        assert await srv.execute(src, subject=ALICE) == 1
+    finally:
+        ticking.cancel()
+        await srv.aclose()
+    gaps = sorted(b - a for a, b in itertools.pairwise(ticks))
+    # 8 calls of 200 ms: the loop was never held for a call (at most the budget, a few times).
+    assert len(ticks) > 100
+    assert gaps[-1] < 0.1

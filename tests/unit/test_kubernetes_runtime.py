@@ -559,6 +559,77 @@ async def test_attach_parameters_probe_and_binary_roundtrip(cluster: FakeCluster
     await rt.aclose()
 
 
+async def test_small_frames_go_out_on_the_loop_thread_large_ones_on_the_pool(cluster: FakeCluster) -> None:
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    assert isinstance(sandbox, KubernetesSandbox)
+    senders: list[int] = []
+    original = sandbox._stream.write_stdin
+
+    def recording(data: bytes) -> None:
+        senders.append(threading.get_ident())
+        original(data)
+
+    sandbox._stream.write_stdin = recording
+    loop_thread = threading.get_ident()
+    for size in (1, 4096, 4097, 200_000):
+        senders.clear()
+        await sandbox.write(b"y" * size)
+        got = b""
+        while len(got) < size:
+            got += await asyncio.wait_for(sandbox.read(1 << 20), 5)
+        assert got == b"y" * size
+        on_loop = all(ident == loop_thread for ident in senders)
+        assert on_loop == (size <= 4096), (size, senders)
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_a_worker_that_stops_reading_never_blocks_the_loop(cluster: FakeCluster) -> None:
+    """Small writes normally go out on the loop's thread; once a worker stops reading its stdin and
+    the socket fills, they must take the pool, so the loop goes on serving everything else."""
+    stop = threading.Event()
+
+    def deaf(conn: WorkerConn) -> None:
+        conn.recv_stdin()  # takes the first frame, then never reads again
+        stop.wait(30)
+        return None
+
+    cluster.behavior = probing_worker(deaf)
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    await sandbox.write(b"go")
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticking = asyncio.ensure_future(ticker())
+    frame = b"z" * 4096
+
+    async def flood() -> None:
+        while True:
+            await sandbox.write(frame)
+
+    flooding = asyncio.ensure_future(flood())
+    try:
+        # The socket fills (megabytes on loopback), a write then waits in the pool: the loop ticks on.
+        await asyncio.sleep(3)
+        before = ticks
+        await asyncio.sleep(0.5)
+        assert ticks - before >= 10
+        assert not flooding.done()
+    finally:
+        flooding.cancel()
+        ticking.cancel()
+        stop.set()
+        await sandbox.destroy()
+        await rt.aclose()
+
+
 async def test_close_input_sends_the_v5_close_signal(cluster: FakeCluster) -> None:
     rt = make_runtime(cluster)
     sandbox = await rt.spawn()

@@ -1,0 +1,75 @@
+"""codemode.handoff.HandOff: a short blocking wait on the calling thread, then none while work is slow."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from codemode.handoff import NOT_YET, HandOff
+
+
+@pytest.fixture
+def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    with concurrent.futures.ThreadPoolExecutor(2) as p:
+        yield p
+
+
+def test_a_quick_job_is_returned_by_the_blocking_wait(pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    handoff = HandOff(budget=0.5)
+    assert handoff.block(pool.submit(lambda: 42)) == 42
+    assert handoff.slow == 0
+
+
+def test_the_jobs_own_exceptions_pass_through_and_do_not_count_as_slow(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    handoff = HandOff(budget=0.5)
+
+    def fails() -> None:
+        raise TimeoutError("the job's own timeout")
+
+    with pytest.raises(TimeoutError, match="the job's own"):
+        handoff.block(pool.submit(fails))
+    assert handoff.slow == 0
+
+
+def test_slow_jobs_stop_the_blocking_and_quick_waits_resume_it(
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    handoff = HandOff(budget=0.01, slow_limit=2)
+    release = threading.Event()
+    slow = [pool.submit(release.wait, 5) for _ in range(2)]
+    for job in slow:
+        t0 = time.monotonic()
+        assert handoff.block(job) is NOT_YET
+        assert time.monotonic() - t0 >= 0.009  # it did wait, for the budget
+    assert handoff.slow == 2
+    # At the limit it does not block at all, even for a job that would finish within the budget.
+    gate = threading.Event()
+    quick = pool.submit(gate.wait, 5)
+    t0 = time.monotonic()
+    assert handoff.block(quick) is NOT_YET
+    assert time.monotonic() - t0 < 0.005
+    gate.set()
+    release.set()
+    quick.result(5)
+    # A quick asynchronous wait counts as a result back in time: blocking comes back.
+    handoff.waited(time.monotonic())
+    assert handoff.slow == 1
+    assert handoff.block(pool.submit(lambda: "back")) == "back"
+    assert handoff.slow == 0
+
+
+def test_the_deadline_bounds_the_blocking_wait(pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    handoff = HandOff(budget=1.0)
+    release = threading.Event()
+    job = pool.submit(release.wait, 5)
+    t0 = time.monotonic()
+    assert handoff.block(job, deadline=time.monotonic() + 0.02) is NOT_YET
+    assert time.monotonic() - t0 < 0.5
+    assert handoff.block(job, deadline=time.monotonic() - 1) is NOT_YET  # past: no wait at all
+    release.set()
