@@ -143,7 +143,13 @@ class _Session:
             frame = await self.next_frame()
             kind = frame["k"]
             if kind == "native_call":
+                if self.pending:
+                    # An honest worker waits for each result before it writes again.
+                    raise WorkerMisbehaved("frames sent ahead of a native call's result")
                 await self.native_call(frame)
+                # A worker whose next frame is already buffered (the runtimes' readers return buffered
+                # bytes without suspending) must not keep the loop to itself from call to call.
+                await asyncio.sleep(0)
             elif kind == "final":
                 return self.final_value(frame["value"])
             elif kind == "final_error":
@@ -317,6 +323,8 @@ class _Session:
         except asyncio.CancelledError:
             _reraise_if_cancelled()
             raise CapabilityFailure() from None
+        except concurrent.futures.CancelledError:
+            raise CapabilityFailure() from None  # the handlers' pool shut down (server closing)
         except Exception as exc:
             _handler_failed(cap, exc)
 
@@ -335,6 +343,12 @@ async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None
     except Exception as exc:
         if not outcome.done():
             outcome.set_exception(exc)
+        return
+    except BaseException as exc:  # not an Exception: the call fails with it all the same
+        if not outcome.done():
+            outcome.set_exception(exc)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
         return
     if not outcome.done():
         outcome.set_result(value)

@@ -136,26 +136,37 @@ def _to_float(value: Any) -> Any:
 
 
 def constructor(tp: Any) -> Construct:
-    """``construct(tp, ·)`` planned once per type: the type is inspected here, not on every call."""
+    """``construct(tp, ·)`` planned once per type: the type is inspected here, not on every call.
+    A plan is published only once complete (another thread never sees one being built)."""
     try:
         known = _CONSTRUCTORS.get(tp)
     except TypeError:  # an unhashable annotation: plan it every time
-        return _plan(tp)
+        return _plan(tp, {})
     if known is None:
-        known = _plan(tp)
+        planning: dict[Any, Construct] = {}
+        known = _plan(tp, planning)
+        _CONSTRUCTORS.update(planning)
         _CONSTRUCTORS[tp] = known
     return known
 
 
-def _plan(tp: Any) -> Construct:
+def _planned(tp: Any, planning: dict[Any, Construct]) -> Construct:
+    try:
+        known = _CONSTRUCTORS.get(tp) or planning.get(tp)
+    except TypeError:
+        known = None
+    return known if known is not None else _plan(tp, planning)
+
+
+def _plan(tp: Any, planning: dict[Any, Construct]) -> Construct:
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        return constructor(next(a for a in typing.get_args(tp) if a is not type(None)))
+        return _planned(next(a for a in typing.get_args(tp) if a is not type(None)), planning)
     if origin is list:
-        each = constructor(typing.get_args(tp)[0])
+        each = _planned(typing.get_args(tp)[0], planning)
         return lambda value: None if value is None else [each(v) for v in value]
     if origin is dict:
-        each = constructor(typing.get_args(tp)[1])
+        each = _planned(typing.get_args(tp)[1], planning)
         return lambda value: None if value is None else {k: each(v) for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         fields: list[tuple[str, Construct]] = []
@@ -165,14 +176,9 @@ def _plan(tp: Any) -> Construct:
                 return None
             return tp(**{name: each(value[name]) if name in value else None for name, each in fields})
 
-        _CONSTRUCTORS[tp] = build  # a dataclass that refers to itself finds its own plan
-        try:
-            hints = _hints(tp)
-            fields.extend((f.name, constructor(hints[f.name])) for f in dataclasses.fields(tp))
-        except BaseException:
-            if _CONSTRUCTORS.get(tp) is build:
-                del _CONSTRUCTORS[tp]
-            raise
+        planning[tp] = build  # a dataclass that refers to itself finds its own (unpublished) plan
+        hints = _hints(tp)
+        fields.extend((f.name, _planned(hints[f.name], planning)) for f in dataclasses.fields(tp))
         return build
     if tp is float:
         return _to_float

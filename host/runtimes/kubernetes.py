@@ -93,6 +93,9 @@ _WRITE_CHUNK = 64 * 1024
 _DIRECT_SEND_MAX = 4096
 #: Free send-buffer bytes always left over by a send on the event loop's thread.
 _SEND_MARGIN = 32 * 1024
+#: Linux: the TCP_NOTSENT_LOWAT socket option and the ioctl that reads a socket's unsent bytes.
+_TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+_SIOCOUTQNSD = 0x894B
 _STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
 _V5 = "v5.channel.k8s.io"
 _OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
@@ -186,15 +189,37 @@ def _hangup(stream: Any) -> None:
         ws.shutdown()
 
 
+def _notsent_limit(sock: Any) -> int | None:
+    """The socket's TCP_NOTSENT_LOWAT (its own, else the system's): a send waits once this many bytes
+    are not yet sent, whatever room the buffer has. None when unlimited."""
+    own = sock.getsockopt(socket.IPPROTO_TCP, _TCP_NOTSENT_LOWAT)
+    if own > 0:
+        return int(own)
+    try:
+        with open("/proc/sys/net/ipv4/tcp_notsent_lowat", encoding="ascii") as fh:
+            system = int(fh.read().strip())
+    except (OSError, ValueError):
+        return 0  # unknown: treat as the smallest limit (no sends on the loop's thread)
+    return None if system >= 2**31 - 1 else system
+
+
+def _outq(sock: Any, request: int) -> int:
+    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), request, b"\0\0\0\0"))[0])
+
+
 def _has_room(sock: Any, size: int) -> bool:
-    """Whether ``sock``'s send buffer takes ``size`` more bytes (with a wide margin for framing and
-    the kernel's per-packet overhead) without the sender waiting."""
+    """Whether ``sock`` takes ``size`` more bytes (with a wide margin for framing and the kernel's
+    per-packet overhead) without the sender waiting: room in the send buffer, and below the
+    not-sent limit when one is set."""
+    need = 4 * size + _SEND_MARGIN
     try:
         capacity = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2  # the kernel doubles it
-        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-    except (OSError, ValueError, AttributeError):
+        if _outq(sock, termios.TIOCOUTQ) + need > capacity:
+            return False
+        limit = _notsent_limit(sock)
+        return limit is None or _outq(sock, _SIOCOUTQNSD) + need <= limit
+    except (OSError, ValueError, AttributeError, TypeError):
         return False
-    return bool(queued + 4 * size + _SEND_MARGIN <= capacity)
 
 
 def _default_attach() -> Callable[..., Any]:

@@ -89,6 +89,14 @@ def main() -> None:
             reply = read_frame()
             if reply["k"] != "native_result":
                 return
+    elif mode == "batch_calls":  # many calls in one write, without waiting for any result
+        raw(
+            b"".join(
+                encode_frame({"k": "native_call", "seq": i, "name": "util.echo", "args": {"value": "x"}})
+                for i in range(1, 51)
+            )
+        )
+        time.sleep(2)
     elif mode == "flood_bytes":
         chunk = encode_frame({"k": "probe_ack", "v": 1}) * 10_000
         for _ in range(1000):

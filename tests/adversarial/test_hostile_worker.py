@@ -53,6 +53,7 @@ async def outcome(
         ("flood_calls", "resource limit exceeded: native calls"),
         ("flood_bytes", "internal failure"),
         ("unsolicited_result", "internal failure"),
+        ("batch_calls", "internal failure"),  # frames ahead of a result: refused, none dispatched
         ("unknown_error", "internal failure"),
         ("silent_exit", "internal failure"),
         ("abort_plain", "internal failure"),  # a crash is not a memory limit

@@ -94,8 +94,9 @@ async def cancels_its_caller_as_it_returns(
 
 
 def sync_thread(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
-    MARK.set("set by a sync handler")  # its own copy of the context
-    return Out(threading.current_thread().name)
+    seen = MARK.get()  # the caller's value: the handler runs in a copy of the execute's context
+    MARK.set("set by a sync handler")  # stays in that copy
+    return Out(f"{threading.current_thread().name}|{seen}")
 
 
 def sync_slow(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
@@ -241,15 +242,21 @@ async def test_sync_handlers_run_on_their_own_pool_in_a_copy_of_the_context() ->
     srv = server()
     try:
         src = "def main():\n    return h.sync_thread(value='x')['value']\n"
-        assert (await srv.execute(src, subject=ALICE)).startswith("codemode-handler")
-        assert MARK.get() == "unset"
+        token = MARK.set("the caller's")
+        try:
+            thread, seen = (await srv.execute(src, subject=ALICE)).split("|")
+            assert MARK.get() == "the caller's"
+        finally:
+            MARK.reset(token)
+        assert thread.startswith("codemode-handler")
+        assert seen == "the caller's"
     finally:
         await srv.aclose()
 
 
 async def test_slow_sync_handlers_stop_holding_the_loop() -> None:
-    """A sync handler is first waited for on the loop's thread, for a millisecond at most; once a
-    capability keeps overrunning that, its calls are only awaited, so the loop serves others."""
+    """A sync handler is first waited for on the loop's thread, for a millisecond at most, then only
+    awaited: the loop serves others while a slow call runs (the counting is tested in test_handoff)."""
     srv = server(max_native_calls=50)
     ticks: list[float] = []
 

@@ -64,7 +64,8 @@ def test_no_byte_costs_more_than_a_container_so_short_frames_skip_the_estimate()
         body = bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 200)))
         assert estimated_cost(body) <= (CONTAINER_COST + 1) * len(body)
     assert estimated_cost(b"[" * 100) == (CONTAINER_COST + 1) * 100
-    # Right at the skip length a costly body is still refused; one byte past it the estimate runs.
+    # Past the skip length (40 bytes here) the estimate runs: a body within the budget is accepted,
+    # a costly one refused.
     decoder = HostFrameDecoder(4096, memory_budget=(CONTAINER_COST + 1) * 40)
     assert decoder.feed(_frame(b'{"k":"final","value":[[[[[[[[[[[[]]]]]]]]]]]]}')) != []
     with pytest.raises(FrameTooCostly):

@@ -3,6 +3,9 @@ describe.md)."""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -197,6 +200,43 @@ def test_constructor_is_planned_once_per_type_and_follows_self_reference() -> No
     value = constructor(Tree)({"label": "a", "weight": 2, "children": [{"label": "b", "weight": None}]})
     assert value == Tree("a", 2.0, [Tree("b", None, None)])
     assert isinstance(value.weight, float)
+
+
+def _first_calls_from_threads(outer: Any, value: dict[str, Any], n: int = 8) -> list[object]:
+    barrier = threading.Barrier(n)
+    results: list[object] = []
+
+    def first_call() -> None:
+        barrier.wait()
+        try:
+            results.append(constructor(outer)(value))
+        except Exception as exc:  # a half-built plan raises TypeError here
+            results.append(exc)
+
+    threads = [threading.Thread(target=first_call) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_a_plan_being_built_is_never_seen_by_another_thread() -> None:
+    # Found by review: the plan of a dataclass was published before its fields were planned, so a
+    # second thread's first call could build the value without them.
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside the planning, as they may under load
+    try:
+        for trial in range(40):
+            inner = dataclasses.make_dataclass(f"Inner{trial}", [("v", float)])
+            fields = [(f"f{i}", list[dict[str, inner]]) for i in range(60)]  # type: ignore[valid-type]
+            outer = dataclasses.make_dataclass(f"Outer{trial}", fields)
+            value = {f"f{i}": [{"a": {"v": 1}}] for i in range(60)}
+            results = _first_calls_from_threads(outer, value, n=2)
+            expected = outer(*([{"a": inner(1.0)}] for _ in range(60)))
+            assert results == [expected] * 2, (trial, results)
+    finally:
+        sys.setswitchinterval(previous)
 
 
 def test_to_plain_output_conversion_and_failures() -> None:

@@ -585,9 +585,14 @@ async def test_small_frames_go_out_on_the_loop_thread_large_ones_on_the_pool(clu
     await rt.aclose()
 
 
-async def test_a_worker_that_stops_reading_never_blocks_the_loop(cluster: FakeCluster) -> None:
+@pytest.mark.timeout(60)  # a blocked loop cannot fail the test itself: it would hang here
+@pytest.mark.parametrize("notsent_lowat", [None, 16384])
+async def test_a_worker_that_stops_reading_never_blocks_the_loop(
+    cluster: FakeCluster, notsent_lowat: int | None
+) -> None:
     """Small writes normally go out on the loop's thread; once a worker stops reading its stdin and
-    the socket fills, they must take the pool, so the loop goes on serving everything else."""
+    the socket fills (or its not-sent limit is reached: TCP_NOTSENT_LOWAT, set by some tuning
+    guides), they must take the pool, so the loop goes on serving everything else."""
     stop = threading.Event()
 
     def deaf(conn: WorkerConn) -> None:
@@ -598,6 +603,10 @@ async def test_a_worker_that_stops_reading_never_blocks_the_loop(cluster: FakeCl
     cluster.behavior = probing_worker(deaf)
     rt = make_runtime(cluster)
     sandbox = await rt.spawn()
+    assert isinstance(sandbox, KubernetesSandbox)
+    if notsent_lowat is not None:
+        sandbox._ws.sock.setsockopt(socket.IPPROTO_TCP, kmod._TCP_NOTSENT_LOWAT, notsent_lowat)
+        assert not kmod._has_room(sandbox._ws.sock, 4096)  # unsent bytes are capped far below it
     await sandbox.write(b"go")
     ticks = 0
 
