@@ -104,6 +104,15 @@ def sync_slow(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Ou
     return Out("slept")
 
 
+class Boom(BaseException):
+    """Not an Exception (like anyio's or a test framework's own signals)."""
+
+
+async def raises_a_base_exception(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
+    await asyncio.sleep(0)
+    raise Boom()
+
+
 class CallableAsync:
     async def __call__(self, ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
         return Out(args.value.upper())
@@ -123,6 +132,7 @@ def server(**limits: float) -> codemode.Server:
         codemode.Capability(name="h.answers_cancellation", summary="s", handler=answers_cancellation),
         codemode.Capability(name="h.cancels_caller", summary="s", handler=cancels_its_caller_as_it_returns),
         codemode.Capability(name="h.sync_thread", summary="s", handler=sync_thread),
+        codemode.Capability(name="h.base_exception", summary="s", handler=raises_a_base_exception),
         codemode.Capability(name="h.sync_slow", summary="s", handler=sync_slow),
     )
     return b.build()
@@ -276,3 +286,17 @@ async def test_slow_sync_handlers_stop_holding_the_loop() -> None:
     # 8 calls of 200 ms: the loop was never held for a call (at most the budget, a few times).
     assert len(ticks) > 100
     assert gaps[-1] < 0.1
+
+
+async def test_a_handler_raising_a_non_exception_ends_the_call_at_once() -> None:
+    # Found by review: such a handler's task died without settling the call, which then waited for
+    # the deadline holding its slot.
+    srv = server(max_execution_time=5)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Boom):
+            await srv.execute("def main():\n    return h.base_exception(value='x')\n", subject=ALICE)
+        assert time.monotonic() - t0 < 2.5
+        assert await srv.execute("def main():\n    return 7\n", subject=ALICE) == 7
+    finally:
+        await srv.aclose()
