@@ -40,6 +40,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -183,24 +184,43 @@ def _maybe_sent(exc: BaseException) -> bool:
 def _hangup(stream: Any) -> None:
     """Cut an attach stream now: wake any thread blocked on it and close its socket."""
     ws: Any = getattr(stream, "sock", None)
-    with contextlib.suppress(Exception):
-        ws.abort()
+    _shut(ws)
     with contextlib.suppress(Exception):
         ws.shutdown()
+
+
+def _shut(ws: Any) -> None:
+    """Shut the websocket's socket down both ways: a thread blocked receiving or sending on it (a
+    pool thread writing to a worker that stopped reading) wakes with an error. ``ws.abort()`` does
+    this only while the client still counts itself connected; closing the descriptor wakes nobody."""
+    with contextlib.suppress(Exception):
+        ws.sock.shutdown(socket.SHUT_RDWR)
+
+
+_system_notsent: tuple[float, int | None] = (-math.inf, None)
+
+
+def _system_notsent_limit() -> int | None:
+    """``net.ipv4.tcp_notsent_lowat`` (None: unlimited), read at most every 10 s."""
+    global _system_notsent
+    read_at, value = _system_notsent
+    now = time.monotonic()
+    if now - read_at > 10.0:
+        try:
+            with open("/proc/sys/net/ipv4/tcp_notsent_lowat", encoding="ascii") as fh:
+                system = int(fh.read().strip())
+            value = None if system >= 2**31 - 1 else system
+        except (OSError, ValueError):
+            value = 0  # unknown: treat as the smallest limit (no sends on the loop's thread)
+        _system_notsent = (now, value)
+    return value
 
 
 def _notsent_limit(sock: Any) -> int | None:
     """The socket's TCP_NOTSENT_LOWAT (its own, else the system's): a send waits once this many bytes
     are not yet sent, whatever room the buffer has. None when unlimited."""
     own = sock.getsockopt(socket.IPPROTO_TCP, _TCP_NOTSENT_LOWAT)
-    if own > 0:
-        return int(own)
-    try:
-        with open("/proc/sys/net/ipv4/tcp_notsent_lowat", encoding="ascii") as fh:
-            system = int(fh.read().strip())
-    except (OSError, ValueError):
-        return 0  # unknown: treat as the smallest limit (no sends on the loop's thread)
-    return None if system >= 2**31 - 1 else system
+    return int(own) if own > 0 else _system_notsent_limit()
 
 
 def _outq(sock: Any, request: int) -> int:
@@ -267,9 +287,10 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
 
     def _send_now(self, data: bytes) -> bool:
         # A native call's round trip would otherwise cross to the pool and back for every result
-        # frame. Sent here only when the socket's send buffer takes the whole message at once: a
-        # worker that stops reading its stdin fills the path back to this socket, and then every
-        # write takes the pool again (the event loop never blocks on a worker).
+        # frame. Sent here only when the socket takes the whole message at once (room in its send
+        # buffer and under its not-sent limit): a worker that stops reading its stdin fills the path
+        # back to this socket, and then every write takes the pool again (the event loop never
+        # blocks on a worker).
         if len(data) > _DIRECT_SEND_MAX or threading.get_ident() != self._loop_thread:
             return False
         sock = getattr(self._ws, "sock", None)
@@ -312,8 +333,7 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
 
     def _close_stream(self) -> None:
         self._input_closed = True
-        with contextlib.suppress(Exception):
-            self._ws.abort()  # wakes the reader blocked in recv
+        _shut(self._ws)  # wakes the reader blocked in recv, and a pool thread blocked in send
         self._reader.join(timeout=2.0)
         _hangup(self._stream)
 
