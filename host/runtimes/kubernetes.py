@@ -30,7 +30,9 @@ already exited (``OOMKilled`` -> ``ExitInfo.oom_killed``), and deletes the pod w
 deletes worker pods orphaned by a dead host (see docs/kubernetes.md for the rule).
 
 All client calls block; they run on a small thread pool owned by the runtime, each with a request
-timeout, so an unreachable API server gives ``RuntimeUnavailable`` rather than a hang.
+timeout, so an unreachable API server gives ``RuntimeUnavailable`` rather than a hang. Writes of up to
+4 KiB go out on the event loop's thread when the socket provably takes them (``_has_room``), the rest
+on that pool.
 """
 
 from __future__ import annotations
