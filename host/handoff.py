@@ -24,7 +24,8 @@ DEFAULT_BUDGET: Final = 0.002
 #: Net results past the budget (late ones minus quick ones) at which a hand-off stops blocking.
 SLOW_LIMIT: Final = 4
 
-_NOT_YET: Final[Any] = object()
+#: What :meth:`HandOff.block` returns for a job that is not done yet.
+NOT_YET: Final[Any] = object()
 
 
 class HandOff:
@@ -44,14 +45,14 @@ class HandOff:
         if deadline is not None:
             limit = min(limit, deadline - time.monotonic())
         if limit <= 0:
-            return _NOT_YET  # type: ignore[no-any-return]
+            return NOT_YET  # type: ignore[no-any-return]
         try:
             result = job.result(limit)
         except concurrent.futures.TimeoutError:
             if job.done():  # the job's own TimeoutError, or it finished just now
                 return job.result()
             self.slow += 1
-            return _NOT_YET  # type: ignore[no-any-return]
+            return NOT_YET  # type: ignore[no-any-return]
         if self.slow > 0:
             self.slow -= 1
         return result
@@ -61,7 +62,3 @@ class HandOff:
         a result back in time, so blocking resumes once work is quick again."""
         if self.slow > 0 and time.monotonic() - started <= self.budget:
             self.slow -= 1
-
-
-#: What :meth:`HandOff.block` returns for a job that is not done yet.
-NOT_YET: Final[Any] = _NOT_YET

@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Literal
 
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 
-from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
+from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
@@ -318,28 +318,15 @@ class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
         self._notify()
         self._unregistered.set()
 
-    async def write(self, data: bytes) -> None:
+    def _send_now(self, data: bytes) -> int:
+        # Most frames fit the socket buffer: sent from the loop; the rest (a full socket buffer)
+        # goes through the pool, blocking there. TLS connections send everything from the pool.
         if not self._on_loop:
-            await super().write(data)
-            return
-        if self._input_closed or self._closing:
-            raise SandboxClosed(self._id)
-        async with self._write_lock:
-            if self._input_closed or self._closing:
-                raise SandboxClosed(self._id)
-            # Most frames fit the socket buffer: send them from the loop; the rest (a full socket
-            # buffer) goes through the pool, blocking there.
-            try:
-                sent = self._sock.send(data, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                raise SandboxClosed(self._id) from exc
-            if sent < len(data):
-                try:
-                    await self._runtime._run_blocking(self._send, bytes(memoryview(data)[sent:]))
-                except self._send_errors as exc:
-                    raise SandboxClosed(self._id) from exc
+            return 0
+        try:
+            return self._sock.send(data, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
 
     def _stop_reader(self) -> None:
         # The container is gone, so its stream has ended or is about to: give the reader a moment

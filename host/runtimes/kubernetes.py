@@ -287,19 +287,19 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
 
     # -- transport -------------------------------------------------------------------------------
 
-    def _send_now(self, data: bytes) -> bool:
+    def _send_now(self, data: bytes) -> int:
         # A native call's round trip would otherwise cross to the pool and back for every result
         # frame. Sent here only when the socket takes the whole message at once (room in its send
         # buffer and under its not-sent limit): a worker that stops reading its stdin fills the path
         # back to this socket, and then every write takes the pool again (the event loop never
         # blocks on a worker).
         if len(data) > _DIRECT_SEND_MAX or threading.get_ident() != self._loop_thread:
-            return False
+            return 0
         sock = getattr(self._ws, "sock", None)
         if sock is None or not _has_room(sock, len(data)):
-            return False
-        self._stream.write_stdin(data)
-        return True
+            return 0
+        self._stream.write_stdin(data)  # one websocket message: all of it or nothing
+        return len(data)
 
     def _send(self, data: bytes) -> None:
         # Several small websocket messages rather than one huge one (servers cap message size).

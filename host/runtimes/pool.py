@@ -150,13 +150,20 @@ class WarmPool:
                 log.exception("pool refill failed unexpectedly")
                 await asyncio.sleep(self.retry_delay)
                 continue
-            self.last_error = None
-            self.refill_seconds.append(time.monotonic() - t0)
-            del self.refill_seconds[:-1000]
-            if self._closed:
-                await sandbox.destroy()
+            if not await self._keep(sandbox, t0):
                 return
-            self._idle.append(sandbox)
+
+    async def _keep(self, sandbox: Sandbox, started: float) -> bool:
+        """A refill spawned ``sandbox``: record it, and keep it idle unless the pool has closed
+        meanwhile (then destroy it and return False)."""
+        self.last_error = None
+        self.refill_seconds.append(time.monotonic() - started)
+        del self.refill_seconds[:-1000]
+        if self._closed:
+            await sandbox.destroy()
+            return False
+        self._idle.append(sandbox)
+        return True
 
     async def _refill_concurrently(self) -> None:
         assert self._wake is not None
@@ -189,13 +196,7 @@ class WarmPool:
             self._kick()
             return
         self._starting -= 1
-        self.last_error = None
-        self.refill_seconds.append(time.monotonic() - t0)
-        del self.refill_seconds[:-1000]
-        if self._closed:
-            await sandbox.destroy()
-            return
-        self._idle.append(sandbox)
+        await self._keep(sandbox, t0)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -177,10 +177,10 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
     def _send(self, data: bytes) -> None:
         """Send bytes to the worker's stdin (blocking; runs on the runtime's pool)."""
 
-    def _send_now(self, data: bytes) -> bool:
-        """Send ``data`` right away on the loop's thread if that cannot block; False means it was
-        not sent (``write`` then hands it to ``_send`` on the runtime's pool). Default: never."""
-        return False
+    def _send_now(self, data: bytes) -> int:
+        """Send what of ``data`` can go right away on the loop's thread without blocking; return how
+        many bytes went (``write`` hands the rest to ``_send`` on the runtime's pool). Default: none."""
+        return 0
 
     @abstractmethod
     async def _half_close(self) -> None:
@@ -211,8 +211,9 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
             if self._input_closed or self._closing:
                 raise SandboxClosed(self._id)
             try:
-                if not self._send_now(data):
-                    await self._runtime._run_blocking(self._send, bytes(data))
+                sent = self._send_now(data)
+                if sent < len(data):
+                    await self._runtime._run_blocking(self._send, bytes(memoryview(data)[sent:]))
             except self._send_errors as exc:
                 raise SandboxClosed(self._id) from exc
 

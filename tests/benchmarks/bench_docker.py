@@ -31,9 +31,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
+from codemode.ops.bench import aecho
 from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerRuntime
 
 
@@ -147,20 +147,6 @@ async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> list[float]:
         await fn()
         xs.append(time.perf_counter() - t0)
     return xs
-
-
-@dataclass
-class EchoIn:
-    value: str
-
-
-@dataclass
-class EchoOut:
-    value: str
-
-
-async def aecho(ctx: Any, subject: Any, args: EchoIn) -> EchoOut:
-    return EchoOut(args.value)
 
 
 def build_server(runtime: Any) -> Any:

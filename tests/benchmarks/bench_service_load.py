@@ -42,6 +42,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import codemode
 from codemode import authz
+from codemode.ops.bench import EchoOut, aecho
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,26 +50,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # ------------------------------------------------------------------------------ the bench pack
 
 
-@dataclass
-class EchoIn:
-    value: str
-
-
-@dataclass
-class EchoOut:
-    value: str
-
-
-async def _echo(ctx: codemode.CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
-    return EchoOut(args.value)
-
-
 def _whoami(ctx: codemode.CallContext, subject: authz.Subject) -> EchoOut:
     return EchoOut(subject.id)
 
 
 PACK = [
-    codemode.Capability(id="bench.echo", name="bench.echo", summary="Echo a string.", handler=_echo),
+    codemode.Capability(id="bench.echo", name="bench.echo", summary="Echo a string.", handler=aecho),
     codemode.Capability(id="bench.whoami", name="bench.whoami", summary="The caller.", handler=_whoami),
 ]
 PACK_SPEC = "tests.benchmarks.bench_service_load:PACK"

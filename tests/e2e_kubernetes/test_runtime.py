@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import codemode
 from codemode import authz
 from codemode.errors import ResourceLimit
 from codemode.observe import ExecuteEvent, NullObserver
+from codemode.ops.bench import aecho
 from codemode.runtimes.base import CapacityExhausted
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 
@@ -37,20 +37,6 @@ LOOP = "def main():\n    n = 0\n    for i in range(2000000000):\n        n += 1\
 BOMB = 'def main():\n    s = "x" * 40000000\n    return len([s + str(i) for i in range(8)])\n'
 #: Where the negotiated attach protocol is recorded (for docs and the report).
 RECORD = Path(os.environ.get("CODEMODE_K8S_RECORD", "/var/log/codemode-k8s/e2e-facts.json"))
-
-
-@dataclass
-class EchoIn:
-    value: str
-
-
-@dataclass
-class EchoOut:
-    value: str
-
-
-async def aecho(ctx: Any, subject: Any, args: EchoIn) -> EchoOut:
-    return EchoOut(args.value)
 
 
 class Events(NullObserver):

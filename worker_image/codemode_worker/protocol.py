@@ -187,20 +187,25 @@ class _Writer(Protocol):
 # --------------------------------------------------------------------------------------- encode
 
 
-def encode_frame(obj: Mapping[str, Any]) -> bytes:
-    """Validate ``obj`` as a frame of any kind and return its length-prefixed encoding."""
-    validate_frame(obj, ALL_KINDS)
-    try:
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        body = text.encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
-        raise ProtocolError(f"frame is not encodable: {type(exc).__name__}") from None
+#: The one JSON writer of frames: compact, UTF-8 kept as is, no NaN or Infinity.
+_FRAME_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ENCODE_ERRORS = (TypeError, ValueError, RecursionError)  # UnicodeEncodeError is a ValueError
+
+
+def _framed(body: bytes) -> bytes:
     if len(body) > MAX_FRAME_LENGTH:
         raise ProtocolError("frame too large to encode")
     return _HEADER.pack(len(body)) + body
 
 
-_FRAME_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+def encode_frame(obj: Mapping[str, Any]) -> bytes:
+    """Validate ``obj`` as a frame of any kind and return its length-prefixed encoding."""
+    validate_frame(obj, ALL_KINDS)
+    try:
+        body = _FRAME_ENCODER.encode(obj).encode("utf-8")
+    except _ENCODE_ERRORS as exc:
+        raise ProtocolError(f"frame is not encodable: {type(exc).__name__}") from None
+    return _framed(body)
 
 
 def encode_native_call(seq: int, name: str, args: Mapping[str, Any]) -> bytes:
@@ -211,11 +216,9 @@ def encode_native_call(seq: int, name: str, args: Mapping[str, Any]) -> bytes:
         encode = _FRAME_ENCODER.encode
         text = f'{{"k":"native_call","seq":{int(seq)},"name":{encode(name)},"args":{encode(args)}}}'
         body = text.encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as exc:
+    except _ENCODE_ERRORS as exc:
         raise ProtocolError(f"frame is not encodable: {type(exc).__name__}") from None
-    if len(body) > MAX_FRAME_LENGTH:
-        raise ProtocolError("frame too large to encode")
-    return _HEADER.pack(len(body)) + body
+    return _framed(body)
 
 
 def write_frame(stream: _Writer, obj: Mapping[str, Any]) -> None:
