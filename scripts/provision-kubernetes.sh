@@ -34,6 +34,7 @@
 #   CODEMODE_K8S_LOGS         default /var/log/codemode-k8s
 #   CODEMODE_K8S_API_PORT     default 16443 (kube-apiserver on 127.0.0.1)
 #   CODEMODE_WORKER_IMAGE     default codemode-worker:1   (from scripts/provision-docker.sh)
+#   CODEMODE_TESTING_IMAGE    default codemode-worker-testing:1 (its test twin, imported when docker has it)
 #   CODEMODE_SERVICE_IMAGE    default codemode-service:e2e (built here from the top-level Dockerfile)
 #   CODEMODE_BASE_IMAGE       default codemode-base:bookworm (the offline base for the service image)
 #   CODEMODE_K8S_GVISOR       1: register Debian's runsc as handler "runsc" (experimental, see runsc_runtime)
@@ -46,6 +47,7 @@ STATE="${CODEMODE_K8S_STATE:-/var/lib/codemode-k8s}"
 LOG_DIR="${CODEMODE_K8S_LOGS:-/var/log/codemode-k8s}"
 API_PORT="${CODEMODE_K8S_API_PORT:-16443}"
 WORKER_IMAGE="${CODEMODE_WORKER_IMAGE:-codemode-worker:1}"
+TESTING_IMAGE="${CODEMODE_TESTING_IMAGE:-codemode-worker-testing:1}"
 SERVICE_IMAGE="${CODEMODE_SERVICE_IMAGE:-codemode-service:e2e}"
 BASE_IMAGE="${CODEMODE_BASE_IMAGE:-codemode-base:bookworm}"
 RUN_DIR=/run/codemode-k8s
@@ -565,6 +567,13 @@ import_images() {
         die "importing the pause image failed"
     docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1 || die "worker image $WORKER_IMAGE missing: run scripts/provision-docker.sh first"
     import_docker_image "$WORKER_IMAGE"
+    # The test twin (arbitrary Python; KubernetesRuntime(testing_entry=True)) for the containment
+    # tests and the transport benchmarks; never used by the service.
+    if docker image inspect "$TESTING_IMAGE" >/dev/null 2>&1; then
+        import_docker_image "$TESTING_IMAGE"
+    else
+        log "test image $TESTING_IMAGE not in docker: the tests that need it will say so"
+    fi
     build_service_image
     local before
     before="$(cat "$STATE/imported-$(echo "$SERVICE_IMAGE" | tr '/:' '__')" 2>/dev/null || true)"

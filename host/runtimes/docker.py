@@ -45,6 +45,8 @@ from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
+from .testing import TESTING_ENTRY, TESTING_ENV
+from .testing import WARNING as TESTING_WARNING
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -65,9 +67,6 @@ IMAGE_PROTOCOL_LABEL = "io.codemode.protocol-version"
 IMAGE_ROLE_LABEL = "io.codemode.role"
 #: The numeric non-root user every worker runs as.
 WORKER_USER = "65532:65532"
-#: TEST-ONLY worker entry (runs arbitrary Python from exec frames). Never use it in a deployment.
-TESTING_ENTRY = ("python3", "-I", "-m", "codemode_worker.testing_entry")
-_TESTING_ENV = "CODEMODE_WORKER_TESTING"
 
 DEFAULT_LABEL_PREFIX = "io.codemode"
 DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
@@ -480,7 +479,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         self.stdout_buffer_bytes = max(64 * 1024, stdout_buffer_bytes)
         self.testing_entry = testing_entry
         if testing_entry:
-            log.warning("docker runtime uses the TEST-ONLY worker entry (arbitrary Python)")
+            log.warning(TESTING_WARNING, "docker")
             self.entrypoint: list[str] | None = list(TESTING_ENTRY)
         else:
             self.entrypoint = list(entrypoint) if entrypoint is not None else None
@@ -733,7 +732,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
             )
             env = {WORKER_ENV_MARKER: "1"}
             if self.testing_entry:
-                env[_TESTING_ENV] = "1"
+                env[TESTING_ENV] = "1"
             created = api.create_container(
                 self.image,
                 entrypoint=self.entrypoint,

@@ -72,6 +72,8 @@ from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
 from .streams import read_text as _read_text
+from .testing import TESTING_ENTRY, TESTING_ENV
+from .testing import WARNING as TESTING_WARNING
 
 __all__ = [
     "CONTAINER_NAME",
@@ -406,6 +408,11 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         image_pull_policy: of the worker container.
         stdout_buffer_bytes: how much worker stdout is buffered before the reader stops reading.
         executor_threads: size of the thread pool that runs blocking client calls.
+        testing_entry: TEST ONLY. Runs ``codemode_worker.testing_entry`` with
+            ``CODEMODE_WORKER_TESTING=1`` (use the test image, ``codemode-worker-testing``): a worker
+            that executes arbitrary Python. It exists to prove the pod contains a compromised
+            interpreter and to measure the attach channel without Starlark; never enable it in a
+            deployment.
     """
 
     concurrent_refill = True
@@ -436,6 +443,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent",
         stdout_buffer_bytes: int = STDOUT_BUFFER,
         executor_threads: int = 32,
+        testing_entry: bool = False,
     ) -> None:
         if not _DNS_LABEL.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not a DNS label")
@@ -490,6 +498,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self.max_lifetime = max_lifetime
         self.image_pull_policy = image_pull_policy
         self.stdout_buffer_bytes = max(64 * 1024, stdout_buffer_bytes)
+        self.testing_entry = testing_entry
+        if testing_entry:
+            log.warning(TESTING_WARNING, "kubernetes")
         #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
         self.instance_id = uuid.uuid4().hex
         self._api: Any = api
@@ -530,6 +541,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             runtime_class=self.runtime_class,
             max_lifetime=self.max_lifetime,
             image_pull_policy=self.image_pull_policy,
+            command=list(TESTING_ENTRY) if self.testing_entry else None,
+            extra_env={TESTING_ENV: "1"} if self.testing_entry else None,
         )
 
     # -- blocking plumbing -----------------------------------------------------------------------

@@ -82,17 +82,23 @@ def worker_pod(
     max_lifetime: int,
     image_pull_policy: str,
     env_marker: str = WORKER_ENV_MARKER,
+    command: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> k8s.V1Pod:
-    """The exact pod ``KubernetesRuntime.spawn()`` submits."""
+    """The exact pod ``KubernetesRuntime.spawn()`` submits (``command`` replaces the image's
+    entrypoint; only the test-only worker entry uses it)."""
+    env = [k8s.V1EnvVar(name=env_marker, value="1")]
+    env += [k8s.V1EnvVar(name=name, value=value) for name, value in (extra_env or {}).items()]
     container = k8s.V1Container(
         name=CONTAINER_NAME,
         image=image,
+        command=command,
         image_pull_policy=image_pull_policy,
         stdin=True,
         stdin_once=True,
         tty=False,
         working_dir="/",
-        env=[k8s.V1EnvVar(name=env_marker, value="1")],
+        env=env,
         resources=k8s.V1ResourceRequirements(requests=sizing.requests(), limits=sizing.limits()),
         security_context=k8s.V1SecurityContext(
             read_only_root_filesystem=True,

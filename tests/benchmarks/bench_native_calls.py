@@ -68,12 +68,17 @@ def _docker() -> Runtime:
     return DockerRuntime()
 
 
-def _kubernetes() -> Runtime | None:
+def cluster_reachable() -> bool:
+    """``kubectl get nodes`` works (KUBECONFIG from scripts/provision-kubernetes.sh)."""
     try:
         done = subprocess.run(["kubectl", "get", "nodes"], capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
+        return False
+    return done.returncode == 0
+
+
+def _kubernetes() -> Runtime | None:
+    if not cluster_reachable():
         return None
     from codemode.runtimes.kubernetes import KubernetesRuntime
 

@@ -236,6 +236,21 @@ def test_the_worker_pod_meets_the_restricted_profile(runtime_class: str | None) 
     assert restricted_violations(spec) == []
 
 
+def test_only_the_test_entry_replaces_the_worker_command(caplog: pytest.LogCaptureFixture) -> None:
+    plain = wire(KubernetesRuntime(api=object()).pod_manifest("p"))["spec"]["containers"][0]
+    assert "command" not in plain  # the image's entrypoint: the real worker
+    assert [e["name"] for e in plain["env"]] == ["CODEMODE_WORKER"]
+    with caplog.at_level("WARNING", logger="codemode.runtimes.kubernetes"):
+        testing = KubernetesRuntime(api=object(), testing_entry=True)
+    assert "TEST-ONLY" in caplog.text
+    c = wire(testing.pod_manifest("p"))["spec"]["containers"][0]
+    assert c["command"] == ["python3", "-I", "-m", "codemode_worker.testing_entry"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env == {"CODEMODE_WORKER": "1", "CODEMODE_WORKER_TESTING": "1"}
+    # Everything else about the pod (the containment) is the same.
+    assert restricted_violations(wire(testing.pod_manifest("p"))["spec"]) == []
+
+
 def test_the_quota_admits_worker_pods() -> None:
     hard = one("ResourceQuota", namespace=DEFAULT_NAMESPACE)["spec"]["hard"]
     # A quota on limits/requests makes the API server refuse pods that don't state them: ours do.
