@@ -361,3 +361,19 @@ async def test_optional_runtime_class_gvisor(cluster: None) -> None:
     finally:
         await srv.aclose()
     assert await gone(rt)
+
+
+async def test_a_final_value_at_the_size_limit_crosses_the_attach_intact(cold: KubernetesRuntime) -> None:
+    """The largest value a worker may send, written just before it exits, reaches the host whole
+    through API server, kubelet and websocket (and one byte more is a resource limit)."""
+    srv = server(cold)
+    limit = srv.limits.max_value_bytes
+    program = "def main():\n    return ('0123456789' * {tens}) + '{tail}'\n"
+    tens, tail = divmod(limit - 2, 10)  # a string's size is its JSON text: two quotes more
+    try:
+        value = await srv.execute(program.format(tens=tens, tail="0123456789"[:tail]), subject=ALICE)
+        assert value == "0123456789" * tens + "0123456789"[:tail]
+        with pytest.raises(ResourceLimit):
+            await srv.execute(program.format(tens=tens, tail="0123456789"[: tail + 1]), subject=ALICE)
+    finally:
+        await srv.aclose()

@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+import codemode
+from codemode import authz
+from codemode.errors import ResourceLimit
 from codemode.runtimes.base import ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SandboxClosed, SpawnFailed
 from codemode.runtimes.docker import (
     _OWNER,
@@ -664,3 +667,31 @@ async def test_containers_of_a_sigkilled_host_are_removed_at_restart(docker_api:
         await restarted.aclose()
     for cid in cids:
         assert _gone(docker_api, cid)
+
+
+# ------------------------------------------------------------------------------------------ big values
+
+
+async def test_a_final_value_at_the_size_limit_crosses_intact_as_the_worker_exits(docker_api: Any) -> None:
+    """The last frame a worker writes before it exits may be as large as a value can be: the
+    host's attach reader must get every byte (the engine drops what it still holds for a stream once
+    the container is gone, so nothing may be left unread because the host paused)."""
+    b = codemode.Builder(authorizer=authz.allow_all(), runtime=DockerRuntime())
+    srv = b.build()
+    limit = srv.limits.max_value_bytes
+    # A string's size is its JSON encoding: the text plus two quotes.
+    program = "def main():\n    return ('0123456789' * {tens}) + '{tail}'\n"
+    tens, tail = divmod(limit - 2, 10)
+    expected = "0123456789" * tens + "0123456789"[:tail]
+    try:
+        for _ in range(3):
+            value = await srv.execute(
+                program.format(tens=tens, tail="0123456789"[:tail]), subject=authz.Subject("a")
+            )
+            assert len(value) == limit - 2 and value == expected
+        with pytest.raises(ResourceLimit):
+            await srv.execute(
+                program.format(tens=tens, tail="0123456789"[: tail + 1]), subject=authz.Subject("a")
+            )
+    finally:
+        await srv.aclose()
