@@ -1,31 +1,34 @@
 """A compromised interpreter in a worker pod: what arbitrary Python can do there (nothing useful).
 
 ``KubernetesRuntime(testing_entry=True)`` runs the test twin of the worker image
-(``codemode-worker-testing``, imported by scripts/provision-kubernetes.sh), which executes the exec
-frame's source as Python: the worst case of a Starlark escape. The program reports what it finds and
-the test checks each fact against the pod spec ``kubernetes_pod.worker_pod`` writes.
+(``codemode-worker-testing``, imported by scripts/provision-kubernetes.sh; another name with
+``CODEMODE_TESTING_IMAGE``), which executes the exec frame's source as Python: the worst case of a
+Starlark escape. The program reports what it finds: what the pod spec ``kubernetes_pod.worker_pod``
+(capabilities dropped, no privilege escalation, RuntimeDefault seccomp, read-only root and tmpfs
+mounts, no token) and the cluster (own PID namespace, a network namespace without a route) leave it.
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
 
 import codemode
 from codemode import authz
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode_worker import PROTOCOL_VERSION
 
-from .support import KUBECONFIG, WORKERS
+from .support import KUBECONFIG, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 
-TESTING_IMAGE = f"codemode-worker-testing:{PROTOCOL_VERSION}"
+TESTING_IMAGE = os.environ.get("CODEMODE_TESTING_IMAGE") or f"codemode-worker-testing:{PROTOCOL_VERSION}"
 
 PROBE = textwrap.dedent(
     """\
-    import os
+    import os, socket
 
     def attempt(fn):
         try:
@@ -38,6 +41,9 @@ PROBE = textwrap.dedent(
         with open(path, "w") as f:
             f.write("x")
 
+    def connect(address):
+        socket.create_connection(address, timeout=2).close()
+
     status = dict(
         line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line
     )
@@ -45,11 +51,17 @@ PROBE = textwrap.dedent(
         "uid": os.getuid(),
         "gid": os.getgid(),
         "cap_eff": status["CapEff"].strip(),
+        "cap_prm": status["CapPrm"].strip(),
+        "cap_bnd": status["CapBnd"].strip(),
+        "seccomp": status["Seccomp"].strip(),
         "no_new_privs": status["NoNewPrivs"].strip(),
         "write_root": attempt(lambda: write("/escape")),
         "write_tmp": attempt(lambda: write("/tmp/escape")),
         "write_shm": attempt(lambda: write("/dev/shm/escape")),
         "token": os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount"),
+        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "api_server": attempt(lambda: connect(("10.96.0.1", 443))),  # the kubernetes Service
+        "loopback_api": attempt(lambda: connect(("127.0.0.1", 16443))),  # the node's API server
         "testing_env": os.environ.get("CODEMODE_WORKER_TESTING"),
     })
     """
@@ -66,14 +78,26 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
     srv = b.build()
     try:
         found = await srv.execute(PROBE, subject=authz.Subject("mallory"))
+    except codemode.CodeModeError as exc:
+        pytest.fail(
+            f"the test worker did not run ({exc}): is {TESTING_IMAGE} in the cluster? "
+            "scripts/provision-kubernetes.sh imports it when docker has it (scripts/provision-docker.sh)"
+        )
     finally:
         await srv.aclose()
     assert found["testing_env"] == "1"  # the test twin really ran (the production image ignores it)
     assert (found["uid"], found["gid"]) == (65532, 65532)
-    assert int(found["cap_eff"], 16) == 0
+    # capabilities.drop [ALL] empties the bounding set too (CapEff alone is 0 for any non-root exec).
+    assert int(found["cap_eff"], 16) == int(found["cap_prm"], 16) == int(found["cap_bnd"], 16) == 0
     assert found["no_new_privs"] == "1"
+    assert found["seccomp"] == "2"  # RuntimeDefault: a filter is active
     # EROFS (30) everywhere: read-only root, and the read-only tmpfs over /tmp and /dev/shm.
     assert found["write_root"] == "OSError:30", found
     assert found["write_tmp"] == "OSError:30", found
     assert found["write_shm"] == "OSError:30", found
     assert found["token"] is False
+    assert found["pids"] == [1]  # its own PID namespace: it sees only itself
+    assert found["api_server"] != "allowed", found  # no route out of the pod's network namespace
+    assert found["loopback_api"] == "ConnectionRefusedError:111", found  # its own loopback, not the node's
+    left = core_api().list_namespaced_pod(WORKERS, label_selector=f"{INSTANCE_LABEL}={rt.instance_id}")
+    assert all(p.metadata.deletion_timestamp for p in left.items)  # deleted (or already gone)

@@ -363,10 +363,12 @@ async def test_optional_runtime_class_gvisor(cluster: None) -> None:
     assert await gone(rt)
 
 
-async def test_a_final_value_at_the_size_limit_crosses_the_attach_intact(cold: KubernetesRuntime) -> None:
+async def test_a_final_value_at_the_size_limit_crosses_the_attach_intact(cluster: None) -> None:
     """The largest value a worker may send, written just before it exits, reaches the host whole
-    through API server, kubelet and websocket (and one byte more is a resource limit)."""
-    srv = server(cold)
+    through API server, kubelet and websocket, with a 64 KiB stdout buffer that makes the reader
+    pause and resume many times within that frame (and one byte more is a resource limit)."""
+    rt = runtime(stdout_buffer_bytes=64 * 1024)
+    srv = server(rt)
     limit = srv.limits.max_value_bytes
     program = "def main():\n    return ('0123456789' * {tens}) + '{tail}'\n"
     tens, tail = divmod(limit - 2, 10)  # a string's size is its JSON text: two quotes more
@@ -377,3 +379,4 @@ async def test_a_final_value_at_the_size_limit_crosses_the_attach_intact(cold: K
             await srv.execute(program.format(tens=tens, tail="0123456789"[: tail + 1]), subject=ALICE)
     finally:
         await srv.aclose()
+    assert await gone(rt)

@@ -675,8 +675,9 @@ async def test_containers_of_a_sigkilled_host_are_removed_at_restart(docker_api:
 async def test_a_final_value_at_the_size_limit_crosses_intact_as_the_worker_exits(docker_api: Any) -> None:
     """The last frame a worker writes before it exits may be as large as a value can be: the
     host's attach reader must get every byte (the engine drops what it still holds for a stream once
-    the container is gone, so nothing may be left unread because the host paused)."""
-    b = codemode.Builder(authorizer=authz.allow_all(), runtime=DockerRuntime())
+    the container is gone, so nothing may be left unread because the host paused). A 64 KiB stdout
+    buffer makes the reader pause and resume many times within that one frame."""
+    b = codemode.Builder(authorizer=authz.allow_all(), runtime=DockerRuntime(stdout_buffer_bytes=64 * 1024))
     srv = b.build()
     limit = srv.limits.max_value_bytes
     # A string's size is its JSON encoding: the text plus two quotes.

@@ -4,7 +4,9 @@ It answers probes like the real worker, then runs the ``source`` of the exec fra
 **Python** (not Starlark), with the protocol helpers in scope: ``frame`` (the exec frame),
 ``stdin``/``stdout`` (binary frame streams), ``send(frame)``, ``recv(kinds)``,
 ``final(value)``, ``final_error(error, message)``, ``protocol``. It refuses to run (exit 3)
-unless ``CODEMODE_WORKER_TESTING=1`` is set in its environment, which no runtime sets.
+unless ``CODEMODE_WORKER_TESTING=1`` is set in its environment, which a runtime sets only when a test
+asks for it (``testing_entry=True`` on the Docker and Kubernetes runtimes, ``extra_env`` on the
+process runtime); no setting or flag reaches it.
 """
 
 from __future__ import annotations
