@@ -62,6 +62,7 @@ from codemode.upstream import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "TEXT_OUTPUT",
     "UpstreamMCPConfig",
     "UpstreamMCPPack",
@@ -75,6 +76,8 @@ TEXT_OUTPUT: dict[str, Any] = {"t": "record", "fields": [{"name": "text", "shape
 """The output of a tool without ``outputSchema``: ``{text: str}``."""
 
 MAX_LIST_PAGES = 100
+#: Bytes of one upstream message over HTTP (a JSON body or an SSE event); a larger one fails that call.
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _TOOL_NAME = re.compile(r"[\x21-\x7e]{1,128}\Z")
 T = TypeVar("T")
@@ -108,6 +111,11 @@ class UpstreamMCPConfig(BaseModel):
     exclude: list[str] = Field(default_factory=list, description="Tool name globs to drop.")
     timeout: float = Field(default=30.0, gt=0, description="Seconds per call (also bounded by the deadline).")
     connect_timeout: float = Field(default=30.0, gt=0, description="Seconds to connect and list tools.")
+    max_message_bytes: int = Field(
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        gt=0,
+        description="HTTP: largest JSON response body or server-sent event read from the upstream.",
+    )
     on_unsupported: Literal["skip", "fail"] = Field(
         default="skip", description="A tool whose schema cannot be represented: skip it (warn) or fail."
     )
@@ -203,13 +211,19 @@ class UpstreamSession:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
 
+            from .bounded_http import ACCEPT_IDENTITY, BoundedBodies
+
             assert cfg.url is not None
             http_client = await stack.enter_async_context(
                 httpx2.AsyncClient(
-                    headers=cfg.secret_headers(), timeout=httpx2.Timeout(cfg.connect_timeout, read=None)
+                    headers={**ACCEPT_IDENTITY, **cfg.secret_headers()},
+                    timeout=httpx2.Timeout(cfg.connect_timeout, read=None),
+                    transport=BoundedBodies(cfg.max_message_bytes),
                 )
             )
-            transport = streamable_http_client(cfg.url, http_client=http_client)
+            transport = streamable_http_client(
+                cfg.url, http_client=http_client, max_sse_event_size=cfg.max_message_bytes
+            )
             return await stack.enter_async_context(Client(transport, mode="legacy"))
 
         return http()

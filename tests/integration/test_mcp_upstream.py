@@ -347,6 +347,39 @@ async def test_missing_secret_env_names_the_variable(http_upstream: tuple[str, P
 # --- real third-party servers -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("json_response", [True, False], ids=["json-body", "sse-event"])
+async def test_http_upstream_answer_over_the_message_limit_fails_that_call_only(
+    tmp_path: Path, markers: Path, json_response: bool
+) -> None:
+    """A tenant steering an upstream tool's answer past ``max_message_bytes`` gets a plain
+    ``capability failed``; the host stops reading there, and the next call works."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-upstream-token\n")
+    bearer = tmp_path / "bearer"
+    bearer.write_text("Bearer s3cret-upstream-token\n")
+    port = free_port()
+    with start_http_upstream(port, token, markers, json_response=json_response):
+        cfg = {
+            "name": "web",
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "headers_from_file": {"Authorization": str(bearer)},
+            "max_message_bytes": 64 * 1024,
+        }
+        pack = upstream_mcp_pack([cfg])
+        server = await build(pack)
+        try:
+            small = await server.execute(run('return web.shout(text="a" * 20000)'), subject=SUBJECT)
+            assert small == {"text": "A" * 20000}
+            with pytest.raises(codemode.CapabilityFailure) as info:
+                await server.execute(run('return web.shout(text="a" * 70000)'), subject=SUBJECT)
+            assert codemode.errors.client_text(info.value) == "capability failed"
+            again = await server.execute(run('return web.shout(text="b")'), subject=SUBJECT)
+            assert again == {"text": "B"}
+        finally:
+            await pack.aclose()
+            await server.aclose()
+
+
 async def test_mcp_server_time_from_pypi() -> None:
     pack = upstream_mcp_pack(
         [

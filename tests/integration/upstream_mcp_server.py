@@ -4,7 +4,8 @@ Run as ``python upstream_mcp_server.py stdio`` or ``python upstream_mcp_server.p
 TOKEN_FILE`` (streamable HTTP under uvicorn on 127.0.0.1; every request must carry
 ``Authorization: Bearer <token from TOKEN_FILE>``). ``UPSTREAM_MARKERS`` names a directory where
 the ``slow`` tool records ``started-<tag>`` and, when the call is cancelled, ``cancelled-<tag>``;
-``UPSTREAM_PAGE_SIZE`` makes ``tools/list`` paginate.
+``UPSTREAM_PAGE_SIZE`` makes ``tools/list`` paginate; ``UPSTREAM_JSON_RESPONSE=1`` makes the HTTP
+server answer with JSON bodies instead of server-sent event streams.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def main() -> None:
 
     port = int(sys.argv[2])
     token = Path(sys.argv[3]).read_text().strip()
-    inner = server.streamable_http_app()
+    inner = server.streamable_http_app(json_response=os.environ.get("UPSTREAM_JSON_RESPONSE") == "1")
 
     def guarded(app: ASGIApp) -> ASGIApp:
         async def guard(scope: Scope, receive: Receive, send: Send) -> None:

@@ -72,9 +72,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def start_http_upstream(port: int, token_file: Path, markers: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Our test server over streamable HTTP under uvicorn on 127.0.0.1:port (a child process)."""
-    env = {**os.environ, "UPSTREAM_MARKERS": str(markers)}
+def start_http_upstream(
+    port: int, token_file: Path, markers: Path, *, json_response: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Our test server over streamable HTTP under uvicorn on 127.0.0.1:port (a child process);
+    answers come as server-sent event streams, or JSON bodies with ``json_response``."""
+    env = {
+        **os.environ,
+        "UPSTREAM_MARKERS": str(markers),
+        "UPSTREAM_JSON_RESPONSE": "1" if json_response else "0",
+    }
     proc = subprocess.Popen(
         [sys.executable, str(SERVER_SCRIPT), "http", str(port), str(token_file)],
         env=env,
