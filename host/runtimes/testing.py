@@ -2,10 +2,10 @@
 
 ``codemode_worker.testing_entry`` answers probes like the real worker, then runs the exec frame's
 source as arbitrary **Python**. It refuses to start unless ``TESTING_ENV`` is ``1`` in its
-environment, which the container runtimes set only when built with ``testing_entry=True`` (tests and
-benchmarks give it to a ``ProcessRuntime`` through ``extra_env``); no setting or flag reaches it. It exists to prove
-that a container or pod contains a compromised interpreter, and to measure the transport without
-the Starlark side; never enable it in a deployment.
+environment, which the container runtimes set only when built with ``testing_entry=True`` (tests
+and benchmarks give it to a ``ProcessRuntime`` through ``extra_env``); no setting or flag reaches
+it. It exists to prove that a container or pod contains a compromised interpreter, and to measure
+the transport without the Starlark side; never enable it in a deployment.
 """
 
 from __future__ import annotations
