@@ -25,6 +25,10 @@ request is abandoned and the MCP client sends ``notifications/cancelled`` upstre
 wrong (transport, protocol, timeout, an output that does not fit) is a plain ``capability failed``
 with the detail in the host log; after a transport failure the next call reconnects.
 
+Answers are bounded: no upstream message over ``max_message_bytes`` is buffered whole (stdio servers
+run behind ``codemode.capabilities.stdio_relay``; HTTP bodies through ``bounded_http``); a larger
+one fails the call it answers.
+
 Credentials (``headers_from_env``, ``headers_from_file``, ``env_from_host``) are read by the host
 when it connects and go only to the upstream: never into capability text, errors or workers.
 """
@@ -33,10 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import fnmatch
 import logging
 import os
 import re
+import shutil
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -76,8 +83,10 @@ TEXT_OUTPUT: dict[str, Any] = {"t": "record", "fields": [{"name": "text", "shape
 """The output of a tool without ``outputSchema``: ``{text: str}``."""
 
 MAX_LIST_PAGES = 100
-#: Bytes of one upstream message over HTTP (a JSON body or an SSE event); a larger one fails that call.
+#: Bytes of one upstream message (a stdio line, an HTTP JSON body or an SSE event); a larger one fails
+#: the call it answers.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+_RELAY = "codemode.capabilities.stdio_relay"
 _UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _TOOL_NAME = re.compile(r"[\x21-\x7e]{1,128}\Z")
 T = TypeVar("T")
@@ -114,7 +123,7 @@ class UpstreamMCPConfig(BaseModel):
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES,
         gt=0,
-        description="HTTP: largest JSON response body or server-sent event read from the upstream.",
+        description="Largest message read from the upstream: a stdio line, an HTTP JSON body or SSE event.",
     )
     on_unsupported: Literal["skip", "fail"] = Field(
         default="skip", description="A tool whose schema cannot be represented: skip it (warn) or fail."
@@ -202,8 +211,15 @@ class UpstreamSession:
 
         cfg = self.config
         if cfg.command is not None:
+            env = cfg.child_env() or None
+            # Through the bounded relay (codemode.capabilities.stdio_relay): the client's own line
+            # reader has no bound. A command that cannot be found fails here, as it would unrelayed.
+            command = _resolve(cfg.command, (env or {}).get("PATH") or os.environ.get("PATH"), cfg.cwd)
             params = StdioServerParameters(
-                command=cfg.command, args=list(cfg.args), env=cfg.child_env() or None, cwd=cfg.cwd
+                command=sys.executable,
+                args=["-m", _RELAY, str(cfg.max_message_bytes), "--", command, *cfg.args],
+                env=env,
+                cwd=cfg.cwd,
             )
             return stack.enter_async_context(Client(params, mode="legacy"))
 
@@ -301,6 +317,20 @@ class UpstreamSession:
         raise UpstreamBuildError(
             f"upstream {self.config.name!r}: tools/list did not end after {MAX_LIST_PAGES} pages"
         )
+
+
+def _resolve(command: str, path: str | None, cwd: str | None) -> str:
+    """``command`` as the server's process would find it (on ``path``, or relative to ``cwd`` when it
+    names a file); ``FileNotFoundError`` when there is nothing to run."""
+    if os.sep in command:
+        found = command if os.path.isabs(command) else os.path.join(cwd or os.getcwd(), command)
+        if os.path.isfile(found) and os.access(found, os.X_OK):
+            return command
+    else:
+        hit = shutil.which(command, path=path)
+        if hit is not None:
+            return hit
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

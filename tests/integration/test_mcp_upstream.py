@@ -347,6 +347,41 @@ async def test_missing_secret_env_names_the_variable(http_upstream: tuple[str, P
 # --- real third-party servers -------------------------------------------------------------------------
 
 
+async def shout_past_the_limit(server: codemode.Server, namespace: str) -> None:
+    """With ``max_message_bytes`` = 64 KiB: a 20 KB answer passes, a 70 KB one is a plain
+    ``capability failed``, and the next call works."""
+    small = await server.execute(run(f'return {namespace}.shout(text="a" * 20000)'), subject=SUBJECT)
+    assert small == {"text": "A" * 20000}
+    with pytest.raises(codemode.CapabilityFailure) as info:
+        await server.execute(run(f'return {namespace}.shout(text="a" * 70000)'), subject=SUBJECT)
+    assert codemode.errors.client_text(info.value) == "capability failed"
+    assert await server.execute(run(f'return {namespace}.shout(text="b")'), subject=SUBJECT) == {"text": "B"}
+
+
+async def test_stdio_upstream_answer_over_the_message_limit_fails_that_call_only(markers: Path) -> None:
+    """Over stdio the server's output goes through the bounded relay: a message past
+    ``max_message_bytes`` ends that server (the call fails plainly); the next call gets a new one."""
+    pack = upstream_mcp_pack([stdio_config(markers, max_message_bytes=64 * 1024)])
+    server = await build(pack)
+    try:
+        first = await server.execute(run("return test.pid()"), subject=SUBJECT)
+        await shout_past_the_limit(server, "test")
+        assert await server.execute(run("return test.pid()"), subject=SUBJECT) != first  # a fresh server
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
+async def test_stdio_command_that_does_not_exist_is_named(tmp_path: Path) -> None:
+    pack = upstream_mcp_pack([{"name": "gone", "command": "codemode-no-such-server", "connect_timeout": 5.0}])
+    with pytest.raises(UpstreamBuildError, match="cannot connect and list tools: FileNotFoundError") as info:
+        await pack.acapabilities()
+    assert "codemode-no-such-server" in str(info.value)
+    relative = upstream_mcp_pack([{"name": "gone", "command": "./server.py", "cwd": str(tmp_path)}])
+    with pytest.raises(UpstreamBuildError, match="No such file or directory"):
+        await relative.acapabilities()
+
+
 @pytest.mark.parametrize("json_response", [True, False], ids=["json-body", "sse-event"])
 async def test_http_upstream_answer_over_the_message_limit_fails_that_call_only(
     tmp_path: Path, markers: Path, json_response: bool
@@ -368,13 +403,7 @@ async def test_http_upstream_answer_over_the_message_limit_fails_that_call_only(
         pack = upstream_mcp_pack([cfg])
         server = await build(pack)
         try:
-            small = await server.execute(run('return web.shout(text="a" * 20000)'), subject=SUBJECT)
-            assert small == {"text": "A" * 20000}
-            with pytest.raises(codemode.CapabilityFailure) as info:
-                await server.execute(run('return web.shout(text="a" * 70000)'), subject=SUBJECT)
-            assert codemode.errors.client_text(info.value) == "capability failed"
-            again = await server.execute(run('return web.shout(text="b")'), subject=SUBJECT)
-            assert again == {"text": "B"}
+            await shout_past_the_limit(server, "web")
         finally:
             await pack.aclose()
             await server.aclose()
