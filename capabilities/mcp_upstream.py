@@ -68,6 +68,8 @@ from codemode.upstream import (
     summary_of,
 )
 
+from . import stdio_relay
+
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "TEXT_OUTPUT",
@@ -86,7 +88,9 @@ MAX_LIST_PAGES = 100
 #: Bytes of one upstream message (a stdio line, an HTTP JSON body or an SSE event); a larger one fails
 #: the call it answers.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-_RELAY = "codemode.capabilities.stdio_relay"
+#: The relay runs as a file in isolated mode: it imports only the standard library, so it needs no
+#: PYTHONPATH (the MCP client gives it only a minimal environment plus the configured one).
+_RELAY = ("-I", stdio_relay.__file__)
 _UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _TOOL_NAME = re.compile(r"[\x21-\x7e]{1,128}\Z")
 T = TypeVar("T")
@@ -217,7 +221,7 @@ class UpstreamSession:
             command = _resolve(cfg.command, (env or {}).get("PATH") or os.environ.get("PATH"), cfg.cwd)
             params = StdioServerParameters(
                 command=sys.executable,
-                args=["-m", _RELAY, str(cfg.max_message_bytes), "--", command, *cfg.args],
+                args=[*_RELAY, str(cfg.max_message_bytes), "--", command, *cfg.args],
                 env=env,
                 cwd=cfg.cwd,
             )

@@ -1,4 +1,4 @@
-"""``python -m codemode.capabilities.stdio_relay LIMIT -- COMMAND [ARGS...]``: a bounded stdout.
+"""``python -I stdio_relay.py LIMIT -- COMMAND [ARGS...]``: a bounded stdout for a stdio MCP server.
 
 The MCP client reads a stdio server's output line by line with no bound on a line, so a server
 (or a tenant steering a tool's output through its arguments) could make the host buffer any amount.
@@ -8,8 +8,10 @@ to its own, counting the bytes of each newline-delimited message. A message long
 bytes ends the server (SIGKILL) and the relay (exit status 3) after what was already copied: the
 client sees the connection end, the call in flight fails, the next call starts a fresh server.
 
-It stays small on purpose: one process, blocking reads, no parsing. The server dies with it
-(``PR_SET_PDEATHSIG``) and, like it, belongs to the process group the client terminates.
+It stays small on purpose: one process, blocking reads, no parsing, nothing but the standard
+library (the pack runs this file with ``python -I``, so it works without ``PYTHONPATH``; ``python -m
+codemode.capabilities.stdio_relay`` works too). The server dies with it (``PR_SET_PDEATHSIG``) and,
+like it, belongs to the process group the client terminates.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ EXIT_USAGE = 2
 EXIT_TOO_LARGE = 3
 _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
-_USAGE = "usage: python -m codemode.capabilities.stdio_relay LIMIT -- COMMAND [ARGS...]"
+_USAGE = "usage: python -I stdio_relay.py LIMIT -- COMMAND [ARGS...]"
 
 
 def _die_with_parent() -> None:

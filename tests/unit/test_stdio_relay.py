@@ -7,6 +7,7 @@ tests/integration/test_mcp_upstream.py.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,9 +17,11 @@ import time
 
 import pytest
 
+from codemode.capabilities import stdio_relay
 from codemode.capabilities.stdio_relay import EXIT_TOO_LARGE, EXIT_USAGE, relay
 
-RELAY = [sys.executable, "-m", "codemode.capabilities.stdio_relay"]
+#: As the upstream pack starts it: the file, isolated mode.
+RELAY = [sys.executable, "-I", str(stdio_relay.__file__)]
 
 
 def through(chunks: list[bytes], limit: int) -> tuple[bool, bytes]:
@@ -78,6 +81,17 @@ def test_main_runs_the_server_and_returns_its_status() -> None:
         [*RELAY, "100", "--", sys.executable, "-c", server], input=b"hello\n", capture_output=True, timeout=30
     )
     assert (done.returncode, done.stdout) == (5, b"HELLO\n")
+
+
+def test_main_needs_no_environment() -> None:
+    """The MCP client starts it with a minimal environment (no PYTHONPATH, as in the service image,
+    where codemode is importable only through PYTHONPATH); what it is given reaches the server."""
+    server = "import json, os; print(json.dumps(dict(os.environ)))"
+    argv = [*RELAY, "100", "--", sys.executable, "-c", server]
+    done = subprocess.run(argv, env={"ONLY": "1"}, capture_output=True, timeout=30)
+    assert (done.returncode, done.stderr) == (0, b"")
+    env = json.loads(done.stdout)
+    assert env["ONLY"] == "1" and "PYTHONPATH" not in env
 
 
 def test_main_ends_a_server_whose_message_is_too_long() -> None:
