@@ -4,8 +4,10 @@ The MCP client's streamable HTTP transport reads a JSON response whole (``aread(
 parses it: an upstream, or a tenant steering an upstream tool's output, could make the host buffer
 any amount. Wrapped in :class:`BoundedBodies`, every non-SSE body is counted as it streams in and
 fails with :class:`BodyTooLarge` (an ``httpx2.StreamError``, which the client turns into an error
-for that one request) once it passes the limit. Server-sent event streams pass through: the client
-bounds each event itself (``max_sse_event_size``). Bodies are asked for uncompressed, and a
+for that one request) once it passes the limit. Only the event streams the client reads event by
+event pass through (a 2xx ``text/event-stream`` answer to a GET or a POST; the client bounds each
+event, ``max_sse_event_size``); every other body is counted, whatever it claims to be (a redirect
+or a DELETE answer is read whole by the client). Bodies are asked for uncompressed, and a
 compressed one is refused, so the count is the decoded size.
 """
 
@@ -56,8 +58,10 @@ class BoundedBodies(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
-        if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
-            return response
+        sse = response.headers.get("content-type", "").lower().startswith("text/event-stream")
+        if sse and 200 <= response.status_code < 300 and request.method in ("GET", "POST"):
+            return response  # the client reads it event by event, each bounded
+
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         refuse = None if encoding in ("", "identity") else f"compressed response body ({encoding})"
         assert isinstance(response.stream, httpx2.AsyncByteStream)

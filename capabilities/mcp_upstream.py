@@ -26,8 +26,8 @@ wrong (transport, protocol, timeout, an output that does not fit) is a plain ``c
 with the detail in the host log; after a transport failure the next call reconnects.
 
 Answers are bounded: no upstream message over ``max_message_bytes`` is buffered whole (stdio servers
-run behind ``codemode.capabilities.stdio_relay``; HTTP bodies through ``bounded_http``); a larger
-one fails the call it answers.
+run behind ``stdio_relay``, which drops such a message; HTTP bodies go through ``bounded_http``); a
+larger one fails the call it answers.
 
 Credentials (``headers_from_env``, ``headers_from_file``, ``env_from_host``) are read by the host
 when it connects and go only to the upstream: never into capability text, errors or workers.
@@ -42,7 +42,6 @@ import fnmatch
 import logging
 import os
 import re
-import shutil
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -217,11 +216,14 @@ class UpstreamSession:
         if cfg.command is not None:
             env = cfg.child_env() or None
             # Through the bounded relay (codemode.capabilities.stdio_relay): the client's own line
-            # reader has no bound. A command that cannot be found fails here, as it would unrelayed.
-            command = _resolve(cfg.command, (env or {}).get("PATH") or os.environ.get("PATH"), cfg.cwd)
+            # reader has no bound. A command that cannot be started fails here, as it would unrelayed.
+            _check_command(cfg.command, (env or {}).get("PATH") or os.environ.get("PATH"), cfg.cwd)
+            # Python's locale coercion may add or change LC_CTYPE in the relay's own environment.
+            lc_ctype = (env or {}).get("LC_CTYPE")
+            flags = ["--unset-lc-ctype"] if lc_ctype is None else [f"--lc-ctype={lc_ctype}"]
             params = StdioServerParameters(
                 command=sys.executable,
-                args=[*_RELAY, str(cfg.max_message_bytes), "--", command, *cfg.args],
+                args=[*_RELAY, str(cfg.max_message_bytes), *flags, "--", cfg.command, *cfg.args],
                 env=env,
                 cwd=cfg.cwd,
             )
@@ -323,17 +325,20 @@ class UpstreamSession:
         )
 
 
-def _resolve(command: str, path: str | None, cwd: str | None) -> str:
-    """``command`` as the server's process would find it (on ``path``, or relative to ``cwd`` when it
-    names a file); ``FileNotFoundError`` when there is nothing to run."""
+def _check_command(command: str, path: str | None, cwd: str | None) -> None:
+    """Fail as starting ``command`` would: ``FileNotFoundError`` when no file of that name is found
+    (on ``path``, whose relative entries are taken from ``cwd`` like the process's own lookup, or
+    at ``cwd``/``command`` when it names a path), ``PermissionError`` when none found can run."""
+    base = cwd or os.getcwd()
     if os.sep in command:
-        found = command if os.path.isabs(command) else os.path.join(cwd or os.getcwd(), command)
-        if os.path.isfile(found) and os.access(found, os.X_OK):
-            return command
+        candidates = [os.path.join(base, command)]
     else:
-        hit = shutil.which(command, path=path)
-        if hit is not None:
-            return hit
+        candidates = [os.path.join(base, entry, command) for entry in (path or os.defpath).split(os.pathsep)]
+    files = [c for c in candidates if os.path.isfile(c)]
+    if any(os.access(c, os.X_OK) for c in files):
+        return
+    if files:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 

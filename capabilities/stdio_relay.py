@@ -1,35 +1,48 @@
-"""``python -I stdio_relay.py LIMIT -- COMMAND [ARGS...]``: a bounded stdout for a stdio MCP server.
+"""``python -I stdio_relay.py LIMIT [FLAG] -- COMMAND [ARGS...]``: bounded stdio messages.
 
 The MCP client reads a stdio server's output line by line with no bound on a line, so a server
 (or a tenant steering a tool's output through its arguments) could make the host buffer any amount.
 The upstream pack therefore starts every stdio server through this relay: it runs ``COMMAND`` with
-the relay's own stdin, stderr, environment and working directory, and copies the server's stdout
-to its own, counting the bytes of each newline-delimited message. A message longer than ``LIMIT``
-bytes ends the server (SIGKILL) and the relay (exit status 3) after what was already copied: the
-client sees the connection end, the call in flight fails, the next call starts a fresh server.
+the relay's own stdin, stderr, environment and working directory, and passes the server's
+newline-delimited messages on **whole**, one at a time, holding at most ``LIMIT`` bytes of one:
 
-It stays small on purpose: one process, blocking reads, no parsing, nothing but the standard
-library (the pack runs this file with ``python -I``, so it works without ``PYTHONPATH``; ``python -m
-codemode.capabilities.stdio_relay`` works too). The server dies with it (``PR_SET_PDEATHSIG``) and,
-like it, belongs to the process group the client terminates.
+* a message of at most ``LIMIT`` bytes (newline excluded) is copied as it was written;
+* a longer one is dropped, never copied in part. When it starts as a JSON-RPC response whose ``id``
+  comes first (``{"jsonrpc":"2.0","id":...``, how servers write them), the relay answers that
+  request in its place with a JSON-RPC error as soon as the limit is passed, so that one call fails
+  at once; otherwise that call waits for its timeout. Every other message, and every other caller
+  of the same server, goes on.
+
+It stays small on purpose: one process, blocking reads, nothing but the standard library (the pack
+runs this file with ``python -I``, so it needs no ``PYTHONPATH``). The server dies with it
+(``PR_SET_PDEATHSIG``) and, like it, belongs to the process group the client terminates.
+Python's locale coercion may add or change ``LC_CTYPE`` in the relay's own environment (``python -I``
+ignores ``PYTHONCOERCECLOCALE``): the flag ``--unset-lc-ctype`` or ``--lc-ctype=VALUE`` says what the
+server's is, so the server gets exactly the environment the relay was given.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
-__all__ = ["EXIT_TOO_LARGE", "EXIT_USAGE", "main", "relay"]
+__all__ = ["EXIT_USAGE", "Relay", "main"]
 
 EXIT_USAGE = 2
-EXIT_TOO_LARGE = 3
 _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
-_USAGE = "usage: python -I stdio_relay.py LIMIT -- COMMAND [ARGS...]"
+_USAGE = "usage: python -I stdio_relay.py LIMIT [--unset-lc-ctype | --lc-ctype=VALUE] -- COMMAND [ARGS...]"
+#: A JSON-RPC response that names its id first; the id is a JSON integer or string.
+_RESPONSE_ID = re.compile(
+    rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]{1,19}|"(?:[^"\\\n]|\\.){0,200}")'
+)
+_TOO_LARGE = -32603  # JSON-RPC "internal error"
 
 
 def _die_with_parent() -> None:
@@ -44,47 +57,90 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def relay(source: int, sink: int, limit: int) -> bool:
-    """Copy ``source`` to ``sink`` until end of file (True) or a message over ``limit`` bytes
-    (False; the bytes of that message past the limit are not copied)."""
-    pending = 0  # bytes of the message under way (since the last newline)
-    while True:
-        data = os.read(source, _CHUNK)
-        if not data:
-            return True
+class Relay:
+    """Splits a byte stream into newline-delimited messages and decides what to pass on."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.dropped = 0
+        self._message = bytearray()  # the message under way (at most ``limit`` bytes)
+        self._skipping = False  # inside a dropped message, until its newline
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to pass on for ``data`` (whole messages only)."""
+        out = bytearray()
         *complete, tail = data.split(b"\n")
-        if complete:
-            if pending + len(complete[0]) > limit or any(len(m) > limit for m in complete[1:]):
-                return False
-            pending = len(tail)
-        else:
-            pending += len(tail)
-        if pending > limit:
-            return False
-        _write_all(sink, data)
+        for segment in complete:
+            if self._skipping:  # the end of a dropped message
+                self._skipping = False
+            elif len(self._message) + len(segment) > self.limit:
+                out += self._drop((bytes(self._message[:256]) + segment[:256])[:256])
+            else:
+                out += self._message + segment + b"\n"
+            self._message.clear()
+        if not self._skipping:
+            self._message += tail
+            if len(self._message) > self.limit:  # answered now, skipped until its newline
+                out += self._drop(bytes(self._message[:256]))
+                self._skipping = True
+                self._message.clear()
+        return bytes(out)
+
+    def end(self) -> bytes:
+        """At end of input: a last message without a newline, as it was (when not over the limit)."""
+        rest, self._message = bytes(self._message), bytearray()
+        return b"" if self._skipping else rest
+
+    def _drop(self, head: bytes) -> bytes:
+        self.dropped += 1
+        found = _RESPONSE_ID.match(head)
+        if found is None:
+            return b""
+        message = f"upstream message over {self.limit} bytes (dropped by the codemode relay)"
+        error = {"code": _TOO_LARGE, "message": message}
+        return b'{"jsonrpc":"2.0","id":' + found.group(1) + b',"error":' + json.dumps(error).encode() + b"}\n"
+
+
+def relay(source: int, sink: int, limit: int) -> int:
+    """Pass ``source`` on to ``sink`` until end of file; the number of messages dropped."""
+    state = Relay(limit)
+    while data := os.read(source, _CHUNK):
+        passed = state.feed(data)
+        if passed:
+            _write_all(sink, passed)
+    _write_all(sink, state.end())
+    return state.dropped
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit() or int(argv[0]) <= 0:
+    env = dict(os.environ)
+    rest = argv[1:]
+    if rest and rest[0] == "--unset-lc-ctype":
+        env.pop("LC_CTYPE", None)
+        rest = rest[1:]
+    elif rest and rest[0].startswith("--lc-ctype="):
+        env["LC_CTYPE"] = rest[0].removeprefix("--lc-ctype=")
+        rest = rest[1:]
+    if not argv or not argv[0].isdigit() or int(argv[0]) <= 0 or len(rest) < 2 or rest[0] != "--":
         print(_USAGE, file=sys.stderr)
         return EXIT_USAGE
-    limit, command = int(argv[0]), argv[2:]
+    limit, command = int(argv[0]), rest[1:]
     try:
-        server = subprocess.Popen(command, stdout=subprocess.PIPE, preexec_fn=_die_with_parent)
+        server = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
     except OSError as exc:
         print(f"codemode stdio relay: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
     assert server.stdout is not None
-    try:
-        whole = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
-    except BrokenPipeError:  # the client went away
-        whole = True
-    if not whole:
-        print(f"codemode stdio relay: a message from {command[0]!r} is over {limit} bytes", file=sys.stderr)
-        server.kill()
-        server.wait()
-        return EXIT_TOO_LARGE
-    return server.wait()
+    with contextlib.suppress(BrokenPipeError):  # the client went away: nothing more to pass on
+        dropped = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
+        if dropped:
+            print(f"codemode stdio relay: dropped {dropped} message(s) over {limit} bytes", file=sys.stderr)
+    # The client sees the end now, not when the server exits (fd 1 stays valid for the interpreter).
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    status = server.wait()
+    return 128 - status if status < 0 else status  # killed by a signal: 128 + its number, like a shell
 
 
 if __name__ == "__main__":

@@ -80,6 +80,22 @@ def test_the_deployment_runs_the_local_service_image(deployed: None) -> None:
     assert all(cs.ready for cs in pod.status.container_statuses)
 
 
+#: Run inside the service container: the stdio relay the upstream pack starts, exactly as it starts
+#: it (the file, ``python -I``) and with the minimal environment the MCP client gives it.
+RELAY_IN_THE_IMAGE = """
+import subprocess, sys
+import codemode.capabilities.mcp_upstream as pack
+argv = [sys.executable, *pack._RELAY, "100", "--", sys.executable, "-I", "-c", "print(6 * 7)"]
+done = subprocess.run(argv, env={"HOME": "/tmp"}, capture_output=True, timeout=60)
+print(done.returncode, done.stdout.decode().strip(), done.stderr.decode().strip())
+"""
+
+
+def test_the_service_image_runs_the_upstream_stdio_relay(deployed: None) -> None:
+    out = kubectl("exec", "-n", SERVICE_NS, "deployment/codemode", "--", "python3", "-c", RELAY_IN_THE_IMAGE)
+    assert out.split() == ["0", "42"], out
+
+
 @contextlib.contextmanager
 def port_forward() -> Iterator[int]:
     """``kubectl port-forward`` of the Deployment's port 8000 to a free loopback port."""

@@ -358,15 +358,24 @@ async def shout_past_the_limit(server: codemode.Server, namespace: str) -> None:
     assert await server.execute(run(f'return {namespace}.shout(text="b")'), subject=SUBJECT) == {"text": "B"}
 
 
-async def test_stdio_upstream_answer_over_the_message_limit_fails_that_call_only(markers: Path) -> None:
+async def test_stdio_upstream_answer_over_the_message_limit_fails_that_call_only(
+    markers: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Over stdio the server's output goes through the bounded relay: a message past
-    ``max_message_bytes`` ends that server (the call fails plainly); the next call gets a new one."""
+    ``max_message_bytes`` is dropped and its call answered with an error (a plain ``capability
+    failed``); the same server goes on serving, a call of another tenant in flight included."""
     pack = upstream_mcp_pack([stdio_config(markers, max_message_bytes=64 * 1024)])
     server = await build(pack)
     try:
         first = await server.execute(run("return test.pid()"), subject=SUBJECT)
+        bob = asyncio.create_task(
+            server.execute(run('return test.slow(seconds=1.5, tag="bob")'), subject=authz.Subject(id="bob"))
+        )
+        assert await wait_for(markers / "started-bob")
         await shout_past_the_limit(server, "test")
-        assert await server.execute(run("return test.pid()"), subject=SUBJECT) != first  # a fresh server
+        assert "dropped by the codemode relay" in caplog.text  # its answer, not the call's timeout
+        assert await bob == {"result": "done"}
+        assert await server.execute(run("return test.pid()"), subject=SUBJECT) == first  # the same server
     finally:
         await pack.aclose()
         await server.aclose()
@@ -379,6 +388,9 @@ async def test_stdio_command_that_does_not_exist_is_named(tmp_path: Path) -> Non
     assert "codemode-no-such-server" in str(info.value)
     relative = upstream_mcp_pack([{"name": "gone", "command": "./server.py", "cwd": str(tmp_path)}])
     with pytest.raises(UpstreamBuildError, match="No such file or directory"):
+        await relative.acapabilities()
+    (tmp_path / "server.py").write_text("print('not executable')\n")
+    with pytest.raises(UpstreamBuildError, match=r"PermissionError: .*Permission denied"):
         await relative.acapabilities()
 
 

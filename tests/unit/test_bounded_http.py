@@ -27,9 +27,9 @@ class Endless(httpx2.AsyncByteStream):
             yield b"x" * CHUNK
 
 
-def upstream(body: Endless, headers: dict[str, str]) -> httpx2.MockTransport:
+def upstream(body: Endless, headers: dict[str, str], status: int = 200) -> httpx2.MockTransport:
     def answer(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers=headers, stream=body)
+        return httpx2.Response(status, headers=headers, stream=body)
 
     return httpx2.MockTransport(answer)
 
@@ -72,6 +72,21 @@ async def test_event_streams_pass_through_for_the_client_to_bound_per_event() ->
             if seen > 4 * CHUNK:
                 break
     assert seen > CHUNK
+
+
+@pytest.mark.parametrize(("status", "method"), [(307, "POST"), (500, "GET"), (200, "DELETE")])
+async def test_other_event_streams_are_counted(status: int, method: str) -> None:
+    """A redirect, an error or a DELETE answer typed as an event stream is read whole by the client:
+    it gets the same bound as any body."""
+    body = Endless()
+    headers = {"content-type": "Text/Event-Stream; charset=utf-8"}
+    if status == 307:
+        headers["location"] = "http://upstream/elsewhere"
+    transport = BoundedBodies(10 * CHUNK, upstream(body, headers, status))
+    async with httpx2.AsyncClient(transport=transport) as client:
+        with pytest.raises(BodyTooLarge):
+            await (await client.request(method, "http://upstream/mcp")).aread()
+    assert body.pulled == 11
 
 
 def test_the_limit_must_be_positive() -> None:

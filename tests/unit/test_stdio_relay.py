@@ -1,7 +1,8 @@
-"""codemode.capabilities.stdio_relay: copies a server's stdout, stops at a message over the limit.
+"""codemode.capabilities.stdio_relay: a stdio server's messages pass whole, or not at all.
 
-``relay()`` is driven through real pipes; ``main`` runs as the real module in a child process with
-real servers (small Python programs). End to end with an MCP server:
+``Relay`` is fed every way a stream can be cut into reads (its output must not depend on it);
+``relay()`` runs over real pipes; the module runs as the upstream pack starts it (the file,
+``python -I``) with real servers (small Python programs). End to end with an MCP server:
 tests/integration/test_mcp_upstream.py.
 """
 
@@ -18,61 +19,89 @@ import time
 import pytest
 
 from codemode.capabilities import stdio_relay
-from codemode.capabilities.stdio_relay import EXIT_TOO_LARGE, EXIT_USAGE, relay
+from codemode.capabilities.stdio_relay import EXIT_USAGE, Relay, relay
 
 #: As the upstream pack starts it: the file, isolated mode.
 RELAY = [sys.executable, "-I", str(stdio_relay.__file__)]
 
 
-def through(chunks: list[bytes], limit: int) -> tuple[bool, bytes]:
-    """Feed ``chunks`` (one write each) through ``relay``; return its verdict and what came out."""
+def passed(stream: bytes, limit: int, cuts: list[int]) -> bytes:
+    """What a relay passes on for ``stream`` read in pieces ending at ``cuts``."""
+    state = Relay(limit)
+    out = b""
+    start = 0
+    for end in [*cuts, len(stream)]:
+        out += state.feed(stream[start:end])
+        start = end
+    return out + state.end()
+
+
+def every_way(stream: bytes, limit: int) -> set[bytes]:
+    """The outputs over every single cut and every pair of cuts (one output if the relay is sound)."""
+    n = len(stream)
+    outs = {passed(stream, limit, [i]) for i in range(n + 1)}
+    outs |= {passed(stream, limit, [i, j]) for i in range(n + 1) for j in range(i, n + 1)}
+    return outs
+
+
+def test_messages_within_the_limit_pass_exactly_however_the_stream_is_read() -> None:
+    stream = b'{"a":1}\n{"bb":2}\n' + b"x" * 12 + b"\ntail"
+    assert every_way(stream, 12) == {stream}
+
+
+def test_a_message_over_the_limit_is_dropped_whole_and_the_rest_goes_on() -> None:
+    stream = b"ok\n" + b"y" * 13 + b"\nafter\n"
+    assert every_way(stream, 12) == {b"ok\nafter\n"}
+    at_limit = b"ok\n" + b"y" * 12 + b"\nafter\n"
+    assert every_way(at_limit, 12) == {at_limit}
+
+
+def test_a_dropped_response_is_answered_with_an_error_for_its_id() -> None:
+    big = b'{"jsonrpc":"2.0","id":7,"result":{"text":"' + b"z" * 100 + b'"}}'
+    stream = b'{"jsonrpc":"2.0","method":"ping"}\n' + big + b'\n{"jsonrpc":"2.0","id":8,"result":{}}\n'
+    (out,) = every_way(stream, 60)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line.get("id") for line in lines] == [None, 7, 8]
+    assert lines[1]["error"]["code"] == -32603 and "over 60 bytes" in lines[1]["error"]["message"]
+    assert "result" not in lines[1]
+    # A string id, spaced out, is found too; a message that does not start with its id is only dropped.
+    spaced = b'{ "jsonrpc" : "2.0" , "id" : "a\\"b", "result": "' + b"q" * 80 + b'"}\n'
+    assert json.loads(passed(spaced, 60, [10]))["id"] == 'a"b'
+    result_first = b'{"result":"' + b"q" * 80 + b'","jsonrpc":"2.0","id":9}\n'
+    assert every_way(result_first, 60) == {b""}
+
+
+def test_the_answer_goes_out_when_the_limit_is_passed_not_when_the_message_ends() -> None:
+    state = Relay(20)
+    out = state.feed(b'{"jsonrpc":"2.0","id":3,"result":"' + b"w" * 40)  # no newline yet
+    assert json.loads(out)["id"] == 3
+    assert state.feed(b"w" * 1000) == b"" and state.feed(b'"}\nnext\n') == b"next\n"
+    assert state.dropped == 1
+
+
+def test_relay_over_real_pipes() -> None:
     src_r, src_w = os.pipe()
     out_r, out_w = os.pipe()
-
-    def feed() -> None:
-        for chunk in chunks:
-            os.write(src_w, chunk)
-            time.sleep(0.002)  # separate reads where the pipe allows it
-        os.close(src_w)
-
-    writer = threading.Thread(target=feed)
-    writer.start()
+    stream = b"one\n" + b"2" * 70000 + b"\nthree\n"
+    writer = threading.Thread(target=lambda: (os.write(src_w, stream), os.close(src_w)))
     copied = bytearray()
-    reader = threading.Thread(target=lambda: copied.extend(iter_read(out_r)))
+
+    def read_all() -> None:
+        while chunk := os.read(out_r, 65536):
+            copied.extend(chunk)
+
+    reader = threading.Thread(target=read_all)
+    writer.start()
     reader.start()
     try:
-        whole = relay(src_r, out_w, limit)
+        assert relay(src_r, out_w, 1000) == 1
     finally:
         os.close(out_w)
         writer.join()
         reader.join()
         os.close(src_r)
         os.close(out_r)
-    return whole, bytes(copied)
-
-
-def iter_read(fd: int) -> bytes:
-    data = bytearray()
-    while chunk := os.read(fd, 65536):
-        data += chunk
-    return bytes(data)
-
-
-def test_messages_within_the_limit_are_copied_exactly() -> None:
-    chunks = [b'{"a":1}\n{"b"', b":2}\n", b"x" * 10 + b"\n", b"tail without newline"]
-    assert through(chunks, 20) == (True, b"".join(chunks))
-
-
-def test_a_message_at_the_limit_passes_and_one_byte_more_stops() -> None:
-    assert through([b"y" * 16 + b"\n"], 16) == (True, b"y" * 16 + b"\n")
-    whole, copied = through([b"ok\n", b"y" * 17 + b"\n", b"never\n"], 16)
-    assert not whole and copied == b"ok\n"  # nothing of the long message, nothing after it
-
-
-def test_a_message_growing_across_reads_stops_at_the_limit() -> None:
-    whole, copied = through([b"ok\n" + b"z" * 10, b"z" * 10, b"z" * 10 + b"\n"], 25)
-    assert not whole
-    assert copied.startswith(b"ok\n") and len(copied) <= 3 + 25  # at most the limit of that message
+    assert bytes(copied) == b"one\nthree\n"
 
 
 def test_main_runs_the_server_and_returns_its_status() -> None:
@@ -83,33 +112,65 @@ def test_main_runs_the_server_and_returns_its_status() -> None:
     assert (done.returncode, done.stdout) == (5, b"HELLO\n")
 
 
-def test_main_needs_no_environment() -> None:
-    """The MCP client starts it with a minimal environment (no PYTHONPATH, as in the service image,
-    where codemode is importable only through PYTHONPATH); what it is given reaches the server."""
-    server = "import json, os; print(json.dumps(dict(os.environ)))"
-    argv = [*RELAY, "100", "--", sys.executable, "-c", server]
-    done = subprocess.run(argv, env={"ONLY": "1"}, capture_output=True, timeout=30)
-    assert (done.returncode, done.stderr) == (0, b"")
-    env = json.loads(done.stdout)
-    assert env["ONLY"] == "1" and "PYTHONPATH" not in env
-
-
-def test_main_ends_a_server_whose_message_is_too_long() -> None:
-    server = "import sys, time; sys.stdout.write('x' * 5000); sys.stdout.flush(); time.sleep(60)"
-    started = time.monotonic()
+def test_main_keeps_the_server_running_past_a_dropped_message() -> None:
+    server = "print('x' * 5000); print('still here'); print('x' * 5000); print('and here')"
     done = subprocess.run(
         [*RELAY, "1000", "--", sys.executable, "-c", server], capture_output=True, timeout=30
     )
-    assert done.returncode == EXIT_TOO_LARGE and time.monotonic() - started < 20
-    assert len(done.stdout) <= 1000
-    assert b"over 1000 bytes" in done.stderr
+    assert (done.returncode, done.stdout) == (0, b"still here\nand here\n")
+    assert b"dropped 2 message(s) over 1000 bytes" in done.stderr
+
+
+def test_main_gives_the_server_exactly_its_environment() -> None:
+    """The MCP client starts it with a minimal environment (no PYTHONPATH, as in the service image,
+    where codemode is importable only through PYTHONPATH); that environment reaches the server as
+    it was, LC_CTYPE included, which Python's locale coercion changes in the relay's own (the server
+    here is env(1), which adds nothing of its own)."""
+    for given, flag in (
+        ({"ONLY": "1"}, "--unset-lc-ctype"),
+        ({"ONLY": "1", "LC_CTYPE": "C"}, "--lc-ctype=C"),
+    ):
+        argv = [*RELAY, "100", flag, "--", "/usr/bin/env"]
+        done = subprocess.run(argv, env=given, capture_output=True, timeout=30)
+        assert (done.returncode, done.stderr) == (0, b"")
+        assert sorted(done.stdout.splitlines()) == sorted(f"{k}={v}".encode() for k, v in given.items())
+
+
+def test_main_reports_a_server_killed_by_a_signal_like_a_shell() -> None:
+    server = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    done = subprocess.run(
+        [*RELAY, "100", "--", sys.executable, "-c", server], capture_output=True, timeout=30
+    )
+    assert done.returncode == 128 + signal.SIGTERM
 
 
 def test_main_names_a_command_it_cannot_start_and_refuses_bad_usage() -> None:
     done = subprocess.run([*RELAY, "100", "--", "codemode-no-such-server"], capture_output=True, timeout=30)
     assert done.returncode == 127 and b"codemode-no-such-server" in done.stderr
-    for argv in (["100"], ["x", "--", "true"], ["0", "--", "true"], ["100", "true"]):
+    bad = (
+        ["100"],
+        ["x", "--", "true"],
+        ["0", "--", "true"],
+        ["100", "true"],
+        ["100", "--unset-lc-ctype", "true"],
+    )
+    for argv in bad:
         assert subprocess.run([*RELAY, *argv], capture_output=True, timeout=30).returncode == EXIT_USAGE
+
+
+def started(server: str) -> subprocess.Popen[bytes]:
+    """The relay (limit 100) running the Python program ``server``; its output piped to us."""
+    argv = [*RELAY, "100", "--", sys.executable, "-c", server]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def test_the_client_sees_the_end_when_the_server_closes_its_output() -> None:
+    """A server that closes stdout and lingers: the relay's own output ends at once."""
+    with started("import os, time; print('bye', flush=True); os.close(1); time.sleep(5)") as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.read() == b"bye\n"  # end of file while the server still sleeps
+        assert proc.poll() is None
+        proc.kill()
 
 
 def gone(pid: int) -> bool:
@@ -123,10 +184,7 @@ def gone(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 def test_the_server_dies_with_the_relay() -> None:
-    server = "import os, sys, time; print(os.getpid(), flush=True); time.sleep(60)"
-    with subprocess.Popen(
-        [*RELAY, "100", "--", sys.executable, "-c", server], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
-    ) as relay_proc:
+    with started("import os, time; print(os.getpid(), flush=True); time.sleep(60)") as relay_proc:
         assert relay_proc.stdout is not None
         pid = int(relay_proc.stdout.readline())
         assert not gone(pid)
