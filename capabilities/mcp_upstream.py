@@ -125,7 +125,7 @@ class UpstreamMCPConfig(BaseModel):
     connect_timeout: float = Field(default=30.0, gt=0, description="Seconds to connect and list tools.")
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES,
-        gt=0,
+        ge=1024,
         description="Largest message read from the upstream: a stdio line, an HTTP JSON body or SSE event.",
     )
     on_unsupported: Literal["skip", "fail"] = Field(
@@ -217,7 +217,9 @@ class UpstreamSession:
             env = cfg.child_env() or None
             # Through the bounded relay (codemode.capabilities.stdio_relay): the client's own line
             # reader has no bound. A command that cannot be started fails here, as it would unrelayed.
-            _check_command(cfg.command, (env or {}).get("PATH") or os.environ.get("PATH"), cfg.cwd)
+            # The child's PATH is the configured one if set (even empty), else the host's.
+            path = env["PATH"] if env is not None and "PATH" in env else os.environ.get("PATH")
+            _check_command(cfg.command, path, cfg.cwd)
             # Python's locale coercion may add or change LC_CTYPE in the relay's own environment.
             lc_ctype = (env or {}).get("LC_CTYPE")
             flags = ["--unset-lc-ctype"] if lc_ctype is None else [f"--lc-ctype={lc_ctype}"]
@@ -333,11 +335,11 @@ def _check_command(command: str, path: str | None, cwd: str | None) -> None:
     if os.sep in command:
         candidates = [os.path.join(base, command)]
     else:
-        candidates = [os.path.join(base, entry, command) for entry in (path or os.defpath).split(os.pathsep)]
-    files = [c for c in candidates if os.path.isfile(c)]
-    if any(os.access(c, os.X_OK) for c in files):
+        entries = (path if path is not None else os.defpath).split(os.pathsep)
+        candidates = [os.path.join(base, entry, command) for entry in entries]
+    if any(os.path.isfile(c) and os.access(c, os.X_OK) for c in candidates):
         return
-    if files:
+    if any(os.path.exists(c) for c in candidates):  # a directory, or a file that cannot run
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
@@ -38,17 +39,25 @@ EXIT_USAGE = 2
 _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
 _USAGE = "usage: python -I stdio_relay.py LIMIT [--unset-lc-ctype | --lc-ctype=VALUE] -- COMMAND [ARGS...]"
-#: A JSON-RPC response that names its id first; the id is a JSON integer or string.
+#: A JSON-RPC *response* that names its id first and then its result or error (a request from the
+#: server has a method there, and its ids are the server's own numbering: never answered). The id is
+#: a JSON integer or a string of printable ASCII and JSON escapes, so the error line built from it is
+#: valid JSON and valid UTF-8 whatever the server wrote.
 _RESPONSE_ID = re.compile(
-    rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]{1,19}|"(?:[^"\\\n]|\\.){0,200}")'
+    rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*'
+    rb'(-?(?:0|[1-9][0-9]{0,17})|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,100}")'
+    rb'\s*,\s*"(?:result|error)"'
 )
 _TOO_LARGE = -32603  # JSON-RPC "internal error"
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the relay goes away (Linux; elsewhere a no-op)."""
+def _die_with_parent(relay_pid: int) -> None:
+    """In the child before exec: SIGKILL when the relay goes away (Linux; elsewhere a no-op), and
+    at once if it is already gone (it may have died between the fork and this call)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != relay_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -121,12 +130,23 @@ def main(argv: list[str]) -> int:
     elif rest and rest[0].startswith("--lc-ctype="):
         env["LC_CTYPE"] = rest[0].removeprefix("--lc-ctype=")
         rest = rest[1:]
-    if not argv or not argv[0].isdigit() or int(argv[0]) <= 0 or len(rest) < 2 or rest[0] != "--":
+    limit_text = argv[0] if argv else ""
+    if (
+        not (limit_text.isascii() and limit_text.isdigit())
+        or int(limit_text) <= 0
+        or len(rest) < 2
+        or rest[0] != "--"
+    ):
         print(_USAGE, file=sys.stderr)
         return EXIT_USAGE
     limit, command = int(argv[0]), rest[1:]
     try:
-        server = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
+        server = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            env=env,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+        )
     except OSError as exc:
         print(f"codemode stdio relay: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
@@ -135,6 +155,7 @@ def main(argv: list[str]) -> int:
         dropped = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
         if dropped:
             print(f"codemode stdio relay: dropped {dropped} message(s) over {limit} bytes", file=sys.stderr)
+    server.stdout.close()  # a server still writing gets EPIPE instead of blocking forever
     # The client sees the end now, not when the server exits (fd 1 stays valid for the interpreter).
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())

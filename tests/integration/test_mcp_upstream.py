@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +22,12 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
-from codemode.capabilities.mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack, upstream_mcp_pack
+from codemode.capabilities.mcp_upstream import (
+    UpstreamMCPConfig,
+    UpstreamMCPPack,
+    _check_command,
+    upstream_mcp_pack,
+)
 from codemode.upstream import UpstreamBuildError
 
 from .upstream_support import SERVER_SCRIPT, everything_command, free_port, start_http_upstream
@@ -379,6 +385,28 @@ async def test_stdio_upstream_answer_over_the_message_limit_fails_that_call_only
     finally:
         await pack.aclose()
         await server.aclose()
+
+
+def test_the_command_check_finds_programs_as_the_process_would(tmp_path: Path) -> None:
+    """``_check_command`` against ``subprocess`` itself, case by case: relative PATH entries and the
+    empty entry are taken from cwd, an empty PATH searches cwd only, a directory cannot run."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srv").write_text("#!/bin/sh\necho ok\n")
+    (tmp_path / "bin" / "srv").chmod(0o755)
+    (tmp_path / "dir").mkdir()
+    cases = [("srv", "bin"), ("srv", ""), ("srv", "bin:/usr/bin"), ("dir", str(tmp_path)), ("sh", "")]
+    for command, path in cases:
+        try:
+            subprocess.run([command], cwd=tmp_path, env={"PATH": path}, capture_output=True, check=False)
+            expected: type[Exception] | None = None
+        except OSError as exc:
+            expected = type(exc)
+        try:
+            _check_command(command, path, str(tmp_path))
+            found: type[Exception] | None = None
+        except OSError as exc:
+            found = type(exc)
+        assert found is expected, (command, path, found, expected)
 
 
 async def test_stdio_command_that_does_not_exist_is_named(tmp_path: Path) -> None:

@@ -71,6 +71,24 @@ def test_a_dropped_response_is_answered_with_an_error_for_its_id() -> None:
     assert every_way(result_first, 60) == {b""}
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b'{"jsonrpc":"2.0","id":3,"method":"sampling/createMessage","params":"',  # the server's request
+        b'{"jsonrpc":"2.0","id":007,"result":"',  # not JSON
+        b'{"jsonrpc":"2.0","id":12345678901234567890123,"result":"',  # longer than any id we send
+        b'{"jsonrpc":"2.0","id":"a\tb","result":"',  # a control character
+        b'{"jsonrpc":"2.0","id":"\\q","result":"',  # not a JSON escape
+        b'{"jsonrpc":"2.0","id":"\xff","result":"',  # not UTF-8
+        b" " * 240 + b'{"jsonrpc":"2.0","id":12345,"result":"',  # the id cut by the 256-byte head
+    ],
+)
+def test_nothing_but_a_well_formed_response_id_is_answered(head: bytes) -> None:
+    """The error line is built only from an id that is valid JSON and UTF-8, of a response: else the
+    message is only dropped (no forged or malformed line, no answer to the server's own request)."""
+    assert every_way(head + b"q" * 300 + b'"}\n', 100) == {b""}
+
+
 def test_the_answer_goes_out_when_the_limit_is_passed_not_when_the_message_ends() -> None:
     state = Relay(20)
     out = state.feed(b'{"jsonrpc":"2.0","id":3,"result":"' + b"w" * 40)  # no newline yet
