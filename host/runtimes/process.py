@@ -40,6 +40,7 @@ from codemode_worker.privileges import UID_VARIABLE
 
 from .base import ExitInfo, SandboxClosed, SpawnFailed
 from .handshake import probe
+from .ipc_cleanup import remove_ipc_of
 
 __all__ = ["DEFAULT_UID_BASE", "ProcessRuntime", "ProcessSandbox", "kill_uid"]
 
@@ -102,7 +103,8 @@ def _uids_of(pid: int) -> tuple[int, int] | None:
 
 def kill_uid(uid: int) -> bool:
     """SIGKILL every process whose real uid is ``uid`` until none is left (a worker's processes
-    cannot change their real uid). True when none is left; blocking (scans ``/proc``)."""
+    cannot change their real uid), then remove the System V IPC objects the uid left
+    (``ipc_cleanup``). True when no process is left; blocking (scans ``/proc``)."""
     for _ in range(_KILL_ROUNDS):
         pids = _processes_of(uid)
         if not pids:
@@ -116,6 +118,7 @@ def kill_uid(uid: int) -> bool:
     deadline = time.monotonic() + ZOMBIE_GRACE
     while _processes_of(uid, zombies=True) and time.monotonic() < deadline:
         time.sleep(0.01)
+    remove_ipc_of(uid)  # nothing of the uid runs any more, so nothing can make new ones
     return True
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 import codemode
+from codemode.runtimes.ipc_cleanup import ipc_of
 from codemode.runtimes.process import ProcessRuntime
 
 from ..integration.helpers import ALICE, make_server
@@ -76,6 +78,33 @@ async def test_setsid_grandchild_dies_with_destroy(server: codemode.Server) -> N
     pid = value["grandchild"]
     assert value["uid"] != 0
     assert await _dead_soon(pid), f"grandchild {pid} survived destroy()"
+
+
+IPC_MAKER = shutil.which("ipcmk")  # util-linux
+IPC_LEFTOVERS = """
+import os
+made = []
+for args in (["-M", "4096"], ["-S", "1"], ["-Q"]):  # shared memory, semaphores, message queue
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(w, 1)
+        os.execv(IPCMK, ["ipcmk", *args])
+    os.close(w)
+    made.append(os.read(r, 200).decode().strip())
+    os.waitpid(pid, 0)
+final({"made": made, "uid": os.getuid()})
+"""
+
+
+@pytest.mark.skipif(IPC_MAKER is None, reason="ipcmk (util-linux) not found")
+async def test_system_v_ipc_objects_die_with_destroy(server: codemode.Server) -> None:
+    """Shared memory, semaphores and message queues outlive processes: a worker's are removed with
+    it, before its uid can go to the next worker (which could otherwise read them)."""
+    value = await run(server, f"IPCMK = {IPC_MAKER!r}\n" + IPC_LEFTOVERS)
+    kinds = [line.split(" id: ")[0] for line in value["made"]]
+    assert kinds == ["Shared memory", "Semaphore", "Message queue"], value
+    assert ipc_of(value["uid"]) == []
 
 
 FORK_BOMB = """
