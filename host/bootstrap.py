@@ -60,6 +60,7 @@ def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
     """Constructor arguments of the chosen container runtime: each ``<runtime>_<name>`` setting that
     is set, under the runtime's own parameter name."""
     renames = {
+        "process": {"memory": "address_space_bytes"},
         "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
         "kubernetes": {},
     }[settings.runtime]
@@ -72,14 +73,19 @@ def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
             out[renames.get(name, name)] = value
     if settings.runtime == "docker" and "memory_bytes" in out:
         out["memory_bytes"] = settings.docker_memory_bytes
+    if settings.runtime == "process" and "address_space_bytes" in out:
+        out["address_space_bytes"] = settings.process_memory_bytes
     return out
 
 
-def _container_runtime(settings: Settings) -> Runtime:
+def build_runtime(settings: Settings) -> Runtime:
+    """The worker runtime the settings name, without a pool."""
     kind = settings.runtime
     try:
-        if kind == "docker":
-            from .runtimes.docker import DockerRuntime as cls
+        if kind == "process":
+            from .runtimes.process import ProcessRuntime as cls
+        elif kind == "docker":
+            from .runtimes.docker import DockerRuntime as cls  # type: ignore[assignment]
         else:
             from .runtimes.kubernetes import KubernetesRuntime as cls  # type: ignore[assignment]
     except ImportError as exc:
@@ -88,15 +94,6 @@ def _container_runtime(settings: Settings) -> Runtime:
         return cls(**_runtime_kwargs(settings))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
-
-
-def build_runtime(settings: Settings) -> Runtime:
-    """The worker runtime the settings name, without a pool."""
-    if settings.runtime == "process":
-        from .runtimes.process import ProcessRuntime
-
-        return ProcessRuntime()
-    return _container_runtime(settings)
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:

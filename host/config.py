@@ -213,6 +213,28 @@ class Settings(BaseSettings):
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
     pool: int = Field(0, ge=0, description="warm workers kept ready (0 = none)")
+    process_memory: str | None = Field(
+        None, description="worker address-space limit (RLIMIT_AS), bytes or 512m/2g (default 2g)"
+    )
+    process_cpu_seconds: float | None = Field(
+        None, gt=0, description="worker CPU time limit in seconds (RLIMIT_CPU, default 30)"
+    )
+    process_open_files: int | None = Field(
+        None, gt=0, description="worker open files limit (RLIMIT_NOFILE, default 32)"
+    )
+    process_max_processes: int | None = Field(
+        None,
+        gt=0,
+        description="processes and threads per worker uid (RLIMIT_NPROC; host as root; default 16)",
+    )
+    process_worker_uid_base: int | None = Field(
+        None,
+        ge=0,
+        description="first worker uid when the host runs as root (default 1000000000; 0 = no uid change)",
+    )
+    process_worker_uids: int | None = Field(
+        None, gt=0, description="worker uids to hand out, one per live worker (default 4096)"
+    )
     docker_image: str | None = Field(None, description="worker image (default codemode-worker:<protocol>)")
     docker_base_url: str | None = Field(
         None, description="Docker Engine endpoint (default: DOCKER_HOST or the local socket)"
@@ -346,7 +368,7 @@ class Settings(BaseSettings):
             raise ValueError("must be stderr, stdout, none or a file path")
         return value.strip()
 
-    @field_validator("docker_memory", mode="before")
+    @field_validator("docker_memory", "process_memory", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> Any:
         if value is None:
@@ -360,6 +382,10 @@ class Settings(BaseSettings):
     @property
     def docker_memory_bytes(self) -> int | None:
         return None if self.docker_memory is None else parse_size(self.docker_memory)
+
+    @property
+    def process_memory_bytes(self) -> int | None:
+        return None if self.process_memory is None else parse_size(self.process_memory)
 
     @field_validator("pack_options")
     @classmethod
@@ -424,7 +450,7 @@ class Settings(BaseSettings):
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
-        for prefix in ("docker", "kubernetes"):
+        for prefix in ("process", "docker", "kubernetes"):
             given = [
                 f
                 for f in type(self).model_fields
