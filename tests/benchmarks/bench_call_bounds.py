@@ -1,6 +1,6 @@
 """How close to the transport floor can a native call get on this machine? (prints numbers; not a test)
 
-    python -m tests.benchmarks.bench_call_bounds [--n 15] [--rounds 50] [--runtimes process,docker,kubernetes]
+    python -m tests.benchmarks.bench_call_bounds [--n 20] [--rounds 50] [--runtimes process,docker,kubernetes]
 
 ``bench_native_calls`` compares the whole exchange (a Starlark program in the real worker, the
 host's whole pipeline) with the transport floor. This benchmark splits that figure, on the same
@@ -30,11 +30,9 @@ threads, the same difference). Kubernetes is measured when a cluster is reachabl
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,7 +43,7 @@ from codemode.runtimes.testing import TESTING_ENTRY, TESTING_ENV
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
 
-from .bench_native_calls import cluster_reachable
+from .bench_native_calls import cluster_reachable, run_all
 
 _TESTING_ENV = {TESTING_ENV: "1"}
 _TESTING_IMAGE = f"codemode-worker-testing:{PROTOCOL_VERSION}"
@@ -230,23 +228,5 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
     return out
 
 
-async def main(n: int, rounds: int, names: list[str]) -> None:
-    print(f"python {sys.version.split()[0]}; per-call cost split by side, in one run", flush=True)
-    for name in names:
-        runtime = RUNTIMES[name]()
-        if runtime is None:
-            print(f"{name}: no cluster", flush=True)
-            continue
-        try:
-            await bench_runtime(name, runtime, n, rounds)
-        except Exception as exc:  # one runtime failing must not hide the others' numbers
-            print(f"{name}: failed: {type(exc).__name__}: {exc}", flush=True)
-
-
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=15, help="samples per series (default 15)")
-    parser.add_argument("--rounds", type=int, default=50, help="floor echoes per worker (default 50)")
-    parser.add_argument("--runtimes", default="process,docker,kubernetes")
-    a = parser.parse_args()
-    asyncio.run(main(a.n, a.rounds, [x for x in a.runtimes.split(",") if x]))
+    asyncio.run(run_all("per-call cost split by side, in one run", RUNTIMES, bench_runtime))

@@ -31,7 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from codemode import authz
@@ -219,23 +219,29 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
     return out
 
 
-async def main(n: int, rounds: int, names: list[str]) -> None:
-    print(f"python {sys.version.split()[0]}; per runtime: floor, pipeline and ratio in one run", flush=True)
-    for name in names:
-        runtime = RUNTIMES[name]()
-        if runtime is None:
-            print(f"{name}: no cluster", flush=True)
-            continue
-        try:
-            await bench_runtime(name, runtime, n, rounds)
-        except Exception as exc:  # one runtime failing must not hide the others' numbers
-            print(f"{name}: failed: {type(exc).__name__}: {exc}", flush=True)
+BenchRuntime = Callable[[str, Runtime, int, int], Awaitable[dict[str, float]]]
 
 
-if __name__ == "__main__":
+async def run_all(title: str, runtimes: dict[str, Callable[[], Runtime | None]], bench: BenchRuntime) -> None:
+    """The command line of a per-runtime benchmark: ``--n``, ``--rounds``, ``--runtimes``; each
+    runtime benched in turn (``no cluster`` when its factory gives None; a failure is printed and
+    the next runtime still runs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20, help="samples per series (default 20)")
     parser.add_argument("--rounds", type=int, default=50, help="floor echoes per worker (default 50)")
     parser.add_argument("--runtimes", default="process,docker,kubernetes")
     a = parser.parse_args()
-    asyncio.run(main(a.n, a.rounds, [x for x in a.runtimes.split(",") if x]))
+    print(f"python {sys.version.split()[0]}; {title}", flush=True)
+    for name in [x for x in a.runtimes.split(",") if x]:
+        runtime = runtimes[name]()
+        if runtime is None:
+            print(f"{name}: no cluster", flush=True)
+            continue
+        try:
+            await bench(name, runtime, a.n, a.rounds)
+        except Exception as exc:  # one runtime failing must not hide the others' numbers
+            print(f"{name}: failed: {type(exc).__name__}: {exc}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(run_all("per runtime: floor, pipeline and ratio in one run", RUNTIMES, bench_runtime))
