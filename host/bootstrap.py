@@ -15,7 +15,7 @@ from typing import Any
 
 from . import authz
 from .capability import Capability
-from .config import ConfigError, Settings, names
+from .config import SIZE_SETTINGS, ConfigError, Settings, names, parse_size
 from .errors import InvalidRegistration
 from .observe import Observer
 from .packs import PackError, PackSettings, load_packs
@@ -57,8 +57,8 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
 
 
 def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
-    """Constructor arguments of the chosen container runtime: each ``<runtime>_<name>`` setting that
-    is set, under the runtime's own parameter name."""
+    """Constructor arguments of the chosen runtime: each ``<runtime>_<name>`` setting that is set,
+    under the runtime's own parameter name (a size such as ``256m`` in bytes)."""
     renames = {
         "process": {"memory": "address_space_bytes"},
         "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
@@ -70,11 +70,9 @@ def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
         value = getattr(settings, field)
         if field.startswith(prefix) and value is not None:
             name = field.removeprefix(prefix)
+            if field in SIZE_SETTINGS:
+                value = parse_size(value)
             out[renames.get(name, name)] = value
-    if settings.runtime == "docker" and "memory_bytes" in out:
-        out["memory_bytes"] = settings.docker_memory_bytes
-    if settings.runtime == "process" and "address_space_bytes" in out:
-        out["address_space_bytes"] = settings.process_memory_bytes
     return out
 
 

@@ -42,6 +42,7 @@ from .limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
 __all__ = [
     "CONFIG_ENV",
     "LIMIT_FIELDS",
+    "SIZE_SETTINGS",
     "ConfigError",
     "Settings",
     "default_data_dir",
@@ -130,6 +131,10 @@ def _limit(name: str) -> Any:
     if name == "max_execution_time":
         return Field(float(default), gt=0, description=UNITS[name])
     return Field(int(default), gt=0, description=UNITS[name])
+
+
+#: Settings that hold a size (bytes, or ``256m``/``1g``); the runtimes take them in bytes.
+SIZE_SETTINGS = ("docker_memory", "process_memory")
 
 
 class Settings(BaseSettings):
@@ -368,7 +373,7 @@ class Settings(BaseSettings):
             raise ValueError("must be stderr, stdout, none or a file path")
         return value.strip()
 
-    @field_validator("docker_memory", "process_memory", mode="before")
+    @field_validator(*SIZE_SETTINGS, mode="before")
     @classmethod
     def _memory(cls, value: Any) -> Any:
         if value is None:
@@ -382,10 +387,6 @@ class Settings(BaseSettings):
     @property
     def docker_memory_bytes(self) -> int | None:
         return None if self.docker_memory is None else parse_size(self.docker_memory)
-
-    @property
-    def process_memory_bytes(self) -> int | None:
-        return None if self.process_memory is None else parse_size(self.process_memory)
 
     @field_validator("pack_options")
     @classmethod
