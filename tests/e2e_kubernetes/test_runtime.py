@@ -26,6 +26,7 @@ from codemode.ops.bench import aecho
 from codemode.runtimes.base import CapacityExhausted
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 
+from ..integration.helpers import value_at_the_limit
 from .support import KUBECONFIG, REPO, WORKERS, core_api, kubectl, worker_pods
 
 pytestmark = pytest.mark.kubernetes
@@ -369,14 +370,11 @@ async def test_a_final_value_at_the_size_limit_crosses_the_attach_intact(cluster
     pause and resume many times within that frame (and one byte more is a resource limit)."""
     rt = runtime(stdout_buffer_bytes=64 * 1024)
     srv = server(rt)
-    limit = srv.limits.max_value_bytes
-    program = "def main():\n    return ('0123456789' * {tens}) + '{tail}'\n"
-    tens, tail = divmod(limit - 2, 10)  # a string's size is its JSON text: two quotes more
+    at_limit, over, expected = value_at_the_limit(srv.limits.max_value_bytes)
     try:
-        value = await srv.execute(program.format(tens=tens, tail="0123456789"[:tail]), subject=ALICE)
-        assert value == "0123456789" * tens + "0123456789"[:tail]
+        assert await srv.execute(at_limit, subject=ALICE) == expected
         with pytest.raises(ResourceLimit):
-            await srv.execute(program.format(tens=tens, tail="0123456789"[: tail + 1]), subject=ALICE)
+            await srv.execute(over, subject=ALICE)
     finally:
         await srv.aclose()
     assert await gone(rt)

@@ -148,3 +148,16 @@ def make_server(
 
 
 ALICE = authz.Subject("alice")
+
+
+def value_at_the_limit(max_value_bytes: int) -> tuple[str, str, str]:
+    """(a program whose final value is exactly ``max_value_bytes``, the same one byte over, the value
+    the first returns). A string's size is its JSON text: two quotes more than its length."""
+    digits = "0123456789"
+    tens, tail = divmod(max_value_bytes - 2, 10)
+    program = "def main():\n    return ('0123456789' * {tens}) + '{tail}'\n"
+    return (
+        program.format(tens=tens, tail=digits[:tail]),
+        program.format(tens=tens, tail=digits[: tail + 1]),
+        digits * tens + digits[:tail],
+    )

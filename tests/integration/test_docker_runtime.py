@@ -28,6 +28,7 @@ from codemode.runtimes.docker import (
     DockerSandbox,
 )
 
+from .helpers import value_at_the_limit
 from .support_docker import (
     encode,
     fake_worker,
@@ -679,20 +680,12 @@ async def test_a_final_value_at_the_size_limit_crosses_intact_as_the_worker_exit
     buffer makes the reader pause and resume many times within that one frame."""
     b = codemode.Builder(authorizer=authz.allow_all(), runtime=DockerRuntime(stdout_buffer_bytes=64 * 1024))
     srv = b.build()
-    limit = srv.limits.max_value_bytes
-    # A string's size is its JSON encoding: the text plus two quotes.
-    program = "def main():\n    return ('0123456789' * {tens}) + '{tail}'\n"
-    tens, tail = divmod(limit - 2, 10)
-    expected = "0123456789" * tens + "0123456789"[:tail]
+    at_limit, over, expected = value_at_the_limit(srv.limits.max_value_bytes)
     try:
         for _ in range(3):
-            value = await srv.execute(
-                program.format(tens=tens, tail="0123456789"[:tail]), subject=authz.Subject("a")
-            )
-            assert len(value) == limit - 2 and value == expected
+            value = await srv.execute(at_limit, subject=authz.Subject("a"))
+            assert len(value) == srv.limits.max_value_bytes - 2 and value == expected
         with pytest.raises(ResourceLimit):
-            await srv.execute(
-                program.format(tens=tens, tail="0123456789"[: tail + 1]), subject=authz.Subject("a")
-            )
+            await srv.execute(over, subject=authz.Subject("a"))
     finally:
         await srv.aclose()
