@@ -1,7 +1,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall only when the project metadata changes: pyproject.toml, or host/__init__.py (the version
+# Reinstall only when the project metadata changes: pyproject.toml, or src/codemode/__init__.py (the version
 # source, read by pyproject); the stamp is newer than both otherwise.
 STAMP := $(VENV)/.installed
 
@@ -13,8 +13,8 @@ $(BIN)/python:
 	@echo "[make] upgrading pip" >&2
 	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
-$(STAMP): pyproject.toml host/__init__.py | $(BIN)/python
-	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or host/__init__.py changes)" >&2
+$(STAMP): pyproject.toml src/codemode/__init__.py | $(BIN)/python
+	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or src/codemode/__init__.py changes)" >&2
 	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 	@touch $(STAMP)
 	@echo "[make] $(VENV) is ready" >&2
@@ -27,13 +27,13 @@ run:
 	@exec $(BIN)/codemode serve --stdio --allow-all --pack codemode.capabilities.records:pack
 
 lint: venv
-	$(BIN)/ruff check host worker_image capabilities tests examples
-	$(BIN)/ruff format --check host worker_image capabilities tests examples
-	MYPY=$(BIN)/mypy scripts/typecheck.sh
+	$(BIN)/ruff check src worker_image tests examples
+	$(BIN)/ruff format --check src worker_image tests examples
+	$(BIN)/mypy src worker_image
 
 format: venv
-	$(BIN)/ruff format host worker_image capabilities tests examples
-	$(BIN)/ruff check --fix host worker_image capabilities tests examples
+	$(BIN)/ruff format src worker_image tests examples
+	$(BIN)/ruff check --fix src worker_image tests examples
 
 test: venv lint
 	$(BIN)/python -m pytest -q tests

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import codemode
-from codemode.errors import client_text
+from codemode.common.errors import client_text
 
 from ..integration.helpers import ALICE, Recorder, make_server
 

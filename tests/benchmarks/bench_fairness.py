@@ -10,7 +10,7 @@ from submitting its execute to its program's first capability call. Measured in 
 - baseline: the light tenant alone (spawn + worker start-up, no queueing);
 - fifo: first-come-first-served slots without a reserve (the admission before fair slots,
   equivalent to the ``asyncio.Semaphore`` it replaced);
-- fair: ``codemode.admission.FairAdmission`` with the derived reserve (the default).
+- fair: ``codemode.execution.admission.FairAdmission`` with the derived reserve (the default).
 
 Everything is loopback-free (in process) and bounded by ``--duration`` per configuration.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import codemode
 from codemode import authz
-from codemode.admission import FairAdmission
+from codemode.execution.admission import FairAdmission
 
 QUOTA = 4
 SLOTS = 8

@@ -36,7 +36,7 @@ from typing import Any
 
 from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
-from codemode.observe import CallEvent, NullObserver
+from codemode.execution.observe import CallEvent, NullObserver
 from codemode.ops.bench import HUNDRED, ONE_CALL, SUBJECT, TRIVIAL, EchoFloor, build_server
 from codemode.runtimes.base import Runtime
 

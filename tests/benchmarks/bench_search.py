@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from codemode.search import SearchEntry, SearchIndex, tokenize
+from codemode.catalog.search import SearchEntry, SearchIndex, tokenize
 
 
 def _words(text: str) -> list[str]:

@@ -20,8 +20,8 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.errors import ResourceLimit
-from codemode.observe import ExecuteEvent, NullObserver
+from codemode.common.errors import ResourceLimit
+from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.ops.bench import aecho
 from codemode.runtimes.base import CapacityExhausted
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
@@ -221,7 +221,7 @@ async def test_resource_quota_exhausted_is_a_clear_operator_log_and_client_text(
                 pytest.raises(ResourceLimit) as info,
             ):
                 await srv.execute(TRIVIAL, subject=ALICE)
-            assert codemode.errors.client_text(info.value) == "resource limit exceeded: concurrency"
+            assert codemode.common.errors.client_text(info.value) == "resource limit exceeded: concurrency"
             assert "ResourceQuota of namespace codemode-workers refused worker pod" in caplog.text
             assert "exceeded quota: codemode-e2e-full" in caplog.text
         finally:
@@ -241,7 +241,7 @@ async def test_unschedulable_worker_is_a_clear_operator_log_and_client_text(
             with pytest.raises(ResourceLimit) as info:
                 await srv.execute(TRIVIAL, subject=ALICE)
             assert time.monotonic() - t0 < 20
-            assert codemode.errors.client_text(info.value) == "resource limit exceeded: concurrency"
+            assert codemode.common.errors.client_text(info.value) == "resource limit exceeded: concurrency"
         assert "no node has room for worker pod" in caplog.text and "Insufficient cpu" in caplog.text
     finally:
         await srv.aclose()

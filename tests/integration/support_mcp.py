@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 import codemode
 from codemode import authz
-from codemode.errors import LIMIT_KINDS
+from codemode.common.errors import LIMIT_KINDS
 from codemode.mcp import StaticSubject, create_server
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,10 +27,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import codemode
 from codemode import authz
-from codemode.config import Settings
 from codemode.runtimes.base import RuntimeUnavailable, Sandbox
 from codemode.service import create_app
 from codemode.service.auth import hash_token
+from codemode.startup.config import Settings
 
 # --------------------------------------------------------------------------------------------------
 # A test pack: module-level counters so tests can see what ran

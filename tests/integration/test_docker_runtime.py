@@ -18,7 +18,7 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.errors import ResourceLimit
+from codemode.common.errors import ResourceLimit
 from codemode.runtimes.base import ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SandboxClosed, SpawnFailed
 from codemode.runtimes.docker import (
     _OWNER,

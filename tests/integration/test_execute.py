@@ -12,7 +12,7 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.errors import client_text
+from codemode.common.errors import client_text
 
 from .helpers import ALICE, Recorder, make_capabilities, make_server
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import codemode
-from codemode.errors import client_text
+from codemode.common.errors import client_text
 
 from .helpers import ALICE, make_server
 

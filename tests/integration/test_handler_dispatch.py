@@ -18,7 +18,7 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.errors import AgentError, client_text
+from codemode.common.errors import AgentError, client_text
 
 ALICE = authz.Subject("alice")
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")

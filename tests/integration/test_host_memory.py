@@ -9,8 +9,8 @@ import tracemalloc
 import pytest
 
 import codemode
-from codemode.errors import client_text
-from codemode.frames import CONTAINER_COST, FrameTooCostly, HostFrameDecoder, estimated_cost
+from codemode.common.errors import client_text
+from codemode.execution.frames import CONTAINER_COST, FrameTooCostly, HostFrameDecoder, estimated_cost
 
 from .helpers import ALICE, make_server
 

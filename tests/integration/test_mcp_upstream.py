@@ -28,7 +28,7 @@ from codemode.capabilities.mcp_upstream import (
     _check_command,
     upstream_mcp_pack,
 )
-from codemode.upstream import UpstreamBuildError
+from codemode.packs.upstream import UpstreamBuildError
 
 from .upstream_support import SERVER_SCRIPT, everything_command, free_port, start_http_upstream
 
@@ -178,7 +178,7 @@ async def test_calls_results_and_enum_rebinding(served: tuple[UpstreamMCPPack, c
     assert value == [{"total": 42, "terms": [2, 40]}, {"text": "hi"}]
     with pytest.raises(codemode.InvalidArguments) as info:
         await server.execute(run('return test.shout(text="x", mode="loud")'), subject=SUBJECT)
-    assert codemode.errors.client_text(info.value) == (
+    assert codemode.common.errors.client_text(info.value) == (
         'invalid capability arguments: argument "mode" must be one of "upper", "lower"'
     )
 
@@ -189,7 +189,7 @@ async def test_is_error_text_is_disclosed_bounded(served: tuple[UpstreamMCPPack,
         await server.execute(
             run('return test.fail(message="no such repo\\x01" + "z" * 400)'), subject=SUBJECT
         )
-    text = codemode.errors.client_text(info.value)
+    text = codemode.common.errors.client_text(info.value)
     # the upstream's own text (MCPServer prefixes it), control characters made spaces, ≤ 256 bytes
     assert text.startswith("capability failed: Error executing tool fail: no such repo z")
     assert len(info.value.detail.encode()) <= 256  # type: ignore[union-attr]
@@ -205,7 +205,7 @@ async def test_upstream_dying_mid_call_fails_plainly_and_reconnects(
         pytest.raises(codemode.CapabilityFailure) as info,
     ):
         await server.execute(run("return test.die()"), subject=SUBJECT)
-    assert codemode.errors.client_text(info.value) == "capability failed"
+    assert codemode.common.errors.client_text(info.value) == "capability failed"
     assert any("mcp:test:die failed (will reconnect)" in r.getMessage() for r in caplog.records)
     second = await server.execute(run("return test.pid()"), subject=SUBJECT)
     assert second["result"] != first["result"]
@@ -230,7 +230,7 @@ async def test_per_call_timeout_is_a_plain_failure_and_cancels(markers: Path) ->
     try:
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(run('return test.slow(seconds=60, tag="timeout")'), subject=SUBJECT)
-        assert codemode.errors.client_text(info.value) == "capability failed"
+        assert codemode.common.errors.client_text(info.value) == "capability failed"
         assert await wait_for(markers / "cancelled-timeout")
         # a timeout is not a transport failure: the same connection serves the next call
         assert await server.execute(run("return test.add_numbers(a=1, b=1)"), subject=SUBJECT) == {
@@ -320,7 +320,10 @@ async def test_streamable_http_upstream_with_secret_header(http_upstream: tuple[
         assert value == {"total": 7, "terms": [3, 4]}
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(run('return web.fail(message="nope")'), subject=SUBJECT)
-        assert codemode.errors.client_text(info.value) == "capability failed: Error executing tool fail: nope"
+        assert (
+            codemode.common.errors.client_text(info.value)
+            == "capability failed: Error executing tool fail: nope"
+        )
         shown = repr([server.describe(c.name).to_dict() for c in server.capabilities])
         shown += repr(server.search("add numbers")) + repr(server.capabilities)
         assert "s3cret" not in shown
@@ -360,7 +363,7 @@ async def shout_past_the_limit(server: codemode.Server, namespace: str) -> None:
     assert small == {"text": "A" * 20000}
     with pytest.raises(codemode.CapabilityFailure) as info:
         await server.execute(run(f'return {namespace}.shout(text="a" * 70000)'), subject=SUBJECT)
-    assert codemode.errors.client_text(info.value) == "capability failed"
+    assert codemode.common.errors.client_text(info.value) == "capability failed"
     assert await server.execute(run(f'return {namespace}.shout(text="b")'), subject=SUBJECT) == {"text": "B"}
 
 
@@ -475,7 +478,7 @@ async def test_mcp_server_time_from_pypi() -> None:
             await server.execute(
                 run('return time.get_current_time(timezone="Mars/Olympus")'), subject=SUBJECT
             )
-        assert "Mars/Olympus" in codemode.errors.client_text(info.value)
+        assert "Mars/Olympus" in codemode.common.errors.client_text(info.value)
     finally:
         await pack.aclose()
         await server.aclose()

@@ -18,8 +18,8 @@ import uvicorn
 import codemode
 from codemode import authz
 from codemode.capabilities.openapi import OpenAPIConfig, OpenAPIPack, openapi_pack
-from codemode.errors import client_text
-from codemode.upstream import UpstreamBuildError
+from codemode.common.errors import client_text
+from codemode.packs.upstream import UpstreamBuildError
 
 from . import openapi_app
 from .upstream_support import free_port, octokit_openapi_document

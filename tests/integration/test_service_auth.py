@@ -14,8 +14,8 @@ import jwt
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from codemode.config import ConfigError
 from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
+from codemode.startup.config import ConfigError
 
 from .support_service import (
     AUDIENCE,

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from codemode.config import load_settings
+from codemode.startup.config import load_settings
 
 from .support_service import (
     AUDIENCE,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codemode.config import ConfigError, load_settings
+from codemode.startup.config import ConfigError, load_settings
 
 from .support_service import PACK_SPEC, execute, service, settings, write_token_file
 

@@ -13,9 +13,9 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.config import ConfigError, load_settings
-from codemode.observe import ExecuteEvent
+from codemode.execution.observe import ExecuteEvent
 from codemode.service import create_app
+from codemode.startup.config import ConfigError, load_settings
 
 from .support_service import (
     PACK_SPEC,

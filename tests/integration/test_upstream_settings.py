@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from codemode.bootstrap import build_server
-from codemode.config import ConfigError, load_settings
+from codemode.startup.bootstrap import build_server
+from codemode.startup.config import ConfigError, load_settings
 
 from .support_mcp import call, child_env, cli_command, execute_value, success_value
 

@@ -1,4 +1,4 @@
-"""Fair admission to worker slots (codemode.admission): newcomers first, reserved slots."""
+"""Fair admission to worker slots (codemode.execution.admission): newcomers first, reserved slots."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from codemode.admission import FairAdmission, default_reserve
+from codemode.execution.admission import FairAdmission, default_reserve
 
 
 def test_default_reserve() -> None:

@@ -13,9 +13,9 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.capability import validate_catalog
-from codemode.errors import AgentError, client_text, sanitize_disclosure
-from codemode.types import OutputError, TypeProblem, compile_type, construct, constructor, to_plain
+from codemode.catalog.capability import validate_catalog
+from codemode.catalog.types import OutputError, TypeProblem, compile_type, construct, constructor, to_plain
+from codemode.common.errors import AgentError, client_text, sanitize_disclosure
 
 
 @dataclass
@@ -382,7 +382,7 @@ def test_client_text_suffix_only_for_approved_kinds() -> None:
 
 
 def test_timeout_is_resource_limit_and_timeout_error() -> None:
-    from codemode.errors import ExecutionTimeout
+    from codemode.common.errors import ExecutionTimeout
 
     err = ExecutionTimeout()
     assert isinstance(err, codemode.ResourceLimit) and isinstance(err, TimeoutError)

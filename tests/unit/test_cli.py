@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import codemode
-from codemode.bootstrap import build_runtime, build_server
 from codemode.cli import build_parser, main
 from codemode.cli.flags import overrides
-from codemode.config import ConfigError, Settings, load_settings
-from codemode.limits import DEFAULTS
+from codemode.execution.limits import DEFAULTS
+from codemode.startup.bootstrap import build_runtime, build_server
+from codemode.startup.config import ConfigError, Settings, load_settings
 
 RECORDS = "codemode.capabilities.records:pack"
 
@@ -155,7 +155,7 @@ def test_defaults(config: Config) -> None:
 def test_one_subject_quota_default() -> None:
     import inspect
 
-    from codemode.limits import DEFAULT_SUBJECT_QUOTA
+    from codemode.execution.limits import DEFAULT_SUBJECT_QUOTA
 
     builder_default = inspect.signature(codemode.Builder).parameters["subject_quota"].default
     assert builder_default == Settings.model_fields["subject_quota"].default == DEFAULT_SUBJECT_QUOTA
@@ -537,7 +537,7 @@ def test_token_new_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_token_file_from_environment_and_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from codemode.config import default_token_file
+    from codemode.startup.config import default_token_file
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("CODEMODE_TOKEN_FILE", raising=False)

@@ -10,8 +10,8 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.capability import Capability, validate_catalog
-from codemode.types import OutputError, PlainRecord, TypeProblem, compile_type, to_plain
+from codemode.catalog.capability import Capability, validate_catalog
+from codemode.catalog.types import OutputError, PlainRecord, TypeProblem, compile_type, to_plain
 
 IN = {
     "t": "record",

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import codemode
-from codemode.errors import client_text
+from codemode.common.errors import client_text
 from codemode.runtimes.base import RuntimeUnavailable
 
 from ..integration.helpers import ALICE, Recorder, make_capabilities

@@ -1,4 +1,5 @@
-"""codemode.handoff.HandOff: a short blocking wait on the calling thread, then none while work is slow."""
+"""codemode.common.handoff.HandOff: a short blocking wait on the calling thread, then none while
+work is slow."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from codemode.handoff import NOT_YET, HandOff
+from codemode.common.handoff import NOT_YET, HandOff
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from codemode.jsonschema import Unsupported, compile_schema, record_of
+from codemode.packs.jsonschema import Unsupported, compile_schema, record_of
 from codemode_worker.shapes import BindError, bind_arguments, render, validate_shape
 
 S = {"t": "str"}

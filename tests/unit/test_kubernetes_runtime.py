@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from codemode.errors import ResourceLimit, client_text
+from codemode.common.errors import ResourceLimit, client_text
 from codemode.runtimes import kubernetes as kmod
 from codemode.runtimes.base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
 from codemode.runtimes.kubernetes import (
@@ -1261,8 +1261,8 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     """The shipped ConfigMap's TOML loads and builds this runtime with its values."""
     import yaml
 
-    from codemode.config import load_settings
     from codemode.service.app import build_runtime
+    from codemode.startup.config import load_settings
 
     config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "base" / "configmap.yaml").read_text())
     for name, text in config_map["data"].items():

@@ -1,68 +1,83 @@
-"""The import structure of docs/ARCHITECTURE.md, checked on the source: the worker imports nothing
-from the host, the core imports no front end, no operator tool, no configuration layer; front ends
-never import each other; and no module takes part in an import cycle."""
+"""The import structure of docs/ARCHITECTURE.md, checked on the source and read off the folders of
+src/: the worker imports nothing from the host, the core imports no front end, no operator tool, no
+configuration layer; front ends never import each other; and no module takes part in an import
+cycle."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {  # import package -> source folder
-    "codemode": ROOT / "host",
-    "codemode.capabilities": ROOT / "capabilities",
-    "codemode_worker": ROOT / "worker_image" / "codemode_worker",
-}
+SRC = ROOT / "src"
+PACKAGES = ("codemode", "codemode_worker")  # the import packages; each is the folder of its name in src/
 
-#: Layers from the bottom up. A module may import its own layer and the layers listed as allowed.
-CORE = "core"
-FRONT_ENDS = ("codemode.mcp", "codemode.service")
+#: A module's layer is read off its folder: ``codemode_worker`` is the worker, ``codemode/<folder>/``
+#: is the layer named in FOLDERS, the package's own ``__init__`` is its public API. Inside
+#: ``startup/``, ``config`` sits below ``bootstrap``.
+FOLDERS = {
+    "common": "common",
+    "catalog": "catalog",
+    "authz": "authz",
+    "runtimes": "runtimes",
+    "packs": "pack support",
+    "execution": "execution",
+    "capabilities": "packs",
+    "startup": "bootstrap",
+    "mcp": "mcp",
+    "service": "service",
+    "ops": "ops",
+    "cli": "cli",
+}
+#: The root modules of ``codemode`` besides ``__init__``: old import paths that re-export a moved module.
+COMPAT = {"codemode.config", "codemode.errors", "codemode.jsonschema"}
+CORE = {"common", "catalog", "authz", "runtimes", "pack support", "execution", "api"}
 
 
 def layer(module: str) -> str:
-    if module.startswith("codemode_worker"):
+    parts = module.split(".")
+    if parts[0] == "codemode_worker":
         return "worker"
-    if module.startswith("codemode.capabilities"):
-        return "packs"
-    if module == "codemode.config":
+    if module == "codemode":
+        return "api"
+    if module == "codemode.startup.config":
         return "config"
-    if module == "codemode.bootstrap":
-        return "bootstrap"
-    if module.startswith("codemode.cli"):
-        return "cli"
-    if module.startswith("codemode.ops"):
-        return "ops"
-    for front in FRONT_ENDS:
-        if module == front or module.startswith(front + "."):
-            return front
-    return CORE
+    return FOLDERS.get(parts[1], "compat")
 
 
+#: Layers from the bottom up. A module may import its own layer and the layers listed as allowed.
 ALLOWED: dict[str, set[str]] = {
     "worker": {"worker"},
-    CORE: {CORE, "worker"},
-    "packs": {"packs", CORE, "worker"},
-    "config": {"config", CORE},
-    "bootstrap": {"bootstrap", "config", "packs", CORE, "worker"},
-    "codemode.mcp": {"codemode.mcp", CORE},
-    "codemode.service": {"codemode.service", "codemode.mcp", "bootstrap", "config", CORE},
-    "ops": {"ops", "bootstrap", "config", CORE, "worker"},
-    "cli": {"cli", "codemode.mcp", "codemode.service", "ops", "bootstrap", "config", CORE},
+    "common": {"common"},
+    "catalog": {"catalog", "common", "worker"},
+    "authz": {"authz", "common"},
+    "runtimes": {"runtimes", "common", "worker"},
+    "pack support": {"pack support", "catalog", "common", "worker"},
+    "execution": {"execution", "catalog", "authz", "runtimes", "common", "worker"},
+    "api": CORE | {"worker"},
+    "packs": {"packs", *CORE, "worker"},
+    "config": {"config", *CORE},
+    "bootstrap": {"bootstrap", "config", "packs", *CORE, "worker"},
+    "mcp": {"mcp", *CORE},
+    "service": {"service", "mcp", "bootstrap", "config", *CORE},
+    "ops": {"ops", "bootstrap", "config", *CORE, "worker"},
+    "cli": {"cli", "mcp", "service", "ops", "bootstrap", "config", *CORE},
+    "compat": {"config", "bootstrap", *CORE},
 }
 
 
 def modules() -> dict[str, Path]:
     out: dict[str, Path] = {}
-    for package, folder in PACKAGES.items():
+    for package in PACKAGES:
+        folder = SRC / package
         for path in folder.rglob("*.py"):
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([package, *parts]) if parts else package
-            if package == "codemode" and name.startswith("codemode.capabilities"):
-                continue
             out[name] = path
     return out
 
@@ -107,9 +122,14 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_walk_sees_the_project() -> None:
     g = graph()
-    assert {"codemode.server", "codemode.cli.main", "codemode.ops.bench", "codemode_worker.entry"} <= set(g)
-    assert "codemode.config" in g["codemode.bootstrap"]
-    assert "codemode.bootstrap" in g["codemode.service.app"]
+    assert {
+        "codemode.execution.server",
+        "codemode.cli.main",
+        "codemode.ops.bench",
+        "codemode_worker.entry",
+    } <= set(g)
+    assert "codemode.startup.config" in g["codemode.startup.bootstrap"]
+    assert "codemode.startup.bootstrap" in g["codemode.service.app"]
 
 
 def test_layers() -> None:
@@ -178,18 +198,42 @@ def test_no_import_cycles() -> None:
 @pytest.mark.parametrize(
     ("module", "target", "ok"),
     [
-        ("codemode.server", "codemode.cli.main", False),
-        ("codemode.execute", "codemode.ops.bench", False),
-        ("codemode.execute", "codemode.config", False),
+        ("codemode.execution.server", "codemode.cli.main", False),
+        ("codemode.execution.execute", "codemode.ops.bench", False),
+        ("codemode.execution.execute", "codemode.startup.config", False),
         ("codemode.service.app", "codemode.cli.main", False),
         ("codemode.ops.quotas", "codemode.service.app", False),
-        ("codemode_worker.entry", "codemode.server", False),
-        ("codemode.service.app", "codemode.bootstrap", True),
+        ("codemode_worker.entry", "codemode.execution.server", False),
+        ("codemode.common.errors", "codemode.execution.execute", False),
+        ("codemode.catalog.capability", "codemode.execution.server", False),
+        ("codemode.runtimes.base", "codemode.authz", False),
+        ("codemode.startup.config", "codemode.startup.bootstrap", False),
+        ("codemode.mcp.adapter", "codemode.service.app", False),
+        ("codemode.service.app", "codemode.startup.bootstrap", True),
         ("codemode.cli.serve", "codemode.service", True),
     ],
 )
 def test_the_rules_can_fail(module: str, target: str, ok: bool) -> None:
     assert (layer(target) in ALLOWED[layer(module)]) is ok
+
+
+def test_every_folder_is_a_layer() -> None:
+    """A new folder must be given its layer here; a new root module is only an old path's re-export."""
+    folders = {p.name for p in (SRC / "codemode").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(FOLDERS)
+    roots = {f"codemode.{p.stem}" for p in (SRC / "codemode").glob("*.py") if p.stem != "__init__"}
+    assert roots == COMPAT
+
+
+@pytest.mark.parametrize("module", sorted(COMPAT))
+def test_old_paths_are_one_line_reexports(module: str) -> None:
+    path = modules()[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    assert len(body) == 1 and isinstance(body[0], ast.ImportFrom) and body[0].names[0].name == "*"
+    target = importlib.import_module(str(body[0].module))
+    old = importlib.import_module(module)
+    assert all(getattr(old, name) is getattr(target, name) for name in target.__all__)
 
 
 def test_a_cycle_is_found() -> None:

@@ -59,3 +59,20 @@ def test_changelog_has_the_current_version() -> None:
     headings = re.findall(r"^## \[([^\]]+)\]", text, re.M)
     assert headings and headings[0] == "Unreleased", headings
     assert codemode.__version__ in headings, f"CHANGELOG.md has no section for {codemode.__version__}"
+
+
+def test_a_checkout_named_codemode_beside_a_script_is_not_imported(tmp_path: Path) -> None:
+    # A checkout folder named like the package, next to a user's script, once shadowed the installed
+    # package as a namespace package; with the src layout the checkout's root holds no package.
+    checkout = tmp_path / "codemode"
+    checkout.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        (checkout / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    (checkout / "src").symlink_to(ROOT / "src")
+    script = tmp_path / "script.py"
+    script.write_text("import codemode\nprint(codemode.Builder.__name__)\n", encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "Builder"

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from codemode import errors, limits, mcp, search
+from codemode.catalog import search
+from codemode.common import errors
+from codemode.execution import limits
+from codemode.mcp import adapter as mcp
 from codemode_worker import PROTOCOL_VERSION, protocol
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from codemode.search import (
+from codemode.catalog.search import (
     CONNECTORS,
     FIELD_WEIGHTS,
     MAX_QUERY_TOKENS,

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from codemode.authz import Subject, allow_all
-from codemode.execute import Executor
-from codemode.limits import Limits
+from codemode.execution.execute import Executor
+from codemode.execution.limits import Limits
 from codemode.runtimes.base import ExitInfo
 
 

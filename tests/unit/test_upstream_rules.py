@@ -1,4 +1,4 @@
-"""Naming and text rules shared by the upstream packs (``codemode.upstream``)."""
+"""Naming and text rules shared by the upstream packs (``codemode.packs.upstream``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from codemode.capabilities.mcp_upstream import UpstreamMCPConfig
 from codemode.capabilities.openapi import OpenAPIConfig
-from codemode.capability import Capability, validate_catalog
-from codemode.upstream import (
+from codemode.catalog.capability import Capability, validate_catalog
+from codemode.packs.upstream import (
     SkipReport,
     UpstreamBuildError,
     argument_names,

@@ -1,0 +1,90 @@
+"""codemode: a code-mode MCP server library.
+
+Three tools (search_api, describe_api, execute) over a typed catalog of host capabilities; programs
+run in fresh single-use workers (a local process, a Docker container or a Kubernetes pod) and every
+native call crosses back to the host to be rebound, authorized and dispatched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import authz
+from .authz import Subject, allow_all
+from .catalog.capability import Capability
+from .catalog.search import SearchResponse
+from .common.errors import (
+    AgentError,
+    CapabilityFailure,
+    CodeModeError,
+    Internal,
+    InvalidArguments,
+    InvalidProgram,
+    InvalidRegistration,
+    NotFound,
+    PermissionDenied,
+    PolicyFailure,
+    ResourceLimit,
+    Unauthenticated,
+)
+from .execution.context import CallContext
+from .execution.limits import Limits
+from .execution.server import Builder, Description, Server
+from .packs.registry import CapabilityPack, capability, capability_of
+from .runtimes.base import ExitInfo, Runtime, Sandbox
+from .runtimes.pool import WarmPool
+from .runtimes.process import ProcessRuntime
+
+if TYPE_CHECKING:
+    from .runtimes.docker import DockerRuntime
+    from .runtimes.kubernetes import KubernetesRuntime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentError",
+    "Builder",
+    "CallContext",
+    "Capability",
+    "CapabilityFailure",
+    "CapabilityPack",
+    "CodeModeError",
+    "Description",
+    "DockerRuntime",
+    "ExitInfo",
+    "Internal",
+    "InvalidArguments",
+    "InvalidProgram",
+    "InvalidRegistration",
+    "KubernetesRuntime",
+    "Limits",
+    "NotFound",
+    "PermissionDenied",
+    "PolicyFailure",
+    "ProcessRuntime",
+    "ResourceLimit",
+    "Runtime",
+    "Sandbox",
+    "SearchResponse",
+    "Server",
+    "Subject",
+    "Unauthenticated",
+    "WarmPool",
+    "allow_all",
+    "authz",
+    "capability",
+    "capability_of",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The container runtimes import their SDKs lazily: a process-only host never loads them.
+    if name == "DockerRuntime":
+        from .runtimes.docker import DockerRuntime
+
+        return DockerRuntime
+    if name == "KubernetesRuntime":
+        from .runtimes.kubernetes import KubernetesRuntime
+
+        return KubernetesRuntime
+    raise AttributeError(f"module 'codemode' has no attribute {name!r}")

@@ -1,0 +1,584 @@
+"""The in-process Rego authorizer on regopy (rego-cpp); the rules are in docs/reference/authorization.md.
+
+``RegoAuthorizer(decision, modules)`` evaluates one ground ``data.`` reference against policy modules
+from trusted configuration, with the input document::
+
+    {"subject": {"id": ...}, "capability": {"id": ..., "name": ...}, "arguments": {...}}
+
+``true`` allows, ``false`` raises :class:`~codemode.authz.Denied`; undefined, non-boolean, any
+evaluation error (builtin errors are strict) and a passed deadline raise
+:class:`~codemode.authz.PolicyError`.
+
+Design (see ``docs/authz.md``):
+
+- *Construction* validates everything once: the decision, the filenames, a lexical scan of every
+  module for forbidden or unknown builtins, remote ``$ref`` METADATA and non-v1 rule forms
+  (:mod:`codemode.authz._rego_scan`), compilation by rego-cpp, an audit of the builtins the compiled
+  plan actually links, and one probe evaluation that surfaces errors rego-cpp only reports when a
+  rule runs (unknown function, recursion).
+- *Thread safety*: a regopy ``Interpreter`` must never be used by two threads at once (it crashes the
+  process). Every thread that evaluates gets its own interpreter and its own compiled bundle, built
+  lazily from the validated sources and never shared.
+- *Speed*: the decision is compiled once per thread into a bundle with a plan for the decision's
+  entrypoint (about 14x faster than an ad-hoc query); the input document is handed to the C API
+  directly (about 2x faster than ``regopy.Input``). Both preserve the exact result: ``true``,
+  ``false``, undefined and other values stay distinct.
+- *A cheap hand-off*: :meth:`RegoAuthorizer.authorize` hands the evaluation to a small pool of
+  daemon threads and first waits for it on the calling thread, for at most ``wait_budget`` (and never
+  past the deadline): a decision back in time costs no trip through the event loop. Past the budget
+  it waits asynchronously, at most until the caller's deadline (``ctx.deadline``); past it the call
+  fails promptly and the evaluation finishes in the background. While evaluations keep running out
+  of the budget the calling thread stops blocking on them. ``evaluate_inline=True`` evaluates on the
+  calling thread instead (fastest; only for policies whose evaluation time is bounded whatever the
+  input, since rego-cpp cannot be stopped at a deadline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import logging
+import math
+import os
+import queue
+import re
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import regopy
+
+from ..common.handoff import NOT_YET, HandOff
+from . import AuthorizationInput, Denied, PolicyError, Subject
+from ._rego_direct import DIRECT as _DIRECT
+from ._rego_direct import INT64_MAX as _INT64_MAX
+from ._rego_direct import INT64_MIN as _INT64_MIN
+from ._rego_direct import MAX_INPUT_DEPTH as _MAX_INPUT_DEPTH
+from ._rego_direct import NUL_MESSAGE as _NUL_MESSAGE
+from ._rego_direct import SURROGATE_MESSAGE as _SURROGATE_MESSAGE
+from ._rego_direct import evaluate as direct_evaluate
+from ._rego_scan import (
+    ScanError,
+    check_modules,
+    forbidden_reason,
+    is_identifier,
+    parse_decision,
+)
+
+__all__ = ["InvalidPolicy", "RegoAuthorizer", "from_files"]
+
+#: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
+WAIT_BUDGET = 0.002
+#: Net evaluations over the budget (over-budget ones minus quick ones) at which ``authorize()``
+#: stops blocking the calling thread.
+_SLOW_LIMIT = 4
+
+
+log = logging.getLogger("codemode.authz.rego")
+
+
+class InvalidPolicy(ValueError):
+    """The decision or the modules are not acceptable; the message names the problem."""
+
+
+def _new_interpreter(strict: bool) -> regopy.Interpreter:
+    interp = regopy.Interpreter()
+    interp.log_level = regopy.LogLevel.NONE  # nothing from the policy reaches stdout/stderr
+    if strict:
+        interp.strict_built_in_errors = True
+    return interp
+
+
+def _check_value(value: Any, depth: int) -> None:
+    """The input document must be plain JSON that rego-cpp represents exactly (fail closed).
+
+    rego-cpp takes strings as C strings, so a NUL would silently cut the string short (a policy would
+    see ``"public"`` for ``"public\\x00/../secret"``); integers are int64; floats must be finite.
+    """
+    if depth > _MAX_INPUT_DEPTH:
+        raise PolicyError("rego: input is nested too deeply")
+    if value is None or value is True or value is False:
+        return
+    if isinstance(value, str):
+        _check_str(value)
+    elif isinstance(value, int):
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise PolicyError("rego: input integer outside the int64 range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise PolicyError("rego: input float is not finite")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise PolicyError("rego: input object keys must be strings")
+            _check_str(k)
+            _check_value(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _check_value(v, depth + 1)
+    else:
+        raise PolicyError(f"rego: input value of type {type(value).__name__} is not JSON")
+
+
+def _check_str(value: str) -> None:
+    if "\x00" in value:
+        raise PolicyError(_NUL_MESSAGE)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PolicyError(_SURROGATE_MESSAGE) from None
+
+
+_ALLOW_TEXT = '{"expressions":[true]}'
+_DENY_TEXT = '{"expressions":[false]}'
+_ERRORMSG_RE = re.compile(r"\(errormsg \d+:([^\n)]*)")
+
+
+def _classify(ok: bool, text: str, binding: str | None) -> bool:
+    """rego-cpp's output for one evaluation → True (allow) / False (deny), or PolicyError."""
+    if not ok:
+        # Strict builtin errors, conflicting rule values, type errors: rego-cpp reports "<error>".
+        raise PolicyError("rego: evaluation error")
+    if binding is None:
+        if text == _ALLOW_TEXT:
+            return True
+        if text == _DENY_TEXT:
+            return False
+    text = text.strip()
+    if text == "undefined":
+        raise PolicyError("rego: decision is undefined")
+    if text.startswith("(error") or text.startswith("<error"):
+        # Some errors (unknown function, recursion, some builtin errors) come back as an error tree
+        # in an output that claims success.
+        m = _ERRORMSG_RE.search(text)
+        raise PolicyError("rego: evaluation error" + (f": {m.group(1)}" if m else ""))
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise PolicyError("rego: unreadable evaluator output") from None
+    if isinstance(doc, list):
+        if len(doc) != 1:
+            raise PolicyError("rego: decision has more than one result")
+        doc = doc[0]
+    if not isinstance(doc, dict):
+        raise PolicyError("rego: unreadable evaluator output")
+    if binding is None:
+        exprs = doc.get("expressions")
+        if not isinstance(exprs, list):
+            raise PolicyError("rego: unreadable evaluator output")
+        if not exprs:
+            raise PolicyError("rego: decision is undefined")
+        if len(exprs) != 1:
+            raise PolicyError("rego: decision has more than one result")
+        value = exprs[0]
+    else:
+        bindings = doc.get("bindings")
+        if not isinstance(bindings, dict) or binding not in bindings:
+            raise PolicyError("rego: decision is undefined")
+        value = bindings[binding]
+    if value is True:
+        return True
+    if value is False:
+        return False
+    raise PolicyError("rego: decision must be boolean")
+
+
+class _Evaluator:
+    """One thread's private interpreter and compiled bundle. Never shared between threads."""
+
+    __slots__ = ("_builder", "_bundle", "_entrypoint", "_entrypoint_c", "_query", "_runner")
+
+    def __init__(self, modules: Mapping[str, str], entrypoint: str | None, query: str | None) -> None:
+        builder = _new_interpreter(strict=False)
+        for name, source in modules.items():
+            builder.add_module(name, source)
+        bundle = builder.build(query, [entrypoint] if entrypoint is not None else [])
+        if not bundle.ok():
+            raise PolicyError("rego: the policy did not compile")
+        self._builder = builder  # kept alive with its bundle
+        self._bundle = bundle
+        self._runner = _new_interpreter(strict=True)
+        self._entrypoint = entrypoint
+        self._entrypoint_c = entrypoint.encode() if entrypoint is not None else b""
+        self._query = query
+
+    def evaluate(self, document: dict[str, Any]) -> bool:
+        lib = _DIRECT
+        if lib is not None:
+            entrypoint = self._entrypoint_c if self._entrypoint is not None else None
+            ok, text = direct_evaluate(lib, self._runner._impl, self._bundle._impl, entrypoint, document)
+        else:
+            ok, text = self._evaluate_public(document)
+        return _classify(ok, text, None if self._entrypoint is not None else "x")
+
+    def _evaluate_public(self, document: dict[str, Any]) -> tuple[bool, str]:
+        _check_value(document, 0)
+        self._runner.set_input(regopy.Input(document))
+        try:
+            if self._entrypoint is not None:
+                output = self._runner.query_bundle_entrypoint(self._bundle, self._entrypoint)
+            else:
+                output = self._runner.query_bundle(self._bundle)
+        except ValueError:
+            # regopy's Output parses the text as JSON and fails on rego-cpp's error trees.
+            raise PolicyError("rego: evaluation error") from None
+        return bool(output.ok()), str(output)
+
+
+# -- the evaluation pool -------------------------------------------------------------------------------------
+
+_Job = tuple["concurrent.futures.Future[bool]", dict[str, Any]] | None
+
+
+class _Pool:
+    """A few daemon threads, each with its own :class:`_Evaluator`, fed from one queue.
+
+    Daemon threads (unlike ``ThreadPoolExecutor``'s) never hold up interpreter exit behind an
+    evaluation that was abandoned at its deadline.
+    """
+
+    def __init__(self, size: int, factory: Callable[[], _Evaluator]) -> None:
+        self._size = size
+        self._factory = factory
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, document: dict[str, Any]) -> concurrent.futures.Future[bool]:
+        if self._closed:
+            raise PolicyError("rego: the authorizer is closed")
+        if len(self._threads) < self._size:
+            self._start_threads()
+        fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._queue.put((fut, document))
+        return fut
+
+    def _start_threads(self) -> None:
+        with self._lock:
+            while len(self._threads) < self._size:
+                t = threading.Thread(
+                    target=_pool_worker,
+                    args=(self._queue, self._factory),
+                    name=f"codemode-rego-{len(self._threads)}",
+                    daemon=True,
+                )
+                t.start()
+                self._threads.append(t)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in self._threads:
+                self._queue.put(None)
+
+
+def _pool_worker(jobs: queue.SimpleQueue[_Job], factory: Callable[[], _Evaluator]) -> None:
+    evaluator: _Evaluator | None = None
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        fut, document = job
+        if not fut.set_running_or_notify_cancel():
+            continue  # cancelled (deadline or caller cancellation) before it started
+        try:
+            if evaluator is None:
+                evaluator = factory()
+            fut.set_result(evaluator.evaluate(document))
+        except BaseException as exc:
+            fut.set_exception(exc)
+        del fut, document, job
+
+
+# -- the authorizer -------------------------------------------------------------------------------
+
+
+def _document(input: AuthorizationInput) -> dict[str, Any]:
+    subject = input.subject
+    if not isinstance(subject, Subject) or not isinstance(subject.id, str):
+        raise PolicyError("rego: authorization input has no valid subject")
+    if not isinstance(input.capability_id, str) or not isinstance(input.capability_name, str):
+        raise PolicyError("rego: authorization input has no valid capability")
+    if not isinstance(input.arguments, dict):
+        raise PolicyError("rego: authorization arguments must be a dict")
+    return {
+        "subject": {"id": subject.id},
+        "capability": {"id": input.capability_id, "name": input.capability_name},
+        "arguments": input.arguments,
+    }
+
+
+def _position(source: str, offset: int) -> tuple[int, int]:
+    data = source.encode("utf-8")[:offset]
+    text = data.decode("utf-8", errors="ignore")
+    line = text.count("\n") + 1
+    col = len(text) - (text.rfind("\n") + 1) + 1
+    return line, col
+
+
+_COMPILE_ERROR_RE = re.compile(r"\(error \d+:(?P<file>[^\n]*?)\|(?P<pos>\d+)\|\d+\s")
+
+
+def _compile_error_text(message: str, modules: Mapping[str, str]) -> str:
+    """rego-cpp's error tree → ``file:line:col: message`` lines (at most 5)."""
+    lines: list[str] = []
+    for block in re.split(r"(?=\(error )", message):
+        msg = _ERRORMSG_RE.search(block)
+        if msg is None:
+            continue
+        where = ""
+        loc = _COMPILE_ERROR_RE.search(block)
+        if loc is not None and loc.group("file") in modules:
+            line, col = _position(modules[loc.group("file")], int(loc.group("pos")))
+            where = f"{loc.group('file')}:{line}:{col}: "
+        lines.append(where + msg.group(1).strip())
+    if not lines:
+        return "the policy does not compile"
+    return "; ".join(lines[:5])
+
+
+class RegoAuthorizer:
+    """An :class:`~codemode.authz.Authorizer` that evaluates a Rego decision in process.
+
+    ``decision`` is one ground reference into ``data`` (``data.app.allow``, ``data.app["allow"]``).
+    ``modules`` maps filename → Rego v1 source; it comes from trusted configuration only. Invalid
+    input raises :class:`InvalidPolicy` (a ``ValueError``) naming the problem.
+
+    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4).
+    ``wait_budget`` is how long (seconds) :meth:`authorize` may block the calling thread waiting for
+    an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
+    ``evaluate_inline=True`` evaluates on the calling thread (no hand-off at all): only for policies
+    whose evaluation time is bounded whatever the input, since a running evaluation cannot be
+    stopped at the deadline. Safe for concurrent use from any number of threads and asyncio tasks.
+    """
+
+    def __init__(
+        self,
+        decision: str,
+        modules: Mapping[str, str],
+        *,
+        max_workers: int = 4,
+        wait_budget: float = WAIT_BUDGET,
+        evaluate_inline: bool = False,
+    ) -> None:
+        try:
+            segments = parse_decision(decision)
+        except ScanError as exc:
+            raise InvalidPolicy(str(exc)) from None
+        if not isinstance(modules, Mapping):
+            raise InvalidPolicy("modules must be a mapping of filename to Rego source")
+        if not modules:
+            raise InvalidPolicy("at least one policy module is required")
+        sources: dict[str, str] = {}
+        for name, source in modules.items():
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidPolicy("policy module filenames must be non-blank strings")
+            if not name.isprintable():
+                raise InvalidPolicy(f"policy module filename {name!r} contains non-printable characters")
+            if not isinstance(source, str):
+                raise InvalidPolicy(f"policy module {name!r} must be a str of Rego source")
+            sources[name] = source
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise InvalidPolicy("max_workers must be a positive int")
+        if (
+            isinstance(wait_budget, bool)
+            or not isinstance(wait_budget, int | float)
+            or not 0 <= wait_budget < math.inf
+        ):
+            raise InvalidPolicy("wait_budget must be a finite number of seconds >= 0")
+        if not isinstance(evaluate_inline, bool):
+            raise InvalidPolicy("evaluate_inline must be a bool")
+        self._handoff = HandOff(float(wait_budget), _SLOW_LIMIT)
+        self._inline = evaluate_inline
+
+        self._decision = decision.strip()
+        self._modules: Mapping[str, str] = sources
+        if all(is_identifier(s) for s in segments):
+            self._entrypoint: str | None = "/".join(str(s) for s in segments)
+            self._query: str | None = None
+        else:
+            self._entrypoint = None
+            self._query = "x := data" + "".join(f"[{json.dumps(s)}]" for s in segments)
+
+        checker = _new_interpreter(strict=False)
+        try:
+            check_modules(sources, checker.is_builtin)
+        except ScanError as exc:
+            raise InvalidPolicy(str(exc)) from None
+        for name, source in sources.items():
+            try:
+                checker.add_module(name, source)
+            except regopy.RegoError as exc:
+                raise InvalidPolicy(
+                    f"policy does not compile: {_compile_error_text(str(exc), sources)}"
+                ) from None
+        self._audit_plan()
+
+        # This thread's evaluator doubles as the probe.
+        self._local = threading.local()
+        try:
+            evaluator = self._new_evaluator()
+        except regopy.RegoError as exc:
+            raise InvalidPolicy(
+                f"policy does not compile: {_compile_error_text(str(exc), sources)}"
+            ) from None
+        except PolicyError as exc:
+            raise InvalidPolicy(f"policy does not compile: {exc}") from None
+        self._local.evaluator = evaluator
+        self._probe(evaluator)
+
+        # The factory must not reference self, or the worker threads would keep the authorizer alive.
+        self._pool = _Pool(max_workers, functools.partial(_Evaluator, sources, self._entrypoint, self._query))
+        self._finalizer = weakref.finalize(self, self._pool.close)
+
+    # -- construction helpers
+
+    def _new_evaluator(self) -> _Evaluator:
+        return _Evaluator(self._modules, self._entrypoint, self._query)
+
+    def _audit_plan(self) -> None:
+        """Second line of defence behind the scanner: every builtin the compiled plan links must pass
+        the forbidden list (the plan is what rego-cpp will actually run)."""
+        builder = _new_interpreter(strict=False)
+        # Module names become file names inside the saved bundle: use neutral ones.
+        for i, source in enumerate(self._modules.values()):
+            builder.add_module(f"module{i}.rego", source)
+        try:
+            bundle = builder.build(self._query, [self._entrypoint] if self._entrypoint is not None else [])
+        except regopy.RegoError as exc:
+            raise InvalidPolicy(f"policy does not compile: {_compile_error_text(str(exc), {})}") from None
+        if not bundle.ok():
+            raise InvalidPolicy("policy does not compile")
+        with tempfile.TemporaryDirectory(prefix="codemode-rego-") as tmp:
+            path = os.path.join(tmp, "bundle")
+            try:
+                builder.save_bundle(path, bundle)
+                with open(os.path.join(path, "plan.json"), encoding="utf-8") as f:
+                    plan = json.load(f)
+                funcs = plan.get("static", {}).get("builtin_funcs", []) or []
+                names = [str(fn["name"]) for fn in funcs]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, regopy.RegoError) as exc:
+                raise InvalidPolicy(f"could not audit the compiled policy: {type(exc).__name__}") from None
+        for name in names:
+            reason = forbidden_reason(name)
+            if reason is not None:
+                raise InvalidPolicy(f"forbidden builtin {name}: {reason}")
+
+    def _probe(self, evaluator: _Evaluator) -> None:
+        """rego-cpp reports some compile-time problems only when the rule runs; one evaluation with an
+        empty input surfaces those on the rules it reaches."""
+        probe = {"subject": {"id": ""}, "capability": {"id": "", "name": ""}, "arguments": {}}
+        try:
+            evaluator.evaluate(probe)
+        except PolicyError as exc:
+            text = str(exc)
+            if "Function not found" in text or "Recursion detected" in text:
+                raise InvalidPolicy(
+                    f"policy does not compile: {text.removeprefix('rego: evaluation error: ')}"
+                ) from None
+
+    # -- evaluation
+
+    def decide(self, input: AuthorizationInput) -> bool:
+        """Evaluate on the calling thread (blocking): True allows, False denies; PolicyError otherwise.
+
+        Thread-safe: each calling thread uses its own interpreter (built on first use).
+        """
+        return self._evaluator().evaluate(_document(input))
+
+    def _evaluator(self) -> _Evaluator:
+        """The calling thread's own evaluator (never used by another thread)."""
+        evaluator: _Evaluator | None = getattr(self._local, "evaluator", None)
+        if evaluator is None:
+            evaluator = self._new_evaluator()
+            self._local.evaluator = evaluator
+        return evaluator
+
+    async def authorize(self, ctx: Any, input: AuthorizationInput) -> None:
+        """Allow (return), deny (:class:`~codemode.authz.Denied`) or fail (:class:`PolicyError`).
+
+        Evaluates on the pool (or inline, see ``evaluate_inline``) and returns by ``ctx.deadline``
+        (monotonic seconds) at the latest: it blocks the calling thread at most ``wait_budget``, then
+        waits asynchronously. If ``ctx.cancelled`` is set or the calling task is cancelled, an
+        evaluation that has not started yet never runs.
+        """
+        document = _document(input)
+        cancelled = getattr(ctx, "cancelled", None)
+        if cancelled is not None and _is_set(cancelled):
+            raise PolicyError("rego: the call was cancelled")
+        timeout: float | None = None
+        deadline: Any = getattr(ctx, "deadline", None)
+        if isinstance(deadline, int | float) and not isinstance(deadline, bool):
+            timeout = float(deadline) - time.monotonic()
+            if timeout <= 0:
+                raise PolicyError("rego: the deadline passed before evaluation")
+        if self._inline:
+            allowed = self._evaluator().evaluate(document)
+            if timeout is not None and time.monotonic() >= float(deadline):
+                raise PolicyError("rego: evaluation did not finish before the deadline")
+            if not allowed:
+                raise Denied("rego: decision is false")
+            return
+        started = time.monotonic()
+        job = self._pool.submit(document)
+        allowed = self._handoff.block(job, None if timeout is None else started + timeout)
+        if allowed is NOT_YET:
+            future = asyncio.wrap_future(job)
+            try:
+                if timeout is None:
+                    allowed = await future
+                else:
+                    allowed = await asyncio.wait_for(future, timeout - (time.monotonic() - started))
+            except TimeoutError:
+                raise PolicyError("rego: evaluation did not finish before the deadline") from None
+            self._handoff.waited(started)
+        if not allowed:
+            raise Denied("rego: decision is false")
+
+    def close(self) -> None:
+        """Stop the evaluation threads (idempotent). Later :meth:`authorize` calls fail."""
+        self._finalizer()
+
+    @property
+    def decision(self) -> str:
+        return self._decision
+
+    def __repr__(self) -> str:
+        return f"RegoAuthorizer({self._decision!r}, modules={sorted(self._modules)!r})"
+
+
+def _is_set(event: Any) -> bool:
+    try:
+        return bool(event.is_set())
+    except Exception:
+        return False
+
+
+def from_files(
+    decision: str, paths: Iterable[str | os.PathLike[str]], *, evaluate_inline: bool = False
+) -> RegoAuthorizer:
+    """Read policy files (each file's path is its module name) and build the authorizer.
+
+    Raises :class:`InvalidPolicy` with ``cannot read Rego policy '<path>': <reason>`` or
+    ``Rego policy rejected: <problem>``; configuration front ends (CLI, service) wrap it.
+    """
+    modules: dict[str, str] = {}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                modules[str(path)] = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise InvalidPolicy(f"cannot read Rego policy {str(path)!r}: {reason}") from None
+    try:
+        return RegoAuthorizer(decision, modules, evaluate_inline=evaluate_inline)
+    except Exception as exc:
+        raise InvalidPolicy(f"Rego policy rejected: {exc}") from None

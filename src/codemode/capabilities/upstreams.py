@@ -1,0 +1,87 @@
+"""Upstream MCP servers and OpenAPI documents from one TOML file: ``[[upstream_mcp]]`` and
+``[[openapi]]`` tables (each table is exactly a :class:`~codemode.capabilities.mcp_upstream.
+UpstreamMCPConfig` or :class:`~codemode.capabilities.openapi.OpenAPIConfig`).
+
+Serve it with ``--pack codemode.capabilities.upstreams:pack --pack-option
+CODEMODE_UPSTREAMS_FILE=upstreams.toml`` (or the ``CODEMODE_UPSTREAMS_FILE`` environment variable).
+:func:`upstream_packs` builds the same packs from already-parsed tables (what a settings loader
+calls).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from codemode import Capability
+from codemode.packs.loading import PackError, PackSettings
+
+from .mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack
+from .openapi import OpenAPIConfig, OpenAPIPack
+
+__all__ = ["FILE_OPTION", "UpstreamsPack", "pack", "upstream_packs"]
+
+FILE_OPTION = "CODEMODE_UPSTREAMS_FILE"
+_KEYS = ("upstream_mcp", "openapi")
+
+
+def upstream_packs(
+    upstream_mcp: Sequence[Mapping[str, Any]] = (), openapi: Sequence[Mapping[str, Any]] = ()
+) -> tuple[UpstreamMCPPack, OpenAPIPack]:
+    """Validate the tables (errors name the table: ``upstream_mcp[2].url: ...``) and build the packs."""
+    problems: list[str] = []
+
+    def validated(key: str, tables: Sequence[Mapping[str, Any]], model: type[Any]) -> list[Any]:
+        out = []
+        for i, table in enumerate(tables):
+            try:
+                out.append(model.model_validate(table))
+            except ValidationError as exc:
+                for err in exc.errors():
+                    where = ".".join(str(p) for p in err["loc"])
+                    problems.append(f"{key}[{i}]{'.' + where if where else ''}: {err['msg']}")
+        return out
+
+    mcp_configs: list[UpstreamMCPConfig] = validated("upstream_mcp", upstream_mcp, UpstreamMCPConfig)
+    api_configs: list[OpenAPIConfig] = validated("openapi", openapi, OpenAPIConfig)
+    if problems:
+        raise PackError("upstreams: invalid configuration:\n" + "\n".join(f"- {p}" for p in problems))
+    return UpstreamMCPPack(mcp_configs), OpenAPIPack(api_configs)
+
+
+class UpstreamsPack:
+    """The pack behind ``codemode.capabilities.upstreams:pack``."""
+
+    def __init__(self) -> None:
+        self.packs: tuple[UpstreamMCPPack, OpenAPIPack] | None = None
+
+    def capabilities(self, settings: PackSettings) -> list[Capability]:
+        location = settings.get(FILE_OPTION)
+        if not location:
+            raise PackError(
+                f"upstreams: set the TOML file with --pack-option {FILE_OPTION}=PATH or the {FILE_OPTION} "
+                "environment variable"
+            )
+        try:
+            data = tomllib.loads(Path(location).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise PackError(f"upstreams: cannot read {location}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise PackError(f"upstreams: {location} is not valid TOML: {exc}") from None
+        unknown = sorted(set(data) - set(_KEYS))
+        if unknown:
+            raise PackError(f"upstreams: {location}: unknown tables {unknown} (expected {list(_KEYS)})")
+        self.packs = upstream_packs(data.get("upstream_mcp", []), data.get("openapi", []))
+        return [*self.packs[0].capabilities(settings), *self.packs[1].capabilities(settings)]
+
+    async def aclose(self) -> None:
+        if self.packs is not None:
+            for one in self.packs:
+                await one.aclose()
+
+
+pack = UpstreamsPack()

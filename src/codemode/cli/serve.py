@@ -1,0 +1,112 @@
+"""``codemode serve --stdio|--http``: settings from flags, environment and TOML, then one front end."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from typing import Any
+
+from ..startup.config import CONFIG_ENV, ConfigError, Settings, load_settings
+from .flags import Mode, add_settings_flags, overrides
+
+__all__ = ["add_serve", "run_serve"]
+
+log = logging.getLogger("codemode.cli")
+
+
+def add_serve(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve",
+        help="serve MCP over stdio or HTTP",
+        description=(
+            "Serve the three code-mode tools (search_api, describe_api, execute). Every option also "
+            "reads CODEMODE_<OPTION> from the environment and the TOML file of --config; flags win, "
+            "repeatable flags add to the comma-separated environment lists. See docs/configuration.md."
+        ),
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="serve one local client on stdin/stdout")
+    mode.add_argument("--http", action="store_true", help="serve authenticated streamable HTTP at /mcp")
+    p.add_argument("--config", metavar="FILE", help=f"TOML settings file ({CONFIG_ENV})")
+    add_settings_flags(p)
+    return p
+
+
+def _mode(args: argparse.Namespace) -> Mode:
+    if args.stdio:
+        return "stdio"
+    if args.http:
+        return "http"
+    transport = os.environ.get("CODEMODE_TRANSPORT", "").strip().lower()
+    if transport in ("stdio", "http"):
+        return "stdio" if transport == "stdio" else "http"
+    raise ConfigError("choose a transport: serve --stdio or serve --http (or CODEMODE_TRANSPORT)")
+
+
+def configure_logging(level: str) -> None:
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ConfigError(f"--log-level / CODEMODE_LOG_LEVEL: unknown level {level!r}")
+    logging.basicConfig(
+        level=numeric, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("codemode").setLevel(numeric)
+
+
+async def _serve_stdio(settings: Settings, server: Any) -> None:
+    from mcp.server.stdio import stdio_server
+
+    from ..mcp.adapter import StaticSubject, create_server
+
+    app = create_server(server, StaticSubject(settings.subject_id))
+    try:
+        await server.start()
+        async with stdio_server() as (read_stream, write_stream):
+            await app.run(read_stream, write_stream, app.create_initialization_options())
+    finally:
+        await server.aclose()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    try:
+        mode = _mode(args)
+        settings = load_settings(config_file=args.config, **overrides(args, mode))
+        configure_logging(settings.log_level if mode == "http" or args.log_level else "warning")
+        if mode == "http":
+            problems = settings.http_problems()
+            if problems:
+                raise ConfigError("; ".join(problems))
+            return _run_http(settings)
+        from ..startup.bootstrap import build_server
+
+        server = build_server(settings)
+    except ConfigError as exc:
+        print(f"codemode: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve_stdio(settings, server))
+    except Exception as exc:
+        log.debug("serve failed", exc_info=True)
+        print(f"codemode: serve failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_http(settings: Settings) -> int:
+    from ..service import serve
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            serve(settings)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        log.debug("serve --http failed", exc_info=True)
+        print(f"codemode: serve --http failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,86 @@
+"""``codemode token new|list|revoke``: manage the bearer-token file of ``serve --http``.
+
+``new`` prints a fresh token once on stdout and stores only its SHA-256 hash with the creation time;
+``list`` shows subjects and creation times (never hashes); ``revoke`` removes every token of a
+subject. The file is ``--token-file`` / ``CODEMODE_TOKEN_FILE``, by default
+``~/.config/codemode/codemode.tokens`` (outside any checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..startup.config import ConfigError, default_token_file, env_var
+
+__all__ = ["add_token", "run_token"]
+
+
+def add_token(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "token",
+        help="manage bearer tokens for serve --http",
+        description="Manage the bearer-token file of serve --http (hashes only; tokens are printed once).",
+    )
+    p.set_defaults(group_help=p.format_help)
+    tsub = p.add_subparsers(dest="token_command", metavar="COMMAND")
+    for name, text in (
+        ("new", "create a token for SUBJECT, print it once, store its hash"),
+        ("list", "list subjects and creation times (never hashes)"),
+        ("revoke", "remove every token of SUBJECT"),
+    ):
+        cmd = tsub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        if name != "list":
+            cmd.add_argument("subject", metavar="SUBJECT")
+        cmd.add_argument(
+            "--token-file",
+            metavar="FILE",
+            help=f"token file (default: ~/.config/codemode/codemode.tokens; {env_var('token_file')})",
+        )
+    return p
+
+
+def _path(args: argparse.Namespace) -> Path:
+    if args.token_file:
+        return Path(args.token_file)
+    from_env = os.environ.get(env_var("token_file"), "").strip()
+    return Path(from_env) if from_env else default_token_file()
+
+
+def run_token(args: argparse.Namespace) -> int:
+    from ..service.tokens import add_token as add
+    from ..service.tokens import read_entries, revoke_subject
+
+    if args.token_command is None:
+        print(args.group_help(), file=sys.stderr)
+        return 2
+    path = _path(args)
+    try:
+        if args.token_command == "new":
+            token = add(path, args.subject)
+            print(f"codemode: added a token for {args.subject!r} to {path}", file=sys.stderr)
+            print(token)
+            return 0
+        if not path.exists():
+            raise ConfigError(
+                f"--token-file / {env_var('token_file')}: token file {str(path)!r} does not exist"
+            )
+        if args.token_command == "list":
+            for entry in read_entries(path):
+                print(f"{entry.subject}\t{entry.created or '-'}")
+            return 0
+        removed = revoke_subject(path, args.subject)
+    except ConfigError as exc:
+        print(f"codemode: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"codemode: token file {str(path)!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if removed == 0:
+        print(f"codemode: no token of {args.subject!r} in {path}", file=sys.stderr)
+        return 1
+    print(f"codemode: revoked {removed} token(s) of {args.subject!r}", file=sys.stderr)
+    return 0

@@ -1,0 +1,628 @@
+"""One execution: spawn a worker, send the program, serve its native calls, return main's value.
+
+Everything the worker sends is hostile input. The host bounds each frame before reading it, accepts
+only the frames the protocol allows at that point, rebinds every argument against its own compiled
+shape, authorizes every call with the trusted subject, and checks every size itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import os
+import re
+import struct
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker.protocol import ProtocolError, encode_frame
+from codemode_worker.shapes import BindError, bind_arguments
+from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
+
+from ..authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
+from ..catalog.capability import CompiledCapability
+from ..catalog.types import OutputError, constructor, to_plain
+from ..common.errors import (
+    AgentError,
+    CapabilityFailure,
+    CodeModeError,
+    ExecutionTimeout,
+    Internal,
+    InvalidArguments,
+    InvalidProgram,
+    PermissionDenied,
+    PolicyFailure,
+    ResourceLimit,
+    sanitize_disclosure,
+)
+from ..common.handoff import NOT_YET, HandOff
+from ..runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
+from ..runtimes.exhaustion import exhaustion_kind
+from .admission import FairAdmission
+from .context import CallContext
+from .frames import FrameTooCostly, HostFrameDecoder
+from .limits import Limits
+from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
+from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
+
+__all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
+
+log = logging.getLogger("codemode.execute")
+
+FRAME_OVERHEAD = 64 * 1024
+#: Seconds the event loop's thread may wait for a sync handler before awaiting it (codemode.common.handoff).
+SYNC_HANDLER_BUDGET = 0.001
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+READ_CHUNK = 256 * 1024
+
+
+class WorkerMisbehaved(Exception):
+    """The worker broke the protocol; host-log detail only."""
+
+
+class WorkerGone(Exception):
+    """The worker's output ended before it sent a final frame."""
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def _json(value: Any) -> str:
+    return _ENCODE(value)
+
+
+def _trusted_frame(body: str) -> bytes:
+    """Frame a body the host built from values it already checked (no re-validation on the hot
+    path; the worker validates every frame it reads)."""
+    data = body.encode("utf-8")
+    return struct.pack(">I", len(data)) + data
+
+
+@dataclass
+class _CallRecord:
+    decision: str = "allow"
+    outcome: str = "not_run"
+    authz: float = 0.0
+    handler: float = 0.0
+
+
+class _Session:
+    """The exchange with one sandbox."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        sandbox: Sandbox,
+        subject: Subject,
+        ctx: CallContext,
+    ) -> None:
+        self.ex = executor
+        self.sandbox = sandbox
+        self.subject = subject
+        self.ctx = ctx
+        limits = executor.limits
+        # Bytes capped before buffering, decoded host memory capped before parsing (execution.frames).
+        self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
+        self.pending: list[dict[str, Any]] = []
+        self.calls = 0
+        self.intermediate = 0
+
+    async def next_frame(self) -> dict[str, Any]:
+        while not self.pending:
+            data = await self.sandbox.read(READ_CHUNK)
+            if not data:
+                raise WorkerGone()
+            try:
+                self.pending.extend(self.decoder.feed(data))
+            except FrameTooCostly:
+                raise ResourceLimit("value size") from None
+            except ProtocolError as exc:
+                raise WorkerMisbehaved(f"protocol error: {exc}") from None
+        return self.pending.pop(0)
+
+    async def run(self, source: str) -> Any:
+        ex = self.ex
+        exec_frame = _trusted_frame(
+            f'{{"k":"exec","v":{PROTOCOL_VERSION},"source":{_json(source)},'
+            f'"manifest":{ex.manifest_for(source)},"limits":{ex.limits_json}}}'
+        )
+        try:
+            await self.sandbox.write(exec_frame)
+        except SandboxClosed:
+            raise WorkerGone() from None
+        while True:
+            frame = await self.next_frame()
+            kind = frame["k"]
+            if kind == "native_call":
+                if self.pending:
+                    # An honest worker waits for each result before it writes again.
+                    raise WorkerMisbehaved("frames sent ahead of a native call's result")
+                await self.native_call(frame)
+                # A worker whose next frame is already buffered (the runtimes' readers return buffered
+                # bytes without suspending) must not keep the loop to itself from call to call.
+                await asyncio.sleep(0)
+            elif kind == "final":
+                return self.final_value(frame["value"])
+            elif kind == "final_error":
+                raise self.final_error(frame["error"], frame["message"], source)
+            else:
+                raise WorkerMisbehaved(f"unexpected frame kind {kind!r}")
+
+    def final_error(self, error: Any, message: Any, source: str) -> CodeModeError:
+        """The client-facing error for a ``final_error`` frame: the worker's text only in the exact
+        form an honest worker writes (``worker_text``), otherwise the bare coarse text."""
+        if error == "invalid_program":
+            return InvalidProgram(accepted_program_message(message, source))
+        if error == "invalid_arguments":
+            return InvalidArguments(self.ex.argument_grammar.accepted(message))
+        if error == "resource_limit":
+            return ResourceLimit(accepted_limit_kind(message))
+        if error == "internal":
+            return Internal()
+        raise WorkerMisbehaved(f"unknown final_error kind {error!r}")
+
+    def final_value(self, value: Any) -> Any:
+        limits = self.ex.limits
+        try:
+            check_value(value, limits.max_value_depth, limits.max_value_bytes)
+        except ValueLimitError:
+            raise ResourceLimit("value size") from None
+        except ValueTypeError as exc:
+            raise WorkerMisbehaved(f"final value: {exc}") from None
+        return value
+
+    async def native_call(self, frame: dict[str, Any]) -> None:
+        limits = self.ex.limits
+        self.calls += 1
+        if frame["seq"] != self.calls:
+            raise WorkerMisbehaved(f"native_call seq {frame['seq']!r}, expected {self.calls}")
+        if self.calls > limits.max_native_calls:
+            raise ResourceLimit("native calls")
+        cap = self.ex.by_name.get(frame["name"])
+        if cap is None:
+            raise WorkerMisbehaved("native_call for a capability that is not enabled")
+        args = frame["args"]
+        if not isinstance(args, dict):
+            raise WorkerMisbehaved("native_call args is not an object")
+        try:
+            # Depth counts each argument value (the keyword map itself is not a value).
+            check_value(args, limits.max_value_depth + 1, limits.max_value_bytes)
+        except ValueLimitError:
+            raise ResourceLimit("value size") from None
+        except ValueTypeError as exc:
+            raise WorkerMisbehaved(f"native_call args: {exc}") from None
+        try:
+            canonical = bind_arguments(cap.input_shape, args)
+        except BindError as exc:
+            # An honest worker binds first, so a failing rebind proves a misbehaving worker.
+            raise WorkerMisbehaved(f"rebind failed: {exc}") from None
+        await self.dispatch(cap, canonical, frame["seq"])
+
+    async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], seq: int) -> None:
+        limits = self.ex.limits
+        event = _CallRecord()
+        try:
+            t0 = time.perf_counter()
+            typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
+            try:
+                await run_authorizer(
+                    self.ex.authorizer,
+                    self.ctx,
+                    AuthorizationInput(self.subject, cap.id, cap.name, canonical),
+                )
+            except Denied:
+                event.decision = "deny"
+                raise PermissionDenied() from None
+            except (asyncio.CancelledError, CodeModeError):
+                raise
+            except Exception as exc:
+                event.decision = "policy_failure"
+                log.warning("authorizer failed for %s: %s", cap.id, type(exc).__name__)
+                raise PolicyFailure() from None
+            finally:
+                event.authz = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            try:
+                result = await self.run_handler(cap, typed_args)
+            except CapabilityFailure:
+                event.outcome = "capability_failed"
+                raise
+            finally:
+                event.handler = time.perf_counter() - t1
+            try:
+                plain = to_plain(cap.output_shape, result)
+            except OutputError as exc:
+                event.outcome = "capability_failed"
+                log.warning("handler %s returned an unusable value: %s", cap.id, exc)
+                raise CapabilityFailure() from None
+            try:
+                size = check_value(plain, limits.max_value_depth, limits.max_value_bytes)
+            except ValueLimitError:
+                event.outcome = "resource_limit"
+                raise ResourceLimit("value size") from None
+            self.intermediate += size
+            if self.intermediate > limits.max_intermediate_value_bytes:
+                event.outcome = "resource_limit"
+                raise ResourceLimit("intermediate bytes")
+            event.outcome = "ok"
+        except BaseException:
+            self.observe(cap, event)
+            raise
+        try:
+            await self.sandbox.write(
+                _trusted_frame(f'{{"k":"native_result","seq":{seq},"value":{_json(plain)}}}')
+            )
+        except SandboxClosed:
+            raise WorkerGone() from None
+        finally:
+            self.observe(cap, event)  # after the reply is on its way: the worker need not wait for it
+
+    def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
+        self.ex.observer.native_call(
+            CallEvent(
+                subject_id=self.subject.id,
+                capability_id=cap.id,
+                decision=event.decision,
+                outcome=event.outcome,
+                authz_seconds=event.authz,
+                handler_seconds=event.handler,
+                worker_id=self.sandbox.worker_id,
+            )
+        )
+
+    async def run_handler(self, cap: CompiledCapability, typed_args: Any) -> Any:
+        handler = cap.handler
+        call_args: tuple[Any, ...] = (self.ctx, self.subject)
+        if cap.input_type is not None:
+            call_args += (typed_args,)
+        if self.ex.is_async(cap):
+            # Its own task, always: task-bound constructs inside the handler (asyncio.timeout, anyio
+            # cancel scopes such as an MCP client's read timeout) must stay with the task they were
+            # entered in. The execute waits on its own future, which the handler's task settles as
+            # its last step (one loop pass, no asyncio.wait): so a handler that swallows the
+            # execute's cancellation cannot hold the call past its deadline.
+            loop = asyncio.get_running_loop()
+            outcome: asyncio.Future[Any] = loop.create_future()
+            task = loop.create_task(_settle(handler(*call_args), outcome))
+            try:
+                return await outcome
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if not outcome.cancelled() and not (current is not None and current.cancelling()):
+                    raise CapabilityFailure() from None  # the handler raised it itself
+                if outcome.done() and not outcome.cancelled():
+                    outcome.exception()  # settled just before the cancellation: seen, dropped
+                task.cancel()
+                _DETACHED.add(task)
+                task.add_done_callback(_detached_done)
+                raise
+            except Exception as exc:
+                _handler_failed(cap, exc)
+        # A sync handler runs on the handlers' pool, in a copy of the context. Its result is first
+        # waited for on the loop's thread, briefly (codemode.common.handoff: no trip through the loop for a
+        # short handler), then awaited: cancelling the call cancels it (a handler already running in
+        # its thread finishes there, unobserved).
+        call = functools.partial(contextvars.copy_context().run, handler, *call_args)
+        started = time.monotonic()
+        try:
+            job, handoff = self.ex.run_sync(cap, call)
+            result = handoff.block(job, self.ctx.deadline)
+            if result is NOT_YET:
+                result = await asyncio.wrap_future(job)
+                handoff.waited(started)
+            return result
+        except asyncio.CancelledError:
+            _reraise_if_cancelled()
+            raise CapabilityFailure() from None
+        except concurrent.futures.CancelledError:
+            raise CapabilityFailure() from None  # the handlers' pool shut down (server closing)
+        except Exception as exc:
+            _handler_failed(cap, exc)
+
+
+async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None:
+    """Run an async handler in its own task and settle ``outcome`` with its result or exception
+    (unless the caller has given up on it). A handler that raises ``CancelledError`` by itself
+    settles ``outcome`` with it; the task then ends normally."""
+    try:
+        value = await handler
+    except asyncio.CancelledError as exc:
+        if outcome.done():  # the caller cancelled: this task is being cancelled too
+            raise
+        outcome.set_exception(exc)
+        return
+    except Exception as exc:
+        if not outcome.done():
+            outcome.set_exception(exc)
+        return
+    except BaseException as exc:  # not an Exception: the call fails with it all the same
+        if not outcome.done():
+            outcome.set_exception(exc)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        return
+    if not outcome.done():
+        outcome.set_result(value)
+
+
+def _reraise_if_cancelled() -> None:
+    """Re-raise the CancelledError being handled if this task is being cancelled (deadline, client):
+    otherwise the handler raised it itself, which is a failure of the handler."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise
+
+
+def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
+    if isinstance(exc, AgentError):
+        raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+    log.warning("handler %s raised %s", cap.id, type(exc).__name__)
+    raise CapabilityFailure() from None
+
+
+#: Handlers still running after their execute gave up on them (strong references: the event loop
+#: keeps only weak ones).
+_DETACHED: set[asyncio.Task[Any]] = set()
+
+
+def _detached_done(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: the execute that called it has ended
+
+
+class Executor:
+    """Runs programs for one built server."""
+
+    def __init__(
+        self,
+        capabilities: Mapping[str, CompiledCapability],
+        authorizer: Authorizer,
+        limits: Limits,
+        runtime: Runtime,
+        observer: Observer | None = None,
+        subject_quota: int = 0,
+        reserved_slots: int | None = None,
+    ) -> None:
+        self.by_name = dict(capabilities)
+        self.subject_quota = subject_quota
+        self.active: dict[str, int] = {}
+        self.authorizer = authorizer
+        self.limits = limits
+        self.runtime = runtime
+        self.observer: Observer = observer or NullObserver()
+        manifest: list[dict[str, Any]] = [
+            {"name": c.name, "input": c.input_shape} for c in self.by_name.values()
+        ]
+        # Checked once with the strict encoder, then reused as text for every exec frame.
+        encode_frame(
+            {
+                "k": "exec",
+                "v": PROTOCOL_VERSION,
+                "source": "",
+                "manifest": manifest,
+                "limits": self._wire_limits(),
+            }
+        )
+        # Manifest entries grouped by namespace root, as JSON text. A program can reach a namespace
+        # only through its root name (Starlark has no globals(), eval or load here), so each exec
+        # frame carries just the roots its source mentions: with thousands of capabilities this
+        # keeps the frame small and the worker from building namespaces the program cannot use.
+        by_root: dict[str, list[str]] = {}
+        for cap, entry in zip(self.by_name.values(), manifest, strict=True):
+            by_root.setdefault(cap.name.split(".", 1)[0], []).append(_json(entry))
+        self.manifest_by_root = {root: ",".join(parts) for root, parts in by_root.items()}
+        self.limits_json = _json(self._wire_limits())
+        self.argument_grammar = ArgumentGrammar({c.name: c.input_shape for c in self.by_name.values()})
+        # Worker slots, shared fairly between subjects (codemode.execution.admission).
+        self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
+        self._async_handlers: dict[str, bool] = {}
+        # Sync handlers run on a pool of their own (not the loop's default executor, which the
+        # runtimes use too), each capability with its own cheap hand-off (codemode.common.handoff).
+        self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._handoffs: dict[str, HandOff] = {}
+        self.reaping: set[asyncio.Task[None]] = set()
+
+    def is_async(self, cap: CompiledCapability) -> bool:
+        """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
+        known = self._async_handlers.get(cap.name)
+        if known is None:
+            handler = cap.handler
+            known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+                getattr(handler, "__call__", None)  # noqa: B004
+            )
+            self._async_handlers[cap.name] = known
+        return known
+
+    def manifest_for(self, source: str) -> str:
+        """The manifest JSON for one program: the namespaces whose root names its source mentions
+        (a superset: names in strings or comments count too)."""
+        roots = self.manifest_by_root
+        parts = [roots[name] for name in sorted(set(_IDENTIFIER.findall(source))) if name in roots]
+        return "[" + ",".join(parts) + "]"
+
+    def _wire_limits(self) -> dict[str, int]:
+        limits = self.limits
+        return {
+            "max_steps": limits.max_execution_steps,
+            "max_value_depth": limits.max_value_depth,
+            "max_value_bytes": limits.max_value_bytes,
+            "max_native_calls": limits.max_native_calls,
+            "max_callstack": limits.max_callstack,
+        }
+
+    async def execute(self, source: str, subject: Subject) -> Any:
+        """Run one program; enforces the per-subject quota around the whole execution."""
+        held = self.active.get(subject.id, 0)
+        if self.subject_quota and held >= self.subject_quota:
+            self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
+            raise ResourceLimit("quota")
+        self.active[subject.id] = held + 1
+        self.observer.execute_started(subject.id)
+        try:
+            return await self._execute(source, subject)
+        finally:
+            left = self.active[subject.id] - 1
+            if left:
+                self.active[subject.id] = left
+            else:
+                del self.active[subject.id]
+            self.observer.execute_finished(subject.id)
+
+    async def _execute(self, source: str, subject: Subject) -> Any:
+        start = time.monotonic()
+        deadline = start + self.limits.max_execution_time
+        ctx = CallContext(deadline=deadline)
+        outcome = "internal"
+        calls = 0
+        worker_id = ""
+        oom = False
+        try:
+            if not isinstance(source, str) or _LONE_SURROGATE.search(source):
+                raise InvalidProgram()
+            if len(source.encode("utf-8")) > self.limits.max_source_bytes:
+                raise ResourceLimit("source size")
+            loop = asyncio.get_running_loop()
+            sandbox: Sandbox | None = None
+            session: _Session | None = None
+            try:
+                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
+                    await self.slots.acquire(subject.id)
+                    try:
+                        sandbox = await self.runtime.spawn()
+                    except BaseException:
+                        self.slots.release(subject.id)
+                        raise
+                    worker_id = ctx.worker_id = sandbox.worker_id
+                    session = _Session(self, sandbox, subject, ctx)
+                    value = await session.run(source)
+            except TimeoutError:
+                # Still waiting for a slot when the deadline passed: the host was full.
+                raise ExecutionTimeout("concurrency" if sandbox is None else "time") from None
+            except WorkerGone:
+                gone, sandbox = sandbox, None  # from here on _reap_now alone owns worker and slot
+                info = await self._reap_now(gone, subject.id)
+                oom = info.oom_killed
+                kind = exhaustion_kind(info, self.runtime)
+                if kind is not None:
+                    if kind == "memory" and not oom:
+                        log.info("worker %s ran out of memory: %s", worker_id, info)
+                    raise ResourceLimit(kind) from None
+                log.warning("worker %s ended without a result: %s", worker_id, info)
+                raise Internal() from None
+            except WorkerMisbehaved as exc:
+                log.warning("worker %s misbehaved: %s", worker_id, exc)
+                raise Internal() from None
+            except CodeModeError:
+                raise
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("execute failed in the host: %s", type(exc).__name__)
+                raise Internal() from None
+            finally:
+                ctx.cancelled.set()
+                if session is not None:
+                    calls = session.calls
+                if sandbox is not None:
+                    self._reap_later(sandbox, subject.id)
+            outcome = "ok"
+            return value
+        except CodeModeError as exc:
+            outcome = _outcome_name(exc)
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            self.observer.execute(
+                ExecuteEvent(
+                    subject_id=subject.id,
+                    outcome=outcome,
+                    seconds=time.monotonic() - start,
+                    native_calls=calls,
+                    worker_id=worker_id,
+                    oom_killed=oom,
+                )
+            )
+
+    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
+        """Destroy and wait (the exit info decides the client text). Cancelled while waiting, the
+        reap goes on in the background, which then releases the slot: exactly one release, and only
+        once the worker is reaped."""
+        assert sandbox is not None
+        destroying = asyncio.ensure_future(sandbox.destroy())
+        try:
+            info = await asyncio.shield(destroying)
+        except asyncio.CancelledError:
+            self._reap_later(sandbox, subject_id, destroying)
+            raise
+        except Exception:
+            self.slots.release(subject_id)
+            raise
+        self.slots.release(subject_id)
+        return info
+
+    def _reap_later(
+        self, sandbox: Sandbox, subject_id: str, destroying: Awaitable[ExitInfo] | None = None
+    ) -> None:
+        """Destroy (or finish ``destroying``) in the background; the slot is released only once the
+        worker is reaped, so live workers never exceed ``max_concurrent_executions``."""
+
+        async def reap() -> None:
+            try:
+                info = await (destroying if destroying is not None else sandbox.destroy())
+                if info.oom_killed:
+                    log.info("worker %s was OOM-killed", sandbox.worker_id)
+            except Exception:
+                log.exception("destroying worker %s failed", sandbox.worker_id)
+            finally:
+                self.slots.release(subject_id)
+
+        task = asyncio.get_running_loop().create_task(reap())
+        self.reaping.add(task)
+        task.add_done_callback(self.reaping.discard)
+
+    def run_sync(
+        self, cap: CompiledCapability, call: Callable[[], Any]
+    ) -> tuple[concurrent.futures.Future[Any], HandOff]:
+        """Start a sync handler call on the handlers' pool; its hand-off to wait with."""
+        if self._sync_pool is None:
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="codemode-handler"
+            )
+        handoff = self._handoffs.get(cap.name)
+        if handoff is None:
+            handoff = self._handoffs[cap.name] = HandOff(SYNC_HANDLER_BUDGET)
+        return self._sync_pool.submit(call), handoff
+
+    async def drain(self) -> None:
+        """Wait for every background reap to finish; let the handlers' pool go (a handler still
+        running finishes in its thread, unobserved)."""
+        while self.reaping:
+            await asyncio.gather(*list(self.reaping), return_exceptions=True)
+        pool, self._sync_pool = self._sync_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _outcome_name(exc: CodeModeError) -> str:
+    return {
+        "unauthenticated": "unauthenticated",
+        "capability not found": "not_found",
+        "invalid program": "invalid_program",
+        "invalid capability arguments": "invalid_arguments",
+        "permission denied": "permission_denied",
+        "authorization policy failure": "policy_failure",
+        "resource limit exceeded": "resource_limit",
+        "capability failed": "capability_failed",
+    }.get(exc.text, "internal")

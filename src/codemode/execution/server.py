@@ -1,0 +1,264 @@
+"""Builder and Server: the library's front door (docs/reference/python-api.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..authz import Authorizer, Subject
+from ..catalog.capability import Capability, CompiledCapability, validate_catalog
+from ..catalog.search import SearchEntry, SearchIndex, SearchLimitError, SearchResponse, oversized_entries
+from ..catalog.types import describe_fields
+from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
+from ..runtimes.base import Runtime
+from .execute import Executor
+from .limits import DEFAULT_SUBJECT_QUOTA, Limits
+from .observe import Observer
+
+__all__ = ["Builder", "Description", "Server"]
+
+MIN_SEARCH_RESPONSE_BYTES = 32
+
+log = logging.getLogger("codemode.server")
+
+
+@dataclass(frozen=True)
+class Description:
+    """``describe_api``'s answer. The capability id is deliberately absent."""
+
+    name: str
+    signature: str
+    summary: str
+    description: str
+    input: list[dict[str, Any]]
+    output: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "signature": self.signature,
+            "summary": self.summary,
+            "description": self.description,
+            "input": [dict(i) for i in self.input],
+            "output": [dict(o) for o in self.output],
+        }
+
+
+class Builder:
+    """Collects capabilities, validates everything at ``build()``; one-shot."""
+
+    def __init__(
+        self,
+        authorizer: Authorizer | None = None,
+        limits: Limits | None = None,
+        disabled: Sequence[str] = (),
+        runtime: Runtime | None = None,
+        observer: Observer | None = None,
+        subject_quota: int = DEFAULT_SUBJECT_QUOTA,
+        reserved_slots: int | None = None,
+    ) -> None:
+        self._authorizer = authorizer
+        self._subject_quota = subject_quota
+        self._reserved_slots = reserved_slots
+        self._limits = limits if limits is not None else Limits()
+        self._disabled = list(disabled)
+        self._runtime = runtime
+        self._observer = observer
+        self._caps: list[Capability] = []
+        self._built = False
+
+    def register(self, *capabilities: Capability) -> Builder:
+        if self._built:
+            raise InvalidRegistration(["builder: register() after build()"])
+        self._caps.extend(capabilities)
+        return self
+
+    def build(self) -> Server:
+        if self._built:
+            raise InvalidRegistration(["builder: build() may be called only once"])
+        self._built = True
+        problems: list[str] = []
+        if self._authorizer is None:
+            problems.append("authorizer: none given (use authz.allow_all() to allow explicitly)")
+        elif not callable(getattr(self._authorizer, "authorize", None)):
+            problems.append("authorizer: has no authorize(ctx, input) method")
+        if not isinstance(self._limits, Limits):
+            problems.append("limits: must be codemode.Limits")
+            limits = Limits()
+        else:
+            problems += self._limits.problems()
+            limits = self._limits
+        if (
+            isinstance(self._subject_quota, bool)
+            or not isinstance(self._subject_quota, int)
+            or (self._subject_quota < 0)
+        ):
+            problems.append("subject_quota: must be a non-negative int (0 = no per-subject quota)")
+        if self._reserved_slots is not None and (
+            isinstance(self._reserved_slots, bool)
+            or not isinstance(self._reserved_slots, int)
+            or not 0 <= self._reserved_slots < _resolved_slots(limits)
+        ):
+            problems.append(
+                "reserved_slots: must be an int from 0 to max_concurrent_executions - 1 (None = derived)"
+            )
+        if isinstance(self._disabled, str):
+            problems.append("disabled: must be a list of ids")
+            self._disabled = []
+        enabled, cap_problems = validate_catalog(self._caps, self._disabled)
+        problems += cap_problems
+        resolved = limits.resolved() if not limits.problems() else Limits().resolved()
+        if resolved.max_search_response_bytes < MIN_SEARCH_RESPONSE_BYTES:
+            problems.append(f"limits: max_search_response_bytes must be at least {MIN_SEARCH_RESPONSE_BYTES}")
+        else:
+            entries = [_entry(c) for c in enabled]
+            for name in oversized_entries(entries, resolved.max_search_response_bytes):
+                problems.append(f"capability {name!r}: its search result alone exceeds the response bound")
+        if problems:
+            raise InvalidRegistration(problems)
+        assert self._authorizer is not None
+        runtime = self._runtime
+        if runtime is None:
+            from ..runtimes.process import ProcessRuntime
+
+            runtime = ProcessRuntime()
+        return Server(
+            enabled,
+            self._authorizer,
+            resolved,
+            runtime,
+            self._observer,
+            self._subject_quota,
+            self._reserved_slots,
+        )
+
+
+def _resolved_slots(limits: Limits) -> int:
+    """``max_concurrent_executions`` of ``limits`` with its default applied."""
+    if isinstance(limits, Limits) and not limits.problems():
+        return int(limits.resolved().max_concurrent_executions)
+    return int(Limits().resolved().max_concurrent_executions)
+
+
+def _entry(c: CompiledCapability) -> SearchEntry:
+    return SearchEntry(
+        name=c.name,
+        signature=c.signature,
+        summary=c.summary,
+        description=c.description,
+        search_terms=list(c.search_terms),
+    )
+
+
+class Server:
+    """A built catalog with its authorizer, limits and runtime."""
+
+    def __init__(
+        self,
+        capabilities: list[CompiledCapability],
+        authorizer: Authorizer,
+        limits: Limits,
+        runtime: Runtime,
+        observer: Observer | None = None,
+        subject_quota: int = 0,
+        reserved_slots: int | None = None,
+    ) -> None:
+        self.limits = limits
+        self.runtime = runtime
+        self._by_name = {c.name: c for c in capabilities}
+        self._index = SearchIndex(
+            [_entry(c) for c in capabilities],
+            max_results=limits.max_search_results,
+            max_response_bytes=limits.max_search_response_bytes,
+        )
+        self._executor = Executor(
+            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots
+        )
+        self._started = False
+        self._start_lock: asyncio.Lock | None = None
+        self._resources: list[Any] = []
+
+    def attach(self, resource: Any) -> None:
+        """Tie a pack's connections to this server: :meth:`start` awaits ``resource.connect()`` (when
+        it has one; a failure is logged, the pack reconnects on its next call) and :meth:`aclose`
+        awaits ``resource.aclose()`` after the workers are reaped."""
+        self._resources.append(resource)
+
+    @property
+    def capabilities(self) -> list[CompiledCapability]:
+        return list(self._by_name.values())
+
+    def search(self, query: str) -> SearchResponse:
+        if not isinstance(query, str):
+            raise ResourceLimit("query")
+        try:
+            return self._index.search(query, max_query_bytes=self.limits.max_search_query_bytes)
+        except SearchLimitError:
+            raise ResourceLimit("query") from None
+
+    def describe(self, name: str) -> Description:
+        cap = self._by_name.get(name) if isinstance(name, str) else None
+        if cap is None:
+            raise NotFound()
+        return Description(
+            name=cap.name,
+            signature=cap.signature,
+            summary=cap.summary,
+            description=cap.description,
+            input=[f.to_dict() for f in describe_fields(cap.input_shape, output=False)],
+            output=[f.to_dict() for f in describe_fields(cap.output_shape, output=True)],
+        )
+
+    async def start(self) -> None:
+        """Start the runtime (orphan clean-up, pool warm-up). ``execute`` calls it on first use."""
+        if self._started:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if not self._started:
+                await self.runtime.start()
+                self._started = True
+                for resource in self._resources:
+                    connect = getattr(resource, "connect", None)
+                    if connect is None:
+                        continue
+                    try:
+                        await connect()
+                    except Exception as exc:
+                        log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
+
+    async def execute(self, source: str, *, subject: Subject) -> Any:
+        """Run one program for ``subject`` and return ``main()``'s plain value."""
+        if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
+            raise Unauthenticated()
+        try:
+            await self.start()
+        except Exception as exc:
+            # e.g. a dead Docker daemon: precise reason for the operator, coarse text for the client.
+            log.error("runtime %s could not start: %s", self.runtime.name, exc)
+            raise Internal() from None
+        return await self._executor.execute(source, subject)
+
+    async def aclose(self) -> None:
+        """Stop pools and reap every worker."""
+        await self._executor.drain()
+        try:
+            await self.runtime.aclose()
+        finally:
+            for resource in reversed(self._resources):
+                try:
+                    await resource.aclose()
+                except Exception as exc:
+                    log.warning("%s: closing failed: %s", type(resource).__name__, exc)
+
+    async def __aenter__(self) -> Server:
+        """``async with server:`` starts the runtime and closes everything on exit."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,467 @@
+"""The MCP adapter: exactly three tools over a built :class:`codemode.Server` (docs/reference/tools.md).
+
+``create_server(server, resolver)`` returns an official MCP SDK low-level server
+(``mcp.server.Server``) publishing ``search_api {query}``, ``describe_api {name}`` and
+``execute {source}``. Every ``tools/call`` goes through the same pipeline:
+
+1. the tool name must be one of the three (else a JSON-RPC ``invalid params`` error);
+2. the arguments are checked against the tool's input schema: exactly one key, the declared one, with
+   a string value. The low-level SDK server does not validate arguments, so this adapter does it,
+   **before** the resolver runs; a violation is an ``isError`` result with a fixed text that names
+   the expected argument and never echoes what was sent;
+3. the invocation resolver turns the request into a trusted :class:`~codemode.authz.Subject`; a
+   resolver exception, a non-``Subject`` value or an empty id is ``unauthenticated`` and no
+   discovery or execution work happens;
+4. the call runs; success is ``structuredContent`` plus exactly one ``TextContent`` holding the
+   compact JSON of the same object; failure is an ``isError`` result with exactly one
+   ``TextContent`` whose text is :func:`codemode.common.errors.client_text` of a ``CodeModeError``, or
+   ``internal failure`` for anything else (the detail is logged host-side, never sent).
+
+Request cancellation is not caught: it cancels the running execute, which kills and reaps its worker.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mcp_types as types
+from mcp.server import Server as MCPLowLevelServer
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from .. import authz
+from ..common.errors import CodeModeError, Internal, Unauthenticated, client_text
+from ..execution.server import Server
+
+__all__ = [
+    "TOOL_NAMES",
+    "ContextSubject",
+    "Resolver",
+    "StaticSubject",
+    "create_server",
+    "tool_definitions",
+]
+
+log = logging.getLogger("codemode.mcp")
+
+JSONObject = dict[str, Any]
+
+
+class Resolver(Protocol):
+    """Turns one MCP request into the trusted subject. ``resolve`` may be sync or async.
+
+    ``request`` is the SDK's request context (``mcp.server.context.ServerRequestContext``) or
+    ``None`` when there is none. Raise (anything) or return an empty id to refuse the request.
+    """
+
+    def resolve(self, request: Any) -> authz.Subject | Awaitable[authz.Subject]: ...
+
+
+class StaticSubject:
+    """Always the same subject: for a single-user stdio deployment only."""
+
+    def __init__(self, id: str) -> None:
+        if not isinstance(id, str) or not id:
+            raise ValueError("StaticSubject needs a non-empty subject id")
+        self.id = id
+
+    def resolve(self, request: Any) -> authz.Subject:
+        return authz.Subject(self.id)
+
+    def __repr__(self) -> str:
+        return f"StaticSubject({self.id!r})"
+
+
+class ContextSubject:
+    """The subject that authentication middleware stored with ``codemode.authz.with_subject``.
+
+    Nothing in the MCP request (arguments, ``_meta``, client info) can set or replace it.
+    """
+
+    def resolve(self, request: Any) -> authz.Subject:
+        subject = authz.current_subject()
+        if subject is None:
+            raise Unauthenticated()
+        return subject
+
+    def __repr__(self) -> str:
+        return "ContextSubject()"
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool definitions
+# --------------------------------------------------------------------------------------------------
+
+SEARCH_DESCRIPTION = """\
+Find the host capabilities (functions your execute program can call) that fit a task.
+
+How to query: use the words of the task, e.g. "create record", "search records by tag", "delete \
+entry", or paste an exact dotted name such as "records.create" (an exact name always ranks first). \
+Matching is by whole word or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
+if nothing comes back, try other words for the same thing, fewer words, or a broader noun. Words \
+such as a/the/for/with are ignored. At most 16 distinct words.
+
+Returns {"results": [{"name", "signature", "summary"}], "truncated"}. truncated=true means more \
+capabilities matched than were returned: narrow the query. An empty result list means no match.
+
+Next step: call describe_api with the exact name of the capability you want, then use it in \
+execute exactly as its signature shows.
+
+Errors: "resource limit exceeded: query" - the query is too long or has too many words: shorten it. \
+"unauthenticated" - the host did not accept your identity: do not retry, tell the user. \
+"internal failure" - a host-side problem: retry once later."""
+
+DESCRIBE_DESCRIPTION = """\
+Get the exact contract of one capability before calling it: its signature, every input field \
+(name, type, required) and every output field.
+
+Pass the exact dotted name from search_api, e.g. "records.create": case-sensitive, no spaces, no \
+parentheses. Types use Python-like notation: str, int, bool, float, list[T], dict[str, T], \
+{a: T, b: U} for a nested object (pass a dict with exactly those keys), and "T | None" for an \
+optional input (required=false: omit it or pass None). Output fields with required=false may be \
+absent from the returned dict, and nested optional output fields are written "name?: T".
+
+Call a capability inside execute with keyword arguments only, exactly as the signature shows: \
+the signature records.get(*, id: int) means records.get(id=7). The call returns plain values: \
+a record output is a dict, so read fields with r["id"].
+
+Errors: "capability not found" - the name is not exact or the capability is not available on this \
+host: run search_api again and copy the name. "unauthenticated" - do not retry, tell the user."""
+
+EXECUTE_DESCRIPTION = """\
+Run one Starlark program (a small, deterministic Python dialect) that calls capabilities and \
+returns a value. Every call runs in a fresh, isolated sandbox: nothing survives between execute \
+calls except what capabilities themselves store. Use search_api and describe_api first; do as much \
+of the task as is sensible in one program (loops, conditions, several calls), and return only what \
+you need.
+
+Program rules:
+- Define `def main():` at top level, with no parameters of any kind. Its return value is the \
+result: None, bool, int, float, str, list (tuples become lists) or dict with str keys, nested. \
+Anything else (functions, ranges, ...) is an invalid program.
+- Call capabilities by dotted name, with keyword arguments only: records.create(title="x", \
+tags=["a", "b"]). Positional arguments are rejected. Calls are accepted only while main() runs \
+(directly or through functions it calls); top-level code may define constants and functions but \
+must not call capabilities.
+- A call returns plain values: dicts, lists, str, int, float, bool, None. Read fields as r["id"].
+- Builtins available, nothing else: abs all any bool chr dict dir enumerate fail float getattr \
+hasattr hash int len list max min ord print range repr reversed sorted str sum tuple type zip, \
+json.encode/json.decode/json.indent and math.* (sqrt, floor, ceil, pow, log, exp, fabs, round, pi, \
+e, sin, cos, ...). Strings support "%s" % x and "{}".format(x).
+- Not available: load, import, while (use `for i in range(n):`), f-strings (use "%s" % x or str()), \
+filter and map (use list comprehensions), set (use dict keys), try/except, classes, the << operator \
+(multiply instead). print() output \
+is discarded: return data instead. There is no time, file, network, environment or process access.
+- Programs have budgets (interpreter steps, wall time, number of capability calls, size and \
+nesting of values).
+
+Example:
+def main():
+    r = records.create(title="Buy milk", tags=["shopping"])
+    found = records.search(text="milk")
+    return {"created": r["id"], "matches": [x["title"] for x in found["records"]]}
+
+Returns {"result": <main()'s return value>}.
+
+Errors and how to recover:
+- "invalid program: <codemode>:LINE:COL: message" (or just "invalid program") - syntax error, \
+unknown name, runtime error (e.g. fail(), index out of range, calling an unknown capability), \
+missing or wrong `def main():`, a capability call outside main, or an unsupported return value. \
+Fix the program at that position and run it again.
+- "invalid capability arguments: <diagnostic>" - a call had positional, unknown, missing, \
+wrong-typed or out-of-range arguments; the diagnostic names the argument path (e.g. "filter.owner", \
+"tags[1]", "labels['env']"). Check describe_api and fix that call.
+- "capability failed: <message>" - the capability reported a problem, e.g. "record 7 not found": \
+act on the message. Plain "capability failed" - it failed without details: retry once or try \
+another way.
+- "permission denied" - the host's policy refused that call for you: do not repeat it; choose \
+another approach or tell the user.
+- "authorization policy failure" - the host could not evaluate its policy: retrying will not help; \
+tell the user.
+- "resource limit exceeded: <kind>" - a budget ran out; the kind says which. "time", "steps" \
+(loop iterations, function calls, call depth), "native calls", "memory", "value size" (an argument, \
+a result or the return value too large or too deeply nested), "intermediate bytes" (all capability \
+results together): do less per program (fewer loop iterations, fewer or narrower calls, smaller \
+results and strings) or split the work over several execute calls. "source size": shorten the \
+program. "concurrency" (the host is busy) or "quota" (you already run as many programs as allowed): \
+wait for your other calls to finish, then retry.
+- "unauthenticated" - do not retry, tell the user. "internal failure" - a host-side problem: retry \
+once later."""
+
+SERVER_INSTRUCTIONS = """\
+This server uses "code mode": instead of one tool per operation it offers three tools. \
+1) search_api: find capabilities with the words of your task. 2) describe_api: read the exact \
+signature of the one you want. 3) execute: run a short Starlark program whose main() calls \
+capabilities with keyword arguments (e.g. records.get(id=7)) and returns plain data."""
+
+
+def _input_schema(arg: str, description: str) -> JSONObject:
+    return {
+        "type": "object",
+        "properties": {arg: {"type": "string", "description": description}},
+        "required": [arg],
+        "additionalProperties": False,
+    }
+
+
+def _object(properties: JSONObject, description: str | None = None) -> JSONObject:
+    schema: JSONObject = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+    if description:
+        schema["description"] = description
+    return schema
+
+
+_STRING: JSONObject = {"type": "string"}
+_FIELD_LIST: JSONObject = {
+    "type": "array",
+    "items": _object({"name": _STRING, "type": _STRING, "required": {"type": "boolean"}}),
+}
+
+SEARCH_OUTPUT_SCHEMA = _object(
+    {
+        "results": {
+            "type": "array",
+            "items": _object({"name": _STRING, "signature": _STRING, "summary": _STRING}),
+        },
+        "truncated": {"type": "boolean"},
+    }
+)
+DESCRIBE_OUTPUT_SCHEMA = _object(
+    {
+        "name": _STRING,
+        "signature": _STRING,
+        "summary": _STRING,
+        "description": _STRING,
+        "input": _FIELD_LIST,
+        "output": _FIELD_LIST,
+    }
+)
+EXECUTE_OUTPUT_SCHEMA = _object(
+    {
+        "result": {
+            "anyOf": [
+                {"type": kind}
+                for kind in ("null", "boolean", "integer", "number", "string", "array", "object")
+            ],
+            "description": "main()'s return value: null, boolean, number, string, array or object, nested.",
+        }
+    }
+)
+
+Runner = Callable[[Server, authz.Subject, str], Awaitable[JSONObject]]
+
+
+async def _run_search(server: Server, subject: authz.Subject, query: str) -> JSONObject:
+    return server.search(query).to_dict()
+
+
+async def _run_describe(server: Server, subject: authz.Subject, name: str) -> JSONObject:
+    return server.describe(name).to_dict()
+
+
+async def _run_execute(server: Server, subject: authz.Subject, source: str) -> JSONObject:
+    return {"result": await server.execute(source, subject=subject)}
+
+
+@dataclass(frozen=True)
+class _ToolSpec:
+    name: str
+    title: str
+    arg: str
+    arg_description: str
+    description: str
+    output_schema: JSONObject
+    read_only: bool
+    run: Runner
+
+    @property
+    def input_schema(self) -> JSONObject:
+        return _input_schema(self.arg, self.arg_description)
+
+    @property
+    def schema_error(self) -> str:
+        return f'invalid tool arguments: {self.name} takes exactly one argument, "{self.arg}", a string'
+
+    def to_tool(self) -> types.Tool:
+        if self.read_only:
+            annotations = types.ToolAnnotations(
+                title=self.title, read_only_hint=True, idempotent_hint=True, open_world_hint=False
+            )
+        else:
+            annotations = types.ToolAnnotations(title=self.title, read_only_hint=False)
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=self.input_schema,
+            output_schema=self.output_schema,
+            annotations=annotations,
+        )
+
+
+_TOOLS: dict[str, _ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        _ToolSpec(
+            name="search_api",
+            title="Search capabilities",
+            arg="query",
+            arg_description='Task words, e.g. "create record", or an exact dotted capability name.',
+            description=SEARCH_DESCRIPTION,
+            output_schema=SEARCH_OUTPUT_SCHEMA,
+            read_only=True,
+            run=_run_search,
+        ),
+        _ToolSpec(
+            name="describe_api",
+            title="Describe one capability",
+            arg="name",
+            arg_description='The exact dotted capability name from search_api, e.g. "records.create".',
+            description=DESCRIBE_DESCRIPTION,
+            output_schema=DESCRIBE_OUTPUT_SCHEMA,
+            read_only=True,
+            run=_run_describe,
+        ),
+        _ToolSpec(
+            name="execute",
+            title="Run a Starlark program",
+            arg="source",
+            arg_description="Starlark source that defines def main(): and returns plain data.",
+            description=EXECUTE_DESCRIPTION,
+            output_schema=EXECUTE_OUTPUT_SCHEMA,
+            read_only=False,
+            run=_run_execute,
+        ),
+    )
+}
+
+TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
+
+
+def tool_definitions() -> list[types.Tool]:
+    """The three tool definitions, as ``tools/list`` returns them."""
+    return [spec.to_tool() for spec in _TOOLS.values()]
+
+
+# --------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def success_result(value: JSONObject) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=compact_json(value))],
+        structured_content=value,
+    )
+
+
+def error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _arguments_ok(spec: _ToolSpec, arguments: Mapping[str, Any] | None) -> bool:
+    return (
+        isinstance(arguments, Mapping)
+        and len(arguments) == 1
+        and spec.arg in arguments
+        and isinstance(arguments[spec.arg], str)
+    )
+
+
+async def _resolve(resolver: Resolver, request: Any) -> authz.Subject:
+    """Run the resolver; anything but a Subject with a non-empty str id is ``Unauthenticated``."""
+    try:
+        subject = resolver.resolve(request)
+        if inspect.isawaitable(subject):
+            subject = await subject
+    except Exception as exc:
+        log.info("resolver refused the request: %s", type(exc).__name__)
+        raise Unauthenticated() from None
+    if not isinstance(subject, authz.Subject) or not isinstance(subject.id, str) or not subject.id:
+        log.info("resolver returned no usable subject")
+        raise Unauthenticated()
+    return subject
+
+
+class _Handlers:
+    """The ``tools/list`` and ``tools/call`` handlers bound to one server and resolver."""
+
+    def __init__(self, server: Server, resolver: Resolver) -> None:
+        self.server = server
+        self.resolver = resolver
+        self.tools = tool_definitions()
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in self.tools])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        spec = _TOOLS.get(params.name)
+        if spec is None:
+            raise MCPError(code=types.INVALID_PARAMS, message="unknown tool")
+        arguments = params.arguments
+        if not _arguments_ok(spec, arguments):
+            return error_result(spec.schema_error)
+        assert arguments is not None
+        return await self.run(spec, ctx, arguments[spec.arg])
+
+    async def run(self, spec: _ToolSpec, request: Any, value: str) -> types.CallToolResult:
+        try:
+            subject = await _resolve(self.resolver, request)
+            out = await spec.run(self.server, subject, value)
+            return success_result(out)
+        except CodeModeError as err:
+            return error_result(client_text(err))
+        except Exception as exc:  # CancelledError is a BaseException and propagates
+            log.exception("%s failed in the host: %s", spec.name, type(exc).__name__)
+            return error_result(Internal.text)
+
+
+def create_server(
+    server: Server,
+    resolver: Resolver,
+    name: str = "codemode",
+    version: str | None = None,
+    *,
+    instructions: str | None = SERVER_INSTRUCTIONS,
+) -> MCPLowLevelServer[Any]:
+    """An official MCP SDK low-level server publishing exactly the three code-mode tools.
+
+    ``resolver`` is any object with ``resolve(request) -> Subject`` (sync or async). The caller owns
+    ``server``'s lifecycle (``await server.aclose()`` when done).
+    """
+    if not isinstance(server, Server):
+        raise TypeError("create_server needs a built codemode.Server")
+    if not callable(getattr(resolver, "resolve", None)):
+        raise TypeError("resolver must have a resolve(request) method")
+    if version is None:
+        from .. import __version__
+
+        version = __version__
+    handlers = _Handlers(server, resolver)
+    schemas = {spec.name: spec.input_schema for spec in _TOOLS.values()}
+    return MCPLowLevelServer(
+        name,
+        version=version,
+        instructions=instructions,
+        get_tool_input_schema=schemas.get,
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+    )

@@ -1,0 +1,354 @@
+"""``codemode bench``: how fast does this machine run executes? (docs/operators.md)
+
+A user-facing cut of ``tests/benchmarks/bench_execute.py`` (which imports its measuring helpers
+from here): on the chosen runtime it times
+
+- a trivial execute, **cold** (no pool: every execute starts its own worker),
+- a trivial execute, **warm** (``WarmPool``: a started worker is waiting; the pool refills between
+  samples, which are not timed),
+- one native call, warm (the program calls one echo capability once; the host rebinds, authorizes
+  with ``allow_all()`` and dispatches it), and 100 native calls, warm,
+- the transport floor: probe → probe_ack echoes through the runtime's channel to a fresh worker,
+
+and prints p50/p99 of each, then the cost of one native call ((100 calls − one call) / 99) and its
+ratio to the floor. It registers only its own echo capability: no pack is loaded and nothing
+outside the process and the worker is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker.protocol import encode_frame
+
+from .. import authz
+from ..catalog.capability import Capability
+from ..execution.context import CallContext
+from ..execution.frames import HostFrameDecoder
+from ..execution.observe import Observer
+from ..execution.server import Builder, Server
+from ..runtimes.base import Runtime, Sandbox
+
+__all__ = [
+    "HUNDRED",
+    "ONE_CALL",
+    "TRIVIAL",
+    "EchoFloor",
+    "EchoIn",
+    "EchoOut",
+    "add_arguments",
+    "aecho",
+    "build_server",
+    "echo",
+    "line",
+    "pct",
+    "run",
+    "run_bench",
+    "timed",
+]
+
+SUBJECT = authz.Subject("bench")
+TRIVIAL = "def main():\n    return 1\n"
+ONE_CALL = "def main():\n    return util.echo(value='x')['value']\n"
+HUNDRED = (
+    "def main():\n    n = 0\n    for i in range(100):\n"
+    "        n += len(util.echo(value='x')['value'])\n    return n\n"
+)
+
+
+@dataclass
+class EchoIn:
+    value: str
+
+
+@dataclass
+class EchoOut:
+    value: str
+
+
+def echo(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    return EchoOut(args.value)
+
+
+async def aecho(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    return EchoOut(args.value)
+
+
+def build_server(
+    runtime: Runtime, authorizer: authz.Authorizer | None = None, observer: Observer | None = None
+) -> Server:
+    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all unless an
+    ``authorizer`` is given, default limits."""
+    b = Builder(authorizer=authorizer or authz.allow_all(), runtime=runtime, observer=observer)
+    b.register(Capability(name="util.echo", summary="Echo.", handler=aecho))
+    b.register(Capability(name="util.secho", summary="Echo (sync).", handler=echo))
+    return b.build()
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile ``p`` (0..100) of ``xs`` (non-empty)."""
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def line(label: str, xs: list[float], *, quiet: bool = False) -> dict[str, float]:
+    """Print (unless ``quiet``) and return p50/p99 of ``xs`` seconds, in milliseconds."""
+    p50, p99 = statistics.median(xs) * 1e3, pct(xs, 99) * 1e3
+    if not quiet:
+        print(f"{label:<38} n={len(xs):<5} p50={p50:8.3f} ms  p99={p99:8.3f} ms", flush=True)
+    return {"p50": p50, "p99": p99}
+
+
+async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
+    """Wall time of ``n`` sequential awaits of ``fn()``, in seconds."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+_PROBE = encode_frame({"k": "probe", "v": PROTOCOL_VERSION})
+
+
+class EchoFloor:
+    """A runtime wrapper that measures the transport floor on each worker before handing it out.
+
+    ``prepare()`` spawns one worker from the wrapped runtime and times ``rounds`` probe → probe_ack
+    round trips on it: an echo through the very channel (pipes, the Docker attach stream, the
+    Kubernetes attach websocket) and the same two processes the next execute uses, with the same
+    framing on both sides (the worker reads and answers a probe exactly as it reads a
+    ``native_result`` and sends a ``native_call``). ``spawn()`` then returns that worker, so an
+    execute timed after ``prepare()`` is a warm execute on the worker whose floor was just measured.
+    """
+
+    def __init__(self, runtime: Runtime, rounds: int = 50) -> None:
+        self.runtime = runtime
+        self.rounds = rounds
+        self.floors: list[float] = []
+        self._ready: Sandbox | None = None
+
+    @property
+    def name(self) -> str:
+        return self.runtime.name
+
+    async def start(self) -> None:
+        await self.runtime.start()
+
+    async def check(self) -> None:
+        await self.runtime.check()
+
+    async def prepare(self) -> list[float]:
+        """Spawn the next worker and return its ``rounds`` echo times (seconds)."""
+        if self._ready is not None:
+            await self._ready.destroy()
+        sandbox = await self.runtime.spawn()
+        self._ready = sandbox
+        decoder = HostFrameDecoder(4096)  # the execute pipeline's own reader
+        out = []
+        for _ in range(self.rounds):
+            t0 = time.perf_counter()
+            await sandbox.write(_PROBE)
+            while True:
+                data = await sandbox.read(4096)
+                if not data:
+                    raise RuntimeError(f"worker {sandbox.worker_id} ended during the echo")
+                if decoder.feed(data):
+                    break
+            out.append(time.perf_counter() - t0)
+        self.floors += out
+        return out
+
+    async def spawn(self) -> Sandbox:
+        if self._ready is None:
+            await self.prepare()
+        sandbox, self._ready = self._ready, None
+        assert sandbox is not None
+        return sandbox
+
+    async def aclose(self) -> None:
+        if self._ready is not None:
+            await self._ready.destroy()
+            self._ready = None
+        await self.runtime.aclose()
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--runtime",
+        choices=["process", "docker", "kubernetes"],
+        default="process",
+        help="where workers run (default: process)",
+    )
+    p.add_argument(
+        "--pool", type=int, default=4, metavar="N", help="warm pool size for the warm series (default 4)"
+    )
+    p.add_argument("--n", type=int, default=30, metavar="N", help="samples per series (default 30)")
+    p.add_argument("--docker-image", metavar="IMAGE", help="worker image (default codemode-worker:1)")
+    p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
+    p.add_argument("--docker-oci-runtime", metavar="NAME", help="OCI runtime such as runsc")
+    p.add_argument(
+        "--kubernetes-namespace", metavar="NS", help="worker pod namespace (default codemode-workers)"
+    )
+    p.add_argument("--kubernetes-image", metavar="IMAGE", help="worker pod image")
+    p.add_argument("--kubernetes-kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
+    p.add_argument("--kubernetes-context", metavar="NAME", help="kubeconfig context")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+
+
+_RUNTIME_FLAGS = (
+    "docker_image",
+    "docker_base_url",
+    "docker_oci_runtime",
+    "kubernetes_namespace",
+    "kubernetes_image",
+    "kubernetes_kubeconfig",
+    "kubernetes_context",
+)
+
+
+def _make_runtime(args: argparse.Namespace) -> Runtime:
+    """The runtime through the one settings model (flags on top of ``CODEMODE_*``)."""
+    from ..startup.bootstrap import build_runtime
+    from ..startup.config import load_settings
+
+    overrides: dict[str, Any] = {"runtime": args.runtime, "allow_all": True, "rego_policy": [], "pool": 0}
+    for name in _RUNTIME_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return build_runtime(load_settings(**overrides))
+
+
+async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the three series; returns the JSON report (and prints lines unless ``args.json``)."""
+    from ..runtimes.pool import WarmPool
+
+    quiet = bool(args.json)
+    n = args.n
+    report: dict[str, Any] = {
+        "runtime": args.runtime,
+        "pool": args.pool,
+        "n": n,
+        "python": platform.python_version(),
+        "unit": "ms",
+        "series": {},
+    }
+    if not quiet:
+        print(
+            f"codemode bench: runtime {args.runtime}, pool {args.pool}, n={n}, "
+            f"python {platform.python_version()}",
+            flush=True,
+        )
+
+    runtime = _make_runtime(args)
+    await runtime.check()
+    cold_server = build_server(runtime)
+    try:
+        await cold_server.execute(TRIVIAL, subject=SUBJECT)  # warm caches; not measured
+        cold = await timed(n, lambda: cold_server.execute(TRIVIAL, subject=SUBJECT))
+        report["series"]["trivial_cold"] = line("trivial execute, cold (no pool)", cold, quiet=quiet)
+    finally:
+        await cold_server.aclose()
+
+    if args.pool <= 0:
+        if not quiet:
+            print("(--pool 0: warm series skipped)", flush=True)
+        return report
+
+    pool = WarmPool(_make_runtime(args), args.pool)
+    server = build_server(pool)
+    await server.start()
+    try:
+
+        async def series(source: str) -> list[float]:
+            out = []
+            for _ in range(n):
+                await pool.wait_warm(120)  # refills are not part of the measurement
+                t0 = time.perf_counter()
+                await server.execute(source, subject=SUBJECT)
+                out.append(time.perf_counter() - t0)
+            return out
+
+        report["series"]["trivial_warm"] = line(
+            f"trivial execute, warm (pool {args.pool})", await series(TRIVIAL), quiet=quiet
+        )
+        one = report["series"]["one_call_warm"] = line(
+            f"one native call, warm (pool {args.pool})", await series(ONE_CALL), quiet=quiet
+        )
+        hundred = report["series"]["hundred_calls_warm"] = line(
+            f"100 native calls, warm (pool {args.pool})", await series(HUNDRED), quiet=quiet
+        )
+    finally:
+        await server.aclose()
+
+    # The transport floor: probe echoes through the same channel to a few fresh workers.
+    floor = EchoFloor(_make_runtime(args), rounds=50)
+    try:
+        echoes: list[float] = []
+        for _ in range(3):
+            echoes += await floor.prepare()
+    finally:
+        await floor.aclose()
+    per_call_us = (hundred["p50"] - one["p50"]) / 99 * 1e3
+    floor_us = statistics.median(echoes) * 1e6
+    report["native_call"] = {
+        "per_call_us": round(per_call_us, 1),
+        "floor_us": round(floor_us, 1),
+        "ratio": round(per_call_us / floor_us, 2),
+    }
+    if not quiet:
+        print(
+            f"{'transport floor (probe echo)':<38} n={len(echoes):<5} p50={floor_us / 1e3:8.3f} ms",
+            flush=True,
+        )
+        print(
+            f"{'per native call (100 - 1) / 99':<38} {'':7} p50={per_call_us / 1e3:8.3f} ms  "
+            f"({per_call_us / floor_us:.1f}x the floor)",
+            flush=True,
+        )
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """``codemode bench``: exit 0 on success, 1 when the runtime fails, 2 on bad arguments."""
+    if args.n <= 0:
+        print("codemode bench: --n must be positive", file=sys.stderr)
+        return 2
+    if args.pool < 0:
+        print("codemode bench: --pool must not be negative", file=sys.stderr)
+        return 2
+    from ..startup.config import ConfigError
+
+    try:
+        _make_runtime(args)
+    except ConfigError as exc:
+        print(f"codemode bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = asyncio.run(run_bench(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        print(f"codemode bench: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    return 0

@@ -1,0 +1,226 @@
+"""Capability packs: Python objects a deployment names in its configuration as ``module:object``.
+
+A pack is any of
+
+* an object with a method ``capabilities(settings: PackSettings) -> Sequence[Capability]``
+  (the :class:`Pack` protocol; preferred: the pack can read its configuration from ``settings``),
+* a list or tuple of :class:`~codemode.Capability`,
+* a single :class:`~codemode.Capability`,
+* a callable returning a sequence of capabilities, called with ``settings`` when it takes one
+  parameter and with nothing when it takes none.
+
+``object`` may be a dotted attribute path inside the module (``pkg.mod:Holder.pack``). The module is
+looked up on ``sys.path`` and then in the current working directory; a spec whose module part is a
+file path (``./weather.py:pack``, ``/opt/packs/weather.py:pack``) loads that file. Packs are
+trusted code: importing one runs it in the host. Loading problems raise :class:`PackError` with a
+message naming the pack; capability problems are left to ``Builder.build()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..catalog.capability import Capability
+
+__all__ = ["Pack", "PackError", "PackSettings", "load_pack", "load_packs", "pack_capabilities", "split_specs"]
+
+
+@dataclass(frozen=True)
+class PackSettings:
+    """What the host hands a pack when asking for its capabilities.
+
+    ``environ`` is a snapshot of the host's environment (packs read their own ``CODEMODE_<PACK>_*``
+    variables from it); ``options`` holds ``KEY=VALUE`` pairs from ``--pack-option`` /
+    ``CODEMODE_PACK_OPTIONS``. Both are trusted operator configuration, never client input.
+    """
+
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    options: Mapping[str, str] = field(default_factory=dict)
+    #: Where packs keep state on disk (``--data-dir``), or None: keep it in memory.
+    data_dir: Path | None = None
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        """An option if set, else the environment variable of that name, else ``default``."""
+        if key in self.options:
+            return self.options[key]
+        return self.environ.get(key, default)
+
+
+@runtime_checkable
+class Pack(Protocol):
+    """A pack object: builds its capabilities from the host's settings."""
+
+    def capabilities(self, settings: PackSettings) -> Sequence[Capability]: ...
+
+
+class PackError(Exception):
+    """A pack could not be imported or did not produce capabilities."""
+
+
+def split_specs(values: Iterable[str]) -> list[str]:
+    """Flatten comma-separated pack specs, dropping blanks and duplicates (first one wins)."""
+    out: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            spec = part.strip()
+            if spec and spec not in out:
+                out.append(spec)
+    return out
+
+
+def _is_path(module_name: str) -> bool:
+    return module_name.endswith(".py") or "/" in module_name or os.sep in module_name
+
+
+def _import_file(spec: str, path: Path) -> Any:
+    """Import a pack file under a private module name (so it cannot shadow an installed module)."""
+    if not path.is_file():
+        raise PackError(f"pack {spec!r}: file {str(path)!r} does not exist")
+    name = "codemode_pack_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise PackError(f"pack {spec!r}: {str(path)!r} is not a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise PackError(
+            f"pack {spec!r}: importing {str(path)!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    return module
+
+
+def _import_module(spec: str, module_name: str) -> Any:
+    """Import from ``sys.path``, then from the working directory."""
+    cwd = os.getcwd()
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and module_name != missing and not module_name.startswith(missing + "."):
+            raise PackError(
+                f"pack {spec!r}: importing {module_name!r} failed: ModuleNotFoundError: {exc}"
+            ) from exc
+        if cwd in sys.path:
+            raise PackError(
+                f"pack {spec!r}: no module {module_name!r} on the Python path or in {cwd!r}"
+            ) from exc
+    except Exception as exc:
+        raise PackError(
+            f"pack {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    sys.path.append(cwd)
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise PackError(
+            f"pack {spec!r}: no module {module_name!r} on the Python path or in {cwd!r} ({exc})"
+        ) from exc
+    except Exception as exc:
+        raise PackError(
+            f"pack {spec!r}: importing {module_name!r} from {cwd!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        if cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _resolve_object(spec: str) -> Any:
+    module_name, sep, attr_path = spec.rpartition(":")
+    if not sep or not module_name or not attr_path:
+        raise PackError(
+            f"pack {spec!r}: expected module:object or path/to/file.py:object, "
+            "e.g. codemode.capabilities.records:pack"
+        )
+    obj: Any
+    if _is_path(module_name):
+        obj = _import_file(spec, Path(module_name))
+    else:
+        obj = _import_module(spec, module_name)
+    for attr in attr_path.split("."):
+        try:
+            obj = getattr(obj, attr)
+        except AttributeError:
+            raise PackError(f"pack {spec!r}: {module_name!r} has no attribute {attr_path!r}") from None
+    return obj
+
+
+def _call_factory(factory: Callable[..., Any], settings: PackSettings, label: str) -> Any:
+    try:
+        params = [
+            p
+            for p in inspect.signature(factory).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) > 1:
+        raise PackError(f"{label}: a pack factory takes no argument or one (settings)")
+    return factory(settings) if params else factory()
+
+
+def pack_capabilities(
+    obj: Any, settings: PackSettings | None = None, label: str = "pack"
+) -> list[Capability]:
+    """The capabilities of one pack object (see the module docstring for the accepted forms)."""
+    settings = settings if settings is not None else PackSettings()
+    if isinstance(obj, Capability):
+        return [obj]
+    method = getattr(obj, "capabilities", None)
+    if callable(method) and not isinstance(obj, type):
+        produced = method(settings)
+    elif isinstance(obj, list | tuple):
+        produced = obj
+    elif callable(obj):
+        produced = _call_factory(obj, settings, label)
+        inner = getattr(produced, "capabilities", None)
+        if callable(inner) and not isinstance(produced, type):
+            produced = inner(settings)  # a factory (or class) that built a Pack
+    else:
+        raise PackError(
+            f"{label}: expected a Pack (with capabilities(settings)), a list of Capability or a callable "
+            f"returning one; got {type(obj).__name__}"
+        )
+    if isinstance(produced, Capability):
+        produced = [produced]
+    if isinstance(produced, str | bytes) or not isinstance(produced, Iterable):
+        raise PackError(f"{label}: did not produce a list of Capability (got {type(produced).__name__})")
+    caps = list(produced)
+    for i, cap in enumerate(caps):
+        if not isinstance(cap, Capability):
+            raise PackError(f"{label}: item #{i + 1} is {type(cap).__name__}, not a codemode.Capability")
+    return caps
+
+
+def load_pack(spec: str, settings: PackSettings | None = None) -> list[Capability]:
+    """Import ``module:object`` and return its capabilities."""
+    obj = _resolve_object(spec)
+    try:
+        return pack_capabilities(obj, settings, label=f"pack {spec!r}")
+    except PackError:
+        raise
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+        raise PackError(f"pack {spec!r}: building its capabilities failed: {problem}") from exc
+
+
+def load_packs(specs: Iterable[str], settings: PackSettings | None = None) -> list[Capability]:
+    """Load several packs in order (duplicates and comma lists are handled by :func:`split_specs`)."""
+    settings = settings if settings is not None else PackSettings()
+    caps: list[Capability] = []
+    for spec in split_specs(specs):
+        caps.extend(load_pack(spec, settings))
+    return caps

@@ -1,0 +1,219 @@
+"""Shared rules for packs that turn someone else's tools into capabilities (MCP servers, OpenAPI).
+
+* :func:`capability_names`: a deterministic, collision-free map from upstream tool/operation names
+  to dotted snake_case capability names under one namespace (``github.list_issues``). Names are
+  assigned in sorted order of the originals, so the result does not depend on listing order; a
+  later original whose snake_case form is taken gets ``_2``, ``_3``... .
+* :func:`argument_names`: keyword names for a tool's top-level arguments (kept when already a valid,
+  non-reserved identifier; otherwise snake_cased, deduplicated the same way).
+* :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
+  the capability rules (bounded, control characters removed).
+* :class:`SkipReport` / :data:`OnUnsupported`: what happens to a tool whose schema cannot be
+  represented: ``skip`` (default) leaves it out with one warning listing every reason, ``fail``
+  stops the build with all of them.
+"""
+
+from __future__ import annotations
+
+import keyword
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from codemode_worker.protocol import STARLARK_KEYWORDS
+
+from ..catalog.capability import (
+    MAX_DESCRIPTION_BYTES,
+    MAX_SEARCH_TERM_BYTES,
+    MAX_SEARCH_TERMS,
+    RESERVED_ROOTS,
+)
+
+__all__ = [
+    "OnUnsupported",
+    "SkipReport",
+    "UpstreamBuildError",
+    "argument_names",
+    "capability_names",
+    "check_namespace",
+    "check_unique_names",
+    "clean_text",
+    "description_of",
+    "search_terms_of",
+    "snake_case",
+    "summary_of",
+]
+
+log = logging.getLogger("codemode.upstream")
+
+OnUnsupported = Literal["skip", "fail"]
+MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NAMESPACE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
+
+
+class UpstreamBuildError(Exception):
+    """An upstream could not be turned into capabilities (operator configuration or ``fail``)."""
+
+
+def _reserved(word: str) -> bool:
+    return word in STARLARK_KEYWORDS or keyword.iskeyword(word) or keyword.issoftkeyword(word)
+
+
+def snake_case(text: str) -> str:
+    """``getTinyImage`` → ``get_tiny_image``, ``HTTPServer-list`` → ``http_server_list``."""
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
+    s = re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
+    if not s:
+        s = "op"
+    if s[0].isdigit():
+        s = "op_" + s
+    if _reserved(s):
+        s += "_"
+    return s
+
+
+def check_unique_names(names: Iterable[str], what: str) -> None:
+    """Each configured upstream name once (``what`` says which kind, e.g. ``upstream`` or ``api``)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise UpstreamBuildError(f"{what} name {name!r} is configured twice")
+        seen.add(name)
+
+
+def check_namespace(namespace: str) -> None:
+    """A namespace is lower-case dotted snake_case whose root is not reserved."""
+    if not _NAMESPACE.match(namespace):
+        raise UpstreamBuildError(
+            f"namespace {namespace!r} must be lower-case dotted snake_case (e.g. github)"
+        )
+    for seg in namespace.split("."):
+        if _reserved(seg):
+            raise UpstreamBuildError(f"namespace {namespace!r}: segment {seg!r} is a reserved word")
+    if namespace.split(".")[0] in RESERVED_ROOTS:
+        raise UpstreamBuildError(f"namespace {namespace!r}: root {namespace.split('.')[0]!r} is reserved")
+
+
+def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, str]:
+    used = set(taken)
+    out: dict[str, str] = {}
+    for original in sorted(bases):
+        base = bases[original]
+        name, n = base, 1
+        while name in used:
+            n += 1
+            name = f"{base}_{n}"
+        used.add(name)
+        out[original] = name
+    return out
+
+
+def capability_names(namespace: str, originals: Iterable[str]) -> dict[str, str]:
+    """``{original: "namespace.snake_name"}``, collision-free and independent of input order."""
+    check_namespace(namespace)
+    short = _dedupe({o: snake_case(o) for o in set(originals)})
+    return {o: f"{namespace}.{s}" for o, s in short.items()}
+
+
+def argument_names(originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
+    """``{original: keyword}`` for top-level arguments; valid identifiers are kept as they are."""
+    keep: dict[str, str] = {}
+    rename: dict[str, str] = {}
+    for o in originals:
+        if _IDENT.match(o) and not _reserved(o):
+            keep[o] = o
+        else:
+            rename[o] = snake_case(o)
+    out = dict(keep)
+    out.update(_dedupe(rename, [*taken, *keep.values()]))
+    return out
+
+
+def clean_text(text: str, limit: int, *, one_line: bool) -> str:
+    """Control characters removed (newlines too when ``one_line``), whitespace runs squeezed,
+    at most ``limit`` UTF-8 bytes (cut on a character boundary with ``...``)."""
+    allowed = "" if one_line else "\n\t"
+    cleaned = "".join(ch if ch.isprintable() or ch in allowed else " " for ch in text)
+    cleaned = re.sub(r"[ \t]+", " ", cleaned) if one_line else re.sub(r"\n{3,}", "\n\n", cleaned)
+    cleaned = "\n".join(line.rstrip() for line in cleaned.split("\n")).strip()
+    data = cleaned.encode("utf-8")
+    if len(data) <= limit:
+        return cleaned
+    return data[: limit - 3].decode("utf-8", errors="ignore").rstrip() + "..."
+
+
+def summary_of(description: str | None, fallback: str) -> str:
+    """The first sentence or line of ``description`` (or ``fallback``), one line, ≤ 200 bytes."""
+    text = (description or "").strip()
+    first = re.split(r"(?<=[.!?])\s|\n", text, maxsplit=1)[0] if text else ""
+    out = clean_text(first, MAX_SUMMARY, one_line=True)
+    return out or clean_text(fallback, MAX_SUMMARY, one_line=True) or "Upstream operation."
+
+
+def description_of(*parts: str | None) -> str | None:
+    """Non-empty parts joined by blank lines, bounded to the description limit."""
+    text = "\n\n".join(p.strip() for p in parts if p and p.strip())
+    return clean_text(text, MAX_DESCRIPTION_BYTES, one_line=False) or None
+
+
+def search_terms_of(*terms: str | None) -> list[str]:
+    """Distinct non-blank terms, one line each, within the search-term count and byte limits."""
+    out: list[str] = []
+    total = 0
+    for term in terms:
+        cleaned = clean_text(term or "", 128, one_line=True)
+        size = len(cleaned.encode("utf-8"))
+        if not cleaned or cleaned in out or total + size > MAX_SEARCH_TERM_BYTES:
+            continue
+        out.append(cleaned)
+        total += size
+        if len(out) == MAX_SEARCH_TERMS:
+            break
+    return out
+
+
+@dataclass
+class SkipReport:
+    """Tools/operations left out of one upstream, each with its reason."""
+
+    upstream: str
+    on_unsupported: OnUnsupported = "skip"
+    converted: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    omitted: list[tuple[str, str]] = field(default_factory=list)
+
+    def skip(self, item: str, reason: str) -> None:
+        self.skipped.append((item, reason))
+
+    def omit(self, item: str, reason: str) -> None:
+        """An output field left out of a converted item (its type cannot be represented)."""
+        self.omitted.append((item, reason))
+
+    def finish(self) -> None:
+        """Log (``skip``) or raise (``fail``) the collected reasons."""
+        if self.omitted:
+            log.info(
+                "upstream %r: %d output field(s) left out of converted items:\n%s",
+                self.upstream,
+                len(self.omitted),
+                "\n".join(f"- {item}: {reason}" for item, reason in self.omitted),
+            )
+        if not self.skipped:
+            return
+        lines = "\n".join(f"- {item}: {reason}" for item, reason in self.skipped)
+        if self.on_unsupported == "fail":
+            raise UpstreamBuildError(
+                f"upstream {self.upstream!r}: {len(self.skipped)} tool(s) cannot be represented "
+                f'(on_unsupported = "fail"):\n{lines}'
+            )
+        log.warning(
+            "upstream %r: skipped %d of %d tool(s) that cannot be represented:\n%s",
+            self.upstream,
+            len(self.skipped),
+            len(self.skipped) + len(self.converted),
+            lines,
+        )

@@ -1,0 +1,105 @@
+"""The runtime interface: where workers run.
+
+A runtime spawns *sandboxes*. A sandbox is one started, warm, single-use worker reachable through a
+bidirectional byte stream. This module is the only thing the process, Docker and Kubernetes
+runtimes implement; the execute pipeline and the warm pool know nothing else about them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..common.errors import ResourceLimit
+
+__all__ = [
+    "CapacityExhausted",
+    "ExitInfo",
+    "Runtime",
+    "RuntimeUnavailable",
+    "Sandbox",
+    "SandboxClosed",
+    "SpawnFailed",
+]
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime cannot create workers (daemon down, image missing, ...). Host-log detail only."""
+
+
+class SpawnFailed(Exception):
+    """One worker could not be started or did not become ready."""
+
+
+class CapacityExhausted(SpawnFailed, ResourceLimit):
+    """No room for another worker (a quota, or no node can take it): the client gets
+    ``resource limit exceeded: concurrency``; the runtime has logged what the operator should change.
+    The host-log detail is ``reason``; ``str()`` is the coarse client text."""
+
+    def __init__(self, reason: str) -> None:
+        ResourceLimit.__init__(self, "concurrency")
+        self.reason = reason
+
+
+class SandboxClosed(Exception):
+    """Writing to a sandbox whose input is closed or whose worker is gone."""
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a worker ended, as far as the runtime can tell."""
+
+    exit_code: int | None
+    signal: int | None = None
+    oom_killed: bool = False
+    cpu_limited: bool = False
+    stderr_tail: bytes = b""
+
+    @property
+    def resource_killed(self) -> bool:
+        """The sandbox's own limits (memory, CPU) ended the worker."""
+        return self.oom_killed or self.cpu_limited
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One single-use worker. All methods are safe to call after the worker has died."""
+
+    @property
+    def worker_id(self) -> str: ...
+
+    async def write(self, data: bytes) -> None:
+        """Send bytes to the worker's stdin. Raises SandboxClosed if it can't."""
+
+    async def read(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` from the worker's stdout; ``b""`` at end of stream."""
+
+    async def close_input(self) -> None:
+        """Close the worker's stdin (idempotent)."""
+
+    def alive(self) -> bool:
+        """Best-effort: the worker has not been seen to exit."""
+
+    async def destroy(self) -> ExitInfo:
+        """Close streams, kill if still running, reap exactly once. Idempotent: later calls
+        return the same ExitInfo without touching the worker again."""
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Creates sandboxes. ``spawn`` returns a started worker that has answered the probe."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def start(self) -> None:
+        """One-time start-up work (e.g. removing orphans of a crashed host)."""
+
+    async def spawn(self) -> Sandbox:
+        """A new started, warm worker. Raises SpawnFailed or RuntimeUnavailable."""
+
+    async def check(self) -> None:
+        """Readiness probe; raises RuntimeUnavailable with a precise host-log message."""
+
+    async def aclose(self) -> None:
+        """Stop background work and destroy every sandbox this runtime still owns."""

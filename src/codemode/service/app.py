@@ -1,0 +1,440 @@
+"""The FastAPI application of ``codemode serve --http`` (docs/service.md).
+
+Routes:
+
+- ``/mcp``: MCP streamable HTTP (the official SDK's session manager around
+  ``codemode.mcp.create_server(server, ContextSubject())``), behind :class:`BearerAuthMiddleware`;
+- ``/healthz``: liveness, 200 while the process serves;
+- ``/readyz``: readiness: the runtime answers ``check()`` (for Docker: daemon reachable, worker image
+  present with the matching protocol version) and the warm pool, if any, is at its target;
+- ``/metrics``: Prometheus text, only on a second server (``metrics_port``, loopback by default),
+  never on the port tenants reach.
+
+Lifespan: start the runtime (orphan clean-up, pool warm-up; a failure is logged and retried by
+``/readyz`` and by the first execute, so the process still starts and reports not-ready), the MCP
+session manager and the optional metrics server. On shutdown: refuse new MCP requests (503), wait up
+to ``shutdown_timeout`` for in-flight executes, stop the session manager (which cancels what is left:
+a cancelled execute kills and reaps its worker), then ``server.aclose()`` drains the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Scope
+
+from .. import authz
+from ..execution.observe import CallEvent, ExecuteEvent
+from ..execution.server import Server
+from ..runtimes.base import Runtime, RuntimeUnavailable
+from ..runtimes.pool import WarmPool
+from ..startup.bootstrap import build_runtime, build_server
+from ..startup.config import ConfigError, Settings, load_settings, names
+from .audit import AuditLog, configure_audit_logger
+from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
+from .connections import RequestGuard
+from .logfilter import install_repeat_filter
+from .metrics import CONTENT_TYPE_LATEST, Metrics
+
+__all__ = ["Service", "create_app", "serve", "serve_async"]
+
+log = logging.getLogger("codemode.service")
+
+
+# --------------------------------------------------------------------------------------------------
+# The service object (app.state.codemode)
+# --------------------------------------------------------------------------------------------------
+
+
+class _Observer:
+    """Fans the pipeline's observer hooks out to metrics, audit and the in-flight count. An observer
+    failure is logged and never disturbs an execute."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def native_call(self, event: CallEvent) -> None:
+        for sink in (self.service.metrics, self.service.audit):
+            try:
+                sink.native_call(event)
+            except Exception:
+                log.exception("observer failed on a native call event")
+
+    def execute(self, event: ExecuteEvent) -> None:
+        for sink in (self.service.metrics, self.service.audit):
+            try:
+                sink.execute(event)
+            except Exception:
+                log.exception("observer failed on an execute event")
+
+    def execute_started(self, subject_id: str) -> None:
+        self.service.inflight += 1
+        try:
+            self.service.metrics.execute_started(subject_id)
+        except Exception:
+            log.exception("observer failed on execute_started")
+
+    def execute_finished(self, subject_id: str) -> None:
+        self.service.inflight -= 1
+        try:
+            self.service.metrics.execute_finished(subject_id)
+        except Exception:
+            log.exception("observer failed on execute_finished")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    reason: str
+
+
+class Service:
+    """Everything one app instance owns: the built server, its pool, metrics, audit, authentication
+    and the MCP session manager."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        runtime: Runtime | None = None,
+        authorizer: authz.Authorizer | None = None,
+    ) -> None:
+        from ..mcp.adapter import ContextSubject, create_server
+
+        problems = settings.http_problems()
+        if problems:
+            raise ConfigError("; ".join(problems))
+        if settings.transport != "http":
+            # This is the HTTP service whatever built the settings (packs keep state on disk).
+            settings = settings.model_copy(update={"transport": "http"})
+        self.settings = settings
+        self.inflight = 0
+        self.draining = False
+        self.metrics_address: tuple[str, int] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._metrics_server: uvicorn.Server | None = None
+        self._metrics_task: asyncio.Task[None] | None = None
+        self._metrics_socket: socket.socket | None = None
+
+        self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
+        base = runtime if runtime is not None else build_runtime(settings)
+        self.server: Server = build_server(
+            settings, runtime=base, authorizer=authorizer, observer=_Observer(self)
+        )
+        self.pool: WarmPool | None = (
+            self.server.runtime if isinstance(self.server.runtime, WarmPool) else None
+        )
+        self.metrics = Metrics(self.pool)
+        self.audit = AuditLog()
+
+        self.mcp = create_server(self.server, ContextSubject())
+        security = None
+        if settings.allowed_hosts or settings.allowed_origins:
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=list(settings.allowed_hosts),
+                allowed_origins=list(settings.allowed_origins),
+            )
+        self.sessions = StreamableHTTPSessionManager(
+            app=self.mcp,
+            stateless=settings.mcp_stateless,
+            json_response=settings.mcp_json_response,
+            security_settings=security,
+            max_request_body_size=settings.max_request_body_bytes,
+        )
+        self.guard = RequestGuard(
+            self.sessions.handle_request,
+            stateless=settings.mcp_stateless,
+            per_subject=settings.max_open_requests_per_subject,
+            total=settings.max_open_requests,
+            idle_timeout=settings.stream_idle_timeout,
+            max_stream_seconds=settings.max_stream_seconds,
+            on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
+        )
+        self.mcp_endpoint = BearerAuthMiddleware(
+            self.guard,
+            self.authenticator,
+            on_failure=self._auth_failed,
+            gate=self._accepting,
+        )
+
+    # ------------------------------------------------------------------ auth hooks
+    def _auth_failed(self, reason: str, scope: Scope) -> None:
+        self.metrics.auth_failures.labels(reason).inc()
+        client = scope.get("client")
+        self.audit.auth_failure(reason, client[0] if client else None, str(scope.get("path", "")))
+
+    async def _accepting(self) -> bool:
+        return not self.draining
+
+    # ------------------------------------------------------------------ readiness
+    async def readiness(self) -> Readiness:
+        if self.draining:
+            return Readiness(False, "shutting down")
+        try:
+            async with asyncio.timeout(self.settings.ready_check_timeout):
+                await self.server.start()
+                await self.server.runtime.check()
+        except RuntimeUnavailable as exc:
+            log.warning("readiness: runtime unavailable: %s", exc)
+            return Readiness(False, "runtime unavailable")
+        except TimeoutError:
+            log.warning("readiness: runtime check timed out")
+            return Readiness(False, "runtime check timed out")
+        except Exception as exc:
+            log.warning("readiness: runtime check failed: %s: %s", type(exc).__name__, exc)
+            return Readiness(False, "runtime check failed")
+        if self.pool is not None and not self.pool.warm():
+            return Readiness(False, f"pool warming ({self.pool.idle}/{self.pool.size})")
+        return Readiness(True, "ok")
+
+    # ------------------------------------------------------------------ lifecycle
+    async def startup(self) -> None:
+        if self.settings.runtime == "process":
+            log.warning("runtime process is NOT tenant isolation: use --runtime docker (CODEMODE_RUNTIME)")
+        if isinstance(self.authenticator, JWTAuthenticator):
+            await self.authenticator.start()
+        try:
+            await self.server.start()
+        except Exception as exc:
+            # Not fatal: /readyz reports it and retries; the first execute retries too.
+            log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
+        if self.pool is not None:
+            self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
+        await self._start_metrics_server()
+
+    async def _sample_pool(self) -> None:
+        while True:
+            try:
+                self.metrics.sample_pool()
+            except Exception:
+                log.exception("sampling the pool failed")
+            await asyncio.sleep(0.5)
+
+    async def _start_metrics_server(self) -> None:
+        host = self.settings.metrics_host_address
+        port = self.settings.metrics_port
+        # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"{names('metrics_port')}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        addr = sock.getsockname()
+        config = uvicorn.Config(
+            metrics_app(self.metrics),
+            host=host,
+            port=port,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            ws="none",
+            server_header=False,
+        )
+        server = _EmbeddedServer(config)
+        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+        try:
+            async with asyncio.timeout(10):
+                while not server.started:
+                    if task.done():
+                        raise RuntimeError("the metrics server stopped during start-up")
+                    await asyncio.sleep(0.01)
+        except BaseException:
+            server.should_exit = True
+            task.cancel()
+            sock.close()
+            raise
+        self.metrics_address = (str(addr[0]), int(addr[1]))
+        log.info("metrics at http://%s:%d/metrics", addr[0], addr[1])
+        self._metrics_server = server
+        self._metrics_task = task
+        self._metrics_socket = sock
+
+    async def drain(self) -> None:
+        """Refuse new MCP requests and wait (bounded) for in-flight executes."""
+        self.draining = True
+        deadline = time.monotonic() + self.settings.shutdown_timeout
+        if self.inflight:
+            log.info("shutdown: waiting for %d in-flight execute(s)", self.inflight)
+        while self.inflight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.inflight > 0:
+            log.warning("shutdown: cancelling %d execute(s) still running", self.inflight)
+
+    async def shutdown(self) -> None:
+        try:
+            await self.server.aclose()
+        finally:
+            if self._sampler is not None:
+                self._sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._sampler
+                self._sampler = None
+            if self._metrics_server is not None and self._metrics_task is not None:
+                self._metrics_server.should_exit = True
+                try:
+                    async with asyncio.timeout(5):
+                        await self._metrics_task
+                except (TimeoutError, Exception):
+                    self._metrics_task.cancel()
+                self._metrics_server = self._metrics_task = None
+            if self._metrics_socket is not None:
+                self._metrics_socket.close()
+                self._metrics_socket = None
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server running inside another's event loop: it leaves signal handling alone."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def metrics_app(metrics: Metrics) -> Starlette:
+    """A tiny app serving only ``/metrics`` (for ``metrics_port``)."""
+
+    async def endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[Route("/metrics", endpoint=endpoint, methods=["GET"])])
+
+
+# --------------------------------------------------------------------------------------------------
+# The app
+# --------------------------------------------------------------------------------------------------
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    runtime: Runtime | None = None,
+    authorizer: authz.Authorizer | None = None,
+) -> FastAPI:
+    """The service's FastAPI application.
+
+    ``settings`` defaults to :func:`load_settings` (environment + ``CODEMODE_CONFIG``). ``runtime``
+    and ``authorizer`` replace the ones the settings describe (embedding and tests); a configured
+    pool still wraps the given runtime. Raises ``ConfigError`` for an unusable configuration. The
+    :class:`Service` is at ``app.state.codemode``.
+    """
+    if settings is None:
+        settings = load_settings()
+    configure_audit_logger(settings.audit_log)
+    service = Service(settings, runtime=runtime, authorizer=authorizer)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await service.startup()
+        except BaseException:
+            await service.shutdown()
+            raise
+        try:
+            async with service.sessions.run():
+                try:
+                    yield
+                finally:
+                    await service.drain()
+        finally:
+            await service.shutdown()
+
+    app = FastAPI(
+        title="codemode",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
+    app.state.codemode = service
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        state = await service.readiness()
+        service.metrics.ready.set(1 if state.ready else 0)
+        if state.ready:
+            return JSONResponse({"status": "ready"}, headers={"cache-control": "no-store"})
+        return JSONResponse(
+            {"status": "not ready", "reason": state.reason},
+            status_code=503,
+            headers={"cache-control": "no-store"},
+        )
+
+    app.router.routes.append(Route("/mcp", endpoint=service.mcp_endpoint))
+    return app
+
+
+async def serve_async(settings: Settings | None = None) -> None:
+    """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM."""
+    if settings is None:
+        settings = load_settings()
+    level = logging.getLevelName(settings.log_level.upper())
+    if not isinstance(level, int):
+        raise ConfigError(f"log_level: unknown level {settings.log_level!r}")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("codemode").setLevel(level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        lifespan="on",
+        ws="none",
+        server_header=False,
+        limit_concurrency=connection_limit(settings),
+        backlog=settings.backlog,
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout))
+        if settings.shutdown_timeout
+        else None,
+    )
+    # uvicorn configured its handlers above: rate-limit repeated lines on all of them (a flood of
+    # "Too many open files" must not fill the disk).
+    install_repeat_filter()
+    await uvicorn.Server(config).serve()
+
+
+def connection_limit(settings: Settings) -> int:
+    """``max_connections``, or half the process's file-descriptor limit (at most 1000, at least 16):
+    the rest stays free for workers, the token file, the store and the metrics port."""
+    if settings.max_connections is not None:
+        return settings.max_connections
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1000
+    if soft == resource.RLIM_INFINITY:
+        return 1000
+    return max(16, min(1000, soft // 2))
+
+
+def serve(settings: Settings | None = None) -> None:
+    """Blocking :func:`serve_async` (what ``codemode serve --http`` calls)."""
+    asyncio.run(serve_async(settings))

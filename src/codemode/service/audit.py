@@ -1,0 +1,111 @@
+"""The audit log: one JSON line per native call decision, per execute and per refused request.
+
+Logger ``codemode.audit``, level INFO; each record's message is one compact JSON object. Fields are
+ids, decisions, outcomes and durations only: never argument values, results, program source, tokens
+or any other credential. Subject ids are the non-secret ids authentication resolved.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from ..execution.observe import CallEvent, ExecuteEvent
+
+__all__ = ["AUDIT_LOGGER", "AuditLog", "configure_audit_logger"]
+
+AUDIT_LOGGER = "codemode.audit"
+
+_HANDLER_MARK = "_codemode_service_audit"
+
+
+def _ts() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _ms(seconds: float) -> float:
+    return round(max(0.0, seconds) * 1000.0, 3)
+
+
+class AuditLog:
+    """Writes audit lines to the ``codemode.audit`` logger (or the one given)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger(AUDIT_LOGGER)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        record = {"ts": _ts(), "event": event, **fields}
+        self.logger.info(json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+
+    # ------------------------------------------------------------------ observer hooks
+    def native_call(self, event: CallEvent) -> None:
+        self.emit(
+            "native_call",
+            subject=event.subject_id,
+            capability_id=event.capability_id,
+            decision=event.decision,
+            outcome=event.outcome,
+            authz_ms=_ms(event.authz_seconds),
+            handler_ms=_ms(event.handler_seconds),
+            worker_id=event.worker_id or None,
+        )
+
+    def execute(self, event: ExecuteEvent) -> None:
+        self.emit(
+            "execute",
+            subject=event.subject_id,
+            outcome=event.outcome,
+            duration_ms=_ms(event.seconds),
+            native_calls=event.native_calls,
+            worker_id=event.worker_id or None,
+            oom_killed=event.oom_killed,
+        )
+
+    def execute_started(self, subject_id: str) -> None:
+        return None
+
+    def execute_finished(self, subject_id: str) -> None:
+        return None
+
+    def auth_failure(self, reason: str, client: str | None, path: str) -> None:
+        self.emit("auth_failure", reason=reason, client=client, path=path)
+
+
+class _JSONLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return record.getMessage()
+
+
+def configure_audit_logger(destination: str) -> logging.Logger:
+    """Point ``codemode.audit`` at ``destination`` (``stderr``, ``stdout``, a file path, or ``none``).
+
+    Replaces a handler installed by an earlier call (so building several apps in one process does
+    not duplicate lines) and leaves handlers installed by anybody else alone. With a destination of
+    its own the logger stops propagating, so lines are not written twice.
+    """
+    logger = logging.getLogger(AUDIT_LOGGER)
+    for handler in list(logger.handlers):
+        if getattr(handler, _HANDLER_MARK, False):
+            logger.removeHandler(handler)
+            handler.close()
+    logger.setLevel(logging.INFO)
+    if destination == "none":
+        logger.propagate = True
+        return logger
+    new: logging.Handler
+    if destination == "stderr":
+        new = logging.StreamHandler(sys.stderr)
+    elif destination == "stdout":
+        new = logging.StreamHandler(sys.stdout)
+    else:
+        new = logging.FileHandler(destination, encoding="utf-8")
+    new.setFormatter(_JSONLineFormatter())
+    setattr(new, _HANDLER_MARK, True)
+    logger.addHandler(new)
+    logger.propagate = False
+    return logger

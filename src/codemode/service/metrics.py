@@ -1,0 +1,158 @@
+"""Prometheus metrics of one service instance, on its own ``CollectorRegistry``.
+
+Fed by the execute pipeline's observer hooks (ids, decisions, outcomes and durations; never values)
+and, for the warm pool, by sampling the pool when scraped and every half second.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from ..execution.observe import CallEvent, ExecuteEvent
+
+if TYPE_CHECKING:
+    from ..runtimes.pool import WarmPool
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+log = logging.getLogger("codemode.service.metrics")
+
+EXECUTE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+SPAWN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The service's metric families. Thread-safe (prometheus-client is)."""
+
+    def __init__(self, pool: WarmPool | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.executes = Counter(
+            "codemode_executes", "Finished execute calls by outcome.", ["outcome"], registry=r
+        )
+        self.execute_seconds = Histogram(
+            "codemode_execute_duration_seconds",
+            "Wall time of execute calls (from before waiting for a worker slot to the result).",
+            ["outcome"],
+            buckets=EXECUTE_BUCKETS,
+            registry=r,
+        )
+        self.native_calls = Counter(
+            "codemode_native_calls",
+            "Native calls by capability id and authorization decision.",
+            ["capability_id", "decision"],
+            registry=r,
+        )
+        self.native_call_seconds = Histogram(
+            "codemode_native_call_handler_duration_seconds",
+            "Handler time of allowed native calls by capability id.",
+            ["capability_id"],
+            buckets=SPAWN_BUCKETS,
+            registry=r,
+        )
+        self.oom_kills = Counter("codemode_oom_kills", "Workers killed by their memory limit.", registry=r)
+        # Never labelled by subject id: ids are tenant data, and one series per tenant is unbounded.
+        self.active_subjects = Gauge(
+            "codemode_active_subjects", "Subjects with at least one execute running.", registry=r
+        )
+        self.busiest_subject = Gauge(
+            "codemode_busiest_subject_executes",
+            "Executes running for the subject that has the most running (compare with the quota).",
+            registry=r,
+        )
+        self.active_total = Gauge(
+            "codemode_active_executes", "Executes currently running, all subjects.", registry=r
+        )
+        self.auth_failures = Counter(
+            "codemode_auth_failures",
+            "Requests to /mcp refused by bearer authentication, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.requests_refused = Counter(
+            "codemode_mcp_requests_refused",
+            "Authenticated /mcp requests refused because too many were open, by bound (subject, total).",
+            ["bound"],
+            registry=r,
+        )
+        self.pool_idle = Gauge(
+            "codemode_pool_idle_workers", "Warm workers ready in the pool right now.", registry=r
+        )
+        self.pool_target = Gauge(
+            "codemode_pool_target_workers", "The pool's target size (0 = no pool).", registry=r
+        )
+        self.pool_refill_seconds = Histogram(
+            "codemode_pool_refill_duration_seconds",
+            "Time to start one warm worker for the pool.",
+            buckets=SPAWN_BUCKETS,
+            registry=r,
+        )
+        self.ready = Gauge("codemode_ready", "1 when the last readiness check passed, else 0.", registry=r)
+        self._active: dict[str, int] = {}
+        self._pool = pool
+        self._last_refill: float | None = None
+        self.pool_target.set(pool.size if pool is not None else 0)
+
+    # ------------------------------------------------------------------ observer hooks
+    def native_call(self, event: CallEvent) -> None:
+        self.native_calls.labels(event.capability_id, event.decision).inc()
+        if event.decision == "allow" and event.outcome != "not_run":
+            self.native_call_seconds.labels(event.capability_id).observe(event.handler_seconds)
+
+    def execute(self, event: ExecuteEvent) -> None:
+        self.executes.labels(event.outcome).inc()
+        self.execute_seconds.labels(event.outcome).observe(max(0.0, event.seconds))
+        if event.oom_killed:
+            self.oom_kills.inc()
+
+    def execute_started(self, subject_id: str) -> None:
+        self._active[subject_id] = self._active.get(subject_id, 0) + 1
+        self._sample_subjects()
+        self.active_total.inc()
+
+    def execute_finished(self, subject_id: str) -> None:
+        n = self._active.get(subject_id, 0) - 1
+        if n > 0:
+            self._active[subject_id] = n
+        else:
+            self._active.pop(subject_id, None)
+        self._sample_subjects()
+        self.active_total.dec()
+
+    def _sample_subjects(self) -> None:
+        self.active_subjects.set(len(self._active))
+        self.busiest_subject.set(max(self._active.values(), default=0))
+
+    # ------------------------------------------------------------------ pool sampling
+    def sample_pool(self) -> None:
+        """Copy the pool's idle count and any refill times not seen yet into the metrics."""
+        pool = self._pool
+        if pool is None:
+            return
+        self.pool_idle.set(pool.idle)
+        times = pool.refill_seconds
+        if not times:
+            return
+        # The pool keeps its last 1000 refill times; find the last one already observed by
+        # identity (each is a distinct float object) and observe what came after it.
+        start = 0
+        last = self._last_refill
+        if last is not None:
+            for i in range(len(times) - 1, -1, -1):
+                if times[i] is last:
+                    start = i + 1
+                    break
+        for value in times[start:]:
+            self.pool_refill_seconds.observe(value)
+        self._last_refill = times[-1]
+
+    def render(self) -> bytes:
+        try:
+            self.sample_pool()
+        except Exception:
+            log.exception("sampling the pool failed")
+        return generate_latest(self.registry)

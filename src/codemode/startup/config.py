@@ -1,0 +1,653 @@
+"""The one settings model of codemode: every front end (``serve --stdio``, ``serve --http``,
+``quotas tune``, ``bench``) reads its configuration through :func:`load_settings`.
+
+Precedence, highest first: keyword overrides (what the CLI passes for the flags given on its command
+line), ``CODEMODE_*`` environment variables, the TOML file named by ``--config`` / ``CODEMODE_CONFIG``,
+then the defaults below. Each setting's environment name is its field name upper-cased with the
+``CODEMODE_`` prefix, and its flag is the field name with ``-`` for ``_`` (``pool`` →
+``--pool`` / ``CODEMODE_POOL``); :func:`names` gives both, and every :class:`ConfigError` names them.
+Limits may also be written as a ``[limits]`` table in TOML. List settings accept JSON
+(``["a:b", "c:d"]``) or a comma-separated string in the environment.
+
+Nothing here is a secret: the token file holds SHA-256 hashes only, JWKS are public keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import getpass
+import ipaddress
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from ..execution.admission import default_reserve
+from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
+
+__all__ = [
+    "CONFIG_ENV",
+    "LIMIT_FIELDS",
+    "SIZE_SETTINGS",
+    "ConfigError",
+    "Settings",
+    "default_data_dir",
+    "default_token_file",
+    "env_var",
+    "flag",
+    "load_settings",
+    "names",
+    "parse_size",
+]
+
+CONFIG_ENV = "CODEMODE_CONFIG"
+ENV_PREFIX = "CODEMODE_"
+
+_config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "codemode_config_file", default=None
+)
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable. The message is one line naming the setting's flag and
+    environment variable; front ends print it and exit 2."""
+
+
+#: Settings whose command-line flag is not the field name (the repeatable ones are singular).
+FLAGS = {
+    "packs": "--pack",
+    "pack_options": "--pack-option",
+    "allowed_hosts": "--allowed-host",
+    "allowed_origins": "--allowed-origin",
+    "jwt_algorithms": "--jwt-algorithm",
+}
+
+
+def flag(field: str) -> str:
+    """The command-line flag of a settings field."""
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def env_var(field: str) -> str:
+    """The environment variable of a settings field."""
+    return ENV_PREFIX + field.upper()
+
+
+def names(field: str) -> str:
+    """``--flag / CODEMODE_FIELD`` for a settings field (what every configuration error cites)."""
+    return f"{flag(field)} / {env_var(field)}"
+
+
+def default_token_file() -> Path:
+    """Where ``codemode token`` and ``serve --http`` look for the token file when none is named:
+    ``$XDG_CONFIG_HOME/codemode/codemode.tokens`` (``~/.config/...``), never the working directory."""
+    base = os.environ.get("XDG_CONFIG_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".config"
+    return root / "codemode" / "codemode.tokens"
+
+
+def default_data_dir() -> Path:
+    """Where ``serve --http`` lets packs keep state when ``data_dir`` is not given:
+    ``$XDG_DATA_HOME/codemode`` (``~/.local/share/codemode``)."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".local" / "share"
+    return root / "codemode"
+
+
+def _split_list(value: Any) -> Any:
+    """Environment lists: JSON arrays or comma-separated strings."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+StrList = Annotated[list[str], NoDecode]
+
+
+LIMIT_FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
+
+
+def _limit(name: str) -> Any:
+    default = DEFAULTS[name]
+    if name == "max_execution_time":
+        return Field(float(default), gt=0, description=UNITS[name])
+    return Field(int(default), gt=0, description=UNITS[name])
+
+
+#: Settings that hold a size (bytes, or ``256m``/``1g``); the runtimes take them in bytes.
+SIZE_SETTINGS = ("docker_memory", "process_memory")
+
+
+class Settings(BaseSettings):
+    """Everything a front end needs. See docs/configuration.md for each setting."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    # ---------------------------------------------------------------------------- front end
+    transport: Literal["stdio", "http"] | None = Field(
+        None, description="how MCP is served: stdio (one local client) or http (the service)"
+    )
+    subject: str | None = Field(None, description="subject id of the single stdio client")
+    log_level: str = Field("info", description="host log level on stderr")
+
+    # ---------------------------------------------------------------------------- listening (http)
+    host: str = Field("127.0.0.1", description="listen address")
+    port: int = Field(8000, ge=0, le=65535, description="listen port")
+    metrics_port: int = Field(
+        9464,
+        ge=0,
+        le=65535,
+        description="port of the separate /metrics server (0 = any free port); never the --port server",
+    )
+    metrics_host: str | None = Field(
+        None, description="interface of the metrics port (default 127.0.0.1, not --host)"
+    )
+    audit_log: str = Field(
+        "stderr", description="where audit JSON lines go: stderr, stdout, a file path, or none"
+    )
+
+    # ---------------------------------------------------------------------------- authentication (http)
+    auth_mode: Literal["token_file", "jwt"] = Field("token_file", description="bearer token file or JWT")
+    token_file: Path | None = Field(None, description="bearer-token hash file (codemode token new)")
+    jwks_file: Path | None = Field(None, description="JWKS file (auth_mode jwt)")
+    jwks_url: str | None = Field(None, description="JWKS URL, https or loopback http (auth_mode jwt)")
+    jwt_issuer: str | None = Field(None, description="required JWT issuer (auth_mode jwt)")
+    jwt_audience: str | None = Field(None, description="required JWT audience (auth_mode jwt)")
+    jwt_algorithms: StrList = Field(
+        default_factory=lambda: ["RS256", "ES256"], description="accepted JWT algorithms"
+    )
+    jwt_leeway_seconds: float = Field(30.0, ge=0, le=300, description="clock leeway in seconds")
+    jwks_cache_seconds: float = Field(300.0, gt=0, description="seconds a fetched JWKS is kept")
+
+    # ---------------------------------------------------------------------------- catalog & policy
+    packs: StrList = Field(
+        default_factory=list, description="capability packs, module:object or ./file.py:object"
+    )
+    pack_options: StrList = Field(default_factory=list, description="KEY=VALUE options handed to packs")
+    disable: StrList = Field(default_factory=list, description="capability ids removed at build time")
+    data_dir: Path | None = Field(
+        None,
+        description=(
+            "directory where packs keep state on disk (serve --http default: "
+            "$XDG_DATA_HOME/codemode, i.e. ~/.local/share/codemode; serve --stdio: in memory)"
+        ),
+    )
+    allow_all: bool = Field(False, description="allow every call of every subject (explicit)")
+    rego_policy: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Rego v1 module files for the in-process Rego authorizer"
+    )
+    upstream_mcp: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="upstream MCP servers as [[upstream_mcp]] TOML tables (docs/packs.md)",
+    )
+    openapi: list[dict[str, Any]] = Field(
+        default_factory=list, description="OpenAPI documents as [[openapi]] TOML tables (docs/packs.md)"
+    )
+    rego_decision: str | None = Field(None, description="ground decision reference, e.g. data.codemode.allow")
+    rego_evaluate_inline: bool = Field(
+        False,
+        description=(
+            "evaluate the Rego policy on the event loop's thread (faster per call; only for policies "
+            "whose evaluation time is bounded whatever the input: it cannot be stopped at a deadline)"
+        ),
+    )
+
+    # ---------------------------------------------------------------------------- runtime
+    runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
+    pool: int = Field(0, ge=0, description="warm workers kept ready (0 = none)")
+    process_memory: str | None = Field(
+        None, description="worker address-space limit (RLIMIT_AS), bytes or 512m/2g (default 2g)"
+    )
+    process_cpu_seconds: float | None = Field(
+        None, gt=0, description="worker CPU time limit in seconds (RLIMIT_CPU, default 30)"
+    )
+    process_open_files: int | None = Field(
+        None, gt=0, description="worker open files limit (RLIMIT_NOFILE, default 32)"
+    )
+    process_max_processes: int | None = Field(
+        None,
+        gt=0,
+        description="processes and threads per worker uid (RLIMIT_NPROC; host as root; default 16)",
+    )
+    process_worker_uid_base: int | None = Field(
+        None,
+        ge=0,
+        description="first worker uid when the host runs as root (default 1000000000; 0 = no uid change)",
+    )
+    process_worker_uids: int | None = Field(
+        None, gt=0, description="worker uids to hand out, one per live worker (default 4096)"
+    )
+    docker_image: str | None = Field(None, description="worker image (default codemode-worker:<protocol>)")
+    docker_base_url: str | None = Field(
+        None, description="Docker Engine endpoint (default: DOCKER_HOST or the local socket)"
+    )
+    docker_memory: str | None = Field(
+        None, description="worker memory (= memory+swap) limit, bytes or 256m/1g (default 256m)"
+    )
+    docker_cpus: float | None = Field(None, gt=0, description="worker CPU quota in CPUs (default 1)")
+    docker_pids: int | None = Field(None, gt=0, description="worker pids limit (default 64)")
+    docker_oci_runtime: str | None = Field(None, description="OCI runtime such as runsc (gVisor)")
+    kubernetes_namespace: str | None = Field(
+        None, description="namespace of worker pods (default codemode-workers)"
+    )
+    kubernetes_image: str | None = Field(None, description="worker image for pods")
+    kubernetes_memory: str | None = Field(
+        None, description="memory request = limit of a worker pod, e.g. 256Mi"
+    )
+    kubernetes_cpu: str | None = Field(None, description="CPU limit of a worker pod, e.g. 500m")
+    kubernetes_cpu_request: str | None = Field(
+        None, description="CPU request of a worker pod, e.g. 100m (default 100m: Burstable QoS)"
+    )
+    kubernetes_runtime_class: str | None = Field(None, description="RuntimeClass of worker pods, e.g. gvisor")
+    kubernetes_kubeconfig: Path | None = Field(
+        None, description="kubeconfig file (default: in-cluster, then $KUBECONFIG / ~/.kube/config)"
+    )
+    kubernetes_context: str | None = Field(None, description="kubeconfig context")
+
+    # ---------------------------------------------------------------------------- limits & quota
+    max_source_bytes: int = _limit("max_source_bytes")
+    max_execution_steps: int = _limit("max_execution_steps")
+    max_execution_time: float = _limit("max_execution_time")
+    max_native_calls: int = _limit("max_native_calls")
+    max_value_depth: int = _limit("max_value_depth")
+    max_value_bytes: int = _limit("max_value_bytes")
+    max_intermediate_value_bytes: int = _limit("max_intermediate_value_bytes")
+    max_search_query_bytes: int = _limit("max_search_query_bytes")
+    max_search_results: int = _limit("max_search_results")
+    max_concurrent_executions: int = _limit("max_concurrent_executions")
+    max_search_response_bytes: int = _limit("max_search_response_bytes")
+    max_callstack: int = _limit("max_callstack")
+    subject_quota: int = Field(
+        DEFAULT_SUBJECT_QUOTA,
+        ge=0,
+        description=(
+            "concurrent executes per subject (0 = no quota; when not given: "
+            f"{DEFAULT_SUBJECT_QUOTA}, at most max_concurrent_executions - reserved_slots)"
+        ),
+    )
+    reserved_slots: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "worker slots kept for subjects with nothing in flight "
+            "(default: a quarter of max_concurrent_executions, at least 1)"
+        ),
+    )
+
+    # ---------------------------------------------------------------------------- MCP transport (http)
+    mcp_stateless: bool = Field(True, description="stateless streamable HTTP (no server-side session)")
+    mcp_json_response: bool = Field(False, description="answer with JSON instead of an event stream")
+    max_request_body_bytes: int = Field(1024 * 1024, gt=0, description="bytes of one HTTP request body")
+    allowed_hosts: StrList = Field(
+        default_factory=list, description="Host header allow-list (host:port or host:*); empty = off"
+    )
+    allowed_origins: StrList = Field(default_factory=list, description="Origin allow-list; empty = off")
+    max_open_requests_per_subject: int = Field(
+        16, gt=0, description="open /mcp requests (and event streams) of one subject; more get 429"
+    )
+    max_open_requests: int = Field(256, gt=0, description="open /mcp requests of all subjects; more get 429")
+    stream_idle_timeout: float = Field(
+        60.0, gt=0, description="seconds an /mcp event stream may send nothing before the host ends it"
+    )
+    max_stream_seconds: float = Field(3600.0, gt=0, description="seconds an /mcp event stream may stay open")
+    max_connections: int | None = Field(
+        None,
+        gt=0,
+        description="open HTTP connections and requests the server accepts; more get 503 "
+        "(default: half the file-descriptor limit, at most 1000)",
+    )
+    backlog: int = Field(128, gt=0, description="listen backlog of the main port")
+
+    # ---------------------------------------------------------------------------- lifecycle (http)
+    ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
+    shutdown_timeout: float = Field(30.0, ge=0, description="seconds to drain in-flight executes at shutdown")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_limits(cls, data: Any) -> Any:
+        """Accept ``limits = {...}`` / a ``[limits]`` table (or a ``codemode.Limits``) as flat fields."""
+        if isinstance(data, dict) and "limits" in data:
+            data = dict(data)
+            nested = data.pop("limits")
+            if isinstance(nested, Limits):
+                nested = {k: v for k, v in dataclasses.asdict(nested).items() if v}
+            if not isinstance(nested, dict):
+                raise ValueError("limits must be a table of limit values")
+            unknown = sorted(set(nested) - set(LIMIT_FIELDS))
+            if unknown:
+                raise ValueError(f"limits: unknown limit(s) {unknown}")
+            for key, value in nested.items():
+                data.setdefault(key, value)
+        return data
+
+    @field_validator(
+        "jwt_algorithms",
+        "packs",
+        "pack_options",
+        "disable",
+        "rego_policy",
+        "allowed_hosts",
+        "allowed_origins",
+        mode="before",
+    )
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("jwt_algorithms")
+    @classmethod
+    def _algorithms(cls, value: list[str]) -> list[str]:
+        allowed = {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+        bad = [a for a in value if a not in allowed]
+        if bad or not value:
+            raise ValueError(f"must be a non-empty list of asymmetric algorithms from {sorted(allowed)}")
+        return value
+
+    @field_validator("audit_log")
+    @classmethod
+    def _audit(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be stderr, stdout, none or a file path")
+        return value.strip()
+
+    @field_validator(*SIZE_SETTINGS, mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError("must be a byte count or a size such as 256m")
+        text = str(value).strip()
+        parse_size(text)
+        return text
+
+    @property
+    def docker_memory_bytes(self) -> int | None:
+        return None if self.docker_memory is None else parse_size(self.docker_memory)
+
+    @field_validator("pack_options")
+    @classmethod
+    def _options(cls, value: list[str]) -> list[str]:
+        for item in value:
+            key, sep, _ = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError("each pack option must be KEY=VALUE")
+        return value
+
+    @property
+    def limits(self) -> Limits:
+        """The ``codemode.Limits`` these settings describe."""
+        return Limits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
+
+    @property
+    def pack_option_map(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in self.pack_options:
+            key, _, value = item.partition("=")
+            out[key.strip()] = value
+        return out
+
+    @property
+    def effective_reserved_slots(self) -> int:
+        """``reserved_slots``, or the reserve derived from ``max_concurrent_executions``."""
+        if self.reserved_slots is not None:
+            return self.reserved_slots
+        return default_reserve(self.max_concurrent_executions)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        slots = self.max_concurrent_executions
+        if "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
+            # Not configured: the default quota, lowered so that one subject can reach it.
+            usable = slots - self.effective_reserved_slots
+            self.__dict__["subject_quota"] = max(1, min(DEFAULT_SUBJECT_QUOTA, usable))
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def problems(self) -> list[str]:
+        """Cross-field configuration problems, each naming its flag and environment variable."""
+        out: list[str] = []
+        if self.allow_all and (self.rego_policy or self.rego_decision):
+            out.append(f"choose one authorizer: {names('allow_all')} or {names('rego_policy')}, not both")
+        elif not self.allow_all:
+            if not self.rego_policy and not self.rego_decision:
+                out.append(
+                    f"no authorizer: set {names('allow_all')} to allow every call explicitly, or "
+                    f"{names('rego_policy')} with {names('rego_decision')}"
+                )
+            elif not self.rego_policy or not self.rego_decision:
+                out.append(
+                    f"the Rego authorizer needs both {names('rego_policy')} and {names('rego_decision')}"
+                )
+        if self.rego_evaluate_inline and not self.rego_policy:
+            out.append(f"{names('rego_evaluate_inline')} applies to the Rego authorizer only")
+        for path in self.rego_policy:
+            problem = _unreadable(Path(path))
+            if problem:
+                out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
+        out += self._slot_problems()
+        for prefix in ("process", "docker", "kubernetes"):
+            given = [
+                f
+                for f in type(self).model_fields
+                if f.startswith(prefix + "_") and getattr(self, f) is not None
+            ]
+            if given and self.runtime != prefix:
+                out.append(f"{names(given[0])} needs {names('runtime')} {prefix}")
+        return out
+
+    def _slot_problems(self) -> list[str]:
+        """Quota and slots are configured together (docs/service.md, "Fair slots")."""
+        slots, reserve = self.max_concurrent_executions, self.effective_reserved_slots
+        quota = self.subject_quota
+        if reserve >= slots:
+            return [
+                f"{names('reserved_slots')}: {reserve} reserved of {slots} slots "
+                f"({names('max_concurrent_executions')}): must be fewer than the slots"
+            ]
+        if quota > slots - reserve:
+            return [
+                f"{names('subject_quota')}: {quota} is more than one subject can ever hold: "
+                f"{slots} slots ({names('max_concurrent_executions')}) minus {reserve} reserved for "
+                f"subjects with nothing in flight ({names('reserved_slots')}) leaves {slots - reserve}; "
+                "lower the quota, raise the slots or lower the reserve"
+            ]
+        return []
+
+    def http_problems(self) -> list[str]:
+        """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening."""
+        out: list[str] = []
+        if self.auth_mode == "token_file":
+            path = self.token_file_path
+            problem = _unreadable(path)
+            if problem:
+                out.append(
+                    f"{names('token_file')}: token file {str(path)!r} {problem} "
+                    f"(create one with: codemode token new SUBJECT --token-file {path})"
+                )
+        else:
+            if (self.jwks_file is None) == (self.jwks_url is None):
+                out.append(f"auth_mode jwt needs exactly one of {names('jwks_file')} and {names('jwks_url')}")
+            if not self.jwt_issuer:
+                out.append(f"auth_mode jwt needs {names('jwt_issuer')}")
+            if not self.jwt_audience:
+                out.append(f"auth_mode jwt needs {names('jwt_audience')}")
+            if self.jwks_url is not None and not _safe_jwks_url(self.jwks_url):
+                out.append(f"{names('jwks_url')}: must be https (plain http only for a loopback host)")
+        if self.metrics_port != 0 and self.metrics_port == self.port:
+            out.append(f"{names('metrics_port')}: must differ from {names('port')}")
+        return out
+
+    @property
+    def pack_data_dir(self) -> Path | None:
+        """The data directory handed to packs: ``data_dir``, else :func:`default_data_dir` for the HTTP
+        service, else None (state in memory)."""
+        if self.data_dir is not None:
+            return self.data_dir
+        return default_data_dir() if self.transport == "http" else None
+
+    @property
+    def metrics_host_address(self) -> str:
+        """Where the metrics server listens: ``metrics_host``, else loopback (tenants reach ``host``)."""
+        return self.metrics_host or "127.0.0.1"
+
+    @property
+    def token_file_path(self) -> Path:
+        """The token file in use: ``token_file`` or :func:`default_token_file`."""
+        return self.token_file if self.token_file is not None else default_token_file()
+
+    @property
+    def subject_id(self) -> str:
+        """The stdio subject: ``subject`` or the OS user name."""
+        if self.subject:
+            return self.subject
+        try:
+            return getpass.getuser()
+        except Exception:
+            return "local"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _config_file.get()
+        if path is None:
+            env_path = os.environ.get(CONFIG_ENV, "").strip()
+            path = Path(env_path) if env_path else None
+        if path is not None:
+            if not path.is_file():
+                raise ConfigError(f"--config / {CONFIG_ENV}: config file {str(path)!r} does not exist")
+            sources.append(_TomlSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+
+_PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir")
+
+
+class _TomlSource(TomlConfigSettingsSource):
+    """A TOML file whose relative paths are relative to the file itself, not the working directory."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        data = super()._read_file(file_path)
+        base = Path(str(file_path)).resolve().parent
+        for key in _PATH_KEYS:
+            value = data.get(key)
+            if isinstance(value, str) and value not in ("stderr", "stdout", "none") and value:
+                data[key] = str(base / value)
+        policies = data.get("rego_policy")
+        if isinstance(policies, str):
+            policies = [policies]
+        if isinstance(policies, list):
+            data["rego_policy"] = [str(base / p) if isinstance(p, str) else p for p in policies]
+        return data
+
+
+_SIZE = re.compile(r"^(\d+)\s*([kmg]?)(?:i?b)?$")
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``256m``/``1g``/``512k``/``1048576`` (binary units); raises ``ValueError``."""
+    match = _SIZE.match(text.strip().lower())
+    if match is None or int(match.group(1)) <= 0:
+        raise ValueError("must be a positive byte count or a size such as 256m")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _safe_jwks_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    if parts.scheme == "https" and parts.hostname:
+        return True
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+@contextlib.contextmanager
+def _using_config(path: Path | None) -> Iterator[None]:
+    token = _config_file.set(path)
+    try:
+        yield
+    finally:
+        _config_file.reset(token)
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Settings from keyword overrides, the environment and a TOML file.
+
+    ``config_file`` takes the place of ``CODEMODE_CONFIG``. Raises :class:`ConfigError` with every
+    problem (never with a secret: there are none in the settings).
+    """
+    from pydantic import ValidationError
+
+    path = Path(config_file) if config_file is not None else None
+    try:
+        with _using_config(path):
+            return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: Any) -> str:
+    """One line for a pydantic ``ValidationError``: each problem with its flag and variable."""
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = [str(p) for p in err["loc"]]
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if loc and loc[0] in Settings.model_fields:
+            parts.append(f"{names(loc[0])}: {message}")
+        elif loc:
+            parts.append(f"{'.'.join(loc)}: {message}")
+        else:
+            parts.append(message)
+    return "; ".join(parts)
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a configuration file, or None."""
+    if not path.exists():
+        return "does not exist"
+    if not path.is_file():
+        return "is not a regular file"
+    if not os.access(path, os.R_OK):
+        return "is not readable"
+    return None
