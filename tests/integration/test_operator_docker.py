@@ -20,6 +20,7 @@ import pytest
 
 from codemode import cli
 from codemode.runtimes.docker import DEFAULT_IMAGE
+from codemode.startup.config import parse_size
 
 from .support_docker import worker_containers
 
@@ -155,21 +156,26 @@ def test_quotas_tune_tiny_program(
     for s in report["samples"]:
         assert s["outcome"] == "ok" and s["counters_final"] is True
         assert s["memory_method"] in ("max_usage", "sampled usage")
-        assert 1024 * 1024 < s["memory_peak_bytes"] < report["measurement_limits"]["memory_bytes"]
+        assert (
+            1024 * 1024 < s["memory_peak_bytes"] < parse_size(report["measurement_limits"]["docker_memory"])
+        )
         assert s["cpu_s"] > 0 and s["pids_peak"] >= 1
         assert 0 < s["spawn_s"] < s["execute_s"]
     rec = report["recommendation"]
     peak = max(s["memory_peak_bytes"] for s in report["samples"])
-    assert rec["memory_bytes"] % (16 * 1024 * 1024) == 0 and rec["memory_bytes"] >= peak * 1.5
-    assert rec["pids_limit"] >= 16 and rec["cpus"] >= 0.25
+    memory = parse_size(rec["settings"]["docker_memory"])
+    assert memory % (16 * 1024 * 1024) == 0 and memory >= peak * 1.5
+    assert rec["settings"]["docker_pids"] >= 16 and rec["settings"]["docker_cpus"] >= 0.25
     p99 = max(s["execute_s"] for s in report["samples"])
     assert rec["max_execution_time"] >= p99 * 2
-    assert "--docker-memory" in rec["serve_flags"]
+    assert rec["max_execution_time_warm"] <= rec["max_execution_time"]
+    flags = rec["serve_flags"]
+    assert flags[flags.index("--docker-memory") + 1] == rec["settings"]["docker_memory"]
 
     code = cli.main(["quotas", "tune", "--program", str(program), "--runs", "1", "--warmup", "0"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "recommendation" in out and "serve flags: --runtime docker --docker-memory" in out
+    assert "recommendation" in out and "serve flags (no warm pool): --runtime docker --docker-memory" in out
     assert not worker_containers(docker_api, MINE)
 
 
@@ -180,7 +186,18 @@ def test_quotas_tune_oom_is_reported(
     program.write_text(
         'def main():\n    s = "x" * 40000000\n    return len([s + str(i) for i in range(4)])\n'
     )
-    argv = ["quotas", "tune", "--program", str(program), "--runs", "1", "--warmup", "0", "--memory", "48m"]
+    argv = [
+        "quotas",
+        "tune",
+        "--program",
+        str(program),
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--docker-memory",
+        "48m",
+    ]
     code = cli.main([*argv, "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 1

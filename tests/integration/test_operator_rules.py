@@ -10,6 +10,7 @@ import pytest
 
 from codemode import cli
 from codemode.ops.image_rules import Check, FsEntry, audit_config, audit_filesystem
+from codemode.ops.quota_probes import REPORT_PREFIX, parse_report
 from codemode.ops.quotas import MiB, RunSample, recommend
 from codemode_worker import PROTOCOL_VERSION
 
@@ -212,14 +213,78 @@ def test_recommendation_arithmetic() -> None:
         RunSample("resource limit exceeded", execute_s=9.0, memory_peak_bytes=900 * MiB),
     ]
     rec = recommend(samples)
-    assert rec is not None
-    assert rec.memory_bytes == 64 * MiB  # 33 MiB x 1.5 = 49.5 -> 64
-    assert rec.memory_bytes % (16 * MiB) == 0
-    assert rec.cpus == 1.0  # 0.30/0.41 = 0.73 x 1.25 = 0.91 -> 1.0
-    assert rec.pids_limit == 16  # 2 x 3 = 6 -> floor 16
+    assert rec is not None and rec.runtime == "docker"
+    # 33 MiB x 1.5 = 49.5 -> 64 MiB; 0.30/0.41 = 0.73 x 1.25 = 0.91 -> 1.0; 2 x 3 = 6 -> floor 16
+    assert rec.settings == {"docker_memory": "64m", "docker_cpus": 1.0, "docker_pids": 16}
     assert rec.max_execution_time == 0.9  # p99 0.41 x 2 = 0.82 -> 0.9 (the failed run is left out)
+    assert rec.max_execution_time_warm == 0.3  # execute - spawn: 0.05, 0.15; p99 0.15 x 2 = 0.3
     assert rec.serve_flags()[-4:] == ["--docker-pids", "16", "--max-execution-time", "0.9"]
     assert recommend([samples[2]]) is None
+
+
+def test_kubernetes_recommendation_arithmetic() -> None:
+    samples = [
+        RunSample("ok", execute_s=1.0, spawn_s=0.9, memory_peak_bytes=11 * MiB, cpu_s=0.06),
+        RunSample("ok", execute_s=2.0, spawn_s=1.0, memory_peak_bytes=40 * MiB, cpu_s=1.2),
+        RunSample("ok", execute_s=1.0, spawn_s=0.9, memory_peak_bytes=12 * MiB, cpu_s=0.1),
+    ]
+    rec = recommend(samples, "kubernetes")
+    assert rec is not None
+    # 40 MiB x 1.5 = 60 -> 64Mi; max utilisation 0.6 x 1.25 = 0.75 -> 750m; median 0.1 x 1.25 -> 150m
+    assert rec.settings == {
+        "kubernetes_memory": "64Mi",
+        "kubernetes_cpu": "750m",
+        "kubernetes_cpu_request": "150m",
+    }
+    assert rec.max_execution_time == 4.0  # p99 2.0 x 2
+    assert rec.max_execution_time_warm == 2.0  # p99 of execute - spawn (1.0) x 2
+    assert rec.serve_flags()[:3] == ["--runtime", "kubernetes", "--kubernetes-memory"]
+    idle = [RunSample("ok", execute_s=1.0, spawn_s=0.9, memory_peak_bytes=MiB, cpu_s=0.001)]
+    low = recommend(idle, "kubernetes")
+    assert low is not None and low.settings["kubernetes_cpu_request"] == "50m"  # the floor
+    assert low.settings["kubernetes_cpu"] == "250m" and low.settings["kubernetes_memory"] == "16Mi"
+
+
+def test_process_recommendation_arithmetic() -> None:
+    samples = [
+        RunSample(
+            "ok",
+            execute_s=0.06,
+            spawn_s=0.05,
+            address_space_peak_bytes=410 * MiB,
+            cpu_s=0.04,
+            fds_peak=5,
+            threads_peak=2,
+        ),
+        RunSample(
+            "ok",
+            execute_s=0.5,
+            spawn_s=0.05,
+            address_space_peak_bytes=700 * MiB,
+            cpu_s=1.3,
+            fds_peak=12,
+            threads_peak=5,
+        ),
+    ]
+    rec = recommend(samples, "process")
+    assert rec is not None
+    # 700 MiB x 1.5 = 1050 -> 1056 MiB; 1.3 s x 2 = 2.6 -> 3 s; 12 x 2 = 24 fds; 5 x 2 = 10 threads
+    assert rec.settings == {
+        "process_memory": "1056m",
+        "process_cpu_seconds": 3.0,
+        "process_open_files": 24,
+        "process_max_processes": 10,
+    }
+    assert rec.serve_flags()[:4] == ["--runtime", "process", "--process-memory", "1056m"]
+    assert "--process-cpu-seconds" in rec.serve_flags() and "3" in rec.serve_flags()
+
+
+def test_the_hold_report_is_parsed_from_the_end_of_stderr() -> None:
+    line = REPORT_PREFIX + '{"VmPeak": 4096, "cgroup_memory_peak": 123}'
+    assert parse_report(f"noise\n{line}\n".encode()) == {"VmPeak": 4096, "cgroup_memory_peak": 123}
+    assert parse_report(b"no report here\n") == {}
+    assert parse_report((REPORT_PREFIX + '{"cut').encode()) == {}  # a line not yet whole
+    assert parse_report((REPORT_PREFIX + "[1]\n").encode()) == {}
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -118,7 +118,14 @@ def test_unknown_flag_prints_the_subcommand_usage(
     [
         (["image", "audit", "x", "--docker-base-url", "unix:///nonexistent.sock"], "nonexistent"),
         (["quotas", "tune"], "--program"),
-        (["quotas", "tune", "--program", "x", "--runtime", "process"], "reads each worker's cgroup"),
+        (
+            ["quotas", "tune", "--program", "x", "--process-memory", "1g"],
+            "--process-memory applies to --runtime process, not --runtime docker",
+        ),
+        (
+            ["quotas", "tune", "--program", "x", "--runtime", "process", "--memory", "1g"],
+            "--docker-memory applies to --runtime docker, not --runtime process",
+        ),
         (["bench", "--n", "0"], "--n must be positive"),
         (["bench", "--docker-image", "img:1"], "--docker-image / CODEMODE_DOCKER_IMAGE needs --runtime"),
     ],

@@ -1,25 +1,22 @@
-"""``codemode quotas tune``: measure a workload to tune the worker cgroup quotas (docs/operators.md).
+"""``codemode quotas tune``: measure a workload to size the workers of a runtime (docs/operators.md).
 
 Method, in short:
 
 - the program runs ``--runs`` times (after ``--warmup`` unmeasured runs), one after another, each
-  in a fresh container of the Docker runtime with *generous* limits (``--memory``, ``--cpus``,
-  ``--pids``, ``--timeout``) and otherwise the runtime's full hardening;
-- the worker inside runs exactly the image's worker code (``codemode_worker.entry.main``) but is
-  started as ``python3 -I -c <hold>``: after it has sent its final frame it stays idle, holding its
-  cgroup, until the host closes its stdin. That lets the host read the container's counters *after*
-  the program finished and *before* the container goes away (a worker that exits takes its cgroup,
-  and with it the counters, along);
-- per run: the execute's wall time (``Server.execute``, which includes starting the container, as
-  ``max_execution_time`` does), the spawn time, and from ``container stats`` (one-shot) at the end:
-  peak memory (cgroup v1 ``memory.max_usage_in_bytes``, a high-water mark; on cgroup v2, where the
-  Engine reports no peak, the highest sampled usage), CPU time (``cpuacct.usage``: everything the
-  container ran, interpreter start and warm-up included), throttled periods, and the pids count
-  (sampled about once a second while the worker runs, plus at the end: cgroup v1 has no pids peak);
-- recommendation: memory = peak × 1.5 rounded up to 16 MiB; CPUs = 1.25 × the highest CPU
-  utilisation (CPU time / execute wall time) rounded up to 0.25, at least 0.25; pids = twice the
-  highest pids count, at least 16; max_execution_time = p99 of the execute wall time × 2, rounded
-  up to 0.1 s.
+  in a fresh worker of the chosen runtime (``--runtime docker``, ``kubernetes`` or ``process``) with
+  *generous* limits (the same flags ``serve`` takes: ``--docker-memory``, ``--kubernetes-memory``,
+  ``--process-memory``, ...) and otherwise the runtime's full hardening;
+- the worker runs exactly the image's worker code but stays idle after its final frame until the
+  host closes its stdin, so its counters can be read after the program finished
+  (:mod:`codemode.ops.quota_probes` says what is read on each runtime);
+- per run: the execute's wall time (``Server.execute``, which includes starting the worker, as
+  ``max_execution_time`` does without a warm pool), the spawn time, peak memory, CPU time, and what
+  the runtime limits besides (pids on Docker, address space, open files and threads for processes);
+- recommendation (:func:`recommend`): memory = peak x 1.5 rounded up to 16 MiB; CPU = 1.25 x the
+  highest CPU utilisation (CPU time / execute wall time) rounded up to 0.25 (and on Kubernetes a
+  request of 1.25 x the median, rounded up to 50m); pids/open files/threads twice the peak with a
+  floor; ``max_execution_time`` = p99 of the execute wall time x 2 rounded up to 0.1 s, for a
+  server without a warm pool, and the same of the execute minus the spawn for one with a pool.
 """
 
 from __future__ import annotations
@@ -31,18 +28,26 @@ import json
 import math
 import os
 import sys
-import threading
 import time
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..common.errors import CodeModeError
-from ..runtimes.base import ExitInfo, RuntimeUnavailable, Sandbox
+from ..runtimes.base import RuntimeUnavailable
+from .quota_probes import (
+    DockerProbe,
+    MeasuringRuntime,
+    Probe,
+    ProcessProbe,
+    Reading,
+    ReportProbe,
+    hold_command,
+    measured,
+)
 
 __all__ = [
     "HOLD_ENTRYPOINT",
-    "MeasuringRuntime",
+    "RUNTIME_FLAGS",
     "Recommendation",
     "RunSample",
     "TuneError",
@@ -58,43 +63,62 @@ MEMORY_FACTOR = 1.5
 MEMORY_STEP = 16 * MiB
 CPU_FACTOR = 1.25
 CPU_STEP = 0.25
+CPU_REQUEST_STEP = 0.05
 PIDS_FACTOR = 2
 PIDS_FLOOR = 16
+OPEN_FILES_FLOOR = 16
+PROCESSES_FLOOR = 8
 TIME_FACTOR = 2.0
 TIME_STEP = 0.1
 
-#: The image's worker, run in-process, then held until stdin closes so its cgroup can be read.
-_HOLD = (
-    "import os, sys\n"
-    "from codemode_worker.entry import main\n"
-    "code = main()\n"
-    "try:\n"
-    "    sys.stderr.flush()\n"
-    "    while sys.stdin.buffer.read(65536):\n"
-    "        pass\n"
-    "except Exception:\n"
-    "    pass\n"
-    "os._exit(code)\n"
-)
-HOLD_ENTRYPOINT = ("python3", "-I", "-c", _HOLD)
+#: The worker command of the Docker and Kubernetes measurements (the image's own python3).
+HOLD_ENTRYPOINT = tuple(hold_command())
+
+#: The measurement limits of each runtime: settings of the same name as ``serve``'s, with their
+#: generous defaults. A flag of another runtime than ``--runtime`` is refused.
+RUNTIME_FLAGS: dict[str, dict[str, Any]] = {
+    "docker": {"docker_memory": "1g", "docker_cpus": float(min(2, os.cpu_count() or 1)), "docker_pids": 256},
+    "kubernetes": {"kubernetes_memory": "1Gi", "kubernetes_cpu": "2", "kubernetes_cpu_request": "100m"},
+    "process": {
+        "process_memory": "4g",
+        "process_cpu_seconds": 120.0,
+        "process_open_files": 256,
+        "process_max_processes": 64,
+    },
+}
+#: Where the workers come from (not measurement limits, passed through as given).
+_PLACEMENT = {
+    "docker": ("docker_image", "docker_base_url", "docker_oci_runtime"),
+    "kubernetes": (
+        "kubernetes_namespace",
+        "kubernetes_image",
+        "kubernetes_kubeconfig",
+        "kubernetes_context",
+        "kubernetes_runtime_class",
+    ),
+    "process": (),
+}
 
 
 @dataclass
 class RunSample:
-    """What one measured run used."""
+    """What one measured run used (None: not measured on this runtime)."""
 
     outcome: str  # "ok" or the coarse error text (e.g. "resource limit exceeded")
     execute_s: float
     spawn_s: float | None = None
     memory_peak_bytes: int | None = None
-    memory_method: str = ""  # "max_usage" (cgroup v1 high-water mark) | "sampled usage" | ""
+    memory_method: str = ""  # how the peak was read: docs/operators.md
     memory_rss_end_bytes: int | None = None
+    address_space_peak_bytes: int | None = None
     cpu_s: float | None = None
     throttled_periods: int | None = None
     pids_peak: int | None = None
+    threads_peak: int | None = None
+    fds_peak: int | None = None
     oom_killed: bool = False
-    #: False when the container had exited before the final reading (the worker died): the
-    #: counters are then those of the last reading while it ran, i.e. lower bounds.
+    #: False when the worker had exited before the final reading (it died): the counters are then
+    #: those of the last reading while it ran, i.e. lower bounds.
     counters_final: bool = True
 
     @property
@@ -106,211 +130,33 @@ class RunSample:
 
 @dataclass
 class Recommendation:
-    memory_bytes: int
-    cpus: float
-    pids_limit: int
+    """Worker sizing for one runtime: ``settings`` maps ``serve`` settings to the values to use."""
+
+    runtime: str
+    settings: dict[str, Any]
     max_execution_time: float
+    max_execution_time_warm: float
     basis: dict[str, Any] = field(default_factory=dict)
 
     def serve_flags(self) -> list[str]:
-        return [
-            "--runtime",
-            "docker",
-            "--docker-memory",
-            f"{self.memory_bytes // MiB}m",
-            "--docker-cpus",
-            f"{self.cpus:g}",
-            "--docker-pids",
-            str(self.pids_limit),
-            "--max-execution-time",
-            f"{self.max_execution_time:g}",
-        ]
+        """``serve`` flags for a server without a warm pool (with ``--pool``, use the warm deadline)."""
+        flags = ["--runtime", self.runtime]
+        for name, value in self.settings.items():
+            flags += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(value, float) else str(value)]
+        return [*flags, "--max-execution-time", f"{self.max_execution_time:g}"]
 
 
-# --------------------------------------------------------------------------------------------------
-# Measuring runtime: a DockerRuntime whose sandboxes read their container's stats before destroy
-# --------------------------------------------------------------------------------------------------
-
-
-class _Sampler:
-    """Reads ``container stats`` (one-shot) of one container: in a loop while it runs, once at the end."""
-
-    def __init__(self, api: Any, container_id: str) -> None:
-        self.api = api
-        self.cid = container_id
-        self.lock = threading.Lock()
-        self.pids_peak: int | None = None
-        self.usage_peak: int | None = None
-        self.last: dict[str, Any] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(
-            target=self._loop, name=f"codemode-quotas-{self.cid[:12]}", daemon=True
-        )
-        self.thread.start()
-
-    def sample(self) -> dict[str, Any]:
-        try:
-            stats = self.api.stats(self.cid, stream=False, one_shot=True)
-        except Exception:
-            return {}
-        if not isinstance(stats, dict):
-            return {}
-        memory = stats.get("memory_stats") or {}
-        pids = (stats.get("pids_stats") or {}).get("current")
-        with self.lock:
-            if isinstance(pids, int):
-                self.pids_peak = max(self.pids_peak or 0, pids)
-            usage = memory.get("usage")
-            if isinstance(usage, int):
-                self.usage_peak = max(self.usage_peak or 0, usage)
-            if memory:  # an exited container reports empty stats: keep the last real sample
-                self.last = stats
-        return stats
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            self.sample()  # the Engine's collector answers about once a second
-            self.stop.wait(0.05)
-
-    def finish(self) -> dict[str, Any]:
-        self.stop.set()
-        final = bool(self.sample().get("memory_stats"))
-        self.thread.join(timeout=5.0)
-        with self.lock:
-            return {
-                "last": self.last,
-                "final": final,
-                "pids_peak": self.pids_peak,
-                "usage_peak": self.usage_peak,
-            }
-
-
-class _MeasuredSandbox:
-    def __init__(self, runtime: MeasuringRuntime, inner: Any, spawn_s: float) -> None:
-        self._runtime = runtime
-        self._inner = inner
-        self.spawn_s = spawn_s
-        self._sampler = _Sampler(runtime.api, inner.container_id)
-        self._destroying: asyncio.Future[ExitInfo] | None = None
-
-    @property
-    def worker_id(self) -> str:
-        return str(self._inner.worker_id)
-
-    async def write(self, data: bytes) -> None:
-        await self._inner.write(data)
-
-    async def read(self, max_bytes: int) -> bytes:
-        data: bytes = await self._inner.read(max_bytes)
-        return data
-
-    async def close_input(self) -> None:
-        # The hold entry exits when stdin closes: read the counters first.
-        await self._runtime.finish(self)
-        await self._inner.close_input()
-
-    def alive(self) -> bool:
-        return bool(self._inner.alive())
-
-    async def destroy(self) -> ExitInfo:
-        if self._destroying is None:
-            self._destroying = asyncio.ensure_future(self._destroy())
-        return await asyncio.shield(self._destroying)
-
-    async def _destroy(self) -> ExitInfo:
-        await self._runtime.finish(self)
-        info: ExitInfo = await self._inner.destroy()
-        self._runtime.exits[self] = info
-        self._runtime.done(self)
-        return info
-
-    async def finish_sampling(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self._sampler.finish)
-
-
-class MeasuringRuntime:
-    """Wraps a :class:`~codemode.runtimes.docker.DockerRuntime` started with :data:`HOLD_ENTRYPOINT`."""
-
-    def __init__(self, inner: Any, api: Any) -> None:
-        self.inner = inner
-        self.api = api
-        self.stats: dict[_MeasuredSandbox, dict[str, Any]] = {}
-        self.exits: dict[_MeasuredSandbox, ExitInfo] = {}
-        self._finishing: dict[_MeasuredSandbox, asyncio.Future[dict[str, Any]]] = {}
-        self._done: dict[_MeasuredSandbox, asyncio.Event] = {}
-        self.sandboxes: list[_MeasuredSandbox] = []
-
-    @property
-    def name(self) -> str:
-        return f"{self.inner.name}+measured"
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def check(self) -> None:
-        await self.inner.check()
-
-    async def spawn(self) -> Sandbox:
-        t0 = time.perf_counter()
-        inner = await self.inner.spawn()
-        sandbox = _MeasuredSandbox(self, inner, time.perf_counter() - t0)
-        self._done[sandbox] = asyncio.Event()
-        self.sandboxes.append(sandbox)
-        return sandbox
-
-    async def finish(self, sandbox: _MeasuredSandbox) -> dict[str, Any]:
-        future = self._finishing.get(sandbox)
-        if future is None:
-            future = self._finishing[sandbox] = asyncio.ensure_future(sandbox.finish_sampling())
-        result = await asyncio.shield(future)
-        self.stats[sandbox] = result
-        return result
-
-    def done(self, sandbox: _MeasuredSandbox) -> None:
-        self._done[sandbox].set()
-
-    async def wait_destroyed(self, sandbox: _MeasuredSandbox, timeout: float) -> None:
-        await asyncio.wait_for(self._done[sandbox].wait(), timeout)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-def _sample_from(
-    outcome: str, execute_s: float, sandbox: _MeasuredSandbox | None, rt: MeasuringRuntime
-) -> RunSample:
+def _sample_from(outcome: str, execute_s: float, sandbox: Any, limit_bytes: int | None) -> RunSample:
     sample = RunSample(outcome=outcome, execute_s=execute_s)
     if sandbox is None:
         return sample
     sample.spawn_s = sandbox.spawn_s
-    info = rt.exits.get(sandbox)
-    if info is not None:
-        sample.oom_killed = info.oom_killed
-    data = rt.stats.get(sandbox) or {}
-    sample.counters_final = bool(data.get("final"))
-    last: Mapping[str, Any] = data.get("last") or {}
-    memory = last.get("memory_stats") or {}
-    if isinstance(memory.get("max_usage"), int) and memory["max_usage"] > 0:
-        sample.memory_peak_bytes = memory["max_usage"]
-        sample.memory_method = "max_usage"
-    elif data.get("usage_peak"):
-        sample.memory_peak_bytes = int(data["usage_peak"])
-        sample.memory_method = "sampled usage"
-    inner_stats = memory.get("stats") or {}
-    rss = inner_stats.get("total_rss", inner_stats.get("anon"))
-    if isinstance(rss, int):
-        sample.memory_rss_end_bytes = rss
-    cpu = last.get("cpu_stats") or {}
-    total = (cpu.get("cpu_usage") or {}).get("total_usage")
-    if isinstance(total, int) and total > 0:
-        sample.cpu_s = total / 1e9
-    throttled = (cpu.get("throttling_data") or {}).get("throttled_periods")
-    if isinstance(throttled, int):
-        sample.throttled_periods = throttled
-    if data.get("pids_peak"):
-        sample.pids_peak = int(data["pids_peak"])
-    if sample.oom_killed:
-        sample.memory_peak_bytes = rt.inner.memory_bytes
+    reading: Reading = sandbox.reading()
+    for name, value in asdict(reading).items():
+        setattr(sample, name, value)
+    if sandbox.exit is not None and sandbox.exit.oom_killed:
+        sample.oom_killed = True
+        sample.memory_peak_bytes = limit_bytes
         sample.memory_method = "OOM-killed at the limit"
     return sample
 
@@ -329,41 +175,94 @@ def _round_up(value: float, step: float) -> float:
     return math.ceil(round(value / step, 9)) * step
 
 
-def recommend(samples: list[RunSample]) -> Recommendation | None:
-    """The quotas for ``samples`` (the successful ones count), or None without a usable sample."""
+def _mebibytes(n: int, unit: str) -> str:
+    return f"{n // MiB}{unit}"
+
+
+def _millicores(cpus: float) -> str:
+    return f"{round(cpus * 1000)}m"
+
+
+def _docker_settings(good: list[RunSample], basis: dict[str, Any]) -> dict[str, Any]:
+    peak = basis["memory_peak_bytes"]
+    memory = max(MEMORY_STEP, int(_round_up(peak * MEMORY_FACTOR, MEMORY_STEP))) if peak else 256 * MiB
+    util = basis["cpu_utilisation_max"]
+    cpus = max(CPU_STEP, _round_up(util * CPU_FACTOR, CPU_STEP)) if util is not None else 1.0
+    pids = max((s.pids_peak for s in good if s.pids_peak), default=None)
+    basis["pids_peak"] = pids
+    return {
+        "docker_memory": _mebibytes(memory, "m"),
+        "docker_cpus": round(cpus, 2),
+        "docker_pids": max(PIDS_FLOOR, PIDS_FACTOR * pids) if pids else 64,
+    }
+
+
+def _kubernetes_settings(good: list[RunSample], basis: dict[str, Any]) -> dict[str, Any]:
+    peak = basis["memory_peak_bytes"]
+    memory = max(MEMORY_STEP, int(_round_up(peak * MEMORY_FACTOR, MEMORY_STEP))) if peak else 256 * MiB
+    utils = [u for s in good if (u := s.cpu_utilisation) is not None]
+    cpu = max(CPU_STEP, _round_up(max(utils) * CPU_FACTOR, CPU_STEP)) if utils else 1.0
+    median = _pct(utils, 50) if utils else None
+    basis["cpu_utilisation_p50"] = median
+    request = _round_up(median * CPU_FACTOR, CPU_REQUEST_STEP) if median is not None else 0.1
+    request = min(cpu, max(CPU_REQUEST_STEP, request))
+    return {
+        "kubernetes_memory": _mebibytes(memory, "Mi"),
+        "kubernetes_cpu": _millicores(cpu),
+        "kubernetes_cpu_request": _millicores(request),
+    }
+
+
+def _process_settings(good: list[RunSample], basis: dict[str, Any]) -> dict[str, Any]:
+    space = max((s.address_space_peak_bytes for s in good if s.address_space_peak_bytes), default=None)
+    cpu = max((s.cpu_s for s in good if s.cpu_s is not None), default=None)
+    fds = max((s.fds_peak for s in good if s.fds_peak), default=None)
+    threads = max((s.threads_peak for s in good if s.threads_peak), default=None)
+    basis.update(address_space_peak_bytes=space, fds_peak=fds, threads_peak=threads)
+    memory = int(_round_up(space * MEMORY_FACTOR, MEMORY_STEP)) if space else 2048 * MiB
+    return {
+        "process_memory": _mebibytes(memory, "m"),
+        "process_cpu_seconds": float(max(1, math.ceil(round(cpu * TIME_FACTOR, 9)))) if cpu else 30.0,
+        "process_open_files": max(OPEN_FILES_FLOOR, PIDS_FACTOR * fds) if fds else 32,
+        "process_max_processes": max(PROCESSES_FLOOR, PIDS_FACTOR * threads) if threads else 16,
+    }
+
+
+_SETTINGS = {"docker": _docker_settings, "kubernetes": _kubernetes_settings, "process": _process_settings}
+
+
+def _deadline(times: list[float]) -> float:
+    return max(TIME_STEP, round(_round_up(_pct(times, 99) * TIME_FACTOR, TIME_STEP), 1))
+
+
+def recommend(samples: list[RunSample], runtime: str = "docker") -> Recommendation | None:
+    """The worker sizing of ``runtime`` for ``samples`` (the successful ones count), or None."""
     good = [s for s in samples if s.outcome == "ok"]
     if not good:
         return None
     peaks = [s.memory_peak_bytes for s in good if s.memory_peak_bytes]
     utils = [u for s in good if (u := s.cpu_utilisation) is not None]
-    pids = [s.pids_peak for s in good if s.pids_peak]
     times = [s.execute_s for s in good]
-    peak = max(peaks) if peaks else None
-    memory = int(_round_up(peak * MEMORY_FACTOR, MEMORY_STEP)) if peak else 256 * MiB
-    memory = max(memory, MEMORY_STEP)
-    util = max(utils) if utils else None
-    cpus = max(CPU_STEP, _round_up(util * CPU_FACTOR, CPU_STEP)) if util is not None else 1.0
-    pids_peak = max(pids) if pids else None
-    pids_limit = max(PIDS_FLOOR, PIDS_FACTOR * pids_peak) if pids_peak else 64
-    p99 = _pct(times, 99)
-    max_time = round(_round_up(p99 * TIME_FACTOR, TIME_STEP), 1)
+    warm = [max(0.0, s.execute_s - (s.spawn_s or 0.0)) for s in good]
+    basis: dict[str, Any] = {
+        "runs_ok": len(good),
+        "memory_peak_bytes": max(peaks) if peaks else None,
+        "memory_method": sorted({s.memory_method for s in good if s.memory_method}),
+        "cpu_utilisation_max": max(utils) if utils else None,
+        "cpu_seconds_max": max((s.cpu_s for s in good if s.cpu_s is not None), default=None),
+        "execute_p50_s": _pct(times, 50),
+        "execute_p99_s": _pct(times, 99),
+        "execute_minus_spawn_p99_s": _pct(warm, 99),
+        "spawn_p50_s": _pct([s.spawn_s for s in good if s.spawn_s is not None] or [0.0], 50),
+        "throttled_periods_max": max((s.throttled_periods or 0 for s in good), default=0),
+    }
+    settings = _SETTINGS[runtime](good, basis)
     return Recommendation(
-        memory_bytes=memory,
-        cpus=round(cpus, 2),
-        pids_limit=pids_limit,
-        max_execution_time=max_time,
-        basis={
-            "runs_ok": len(good),
-            "memory_peak_bytes": peak,
-            "memory_method": sorted({s.memory_method for s in good if s.memory_method}),
-            "cpu_utilisation_max": util,
-            "cpu_seconds_max": max((s.cpu_s for s in good if s.cpu_s is not None), default=None),
-            "pids_peak": pids_peak,
-            "execute_p50_s": _pct(times, 50),
-            "execute_p99_s": p99,
-            "spawn_p50_s": _pct([s.spawn_s for s in good if s.spawn_s is not None] or [0.0], 50),
-            "throttled_periods_max": max((s.throttled_periods or 0 for s in good), default=0),
-        },
+        runtime=runtime,
+        settings=settings,
+        max_execution_time=_deadline(times),
+        max_execution_time_warm=_deadline(warm),
+        basis=basis,
     )
 
 
@@ -376,17 +275,25 @@ class TuneError(Exception):
     """A problem with the arguments or the environment (exit 2)."""
 
 
-def _size(text: str) -> int:
-    from ..startup.config import parse_size
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The measurement limits of ``args.runtime`` (flags over the generous defaults); a flag of
+    another runtime is an error."""
+    for other, names in RUNTIME_FLAGS.items():
+        if other == args.runtime:
+            continue
+        for name in (*names, *_PLACEMENT[other]):
+            if getattr(args, name, None) is not None:
+                flag = "--" + name.replace("_", "-")
+                raise TuneError(f"{flag} applies to --runtime {other}, not --runtime {args.runtime}")
+    limits = {name: getattr(args, name, None) for name in RUNTIME_FLAGS[args.runtime]}
+    return {
+        name: default if limits[name] is None else limits[name]
+        for name, default in RUNTIME_FLAGS[args.runtime].items()
+    }
 
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise TuneError(f"--memory: {exc}") from None
 
-
-def _settings(args: argparse.Namespace) -> Any:
-    """The measurement's settings through the one settings model (packs, authorizer, limits)."""
+def _settings(args: argparse.Namespace, limits: dict[str, Any]) -> Any:
+    """The measurement's settings through the one settings model (packs, authorizer, runtime)."""
     from ..startup.config import ConfigError, load_settings
 
     overrides: dict[str, Any] = {
@@ -395,10 +302,14 @@ def _settings(args: argparse.Namespace) -> Any:
         "allow_all": bool(args.allow_all) or not args.pack,  # nothing to call without a pack
         "rego_policy": list(args.rego_policy),
         "rego_decision": args.rego_decision,
-        "max_execution_time": args.timeout,
+        "max_execution_time": args.max_execution_time,
         "max_concurrent_executions": 1,
         "subject_quota": 0,
+        "runtime": args.runtime,
+        **limits,
     }
+    for name in _PLACEMENT[args.runtime]:
+        overrides[name] = getattr(args, name, None)
     if args.max_execution_steps:
         overrides["max_execution_steps"] = args.max_execution_steps
     if args.max_native_calls:
@@ -416,61 +327,65 @@ def _settings(args: argparse.Namespace) -> Any:
         raise TuneError(str(exc)) from None
 
 
-def _server(args: argparse.Namespace, runtime: Any) -> Any:
-    from ..startup.bootstrap import build_server
-    from ..startup.config import ConfigError
+def _measuring_runtime(settings: Any) -> tuple[MeasuringRuntime, int | None, dict[str, Any]]:
+    """The runtime of ``settings`` with the hold entry, its probe, the memory limit, and where the
+    workers ran (for the report)."""
+    from ..startup.bootstrap import build_runtime
 
-    settings = _settings(args)
-    try:
-        return build_server(settings, runtime=runtime)
-    except ConfigError as exc:
-        raise TuneError(str(exc)) from None
+    runtime = settings.runtime
+    inner: Any
+    if runtime == "process":
+        inner = build_runtime(settings, worker_command=hold_command(sys.executable))
+        where: dict[str, Any] = {"python": inner.python}
+
+        def probe_for(sandbox: Any) -> Probe:
+            return ProcessProbe(sandbox.pid)
+
+        return MeasuringRuntime(inner, probe_for), None, where
+    inner = build_runtime(settings, worker_command=list(HOLD_ENTRYPOINT), cleanup_orphans="none")
+    if runtime == "kubernetes":
+        where = {"image": inner.image, "namespace": inner.namespace, "runtime_class": inner.runtime_class}
+        return MeasuringRuntime(inner, ReportProbe), None, where
+    where = {"image": inner.image, "oci_runtime": inner.runtime}
+    api: list[Any] = []
+
+    def docker_probe(sandbox: Any) -> Probe:
+        if not api:
+            import docker
+
+            base = {"base_url": inner.base_url} if inner.base_url else docker.utils.kwargs_from_env()
+            base.setdefault("base_url", "unix:///var/run/docker.sock")
+            api.append(docker.APIClient(version="auto", timeout=60, max_pool_size=16, **base))
+        return DockerProbe(api[0], sandbox.container_id)
+
+    measuring = MeasuringRuntime(inner, docker_probe)
+    measuring.closers.append(lambda: [a.close() for a in api])
+    return measuring, inner.memory_bytes, where
 
 
 async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> dict[str, Any]:
     """Run the measurement; returns the JSON report."""
-    import docker
-
     from .. import authz
-    from ..runtimes.docker import DockerRuntime
+    from ..startup.bootstrap import build_server
+    from ..startup.config import ConfigError
 
-    memory = _size(args.memory)
-    kwargs: dict[str, Any] = {
-        "memory_bytes": memory,
-        "cpus": args.cpus,
-        "pids_limit": args.pids,
-        "entrypoint": HOLD_ENTRYPOINT,
-        "cleanup_orphans": "none",
-    }
-    if args.docker_image:
-        kwargs["image"] = args.docker_image
-    if args.docker_base_url:
-        kwargs["base_url"] = args.docker_base_url
-    if args.docker_oci_runtime:
-        kwargs["runtime"] = args.docker_oci_runtime
+    limits = _limits(args)
+    settings = _settings(args, limits)
     try:
-        inner = DockerRuntime(**kwargs)
-    except ValueError as exc:
-        raise TuneError(f"docker runtime: {exc}") from None
-    runtime = MeasuringRuntime(inner, None)
+        runtime, limit_bytes, where = _measuring_runtime(settings)
+    except (ConfigError, ValueError) as exc:
+        raise TuneError(f"{args.runtime} runtime: {exc}") from None
     try:
-        server = _server(args, runtime)
-    except BaseException:
-        await inner.aclose()
-        raise
+        server = build_server(settings, runtime=runtime)
+    except ConfigError as exc:
+        await runtime.aclose()
+        raise TuneError(str(exc)) from None
     subject = authz.Subject(args.subject)
     samples: list[RunSample] = []
     try:
-        # A precise RuntimeUnavailable first: daemon unreachable, image missing or mislabelled.
+        # A precise RuntimeUnavailable first: daemon or cluster unreachable, image missing.
         await runtime.check()
-        env_kwargs: dict[str, Any] = (
-            {"base_url": args.docker_base_url} if args.docker_base_url else docker.utils.kwargs_from_env()
-        )
-        env_kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
-        runtime.api = docker.APIClient(version="auto", timeout=60, max_pool_size=16, **env_kwargs)
-        total = args.warmup + args.runs
-        for i in range(total):
-            measured = i >= args.warmup
+        for i in range(args.warmup + args.runs):
             before = len(runtime.sandboxes)
             t0 = time.perf_counter()
             try:
@@ -479,15 +394,14 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
             except CodeModeError as exc:
                 outcome = str(exc)
             elapsed = time.perf_counter() - t0
-            sandbox = runtime.sandboxes[before] if len(runtime.sandboxes) > before else None
+            sandbox = measured(runtime.sandboxes, before)
             if sandbox is not None:
-                await runtime.wait_destroyed(sandbox, timeout=args.timeout + 120)
-            if not measured:
+                await asyncio.wait_for(sandbox.destroyed.wait(), settings.max_execution_time + 120)
+            if i < args.warmup:
                 if progress:
                     print(f"warm-up run: {outcome} in {elapsed:.3f} s", file=sys.stderr, flush=True)
                 continue
-            sample = _sample_from(outcome, elapsed, sandbox, runtime)
-            samples.append(sample)
+            samples.append(_sample_from(outcome, elapsed, sandbox, limit_bytes))
             if progress:
                 print(
                     f"run {len(samples)}/{args.runs}: {outcome} in {elapsed:.3f} s",
@@ -496,40 +410,58 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
                 )
     finally:
         await server.aclose()
-        if runtime.api is not None:
+        for close in runtime.closers:
             with contextlib.suppress(Exception):
-                runtime.api.close()
-    rec = recommend(samples)
+                close()
+    rec = recommend(samples, args.runtime)
     return {
         "program": args.program,
+        "runtime": args.runtime,
         "runs": args.runs,
         "warmup": args.warmup,
-        "image": inner.image,
-        "oci_runtime": inner.runtime,
-        "measurement_limits": {
-            "memory_bytes": memory,
-            "cpus": args.cpus,
-            "pids_limit": args.pids,
-            "max_execution_time": args.timeout,
-        },
+        **where,
+        "measurement_limits": {**limits, "max_execution_time": settings.max_execution_time},
         "samples": [asdict(s) | {"cpu_utilisation": s.cpu_utilisation} for s in samples],
         "recommendation": None
         if rec is None
         else {
-            "memory_bytes": rec.memory_bytes,
-            "cpus": rec.cpus,
-            "pids_limit": rec.pids_limit,
+            "settings": rec.settings,
             "max_execution_time": rec.max_execution_time,
+            "max_execution_time_warm": rec.max_execution_time_warm,
             "serve_flags": rec.serve_flags(),
             "basis": rec.basis,
         },
-        "method": {
-            "memory": f"peak x {MEMORY_FACTOR}, rounded up to {MEMORY_STEP // MiB} MiB",
-            "cpus": f"max CPU utilisation x {CPU_FACTOR}, rounded up to {CPU_STEP}, at least {CPU_STEP}",
-            "pids_limit": f"max pids x {PIDS_FACTOR}, at least {PIDS_FLOOR}",
-            "max_execution_time": f"p99 execute wall time x {TIME_FACTOR}, rounded up to {TIME_STEP} s",
-        },
+        "method": METHOD[args.runtime] | METHOD["common"],
     }
+
+
+METHOD: dict[str, dict[str, str]] = {
+    "common": {
+        "max_execution_time": f"p99 execute wall time x {TIME_FACTOR}, rounded up to {TIME_STEP} s "
+        "(no warm pool: the execute includes starting the worker)",
+        "max_execution_time_warm": f"p99 of (execute - spawn) x {TIME_FACTOR}, rounded up to {TIME_STEP} s "
+        "(with --pool: the worker is started before the execute)",
+    },
+    "docker": {
+        "docker_memory": f"peak x {MEMORY_FACTOR}, rounded up to {MEMORY_STEP // MiB} MiB",
+        "docker_cpus": f"max CPU utilisation x {CPU_FACTOR}, rounded up to {CPU_STEP}, at least {CPU_STEP}",
+        "docker_pids": f"max pids x {PIDS_FACTOR}, at least {PIDS_FLOOR}",
+    },
+    "kubernetes": {
+        "kubernetes_memory": f"cgroup peak x {MEMORY_FACTOR}, rounded up to {MEMORY_STEP // MiB} Mi",
+        "kubernetes_cpu": f"max CPU utilisation x {CPU_FACTOR}, rounded up to {CPU_STEP}, "
+        f"at least {CPU_STEP}",
+        "kubernetes_cpu_request": f"median CPU utilisation x {CPU_FACTOR}, rounded up to "
+        f"{CPU_REQUEST_STEP}, at least {CPU_REQUEST_STEP}, at most the limit",
+    },
+    "process": {
+        "process_memory": f"address-space peak (VmPeak) x {MEMORY_FACTOR}, "
+        f"rounded up to {MEMORY_STEP // MiB} MiB",
+        "process_cpu_seconds": f"max CPU seconds x {TIME_FACTOR}, rounded up to 1 s",
+        "process_open_files": f"max open files x {PIDS_FACTOR}, at least {OPEN_FILES_FLOOR}",
+        "process_max_processes": f"max threads x {PIDS_FACTOR}, at least {PROCESSES_FLOOR}",
+    },
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -545,16 +477,52 @@ def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _where(report: dict[str, Any]) -> str:
+    if report["runtime"] == "process":
+        return f"process workers of {report['python']}"
+    extra = report.get("oci_runtime") or report.get("runtime_class")
+    place = f" in namespace {report['namespace']}" if report.get("namespace") else ""
+    return f"{report['runtime']} workers of {report['image']}{place}" + (f" ({extra})" if extra else "")
+
+
+def _limit_text(limits: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{'--' + k.replace('_', '-')} {v:g}" if isinstance(v, float) else f"{'--' + k.replace('_', '-')} {v}"
+        for k, v in limits.items()
+    )
+
+
+_COLUMNS = {  # runtime -> the columns beyond run, outcome, execute, spawn, cpu, cpu/wall, memory peak
+    "docker": (
+        ("rss end", "memory_rss_end_bytes", "mib"),
+        ("pids", "pids_peak", "int"),
+        ("throttled", "throttled_periods", "int"),
+    ),
+    "kubernetes": (("threads", "threads_peak", "int"),),
+    "process": (
+        ("addr space", "address_space_peak_bytes", "mib"),
+        ("rss end", "memory_rss_end_bytes", "mib"),
+        ("fds", "fds_peak", "int"),
+        ("threads", "threads_peak", "int"),
+    ),
+}
+
+
+def _cell(value: Any, kind: str, width: int) -> str:
+    text = _mib(value) if kind == "mib" else ("-" if value is None else str(value))
+    return f"{text:>{width}}"
+
+
 def format_report(report: dict[str, Any]) -> str:
-    lim = report["measurement_limits"]
+    runtime = report["runtime"]
+    columns = _COLUMNS[runtime]
     lines = [
-        f"codemode quotas tune: {report['program']} on {report['image']}"
-        + (f" ({report['oci_runtime']})" if report["oci_runtime"] else ""),
-        f"measured with memory {_mib(lim['memory_bytes'])}, cpus {lim['cpus']:g}, pids {lim['pids_limit']}, "
-        f"timeout {lim['max_execution_time']:g} s; {report['runs']} run(s) after {report['warmup']} warm-up",
+        f"codemode quotas tune: {report['program']} on {_where(report)}",
+        f"measured with {_limit_text(report['measurement_limits'])}; "
+        f"{report['runs']} run(s) after {report['warmup']} warm-up",
         "",
-        f"{'run':>3} {'outcome':<24} {'execute':>9} {'spawn':>9} {'cpu':>9} {'cpu/wall':>8} "
-        f"{'mem peak':>11} {'rss end':>11} {'pids':>4} {'throttled':>9}",
+        f"{'run':>3} {'outcome':<24} {'execute':>9} {'spawn':>9} {'cpu':>9} {'cpu/wall':>8} {'mem peak':>11}"
+        + "".join(f" {title:>11}" for title, _, _ in columns),
     ]
     for i, s in enumerate(report["samples"], 1):
         cells = [
@@ -565,13 +533,11 @@ def format_report(report: dict[str, Any]) -> str:
             f"{_num(s['cpu_s'], '>7.3f')} s",
             f"{_num(s['cpu_utilisation'], '>8.2f')}",
             f"{_mib(s['memory_peak_bytes']):>11}",
-            f"{_mib(s['memory_rss_end_bytes']):>11}",
-            f"{_num(s['pids_peak'], '>4')}",
-            f"{_num(s['throttled_periods'], '>9')}",
+            *(_cell(s[key], kind, 11) for _, key, kind in columns),
         ]
         notes = ["OOM-killed"] if s["oom_killed"] else []
         if not s["counters_final"]:
-            notes.append("counters partial: the container exited early")
+            notes.append("counters partial: the worker exited early")
         lines.append(" ".join(cells) + "".join(f"  ({n})" for n in notes))
     rec = report["recommendation"]
     lines.append("")
@@ -581,23 +547,23 @@ def format_report(report: dict[str, Any]) -> str:
     b = rec["basis"]
     method = report["method"]
     how = f" ({', '.join(b['memory_method'])})" if b["memory_method"] else ""
+    lines.append("recommendation (method: docs/operators.md)")
+    for name, value in rec["settings"].items():
+        lines.append(f"  {name:<26}{value!s:>10}   {method[name]}")
     lines += [
-        "recommendation (method: docs/operators.md)",
-        f"  memory              {_mib(rec['memory_bytes']):>12}   {method['memory']}; "
-        f"peak {_mib(b['memory_peak_bytes'])}{how}",
-        f"  cpus                {rec['cpus']:>12g}   {method['cpus']}; "
-        f"max {_num(b['cpu_utilisation_max'], '.2f')}",
-        f"  pids limit          {rec['pids_limit']:>12}   {method['pids_limit']}; "
-        f"max {b['pids_peak'] or '-'} (sampled)",
-        f"  max_execution_time  {rec['max_execution_time']:>10g} s   {method['max_execution_time']}; "
-        f"p99 {b['execute_p99_s']:.3f} s (includes spawn, p50 {b['spawn_p50_s']:.3f} s)",
+        f"  {'max_execution_time':<26}{rec['max_execution_time']:>8g} s   without a warm pool: "
+        f"p99 execute {b['execute_p99_s']:.3f} s x {TIME_FACTOR} "
+        f"(includes the spawn, p50 {b['spawn_p50_s']:.3f} s)",
+        f"  {'max_execution_time (pool)':<26}{rec['max_execution_time_warm']:>8g} s   with --pool: "
+        f"p99 of execute - spawn {b['execute_minus_spawn_p99_s']:.3f} s x {TIME_FACTOR}",
+        f"  memory peak {_mib(b['memory_peak_bytes'])}{how}; CPU utilisation max "
+        f"{_num(b['cpu_utilisation_max'], '.2f')}",
         "",
-        "serve flags: " + " ".join(rec["serve_flags"]),
+        "serve flags (no warm pool): " + " ".join(rec["serve_flags"]),
     ]
     if b.get("throttled_periods_max"):
         lines.append(
-            "note: the program was CPU-throttled even at the measurement quota; "
-            "measure again with more --cpus"
+            "note: the program was CPU-throttled even at the measurement quota; measure again with more CPU"
         )
     failed = [s for s in report["samples"] if s["outcome"] != "ok"]
     if failed:
@@ -620,7 +586,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--runtime",
         choices=["process", "docker", "kubernetes"],
         default="docker",
-        help="where to measure (default docker: the only runtime whose cgroup counters it reads)",
+        help="where to measure and what to size (default docker)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     g = p.add_argument_group("capabilities the program calls (as for serve)")
@@ -641,18 +607,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--subject", default="quotas-tune", help="subject id the program runs as (default quotas-tune)"
     )
-    m = p.add_argument_group("generous limits for the measurement")
-    m.add_argument("--memory", default="1g", metavar="SIZE", help="container memory+swap (default 1g)")
+    m = p.add_argument_group("generous limits for the measurement (the serve flags it recommends)")
     m.add_argument(
-        "--cpus",
+        "--max-execution-time",
+        "--timeout",
+        dest="max_execution_time",
         type=float,
-        default=float(min(2, os.cpu_count() or 1)),
-        metavar="N",
-        help="CPU quota (default 2)",
-    )
-    m.add_argument("--pids", type=int, default=256, metavar="N", help="pids limit (default 256)")
-    m.add_argument(
-        "--timeout", type=float, default=60.0, metavar="SECONDS", help="max_execution_time (default 60)"
+        default=60.0,
+        metavar="SECONDS",
+        help="execution deadline of each run (default 60)",
     )
     m.add_argument(
         "--max-execution-steps", type=int, metavar="N", help="interpreter work units (default: the default)"
@@ -660,27 +623,59 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--max-native-calls", type=int, metavar="N", help="native calls per run (default: the default)"
     )
-    d = p.add_argument_group("docker")
+    d = p.add_argument_group("docker (--runtime docker)")
+    d.add_argument(
+        "--docker-memory", "--memory", dest="docker_memory", metavar="SIZE", help="memory+swap (default 1g)"
+    )
+    d.add_argument(
+        "--docker-cpus", "--cpus", dest="docker_cpus", type=float, metavar="N", help="CPU quota (default 2)"
+    )
+    d.add_argument(
+        "--docker-pids", "--pids", dest="docker_pids", type=int, metavar="N", help="pids limit (default 256)"
+    )
     d.add_argument("--docker-image", metavar="IMAGE", help="worker image (default codemode-worker:1)")
     d.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
     d.add_argument("--docker-oci-runtime", metavar="NAME", help="OCI runtime such as runsc")
+    k = p.add_argument_group("kubernetes (--runtime kubernetes)")
+    k.add_argument("--kubernetes-memory", metavar="QUANTITY", help="worker pod memory (default 1Gi)")
+    k.add_argument("--kubernetes-cpu", metavar="QUANTITY", help="worker pod CPU limit (default 2)")
+    k.add_argument(
+        "--kubernetes-cpu-request", metavar="QUANTITY", help="worker pod CPU request (default 100m)"
+    )
+    k.add_argument(
+        "--kubernetes-namespace", metavar="NS", help="worker pod namespace (default codemode-workers)"
+    )
+    k.add_argument("--kubernetes-image", metavar="IMAGE", help="worker pod image")
+    k.add_argument("--kubernetes-kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG)")
+    k.add_argument("--kubernetes-context", metavar="NAME", help="kubeconfig context")
+    k.add_argument("--kubernetes-runtime-class", metavar="NAME", help="RuntimeClass of the worker pods")
+    r = p.add_argument_group("process (--runtime process)")
+    r.add_argument("--process-memory", metavar="SIZE", help="address space, RLIMIT_AS (default 4g)")
+    r.add_argument("--process-cpu-seconds", type=float, metavar="N", help="RLIMIT_CPU (default 120)")
+    r.add_argument("--process-open-files", type=int, metavar="N", help="RLIMIT_NOFILE (default 256)")
+    r.add_argument("--process-max-processes", type=int, metavar="N", help="RLIMIT_NPROC (default 64)")
 
 
 def run(args: argparse.Namespace) -> int:
     """``codemode quotas tune``: 0 with a recommendation from all runs, 1 when a run failed or the
     runtime is unavailable, 2 on bad arguments."""
-    if args.runtime != "docker":
-        print(
-            f"codemode quotas tune: --runtime {args.runtime} cannot be measured: quotas tune reads each "
-            "worker's cgroup counters through the Docker Engine (use --runtime docker)",
-            file=sys.stderr,
-        )
-        return 2
     if args.runs <= 0 or args.warmup < 0:
         print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
         return 2
-    if args.timeout <= 0 or args.cpus <= 0 or args.pids <= 0:
-        print("codemode quotas tune: --timeout, --cpus and --pids must be positive", file=sys.stderr)
+    positive = ("max_execution_time", "docker_cpus", "docker_pids", "process_cpu_seconds")
+    bad = [
+        n
+        for n in (*positive, "process_open_files", "process_max_processes")
+        if (v := getattr(args, n)) is not None and v <= 0
+    ]
+    if bad:
+        flags = ", ".join("--" + n.replace("_", "-") for n in bad)
+        print(f"codemode quotas tune: {flags} must be positive", file=sys.stderr)
+        return 2
+    try:
+        _limits(args)
+    except TuneError as exc:
+        print(f"codemode quotas tune: {exc}", file=sys.stderr)
         return 2
     try:
         with open(args.program, encoding="utf-8") as fh:

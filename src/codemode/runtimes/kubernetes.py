@@ -51,7 +51,7 @@ import termios
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from kubernetes import client as k8s
@@ -408,6 +408,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         image_pull_policy: of the worker container.
         stdout_buffer_bytes: how much worker stdout is buffered before the reader stops reading.
         executor_threads: size of the thread pool that runs blocking client calls.
+        entrypoint: replaces the image's command (operators' diagnostics only: ``codemode quotas
+            tune`` runs the image's worker through a holding wrapper); None = the image's.
         testing_entry: TEST ONLY. Runs ``codemode_worker.testing_entry`` with
             ``CODEMODE_WORKER_TESTING=1`` (use the test image, ``codemode-worker-testing``): a worker
             that executes arbitrary Python. It exists to prove the pod contains a compromised
@@ -444,6 +446,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         stdout_buffer_bytes: int = STDOUT_BUFFER,
         executor_threads: int = 32,
         testing_entry: bool = False,
+        entrypoint: Sequence[str] | None = None,
     ) -> None:
         if not _DNS_LABEL.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not a DNS label")
@@ -499,6 +502,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self.image_pull_policy = image_pull_policy
         self.stdout_buffer_bytes = max(64 * 1024, stdout_buffer_bytes)
         self.testing_entry = testing_entry
+        if testing_entry and entrypoint is not None:
+            raise ValueError("entrypoint and testing_entry exclude each other")
+        self.entrypoint = list(TESTING_ENTRY) if testing_entry else (list(entrypoint) if entrypoint else None)
         if testing_entry:
             log.warning(TESTING_WARNING, "kubernetes")
         #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
@@ -541,7 +547,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             runtime_class=self.runtime_class,
             max_lifetime=self.max_lifetime,
             image_pull_policy=self.image_pull_policy,
-            command=list(TESTING_ENTRY) if self.testing_entry else None,
+            command=self.entrypoint,
             extra_env={TESTING_ENV: "1"} if self.testing_entry else None,
         )
 

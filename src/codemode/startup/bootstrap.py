@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import authz
@@ -76,8 +76,18 @@ def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
     return out
 
 
-def build_runtime(settings: Settings) -> Runtime:
-    """The worker runtime the settings name, without a pool."""
+#: The constructor parameter of each runtime that replaces the worker's command line.
+_COMMAND_PARAMETER = {"process": "argv", "docker": "entrypoint", "kubernetes": "entrypoint"}
+
+
+def build_runtime(
+    settings: Settings, *, worker_command: Sequence[str] | None = None, **extra: Any
+) -> Runtime:
+    """The worker runtime the settings name, without a pool.
+
+    ``worker_command`` replaces the worker's command line and ``extra`` adds constructor arguments:
+    for operator tools that measure a worker (``codemode quotas tune``), never for serving.
+    """
     kind = settings.runtime
     try:
         if kind == "process":
@@ -89,7 +99,10 @@ def build_runtime(settings: Settings) -> Runtime:
     except ImportError as exc:
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
-        return cls(**_runtime_kwargs(settings))
+        kwargs = {**_runtime_kwargs(settings), **extra}
+        if worker_command is not None:
+            kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
+        return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
 
