@@ -8,13 +8,58 @@ engine and builds the images.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from codemode.runtimes.docker import DEFAULT_IMAGE
+from tests import environment
 from tests.environment import unavailable
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite never writes the real home: codemode's default data and configuration folders
+    (``$XDG_DATA_HOME/codemode``, ``$XDG_CONFIG_HOME/codemode``) point into one temporary folder for
+    the whole session, for the tests and every process they start. (Caches of tools the suite
+    installs, ``~/.cache/codemode``, stay where they are.)"""
+    home = tempfile.mkdtemp(prefix="codemode-tests-")
+    config.stash[_HOME] = home
+    for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        os.environ[name] = os.path.join(home, name.lower())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if home := config.stash.get(_HOME, None):
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say which engines the run uses (their tests skip with a reason when missing, and fail under
+    CI=true); ``-q`` hides this header, so the summary says it again."""
+    return _engines(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    for line in _engines(config):
+        terminalreporter.write_line(line)
+
+
+def _engines(config: pytest.Config) -> list[str]:
+    if _ENGINES not in config.stash:
+        config.stash[_ENGINES] = [
+            f"docker: {environment.docker_found()}",
+            f"kubernetes: {environment.cluster_found()}",
+        ]
+    return config.stash[_ENGINES]
+
+
+_HOME = pytest.StashKey[str]()
+_ENGINES = pytest.StashKey[list[str]]()
+
 
 # Made by scripts/provision-docker.sh; the worker image is built FROM it.
 BASE_IMAGE = "codemode-base:bookworm"
