@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import codemode
 from codemode import authz
 
+pack = codemode.CapabilityPack()
+
 
 @dataclass
 class LookupInput:
@@ -25,7 +27,9 @@ class LookupOutput:
     count: int
 
 
+@pack.capability("records.lookup", id="records.entry.lookup", search_terms=["fetch entry"])
 async def lookup(ctx: codemode.CallContext, subject: authz.Subject, args: LookupInput) -> LookupOutput:
+    """Look up one record by key."""
     return LookupOutput(key=args.key, count=len(args.key) * (args.limit or 1))
 
 
@@ -38,22 +42,11 @@ def main():
 
 async def main() -> None:
     builder = codemode.Builder(authorizer=authz.allow_all())
-    builder.register(
-        codemode.Capability(
-            id="records.entry.lookup",
-            name="records.lookup",
-            summary="Look up one record by key.",
-            search_terms=["fetch entry"],
-            handler=lookup,
-        )
-    )
-    server = builder.build()
-    print(json.dumps(server.search("fetch record").to_dict(), indent=2))
-    print(json.dumps(server.describe("records.lookup").to_dict(), indent=2))
-    try:
+    builder.register(*pack.capabilities())
+    async with builder.build() as server:  # starts the runtime; stops its workers on exit
+        print(json.dumps(server.search("fetch record").to_dict(), indent=2))
+        print(json.dumps(server.describe("records.lookup").to_dict(), indent=2))
         print(await server.execute(PROGRAM, subject=authz.Subject("demo")))
-    finally:
-        await server.aclose()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+"""Snippets of the docs that are whole programs run as written, as script files, the way a reader
+would run them (the README's are in test_readme_snippet.py and test_readme_client.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from .test_readme_snippet import run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_blocks(page: str) -> list[str]:
+    return re.findall(r"^```python[ \t]*\n(.*?)^```", (ROOT / page).read_text(encoding="utf-8"), re.M | re.S)
+
+
+def block_with(page: str, marker: str) -> str:
+    (block,) = [b for b in python_blocks(page) if marker in b]
+    return block
+
+
+@pytest.mark.timeout(120)
+def test_packs_page_from_python(tmp_path: Path) -> None:
+    # The page says: run it from the repository root.
+    source = block_with("docs/packs.md", "load_pack(")
+    assert run_script(source, tmp_path, "notes_demo.py", cwd=ROOT) == ["{'notes': ['hi']}"]
+
+
+@pytest.mark.timeout(120)
+def test_mcp_page_builds_the_mcp_server(tmp_path: Path) -> None:
+    source = block_with("docs/mcp.md", "create_server(server, StaticSubject")
+    run_script(source + "\nprint(type(app).__module__)\n", tmp_path)
