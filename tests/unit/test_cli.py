@@ -109,8 +109,37 @@ def test_unknown_flag_prints_the_subcommand_usage(
         main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(usage), err
-    assert "unrecognized arguments: --bogus" in err
+    first, second = err.splitlines()  # the problem first, then one short usage line
+    assert first.startswith(usage.replace("usage: ", "") + ": error: unrecognized arguments: --bogus"), err
+    assert second.startswith(usage), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["serve", "--stdio", "--alow-all"], "--alow-all: did you mean --allow-all?"),
+        (["serve", "--stdio", "--max-execution-tme=3"], "did you mean --max-execution-time?"),
+        (["quotas", "tune", "--program", "x", "--dokcer-memory", "1g"], "did you mean --docker-memory?"),
+    ],
+)
+def test_a_mistyped_flag_names_the_close_one(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    first = capsys.readouterr().err.splitlines()[0]
+    assert hint in first, first
+
+
+def test_abbreviated_flags_are_not_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--stdio", "--allow-al"])
+    assert info.value.code == 2
+    assert (
+        "unrecognized arguments: --allow-al (--allow-al: did you mean --allow-all?)"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(
@@ -631,3 +660,58 @@ def test_http_build_errors_exit_2_on_one_line(
     err = capsys.readouterr().err
     assert err.startswith("codemode: " + message), err
     assert err.count("\n") == 1
+
+
+def test_a_toml_syntax_error_names_the_file_and_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "codemode.toml"
+    bad.write_text("pool = \n")
+    assert main(["serve", "--stdio", "--allow-all", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    where = f"codemode: --config / CODEMODE_CONFIG: {str(bad)!r}"
+    assert err == f"{where} is not valid TOML: Invalid value (at line 1, column 8)\n"
+
+
+def test_an_unknown_toml_key_names_the_file_and_the_close_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "codemode.toml"
+    bad.write_text("pol = 3\n")
+    assert main(["serve", "--stdio", "--allow-all", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    where = f"codemode: --config / CODEMODE_CONFIG: {str(bad)!r}"
+    assert err == f"{where}: unknown setting 'pol' (did you mean 'pool'?)\n"
+
+
+def test_misspelled_variables_are_named_and_pack_options_are_not() -> None:
+    from codemode.startup.config import misspelled_variables
+
+    environ = {
+        "CODEMODE_MAX_EXECUTON_TIME": "3",
+        "CODEMODE_POOOL": "2",
+        "CODEMODE_POOL": "2",
+        "CODEMODE_RECORDS_DB": "x",
+        "CODEMODE_RECORDS_MAX_RECORDS": "5",
+        "CODEMODE_UPSTREAMS_FILE": "u.toml",
+        "CODEMODE_CONFIG": "c.toml",
+        "CODEMODE_TRANSPORT": "stdio",
+        "HOME": "/root",
+    }
+    ignored = "is not a setting and is ignored: did you mean"
+    assert misspelled_variables(environ) == [
+        f"CODEMODE_MAX_EXECUTON_TIME {ignored} CODEMODE_MAX_EXECUTION_TIME?",
+        f"CODEMODE_POOOL {ignored} CODEMODE_POOL?",
+    ]
+
+
+def test_a_misspelled_variable_is_warned_about_at_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from codemode.startup import config
+
+    monkeypatch.setenv("CODEMODE_MAX_NATIVE_CALS", "3")
+    monkeypatch.setattr(config, "_warned", set())
+    with caplog.at_level("WARNING", logger="codemode.config"):
+        config.load_settings(allow_all=True)
+    assert "did you mean CODEMODE_MAX_NATIVE_CALLS?" in caplog.text

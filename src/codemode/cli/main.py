@@ -3,14 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .serve import add_serve, run_serve
 from .token import add_token, run_token
 
 __all__ = ["build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """No silent abbreviations (``--allow-al`` is not ``--allow-all``), and an error names the
+    problem and a close flag first, then one short usage line instead of every flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            2, f"{self.prog}: error: {message}\nusage: {self.prog} ... ({self.prog} --help lists them)\n"
+        )
+
+    def unknown(self, flags: Sequence[str]) -> NoReturn:
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = []
+        for given in flags:
+            close = difflib.get_close_matches(given.split("=", 1)[0], known, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{given}: did you mean {close[0]}?")
+        detail = f" ({'; '.join(hints)})" if hints else ""
+        self.error(f"unrecognized arguments: {' '.join(flags)}{detail}")
 
 
 def _add_operator_tools(sub: Any) -> dict[str, argparse.ArgumentParser]:
@@ -34,11 +59,12 @@ def _add_operator_tools(sub: Any) -> dict[str, argparse.ArgumentParser]:
     quotas_sub = quotas_group.add_subparsers(dest="quotas_command", metavar="COMMAND")
     tune = quotas_sub.add_parser(
         "tune",
-        help="measure a workload to tune the worker cgroup quotas",
+        help="measure a workload to size the workers of a runtime",
         description=(
-            "Run one program N times in fresh Docker workers with generous limits, read each "
-            "container's peak memory, CPU time and pids, and recommend --docker-memory, "
-            "--docker-cpus, --docker-pids and --max-execution-time (docs/operators.md)."
+            "Run one program N times in fresh workers of a runtime (docker, kubernetes or process) "
+            "with generous limits, read each worker's peak memory, CPU time and what else the runtime "
+            "limits, and recommend that runtime's serve flags and --max-execution-time "
+            "(docs/operators.md)."
         ),
     )
     quotas.add_arguments(tune)
@@ -62,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="codemode",
         description="Code-mode MCP server: search_api, describe_api and execute over a typed "
         "capability catalog; programs run in single-use sandboxed workers.",
@@ -89,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         # The usage of the subcommand the unknown flag was given to, not the top-level one.
         target = leaves.get(_leaf(args), parser)
-        target.error(f"unrecognized arguments: {' '.join(unknown)}")
+        assert isinstance(target, _Parser)
+        target.unknown(unknown)
     if args.command == "serve":
         return run_serve(args)
     if args.command == "token":

@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import difflib
 import getpass
 import ipaddress
 import json
+import logging
 import os
 import re
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -50,12 +53,15 @@ __all__ = [
     "env_var",
     "flag",
     "load_settings",
+    "misspelled_variables",
     "names",
     "parse_size",
 ]
 
 CONFIG_ENV = "CODEMODE_CONFIG"
 ENV_PREFIX = "CODEMODE_"
+
+log = logging.getLogger("codemode.config")
 
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
     "codemode_config_file", default=None
@@ -559,7 +565,14 @@ class _TomlSource(TomlConfigSettingsSource):
     """A TOML file whose relative paths are relative to the file itself, not the working directory."""
 
     def _read_file(self, file_path: Any) -> dict[str, Any]:
-        data = super()._read_file(file_path)
+        try:
+            data = super()._read_file(file_path)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(
+                f"--config / {CONFIG_ENV}: {str(file_path)!r} is not valid TOML: {exc}"
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--config / {CONFIG_ENV}: cannot read {str(file_path)!r}: {exc}") from None
         base = Path(str(file_path)).resolve().parent
         for key in _PATH_KEYS:
             value = data.get(key)
@@ -620,11 +633,12 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     from pydantic import ValidationError
 
     path = Path(config_file) if config_file is not None else None
-    try:
-        with _using_config(path):
+    _warn_misspelled()
+    with _using_config(path):
+        try:
             return Settings(**overrides)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc)) from None
 
 
 def _describe(exc: Any) -> str:
@@ -633,13 +647,60 @@ def _describe(exc: Any) -> str:
     for err in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in err["loc"]]
         message = str(err["msg"]).removeprefix("Value error, ")
-        if loc and loc[0] in Settings.model_fields:
+        if err["type"] == "extra_forbidden" and len(loc) == 1:
+            parts.append(_unknown_setting(loc[0]))
+        elif loc and loc[0] in Settings.model_fields:
             parts.append(f"{names(loc[0])}: {message}")
         elif loc:
             parts.append(f"{'.'.join(loc)}: {message}")
         else:
             parts.append(message)
     return "; ".join(parts)
+
+
+def _config_path() -> str | None:
+    path = _config_file.get()
+    return str(path) if path is not None else (os.environ.get(CONFIG_ENV, "").strip() or None)
+
+
+def _close_setting(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_setting(key: str) -> str:
+    """An unknown key: in the configuration file (the only source that can hold one), with the
+    closest setting name."""
+    where = _config_path()
+    origin = f"--config / {CONFIG_ENV}: {where!r}" if where else "settings"
+    return f"{origin}: unknown setting {key!r}{_close_setting(key, Settings.model_fields)}"
+
+
+#: ``CODEMODE_*`` variables the host reads that are not settings (packs read their own
+#: ``CODEMODE_<PACK>_*`` variables; those are never compared with the settings).
+OTHER_VARIABLES = frozenset({CONFIG_ENV, "CODEMODE_TRANSPORT"})
+_warned: set[str] = set()
+
+
+def misspelled_variables(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``CODEMODE_*`` variable that is no setting but close to one (``did you
+    mean``); variables close to no setting (a pack's options, say) are left alone."""
+    known = {env_var(field) for field in Settings.model_fields}
+    out = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name in known or name in OTHER_VARIABLES:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.88)
+        if close:
+            out.append(f"{name} is not a setting and is ignored: did you mean {close[0]}?")
+    return out
+
+
+def _warn_misspelled() -> None:
+    for line in misspelled_variables(os.environ):
+        if line not in _warned:
+            _warned.add(line)
+            log.warning("%s", line)
 
 
 def _unreadable(path: Path) -> str | None:
