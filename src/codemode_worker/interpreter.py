@@ -41,7 +41,9 @@ Errors
     limited to ``max_callstack`` (clamped to 10,000) plus 4 frames for the driver and builtin
     wrappers, so the program's own functions may nest about ``max_callstack + 2`` deep.
     A Rust panic (``PanicException``) or a failure of this module's own set-up: ``internal``
-    with no text.
+    with no text. A message of the machinery beneath the language (CPython's digit limit, the
+    starlark-pyo3 bridge, starlark-rust's parameter unpacking) is replaced as
+    ``foreign_texts.translate`` says.
 
 Threading
     Every evaluation runs on one long-lived thread with a 256 MiB stack (deeply nested source
