@@ -244,7 +244,10 @@ def encode(x):
     return json_encode_marked(r[1])
 
 def decode(x, default = _UNSET):
-    reason = json_check(x)
+    if type(x) == "string":
+        reason = json_check(x)
+    else:  # checked here: a value that is not a string may not even cross to Python
+        reason = "json.decode: got %s, want str" % type(x)
     if reason:
         if default != _UNSET:
             return default

@@ -41,7 +41,9 @@ Errors
     limited to ``max_callstack`` (clamped to 10,000) plus 4 frames for the driver and builtin
     wrappers, so the program's own functions may nest about ``max_callstack + 2`` deep.
     A Rust panic (``PanicException``) or a failure of this module's own set-up: ``internal``
-    with no text.
+    with no text. A message of the machinery beneath the language (CPython's digit limit, the
+    starlark-pyo3 bridge, starlark-rust's parameter unpacking) is replaced as
+    ``foreign_texts.translate`` says.
 
 Threading
     Every evaluation runs on one long-lived thread with a 256 MiB stack (deeply nested source
@@ -72,6 +74,7 @@ from .diagnostics import (
     program_error,
 )
 from .environment import JSON_RESULT_DEPTH, MAX_BRIDGE_DEPTH, Environment, environment, set_hooks
+from .foreign_texts import digit_limit_text, translate
 from .protocol import ProtocolError, validate_manifest
 from .shapes import BindError, bind_arguments, positional_diagnostic
 from .values import Overflow, ValueLimitError, ValueTypeError, check_value
@@ -299,9 +302,19 @@ def _classify(run: _Run, exc: BaseException, source: str, helpers: Mapping[str, 
         _, message = describe_error(text, source)
         if message.startswith(("Starlark call stack overflow", "Too many recursion levels")):
             return Outcome.failed("resource_limit", LIMIT_STEPS)
-        return Outcome.failed("invalid_program", program_error(text, source, helpers))
+        foreign = translate(message)
+        if foreign is None:
+            return Outcome.failed("invalid_program", program_error(text, source, helpers))
+        error, replacement = foreign
+        if error == "invalid_program":
+            location, _ = describe_error(text, source, helpers=helpers)
+            replacement = bounded(f"{FILENAME}:{location or FALLBACK_LOCATION}: {replacement}")
+        return Outcome.failed(error, replacement)
     if isinstance(exc, MemoryError):
         return Outcome.failed("resource_limit", LIMIT_MEMORY)
+    if isinstance(exc, ValueError) and digit_limit_text(str(exc)):
+        # main()'s value (on the error path it crosses as a value) holds an integer too long.
+        return Outcome.failed("resource_limit", LIMIT_VALUE_SIZE)
     return Outcome.failed("internal")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -183,24 +184,39 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: Digits of the longest integer json.decode can return (UINT64_MAX); JSON allows no leading zeros.
+_MAX_INT_DIGITS: Final = len(str(UINT64_MAX))
+#: A UTF-16 surrogate left alone by a ``\u`` escape (a pair decodes to one character).
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
 def _bounded_int(text: str) -> int:
+    # The length first: CPython refuses to parse more than 4,300 digits, in words of its own.
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise ValueError(f"integer out of range: {text[:32]}")
     value = int(text)
     if value < -INT64_MAX - 1 or value > UINT64_MAX:
         raise ValueError(f"integer out of range: {text[:32]}")
     return value
 
 
-def _depth_within(value: Any, limit: int) -> bool:
+def _decoded_problem(value: Any, limit: int) -> str:
+    """Why starlark-rust cannot take a document Python decoded to ``value``, or ``""``: nesting
+    deeper than ``limit``, or a lone surrogate in a string (Python keeps it, serde_json refuses)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > limit:
-            return False
-        if isinstance(item, list):
+            return "nesting too deep"
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return "lone surrogate in a \\u escape"
+        elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
         elif isinstance(item, dict):
+            stack.extend((key, depth + 1) for key in item)
             stack.extend((child, depth + 1) for child in item.values())
-    return True
+    return ""
 
 
 def _strict_loads(text: str) -> Any:
@@ -211,7 +227,8 @@ def _strict_loads(text: str) -> Any:
 
 def json_check(*args: Any, **kwargs: Any) -> str:
     """``""`` when ``x`` is a JSON text starlark-rust's ``json.decode`` can safely decode,
-    else the reason it cannot (finite numbers, 64-bit ints, depth at most 100)."""
+    else the reason it cannot (finite numbers, 64-bit ints, depth at most 100, no lone
+    surrogates)."""
     (text,) = unpack("json.decode", args, kwargs, ("x",), 1)
     if not isinstance(text, str):
         return f"json.decode: got {kind_of(text)}, want str"
@@ -221,9 +238,8 @@ def json_check(*args: Any, **kwargs: Any) -> str:
         return "json.decode: nesting too deep"
     except ValueError as exc:
         return f"json.decode: {exc}"
-    if not _depth_within(value, JSON_MAX_DEPTH):
-        return "json.decode: nesting too deep"
-    return ""
+    problem = _decoded_problem(value, JSON_MAX_DEPTH)
+    return f"json.decode: {problem}" if problem else ""
 
 
 def json_fail(*args: Any, **kwargs: Any) -> Any:

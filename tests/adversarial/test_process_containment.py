@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -166,6 +167,40 @@ async def test_no_view_of_the_host(server: codemode.Server, tmp_path: Path) -> N
     assert value["host_environ"] == "PermissionError"
     assert value["secret"] == "PermissionError"
     assert value["signal_host"] == "PermissionError"
+
+
+READ_FILES = """
+out = {}
+for path in PATHS:
+    try:
+        with open(path, "rb") as f:
+            out[path] = len(f.read())
+    except OSError as exc:
+        out[path] = type(exc).__name__
+final(out)
+"""
+
+
+async def test_a_worker_cannot_read_the_records_database(server: codemode.Server) -> None:
+    """Issue 19 §4: the records database (and its WAL and SHM) in a directory other users can
+    enter, as an operator sets CODEMODE_RECORDS_DB=/var/lib/..., was created 0644: a worker with a
+    compromised interpreter read every subject's records from it."""
+    from codemode.capabilities.records import RecordStore
+
+    shared = Path(tempfile.mkdtemp(prefix="codemode-records-"))
+    try:
+        shared.chmod(0o755)
+        db = shared / "records.sqlite3"
+        store = RecordStore(str(db))
+        try:
+            store.create("bob", "bob's secret", "s3cret", None)  # the WAL and SHM exist while open
+            paths = [str(db), f"{db}-wal", f"{db}-shm"]
+            value = await run(server, f"PATHS = {paths!r}\n" + READ_FILES)
+        finally:
+            store.close()
+    finally:
+        shutil.rmtree(shared)
+    assert value == dict.fromkeys(paths, "PermissionError")
 
 
 async def test_each_live_worker_has_its_own_uid(server: codemode.Server) -> None:

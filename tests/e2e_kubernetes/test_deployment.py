@@ -47,6 +47,7 @@ def test_k8s_applies_cleanly_as_shipped(deployed: None) -> None:
             "deployment.apps",
             "namespace",
             "networkpolicy.networking.k8s.io",
+            "poddisruptionbudget.policy",
             "resourcequota",
             "role.rbac.authorization.k8s.io",
             "rolebinding.rbac.authorization.k8s.io",
@@ -97,8 +98,9 @@ def test_the_service_image_runs_the_upstream_stdio_relay(deployed: None) -> None
 
 
 @contextlib.contextmanager
-def port_forward() -> Iterator[int]:
-    """``kubectl port-forward`` of the Deployment's port 8000 to a free loopback port."""
+def port_forward(target: str = "deployment/codemode", port: int = 8000) -> Iterator[int]:
+    """``kubectl port-forward`` of ``target``'s ``port`` (default: the Deployment's 8000) to a free
+    loopback port."""
     proc = subprocess.Popen(
         [
             kubectl_path(),
@@ -109,8 +111,8 @@ def port_forward() -> Iterator[int]:
             SERVICE_NS,
             "--address",
             "127.0.0.1",
-            "deployment/codemode",
-            ":8000",
+            target,
+            f":{port}",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

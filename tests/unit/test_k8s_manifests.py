@@ -3,8 +3,11 @@
 Every document is validated with kubernetes-validate (strict: unknown fields are errors) against
 the OpenAPI schemas of Kubernetes 1.30 and of the newest version it ships. Then the security
 properties are asserted directly: the worker NetworkPolicy denies everything, the workers'
-namespace enforces Pod Security "restricted", RBAC grants exactly what the runtime calls, and both
-the host pod and the runtime's worker pod meet the restricted profile's rules.
+namespace enforces Pod Security "restricted", RBAC grants exactly what the runtime calls, both
+the host pod and the runtime's worker pod meet the restricted profile's rules, and the host pods'
+exposure is bounded: metrics on their own headless Service only, a NetworkPolicy both ways (metrics
+only from the monitoring namespace, egress to DNS and the API server, never the metadata address),
+a disruption budget and a preference for different nodes and zones.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def test_the_expected_manifests_exist() -> None:
         "base/deployment.yaml",
         "base/service.yaml",
         "base/networkpolicy.yaml",
+        "base/host-networkpolicy.yaml",
+        "base/metrics-service.yaml",
+        "base/poddisruptionbudget.yaml",
         "base/configmap.yaml",
         "base/resourcequota.yaml",
         "overlays/gvisor/runtimeclass.yaml",
@@ -269,3 +275,138 @@ def test_the_optional_runtime_class_matches_the_runtime_option() -> None:
     assert KubernetesRuntime(api=object(), runtime_class=rc["metadata"]["name"]).name == "kubernetes:gvisor"
     # Not applied by `kubectl apply -k k8s/` (cluster-scoped, needs cluster-admin): only the overlay.
     assert all(f.parent.name == "gvisor" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f)))
+
+
+# ------------------------------------------------------------------- the host pods' exposure (§5)
+
+HOST_NS = "codemode"
+#: Where the shipped policy lets metrics come from (operators edit it to their monitoring namespace).
+MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
+
+
+def host_pod_labels() -> dict[str, str]:
+    labels: dict[str, str] = one("Deployment", "codemode", HOST_NS)["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def selects_host_pods(selector: dict[str, Any]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # the shipped selectors use labels only
+    return bool(selector.get("matchLabels")) and selector["matchLabels"].items() <= host_pod_labels().items()
+
+
+def container_port(name: str) -> int:
+    (c,) = one("Deployment", "codemode", HOST_NS)["spec"]["template"]["spec"]["containers"]
+    (port,) = [p["containerPort"] for p in c["ports"] if p["name"] == name]
+    return int(port)
+
+
+def names_port(entry: dict[str, Any], name: str) -> bool:
+    """A NetworkPolicy port entry or a Service port that means the container port ``name``."""
+    target = entry.get("targetPort", entry.get("port"))
+    return target in (name, container_port(name))
+
+
+def test_metrics_are_not_on_the_mcp_service() -> None:
+    # The metrics port has no authentication: the Service tenants reach must not carry it.
+    mcp = one("Service", "codemode", HOST_NS)
+    assert [p["name"] for p in mcp["spec"]["ports"]] == ["http"]
+    assert not any(names_port(p, "metrics") for p in mcp["spec"]["ports"])
+    # It has a Service of its own, headless: Prometheus scrapes every pod, not one behind a VIP.
+    metrics = one("Service", "codemode-metrics", HOST_NS)
+    assert metrics["spec"]["clusterIP"] == "None"
+    assert selects_host_pods({"matchLabels": metrics["spec"]["selector"]})
+    assert [(p["name"], p["targetPort"]) for p in metrics["spec"]["ports"]] == [("metrics", "metrics")]
+    # No other Service in the namespace exposes it.
+    for service in find("Service", namespace=HOST_NS):
+        if service["metadata"]["name"] != "codemode-metrics":
+            assert not any(names_port(p, "metrics") for p in service["spec"]["ports"]), service
+
+
+def host_policy() -> dict[str, Any]:
+    (policy,) = [
+        p for p in find("NetworkPolicy", namespace=HOST_NS) if selects_host_pods(p["spec"]["podSelector"])
+    ]
+    return policy
+
+
+def test_a_network_policy_covers_the_host_pods_both_ways() -> None:
+    spec = host_policy()["spec"]
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+    for rule in spec["ingress"] + spec["egress"]:
+        # A rule without ports allows every port; one without peers allows every address.
+        assert rule.get("ports"), rule
+        assert rule.get("from", rule.get("to")), rule
+
+
+def test_metrics_come_only_from_the_monitoring_namespace() -> None:
+    spec = host_policy()["spec"]
+    metrics_rules = [r for r in spec["ingress"] if any(names_port(p, "metrics") for p in r["ports"])]
+    assert len(metrics_rules) == 1
+    (rule,) = metrics_rules
+    assert [p["port"] for p in rule["ports"]] == ["metrics"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": MONITORING}}]
+    # MCP has its rule; the workers' namespace is not among its sources.
+    (mcp,) = [r for r in spec["ingress"] if any(names_port(p, "http") for p in r["ports"])]
+    assert [p["port"] for p in mcp["ports"]] == ["http"]
+    (peer,) = mcp["from"]
+    assert peer == {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [DEFAULT_NAMESPACE]}
+            ]
+        }
+    }
+
+
+def test_the_host_reaches_dns_and_the_api_server_and_never_the_metadata_address() -> None:
+    import ipaddress
+
+    egress = host_policy()["spec"]["egress"]
+    dns = {(p["port"], p["protocol"]) for r in egress for p in r["ports"] if p["port"] == 53}
+    assert dns == {(53, "UDP"), (53, "TCP")}
+    (dns_rule,) = [r for r in egress if any(p["port"] == 53 for p in r["ports"])]
+    assert dns_rule["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    api = [r for r in egress if {p["port"] for p in r["ports"]} == {443, 6443}]
+    assert len(api) == 1
+    # No address block reaches the cloud metadata endpoint (credentials of the node).
+    metadata = ipaddress.ip_address("169.254.169.254")
+    for rule in egress:
+        for peer in rule["to"]:
+            if "ipBlock" in peer:
+                block = peer["ipBlock"]
+                inside = metadata in ipaddress.ip_network(block["cidr"])
+                excepted = any(metadata in ipaddress.ip_network(e) for e in block.get("except", []))
+                assert not inside or excepted, block
+    # The list operators edit is in the file, next to the rules (docs/kubernetes.md explains it).
+    text = (K8S / "base" / "host-networkpolicy.yaml").read_text()
+    for entry in ("upstream_mcp", "openapi", "jwks_url", "trace collector"):
+        assert entry in text, entry
+
+
+def test_a_disruption_budget_keeps_one_replica_serving() -> None:
+    deployment = one("Deployment", "codemode", HOST_NS)
+    (pdb,) = find("PodDisruptionBudget", namespace=HOST_NS)
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    assert pdb["spec"]["maxUnavailable"] == 1 < deployment["spec"]["replicas"]
+    assert "minAvailable" not in pdb["spec"]
+    # A pod that is not ready (crash-looping) does not block a node drain.
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_the_replicas_prefer_different_nodes_and_zones() -> None:
+    pod = one("Deployment", "codemode", HOST_NS)["spec"]["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]
+    # Preferred, not required: on a one-node cluster both replicas still run.
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert selects_host_pods(term["podAffinityTerm"]["labelSelector"])
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert selects_host_pods(spread["labelSelector"])

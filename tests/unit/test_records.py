@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from pathlib import Path
@@ -173,6 +174,46 @@ def test_file_database_persists(tmp_path: Path) -> None:
     second = RecordStore(str(path))
     assert second.get("alice", 1).tags == ["x"]
     second.close()
+
+
+def _modes(path: Path) -> dict[str, str]:
+    """The permission bits of the database, its WAL and its shared-memory file (all must exist)."""
+    return {suffix: oct(Path(f"{path}{suffix}").stat().st_mode & 0o777) for suffix in ("", "-wal", "-shm")}
+
+
+PRIVATE = {"": "0o600", "-wal": "0o600", "-shm": "0o600"}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+def test_a_new_database_and_its_wal_and_shm_are_private(tmp_path: Path, umask: int) -> None:
+    # Any umask, even none: the three files hold every subject's records, readable by the host only.
+    path = tmp_path / "records.sqlite3"
+    previous = os.umask(umask)
+    try:
+        store = RecordStore(str(path))
+        store.create("alice", "private", None, None)  # the WAL and SHM exist while the store is open
+    finally:
+        os.umask(previous)
+    try:
+        assert _modes(path) == PRIVATE
+    finally:
+        store.close()
+
+
+def test_an_existing_readable_database_is_made_private(tmp_path: Path) -> None:
+    # A store an earlier version created 0644 (and its leftover WAL/SHM) is tightened when opened.
+    path = tmp_path / "records.sqlite3"
+    first = RecordStore(str(path))
+    first.create("alice", "before", None, None)
+    for suffix in ("", "-wal", "-shm"):
+        os.chmod(f"{path}{suffix}", 0o644)
+    second = RecordStore(str(path))  # opened while the first still holds the WAL and SHM
+    try:
+        assert _modes(path) == PRIVATE
+        assert second.get("alice", 1).title == "before"
+    finally:
+        second.close()
+        first.close()
 
 
 def test_in_memory_stores_are_separate() -> None:

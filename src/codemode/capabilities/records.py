@@ -25,8 +25,13 @@ nothing about other subjects' activity.
 unset, the store is ``records.sqlite3`` in the host's data directory (``PackSettings.data_dir``:
 ``serve --http`` always has one, see ``--data-dir``), or in memory when the host has none
 (``serve --stdio`` without ``--data-dir``). A file is created if missing and may be shared by several
-host processes (WAL journal, 5 s busy timeout). A store of the earlier schema (global ids) is
-migrated in place on open; every record keeps its id.
+host processes of the same user (WAL journal, 5 s busy timeout). A store of the earlier schema
+(global ids) is migrated in place on open; every record keeps its id.
+
+**File modes.** The database holds every subject's records, so it is created ``0600`` whatever the
+umask, and SQLite gives its WAL, shared-memory and journal files the database's mode. Opening a
+store whose files are readable by group or others (an earlier version created them ``0644``)
+takes those bits away; a file the host cannot change is logged as a warning.
 
 **Quotas.** Each subject may keep at most ``CODEMODE_RECORDS_MAX_RECORDS`` records (default
 1,000) holding at most ``CODEMODE_RECORDS_MAX_BYTES`` bytes of UTF-8 title, body and tags (default
@@ -43,7 +48,9 @@ limit 1..100); a violation is an ``AgentError`` naming the problem.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,6 +83,8 @@ DB_ENV = "CODEMODE_RECORDS_DB"
 MAX_RECORDS_ENV = "CODEMODE_RECORDS_MAX_RECORDS"
 MAX_BYTES_ENV = "CODEMODE_RECORDS_MAX_BYTES"
 DB_FILE = "records.sqlite3"
+#: What SQLite keeps beside a database ``F``: ``F-wal``, ``F-shm`` (WAL mode), ``F-journal``.
+SIDE_FILES = ("-wal", "-shm", "-journal")
 DEFAULT_MAX_RECORDS = 1_000
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 MAX_SEARCH_TEXT = 200
@@ -237,6 +246,35 @@ def _like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
+def _make_private(path: str) -> None:
+    """Create the database ``0600`` if it is missing and take group and other bits away from it and
+    from the side files already there. SQLite creates each side file with the database's mode."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            _tighten(fd, path)
+    finally:
+        os.close(fd)
+    for suffix in SIDE_FILES:
+        side = path + suffix
+        try:
+            info = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_mode & 0o077:
+            _tighten(side, side)
+
+
+def _tighten(target: str | int, path: str) -> None:
+    """``chmod 0600`` of ``target`` (the file ``path``, or an open descriptor of it)."""
+    try:
+        os.chmod(target, 0o600)
+    except OSError as exc:
+        log.warning("records store: %s is readable by other users and cannot be made 0600: %s", path, exc)
+    else:
+        log.warning("records store: %s was readable by other users; it is now 0600", path)
+
+
 class RecordStore:
     """The SQLite store. ``path`` None or ``":memory:"`` is a private in-memory database.
     ``max_records`` / ``max_bytes`` are per-subject quotas (0 = unlimited)."""
@@ -252,6 +290,8 @@ class RecordStore:
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        if self.path != ":memory:":
+            _make_private(self.path)
         self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0, isolation_level=None)
         self._conn.row_factory = sqlite3.Row
         with self._lock:
