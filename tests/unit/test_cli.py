@@ -715,3 +715,15 @@ def test_a_misspelled_variable_is_warned_about_at_start(
     with caplog.at_level("WARNING", logger="codemode.config"):
         config.load_settings(allow_all=True)
     assert "did you mean CODEMODE_MAX_NATIVE_CALLS?" in caplog.text
+
+
+def test_a_decision_naming_no_rule_is_refused_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    policy = str(Path(__file__).resolve().parents[2] / "examples" / "policy.rego")
+    argv = ["serve", "--stdio", "--rego-policy", policy, "--rego-decision", "data.codemode.records.alow"]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "codemode: --rego-decision / CODEMODE_REGO_DECISION: decision 'data.codemode.records.alow' "
+        "names no rule of the loaded modules: data.codemode.records (rules "
+    ), line
+    assert "allow" in line

@@ -20,7 +20,7 @@ import regopy
 
 from codemode.authz import AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz import rego as rego_module
-from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, from_files
+from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, UnknownDecision, from_files
 
 ALLOW_ALICE = """package app
 import rego.v1
@@ -93,10 +93,19 @@ async def test_undefined_is_policy_failure(backend: str) -> None:
     assert a.decide(inp("alice")) is True
 
 
-async def test_decision_naming_no_rule_is_undefined(backend: str) -> None:
-    a = make("allow := true", decision="data.app.nothing")
+def test_decision_naming_no_rule_is_refused_at_construction(backend: str) -> None:
+    # Every call would fail as undefined: refused at start instead, naming what there is.
+    with pytest.raises(UnknownDecision, match=r"'data.app.nothing' names no rule .*data.app \(rules allow\)"):
+        make("allow := true", decision="data.app.nothing")
+    with pytest.raises(UnknownDecision, match="names no rule"):
+        make("allow := true", decision="data.other.allow")
+
+
+async def test_a_rule_without_a_value_for_the_input_is_undefined(backend: str) -> None:
+    a = make('allow if input.subject.id == "alice"')
+    assert a.decide(inp("alice")) is True
     with pytest.raises(PolicyError, match="undefined"):
-        await a.authorize(None, inp())
+        await a.authorize(None, inp("bob"))
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ __all__ = [
     "ScanError",
     "Token",
     "check_modules",
+    "defined_rules",
     "forbidden_reason",
     "parse_decision",
     "tokenize",
@@ -660,6 +661,17 @@ def _statement_starts(tokens: Sequence[Token], start: int) -> Iterable[int]:
             depth += 1
         elif tok.kind == PUNCT and tok.value in ")]}":
             depth -= 1
+
+
+def defined_rules(modules: Mapping[str, str]) -> dict[str, set[str]]:
+    """The rules the modules define at top level, by package (``{"codemode.records": {"allow"}}``);
+    raises :class:`ScanError` for a module without a package."""
+    out: dict[str, set[str]] = {}
+    for filename, source in modules.items():
+        info = ModuleInfo(filename, *tokenize(source, filename))
+        _structure(info)
+        out.setdefault(info.package, set()).update(info.heads)
+    return out
 
 
 def check_modules(modules: Mapping[str, str], is_builtin: Callable[[str], bool]) -> None:

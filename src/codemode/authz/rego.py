@@ -65,12 +65,13 @@ from ._rego_direct import evaluate as direct_evaluate
 from ._rego_scan import (
     ScanError,
     check_modules,
+    defined_rules,
     forbidden_reason,
     is_identifier,
     parse_decision,
 )
 
-__all__ = ["InvalidPolicy", "RegoAuthorizer", "from_files"]
+__all__ = ["InvalidPolicy", "RegoAuthorizer", "UnknownDecision", "from_files"]
 
 #: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
 WAIT_BUDGET = 0.002
@@ -84,6 +85,25 @@ log = logging.getLogger("codemode.authz.rego")
 
 class InvalidPolicy(ValueError):
     """The decision or the modules are not acceptable; the message names the problem."""
+
+
+class UnknownDecision(InvalidPolicy):
+    """The decision names no rule of the loaded modules (every call would fail as undefined)."""
+
+
+def _check_decision(decision: str, segments: tuple[str | int, ...], rules: Mapping[str, set[str]]) -> None:
+    """The decision must start with a rule of some package (it may go on into the rule's value)."""
+    given = [str(s) for s in segments]
+    for package, heads in rules.items():
+        for rule in heads:
+            named = [*package.split("."), *rule.split(".")]
+            if given[: len(named)] == named:
+                return
+    found = "; ".join(
+        f"data.{package} (rules {', '.join(sorted(heads)) or 'none'})"
+        for package, heads in sorted(rules.items())
+    )
+    raise UnknownDecision(f"decision {decision!r} names no rule of the loaded modules: {found}")
 
 
 def _new_interpreter(strict: bool) -> regopy.Interpreter:
@@ -411,8 +431,10 @@ class RegoAuthorizer:
         checker = _new_interpreter(strict=False)
         try:
             check_modules(sources, checker.is_builtin)
+            rules = defined_rules(sources)
         except ScanError as exc:
             raise InvalidPolicy(str(exc)) from None
+        _check_decision(self._decision, segments, rules)
         for name, source in sources.items():
             try:
                 checker.add_module(name, source)
@@ -568,7 +590,8 @@ def from_files(
     """Read policy files (each file's path is its module name) and build the authorizer.
 
     Raises :class:`InvalidPolicy` with ``cannot read Rego policy '<path>': <reason>`` or
-    ``Rego policy rejected: <problem>``; configuration front ends (CLI, service) wrap it.
+    ``Rego policy rejected: <problem>``, :class:`UnknownDecision` when the decision names no rule;
+    configuration front ends (CLI, service) wrap them.
     """
     modules: dict[str, str] = {}
     for path in paths:
@@ -580,5 +603,7 @@ def from_files(
             raise InvalidPolicy(f"cannot read Rego policy {str(path)!r}: {reason}") from None
     try:
         return RegoAuthorizer(decision, modules, evaluate_inline=evaluate_inline)
+    except UnknownDecision:
+        raise
     except Exception as exc:
         raise InvalidPolicy(f"Rego policy rejected: {exc}") from None

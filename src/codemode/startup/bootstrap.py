@@ -44,12 +44,14 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
             f"no authorizer: set {names('allow_all')}, "
             f"or {names('rego_policy')} with {names('rego_decision')}"
         )
-    from ..authz.rego import InvalidPolicy, from_files
+    from ..authz.rego import InvalidPolicy, UnknownDecision, from_files
 
     try:
         return from_files(
             settings.rego_decision, settings.rego_policy, evaluate_inline=settings.rego_evaluate_inline
         )
+    except UnknownDecision as exc:
+        raise ConfigError(f"{names('rego_decision')}: {_one_line(str(exc))}") from None
     except InvalidPolicy as exc:
         raise ConfigError(f"{names('rego_policy')}: {_one_line(str(exc))}") from None
     except OSError as exc:
