@@ -191,3 +191,16 @@ def test_pack_import_failure_names_module_folder_and_exception(
     with pytest.raises(PackError) as info:
         load_pack("./broken_pack_mod.py:pack", PackSettings(environ={}))
     assert "ValueError: kaput" in str(info.value)
+
+
+def test_a_missing_pack_file_names_the_folder_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PackError) as info:
+        load_pack("./weather.py:pack", PackSettings(environ={}))
+    expected = f"file 'weather.py' does not exist (looked for {str(tmp_path / 'weather.py')!r}, relative"
+    assert expected in str(info.value)
+    (tmp_path / "folder.py").mkdir()
+    with pytest.raises(PackError, match=r"'folder\.py' is not a file"):
+        load_pack("./folder.py:pack", PackSettings(environ={}))

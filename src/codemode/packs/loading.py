@@ -83,7 +83,13 @@ def _is_path(module_name: str) -> bool:
 def _import_file(spec: str, path: Path) -> Any:
     """Import a pack file under a private module name (so it cannot shadow an installed module)."""
     if not path.is_file():
-        raise PackError(f"pack {spec!r}: file {str(path)!r} does not exist")
+        where = (
+            f" (looked for {str(path.absolute())!r}, relative to the current folder)"
+            if not path.is_absolute()
+            else ""
+        )
+        what = "is not a file" if path.exists() else "does not exist"
+        raise PackError(f"pack {spec!r}: file {str(path)!r} {what}{where}")
     name = "codemode_pack_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
     loaded = sys.modules.get(name)
     if loaded is not None:
