@@ -278,7 +278,7 @@ async def test_client_cancellation_propagates_and_reaps() -> None:
 
 async def test_concurrent_executes_are_isolated(server: codemode.Server) -> None:
     src = "def main():\n    return util.echo(value='{v}')['value']\n"
-    # Three subjects, four each: within the default per-subject quota (4) and the 8 slots.
+    # Three subjects, four each: within a per-subject quota of 4 (if one is set) and the 8 slots.
     subjects = [codemode.authz.Subject(f"tenant{i % 3}") for i in range(12)]
     results = await asyncio.gather(
         *(server.execute(src.format(v=i), subject=s) for i, s in enumerate(subjects))

@@ -184,17 +184,27 @@ def test_defaults(config: Config) -> None:
     assert c.packs == [] and c.disable == [] and c.rego_policy == []
     assert c.runtime == "process" and c.pool == 0
     assert c.limits.resolved() == codemode.Limits().resolved()
-    assert c.subject_quota == Settings.model_fields["subject_quota"].default == 4
+    # One static subject: no quota and no reserve, so it may use every slot.
+    assert c.subject_quota == 0 and c.effective_reserved_slots == 0
     assert c.subject_id  # the OS user name
 
 
-def test_one_subject_quota_default() -> None:
+def test_quota_defaults_follow_where_subjects_come_from() -> None:
     import inspect
 
     from codemode.execution.limits import DEFAULT_SUBJECT_QUOTA
 
-    builder_default = inspect.signature(codemode.Builder).parameters["subject_quota"].default
-    assert builder_default == Settings.model_fields["subject_quota"].default == DEFAULT_SUBJECT_QUOTA
+    # The HTTP service's subjects come from requests: a quota and a reserve protect them.
+    http = load_settings(transport="http", allow_all=True)
+    assert http.subject_quota == Settings.model_fields["subject_quota"].default == DEFAULT_SUBJECT_QUOTA == 4
+    assert http.effective_reserved_slots == 2
+    # stdio has one static subject; so has a library host unless it says otherwise.
+    stdio = load_settings(transport="stdio", allow_all=True)
+    assert (stdio.subject_quota, stdio.effective_reserved_slots) == (0, 0)
+    assert inspect.signature(codemode.Builder).parameters["subject_quota"].default == 0
+    # Given explicitly, they hold on stdio too.
+    given = load_settings(transport="stdio", allow_all=True, subject_quota=2, reserved_slots=1)
+    assert (given.subject_quota, given.effective_reserved_slots) == (2, 1)
 
 
 def test_flags(config: Config) -> None:

@@ -15,7 +15,7 @@ from ..catalog.types import describe_fields
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..runtimes.base import Runtime
 from .execute import Executor
-from .limits import DEFAULT_SUBJECT_QUOTA, Limits
+from .limits import Limits
 from .observe import Observer
 
 __all__ = ["Builder", "Description", "Server"]
@@ -57,9 +57,12 @@ class Builder:
         disabled: Sequence[str] = (),
         runtime: Runtime | None = None,
         observer: Observer | None = None,
-        subject_quota: int = DEFAULT_SUBJECT_QUOTA,
+        subject_quota: int = 0,
         reserved_slots: int | None = None,
     ) -> None:
+        """``subject_quota`` and ``reserved_slots`` protect tenants from each other: set them (the
+        HTTP service uses ``subject_quota=4`` and a derived reserve) when subjects come from requests.
+        By default one subject may use every slot; a reserve is derived only with a quota."""
         self._authorizer = authorizer
         self._subject_quota = subject_quota
         self._reserved_slots = reserved_slots
@@ -132,7 +135,7 @@ class Builder:
             runtime,
             self._observer,
             self._subject_quota,
-            self._reserved_slots,
+            self._reserved_slots if self._reserved_slots is not None or self._subject_quota else 0,
         )
 
 

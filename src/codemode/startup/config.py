@@ -291,7 +291,8 @@ class Settings(BaseSettings):
         ge=0,
         description=(
             "concurrent executes per subject (0 = no quota; when not given: "
-            f"{DEFAULT_SUBJECT_QUOTA}, at most max_concurrent_executions - reserved_slots)"
+            f"{DEFAULT_SUBJECT_QUOTA} with --http, at most max_concurrent_executions - reserved_slots; "
+            "0 with --stdio, whose one static subject may use every slot)"
         ),
     )
     reserved_slots: int | None = Field(
@@ -299,7 +300,7 @@ class Settings(BaseSettings):
         ge=0,
         description=(
             "worker slots kept for subjects with nothing in flight "
-            "(default: a quarter of max_concurrent_executions, at least 1)"
+            "(default with --http: a quarter of max_concurrent_executions, at least 1; with --stdio: 0)"
         ),
     )
 
@@ -426,7 +427,12 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         slots = self.max_concurrent_executions
-        if "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
+        if self.transport == "stdio":
+            # One static subject: nobody to protect it from, so it may use every slot.
+            for name in ("subject_quota", "reserved_slots"):
+                if name not in self.model_fields_set:
+                    self.__dict__[name] = 0
+        elif "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
             # Not configured: the default quota, lowered so that one subject can reach it.
             usable = slots - self.effective_reserved_slots
             self.__dict__["subject_quota"] = max(1, min(DEFAULT_SUBJECT_QUOTA, usable))
