@@ -53,16 +53,23 @@ class BearerProxy:
         self.port = 0
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        lines = await _read_head(reader)
-        if not lines:
+        try:
+            lines = await _read_head(reader)
+            if not lines:
+                return
+            keep = [h for h in lines[1:] if not h.lower().startswith((b"authorization:", b"connection:"))]
+            head = [lines[0], *keep, b"Authorization: Bearer " + self.token.encode(), b"Connection: close"]
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            try:
+                up_writer.write(b"\r\n".join(head) + b"\r\n\r\n")
+                await up_writer.drain()
+                await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            finally:
+                up_writer.close()
+        except OSError:
+            pass
+        finally:
             writer.close()
-            return
-        keep = [h for h in lines[1:] if not h.lower().startswith((b"authorization:", b"connection:"))]
-        head = [lines[0], *keep, b"Authorization: Bearer " + self.token.encode(), b"Connection: close"]
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        up_writer.write(b"\r\n".join(head) + b"\r\n\r\n")
-        await up_writer.drain()
-        await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
 
     @contextlib.asynccontextmanager
     async def serving(self, port: int = 0) -> AsyncIterator[BearerProxy]:

@@ -216,9 +216,11 @@ async def _wait_healthy(port: int, proc: asyncio.subprocess.Process) -> None:
                 raise AssertionError((await proc.stderr.read()).decode(errors="replace")[-2000:])
             with contextlib.suppress(OSError):
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-                status = await reader.readline()
-                writer.close()
+                try:
+                    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                    status = await reader.readline()
+                finally:
+                    writer.close()
                 if b" 200 " in status:
                     return
             await asyncio.sleep(0.1)
