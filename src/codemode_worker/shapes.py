@@ -28,6 +28,7 @@ from typing import Any, Final
 from .values import INT64_MAX, INT64_MIN, NonFiniteFloat, NonStringKeys, kind_of
 
 __all__ = [
+    "MAX_DEFAULT_BYTES",
     "MAX_ENUM_VALUES",
     "MAX_ENUM_VALUE_BYTES",
     "MAX_SHAPE_DEPTH",
@@ -38,9 +39,11 @@ __all__ = [
     "dict_item_path",
     "field_path",
     "list_item_path",
+    "literal",
     "positional_diagnostic",
     "render",
     "render_enum",
+    "render_field",
     "validate_shape",
 ]
 
@@ -114,8 +117,8 @@ def validate_shape(obj: object, max_depth: int = MAX_SHAPE_DEPTH) -> None:
                 raise ShapeError("record fields must be a list")
             seen: set[str] = set()
             for field in fields:
-                if not isinstance(field, dict) or set(field) != {"name", "shape"}:
-                    raise ShapeError("record field must have exactly 'name' and 'shape'")
+                if not isinstance(field, dict) or set(field) - {"default"} != {"name", "shape"}:
+                    raise ShapeError("record field must have exactly 'name' and 'shape' (and a 'default')")
                 name = field["name"]
                 if not isinstance(name, str) or not name:
                     raise ShapeError("record field name must be a non-empty string")
@@ -123,8 +126,28 @@ def validate_shape(obj: object, max_depth: int = MAX_SHAPE_DEPTH) -> None:
                     raise ShapeError(f"duplicate record field {name!r}")
                 seen.add(name)
                 stack.append((field["shape"], depth + 1))
+                if "default" in field:
+                    _validate_default(name, field["shape"], field["default"])
         else:
             raise ShapeError(f"unknown shape kind {t!r}")
+
+
+#: A field's default as shown in signatures (``days: int = 1``), in UTF-8 bytes at most.
+MAX_DEFAULT_BYTES = 256
+
+
+def _validate_default(name: str, shape: object, default: object) -> None:
+    """A ``default`` makes its field optional (the shape is ``opt``); it is a value of the inner
+    shape, short enough to show. Only its display depends on it: an omitted field is absent on the
+    wire and the host's constructor applies the default itself."""
+    if not isinstance(shape, dict) or shape.get("t") != "opt" or default is None:
+        raise ShapeError(f"field {name!r}: a default needs an opt shape and a value other than None")
+    try:
+        bind(shape["of"], default, name)
+    except (BindError, KeyError, TypeError) as exc:
+        raise ShapeError(f"field {name!r}: the default does not fit the field's type ({exc})") from None
+    if len(literal(default).encode("utf-8", errors="surrogatepass")) > MAX_DEFAULT_BYTES:
+        raise ShapeError(f"field {name!r}: the default is longer than {MAX_DEFAULT_BYTES} bytes when shown")
 
 
 def _validate_enum(values: object) -> None:
@@ -174,9 +197,32 @@ def render(shape: Shape) -> str:
     if t == "opt":
         return f"{render(shape['of'])} | None"
     if t == "record":
-        inner = ", ".join(f"{_record_key(f['name'])}: {render(f['shape'])}" for f in shape["fields"])
+        inner = ", ".join(render_field(f, _record_key(f["name"])) for f in shape["fields"])
         return "{" + inner + "}"
     raise ShapeError(f"unknown shape kind {t!r}")
+
+
+def render_field(field: dict[str, Any], key: str | None = None) -> str:
+    """``name: T``, or ``name: T = <default>`` for a field with a default (which may be omitted)."""
+    key = field["name"] if key is None else key
+    if "default" in field:
+        return f"{key}: {render(field['shape']['of'])} = {literal(field['default'])}"
+    return f"{key}: {render(field['shape'])}"
+
+
+def literal(value: Any) -> str:
+    """A plain value as a Starlark literal (``True``, ``None``, ``"text"``, ``[1, 2]``, ``{"k": 1}``)."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    raise ShapeError(f"not a plain value: {type(value).__name__}")
 
 
 # ----------------------------------------------------------------------------------------- paths

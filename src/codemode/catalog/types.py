@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from codemode_worker.shapes import MAX_ENUM_VALUES
+from codemode_worker.shapes import MAX_ENUM_VALUES, render_field
 from codemode_worker.shapes import render as render_input
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "describe_fields",
     "render_output",
     "to_plain",
+    "without_defaults",
 ]
 
 INT64_MIN = -(2**63)
@@ -54,8 +55,11 @@ class OutputError(Exception):
 _SCALARS: dict[Any, str] = {str: "str", int: "int", bool: "bool", float: "float"}
 
 
-def compile_type(tp: Any, _stack: tuple[type, ...] = ()) -> Shape:
-    """Compile an annotation into a shape; raises :class:`TypeProblem` naming what is unsupported."""
+def compile_type(tp: Any, _stack: tuple[type, ...] = (), *, inputs: bool = False) -> Shape:
+    """Compile an annotation into a shape; raises :class:`TypeProblem` naming what is unsupported.
+
+    ``inputs``: the type is a capability's input, where a field's default makes it optional (see
+    :func:`_field`); an output's defaults change nothing (the handler always produces the field)."""
     if tp in _SCALARS:
         return {"t": _SCALARS[tp]}
     origin = typing.get_origin(tp)
@@ -70,18 +74,18 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = ()) -> Shape:
         rest = [a for a in args if a is not type(None)]
         if len(rest) != 1 or len(args) != 2:
             raise TypeProblem(f"unsupported union {_name(tp)} (only T | None is allowed)")
-        inner = compile_type(rest[0], _stack)
+        inner = compile_type(rest[0], _stack, inputs=inputs)
         return inner if inner["t"] == "opt" else {"t": "opt", "of": inner}
     if origin is list:
         if len(args) != 1:
             raise TypeProblem("list needs one element type")
-        return {"t": "list", "of": compile_type(args[0], _stack)}
+        return {"t": "list", "of": compile_type(args[0], _stack, inputs=inputs)}
     if origin is dict:
         if len(args) != 2:
             raise TypeProblem("dict needs key and value types")
         if args[0] is not str:
             raise TypeProblem(f"unsupported dict key type {_name(args[0])} (keys must be str)")
-        return {"t": "dict", "of": compile_type(args[1], _stack)}
+        return {"t": "dict", "of": compile_type(args[1], _stack, inputs=inputs)}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if tp in _stack:
             raise TypeProblem(f"recursive type {tp.__name__}")
@@ -91,12 +95,45 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = ()) -> Shape:
             if not f.init:
                 raise TypeProblem(f"field {tp.__name__}.{f.name} is not an init field")
             try:
-                shape = compile_type(hints[f.name], (*_stack, tp))
+                shape = compile_type(hints[f.name], (*_stack, tp), inputs=inputs)
             except TypeProblem as exc:
                 raise TypeProblem(f"{tp.__name__}.{f.name}: {exc}") from None
-            fields.append({"name": f.name, "shape": shape})
+            fields.append(_field(tp, f, shape) if inputs else {"name": f.name, "shape": shape})
         return {"t": "record", "fields": fields}
     raise TypeProblem(f"unsupported type {_name(tp)}")
+
+
+def _field(tp: type, f: dataclasses.Field[Any], shape: Shape) -> dict[str, Any]:
+    """A record field; a field with a default other than None may be omitted (its shape becomes
+    ``opt``) and carries the default, shown in signatures and applied when the call omits it."""
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        return {"name": f.name, "shape": shape}
+    optional = shape if shape["t"] == "opt" else {"t": "opt", "of": shape}
+    if default is None:
+        return {"name": f.name, "shape": optional}
+    try:
+        plain = to_plain(shape if shape["t"] != "opt" else shape["of"], default, f.name)
+    except OutputError as exc:
+        raise TypeProblem(
+            f"{tp.__name__}.{f.name}: the default {default!r} is not a value of its type ({exc})"
+        ) from None
+    return {"name": f.name, "shape": optional, "default": plain}
+
+
+def without_defaults(shape: Shape) -> Shape:
+    """``shape`` as the worker gets it: defaults are the host's to show and apply, so the wire
+    shape is the one the protocol always had (an omitted field is simply absent)."""
+    t = shape["t"]
+    if t == "record":
+        fields = [{"name": f["name"], "shape": without_defaults(f["shape"])} for f in shape["fields"]]
+        return {"t": "record", "fields": fields}
+    if t in ("list", "dict", "opt"):
+        return {"t": t, "of": without_defaults(shape["of"])}
+    return shape
 
 
 def _name(tp: Any) -> str:
@@ -169,16 +206,30 @@ def _plan(tp: Any, planning: dict[Any, Construct]) -> Construct:
         each = _planned(typing.get_args(tp)[1], planning)
         return lambda value: None if value is None else {k: each(v) for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        fields: list[tuple[str, Construct]] = []
+        fields: list[tuple[str, Construct, bool]] = []
 
         def build(value: Any) -> Any:
             if value is None:
                 return None
-            return tp(**{name: each(value[name]) if name in value else None for name, each in fields})
+            # An omitted field is None, or the dataclass's own default when it has one.
+            return tp(
+                **{
+                    name: each(value[name]) if name in value else None
+                    for name, each, has_default in fields
+                    if name in value or not has_default
+                }
+            )
 
         planning[tp] = build  # a dataclass that refers to itself finds its own (unpublished) plan
         hints = _hints(tp)
-        fields.extend((f.name, _planned(hints[f.name], planning)) for f in dataclasses.fields(tp))
+        fields.extend(
+            (
+                f.name,
+                _planned(hints[f.name], planning),
+                f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(tp)
+        )
         return build
     if tp is float:
         return _to_float
@@ -276,14 +327,21 @@ def render_output(shape: Shape) -> str:
     return render_input(shape)
 
 
+_NO_DEFAULT: Any = object()
+
+
 @dataclass(frozen=True)
 class FieldDoc:
     name: str
     type: str
     required: bool
+    default: Any = _NO_DEFAULT
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "required": self.required}
+        out = {"name": self.name, "type": self.type, "required": self.required}
+        if self.default is not _NO_DEFAULT:
+            out["default"] = self.default
+        return out
 
 
 def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
@@ -296,8 +354,12 @@ def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
     for f in record["fields"]:
         fs = f["shape"]
         required = fs["t"] != "opt"
-        text = render_output(fs if required else fs["of"]) if output else render_input(fs)
-        items.append(FieldDoc(f["name"], text, required))
+        if output:
+            items.append(FieldDoc(f["name"], render_output(fs if required else fs["of"]), required))
+        elif "default" in f:  # may be omitted: the type without "| None", and the default
+            items.append(FieldDoc(f["name"], render_input(fs["of"]), False, f["default"]))
+        else:
+            items.append(FieldDoc(f["name"], render_input(fs), required))
     return items
 
 
@@ -305,7 +367,7 @@ def signature(name: str, record: Shape) -> str:
     """``records.lookup(*, key: str, limit: int | None)`` or ``records.status()``."""
     if not record["fields"]:
         return f"{name}()"
-    params = ", ".join(f"{f['name']}: {render_input(f['shape'])}" for f in record["fields"])
+    params = ", ".join(render_field(f) for f in record["fields"])
     return f"{name}(*, {params})"
 
 
@@ -338,7 +400,7 @@ def handler_types(handler: Callable[..., Any]) -> HandlerTypes:
             raise TypeProblem(f"handler argument {params[2].name!r} has no type annotation")
         if not (isinstance(in_tp, type) and dataclasses.is_dataclass(in_tp)):
             raise TypeProblem(f"input type {_name(in_tp)} must be a dataclass")
-        in_shape = compile_type(in_tp)
+        in_shape = compile_type(in_tp, inputs=True)
     else:
         in_tp = None
         in_shape = {"t": "record", "fields": []}

@@ -29,7 +29,7 @@ from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
 from ..authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
 from ..catalog.capability import CompiledCapability
-from ..catalog.types import OutputError, constructor, to_plain
+from ..catalog.types import OutputError, constructor, to_plain, without_defaults
 from ..common.errors import (
     AgentError,
     CapabilityFailure,
@@ -401,7 +401,7 @@ class Executor:
         self.runtime = runtime
         self.observer: Observer = observer or NullObserver()
         manifest: list[dict[str, Any]] = [
-            {"name": c.name, "input": c.input_shape} for c in self.by_name.values()
+            {"name": c.name, "input": without_defaults(c.input_shape)} for c in self.by_name.values()
         ]
         # Checked once with the strict encoder, then reused as text for every exec frame.
         encode_frame(
