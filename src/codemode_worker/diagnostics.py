@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
+from .hints import explain
+
 __all__ = [
     "FALLBACK_LOCATION",
     "FILENAME",
@@ -238,4 +240,5 @@ def describe_error(
 def program_error(text: str, source: str, helpers: Mapping[str, str] | None = None) -> str:
     """``<codemode>:LINE:COL: message`` for an error of the program (bounded, printable)."""
     location, message = describe_error(text, source, helpers=helpers)
+    message = explain(message, source, location)
     return bounded(f"{FILENAME}:{location or FALLBACK_LOCATION}: {message}")

@@ -1,0 +1,80 @@
+"""What to write instead: starlark-rust's texts for the mistakes programs commonly make, replaced
+by texts that say what this dialect offers (docs/reference/program.md). No ``starlark`` import."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from .protocol import RESERVED_ROOTS
+
+__all__ = ["explain"]
+
+_KEYWORD = re.compile(r"^Parse error: cannot use reserved keyword `(\w+)`$")
+_NO_ATTRIBUTE = re.compile(r"^Object of type `struct` has no attribute `(\w+)`(, did you mean `(\w+)`\?)?$")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
+
+_INSTEAD: Final = {
+    "while": "`while` is not available: loop over a bounded range instead (`for i in range(n):`)",
+    "try": "`try` is not available: a failing capability call ends the program",
+    "except": "`except` is not available: a failing capability call ends the program",
+    "finally": "`finally` is not available: a failing capability call ends the program",
+    "raise": '`raise` is not available: call `fail("message")` to end the program with an error',
+    "class": "`class` is not available: use dicts and functions",
+    "import": "`import` is not available: capabilities are in scope by their names (e.g. `records.get(...)`)"
+    " and `json` and `math` are builtins",
+    "from": "`from` is not available: capabilities are in scope by their names (e.g. `records.get(...)`)",
+    "global": "`global` is not available: pass values as arguments and return results",
+    "nonlocal": "`nonlocal` is not available: pass values as arguments and return results",
+    "is": "`is` is not available: compare with `==` (and `!=`)",
+    "with": "`with` is not available here",
+    "yield": "`yield` is not available: build and return a list",
+    "async": "`async` is not available: capability calls already return their results",
+    "await": "`await` is not available: capability calls already return their results",
+    "del": "`del` is not available: build a new list or dict without the item (`d.pop(key)` removes one)",
+    "assert": '`assert` is not available: `if not ok: fail("message")`',
+}
+F_STRINGS: Final = "Your Starlark dialect must enable f-strings to use them"
+_F_STRINGS_INSTEAD: Final = 'f-strings are not available: use "{} of {}".format(a, b) or "%s" % value'
+
+
+def explain(message: str, source: str, location: str | None) -> str:
+    """``message`` (the first line of a program error at ``location``, ``LINE:COL``), or the text
+    that says what to write instead."""
+    if message == F_STRINGS:
+        return _F_STRINGS_INSTEAD
+    keyword = _KEYWORD.match(message)
+    if keyword and keyword.group(1) in _INSTEAD:
+        return _INSTEAD[keyword.group(1)]
+    missing = _NO_ATTRIBUTE.match(message)
+    if missing and location is not None:
+        owner = _owner(source, location, missing.group(1))
+        if owner is not None:
+            root = owner.split(".", 1)[0]
+            if root in RESERVED_ROOTS:  # a builtin module: json, math
+                close = f" (did you mean `{missing.group(3)}`?)" if missing.group(3) else ""
+                return f"{owner} has no function `{missing.group(1)}`{close}"
+            return (
+                f"{owner} has no capability `{missing.group(1)}`: search_api finds capabilities by what "
+                "they do, describe_api shows one's exact signature"
+            )
+    return message
+
+
+def _owner(source: str, location: str, attribute: str) -> str | None:
+    """The dotted name before ``.attribute`` in the expression starting at ``location``."""
+    line_text, _, col_text = location.partition(":")
+    lines = source.split("\n")
+    try:
+        line, col = int(line_text), int(col_text)
+    except ValueError:
+        return None
+    if not 0 < line <= len(lines):
+        return None
+    found = _DOTTED.match(lines[line - 1], max(0, col - 1))
+    if found is None:
+        return None
+    parts = [p.strip() for p in found.group(0).split(".")]
+    if attribute not in parts[1:]:
+        return None
+    return ".".join(parts[: parts.index(attribute, 1)])
