@@ -113,6 +113,15 @@ def main() -> None:
         sys.stderr.write("memory allocation of 4294967296 bytes failed\n")
         sys.stderr.flush()
         os.abort()
+    elif mode == "abort_alloc_unseen":
+        # Dies of its memory limit, but a child keeps stdout open: the host sees no end of the
+        # stream, only the deadline (as when it has not read the death yet on a busy machine).
+        if os.fork() == 0:
+            time.sleep(1.0)  # past the deadline (the host's kill usually ends it first)
+            os._exit(0)
+        sys.stderr.write("memory allocation of 4294967296 bytes failed\n")
+        sys.stderr.flush()
+        os.abort()
     elif mode == "abort_plain":
         os.abort()
     elif mode == "silent_exit":

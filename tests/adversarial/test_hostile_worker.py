@@ -3,6 +3,7 @@ without the host's own rebind and authorization."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 
 import codemode
 from codemode.common.errors import client_text
+from codemode.execution.execute import DEADLINE_EXIT_WAIT
+from codemode.runtimes.process import DEFAULT_UID_BASE
 
 from ..integration.helpers import ALICE, Recorder, make_server
 
@@ -202,6 +205,26 @@ async def test_allocation_abort_is_a_memory_limit_only_under_a_memory_limit() ->
     finally:
         await srv.aclose()
     assert client_text(info.value) == "internal failure"
+
+
+async def test_a_memory_death_the_host_had_not_read_yet_is_memory_not_time() -> None:
+    # The deadline comes first, but the worker had already died of its memory limit: its exit
+    # (read within DEADLINE_EXIT_WAIT) names the limit.
+    # Its own worker uids: the killed child of this fake worker may stay a zombie for a while when
+    # nothing reaps orphans, and would slow the next spawns on its uid (kill_uid waits for it).
+    base = DEFAULT_UID_BASE + 7000 if os.geteuid() == 0 else 0
+    runtime = codemode.ProcessRuntime(
+        argv=[sys.executable, FAKE, "abort_alloc_unseen"], worker_uid_base=base, worker_uids=64
+    )
+    srv, _ = make_server(runtime=runtime, max_execution_time=0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(codemode.ResourceLimit) as info:
+            await srv.execute("def main():\n    return 1\n", subject=ALICE)
+    finally:
+        await srv.aclose()
+    assert client_text(info.value) == "resource limit exceeded: memory"
+    assert time.monotonic() - t0 < 0.5 + DEADLINE_EXIT_WAIT + 1.0
 
 
 async def test_hanging_worker_hits_the_deadline() -> None:

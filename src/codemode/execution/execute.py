@@ -63,6 +63,10 @@ SYNC_HANDLER_BUDGET = 0.001
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 READ_CHUNK = 256 * 1024
+#: Seconds a deadline's answer waits for the exit of a worker the runtime already knows is dead (the
+#: host had not read the death yet, on a busy machine): one that died of its memory limit is
+#: reported as memory, not time. A live worker's deadline is answered at once.
+DEADLINE_EXIT_WAIT = 2.0
 
 
 class WorkerMisbehaved(Exception):
@@ -506,8 +510,13 @@ class Executor:
                     session = _Session(self, sandbox, subject, ctx)
                     value = await session.run(source)
             except TimeoutError:
-                # Still waiting for a slot when the deadline passed: the host was full.
-                raise ExecutionTimeout("concurrency" if sandbox is None else "time") from None
+                if sandbox is None:
+                    # Still waiting for a slot when the deadline passed: the host was full.
+                    raise ExecutionTimeout("concurrency") from None
+                late, sandbox = sandbox, None  # from here on the reap alone owns worker and slot
+                if await self._limit_at_deadline(late, subject.id) == "memory":
+                    raise ResourceLimit("memory") from None
+                raise ExecutionTimeout("time") from None
             except WorkerGone:
                 gone, sandbox = sandbox, None  # from here on _reap_now alone owns worker and slot
                 info = await self._reap_now(gone, subject.id)
@@ -554,6 +563,21 @@ class Executor:
                     oom_killed=oom,
                 )
             )
+
+    async def _limit_at_deadline(self, sandbox: Sandbox, subject_id: str) -> str | None:
+        """For a worker already dead at the deadline, the limit its exit shows (``memory``) when it
+        is read within ``DEADLINE_EXIT_WAIT``; None for a live one (reaped in the background)."""
+        if sandbox.alive():
+            self._reap_later(sandbox, subject_id)
+            return None
+        try:
+            info = await asyncio.wait_for(self._reap_now(sandbox, subject_id), DEADLINE_EXIT_WAIT)
+        except TimeoutError:
+            return None
+        except Exception:
+            log.exception("destroying worker %s failed", sandbox.worker_id)
+            return None
+        return exhaustion_kind(info, self.runtime)
 
     async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
         """Destroy and wait (the exit info decides the client text). Cancelled while waiting, the
