@@ -121,6 +121,7 @@ async def test_include_exclude_and_namespace(markers: Path) -> None:
         [stdio_config(markers, include=["s*", "pid"], exclude=["slow"], namespace="t.up")]
     )
     caps = await pack.acapabilities()
+    await pack.aclose()
     assert sorted(c.name for c in caps) == ["t.up.pid", "t.up.shout"]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -226,3 +227,34 @@ async def test_the_dotdot_trap_and_the_example_policy_on_one_shared_filesystem_s
         await pack.aclose()
         await server.aclose()
     assert "upstream 'files' is shared by every subject" in caplog.text  # warned at start
+
+
+async def test_a_tenant_cannot_grow_an_upstreams_state_without_bound(
+    served: tuple[UpstreamMCPPack, codemode.Server, Path],
+) -> None:
+    """The default ``max_sent_bytes_per_minute`` (4 MiB): bob writing 256 KiB observations as fast as
+    he can gets 4 MiB into his memory file, then ``resource limit exceeded: quota`` (before: no
+    bound; 40 such calls put 10 MiB there, and the issue saw 50 MB in 85 s)."""
+    _, server, data = served
+    await server.execute(
+        run('memory.create_entities(entities=[{"name": "junk", "entityType": "x", "observations": []}])'),
+        subject=BOB,
+    )
+    accepted, last, chunk = 0, "", 262144
+    started = time.monotonic()
+    for i in range(40):
+        observation = f'{{"entityName": "junk", "contents": ["{i}" + "x" * {chunk}]}}'
+        last = await attempt(server, f"memory.add_observations(observations=[{observation}])", BOB)
+        if last.startswith("resource limit exceeded"):
+            break
+        accepted += 1
+    # what the bucket held, plus what refilled while the loop ran (4 MiB a minute)
+    allowed = 4 * 1024 * 1024 * (1 + (time.monotonic() - started) / 60)
+    assert last == "resource limit exceeded: quota"
+    assert accepted >= 12 and accepted * chunk <= allowed
+    size = (data / "upstreams" / "memory" / subject_key("bob") / "memory.jsonl").stat().st_size
+    assert size < allowed + 64 * 1024
+    # alice's budget is her own (and bob's junk is not in her graph)
+    assert await attempt(server, 'return memory.search_nodes(query="junk")', ALICE) == (
+        '{"entities": [], "relations": []}'
+    )

@@ -221,11 +221,11 @@ class UpstreamMCPConfig(BaseModel):
                 f"upstream {self.name!r}: {sorted(self.placeholders) or 'subject_headers'} need "
                 'tenancy = "per_subject" (a shared upstream has no subject)'
             )
-        fixed = {h.lower() for h in [*self.headers, *self.headers_from_env, *self.headers_from_file]}
-        clash = sorted(h for h in subject_headers if h.lower() in fixed)
-        if clash or len({h.lower() for h in subject_headers}) != len(subject_headers):
+        both = {h.lower() for h in self.subject_headers} & {h.lower() for h in self.subject_headers_from_file}
+        if both:
             raise ValueError(
-                f"upstream {self.name!r}: header {clash or sorted(subject_headers)} is set twice"
+                f"upstream {self.name!r}: header {sorted(both)} is in both subject_headers and "
+                "subject_headers_from_file"
             )
         try:
             check_namespace(self.resolved_namespace)
@@ -485,8 +485,10 @@ class UpstreamMCPPack:
         }
         if cfg.command is None:
             headers = cfg.secret_headers()
-            if subject_id is not None:
-                headers.update(cfg.subject_header_values(subject_id))
+            if subject_id is not None:  # a subject's header replaces a fixed one of that name
+                subject = cfg.subject_header_values(subject_id)
+                lower = {h.lower() for h in subject}
+                headers = {h: v for h, v in headers.items() if h.lower() not in lower} | subject
             return Launch(**common, url=cfg.url, headers=headers)  # type: ignore[arg-type]
         values: dict[str, str] = {}
         if cfg.placeholders:
@@ -509,19 +511,24 @@ class UpstreamMCPPack:
 
     async def _discover(self, keep_open: bool) -> list[Capability]:
         caps: list[Capability] = []
-        for cfg in self.configs:
-            try:
-                async with asyncio.timeout(cfg.connect_timeout):
-                    tools = await self.pools[cfg.name].discover(keep_open=keep_open)
-            except UpstreamBuildError:
-                raise
-            except Exception as exc:
-                raise UpstreamBuildError(
-                    f"upstream {cfg.name!r}: cannot connect and list tools: {brief(exc)}"
-                ) from None
-            one, report = _compile_tools(self, cfg, tools)
-            self.reports[cfg.name] = report
-            caps += one
+        try:
+            for cfg in self.configs:
+                try:
+                    async with asyncio.timeout(cfg.connect_timeout):
+                        tools = await self.pools[cfg.name].discover(keep_open=keep_open)
+                except UpstreamBuildError:
+                    raise
+                except Exception as exc:
+                    raise UpstreamBuildError(
+                        f"upstream {cfg.name!r}: cannot connect and list tools: {brief(exc)}"
+                    ) from None
+                one, report = _compile_tools(self, cfg, tools)
+                self.reports[cfg.name] = report
+                caps += one
+        except BaseException:
+            for pool in self.pools.values():  # no upstream left running for a pack that failed
+                await pool.aclose()
+            raise
         return caps
 
     async def acapabilities(self, *, keep_open: bool = True) -> list[Capability]:
