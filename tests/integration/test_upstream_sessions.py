@@ -103,20 +103,28 @@ async def test_a_planted_symbolic_link_is_never_followed(tmp_path: Path) -> None
 async def test_max_sessions_evicts_the_idle_and_refuses_when_all_are_busy(tmp_path: Path) -> None:
     pack = upstream_mcp_pack([stdio(max_sessions=2, env={"UPSTREAM_MARKERS": str(tmp_path)})])
     server = await serve(pack)
+    busy: list[asyncio.Task[Any]] = []
+
+    async def in_a_call(subject: authz.Subject) -> None:
+        source = f'return test.slow(seconds=60, tag="{subject.id}")'
+        busy.append(asyncio.create_task(outcome(server, source, subject)))
+        while not (tmp_path / f"started-{subject.id}").exists():
+            await asyncio.sleep(0.05)
+
     try:
         alice = await server.execute(run("return test.pid()"), subject=ALICE)
-        busy = asyncio.create_task(outcome(server, 'return test.slow(seconds=3, tag="bob")', BOB))
-        while not (tmp_path / "started-bob").exists():
-            await asyncio.sleep(0.05)
-        # carol takes alice's place (idle); then dave finds both sessions in a call or just used
+        await in_a_call(BOB)
+        # carol takes the place of alice's session (idle); bob's is in a call
         assert isinstance(await outcome(server, "return test.pid()", CAROL), dict)
         assert sorted(pack.pools["test"].subjects) == ["bob", "carol"]
-        slow_carol = asyncio.create_task(outcome(server, 'return test.slow(seconds=3, tag="carol")', CAROL))
-        while not (tmp_path / "started-carol").exists():
-            await asyncio.sleep(0.05)
+        await in_a_call(CAROL)
         refused = await outcome(server, "return test.pid()", authz.Subject("dave"))
         assert refused == "resource limit exceeded: concurrency"
-        assert await busy == {"result": "done"} and await slow_carol == {"result": "done"}
+        for task in busy:  # the calls end (cancelled upstream); their sessions become idle
+            task.cancel()
+        await asyncio.gather(*busy, return_exceptions=True)
+        while any(s.busy for s in pack.pools["test"].subjects.values()):  # settled on the pack's loop
+            await asyncio.sleep(0.05)
         again = await server.execute(run("return test.pid()"), subject=ALICE)
         assert again != alice  # a new process: alice's first one was closed, never reused
     finally:
@@ -129,7 +137,7 @@ async def test_idle_and_old_sessions_are_closed(tmp_path: Path) -> None:
     server = await serve(pack)
     try:
         first = await server.execute(run("return test.pid()"), subject=ALICE)
-        for _ in range(100):
+        for _ in range(400):
             if not pack.pools["test"].subjects:
                 break
             await asyncio.sleep(0.05)
