@@ -52,6 +52,8 @@ async def suspends(ctx: codemode.CallContext, subject: authz.Subject, args: In) 
 async def fails_at_once(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
     if args.value == "agent":
         raise AgentError("record is locked")
+    if args.value.startswith("limit:"):  # a budget of the handler's own
+        raise codemode.ResourceLimit(args.value.removeprefix("limit:"))
     raise RuntimeError("SECRET-DETAIL")
 
 
@@ -200,7 +202,13 @@ async def test_results_and_context_isolation() -> None:
 async def test_failures_map_like_a_task(cap: str) -> None:
     srv = server()
     try:
-        for value, text in [("agent", "capability failed: record is locked"), ("x", "capability failed")]:
+        cases = [("agent", "capability failed: record is locked"), ("x", "capability failed")]
+        if cap == "h.fails_at_once":  # a handler's own budget: a known kind passes, anything else not
+            cases += [
+                ("limit:quota", "resource limit exceeded: quota"),
+                ("limit:9 MiB", "resource limit exceeded"),
+            ]
+        for value, text in cases:
             with pytest.raises(codemode.CodeModeError) as info:
                 await srv.execute(f"def main():\n    return {cap}(value='{value}')\n", subject=ALICE)
             assert client_text(info.value) == text

@@ -121,6 +121,7 @@ async def test_include_exclude_and_namespace(markers: Path) -> None:
         [stdio_config(markers, include=["s*", "pid"], exclude=["slow"], namespace="t.up")]
     )
     caps = await pack.acapabilities()
+    await pack.aclose()
     assert sorted(c.name for c in caps) == ["t.up.pid", "t.up.shout"]
 
 
@@ -135,16 +136,18 @@ async def test_tools_list_is_followed_across_pages(markers: Path) -> None:
         await pack.aclose()
 
 
-async def test_connect_after_sync_discovery_opens_the_calls_connection(markers: Path) -> None:
+async def test_the_session_that_listed_the_tools_serves_the_calls(markers: Path) -> None:
+    """Discovery from synchronous code (another thread, as the CLI does before its loop) and calls
+    on this loop use one session on the pack's own loop: the upstream is started once."""
     pack = upstream_mcp_pack([stdio_config(markers)])
-    caps = await asyncio.to_thread(pack.capabilities, codemode.packs.PackSettings())  # private loop
+    caps = await asyncio.to_thread(pack.capabilities, codemode.packs.PackSettings())
     server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
     try:
         await pack.connect()
-        assert pack.sessions["test"].connects == 2  # discovery's own, then this loop's
+        assert pack.pools["test"].starts == 1
         t0 = time.monotonic()
         assert await server.execute(run("return test.pid()"), subject=SUBJECT)
-        assert pack.sessions["test"].connects == 2  # the call reused it
+        assert pack.pools["test"].starts == 1  # the first subject took the discovery session over
         assert time.monotonic() - t0 < 5
     finally:
         await pack.aclose()
@@ -152,8 +155,10 @@ async def test_connect_after_sync_discovery_opens_the_calls_connection(markers: 
 
 
 def test_sync_capabilities_work_from_plain_code(markers: Path) -> None:
-    caps = upstream_mcp_pack([stdio_config(markers)]).capabilities(codemode.packs.PackSettings())
+    pack = upstream_mcp_pack([stdio_config(markers)])
+    caps = pack.capabilities(codemode.packs.PackSettings())
     assert len(caps) == 6
+    asyncio.run(pack.aclose())
 
 
 def test_config_errors_are_clear() -> None:
@@ -190,9 +195,9 @@ async def test_is_error_text_is_disclosed_bounded(served: tuple[UpstreamMCPPack,
             run('return test.fail(message="no such repo\\x01" + "z" * 400)'), subject=SUBJECT
         )
     text = codemode.common.errors.client_text(info.value)
-    # the upstream's own text (MCPServer prefixes it), control characters made spaces, ≤ 256 bytes
-    assert text.startswith("capability failed: Error executing tool fail: no such repo z")
-    assert len(info.value.detail.encode()) <= 256  # type: ignore[union-attr]
+    # marked as the upstream's, its own text (MCPServer prefixes it), one line, short
+    assert text.startswith("capability failed: test: Error executing tool fail: no such repo z")
+    assert len(info.value.detail.encode()) <= len("test: ") + 160  # type: ignore[union-attr]
 
 
 async def test_upstream_dying_mid_call_fails_plainly_and_reconnects(
@@ -209,7 +214,7 @@ async def test_upstream_dying_mid_call_fails_plainly_and_reconnects(
     assert any("mcp:test:die failed (will reconnect)" in r.getMessage() for r in caplog.records)
     second = await server.execute(run("return test.pid()"), subject=SUBJECT)
     assert second["result"] != first["result"]
-    assert pack.sessions["test"].connects == 2
+    assert pack.pools["test"].starts == 2
 
 
 async def test_slow_upstream_past_the_deadline_is_cancelled_upstream(
@@ -237,7 +242,7 @@ async def test_per_call_timeout_is_a_plain_failure_and_cancels(markers: Path) ->
             "total": 2,
             "terms": [1, 1],
         }
-        assert pack.sessions["test"].connects == 1
+        assert pack.pools["test"].starts == 1
     finally:
         await pack.aclose()
         await server.aclose()
@@ -322,7 +327,7 @@ async def test_streamable_http_upstream_with_secret_header(http_upstream: tuple[
             await server.execute(run('return web.fail(message="nope")'), subject=SUBJECT)
         assert (
             codemode.common.errors.client_text(info.value)
-            == "capability failed: Error executing tool fail: nope"
+            == "capability failed: web: Error executing tool fail: nope"
         )
         shown = repr([server.describe(c.name).to_dict() for c in server.capabilities])
         shown += repr(server.search("add numbers")) + repr(server.capabilities)

@@ -67,3 +67,33 @@ def test_a_bad_table_is_a_configuration_error(tmp_path: Path) -> None:
         ConfigError, match=r"--config / CODEMODE_CONFIG: upstreams: invalid configuration; openapi\[0\]"
     ):
         build_server(load_settings(config_file=path, transport="stdio"))
+
+
+@pytest.mark.parametrize(
+    ("transport", "table", "warned"),
+    [
+        ("http", 'tenancy = "shared"\n', "upstream 'time' is shared by every subject"),
+        ("http", "", "upstream 'time': each subject gets its own server process, but env/args/cwd use no"),
+        ("http", 'env = { TIME_STATE = "{subject_dir}/state" }\n', None),
+        ("stdio", 'tenancy = "shared"\n', None),
+    ],
+)
+async def test_a_multi_tenant_service_warns_about_shared_upstream_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, transport: str, table: str, warned: str | None
+) -> None:
+    """``serve --http`` serves many subjects: a shared upstream, and a per-subject stdio upstream
+    whose processes would still share their files, are warned about at start (``serve --stdio``,
+    one subject, is not)."""
+    path = _toml(tmp_path)
+    path.write_text(path.read_text() + table)
+    settings = load_settings(config_file=path, transport=transport, data_dir=tmp_path / "data")
+    server = build_server(settings)
+    async with server:
+        pass
+    shown = [r.getMessage() for r in caplog.records if "upstream 'time'" in r.getMessage()]
+    if warned is None:
+        assert shown == []
+    else:
+        assert any(m.startswith(warned) for m in shown), shown
+    if "subject_dir" in table:  # the host's discovery process got its own directory there
+        assert (tmp_path / "data" / "upstreams" / "time" / "host").is_dir()

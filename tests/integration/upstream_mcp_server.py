@@ -2,10 +2,12 @@
 
 Run as ``python upstream_mcp_server.py stdio`` or ``python upstream_mcp_server.py http PORT
 TOKEN_FILE`` (streamable HTTP under uvicorn on 127.0.0.1; every request must carry
-``Authorization: Bearer <token from TOKEN_FILE>``). ``UPSTREAM_MARKERS`` names a directory where
-the ``slow`` tool records ``started-<tag>`` and, when the call is cancelled, ``cancelled-<tag>``;
-``UPSTREAM_PAGE_SIZE`` makes ``tools/list`` paginate; ``UPSTREAM_JSON_RESPONSE=1`` makes the HTTP
-server answer with JSON bodies instead of server-sent event streams.
+``Authorization: Bearer <a token from TOKEN_FILE>``, one token a line; a request with an
+``X-Tenant`` header leaves ``tenant-<its value>-<its token>`` in the markers directory).
+``UPSTREAM_MARKERS`` names a directory where the ``slow`` tool records ``started-<tag>`` and,
+when the call is cancelled, ``cancelled-<tag>``; ``UPSTREAM_PAGE_SIZE`` makes ``tools/list``
+paginate; ``UPSTREAM_JSON_RESPONSE=1`` makes the HTTP server answer with JSON bodies instead of
+server-sent event streams.
 """
 
 from __future__ import annotations
@@ -96,14 +98,18 @@ def main() -> None:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     port = int(sys.argv[2])
-    token = Path(sys.argv[3]).read_text().strip()
+    tokens = {f"Bearer {t.strip()}".encode() for t in Path(sys.argv[3]).read_text().splitlines() if t.strip()}
     inner = server.streamable_http_app(json_response=os.environ.get("UPSTREAM_JSON_RESPONSE") == "1")
 
     def guarded(app: ASGIApp) -> ASGIApp:
         async def guard(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] == "http":
                 headers = dict(scope["headers"])
-                if headers.get(b"authorization") != f"Bearer {token}".encode():
+                tenant = headers.get(b"x-tenant")
+                if tenant is not None:  # who called, as the gateway says (a file per value)
+                    token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+                    (MARKERS / f"tenant-{tenant.decode()}-{token}").touch()
+                if headers.get(b"authorization") not in tokens:
                     await send({"type": "http.response.start", "status": 401, "headers": []})
                     await send({"type": "http.response.body", "body": b"unauthorized"})
                     return

@@ -1,8 +1,10 @@
-"""Helpers for the upstream tests: our test MCP server, and the npm reference server.
+"""Helpers for the upstream tests: our test MCP server, and the npm reference servers.
 
 ``@modelcontextprotocol/server-everything`` is installed once into a cache directory
 (``CODEMODE_EVERYTHING_DIR``, default ``~/.cache/codemode/server-everything``), version
-``CODEMODE_EVERYTHING_VERSION`` (default pinned below). Without npm the tests that need it are
+``CODEMODE_EVERYTHING_VERSION`` (default pinned below); ``server-memory`` and
+``server-filesystem`` the same way (``CODEMODE_SERVER_MEMORY_*``,
+``CODEMODE_SERVER_FILESYSTEM_*``). Without npm the tests that need it are
 skipped with a visible reason, except when ``CI=true``: then they fail.
 """
 
@@ -53,16 +55,40 @@ def npm_package(name: str, version: str, env_dir: str, default_dir: str) -> Path
     return package
 
 
-def everything_command() -> list[str]:
-    """argv that starts server-everything (without its transport argument), installing it once."""
+MEMORY = "@modelcontextprotocol/server-memory"
+MEMORY_VERSION = os.environ.get("CODEMODE_SERVER_MEMORY_VERSION", "2026.8.31")
+FILESYSTEM = "@modelcontextprotocol/server-filesystem"
+FILESYSTEM_VERSION = os.environ.get("CODEMODE_SERVER_FILESYSTEM_VERSION", "2026.8.31")
+
+
+def node_server_command(name: str, version: str, env_dir: str, default_dir: str) -> list[str]:
+    """argv (``node`` and the package's bin script) of npm server ``name@version``, installed once."""
     node = shutil.which("node")
     if node is None:
-        unavailable("node not found on PATH (install Node.js to test against server-everything)")
+        unavailable(f"node not found on PATH (install Node.js to test against {name})")
     assert node is not None
-    package = npm_package(EVERYTHING, EVERYTHING_VERSION, "CODEMODE_EVERYTHING_DIR", "server-everything")
+    package = npm_package(name, version, env_dir, default_dir)
     entry = json.loads((package / "package.json").read_text())["bin"]
     script = entry if isinstance(entry, str) else next(iter(entry.values()))
     return [node, str(package / script)]
+
+
+def everything_command() -> list[str]:
+    """argv that starts server-everything (without its transport argument), installing it once."""
+    return node_server_command(EVERYTHING, EVERYTHING_VERSION, "CODEMODE_EVERYTHING_DIR", "server-everything")
+
+
+def memory_command() -> list[str]:
+    """argv of ``@modelcontextprotocol/server-memory`` (``CODEMODE_SERVER_MEMORY_DIR``)."""
+    return node_server_command(MEMORY, MEMORY_VERSION, "CODEMODE_SERVER_MEMORY_DIR", "server-memory")
+
+
+def filesystem_command() -> list[str]:
+    """argv of ``@modelcontextprotocol/server-filesystem`` (``CODEMODE_SERVER_FILESYSTEM_DIR``),
+    without its directory arguments."""
+    return node_server_command(
+        FILESYSTEM, FILESYSTEM_VERSION, "CODEMODE_SERVER_FILESYSTEM_DIR", "server-filesystem"
+    )
 
 
 def free_port() -> int:

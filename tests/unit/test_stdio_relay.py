@@ -97,6 +97,29 @@ def test_the_answer_goes_out_when_the_limit_is_passed_not_when_the_message_ends(
     assert state.dropped == 1
 
 
+def test_invalid_utf8_is_replaced_and_valid_text_passes_exactly_however_it_is_read() -> None:
+    """The MCP client's reader stops for good at the first invalid byte: the relay passes only
+    valid UTF-8 (each invalid sequence U+FFFD), and a character cut between two reads is not one."""
+    valid = "ok é 😀\n".encode()
+    assert every_way(valid, 100) == {valid}
+    hostile = b'{"a":"\xff\xfe"}\n\xc3\n' + valid + b"\xe2\x82"
+    expected = '{"a":"\ufffd\ufffd"}\n\ufffd\n'.encode() + valid + "\ufffd".encode()
+    assert every_way(hostile, 100) == {expected}
+    state = Relay(100)
+    state.feed(hostile)
+    state.end()
+    assert state.replaced == 3
+
+
+def test_a_message_over_the_limit_once_replaced_is_dropped() -> None:
+    """U+FFFD takes three bytes: 10 invalid bytes within a limit of 12 become 30, so the message
+    is dropped (answered with an error when it is a response) rather than passed over the limit."""
+    head = b'{"jsonrpc":"2.0","id":3,"result":"'
+    line = head + b"\xff" * 10 + b'"}\n'
+    out = passed(line, len(line) - 1, [])
+    assert json.loads(out)["id"] == 3 and "error" in json.loads(out)
+
+
 def test_relay_over_real_pipes() -> None:
     src_r, src_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -112,7 +135,7 @@ def test_relay_over_real_pipes() -> None:
     writer.start()
     reader.start()
     try:
-        assert relay(src_r, out_w, 1000) == 1
+        assert relay(src_r, out_w, 1000).dropped == 1
     finally:
         os.close(out_w)
         writer.join()
@@ -137,6 +160,41 @@ def test_main_keeps_the_server_running_past_a_dropped_message() -> None:
     )
     assert (done.returncode, done.stdout) == (0, b"still here\nand here\n")
     assert b"dropped 2 message(s) over 1000 bytes" in done.stderr
+
+
+def test_main_replaces_invalid_utf8_and_says_so() -> None:
+    server = "import sys; sys.stdout.buffer.write(b'\\xff\\n\\xc3 ok\\n')"
+    done = subprocess.run(
+        [*RELAY, "1000", "--", sys.executable, "-c", server], capture_output=True, timeout=30
+    )
+    assert (done.returncode, done.stdout) == (0, "\ufffd\n\ufffd ok\n".encode())
+    assert b"replaced invalid UTF-8 in 2 message(s)" in done.stderr
+
+
+def test_main_sets_the_server_resource_limits_and_an_oversized_write_fails() -> None:
+    """``--rlimit-data`` / ``--rlimit-fsize`` reach the server process (not the relay); a write past
+    RLIMIT_FSIZE fails with EFBIG (SIGXFSZ ignored) and the server goes on."""
+    server = (
+        "import resource, errno, os, sys\n"
+        "print(resource.getrlimit(resource.RLIMIT_DATA)[0], resource.getrlimit(resource.RLIMIT_FSIZE)[0])\n"
+        "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)\n"
+        "try:\n    os.write(fd, b'x' * 20000)\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n"
+        "print('alive')\n"
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as where:
+        argv = [*RELAY, "1000", "--rlimit-data=1073741824", "--rlimit-fsize=4096", "--"]
+        done = subprocess.run(
+            [*argv, sys.executable, "-c", server, f"{where}/f"], capture_output=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.decode().split()
+        assert lines[:2] == ["1073741824", "4096"]
+        # Linux writes up to the limit and fails the next write: a partial write of 4096 bytes is
+        # reported as written, so the server sees EFBIG only on a second write or not at all.
+        assert lines[-1] == "alive"
+        assert os.path.getsize(f"{where}/f") <= 4096
 
 
 def test_main_gives_the_server_exactly_its_environment() -> None:
@@ -171,6 +229,8 @@ def test_main_names_a_command_it_cannot_start_and_refuses_bad_usage() -> None:
         ["0", "--", "true"],
         ["100", "true"],
         ["100", "--unset-lc-ctype", "true"],
+        ["100", "--rlimit-data=x", "--", "true"],
+        ["100", "--rlimit-fsize=0", "--", "true"],
     )
     for argv in bad:
         assert subprocess.run([*RELAY, *argv], capture_output=True, timeout=30).returncode == EXIT_USAGE

@@ -17,36 +17,47 @@ tool:
 Tools whose schemas cannot be represented are skipped with one warning listing every reason, or
 stop the build with ``on_unsupported = "fail"``.
 
+**Tenancy** (``tenancy``, default ``per_subject``): every subject gets its own session, and for
+stdio its own server process started with the configuration derived from the subject
+(``{subject_dir}``, ``{subject_key}`` in ``env``/``args``/``cwd``; ``subject_headers`` for HTTP);
+``shared`` makes one session serve every subject (an operator's explicit choice, warned about at
+start when the host serves many subjects). The tool list comes from a session of the host's own
+(``mcp_pool``). Every session lives on the pack's own event loop (``upstream_loop``), so the session
+that listed the tools is the one that serves the calls.
+
 Calls: the host has already rebound and authorized the arguments (the authorizer sees the id and
-the arguments, so a Rego policy can allow one tool and deny another). The handler sends
-``tools/call`` bounded by ``timeout`` and by the execute deadline; when the execute ends first the
-request is abandoned and the MCP client sends ``notifications/cancelled`` upstream. A result with
-``isError`` fails as ``capability failed: <first 256 bytes of its text>``; anything else that goes
-wrong (transport, protocol, timeout, an output that does not fit) is a plain ``capability failed``
-with the detail in the host log; after a transport failure the next call reconnects.
+the arguments, so a Rego policy can allow one tool and deny another). Each subject's calls, bytes
+sent and bytes returned per minute are bounded (``resource limit exceeded: quota``). The handler
+sends ``tools/call`` bounded by ``timeout`` and by the execute deadline; when the execute ends first
+the request is abandoned and the MCP client sends ``notifications/cancelled`` upstream. A result
+with ``isError`` fails as ``capability failed: <upstream name>: <its text>`` (one short line, URLs
+and absolute paths replaced: ``codemode.packs.upstream.upstream_error_text``); anything else that
+goes wrong (transport, protocol, timeout, an output that does not fit) is a plain ``capability
+failed`` with the detail in the host log; after a transport failure the next call reconnects.
 
 Answers are bounded: no upstream message over ``max_message_bytes`` is buffered whole (stdio servers
-run behind ``stdio_relay``, which drops such a message; HTTP bodies go through ``bounded_http``); a
-larger one fails the call it answers.
+run behind ``stdio_relay``, which drops such a message and replaces invalid UTF-8; HTTP bodies go
+through ``bounded_http``); a larger one fails the call it answers.
 
-Credentials (``headers_from_env``, ``headers_from_file``, ``env_from_host``) are read by the host
-when it connects and go only to the upstream: never into capability text, errors or workers.
+Credentials (``headers_from_env``, ``headers_from_file``, ``subject_headers_from_file``,
+``env_from_host``) are read by the host when it connects and go only to the upstream: never into
+capability text, errors or workers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import errno
 import fnmatch
+import json
 import logging
 import os
 import re
-import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -65,13 +76,32 @@ from codemode.packs.upstream import (
     search_terms_of,
     snake_case,
     summary_of,
+    upstream_error_text,
 )
 
-from . import stdio_relay
+from .mcp_pool import SessionPool
+from .mcp_session import (
+    Launch,
+    UpstreamCallFailed,
+    UpstreamSession,
+    brief,
+    check_command,
+)
+from .upstream_loop import BackgroundLoop
+from .upstream_tenancy import (
+    ARG_PLACEHOLDERS,
+    CallBudget,
+    SubjectDirs,
+    expand,
+    placeholders_in,
+    subject_key,
+    subject_token,
+)
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "TEXT_OUTPUT",
+    "UpstreamCallFailed",
     "UpstreamMCPConfig",
     "UpstreamMCPPack",
     "UpstreamSession",
@@ -83,16 +113,14 @@ log = logging.getLogger("codemode.capabilities.mcp_upstream")
 TEXT_OUTPUT: dict[str, Any] = {"t": "record", "fields": [{"name": "text", "shape": {"t": "str"}}]}
 """The output of a tool without ``outputSchema``: ``{text: str}``."""
 
-MAX_LIST_PAGES = 100
 #: Bytes of one upstream message (a stdio line, an HTTP JSON body or an SSE event); a larger one fails
 #: the call it answers.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-#: The relay runs as a file in isolated mode: it imports only the standard library, so it needs no
-#: PYTHONPATH (the MCP client gives it only a minimal environment plus the configured one).
-_RELAY = ("-I", stdio_relay.__file__)
+MIB = 1024 * 1024
 _UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _TOOL_NAME = re.compile(r"[\x21-\x7e]{1,128}\Z")
-T = TypeVar("T")
+# Kept importable under the old private name (tests, embedders).
+_check_command = check_command
 
 
 class UpstreamMCPConfig(BaseModel):
@@ -119,6 +147,45 @@ class UpstreamMCPConfig(BaseModel):
     headers_from_file: dict[str, str] = Field(
         default_factory=dict, description="HTTP: header -> file holding its value (trailing newline dropped)."
     )
+    tenancy: Literal["per_subject", "shared"] = Field(
+        default="per_subject",
+        description="per_subject: a session (stdio: a process) per subject; shared: one for all subjects.",
+    )
+    subject_headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP, per_subject: header -> template with {subject} (percent-encoded) / {subject_key}.",
+    )
+    subject_headers_from_file: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP, per_subject: header -> JSON file mapping each subject id to its value.",
+    )
+    max_sessions: int = Field(
+        default=16, ge=1, description="per_subject: sessions (stdio: processes) at once."
+    )
+    idle_timeout: float = Field(
+        default=300.0, gt=0, description="per_subject: seconds before an idle one closes."
+    )
+    max_session_seconds: float = Field(
+        default=3600.0, gt=0, description="per_subject: a session older than this is closed once idle."
+    )
+    max_restarts_per_minute: int = Field(
+        default=6, ge=0, description="Starts of a session after its first, per minute; then calls fail."
+    )
+    max_calls_per_minute: int = Field(
+        default=600, ge=0, description="Calls per subject per minute (0: no bound)."
+    )
+    max_sent_bytes_per_minute: int = Field(
+        default=4 * MIB, ge=0, description="Argument bytes a subject sends per minute (0: no bound)."
+    )
+    max_returned_bytes_per_minute: int = Field(
+        default=64 * MIB, ge=0, description="Result bytes a subject receives per minute (0: no bound)."
+    )
+    process_memory_bytes: int = Field(
+        default=1024 * MIB, ge=0, description="stdio: RLIMIT_DATA of the server process (0: none)."
+    )
+    process_file_bytes: int = Field(
+        default=256 * MIB, ge=0, description="stdio: RLIMIT_FSIZE, largest file it may write (0: none)."
+    )
     include: list[str] = Field(default_factory=list, description="Tool name globs to keep (empty: all).")
     exclude: list[str] = Field(default_factory=list, description="Tool name globs to drop.")
     timeout: float = Field(default=30.0, gt=0, description="Seconds per call (also bounded by the deadline).")
@@ -144,8 +211,22 @@ class UpstreamMCPConfig(BaseModel):
             raise ValueError(f"upstream {self.name!r}: url must start with http:// or https://")
         if self.command is None and (self.args or self.env or self.env_from_host or self.cwd):
             raise ValueError(f"upstream {self.name!r}: args/env/env_from_host/cwd are for stdio (command)")
-        if self.url is None and (self.headers or self.headers_from_env or self.headers_from_file):
+        subject_headers = {**self.subject_headers, **self.subject_headers_from_file}
+        if self.url is None and (
+            self.headers or self.headers_from_env or self.headers_from_file or subject_headers
+        ):
             raise ValueError(f"upstream {self.name!r}: headers are for HTTP (url)")
+        if self.tenancy == "shared" and (self.placeholders or subject_headers):
+            raise ValueError(
+                f"upstream {self.name!r}: {sorted(self.placeholders) or 'subject_headers'} need "
+                'tenancy = "per_subject" (a shared upstream has no subject)'
+            )
+        both = {h.lower() for h in self.subject_headers} & {h.lower() for h in self.subject_headers_from_file}
+        if both:
+            raise ValueError(
+                f"upstream {self.name!r}: header {sorted(both)} is in both subject_headers and "
+                "subject_headers_from_file"
+            )
         try:
             check_namespace(self.resolved_namespace)
         except UpstreamBuildError as exc:
@@ -155,6 +236,18 @@ class UpstreamMCPConfig(BaseModel):
     @property
     def resolved_namespace(self) -> str:
         return self.namespace if self.namespace is not None else snake_case(self.name)
+
+    @property
+    def placeholders(self) -> set[str]:
+        """The subject placeholders used in ``env`` values, ``args`` and ``cwd``."""
+        return placeholders_in([*self.env.values(), *self.args, *([self.cwd] if self.cwd else [])]) & set(
+            ARG_PLACEHOLDERS
+        )
+
+    @property
+    def subject_specific(self) -> bool:
+        """Whether a subject's session is started differently from the host's."""
+        return bool(self.placeholders or self.subject_headers or self.subject_headers_from_file)
 
     def wanted(self, tool: str) -> bool:
         if self.include and not any(fnmatch.fnmatchcase(tool, p) for p in self.include):
@@ -172,12 +265,27 @@ class UpstreamMCPConfig(BaseModel):
                 )
             out[header] = value
         for header, path in self.headers_from_file.items():
+            out[header] = _read_secret(self.name, header, path)
+        return out
+
+    def subject_header_values(self, subject_id: str) -> dict[str, str]:
+        """The per-subject headers of ``subject_id`` (host side only; read at each connect)."""
+        values = {"{subject}": subject_token(subject_id), "{subject_key}": subject_key(subject_id)}
+        out = {h: expand_header(t, values) for h, t in self.subject_headers.items()}
+        for header, path in self.subject_headers_from_file.items():
             try:
-                out[header] = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as exc:
+                table = json.loads(_read_secret(self.name, header, path))
+            except json.JSONDecodeError:
                 raise UpstreamBuildError(
-                    f"upstream {self.name!r}: header {header!r}: cannot read {path}: {exc.strerror}"
+                    f"upstream {self.name!r}: header {header!r}: {path} is not JSON"
                 ) from None
+            value = table.get(subject_id) if isinstance(table, dict) else None
+            if not isinstance(value, str):
+                raise UpstreamBuildError(
+                    f"upstream {self.name!r}: header {header!r}: {path} has no string for subject key "
+                    f"{subject_key(subject_id)}"
+                )
+            out[header] = value
         return out
 
     def child_env(self) -> dict[str, str]:
@@ -192,175 +300,17 @@ class UpstreamMCPConfig(BaseModel):
         return env
 
 
-class UpstreamSession:
-    """One live connection to an upstream, owned by a task on the loop that uses it.
+def expand_header(template: str, values: Mapping[str, str]) -> str:
+    return re.sub(r"\{subject(?:_key)?\}", lambda m: values[m.group(0)], template)
 
-    Opened on first use; a transport failure marks it dead and the next call reconnects. A session
-    used from another event loop than the one it was opened on reconnects too.
-    """
 
-    def __init__(self, config: UpstreamMCPConfig) -> None:
-        self.config = config
-        self._client: Any = None
-        self._stop: asyncio.Event | None = None
-        self._owner: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock: asyncio.Lock | None = None
-        self.connects = 0
-
-    def _transport(self, stack: AsyncExitStack) -> Awaitable[Any]:
-        from mcp import Client
-        from mcp.client.stdio import StdioServerParameters
-
-        cfg = self.config
-        if cfg.command is not None:
-            env = cfg.child_env() or None
-            # Through the bounded relay (codemode.capabilities.stdio_relay): the client's own line
-            # reader has no bound. A command that cannot be started fails here, as it would unrelayed.
-            # The child's PATH is the configured one if set (even empty), else the host's.
-            path = env["PATH"] if env is not None and "PATH" in env else os.environ.get("PATH")
-            _check_command(cfg.command, path, cfg.cwd)
-            # Python's locale coercion may add or change LC_CTYPE in the relay's own environment.
-            lc_ctype = (env or {}).get("LC_CTYPE")
-            flags = ["--unset-lc-ctype"] if lc_ctype is None else [f"--lc-ctype={lc_ctype}"]
-            params = StdioServerParameters(
-                command=sys.executable,
-                args=[*_RELAY, str(cfg.max_message_bytes), *flags, "--", cfg.command, *cfg.args],
-                env=env,
-                cwd=cfg.cwd,
-            )
-            return stack.enter_async_context(Client(params, mode="legacy"))
-
-        async def http() -> Any:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
-            from .bounded_http import ACCEPT_IDENTITY, BoundedBodies
-
-            assert cfg.url is not None
-            http_client = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers={**ACCEPT_IDENTITY, **cfg.secret_headers()},
-                    timeout=httpx2.Timeout(cfg.connect_timeout, read=None),
-                    transport=BoundedBodies(cfg.max_message_bytes),
-                )
-            )
-            transport = streamable_http_client(
-                cfg.url, http_client=http_client, max_sse_event_size=cfg.max_message_bytes
-            )
-            return await stack.enter_async_context(Client(transport, mode="legacy"))
-
-        return http()
-
-    async def _run_owner(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
-        try:
-            async with AsyncExitStack() as stack:
-                client = await self._transport(stack)
-                ready.set_result(client)
-                await stop.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("cancelled"))
-            elif not isinstance(exc, asyncio.CancelledError):
-                log.info("upstream %r: connection ended: %s", self.config.name, _brief(exc))
-
-    async def client(self) -> Any:
-        """The connected MCP client (connecting now if needed)."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._client, self._owner, self._stop, self._lock = None, None, None, asyncio.Lock()
-            self._loop = loop
-        assert self._lock is not None
-        async with self._lock:
-            if self._client is not None and self._owner is not None and not self._owner.done():
-                return self._client
-            await self._close_owner()
-            stop = asyncio.Event()
-            ready: asyncio.Future[Any] = loop.create_future()
-            ready.add_done_callback(_retrieve)
-            owner = loop.create_task(self._run_owner(ready, stop), name=f"mcp-upstream-{self.config.name}")
-            try:
-                async with asyncio.timeout(self.config.connect_timeout):
-                    client = await asyncio.shield(ready)
-            except BaseException:
-                stop.set()
-                owner.cancel()
-                raise
-            self._client, self._owner, self._stop = client, owner, stop
-            self.connects += 1
-            return client
-
-    def mark_dead(self) -> None:
-        self._client = None
-        if self._stop is not None:
-            self._stop.set()
-
-    async def _close_owner(self) -> None:
-        owner, stop = self._owner, self._stop
-        self._client, self._owner, self._stop = None, None, None
-        if stop is not None:
-            stop.set()
-        if owner is not None and not owner.done():
-            try:
-                async with asyncio.timeout(5):
-                    await asyncio.shield(owner)
-            except (TimeoutError, Exception):
-                owner.cancel()
-
-    async def aclose(self) -> None:
-        if self._loop is asyncio.get_running_loop():
-            await self._close_owner()
-
-    async def list_tools(self) -> list[Any]:
-        """Every tool, following ``nextCursor`` (at most 100 pages)."""
-        client = await self.client()
-        tools: list[Any] = []
-        cursor: str | None = None
-        for _ in range(MAX_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+def _read_secret(upstream: str, header: str, path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
         raise UpstreamBuildError(
-            f"upstream {self.config.name!r}: tools/list did not end after {MAX_LIST_PAGES} pages"
-        )
-
-
-def _check_command(command: str, path: str | None, cwd: str | None) -> None:
-    """Fail as starting ``command`` would: ``FileNotFoundError`` when no file of that name is found
-    (on ``path``, whose relative entries are taken from ``cwd`` like the process's own lookup, or
-    at ``cwd``/``command`` when it names a path), ``PermissionError`` when none found can run."""
-    base = cwd or os.getcwd()
-    if os.sep in command:
-        candidates = [os.path.join(base, command)]
-    else:
-        entries = (path if path is not None else os.defpath).split(os.pathsep)
-        candidates = [os.path.join(base, entry, command) for entry in entries]
-    if any(os.path.isfile(c) and os.access(c, os.X_OK) for c in candidates):
-        return
-    if any(os.path.exists(c) for c in candidates):  # a directory, or a file that cannot run
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
-    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # the waiter may be gone (cancelled): mark the exception retrieved
-
-
-def _brief(exc: BaseException) -> str:
-    text = str(exc).replace("\n", " ")
-    return f"{type(exc).__name__}: {text[:300]}"
-
-
-def _transport_failure(exc: BaseException) -> bool:
-    from mcp.shared.exceptions import MCPError
-    from mcp_types import CONNECTION_CLOSED
-
-    if isinstance(exc, MCPError):
-        return bool(exc.code == CONNECTION_CLOSED)
-    return not isinstance(exc, TimeoutError | UpstreamBuildError)
+            f"upstream {upstream!r}: header {header!r}: cannot read {path}: {exc.strerror}"
+        ) from None
 
 
 def _text_of(content: Sequence[Any]) -> str:
@@ -379,65 +329,54 @@ def _text_of(content: Sequence[Any]) -> str:
 
 
 class _Tool:
-    """The handler of one upstream tool."""
+    """The handler of one upstream tool (runs on the serving loop; the call itself on the pack's)."""
 
     def __init__(
         self,
-        session: UpstreamSession,
+        pack: UpstreamMCPPack,
+        config: UpstreamMCPConfig,
         tool: str,
         cap_id: str,
         to_upstream: Mapping[str, str],
         structured: bool,
     ) -> None:
-        self.session = session
+        self.pack = pack
+        self.config = config
         self.tool = tool
         self.cap_id = cap_id
         self.to_upstream = dict(to_upstream)  # keyword -> upstream argument name
         self.structured = structured
 
     async def __call__(self, ctx: CallContext, subject: Subject, args: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.session.config
+        cfg = self.config
         arguments = {self.to_upstream.get(k, k): v for k, v in args.items()}
-        try:
-            if ctx.remaining() <= 0:
-                raise TimeoutError("no time left before the execute deadline")
-            async with asyncio.timeout(min(cfg.connect_timeout, ctx.remaining())):
-                client = await self.session.client()
-            budget = min(cfg.timeout, ctx.remaining())
-            # The client's own read timeout fires first and sends notifications/cancelled; the
-            # outer bound (a grace second later) is the backstop.
-            async with asyncio.timeout(budget + 1.0):
-                result = await client.call_tool(self.tool, arguments, read_timeout_seconds=budget)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if _transport_failure(exc):
-                self.session.mark_dead()
-                log.warning("upstream %r: %s failed (will reconnect): %s", cfg.name, self.cap_id, _brief(exc))
-            else:
-                log.warning("upstream %r: %s failed: %s", cfg.name, self.cap_id, _brief(exc))
-            raise UpstreamCallFailed(self.cap_id) from None
+        budget = self.pack.budgets[cfg.name]
+        budget.spend(subject.id, len(json.dumps(arguments, ensure_ascii=False).encode("utf-8")))
+        pool = self.pack.pools[cfg.name]
+        deadline = time.monotonic() + ctx.remaining()
+        result = await self.pack.loop.run(pool.call(subject.id, self.tool, arguments, deadline, self.cap_id))
         if result.is_error:
-            text = _text_of(result.content).strip()
-            if not text:
+            text = _text_of(result.content)
+            budget.returned(subject.id, len(text.encode("utf-8")))
+            shown = upstream_error_text(cfg.name, text)
+            if not shown:
                 log.warning("upstream %r: %s returned isError without text", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
-            raise AgentError(text[:4096])
+            raise AgentError(shown)
         if self.structured:
             value = result.structured_content
             if not isinstance(value, dict):
                 log.warning("upstream %r: %s returned no structuredContent object", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
+            budget.returned(subject.id, len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
             return value
-        return {"text": _text_of(result.content)}
-
-
-class UpstreamCallFailed(Exception):
-    """A call failed for a reason the client must not see (already logged)."""
+        text = _text_of(result.content)
+        budget.returned(subject.id, len(text.encode("utf-8")))
+        return {"text": text}
 
 
 def _compile_tools(
-    config: UpstreamMCPConfig, session: UpstreamSession, tools: Sequence[Any]
+    pack: UpstreamMCPPack, config: UpstreamMCPConfig, tools: Sequence[Any]
 ) -> tuple[list[Capability], SkipReport]:
     report = SkipReport(config.name, config.on_unsupported)
     wanted = [t for t in tools if config.wanted(t.name)]
@@ -477,7 +416,8 @@ def _compile_tools(
                 description=description_of(tool.description),
                 search_terms=search_terms_of(tool.name, title, tool.name.replace("_", " ")),
                 handler=_Tool(
-                    session,
+                    pack,
+                    config,
                     tool.name,
                     cap_id,
                     {kw: orig for orig, kw in keywords.items()},
@@ -492,72 +432,172 @@ def _compile_tools(
     return caps, report
 
 
-def _run_in_fresh_loop(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion on a private event loop in another thread (works whether or
-    not the calling thread already runs a loop)."""
-
-    async def main() -> T:
-        return await factory()
-
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codemode-upstream") as pool:
-        return pool.submit(asyncio.run, main()).result()
-
-
 class UpstreamMCPPack:
-    """A pack over several upstream MCP servers (see the module docstring)."""
+    """A pack over several upstream MCP servers (see the module docstring).
 
-    def __init__(self, configs: Sequence[UpstreamMCPConfig]) -> None:
+    ``data_dir`` is where per-subject directories live (``<data_dir>/upstreams/<name>/<subject
+    key>``); ``capabilities(settings)`` takes the host's (``--data-dir``) when none is given, and
+    without either a private temporary directory is used and removed by :meth:`aclose`.
+    """
+
+    def __init__(self, configs: Sequence[UpstreamMCPConfig], *, data_dir: Path | None = None) -> None:
         check_unique_names((cfg.name for cfg in configs), "upstream")
         self.configs = list(configs)
-        self.sessions = {cfg.name: UpstreamSession(cfg) for cfg in self.configs}
+        self.data_dir = data_dir
+        self._temp_dir: Path | None = None
+        self.loop = BackgroundLoop("codemode-upstreams")
+        self.pools = {
+            cfg.name: SessionPool(
+                cfg.name,
+                cfg.tenancy,
+                self._launcher(cfg),
+                adoptable=not cfg.subject_specific,
+                max_sessions=cfg.max_sessions,
+                idle_timeout=cfg.idle_timeout,
+                max_session_seconds=cfg.max_session_seconds,
+                max_restarts=cfg.max_restarts_per_minute,
+                timeout=cfg.timeout,
+            )
+            for cfg in self.configs
+        }
+        self.budgets = {
+            cfg.name: CallBudget(
+                cfg.max_calls_per_minute, cfg.max_sent_bytes_per_minute, cfg.max_returned_bytes_per_minute
+            )
+            for cfg in self.configs
+        }
         self.reports: dict[str, SkipReport] = {}
 
-    async def acapabilities(self, *, keep_open: bool = True) -> list[Capability]:
-        """Connect to every upstream, list and compile its tools. With ``keep_open`` the
-        connections stay up for the calls made on this event loop ("connect at start")."""
+    def _root(self) -> Path:
+        if self.data_dir is not None:
+            return self.data_dir
+        if self._temp_dir is None:
+            self._temp_dir = Path(tempfile.mkdtemp(prefix="codemode-upstreams-"))
+        return self._temp_dir
+
+    def launch(self, cfg: UpstreamMCPConfig, subject_id: str | None) -> Launch:
+        """What to start for ``subject_id`` (None: the host's own session, for discovery)."""
+        common = {
+            "upstream": cfg.name,
+            "owner": "host" if subject_id is None else subject_key(subject_id),
+            "max_message_bytes": cfg.max_message_bytes,
+            "connect_timeout": cfg.connect_timeout,
+        }
+        if cfg.command is None:
+            headers = cfg.secret_headers()
+            if subject_id is not None:  # a subject's header replaces a fixed one of that name
+                subject = cfg.subject_header_values(subject_id)
+                lower = {h.lower() for h in subject}
+                headers = {h: v for h, v in headers.items() if h.lower() not in lower} | subject
+            return Launch(**common, url=cfg.url, headers=headers)  # type: ignore[arg-type]
+        values: dict[str, str] = {}
+        if cfg.placeholders:
+            dirs = SubjectDirs(self._root(), cfg.name)
+            where = dirs.host() if subject_id is None else dirs.of(subject_id)
+            values = {"{subject_dir}": str(where), "{subject_key}": where.name}
+        env = {k: expand(v, values) for k, v in cfg.child_env().items()}
+        return Launch(
+            **common,  # type: ignore[arg-type]
+            command=cfg.command,
+            args=tuple(expand(a, values) for a in cfg.args),
+            env=env or None,
+            cwd=expand(cfg.cwd, values) if cfg.cwd else None,
+            memory_bytes=cfg.process_memory_bytes,
+            file_bytes=cfg.process_file_bytes,
+        )
+
+    def _launcher(self, cfg: UpstreamMCPConfig) -> Any:
+        return lambda subject_id: self.launch(cfg, subject_id)
+
+    async def _discover(self, keep_open: bool) -> list[Capability]:
         caps: list[Capability] = []
-        for cfg in self.configs:
-            session = self.sessions[cfg.name]
-            try:
-                async with asyncio.timeout(cfg.connect_timeout):
-                    tools = await session.list_tools()
-            except UpstreamBuildError:
-                raise
-            except Exception as exc:
-                raise UpstreamBuildError(
-                    f"upstream {cfg.name!r}: cannot connect and list tools: {_brief(exc)}"
-                ) from None
-            finally:
-                if not keep_open:
-                    await session.aclose()
-            one, report = _compile_tools(cfg, session, tools)
-            self.reports[cfg.name] = report
-            caps += one
+        try:
+            for cfg in self.configs:
+                try:
+                    async with asyncio.timeout(cfg.connect_timeout):
+                        tools = await self.pools[cfg.name].discover(keep_open=keep_open)
+                except UpstreamBuildError:
+                    raise
+                except Exception as exc:
+                    raise UpstreamBuildError(
+                        f"upstream {cfg.name!r}: cannot connect and list tools: {brief(exc)}"
+                    ) from None
+                one, report = _compile_tools(self, cfg, tools)
+                self.reports[cfg.name] = report
+                caps += one
+        except BaseException:
+            for pool in self.pools.values():  # no upstream left running for a pack that failed
+                await pool.aclose()
+            raise
         return caps
 
+    async def acapabilities(self, *, keep_open: bool = True) -> list[Capability]:
+        """Connect to every upstream, list and compile its tools. With ``keep_open`` the host's
+        sessions stay up for the calls (shared: the one session; per_subject: taken over by the
+        first subject when nothing in the configuration is subject-specific)."""
+        return await self.loop.run(self._discover(keep_open))
+
     def capabilities(self, settings: PackSettings | None = None) -> list[Capability]:
-        """The pack protocol: discovery runs on a private loop (so this works from sync code); the
-        calls then connect again on the loop that serves them."""
-        return _run_in_fresh_loop(lambda: self.acapabilities(keep_open=False))
+        """The pack protocol (works from synchronous code): discovery on the pack's own loop, whose
+        sessions then serve the calls. Warns about shared upstreams when the host serves many
+        subjects (``settings.multi_tenant``)."""
+        if settings is not None and self.data_dir is None:
+            self.data_dir = settings.data_dir
+        caps = self.loop.run_sync(self._discover(True))
+        if settings is not None and settings.multi_tenant:
+            self._warn_multi_tenant()
+        return caps
+
+    def _warn_multi_tenant(self) -> None:
+        for cfg in self.configs:
+            if cfg.tenancy == "shared":
+                log.warning(
+                    'upstream %r is shared by every subject (tenancy = "shared"): one session%s for all '
+                    "tenants, so what one tenant leaves there another can read or change",
+                    cfg.name,
+                    " and one server process" if cfg.command else "",
+                )
+            elif cfg.command is not None and not cfg.placeholders:
+                log.warning(
+                    "upstream %r: each subject gets its own server process, but env/args/cwd use no "
+                    "{subject_dir} or {subject_key}: whatever the server keeps on disk is shared "
+                    "(ignore this for servers that keep no state)",
+                    cfg.name,
+                )
 
     async def connect(self) -> None:
-        """Open every upstream connection now, on the running loop (e.g. at server start), so the
-        first call does not pay for starting the upstream. Failures are logged; calls retry."""
-        for name, session in self.sessions.items():
-            try:
-                async with asyncio.timeout(session.config.connect_timeout):
-                    await session.client()
-            except Exception as exc:
-                log.warning("upstream %r: cannot connect yet: %s", name, _brief(exc))
+        """Open the shared upstream sessions now (e.g. at server start) when discovery did not leave
+        them open, so the first call does not pay for starting the upstream. Failures are logged;
+        calls retry. Per-subject sessions start on each subject's first call."""
+
+        async def connect_all() -> None:
+            for cfg in self.configs:
+                try:
+                    async with asyncio.timeout(cfg.connect_timeout):
+                        await self.pools[cfg.name].connect()
+                except Exception as exc:
+                    log.warning("upstream %r: cannot connect yet: %s", cfg.name, brief(exc))
+
+        await self.loop.run(connect_all())
 
     async def aclose(self) -> None:
-        """Close the live upstream connections opened on the running loop."""
-        for session in self.sessions.values():
-            await session.aclose()
+        """Close every upstream session (and stop the pack's loop); a later call starts again."""
+
+        async def close_all() -> None:
+            for pool in self.pools.values():
+                await pool.aclose()
+
+        await self.loop.aclose(close_all())
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
 
-def upstream_mcp_pack(configs: Sequence[UpstreamMCPConfig | Mapping[str, Any]]) -> UpstreamMCPPack:
+def upstream_mcp_pack(
+    configs: Sequence[UpstreamMCPConfig | Mapping[str, Any]], *, data_dir: Path | None = None
+) -> UpstreamMCPPack:
     """Build the pack from configs (models or plain mappings, e.g. ``[[upstream_mcp]]`` tables)."""
     return UpstreamMCPPack(
-        [c if isinstance(c, UpstreamMCPConfig) else UpstreamMCPConfig.model_validate(c) for c in configs]
+        [c if isinstance(c, UpstreamMCPConfig) else UpstreamMCPConfig.model_validate(c) for c in configs],
+        data_dir=data_dir,
     )

@@ -1,4 +1,4 @@
-"""``python -I stdio_relay.py LIMIT [FLAG] -- COMMAND [ARGS...]``: bounded stdio messages.
+"""``python -I stdio_relay.py LIMIT [FLAG...] -- COMMAND [ARGS...]``: bounded, valid stdio messages.
 
 The MCP client reads a stdio server's output line by line with no bound on a line, so a server
 (or a tenant steering a tool's output through its arguments) could make the host buffer any amount.
@@ -12,6 +12,14 @@ newline-delimited messages on **whole**, one at a time, holding at most ``LIMIT`
   request in its place with a JSON-RPC error as soon as the limit is passed, so that one call fails
   at once; otherwise that call waits for its timeout. Every other message, and every other caller
   of the same server, goes on.
+* a message that is not valid UTF-8 has each invalid sequence replaced by U+FFFD (the MCP client's
+  reader stops for good at the first invalid byte, and every later call would wait for its timeout
+  until the server exited). The first such message is reported on stderr, the count at the end.
+
+Flags: ``--rlimit-data=BYTES`` and ``--rlimit-fsize=BYTES`` set ``RLIMIT_DATA`` (the server's heap
+and private mappings: its memory) and ``RLIMIT_FSIZE`` (the largest file it may write; ``SIGXFSZ``
+is ignored, so a write past it fails with ``EFBIG`` instead of killing the server) on the server
+process only.
 
 It stays small on purpose: one process, blocking reads, nothing but the standard library (the pack
 runs this file with ``python -I``, so it needs no ``PYTHONPATH``). The server dies with it
@@ -29,6 +37,7 @@ import functools
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -38,7 +47,10 @@ __all__ = ["EXIT_USAGE", "Relay", "main"]
 EXIT_USAGE = 2
 _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
-_USAGE = "usage: python -I stdio_relay.py LIMIT [--unset-lc-ctype | --lc-ctype=VALUE] -- COMMAND [ARGS...]"
+_USAGE = (
+    "usage: python -I stdio_relay.py LIMIT [--unset-lc-ctype | --lc-ctype=VALUE] [--rlimit-data=BYTES] "
+    "[--rlimit-fsize=BYTES] -- COMMAND [ARGS...]"
+)
 #: A JSON-RPC *response* that names its id first and then its result or error (a request from the
 #: server has a method there, and its ids are the server's own numbering: never answered). The id is
 #: a JSON integer or a string of printable ASCII and JSON escapes, so the error line built from it is
@@ -51,9 +63,14 @@ _RESPONSE_ID = re.compile(
 _TOO_LARGE = -32603  # JSON-RPC "internal error"
 
 
-def _die_with_parent(relay_pid: int) -> None:
-    """In the child before exec: SIGKILL when the relay goes away (Linux; elsewhere a no-op), and
-    at once if it is already gone (it may have died between the fork and this call)."""
+def _prepare_child(relay_pid: int, limits: dict[int, int]) -> None:
+    """In the child before exec: its resource limits (``SIGXFSZ`` ignored: an oversized write fails
+    instead), SIGKILL when the relay goes away (Linux; elsewhere a no-op), and at once if it is
+    already gone (it may have died between the fork and this call)."""
+    for which, value in limits.items():
+        resource.setrlimit(which, (value, value))
+    if resource.RLIMIT_FSIZE in limits:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != relay_pid:
@@ -72,6 +89,7 @@ class Relay:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.dropped = 0
+        self.replaced = 0  # messages whose invalid UTF-8 was replaced
         self._message = bytearray()  # the message under way (at most ``limit`` bytes)
         self._skipping = False  # inside a dropped message, until its newline
 
@@ -85,7 +103,7 @@ class Relay:
             elif len(self._message) + len(segment) > self.limit:
                 out += self._drop((bytes(self._message[:256]) + segment[:256])[:256])
             else:
-                out += self._message + segment + b"\n"
+                out += self._valid(bytes(self._message + segment), b"\n")
             self._message.clear()
         if not self._skipping:
             self._message += tail
@@ -98,7 +116,23 @@ class Relay:
     def end(self) -> bytes:
         """At end of input: a last message without a newline, as it was (when not over the limit)."""
         rest, self._message = bytes(self._message), bytearray()
-        return b"" if self._skipping else rest
+        return b"" if self._skipping else self._valid(rest, b"")
+
+    def _valid(self, message: bytes, end: bytes) -> bytes:
+        """``message`` + ``end`` with valid UTF-8 (each invalid sequence U+FFFD); one that is then
+        over the limit is dropped."""
+        if message.isascii():
+            return message + end
+        try:
+            message.decode("utf-8")
+            return message + end
+        except UnicodeDecodeError:
+            pass
+        self.replaced += 1
+        if self.replaced == 1:
+            print("codemode stdio relay: replaced invalid UTF-8 in a server message", file=sys.stderr)
+        fixed = message.decode("utf-8", "replace").encode("utf-8")
+        return fixed + end if len(fixed) <= self.limit else self._drop(fixed[:256])
 
     def _drop(self, head: bytes) -> bytes:
         self.dropped += 1
@@ -110,51 +144,68 @@ class Relay:
         return b'{"jsonrpc":"2.0","id":' + found.group(1) + b',"error":' + json.dumps(error).encode() + b"}\n"
 
 
-def relay(source: int, sink: int, limit: int) -> int:
-    """Pass ``source`` on to ``sink`` until end of file; the number of messages dropped."""
+def relay(source: int, sink: int, limit: int) -> Relay:
+    """Pass ``source`` on to ``sink`` until end of file; the state (what was dropped, replaced)."""
     state = Relay(limit)
     while data := os.read(source, _CHUNK):
         passed = state.feed(data)
         if passed:
             _write_all(sink, passed)
     _write_all(sink, state.end())
-    return state.dropped
+    return state
+
+
+def _count(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+
+
+_RLIMITS = {"--rlimit-data=": resource.RLIMIT_DATA, "--rlimit-fsize=": resource.RLIMIT_FSIZE}
 
 
 def main(argv: list[str]) -> int:
     env = dict(os.environ)
+    limits: dict[int, int] = {}
     rest = argv[1:]
-    if rest and rest[0] == "--unset-lc-ctype":
-        env.pop("LC_CTYPE", None)
-        rest = rest[1:]
-    elif rest and rest[0].startswith("--lc-ctype="):
-        env["LC_CTYPE"] = rest[0].removeprefix("--lc-ctype=")
-        rest = rest[1:]
-    limit_text = argv[0] if argv else ""
-    if (
-        not (limit_text.isascii() and limit_text.isdigit())
-        or int(limit_text) <= 0
-        or len(rest) < 2
-        or rest[0] != "--"
-    ):
+    usage = False
+    while rest and rest[0] != "--":
+        flag = rest.pop(0)
+        prefix = next((p for p in _RLIMITS if flag.startswith(p)), None)
+        if flag == "--unset-lc-ctype":
+            env.pop("LC_CTYPE", None)
+        elif flag.startswith("--lc-ctype="):
+            env["LC_CTYPE"] = flag.removeprefix("--lc-ctype=")
+        elif prefix is not None and (value := _count(flag.removeprefix(prefix))) is not None:
+            limits[_RLIMITS[prefix]] = value
+        else:
+            usage = True
+    limit = _count(argv[0]) if argv else None
+    if usage or limit is None or len(rest) < 2:
         print(_USAGE, file=sys.stderr)
         return EXIT_USAGE
-    limit, command = int(argv[0]), rest[1:]
+    command = rest[1:]
     try:
         server = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             env=env,
-            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+            preexec_fn=functools.partial(_prepare_child, os.getpid(), limits),
         )
     except OSError as exc:
         print(f"codemode stdio relay: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
     assert server.stdout is not None
     with contextlib.suppress(BrokenPipeError):  # the client went away: nothing more to pass on
-        dropped = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
-        if dropped:
-            print(f"codemode stdio relay: dropped {dropped} message(s) over {limit} bytes", file=sys.stderr)
+        state = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
+        if state.dropped:
+            print(
+                f"codemode stdio relay: dropped {state.dropped} message(s) over {limit} bytes",
+                file=sys.stderr,
+            )
+        if state.replaced:
+            print(
+                f"codemode stdio relay: replaced invalid UTF-8 in {state.replaced} message(s)",
+                file=sys.stderr,
+            )
     server.stdout.close()  # a server still writing gets EPIPE instead of blocking forever
     # The client sees the end now, not when the server exits (fd 1 stays valid for the interpreter).
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -367,6 +367,8 @@ def _reraise_if_cancelled() -> None:
 
 
 def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
+    if isinstance(exc, ResourceLimit):  # a budget of the handler's own, named by a fixed kind
+        raise ResourceLimit(exc.kind) from None
     if isinstance(exc, AgentError):
         raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
     log.warning("handler %s raised %s", cap.id, type(exc).__name__)

@@ -46,6 +46,8 @@ class PackSettings:
     options: Mapping[str, str] = field(default_factory=dict)
     #: Where packs keep state on disk (``--data-dir``), or None: keep it in memory.
     data_dir: Path | None = None
+    #: Whether the host serves many subjects (``serve --http``) rather than one (``serve --stdio``).
+    multi_tenant: bool = False
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """An option if set, else the environment variable of that name, else ``default``."""

@@ -8,6 +8,9 @@
   non-reserved identifier; otherwise snake_cased, deduplicated the same way).
 * :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
   the capability rules (bounded, control characters removed).
+* :func:`upstream_error_text`: the one rule for an upstream's own error text that a client may see
+  (``capability failed: <upstream>: <text>``): one short line, URLs and absolute paths replaced,
+  configured credentials redacted.
 * :class:`SkipReport` / :data:`OnUnsupported`: what happens to a tool whose schema cannot be
   represented: ``skip`` (default) leaves it out with one warning listing every reason, ``fail``
   stops the build with all of them.
@@ -44,12 +47,24 @@ __all__ = [
     "search_terms_of",
     "snake_case",
     "summary_of",
+    "upstream_error_text",
 ]
 
 log = logging.getLogger("codemode.upstream")
 
 OnUnsupported = Literal["skip", "fail"]
 MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
+#: Bytes of an upstream's error text a client may see (after the ``<upstream>: `` mark).
+MAX_UPSTREAM_ERROR = 160
+#: A URL (any scheme), a ``www.`` address, or a host name with a path (``evil.example/login``).
+_URL = re.compile(
+    r"[A-Za-z][A-Za-z0-9+.\-]*://\S*"
+    r"|(?<![\w.\-/\\@])www\.\S+"
+    r"|(?<![\w.\-/\\@])[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}/\S*"
+)
+#: An absolute path: ``/etc/passwd``, ``.../site-packages/x``, ``~/x``, ``\\share\x``, ``C:\x``,
+#: ``C:/x``, ``file:x``; a relative path inside a word (``Mars/Olympus``, ``b/../a``) is kept.
+_PATH = re.compile(r"(?<![\w.\-/\\])(?:[.~]*[/\\]|[A-Za-z]:[/\\]|file:)[^\s'\"()\[\]{},;<>]*")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 
@@ -144,6 +159,22 @@ def clean_text(text: str, limit: int, *, one_line: bool) -> str:
     if len(data) <= limit:
         return cleaned
     return data[: limit - 3].decode("utf-8", errors="ignore").rstrip() + "..."
+
+
+def upstream_error_text(
+    upstream: str, text: str, *, secrets: Iterable[str] = (), limit: int = MAX_UPSTREAM_ERROR
+) -> str:
+    """The part of an upstream's error text a client may see, marked as the upstream's:
+    ``<upstream>: <text>``. ``text`` is made one line (control characters and newlines become
+    spaces, whitespace runs one space); every value in ``secrets`` (configured credentials, at least
+    4 characters) becomes ``[redacted]``, every URL ``[url]`` and every absolute path ``[path]``;
+    then it is cut to ``limit`` UTF-8 bytes (``...``). Empty when nothing is left."""
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    one = clean_text(text, max(len(text.encode("utf-8")), 1), one_line=True)
+    one = _PATH.sub("[path]", _URL.sub("[url]", one))
+    one = clean_text(one, limit, one_line=True)
+    return f"{upstream}: {one}" if one else ""
 
 
 def summary_of(description: str | None, fallback: str) -> str:

@@ -119,6 +119,7 @@ def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> Pac
         environ=dict(os.environ if environ is None else environ),
         options=settings.pack_option_map,
         data_dir=settings.pack_data_dir,
+        multi_tenant=settings.transport == "http",
     )
 
 

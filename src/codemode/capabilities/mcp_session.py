@@ -1,0 +1,314 @@
+"""One connection to an upstream MCP server: what to start (:class:`Launch`) and the live session
+(:class:`UpstreamSession`), both on the pack's own event loop (``upstream_loop``).
+
+A stdio server runs behind ``stdio_relay`` (bounded messages, valid UTF-8, resource limits on the
+server process). The session watches its transport: when the server ends the connection (it exited,
+or closed its output) the host logs why and marks the session dead, so the next call starts the
+server again instead of failing. Starts are bounded: after ``max_restarts`` restarts within a minute
+a call fails (plainly) instead of starting it again, so no caller can turn a crashing upstream into
+a restart loop for everyone on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from codemode.packs.upstream import UpstreamBuildError
+
+from . import stdio_relay
+
+__all__ = [
+    "MAX_LIST_PAGES",
+    "Launch",
+    "UpstreamCallFailed",
+    "UpstreamSession",
+    "UpstreamUnavailable",
+    "brief",
+    "check_command",
+    "transport_failure",
+]
+
+log = logging.getLogger("codemode.capabilities.mcp_upstream")
+
+MAX_LIST_PAGES = 100
+#: The relay runs as a file in isolated mode: it imports only the standard library, so it needs no
+#: PYTHONPATH (the MCP client gives it only a minimal environment plus the configured one).
+_RELAY = ("-I", stdio_relay.__file__)
+_RESTART_WINDOW = 60.0
+
+
+class UpstreamUnavailable(Exception):
+    """The session will not be started now (restart bound); already logged."""
+
+
+class UpstreamCallFailed(Exception):
+    """A call failed for a reason the client must not see (already logged)."""
+
+
+def transport_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone (so the session must be started again)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    if isinstance(exc, MCPError):
+        return bool(exc.code == CONNECTION_CLOSED)
+    return not isinstance(exc, TimeoutError | UpstreamBuildError | UpstreamUnavailable)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything needed to open one session, resolved by the host (secrets included: never shown)."""
+
+    upstream: str
+    owner: str  #: ``host`` or the subject key: for logs
+    max_message_bytes: int
+    connect_timeout: float
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+    cwd: str | None = None
+    memory_bytes: int = 0
+    file_bytes: int = 0
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def relay_argv(self) -> list[str]:
+        """The relay's arguments (``python`` + these): limit, flags, ``--``, the server's argv."""
+        assert self.command is not None
+        # Python's locale coercion may add or change LC_CTYPE in the relay's own environment.
+        lc_ctype = (self.env or {}).get("LC_CTYPE")
+        flags = ["--unset-lc-ctype"] if lc_ctype is None else [f"--lc-ctype={lc_ctype}"]
+        if self.memory_bytes:
+            flags.append(f"--rlimit-data={self.memory_bytes}")
+        if self.file_bytes:
+            flags.append(f"--rlimit-fsize={self.file_bytes}")
+        return [*_RELAY, str(self.max_message_bytes), *flags, "--", self.command, *self.args]
+
+
+class UpstreamSession:
+    """One live connection, owned by a task on the loop that uses it; opened on first use.
+
+    ``busy`` counts calls in flight, ``last_used`` and ``started`` (monotonic seconds) let a pool
+    evict it; ``connects`` counts starts.
+    """
+
+    def __init__(self, launch: Launch, max_restarts: int = 6) -> None:
+        self.launch = launch
+        self.max_restarts = max_restarts
+        self._client: Any = None
+        self._stop: asyncio.Event | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._lock: asyncio.Lock | None = None
+        self._starts: deque[float] = deque()
+        self.connects = 0
+        self.busy = 0
+        self.last_used = time.monotonic()
+        self.started: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"upstream {self.launch.upstream!r} ({self.launch.owner})"
+
+    def alive(self) -> bool:
+        return self._client is not None and self._owner is not None and not self._owner.done()
+
+    def _transport(self, stack: AsyncExitStack) -> Any:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        launch = self.launch
+        if launch.command is not None:
+            env = dict(launch.env) if launch.env else None
+            # A command that cannot be started fails here, as it would unrelayed. The child's PATH
+            # is the configured one if set (even empty), else the host's.
+            path = env["PATH"] if env is not None and "PATH" in env else os.environ.get("PATH")
+            check_command(launch.command, path, launch.cwd)
+            params = StdioServerParameters(
+                command=sys.executable,
+                args=launch.relay_argv(),
+                env=env,
+                cwd=launch.cwd,
+                encoding_error_handler="replace",  # the relay already made every line valid UTF-8
+            )
+            return stack.enter_async_context(Client(self._watched(stdio_client(params)), mode="legacy"))
+
+        async def http() -> Any:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            from .bounded_http import ACCEPT_IDENTITY, BoundedBodies
+
+            assert launch.url is not None
+            http_client = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers={**ACCEPT_IDENTITY, **launch.headers},
+                    timeout=httpx2.Timeout(launch.connect_timeout, read=None),
+                    transport=BoundedBodies(launch.max_message_bytes),
+                )
+            )
+            transport = streamable_http_client(
+                launch.url, http_client=http_client, max_sse_event_size=launch.max_message_bytes
+            )
+            return await stack.enter_async_context(Client(transport, mode="legacy"))
+
+        return http()
+
+    @asynccontextmanager
+    async def _watched(self, inner: Any) -> AsyncIterator[Any]:
+        """``inner``'s streams, with the end of the server's output noticed as it happens."""
+        import anyio
+
+        async with inner as (read, write):
+            send, receive = anyio.create_memory_object_stream[Any](0)
+            closing = False
+
+            async def pump() -> None:
+                try:
+                    async with send:
+                        async for item in read:
+                            await send.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return  # our side went away first: a normal close
+                if not closing:
+                    log.warning(
+                        "%s: the server ended the connection (exited or closed its output); "
+                        "the next call starts it again",
+                        self.label,
+                    )
+                    self.mark_dead()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump)
+                try:
+                    yield receive, write
+                finally:
+                    closing = True
+                    tg.cancel_scope.cancel()
+                    await receive.aclose()
+
+    async def _run_owner(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                client = await self._transport(stack)
+                ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("cancelled"))
+            elif not isinstance(exc, asyncio.CancelledError):
+                log.info("%s: connection ended: %s", self.label, brief(exc))
+
+    def _check_restarts(self) -> None:
+        now = time.monotonic()
+        while self._starts and now - self._starts[0] > _RESTART_WINDOW:
+            self._starts.popleft()
+        if self.connects and len(self._starts) > self.max_restarts:
+            log.warning(
+                "%s: not started again: %d starts in the last minute (max_restarts_per_minute = %d)",
+                self.label,
+                len(self._starts),
+                self.max_restarts,
+            )
+            raise UpstreamUnavailable(self.label)
+        self._starts.append(now)
+
+    async def client(self) -> Any:
+        """The connected MCP client (connecting now if needed)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.alive():
+                return self._client
+            await self._close_owner()
+            self._check_restarts()
+            loop = asyncio.get_running_loop()
+            stop = asyncio.Event()
+            ready: asyncio.Future[Any] = loop.create_future()
+            ready.add_done_callback(_retrieve)
+            owner = loop.create_task(
+                self._run_owner(ready, stop), name=f"mcp-upstream-{self.launch.upstream}-{self.launch.owner}"
+            )
+            try:
+                async with asyncio.timeout(self.launch.connect_timeout):
+                    client = await asyncio.shield(ready)
+            except BaseException:
+                stop.set()
+                owner.cancel()
+                raise
+            self._client, self._owner, self._stop = client, owner, stop
+            self.connects += 1
+            if self.started is None:
+                self.started = time.monotonic()
+            return client
+
+    def mark_dead(self) -> None:
+        self._client = None
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _close_owner(self) -> None:
+        owner, stop = self._owner, self._stop
+        self._client, self._owner, self._stop = None, None, None
+        if stop is not None:
+            stop.set()
+        if owner is not None and not owner.done():
+            try:
+                async with asyncio.timeout(5):
+                    await asyncio.shield(owner)
+            except (TimeoutError, Exception):
+                owner.cancel()
+
+    async def aclose(self) -> None:
+        await self._close_owner()
+
+    async def list_tools(self) -> list[Any]:
+        """Every tool, following ``nextCursor`` (at most 100 pages)."""
+        client = await self.client()
+        tools: list[Any] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+        raise UpstreamBuildError(
+            f"upstream {self.launch.upstream!r}: tools/list did not end after {MAX_LIST_PAGES} pages"
+        )
+
+
+def check_command(command: str, path: str | None, cwd: str | None) -> None:
+    """Fail as starting ``command`` would: ``FileNotFoundError`` when no file of that name is found
+    (on ``path``, whose relative entries are taken from ``cwd`` like the process's own lookup, or
+    at ``cwd``/``command`` when it names a path), ``PermissionError`` when none found can run."""
+    base = cwd or os.getcwd()
+    if os.sep in command:
+        candidates = [os.path.join(base, command)]
+    else:
+        entries = (path if path is not None else os.defpath).split(os.pathsep)
+        candidates = [os.path.join(base, entry, command) for entry in entries]
+    if any(os.path.isfile(c) and os.access(c, os.X_OK) for c in candidates):
+        return
+    if any(os.path.exists(c) for c in candidates):  # a directory, or a file that cannot run
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # the waiter may be gone (cancelled): mark the exception retrieved
+
+
+def brief(exc: BaseException) -> str:
+    text = str(exc).replace("\n", " ")
+    return f"{type(exc).__name__}: {text[:300]}"
