@@ -15,6 +15,7 @@ from codemode.authz._rego_scan import (
     refs,
     tokenize,
 )
+from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
 
 
 def known(name: str) -> bool:
@@ -233,3 +234,38 @@ def test_parse_decision(decision: str, segments: tuple[str | int, ...]) -> None:
 def test_parse_decision_refuses(decision: str) -> None:
     with pytest.raises(ScanError, match="decision"):
         parse_decision(decision)
+
+
+NOT_IN_EVERY = [
+    "package t\nallow if {\n    every x in input.arguments.xs { not x == 2 }\n}\n",
+    "package t\nbad(x) if x == 2\nallow if {\n    every x in input.arguments.xs { not bad(x) }\n}\n",
+    'package t\nallow if {\n    every k, v in input.arguments.m {\n        k != ""\n'
+    "        not v\n    }\n}\n",
+    "package t\nallow if {\n    every x in input.arguments.xs { every y in x { not y } }\n}\n",
+]
+
+
+@pytest.mark.parametrize("policy", NOT_IN_EVERY)
+def test_not_inside_every_is_refused(policy: str) -> None:
+    # regopy evaluates such an `every` as true for every input: a policy would fail open.
+    with pytest.raises(InvalidPolicy, match="`not` inside `every` is refused"):
+        RegoAuthorizer("data.t.allow", {"t.rego": policy})
+
+
+def test_the_engine_really_gets_not_inside_every_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why the rule exists: with the scan off, the engine allows xs = [1, 2] for 'no element is 2'."""
+    from codemode.authz import AuthorizationInput, Subject
+    from codemode.authz import rego as rego_module
+
+    monkeypatch.setattr(rego_module, "check_modules", lambda modules, is_builtin: None)
+    a = RegoAuthorizer("data.t.allow", {"t.rego": NOT_IN_EVERY[0]})
+    inp = AuthorizationInput(Subject("a"), "c", "c.c", {"xs": [1, 2]})
+    assert a.decide(inp) is True  # wrong, and the reason the scanner refuses it
+
+
+def test_every_without_not_and_not_outside_every_are_accepted() -> None:
+    policy = (
+        "package t\nallow if {\n    not input.arguments.deny\n"
+        "    every x in input.arguments.xs { x != 2 }\n}\n"
+    )
+    RegoAuthorizer("data.t.allow", {"t.rego": policy})

@@ -615,6 +615,41 @@ def _check_v1(info: ModuleInfo) -> None:
             depth -= 1
 
 
+def _check_every(info: ModuleInfo) -> None:
+    """``not`` inside the body of ``every`` is refused: regopy 1.5.2 (rego-cpp) evaluates such an
+    ``every`` as true whatever the input, so a policy written that way would allow every call.
+    Measured: ``every x in xs { not x == 2 }`` is true for ``xs = [1, 2]``, also through a helper
+    rule (``not bad(x)``)."""
+    tokens = info.tokens
+    for i, tok in enumerate(tokens):
+        if not _is(tok, IDENT, "every") or _is(_at(tokens, i - 1), PUNCT, "."):
+            continue
+        j, depth = i + 1, 0
+        while j < len(tokens) and not (depth == 0 and _is(tokens[j], PUNCT, "{")):
+            if tokens[j].kind == PUNCT and tokens[j].value in "([":
+                depth += 1
+            elif tokens[j].kind == PUNCT and tokens[j].value in ")]":
+                depth -= 1
+            j += 1
+        depth = 0
+        for k in range(j, len(tokens)):
+            t = tokens[k]
+            if t.kind == PUNCT and t.value in "([{":
+                depth += 1
+            elif t.kind == PUNCT and t.value in ")]}":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif _is(t, IDENT, "not") and not _is(_at(tokens, k - 1), PUNCT, "."):
+                raise ScanError(
+                    "`not` inside `every` is refused: this Rego engine evaluates it as true for every "
+                    "input; write `count([x | some x in xs; cond(x)]) == 0` instead",
+                    info.filename,
+                    t.line,
+                    t.col,
+                )
+
+
 _HEAD_CONTINUATIONS = frozenset({"if", ":=", "=", "contains", "{", "else", "(", "[", "."})
 
 
@@ -689,6 +724,7 @@ def check_modules(modules: Mapping[str, str], is_builtin: Callable[[str], bool])
         _check_metadata(info)
         _check_references(info, is_builtin, heads_by_package[info.package])
         _check_v1(info)
+        _check_every(info)
 
 
 # -- the decision ---------------------------------------------------------------------------------
