@@ -52,11 +52,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from codemode import AgentError, CallContext, Capability
 from codemode.authz import Subject
+from codemode.catalog.answers import AnswerBounds
 from codemode.packs.jsonschema import Unsupported, record_of
 from codemode.packs.loading import PackSettings
 from codemode.packs.upstream import (
     SkipReport,
     UpstreamBuildError,
+    answer_problem,
     argument_names,
     capability_names,
     check_namespace,
@@ -437,7 +439,10 @@ class UpstreamCallFailed(Exception):
 
 
 def _compile_tools(
-    config: UpstreamMCPConfig, session: UpstreamSession, tools: Sequence[Any]
+    config: UpstreamMCPConfig,
+    session: UpstreamSession,
+    tools: Sequence[Any],
+    bounds: AnswerBounds | None = None,
 ) -> tuple[list[Capability], SkipReport]:
     report = SkipReport(config.name, config.on_unsupported)
     wanted = [t for t in tools if config.wanted(t.name)]
@@ -487,6 +492,11 @@ def _compile_tools(
                 output_shape=out_shape,
             )
         )
+        too_large = answer_problem(caps[-1], bounds or AnswerBounds())
+        if too_large is not None:  # never cut: a cut signature would lie
+            caps.pop()
+            report.skip(tool.name, too_large)
+            continue
         report.converted.append(tool.name)
     report.finish()
     return caps, report
@@ -512,9 +522,12 @@ class UpstreamMCPPack:
         self.sessions = {cfg.name: UpstreamSession(cfg) for cfg in self.configs}
         self.reports: dict[str, SkipReport] = {}
 
-    async def acapabilities(self, *, keep_open: bool = True) -> list[Capability]:
+    async def acapabilities(
+        self, *, keep_open: bool = True, bounds: AnswerBounds | None = None
+    ) -> list[Capability]:
         """Connect to every upstream, list and compile its tools. With ``keep_open`` the
-        connections stay up for the calls made on this event loop ("connect at start")."""
+        connections stay up for the calls made on this event loop ("connect at start"). A tool
+        whose answers would not fit ``bounds`` (default: the default limits) is skipped."""
         caps: list[Capability] = []
         for cfg in self.configs:
             session = self.sessions[cfg.name]
@@ -530,7 +543,7 @@ class UpstreamMCPPack:
             finally:
                 if not keep_open:
                     await session.aclose()
-            one, report = _compile_tools(cfg, session, tools)
+            one, report = _compile_tools(cfg, session, tools, bounds)
             self.reports[cfg.name] = report
             caps += one
         return caps
@@ -538,7 +551,8 @@ class UpstreamMCPPack:
     def capabilities(self, settings: PackSettings | None = None) -> list[Capability]:
         """The pack protocol: discovery runs on a private loop (so this works from sync code); the
         calls then connect again on the loop that serves them."""
-        return _run_in_fresh_loop(lambda: self.acapabilities(keep_open=False))
+        bounds = settings.answer_bounds if settings is not None else None
+        return _run_in_fresh_loop(lambda: self.acapabilities(keep_open=False, bounds=bounds))
 
     async def connect(self) -> None:
         """Open every upstream connection now, on the running loop (e.g. at server start), so the

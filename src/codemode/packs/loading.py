@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..catalog.answers import AnswerBounds
 from ..catalog.capability import Capability
 
 __all__ = ["Pack", "PackError", "PackSettings", "load_pack", "load_packs", "pack_capabilities", "split_specs"]
@@ -46,6 +47,9 @@ class PackSettings:
     options: Mapping[str, str] = field(default_factory=dict)
     #: Where packs keep state on disk (``--data-dir``), or None: keep it in memory.
     data_dir: Path | None = None
+    #: The server's search and describe response bounds: a pack converting someone else's tools
+    #: skips one whose answers would not fit (``codemode.packs.upstream.answer_problem``).
+    answer_bounds: AnswerBounds = field(default_factory=AnswerBounds)
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """An option if set, else the environment variable of that name, else ``default``."""

@@ -8,6 +8,9 @@
   non-reserved identifier; otherwise snake_cased, deduplicated the same way).
 * :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
   the capability rules (bounded, control characters removed).
+* :func:`answer_problem`: why a converted tool cannot be registered because its ``search_api``
+  result or ``describe_api`` answer would not fit the configured bound (it is skipped like a tool
+  whose schema cannot be represented, never cut: a cut signature would lie).
 * :class:`SkipReport` / :data:`OnUnsupported`: what happens to a tool whose schema cannot be
   represented: ``skip`` (default) leaves it out with one warning listing every reason, ``fail``
   stops the build with all of them.
@@ -24,17 +27,21 @@ from typing import Literal
 
 from codemode_worker.protocol import STARLARK_KEYWORDS
 
+from ..catalog.answers import AnswerBounds
 from ..catalog.capability import (
     MAX_DESCRIPTION_BYTES,
     MAX_SEARCH_TERM_BYTES,
     MAX_SEARCH_TERMS,
     RESERVED_ROOTS,
+    Capability,
+    validate_catalog,
 )
 
 __all__ = [
     "OnUnsupported",
     "SkipReport",
     "UpstreamBuildError",
+    "answer_problem",
     "argument_names",
     "capability_names",
     "check_namespace",
@@ -174,6 +181,21 @@ def search_terms_of(*terms: str | None) -> list[str]:
         if len(out) == MAX_SEARCH_TERMS:
             break
     return out
+
+
+def answer_problem(cap: Capability, bounds: AnswerBounds) -> str | None:
+    """Why ``cap`` would be refused for the size of its answers, or None (also when it has other
+    problems: the builder names those)."""
+    compiled, problems = validate_catalog([cap], [])
+    if problems or not compiled:
+        return None
+    (one,) = compiled
+    if bounds.search_overflows(one):
+        return "its search_api result would not fit max_search_response_bytes"
+    size = bounds.describe_overflow(one)
+    if size is not None:
+        return f"its describe_api answer would be {size:,} bytes, over max_describe_response_bytes"
+    return None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from .. import authz
 from ..catalog.capability import Capability
 from ..common.errors import InvalidRegistration
 from ..execution.observe import Observer
-from ..execution.server import Builder, Server
+from ..execution.server import Builder, Server, answer_bounds
 from ..packs.loading import PackError, PackSettings, load_packs
 from ..runtimes.base import Runtime
 from ..runtimes.pool import WarmPool
@@ -119,6 +119,7 @@ def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> Pac
         environ=dict(os.environ if environ is None else environ),
         options=settings.pack_option_map,
         data_dir=settings.pack_data_dir,
+        answer_bounds=answer_bounds(settings.limits.resolved()),
     )
 
 

@@ -286,6 +286,7 @@ class Settings(BaseSettings):
     max_concurrent_executions: int = _limit("max_concurrent_executions")
     max_search_response_bytes: int = _limit("max_search_response_bytes")
     max_callstack: int = _limit("max_callstack")
+    max_describe_response_bytes: int = _limit("max_describe_response_bytes")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
         ge=0,
