@@ -88,3 +88,52 @@ async def test_the_describe_bound_is_the_configured_one(tmp_path: Path) -> None:
         assert error_text(await call(client, "describe_api", name="a.wide")) == "capability not found"
     async with serving(config) as (client, _):
         assert answer_bytes(await call(client, "describe_api", name="a.wide")) > 2048
+
+
+# --- what an upstream's text becomes, and how it ranks ---------------------------------------------
+
+RECORDS_NAMES = ["records.create", "records.get", "records.search", "records.update", "records.delete"]
+
+
+def own_word_queries(described: dict[str, Any], terms: list[str]) -> list[str]:
+    """Queries made of a capability's own words: its name's, its summary's, each search term."""
+    summary_words = [w.strip(".,/()") for w in described["summary"].split()]
+    return [described["name"].replace(".", " "), " ".join(summary_words[:16]), *terms]
+
+
+async def test_stuffed_upstream_text_never_outranks_a_built_in_for_its_own_words(tmp_path: Path) -> None:
+    from codemode.capabilities.records import pack
+    from codemode.packs.loading import PackSettings
+
+    terms = {c.name: list(c.search_terms) for c in pack.capabilities(PackSettings())}
+    config = config_file(tmp_path, upstream_table("injected"))
+    async with serving(config) as (client, _):
+        for name in RECORDS_NAMES:
+            described = success_value(await call(client, "describe_api", name=name))
+            for query in own_word_queries(described, terms[name]):
+                ranked = await names_found(client, query)
+                # unfixed: the words of records.search's summary ranked a.helper and a.zz_helper first
+                assert name in ranked, (query, ranked)
+                above = ranked[: ranked.index(name)]
+                assert "a.helper" not in above and "a.zz_helper" not in above, (query, ranked)
+
+
+async def test_upstream_text_is_shown_one_line_printable_and_bounded(tmp_path: Path) -> None:
+    config = config_file(tmp_path, upstream_table("injected"))
+    async with serving(config) as (client, _):
+        found = success_value(await call(client, "search_api", query="helper"))
+        assert {r["name"] for r in found["results"]} == {"a.helper", "a.zz_helper"}
+        for result in found["results"]:
+            assert set(result) == {"name", "signature", "summary"}  # no description, title or terms
+        described = success_value(await call(client, "describe_api", name="a.helper"))
+    summary, description = described["summary"], described["description"]
+    assert summary.isprintable() and len(summary.encode()) <= 200
+    assert all(ch.isprintable() or ch in "\n\t" for ch in description)
+    assert len(description.encode()) <= 16384 and description.endswith("...")
+    for hidden in ("\x1b", "\x07", "\u202e", "\u202c", "\u200b"):
+        assert hidden not in summary + description
+    # the words themselves pass (shown as is, marked nowhere): the contract says so, and search
+    # keeps them below the operator's own capabilities
+    assert "ignore all previous instructions" in description
+    # argument descriptions are never shown: only names and types
+    assert described["input"] == [{"name": "text", "type": "str | None", "required": False}]

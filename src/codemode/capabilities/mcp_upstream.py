@@ -490,6 +490,7 @@ def _compile_tools(
                 ),
                 input_shape=in_shape,
                 output_shape=out_shape,
+                third_party=True,
             )
         )
         too_large = answer_problem(caps[-1], bounds or AnswerBounds())

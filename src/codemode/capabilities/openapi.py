@@ -610,6 +610,7 @@ def compile_document(
                 handler=_Handler(http, operation),
                 input_shape=in_shape,
                 output_shape=out_shape,
+                third_party=True,
             )
         )
         too_large = answer_problem(caps[-1], bounds or AnswerBounds())

@@ -56,6 +56,7 @@ def search_entry(c: CompiledCapability) -> SearchEntry:
         summary=c.summary,
         description=c.description,
         search_terms=list(c.search_terms),
+        third_party=c.third_party,
     )
 
 
