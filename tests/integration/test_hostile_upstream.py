@@ -137,3 +137,31 @@ async def test_upstream_text_is_shown_one_line_printable_and_bounded(tmp_path: P
     assert "ignore all previous instructions" in description
     # argument descriptions are never shown: only names and types
     assert described["input"] == [{"name": "text", "type": "str | None", "required": False}]
+
+
+# --- names stay tied to their own tools ------------------------------------------------------------
+
+NAMES = {
+    "a.get_thing": "get_thing",
+    "a.get_thing_2": "get_thing_2",
+    "a.get_thing_3": "get-thing",
+    "a.get_thing_4": "getThing",
+}
+
+
+@pytest.mark.parametrize("order", ["0,1,2,3", "3,2,1,0", "2,0,3,1"])
+async def test_derived_names_call_their_own_tools_in_any_listing_order(tmp_path: Path, order: str) -> None:
+    config = config_file(tmp_path, upstream_table("names", order))
+    # unfixed: a tool listed twice ("twice") stopped the whole service; and a.get_thing_2 ran get-thing
+    async with serving(config) as (client, log):
+        found = success_value(await call(client, "search_api", query="get thing"))
+        assert sorted(r["name"] for r in found["results"]) == sorted(NAMES)
+        for name, tool in NAMES.items():
+            described = success_value(await call(client, "describe_api", name=name))
+            assert described["summary"] == f"I am {tool}."
+            source = f"def main():\n    return {name}()\n"
+            assert success_value(await call(client, "execute", source=source)) == {
+                "result": {"text": f"ran {tool}"}
+            }
+        assert error_text(await call(client, "describe_api", name="a.twice")) == "capability not found"
+    assert "twice: listed 2 times with different definitions" in log.read_text(encoding="utf-8")

@@ -67,6 +67,7 @@ from codemode.packs.upstream import (
     search_terms_of,
     snake_case,
     summary_of,
+    unique_by_name,
 )
 
 from . import stdio_relay
@@ -445,15 +446,18 @@ def _compile_tools(
     bounds: AnswerBounds | None = None,
 ) -> tuple[list[Capability], SkipReport]:
     report = SkipReport(config.name, config.on_unsupported)
-    wanted = [t for t in tools if config.wanted(t.name)]
+    wanted = []
+    for t in tools:
+        if not config.wanted(t.name):
+            continue
+        if not _TOOL_NAME.match(t.name):  # before naming: a skipped tool takes no name
+            report.skip(repr(t.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces")
+            continue
+        wanted.append(t)
+    wanted = unique_by_name(wanted, lambda t: t.name, lambda a, b: a == b, report)
     names = capability_names(config.resolved_namespace, [t.name for t in wanted])
     caps: list[Capability] = []
     for tool in sorted(wanted, key=lambda t: names[t.name]):
-        if not _TOOL_NAME.match(tool.name):
-            report.skip(
-                repr(tool.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces"
-            )
-            continue
         omissions: list[Unsupported] = []
         try:
             in_shape = record_of(tool.input_schema, direction="input")

@@ -1,9 +1,13 @@
 """Shared rules for packs that turn someone else's tools into capabilities (MCP servers, OpenAPI).
 
 * :func:`capability_names`: a deterministic, collision-free map from upstream tool/operation names
-  to dotted snake_case capability names under one namespace (``github.list_issues``). Names are
-  assigned in sorted order of the originals, so the result does not depend on listing order; a
-  later original whose snake_case form is taken gets ``_2``, ``_3``... .
+  to dotted snake_case capability names under one namespace (``github.list_issues``), independent
+  of listing order. Originals claim names in this order: those already in snake_case
+  (``get_thing`` is ``ns.get_thing``, always), then those in lower case, then the rest, each group
+  in code-point order; an original whose snake_case form is taken gets the first free of ``_2``,
+  ``_3``... . So a name that is some original's own snake_case form always belongs to that original.
+* :func:`unique_by_name`: a tool listed several times is kept once when every copy is the same,
+  else skipped (which one an upstream would run is unknown).
 * :func:`argument_names`: keyword names for a tool's top-level arguments (kept when already a valid,
   non-reserved identifier; otherwise snake_cased, deduplicated the same way).
 * :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
@@ -21,9 +25,9 @@ from __future__ import annotations
 import keyword
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from codemode_worker.protocol import STARLARK_KEYWORDS
 
@@ -51,9 +55,11 @@ __all__ = [
     "search_terms_of",
     "snake_case",
     "summary_of",
+    "unique_by_name",
 ]
 
 log = logging.getLogger("codemode.upstream")
+T = TypeVar("T")
 
 OnUnsupported = Literal["skip", "fail"]
 MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
@@ -105,10 +111,15 @@ def check_namespace(namespace: str) -> None:
         raise UpstreamBuildError(f"namespace {namespace!r}: root {namespace.split('.')[0]!r} is reserved")
 
 
+def _claim_order(original: str, base: str) -> tuple[bool, bool, str]:
+    """Already snake_case first, then lower case, then the rest; code-point order within each."""
+    return (original != base, original != original.lower(), original)
+
+
 def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, str]:
     used = set(taken)
     out: dict[str, str] = {}
-    for original in sorted(bases):
+    for original in sorted(bases, key=lambda o: _claim_order(o, bases[o])):
         base = bases[original]
         name, n = base, 1
         while name in used:
@@ -124,6 +135,27 @@ def capability_names(namespace: str, originals: Iterable[str]) -> dict[str, str]
     check_namespace(namespace)
     short = _dedupe({o: snake_case(o) for o in set(originals)})
     return {o: f"{namespace}.{s}" for o, s in short.items()}
+
+
+def unique_by_name(
+    items: Iterable[T], name: Callable[[T], str], same: Callable[[T, T], bool], report: SkipReport
+) -> list[T]:
+    """``items`` with each name once: copies that are all ``same`` are kept once; a name listed
+    with different definitions is skipped (every copy), with the reason in ``report``."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(name(item), []).append(item)
+    out: list[T] = []
+    for key, group in groups.items():
+        if all(same(group[0], other) for other in group[1:]):
+            out.append(group[0])
+        else:
+            report.skip(
+                key,
+                f"listed {len(group)} times with different definitions "
+                "(which one the upstream runs is unknown)",
+            )
+    return out
 
 
 def argument_names(originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
