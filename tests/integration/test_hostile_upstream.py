@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from .support_mcp import RECORDS_PACK, call, child_env, cli_command, error_text, success_value
+from .upstream_support import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +167,62 @@ async def test_derived_names_call_their_own_tools_in_any_listing_order(tmp_path:
             }
         assert error_text(await call(client, "describe_api", name="a.twice")) == "capability not found"
     assert "twice: listed 2 times with different definitions" in log.read_text(encoding="utf-8")
+
+
+# --- start-up: a huge tool list, an unreachable upstream (serve --stdio) ---------------------------
+
+
+async def test_a_4096_tool_list_is_capped_and_the_service_starts(tmp_path: Path) -> None:
+    # unfixed: 4,096 + the records pack's 5 passed the 4,096-capability cap and the start failed
+    config = config_file(tmp_path, upstream_table("many", "4096"))
+    async with serving(config) as (client, log):
+        last = success_value(await call(client, "describe_api", name="a.tool1023"))
+        assert last["summary"] == "Tool number 1023."
+        assert error_text(await call(client, "describe_api", name="a.tool1024")) == "capability not found"
+        assert "records.create" in await names_found(client, "create record")
+    text = log.read_text(encoding="utf-8")
+    assert "skipped 3072 of 4096 tool(s)" in text
+    assert "- tool1024: over max_tools (1024 of 4096 tools taken, in name order)" in text
+    assert "... and 3022 more" in text and "tool4095" not in text  # the log is bounded too
+
+
+async def test_max_tools_is_per_upstream(tmp_path: Path) -> None:
+    table = upstream_table("many", "600") + "max_tools = 10\n"
+    async with serving(config_file(tmp_path, table)) as (client, _):
+        found = await names_found(client, "tool number")
+        assert sorted(n for n in found if n.startswith("a.")) == [f"a.tool{i:04d}" for i in range(10)]
+
+
+def serve_stdio_exit(config: Path, *flags: str) -> tuple[int, list[str]]:
+    argv = cli_command("serve", "--stdio", "--config", str(config), *flags)
+    proc = subprocess.run(
+        argv, env=child_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+    )
+    return proc.returncode, proc.stderr.splitlines()
+
+
+def test_an_unreachable_upstream_stops_serve_stdio_in_one_line(tmp_path: Path) -> None:
+    gone = (
+        f'[[upstream_mcp]]\nname = "gone"\nurl = "http://127.0.0.1:{free_port()}/mcp"\nconnect_timeout = 5\n'
+    )
+    # unfixed: exit 1 and a traceback ending in "ExceptionGroup: unhandled errors in a TaskGroup"
+    code, lines = serve_stdio_exit(config_file(tmp_path, gone))
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("codemode: --config / CODEMODE_CONFIG: upstream 'gone': cannot connect")
+    assert "ConnectError" in lines[0] and "TaskGroup" not in lines[0]
+
+
+def test_an_upstream_command_that_cannot_start_stops_serve_stdio_in_one_line(tmp_path: Path) -> None:
+    table = '[[upstream_mcp]]\nname = "nothing"\ncommand = "/nonexistent/mcp-server"\n'
+    code, lines = serve_stdio_exit(config_file(tmp_path, table))
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("codemode: --config / CODEMODE_CONFIG: upstream 'nothing': cannot connect")
+    assert "FileNotFoundError" in lines[0]
+
+
+def test_start_degraded_is_for_http_only(tmp_path: Path) -> None:
+    code, lines = serve_stdio_exit(config_file(tmp_path), "--start-degraded")
+    assert (code, lines) == (
+        2,
+        ["codemode: --start-degraded is for serve --http; it does nothing with --stdio"],
+    )

@@ -53,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from codemode import AgentError, CallContext, Capability
 from codemode.authz import Subject
 from codemode.catalog.answers import AnswerBounds
+from codemode.catalog.capability import MAX_CAPABILITIES
 from codemode.packs.jsonschema import Unsupported, record_of
 from codemode.packs.loading import PackSettings
 from codemode.packs.upstream import (
@@ -74,6 +75,7 @@ from . import stdio_relay
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_TOOLS",
     "TEXT_OUTPUT",
     "UpstreamMCPConfig",
     "UpstreamMCPPack",
@@ -87,6 +89,9 @@ TEXT_OUTPUT: dict[str, Any] = {"t": "record", "fields": [{"name": "text", "shape
 """The output of a tool without ``outputSchema``: ``{text: str}``."""
 
 MAX_LIST_PAGES = 100
+#: Tools taken from one upstream by default: a huge list is cut (with a skip report) rather than
+#: filling the catalog (at most 4,096 capabilities in all) and stopping the start.
+DEFAULT_MAX_TOOLS = 1024
 #: Bytes of one upstream message (a stdio line, an HTTP JSON body or an SSE event); a larger one fails
 #: the call it answers.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -133,6 +138,13 @@ class UpstreamMCPConfig(BaseModel):
     )
     on_unsupported: Literal["skip", "fail"] = Field(
         default="skip", description="A tool whose schema cannot be represented: skip it (warn) or fail."
+    )
+    max_tools: int = Field(
+        default=DEFAULT_MAX_TOOLS,
+        ge=1,
+        le=MAX_CAPABILITIES,
+        description="Most tools taken from this upstream (after include/exclude, in name order); "
+        "the rest are skipped.",
     )
 
     @model_validator(mode="after")
@@ -353,6 +365,8 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 def _brief(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # the task group's wrapper says nothing: name what failed
     text = str(exc).replace("\n", " ")
     return f"{type(exc).__name__}: {text[:300]}"
 
@@ -455,6 +469,12 @@ def _compile_tools(
             continue
         wanted.append(t)
     wanted = unique_by_name(wanted, lambda t: t.name, lambda a, b: a == b, report)
+    wanted = sorted(wanted, key=lambda t: str(t.name))
+    for t in wanted[config.max_tools :]:
+        report.skip(
+            t.name, f"over max_tools ({config.max_tools} of {len(wanted)} tools taken, in name order)"
+        )
+    wanted = wanted[: config.max_tools]
     names = capability_names(config.resolved_namespace, [t.name for t in wanted])
     caps: list[Capability] = []
     for tool in sorted(wanted, key=lambda t: names[t.name]):

@@ -63,6 +63,7 @@ T = TypeVar("T")
 
 OnUnsupported = Literal["skip", "fail"]
 MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
+MAX_LOGGED_SKIPS = 50  # skip-report lines in one log record (a 4,096-tool list must not flood it)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 
@@ -258,16 +259,19 @@ class SkipReport:
             )
         if not self.skipped:
             return
-        lines = "\n".join(f"- {item}: {reason}" for item, reason in self.skipped)
+        shown = self.skipped[:MAX_LOGGED_SKIPS]
+        logged = "\n".join(f"- {item}: {reason}" for item, reason in shown)
+        if len(self.skipped) > len(shown):
+            logged += f"\n- ... and {len(self.skipped) - len(shown)} more (SkipReport.skipped has them all)"
         if self.on_unsupported == "fail":
             raise UpstreamBuildError(
                 f"upstream {self.upstream!r}: {len(self.skipped)} tool(s) cannot be represented "
-                f'(on_unsupported = "fail"):\n{lines}'
+                f'(on_unsupported = "fail"):\n{logged}'
             )
         log.warning(
             "upstream %r: skipped %d of %d tool(s) that cannot be represented:\n%s",
             self.upstream,
             len(self.skipped),
             len(self.skipped) + len(self.converted),
-            lines,
+            logged,
         )
