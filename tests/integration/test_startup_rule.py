@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import pytest
 
 from .support_mcp import RECORDS_PACK, child_env, cli_command
 from .support_service import mcp_client, tool_value, write_token_file
-from .upstream_support import free_port
+from .upstream_support import free_port, stop, wait_listening
 
 pytestmark = pytest.mark.slow
 
@@ -76,24 +75,14 @@ def started(tmp_path: Path, tables: str, *flags: str) -> Iterator[Started]:
             argv, env=child_env(), stdin=subprocess.DEVNULL, stdout=err, stderr=err, text=True
         )
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(f"serve --http exited {proc.returncode}: {log.read_text()[-2000:]}")
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-                assert time.monotonic() < deadline, "serve --http did not listen within 60 s"
-                time.sleep(0.1)
+            wait_listening(
+                proc, port, 60, lambda: f"serve --http exited {proc.returncode}: {log.read_text()[-2000:]}"
+            )
             yield Started(
                 proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics", token, log
             )
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, 30)
 
 
 def readyz(url: str) -> httpx.Response:
