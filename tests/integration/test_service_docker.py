@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from codemode.service import create_app
+from codemode.startup.config import ConfigError
+
 from .support_docker import worker_containers
 from .support_service import execute, http_get, service, settings, write_token_file
 
@@ -128,10 +131,15 @@ async def test_readiness_follows_the_docker_engine(tmp_path: Path, docker_api: A
 
 
 @pytest.mark.usefixtures("docker_api")
-async def test_missing_worker_image_is_not_ready(tmp_path: Path) -> None:
+async def test_missing_worker_image_stops_the_start_or_is_not_ready(tmp_path: Path) -> None:
     tokens = write_token_file(tmp_path, ["alice"])
     cfg = settings(token_file=tokens.path, runtime="docker", docker_image="codemode-worker:no-such-tag")
-    async with service(cfg) as srv:
+    strict = create_app(cfg).state.codemode
+    with pytest.raises(ConfigError, match=r"the docker runtime is not usable: .*no-such-tag"):
+        await strict.check_start()
+    await strict.shutdown()
+    # a degraded start (the start-up rule, docs/service.md) serves and reports not ready
+    async with service(cfg.model_copy(update={"start_degraded": True})) as srv:
         resp = await http_get(srv.url + "/readyz")
         assert resp.status_code == 503
         assert resp.json() == {"status": "not ready", "reason": "runtime unavailable"}

@@ -18,8 +18,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from tests import environment
 
@@ -115,27 +116,41 @@ def start_http_upstream(
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"upstream exited: {proc.stderr.read().decode()[-800:] if proc.stderr else ''}"
-                )
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError("upstream did not start listening within 20 s")
-            time.sleep(0.05)
+        wait_listening(
+            proc,
+            port,
+            20,
+            lambda: f"upstream exited: {proc.stderr.read().decode()[-800:] if proc.stderr else ''}",
+        )
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 5)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def wait_listening(proc: subprocess.Popen[Any], port: int, seconds: float, exited: Callable[[], str]) -> None:
+    """Until ``proc`` accepts connections on 127.0.0.1:port; ``RuntimeError(exited())`` if it exits
+    first, ``RuntimeError`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(exited())
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.args!r} did not start listening within {seconds:g} s")
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[Any], grace: float) -> None:
+    """Terminate ``proc``, killing it after ``grace`` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 OCTOKIT = "@octokit/openapi"

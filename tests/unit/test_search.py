@@ -563,15 +563,18 @@ def test_concurrent_searches_agree() -> None:
 def reference_search(entries: list[SearchEntry], query: str, max_results: int) -> tuple[list[str], bool]:
     """Score every entry directly from the documented formula (no inverted index, no shortcuts)."""
     tokens = normalize_query(query)
-    fields = [
-        [
-            _index_tokens(e.name),
-            [t for term in e.search_terms for t in _index_tokens(term)],
-            _index_tokens(e.summary),
-            _index_tokens(e.description),
-        ]
-        for e in entries
-    ]
+    fields = []
+    for e in entries:
+        terms = [t for term in e.search_terms for t in _index_tokens(term)]
+        # a third-party capability's search terms are summary text
+        fields.append(
+            [
+                _index_tokens(e.name),
+                [] if e.third_party else terms,
+                _index_tokens(e.summary) + (terms if e.third_party else []),
+                _index_tokens(e.description),
+            ]
+        )
     n = len(entries)
     df: dict[str, int] = {}
     for doc in fields:
@@ -583,7 +586,7 @@ def reference_search(entries: list[SearchEntry], query: str, max_results: int) -
 
     folded = query.strip().casefold()
     exact = sorted(e.name for e in entries if e.name.casefold() == folded)
-    scored: list[tuple[float, str]] = []
+    scored: list[tuple[float, bool, str]] = []
     for e, doc in zip(entries, fields, strict=True):
         if e.name in exact:
             continue
@@ -600,8 +603,8 @@ def reference_search(entries: list[SearchEntry], query: str, max_results: int) -
                 matched += 1
                 total += best
         if tokens and matched >= required_matches(len(tokens)):
-            scored.append((-total, e.name))
-    ranked = exact + [name for _, name in sorted(scored)]
+            scored.append((-total, e.third_party, e.name))
+    ranked = exact + [name for _, _, name in sorted(scored)]
     return ranked[:max_results], len(ranked) > max_results
 
 
@@ -628,6 +631,7 @@ def test_index_matches_reference_on_random_catalogs() -> None:
                 summary=phrase(rng.randint(1, 6)),
                 description=phrase(rng.randint(0, 12)),
                 search_terms=[phrase(rng.randint(1, 2)) for _ in range(rng.randint(0, 4))],
+                third_party=rng.random() < 0.3,
             )
         catalog = list(entries.values())
         max_results = rng.choice([1, 3, 5, 20])

@@ -43,9 +43,9 @@ def test_capability_names_are_collision_free_and_order_independent() -> None:
     originals = ["get-item", "getItem", "get_item", "list"]
     names = capability_names("shop", originals)
     assert names == {
-        "getItem": "shop.get_item_2",
-        "get-item": "shop.get_item",
-        "get_item": "shop.get_item_3",
+        "getItem": "shop.get_item_3",
+        "get-item": "shop.get_item_2",
+        "get_item": "shop.get_item",
         "list": "shop.list",
     }
     assert capability_names("shop", list(reversed(originals))) == names

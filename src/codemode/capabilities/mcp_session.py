@@ -310,5 +310,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 def brief(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # the task group's wrapper says nothing: name what failed
     text = str(exc).replace("\n", " ")
     return f"{type(exc).__name__}: {text[:300]}"

@@ -63,11 +63,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from codemode import AgentError, CallContext, Capability
 from codemode.authz import Subject
+from codemode.catalog.answers import AnswerBounds
+from codemode.catalog.capability import MAX_CAPABILITIES
 from codemode.packs.jsonschema import Unsupported, record_of
 from codemode.packs.loading import PackSettings
 from codemode.packs.upstream import (
     SkipReport,
     UpstreamBuildError,
+    answer_problem,
     argument_names,
     capability_names,
     check_namespace,
@@ -76,6 +79,7 @@ from codemode.packs.upstream import (
     search_terms_of,
     snake_case,
     summary_of,
+    unique_by_name,
     upstream_error_text,
 )
 
@@ -100,6 +104,7 @@ from .upstream_tenancy import (
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_MAX_TOOLS",
     "TEXT_OUTPUT",
     "UpstreamCallFailed",
     "UpstreamMCPConfig",
@@ -113,6 +118,9 @@ log = logging.getLogger("codemode.capabilities.mcp_upstream")
 TEXT_OUTPUT: dict[str, Any] = {"t": "record", "fields": [{"name": "text", "shape": {"t": "str"}}]}
 """The output of a tool without ``outputSchema``: ``{text: str}``."""
 
+#: Tools taken from one upstream by default: a huge list is cut (with a skip report) rather than
+#: filling the catalog (at most 4,096 capabilities in all) and stopping the start.
+DEFAULT_MAX_TOOLS = 1024
 #: Bytes of one upstream message (a stdio line, an HTTP JSON body or an SSE event); a larger one fails
 #: the call it answers.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -197,6 +205,13 @@ class UpstreamMCPConfig(BaseModel):
     )
     on_unsupported: Literal["skip", "fail"] = Field(
         default="skip", description="A tool whose schema cannot be represented: skip it (warn) or fail."
+    )
+    max_tools: int = Field(
+        default=DEFAULT_MAX_TOOLS,
+        ge=1,
+        le=MAX_CAPABILITIES,
+        description="Most tools taken from this upstream (after include/exclude, in name order); "
+        "the rest are skipped.",
     )
 
     @model_validator(mode="after")
@@ -376,18 +391,30 @@ class _Tool:
 
 
 def _compile_tools(
-    pack: UpstreamMCPPack, config: UpstreamMCPConfig, tools: Sequence[Any]
+    pack: UpstreamMCPPack,
+    config: UpstreamMCPConfig,
+    tools: Sequence[Any],
+    bounds: AnswerBounds | None = None,
 ) -> tuple[list[Capability], SkipReport]:
     report = SkipReport(config.name, config.on_unsupported)
-    wanted = [t for t in tools if config.wanted(t.name)]
+    wanted = []
+    for t in tools:
+        if not config.wanted(t.name):
+            continue
+        if not _TOOL_NAME.match(t.name):  # before naming: a skipped tool takes no name
+            report.skip(repr(t.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces")
+            continue
+        wanted.append(t)
+    wanted = unique_by_name(wanted, lambda t: t.name, lambda a, b: a == b, report)
+    wanted = sorted(wanted, key=lambda t: str(t.name))
+    for t in wanted[config.max_tools :]:
+        report.skip(
+            t.name, f"over max_tools ({config.max_tools} of {len(wanted)} tools taken, in name order)"
+        )
+    wanted = wanted[: config.max_tools]
     names = capability_names(config.resolved_namespace, [t.name for t in wanted])
     caps: list[Capability] = []
     for tool in sorted(wanted, key=lambda t: names[t.name]):
-        if not _TOOL_NAME.match(tool.name):
-            report.skip(
-                repr(tool.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces"
-            )
-            continue
         omissions: list[Unsupported] = []
         try:
             in_shape = record_of(tool.input_schema, direction="input")
@@ -425,8 +452,14 @@ def _compile_tools(
                 ),
                 input_shape=in_shape,
                 output_shape=out_shape,
+                third_party=True,
             )
         )
+        too_large = answer_problem(caps[-1], bounds or AnswerBounds())
+        if too_large is not None:  # never cut: a cut signature would lie
+            caps.pop()
+            report.skip(tool.name, too_large)
+            continue
         report.converted.append(tool.name)
     report.finish()
     return caps, report
@@ -467,6 +500,9 @@ class UpstreamMCPPack:
             for cfg in self.configs
         }
         self.reports: dict[str, SkipReport] = {}
+        #: The server's answer bounds (``PackSettings.answer_bounds``): a tool whose search result or
+        #: describe answer would not fit is skipped.
+        self.answer_bounds: AnswerBounds | None = None
 
     def _root(self) -> Path:
         if self.data_dir is not None:
@@ -522,7 +558,7 @@ class UpstreamMCPPack:
                     raise UpstreamBuildError(
                         f"upstream {cfg.name!r}: cannot connect and list tools: {brief(exc)}"
                     ) from None
-                one, report = _compile_tools(self, cfg, tools)
+                one, report = _compile_tools(self, cfg, tools, self.answer_bounds)
                 self.reports[cfg.name] = report
                 caps += one
         except BaseException:
@@ -543,6 +579,8 @@ class UpstreamMCPPack:
         subjects (``settings.multi_tenant``)."""
         if settings is not None and self.data_dir is None:
             self.data_dir = settings.data_dir
+        if settings is not None:
+            self.answer_bounds = settings.answer_bounds
         caps = self.loop.run_sync(self._discover(True))
         if settings is not None and settings.multi_tenant:
             self._warn_multi_tenant()

@@ -61,11 +61,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from codemode import AgentError, CallContext, Capability
 from codemode.authz import Subject
+from codemode.catalog.answers import AnswerBounds
 from codemode.packs.jsonschema import Dialect, Unsupported, compile_schema
 from codemode.packs.loading import PackSettings
 from codemode.packs.upstream import (
     SkipReport,
     UpstreamBuildError,
+    answer_problem,
     argument_names,
     capability_names,
     check_namespace,
@@ -547,7 +549,7 @@ class _Handler:
 
 
 def compile_document(
-    config: OpenAPIConfig, doc: Mapping[str, Any], http: _HTTP
+    config: OpenAPIConfig, doc: Mapping[str, Any], http: _HTTP, bounds: AnswerBounds | None = None
 ) -> tuple[list[Capability], SkipReport]:
     """Every wanted operation as a capability, plus the report of what was skipped and why."""
     report = SkipReport(config.name, config.on_unsupported)
@@ -608,8 +610,14 @@ def compile_document(
                 handler=_Handler(http, operation),
                 input_shape=in_shape,
                 output_shape=out_shape,
+                third_party=True,
             )
         )
+        too_large = answer_problem(caps[-1], bounds or AnswerBounds())
+        if too_large is not None:  # never cut: a cut signature would lie
+            caps.pop()
+            report.skip(op_id, too_large)
+            continue
         report.converted.append(op_id)
     report.finish()
     return caps, report
@@ -629,7 +637,8 @@ class OpenAPIPack:
         for cfg in self.configs:
             cfg.request_headers()  # a missing credential fails the build, not the first call
             doc = load_document(cfg.document)
-            one, report = compile_document(cfg, doc, self.clients[cfg.name])
+            bounds = settings.answer_bounds if settings is not None else None
+            one, report = compile_document(cfg, doc, self.clients[cfg.name], bounds)
             self.reports[cfg.name] = report
             caps += one
         return caps

@@ -71,6 +71,10 @@ class Capability:
     search_terms: Sequence[str] = field(default_factory=list)
     input_shape: Mapping[str, Any] | None = None
     output_shape: Mapping[str, Any] | None = None
+    #: True when the summary, description and search terms were written by someone other than the
+    #: operator (an upstream MCP server, an OpenAPI document): search ranks it after host
+    #: capabilities on equal scores and counts its search terms as summary text.
+    third_party: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class CompiledCapability:
     input_type: Any
     output_type: Any
     signature: str
+    third_party: bool = False
 
 
 def _name_problems(name: object) -> list[str]:
@@ -203,6 +208,8 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
     problems += _text_problems("summary", cap.summary, MAX_SUMMARY_BYTES, required=True)
     problems += _text_problems("description", cap.description, MAX_DESCRIPTION_BYTES, required=False)
     problems += _terms_problems(cap.search_terms)
+    if not isinstance(cap.third_party, bool):
+        problems.append("third_party must be a bool")
     shapes = None
     if not callable(cap.handler):
         problems.append("handler must be callable")
@@ -231,6 +238,7 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
             input_type=in_tp,
             output_type=out_tp,
             signature=signature(cap.name, in_shape),
+            third_party=cap.third_party is True,
         ),
         [],
     )

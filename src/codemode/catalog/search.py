@@ -80,7 +80,20 @@ A capability is eligible when it matches at least 1 of 1, 2 of 2, or ``ceil(2q/3
 distinct query tokens; its score is the sum of its contributions. A query whose trimmed,
 case-folded text equals a capability's case-folded dotted name puts that capability first, even if the
 token rule alone would not have made it eligible (``GitHub.x`` names ``gitHub.x``, whose tokens are
-``git hub x``). The rest are ordered by score descending, then name ascending (code-point order).
+``git hub x``). The rest are ordered by score descending, then host capabilities before third-party
+ones, then name ascending (code-point order).
+
+Third-party capabilities
+------------------------
+A capability marked ``third_party`` (its summary, description and search terms were written by an
+upstream MCP server or an OpenAPI document, not by the operator) has no search-terms field: its
+search terms are indexed as summary text. With the host-first tie-break this gives the guarantee the
+contract states: for a query made of words that a host capability has in its name, search terms or
+summary, a third-party capability whose *name* has none of them never ranks above it, whatever its
+other text says or how often. Per query token, the host capability contributes at least
+``5 * rarity(t)`` (exact, summary or stronger) and the third-party one at most ``5 * rarity(t)``
+(exact in its summary) or ``5 * 0.75 * 1.3`` (a prefix match, on any rarity); the sums compare the
+same way (float addition is monotonic) and an equal sum goes to the host.
 
 Output bounds
 -------------
@@ -157,6 +170,7 @@ CONNECTORS: frozenset[str] = frozenset(
 # name, search terms, summary, description; PREFIX_FACTOR * w[f] > w[f + 1] keeps field precedence.
 FIELD_WEIGHTS: tuple[float, float, float, float] = (12.0, 8.0, 5.0, 3.0)
 PREFIX_FACTOR = 0.75
+_TERMS, _SUMMARY = 1, 2  # field positions in FIELD_WEIGHTS
 # Rarity multiplies by 1 .. 1 + RARITY_SPAN; keep 1 + RARITY_SPAN < 1 / PREFIX_FACTOR and < 12/8.
 RARITY_SPAN = 0.3
 
@@ -373,6 +387,9 @@ class SearchEntry:
     summary: str
     description: str = ""
     search_terms: Sequence[str] = field(default_factory=tuple)
+    #: Text written by an upstream server or document: search terms count as summary text, and
+    #: equal scores rank after host capabilities.
+    third_party: bool = False
 
 
 @dataclass(frozen=True)
@@ -445,6 +462,7 @@ class SearchIndex:
             SearchResult(e.name, e.signature, e.summary) for e in ordered
         )
         self._result_bytes: tuple[int, ...] = tuple(_result_bytes(e) for e in ordered)
+        self._third_party: tuple[bool, ...] = tuple(e.third_party for e in ordered)
         by_folded: dict[str, list[int]] = {}
         for doc, e in enumerate(ordered):
             by_folded.setdefault(e.name.casefold(), []).append(doc)
@@ -461,9 +479,10 @@ class SearchIndex:
                 (e.description,),
             )
             for fld, parts in enumerate(texts):
+                where = _SUMMARY if fld == _TERMS and e.third_party else fld
                 for part in parts:
                     for token in _index_tokens(part):
-                        strongest.setdefault(token, fld)
+                        strongest.setdefault(token, where)
             for token, fld in strongest.items():
                 lists = postings.get(token)
                 if lists is None:
@@ -598,8 +617,9 @@ class SearchIndex:
                 # Only capabilities scoring at least the wanted-th best score can be ranked.
                 threshold = heapq.nlargest(wanted, scores.values())[-1]
                 pool = [d for d, v in scores.items() if v >= threshold]
-            # Name order first (ids are in name order), then a stable sort by score descending.
-            ordered = sorted(sorted(pool), key=scores.__getitem__, reverse=True)
+            # Score descending, then host before third-party, then name (ids are in name order).
+            third = self._third_party
+            ordered = sorted(pool, key=lambda d: (-scores[d], third[d], d))
             ranked.extend(ordered[:wanted])
 
         results: list[SearchResult] = []

@@ -44,6 +44,7 @@ HTTP_ONLY = frozenset(
         "max_connections",
         "backlog",
         "ready_check_timeout",
+        "start_degraded",
         "shutdown_timeout",
     }
 )

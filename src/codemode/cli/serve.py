@@ -61,10 +61,15 @@ async def _serve_stdio(settings: Settings, server: Any) -> None:
     from mcp.server.stdio import stdio_server
 
     from ..mcp.adapter import StaticSubject, create_server
+    from ..startup.bootstrap import check_runtime
 
     app = create_server(server, StaticSubject(settings.subject_id))
     try:
-        await server.start()
+        # The start-up rule: a runtime that cannot work stops serve --stdio now, in one line, not at
+        # the first execute.
+        problem = await check_runtime(server, settings)
+        if problem is not None:
+            raise ConfigError(problem.detail)
         async with stdio_server() as (read_stream, write_stream):
             await app.run(read_stream, write_stream, app.create_initialization_options())
     finally:
@@ -90,6 +95,9 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_serve_stdio(settings, server))
+    except ConfigError as exc:
+        print(f"codemode: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         log.debug("serve failed", exc_info=True)
         print(f"codemode: serve failed: {type(exc).__name__}: {exc}", file=sys.stderr)

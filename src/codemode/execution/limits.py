@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from ..catalog.answers import DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES
+
 __all__ = ["DEFAULTS", "DEFAULT_SUBJECT_QUOTA", "UNITS", "Limits"]
 
 #: Concurrent executes one subject may run (``Builder(subject_quota=...)``, ``--subject-quota``).
@@ -23,6 +25,7 @@ DEFAULTS: dict[str, float] = {
     "max_concurrent_executions": 8,
     "max_search_response_bytes": 64 * 1024,
     "max_callstack": 100,
+    "max_describe_response_bytes": DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES,
 }
 
 #: What each limit counts (shown by ``--help`` and docs/reference/limits.md).
@@ -39,6 +42,7 @@ UNITS: dict[str, str] = {
     "max_concurrent_executions": "executes in flight at once (slots)",
     "max_search_response_bytes": "bytes of a search response (compact JSON)",
     "max_callstack": "Starlark call-stack depth",
+    "max_describe_response_bytes": "bytes of one describe_api answer (compact JSON)",
 }
 
 
@@ -60,6 +64,7 @@ class Limits:
     max_concurrent_executions: int = 0
     max_search_response_bytes: int = 0
     max_callstack: int = 0
+    max_describe_response_bytes: int = 0
 
     def problems(self) -> list[str]:
         """Negative values (and non-numbers) as build problems."""

@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..authz import Authorizer, Subject
+from ..catalog.answers import MIN_DESCRIBE_RESPONSE_BYTES, AnswerBounds, describe_document, search_entry
 from ..catalog.capability import Capability, CompiledCapability, validate_catalog
-from ..catalog.search import SearchEntry, SearchIndex, SearchLimitError, SearchResponse, oversized_entries
-from ..catalog.types import describe_fields
+from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..runtimes.base import Runtime
 from .execute import Executor
 from .limits import Limits
 from .observe import Observer
 
-__all__ = ["Builder", "Description", "Server"]
+__all__ = ["Builder", "Description", "Server", "answer_bounds"]
 
 MIN_SEARCH_RESPONSE_BYTES = 32
 
@@ -114,12 +114,19 @@ class Builder:
         enabled, cap_problems = validate_catalog(self._caps, self._disabled)
         problems += cap_problems
         resolved = limits.resolved() if not limits.problems() else Limits().resolved()
+        bounds_ok = True
         if resolved.max_search_response_bytes < MIN_SEARCH_RESPONSE_BYTES:
             problems.append(f"limits: max_search_response_bytes must be at least {MIN_SEARCH_RESPONSE_BYTES}")
-        else:
-            entries = [_entry(c) for c in enabled]
-            for name in oversized_entries(entries, resolved.max_search_response_bytes):
-                problems.append(f"capability {name!r}: its search result alone exceeds the response bound")
+            bounds_ok = False
+        if resolved.max_describe_response_bytes < MIN_DESCRIBE_RESPONSE_BYTES:
+            problems.append(
+                f"limits: max_describe_response_bytes must be at least {MIN_DESCRIBE_RESPONSE_BYTES}"
+            )
+            bounds_ok = False
+        if bounds_ok:
+            bounds = answer_bounds(resolved)
+            for c in enabled:
+                problems += bounds.problems(c)
         if problems:
             raise InvalidRegistration(problems)
         assert self._authorizer is not None
@@ -146,13 +153,11 @@ def _resolved_slots(limits: Limits) -> int:
     return int(Limits().resolved().max_concurrent_executions)
 
 
-def _entry(c: CompiledCapability) -> SearchEntry:
-    return SearchEntry(
-        name=c.name,
-        signature=c.signature,
-        summary=c.summary,
-        description=c.description,
-        search_terms=list(c.search_terms),
+def answer_bounds(limits: Limits) -> AnswerBounds:
+    """The response bounds of resolved ``limits`` (what packs check their capabilities against)."""
+    return AnswerBounds(
+        max_search_response_bytes=limits.max_search_response_bytes,
+        max_describe_response_bytes=limits.max_describe_response_bytes,
     )
 
 
@@ -173,7 +178,7 @@ class Server:
         self.runtime = runtime
         self._by_name = {c.name: c for c in capabilities}
         self._index = SearchIndex(
-            [_entry(c) for c in capabilities],
+            [search_entry(c) for c in capabilities],
             max_results=limits.max_search_results,
             max_response_bytes=limits.max_search_response_bytes,
         )
@@ -206,14 +211,7 @@ class Server:
         cap = self._by_name.get(name) if isinstance(name, str) else None
         if cap is None:
             raise NotFound()
-        return Description(
-            name=cap.name,
-            signature=cap.signature,
-            summary=cap.summary,
-            description=cap.description,
-            input=[f.to_dict() for f in describe_fields(cap.input_shape, output=False)],
-            output=[f.to_dict() for f in describe_fields(cap.output_shape, output=True)],
-        )
+        return Description(**describe_document(cap))
 
     async def start(self) -> None:
         """Start the runtime (orphan clean-up, pool warm-up). ``execute`` calls it on first use."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..catalog.answers import AnswerBounds
 from ..catalog.capability import Capability
 
 __all__ = ["Pack", "PackError", "PackSettings", "load_pack", "load_packs", "pack_capabilities", "split_specs"]
@@ -48,6 +49,9 @@ class PackSettings:
     data_dir: Path | None = None
     #: Whether the host serves many subjects (``serve --http``) rather than one (``serve --stdio``).
     multi_tenant: bool = False
+    #: The server's search and describe response bounds: a pack converting someone else's tools
+    #: skips one whose answers would not fit (``codemode.packs.upstream.answer_problem``).
+    answer_bounds: AnswerBounds = field(default_factory=AnswerBounds)
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """An option if set, else the environment variable of that name, else ``default``."""

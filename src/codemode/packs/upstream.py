@@ -1,9 +1,13 @@
 """Shared rules for packs that turn someone else's tools into capabilities (MCP servers, OpenAPI).
 
 * :func:`capability_names`: a deterministic, collision-free map from upstream tool/operation names
-  to dotted snake_case capability names under one namespace (``github.list_issues``). Names are
-  assigned in sorted order of the originals, so the result does not depend on listing order; a
-  later original whose snake_case form is taken gets ``_2``, ``_3``... .
+  to dotted snake_case capability names under one namespace (``github.list_issues``), independent
+  of listing order. Originals claim names in this order: those already in snake_case
+  (``get_thing`` is ``ns.get_thing``, always), then those in lower case, then the rest, each group
+  in code-point order; an original whose snake_case form is taken gets the first free of ``_2``,
+  ``_3``... . So a name that is some original's own snake_case form always belongs to that original.
+* :func:`unique_by_name`: a tool listed several times is kept once when every copy is the same,
+  else skipped (which one an upstream would run is unknown).
 * :func:`argument_names`: keyword names for a tool's top-level arguments (kept when already a valid,
   non-reserved identifier; otherwise snake_cased, deduplicated the same way).
 * :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
@@ -11,6 +15,9 @@
 * :func:`upstream_error_text`: the one rule for an upstream's own error text that a client may see
   (``capability failed: <upstream>: <text>``): one short line, URLs and absolute paths replaced,
   configured credentials redacted.
+* :func:`answer_problem`: why a converted tool cannot be registered because its ``search_api``
+  result or ``describe_api`` answer would not fit the configured bound (it is skipped like a tool
+  whose schema cannot be represented, never cut: a cut signature would lie).
 * :class:`SkipReport` / :data:`OnUnsupported`: what happens to a tool whose schema cannot be
   represented: ``skip`` (default) leaves it out with one warning listing every reason, ``fail``
   stops the build with all of them.
@@ -21,23 +28,27 @@ from __future__ import annotations
 import keyword
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from codemode_worker.protocol import STARLARK_KEYWORDS
 
+from ..catalog.answers import AnswerBounds
 from ..catalog.capability import (
     MAX_DESCRIPTION_BYTES,
     MAX_SEARCH_TERM_BYTES,
     MAX_SEARCH_TERMS,
     RESERVED_ROOTS,
+    Capability,
+    validate_catalog,
 )
 
 __all__ = [
     "OnUnsupported",
     "SkipReport",
     "UpstreamBuildError",
+    "answer_problem",
     "argument_names",
     "capability_names",
     "check_namespace",
@@ -47,10 +58,12 @@ __all__ = [
     "search_terms_of",
     "snake_case",
     "summary_of",
+    "unique_by_name",
     "upstream_error_text",
 ]
 
 log = logging.getLogger("codemode.upstream")
+T = TypeVar("T")
 
 OnUnsupported = Literal["skip", "fail"]
 MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
@@ -65,6 +78,7 @@ _URL = re.compile(
 #: An absolute path: ``/etc/passwd``, ``.../site-packages/x``, ``~/x``, ``\\share\x``, ``C:\x``,
 #: ``C:/x``, ``file:x``; a relative path inside a word (``Mars/Olympus``, ``b/../a``) is kept.
 _PATH = re.compile(r"(?<![\w.\-/\\])(?:[.~]*[/\\]|[A-Za-z]:[/\\]|file:)[^\s'\"()\[\]{},;<>]*")
+MAX_LOGGED_SKIPS = 50  # skip-report lines in one log record (a 4,096-tool list must not flood it)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 
@@ -113,10 +127,15 @@ def check_namespace(namespace: str) -> None:
         raise UpstreamBuildError(f"namespace {namespace!r}: root {namespace.split('.')[0]!r} is reserved")
 
 
+def _claim_order(original: str, base: str) -> tuple[bool, bool, str]:
+    """Already snake_case first, then lower case, then the rest; code-point order within each."""
+    return (original != base, original != original.lower(), original)
+
+
 def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, str]:
     used = set(taken)
     out: dict[str, str] = {}
-    for original in sorted(bases):
+    for original in sorted(bases, key=lambda o: _claim_order(o, bases[o])):
         base = bases[original]
         name, n = base, 1
         while name in used:
@@ -132,6 +151,27 @@ def capability_names(namespace: str, originals: Iterable[str]) -> dict[str, str]
     check_namespace(namespace)
     short = _dedupe({o: snake_case(o) for o in set(originals)})
     return {o: f"{namespace}.{s}" for o, s in short.items()}
+
+
+def unique_by_name(
+    items: Iterable[T], name: Callable[[T], str], same: Callable[[T, T], bool], report: SkipReport
+) -> list[T]:
+    """``items`` with each name once: copies that are all ``same`` are kept once; a name listed
+    with different definitions is skipped (every copy), with the reason in ``report``."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(name(item), []).append(item)
+    out: list[T] = []
+    for key, group in groups.items():
+        if all(same(group[0], other) for other in group[1:]):
+            out.append(group[0])
+        else:
+            report.skip(
+                key,
+                f"listed {len(group)} times with different definitions "
+                "(which one the upstream runs is unknown)",
+            )
+    return out
 
 
 def argument_names(originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
@@ -207,6 +247,21 @@ def search_terms_of(*terms: str | None) -> list[str]:
     return out
 
 
+def answer_problem(cap: Capability, bounds: AnswerBounds) -> str | None:
+    """Why ``cap`` would be refused for the size of its answers, or None (also when it has other
+    problems: the builder names those)."""
+    compiled, problems = validate_catalog([cap], [])
+    if problems or not compiled:
+        return None
+    (one,) = compiled
+    if bounds.search_overflows(one):
+        return "its search_api result would not fit max_search_response_bytes"
+    size = bounds.describe_overflow(one)
+    if size is not None:
+        return f"its describe_api answer would be {size:,} bytes, over max_describe_response_bytes"
+    return None
+
+
 @dataclass
 class SkipReport:
     """Tools/operations left out of one upstream, each with its reason."""
@@ -235,16 +290,19 @@ class SkipReport:
             )
         if not self.skipped:
             return
-        lines = "\n".join(f"- {item}: {reason}" for item, reason in self.skipped)
+        shown = self.skipped[:MAX_LOGGED_SKIPS]
+        logged = "\n".join(f"- {item}: {reason}" for item, reason in shown)
+        if len(self.skipped) > len(shown):
+            logged += f"\n- ... and {len(self.skipped) - len(shown)} more (SkipReport.skipped has them all)"
         if self.on_unsupported == "fail":
             raise UpstreamBuildError(
                 f"upstream {self.upstream!r}: {len(self.skipped)} tool(s) cannot be represented "
-                f'(on_unsupported = "fail"):\n{lines}'
+                f'(on_unsupported = "fail"):\n{logged}'
             )
         log.warning(
             "upstream %r: skipped %d of %d tool(s) that cannot be represented:\n%s",
             self.upstream,
             len(self.skipped),
             len(self.skipped) + len(self.converted),
-            lines,
+            logged,
         )

@@ -5,16 +5,20 @@ Routes:
 - ``/mcp``: MCP streamable HTTP (the official SDK's session manager around
   ``codemode.mcp.create_server(server, ContextSubject())``), behind :class:`BearerAuthMiddleware`;
 - ``/healthz``: liveness, 200 while the process serves;
-- ``/readyz``: readiness: the runtime answers ``check()`` (for Docker: daemon reachable, worker image
-  present with the matching protocol version) and the warm pool, if any, is at its target;
+- ``/readyz``: readiness: no pack or upstream was left out at a degraded start, the runtime answers
+  ``check()`` (for Docker: daemon reachable, worker image present with the matching protocol
+  version) and the warm pool, if any, is at its target; the reasons are coarse (the detail goes to
+  the log and the metrics port);
 - ``/metrics``: Prometheus text, only on a second server (``metrics_port``, loopback by default),
   never on the port tenants reach.
 
-Lifespan: start the runtime (orphan clean-up, pool warm-up; a failure is logged and retried by
-``/readyz`` and by the first execute, so the process still starts and reports not-ready), the MCP
-session manager and the optional metrics server. On shutdown: refuse new MCP requests (503), wait up
-to ``shutdown_timeout`` for in-flight executes, stop the session manager (which cancels what is left:
-a cancelled execute kills and reaps its worker), then ``server.aclose()`` drains the pool.
+Lifespan: start the runtime (orphan clean-up, pool warm-up) and run its check; a failure stops the
+start with one line naming it (``ConfigError``), unless ``start_degraded``: then it is logged, shown
+on the metrics port and retried by ``/readyz`` and the first execute (the start-up rule,
+docs/service.md). Then the MCP session manager and the optional metrics server. On shutdown:
+refuse new MCP requests (503), wait up to ``shutdown_timeout`` for in-flight executes, stop the
+session manager (which cancels what is left: a cancelled execute kills and reaps its worker), then
+``server.aclose()`` drains the pool.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from ..execution.observe import CallEvent, ExecuteEvent
 from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
-from ..startup.bootstrap import build_runtime, build_server
+from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
 from ..startup.config import ConfigError, Settings, load_settings, names
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
@@ -132,14 +136,24 @@ class Service:
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
         base = runtime if runtime is not None else build_runtime(settings)
+        #: Packs and upstreams left out at a degraded start (--start-degraded); /readyz fails while any.
+        self.problems: list[StartupProblem] = []
+        self.runtime_problem: StartupProblem | None = None
+        self._start_checked = False
         self.server: Server = build_server(
-            settings, runtime=base, authorizer=authorizer, observer=_Observer(self)
+            settings,
+            runtime=base,
+            authorizer=authorizer,
+            observer=_Observer(self),
+            problems=self.problems if settings.start_degraded else None,
         )
         self.pool: WarmPool | None = (
             self.server.runtime if isinstance(self.server.runtime, WarmPool) else None
         )
         self.metrics = Metrics(self.pool)
         self.audit = AuditLog()
+        for problem in self.problems:
+            self.metrics.startup_problems.labels(problem.component, problem.detail[:300]).set(1)
 
         self.mcp = create_server(self.server, ContextSubject())
         security = None
@@ -185,6 +199,14 @@ class Service:
     async def readiness(self) -> Readiness:
         if self.draining:
             return Readiness(False, "shutting down")
+        state = await self._runtime_readiness()
+        if self.problems:
+            # Coarse on purpose: the port is unauthenticated; the detail is in the log and on the
+            # metrics port (codemode_startup_problem).
+            return Readiness(False, "start-up problem")
+        return state
+
+    async def _runtime_readiness(self) -> Readiness:
         try:
             async with asyncio.timeout(self.settings.ready_check_timeout):
                 await self.server.start()
@@ -198,9 +220,37 @@ class Service:
         except Exception as exc:
             log.warning("readiness: runtime check failed: %s: %s", type(exc).__name__, exc)
             return Readiness(False, "runtime check failed")
+        self._runtime_recovered()
         if self.pool is not None and not self.pool.warm():
             return Readiness(False, f"pool warming ({self.pool.idle}/{self.pool.size})")
         return Readiness(True, "ok")
+
+    def _runtime_recovered(self) -> None:
+        problem, self.runtime_problem = self.runtime_problem, None
+        if problem is not None:
+            log.info("%s answers its check now", problem.component)
+            self.metrics.startup_problems.remove(problem.component, problem.detail[:300])
+
+    async def check_start(self) -> None:
+        """The start-up rule's runtime half (docs/service.md, "Start-up problems"), once: start the
+        runtime and run its check. A problem is a ``ConfigError`` (one line), unless
+        ``start_degraded``: then it is logged and shown on the metrics port, /readyz keeps checking."""
+        if self._start_checked:
+            return
+        self._start_checked = True
+        if self.problems:
+            log.error(
+                "degraded start: %d pack(s) or upstream(s) left out; /readyz answers 503 until a restart",
+                len(self.problems),
+            )
+        problem = await check_runtime(self.server, self.settings)
+        if problem is None:
+            return
+        if not self.settings.start_degraded:
+            raise ConfigError(problem.detail)
+        log.error("degraded start: %s (execute fails until it answers; /readyz retries)", problem.detail)
+        self.runtime_problem = problem
+        self.metrics.startup_problems.labels(problem.component, problem.detail[:300]).set(1)
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
@@ -208,11 +258,7 @@ class Service:
             log.warning("runtime process is NOT tenant isolation: use --runtime docker (CODEMODE_RUNTIME)")
         if isinstance(self.authenticator, JWTAuthenticator):
             await self.authenticator.start()
-        try:
-            await self.server.start()
-        except Exception as exc:
-            # Not fatal: /readyz reports it and retries; the first execute retries too.
-            log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
+        await self.check_start()
         if self.pool is not None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
         await self._start_metrics_server()
@@ -398,6 +444,14 @@ async def serve_async(settings: Settings | None = None) -> None:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("codemode").setLevel(level)
     app = create_app(settings)
+    service: Service = app.state.codemode
+    try:
+        # The start-up rule before uvicorn: a problem stops the start in one line (exit 2), not in
+        # a lifespan traceback.
+        await service.check_start()
+    except BaseException:
+        await service.shutdown()
+        raise
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -92,6 +92,13 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("codemode_ready", "1 when the last readiness check passed, else 0.", registry=r)
+        # Only on the metrics port: the detail that /readyz keeps from the unauthenticated port.
+        self.startup_problems = Gauge(
+            "codemode_startup_problem",
+            "1 per pack, upstream or runtime that failed at a degraded start (problem: its one-line detail).",
+            ["component", "problem"],
+            registry=r,
+        )
         self._active: dict[str, int] = {}
         self._pool = pool
         self._last_refill: float | None = None

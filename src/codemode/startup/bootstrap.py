@@ -8,25 +8,31 @@ here, so a setting means the same thing everywhere. Every failure is a
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import authz
 from ..catalog.capability import Capability
 from ..common.errors import InvalidRegistration
 from ..execution.observe import Observer
-from ..execution.server import Builder, Server
-from ..packs.loading import PackError, PackSettings, load_packs
-from ..runtimes.base import Runtime
+from ..execution.server import Builder, Server, answer_bounds
+from ..packs.loading import PackError, PackSettings, load_pack, load_packs, split_specs
+from ..packs.upstream import UpstreamBuildError
+from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from .config import SIZE_SETTINGS, ConfigError, Settings, names, parse_size
 
 __all__ = [
+    "StartupProblem",
     "build_authorizer",
     "build_runtime",
     "build_server",
+    "check_runtime",
     "load_capabilities",
     "upstream_packs",
     "with_pool",
@@ -120,7 +126,28 @@ def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> Pac
         options=settings.pack_option_map,
         data_dir=settings.pack_data_dir,
         multi_tenant=settings.transport == "http",
+        answer_bounds=answer_bounds(settings.limits.resolved()),
     )
+
+
+@dataclass(frozen=True)
+class StartupProblem:
+    """One pack or runtime that could not start: ``component`` names it (``pack <spec>``,
+    ``upstream_mcp <name>``, ``openapi <name>``, ``runtime <kind>``); ``detail`` is one line naming
+    the problem and the flag or environment variable to look at (host side only: never a client's)."""
+
+    component: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One thing that fails to start on its own: a ``--pack`` or one upstream table."""
+
+    component: str
+    setting: str
+    load: Callable[[PackSettings], list[Capability]]
+    resource: Any = None  # attached to the server (connect at start, close at the end)
 
 
 def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
@@ -129,21 +156,73 @@ def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = No
         caps = load_packs(settings.packs, _pack_settings(settings, environ))
     except PackError as exc:
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
-    if not settings.packs and not settings.upstream_mcp and not settings.openapi:
-        log.warning("no capability packs configured (--pack / CODEMODE_PACKS): the catalog is empty")
+    _warn_if_empty(settings)
     return caps
 
 
+def _warn_if_empty(settings: Settings) -> None:
+    if not settings.packs and not settings.upstream_mcp and not settings.openapi:
+        log.warning("no capability packs configured (--pack / CODEMODE_PACKS): the catalog is empty")
+
+
 def upstream_packs(settings: Settings) -> list[Any]:
-    """The packs of the ``[[upstream_mcp]]`` and ``[[openapi]]`` tables (none when there are none)."""
+    """One pack per ``[[upstream_mcp]]`` and ``[[openapi]]`` table (none when there are none), so
+    each upstream starts, or fails to, on its own. Invalid tables are a ``ConfigError``."""
     if not settings.upstream_mcp and not settings.openapi:
         return []
+    from ..capabilities.mcp_upstream import UpstreamMCPPack
+    from ..capabilities.openapi import OpenAPIPack
     from ..capabilities.upstreams import upstream_packs as build
 
     try:
-        return list(build(settings.upstream_mcp, settings.openapi))
+        mcp, api = build(settings.upstream_mcp, settings.openapi)
     except PackError as exc:
-        raise ConfigError(f"--config / CODEMODE_CONFIG: {_one_line(str(exc))}") from None
+        raise ConfigError(f"{_CONFIG}: {_one_line(str(exc))}") from None
+    return [*(UpstreamMCPPack([c]) for c in mcp.configs), *(OpenAPIPack([c]) for c in api.configs)]
+
+
+_CONFIG = "--config / CODEMODE_CONFIG"
+
+
+def _units(settings: Settings) -> list[_Unit]:
+    out = [
+        _Unit(f"pack {spec}", names("packs"), functools.partial(load_pack, spec))
+        for spec in split_specs(settings.packs)
+    ]
+    from ..capabilities.mcp_upstream import UpstreamMCPPack
+
+    for pack in upstream_packs(settings):
+        (config,) = pack.configs
+        kind = "upstream_mcp" if isinstance(pack, UpstreamMCPPack) else "openapi"
+        out.append(_Unit(f"{kind} {config.name}", _CONFIG, pack.capabilities, pack))
+    return out
+
+
+def _load_units(
+    settings: Settings, problems: list[StartupProblem] | None
+) -> tuple[list[Capability], list[Any]]:
+    """Every unit's capabilities and resources; a unit that fails raises ``ConfigError`` (strict,
+    ``problems`` None) or is left out with its problem appended."""
+    pack_settings = _pack_settings(settings, None)
+    caps: list[Capability] = []
+    resources: list[Any] = []
+    for unit in _units(settings):
+        try:
+            caps += unit.load(pack_settings)
+        except Exception as exc:
+            text = _one_line(str(exc)) or type(exc).__name__
+            if not isinstance(exc, PackError | UpstreamBuildError):
+                text = f"{type(exc).__name__}: {text}"
+            detail = f"{unit.setting}: {text}"
+            if problems is None:
+                raise ConfigError(detail) from None
+            log.error("start-up problem, %s left out (degraded start): %s", unit.component, detail)
+            problems.append(StartupProblem(unit.component, detail))
+            continue
+        if unit.resource is not None:
+            resources.append(unit.resource)
+    _warn_if_empty(settings)
+    return caps, resources
 
 
 def build_server(
@@ -153,25 +232,38 @@ def build_server(
     authorizer: authz.Authorizer | None = None,
     observer: Observer | None = None,
     capabilities: list[Capability] | None = None,
+    problems: list[StartupProblem] | None = None,
 ) -> Server:
     """A built (not yet started) server: packs, authorizer, runtime + pool, limits and quota.
 
     ``runtime``, ``authorizer`` and ``capabilities`` replace what the settings would build (tests and
     operator tools measure with their own); the pool of ``settings.pool`` wraps ``runtime`` either way.
+
+    The start-up rule (docs/service.md, "Start-up problems"): each ``--pack`` and each upstream
+    table is a unit. A unit that cannot be loaded, connected or listed raises ``ConfigError`` (one
+    line naming it and its setting), unless ``problems`` is a list: then the unit is left out, its
+    :class:`StartupProblem` appended and logged (a degraded start). Configuration errors (settings,
+    tables, the catalog's own rules) are a ``ConfigError`` either way.
     """
     auth = authorizer if authorizer is not None else build_authorizer(settings)
-    caps = capabilities if capabilities is not None else load_capabilities(settings)
-    upstreams = upstream_packs(settings) if capabilities is None else []
-    for pack in upstreams:
-        try:
-            caps = [*caps, *pack.capabilities(_pack_settings(settings, None))]
-        except PackError as exc:
-            raise ConfigError(f"--config / CODEMODE_CONFIG: {_one_line(str(exc))}") from None
+    upstreams: list[Any] = []
+    if capabilities is not None:
+        caps = list(capabilities)
+    else:
+        caps, upstreams = _load_units(settings, problems)
+    disabled = list(settings.disable)
+    if problems:
+        # a disabled id of a capability that was left out is no problem of its own
+        known = {c.id if c.id is not None else c.name for c in caps}
+        ignored = [d for d in disabled if d not in known]
+        if ignored:
+            log.warning("degraded start: ignoring disabled ids of no loaded capability: %s", ignored)
+        disabled = [d for d in disabled if d in known]
     base = runtime if runtime is not None else build_runtime(settings)
     builder = Builder(
         authorizer=auth,
         limits=settings.limits,
-        disabled=settings.disable,
+        disabled=disabled,
         runtime=with_pool(base, settings),
         observer=observer,
         subject_quota=settings.subject_quota,
@@ -185,6 +277,32 @@ def build_server(
     for pack in upstreams:
         server.attach(pack)
     return server
+
+
+async def check_runtime(
+    server: Server, settings: Settings, timeout: float | None = None
+) -> StartupProblem | None:
+    """Start ``server``'s runtime and run its check (the start-up rule's runtime half): None when it
+    answers, else the problem, one line naming the runtime's settings."""
+    kind = settings.runtime
+    try:
+        async with asyncio.timeout(timeout):
+            await server.start()
+            await server.runtime.check()
+    except TimeoutError:
+        text = f"did not start and answer its check within {timeout:g} s"
+    except Exception as exc:
+        text = _one_line(str(exc)) or type(exc).__name__
+        if not isinstance(exc, RuntimeUnavailable):
+            text = f"{type(exc).__name__}: {text}"
+    else:
+        return None
+    settings_hint = (
+        names("runtime")
+        if kind == "process"
+        else f"{names('runtime')}, --{kind}-* / CODEMODE_{kind.upper()}_*"
+    )
+    return StartupProblem(f"runtime {kind}", f"{settings_hint}: the {kind} runtime is not usable: {text}")
 
 
 def _one_line(text: str) -> str:

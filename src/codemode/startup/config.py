@@ -286,6 +286,7 @@ class Settings(BaseSettings):
     max_concurrent_executions: int = _limit("max_concurrent_executions")
     max_search_response_bytes: int = _limit("max_search_response_bytes")
     max_callstack: int = _limit("max_callstack")
+    max_describe_response_bytes: int = _limit("max_describe_response_bytes")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
         ge=0,
@@ -330,6 +331,14 @@ class Settings(BaseSettings):
 
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
+    start_degraded: bool = Field(
+        False,
+        description=(
+            "start even when a pack, an upstream or the runtime fails at start: a failed pack or "
+            "upstream is left out (/readyz 503 until a restart), a failed runtime is retried "
+            "(default: exit 2 with the problem in one line)"
+        ),
+    )
     shutdown_timeout: float = Field(30.0, ge=0, description="seconds to drain in-flight executes at shutdown")
 
     @model_validator(mode="before")
