@@ -1,5 +1,9 @@
 """Fixtures shared by the whole suite.
 
+Worker images: ``CODEMODE_TEST_WORKER_IMAGE`` (a freshly built production tag) becomes the default
+image of every ``DockerRuntime`` and ``KubernetesRuntime`` the suite makes, so the whole suite can run
+against an image under test without touching the shared tag (tests that name an image keep it).
+
 Docker: a test that needs the engine takes ``docker_api`` (one low-level client for the session).
 Without a reachable engine or without the worker image the test is skipped with the reason locally
 and fails under ``CI=true`` (see tests/environment.py). ``scripts/provision-docker.sh`` starts the
@@ -8,18 +12,33 @@ engine and builds the images.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from codemode.runtimes.docker import DEFAULT_IMAGE
+from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
+from codemode.runtimes.kubernetes import KubernetesRuntime
 from tests.environment import unavailable
 
 # Made by scripts/provision-docker.sh; the worker image is built FROM it.
 BASE_IMAGE = "codemode-base:bookworm"
 # Generous: image builds and `docker events` waits go through this client too.
 DOCKER_API_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_image_under_test() -> Iterator[str]:
+    """The default worker image of the runtimes the suite makes (``CODEMODE_TEST_WORKER_IMAGE``)."""
+    image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
+    defaults = [cls.__init__.__kwdefaults__ for cls in (DockerRuntime, KubernetesRuntime)]
+    saved = [d["image"] for d in defaults]
+    for d in defaults:
+        d["image"] = image
+    yield image
+    for d, old in zip(defaults, saved, strict=True):
+        d["image"] = old
 
 
 def _missing_image(api: Any, image: str) -> str | None:
@@ -46,7 +65,7 @@ def docker_api() -> Iterator[Any]:
             f"not reachable ({type(exc).__name__}: {exc}); run scripts/provision-docker.sh",
         )
     try:
-        if problem := _missing_image(api, DEFAULT_IMAGE):
+        if problem := _missing_image(api, os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE):
             unavailable("the worker image", problem)
         yield api
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,8 @@ from codemode import authz
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode_worker import PROTOCOL_VERSION
 
+from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
+from ..adversarial.kernel_probe import not_refused
 from .support import KUBECONFIG, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
@@ -68,7 +71,8 @@ PROBE = textwrap.dedent(
 )
 
 
-async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> None:
+async def run_in_a_pod(source: str) -> tuple[KubernetesRuntime, Any]:
+    """Run ``source`` (Python) in a fresh worker pod of the test image; (runtime, final value)."""
     rt = KubernetesRuntime(
         kubeconfig=KUBECONFIG, namespace=WORKERS, image=TESTING_IMAGE, testing_entry=True, spawn_timeout=60.0
     )
@@ -77,7 +81,7 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
     )
     srv = b.build()
     try:
-        found = await srv.execute(PROBE, subject=authz.Subject("mallory"))
+        return rt, await srv.execute(source, subject=authz.Subject("mallory"))
     except codemode.CodeModeError as exc:
         pytest.fail(
             f"the test worker did not run ({exc}): is {TESTING_IMAGE} in the cluster? "
@@ -85,6 +89,10 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
         )
     finally:
         await srv.aclose()
+
+
+async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> None:
+    rt, found = await run_in_a_pod(PROBE)
     assert found["testing_env"] == "1"  # the test twin really ran (the production image ignores it)
     assert (found["uid"], found["gid"]) == (65532, 65532)
     # capabilities.drop [ALL] empties the bounding set too (CapEff alone is 0 for any non-root exec).
@@ -101,3 +109,12 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
     assert found["loopback_api"] == "ConnectionRefusedError:111", found  # its own loopback, not the node's
     left = core_api().list_namespaced_pod(WORKERS, label_selector=f"{INSTANCE_LABEL}={rt.instance_id}")
     assert all(p.metadata.deletion_timestamp for p in left.items)  # deleted (or already gone)
+
+
+async def test_the_kernel_surface_is_the_filters(cluster: None) -> None:
+    """Issue 19 §3: whatever the node's RuntimeDefault profile allows, the worker's own seccomp filter
+    refuses io_uring, AF_VSOCK and every other new socket, ptrace, bpf, keys, namespaces, mounts, fork
+    and execve of anything (a memfd's ELF included)."""
+    _, report = await run_in_a_pod(KERNEL_PROBE)
+    assert not_refused(report) == {}, report
+    assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
