@@ -21,6 +21,7 @@ from codemode import authz
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode_worker import PROTOCOL_VERSION
 
+from ..adversarial import write_probe
 from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
 from ..adversarial.kernel_probe import not_refused
 from .support import KUBECONFIG, WORKERS, core_api
@@ -98,15 +99,17 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
     # capabilities.drop [ALL] empties the bounding set too (CapEff alone is 0 for any non-root exec).
     assert int(found["cap_eff"], 16) == int(found["cap_prm"], 16) == int(found["cap_bnd"], 16) == 0
     assert found["no_new_privs"] == "1"
-    assert found["seccomp"] == "2"  # RuntimeDefault: a filter is active
-    # EROFS (30) everywhere: read-only root, and the read-only tmpfs over /tmp and /dev/shm.
-    assert found["write_root"] == "OSError:30", found
-    assert found["write_tmp"] == "OSError:30", found
-    assert found["write_shm"] == "OSError:30", found
+    assert found["seccomp"] == "2"  # a filter is active (RuntimeDefault, then the worker's own)
+    # EPERM everywhere: the worker's filter refuses opening any file for writing (under it: the
+    # read-only root, and the read-only tmpfs over /tmp and /dev/shm).
+    assert found["write_root"] == "PermissionError:1", found
+    assert found["write_tmp"] == "PermissionError:1", found
+    assert found["write_shm"] == "PermissionError:1", found
     assert found["token"] is False
     assert found["pids"] == [1]  # its own PID namespace: it sees only itself
-    assert found["api_server"] != "allowed", found  # no route out of the pod's network namespace
-    assert found["loopback_api"] == "ConnectionRefusedError:111", found  # its own loopback, not the node's
+    # No socket at all (the worker's filter); under it no route out of the pod's network namespace.
+    assert found["api_server"] == "PermissionError:1", found
+    assert found["loopback_api"] == "PermissionError:1", found
     left = core_api().list_namespaced_pod(WORKERS, label_selector=f"{INSTANCE_LABEL}={rt.instance_id}")
     assert all(p.metadata.deletion_timestamp for p in left.items)  # deleted (or already gone)
 
@@ -118,3 +121,17 @@ async def test_the_kernel_surface_is_the_filters(cluster: None) -> None:
     _, report = await run_in_a_pod(KERNEL_PROBE)
     assert not_refused(report) == {}, report
     assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
+
+
+async def test_nothing_in_a_worker_pod_can_store_a_byte(cluster: None) -> None:
+    """Issue 19 §4: a restricted pod still has writable mounts the pod spec cannot make read-only
+    (the kubelet's /dev/termination-log, 600 MiB in 0.9 s before, counted in no ephemeral-storage;
+    the runtime's /dev/mqueue), besides the read-only /tmp and /dev/shm of the spec. The worker bounds
+    them itself before the program runs: the filter refuses opening anything for writing, and
+    RLIMIT_FSIZE is 0 for any descriptor it could still get."""
+    _, found = await run_in_a_pod(write_probe.PROBE)
+    assert found["checked"] > 50, found  # the whole tree was walked
+    assert "/dev/termination-log" in found["mounts"], found  # the holes are there ...
+    assert found["stored"] == {}, found  # ... and not one byte went anywhere
+    assert set(found["mounts"].values()) == {"EPERM"}, found
+    assert found["fsize"] == [0, 0], found
