@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "ABSENT",
     "ALLOWED",
     "CLONE_NAMESPACES",
     "CONDITIONAL",
@@ -196,6 +197,11 @@ CONDITIONAL: Final[dict[str, Conditional]] = {
     "fcntl": _one_of(1, (_F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC)),
     "ioctl": _one_of(1, (_TCGETS, _FIONREAD)),
 }
+
+ABSENT: Final = frozenset({"clone3", "openat2", "close_range", "epoll_pwait2"})
+"""Unlisted calls libc tries before an older one and gives up on only with ``UNLISTED_ERRNO``
+(``clone3`` -> ``clone``): named so that a profile whose engine ignores its default errno (Docker
+20.10 answers EPERM) still answers them with ENOSYS."""
 
 DENIED: Final = frozenset(
     {

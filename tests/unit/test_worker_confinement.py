@@ -37,7 +37,9 @@ def test_the_lists_are_disjoint_and_known_to_libseccomp() -> None:
     sc = confinement.binding()
     allowed, denied, conditional = syscalls.ALLOWED, syscalls.DENIED, set(syscalls.CONDITIONAL)
     assert not allowed & denied and not allowed & conditional and not denied & conditional
-    unknown = [n for n in sorted(allowed | denied | conditional) if sc.resolve_syscall(sc.Arch(), n) < 0]
+    assert syscalls.ABSENT.isdisjoint(allowed | denied | conditional)
+    names = allowed | denied | conditional | syscalls.ABSENT
+    unknown = [n for n in sorted(names) if sc.resolve_syscall(sc.Arch(), n) < 0]
     assert unknown == []
     # What the libc falls back from when a call "does not exist" must not be denied with EPERM.
     assert {"clone3", "faccessat2", "statx", "openat2", "rseq"}.isdisjoint(denied)
