@@ -11,9 +11,12 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from codemode.runtimes.base import RuntimeUnavailable
+from codemode.runtimes.process import ProcessRuntime
 from codemode_worker import confinement, syscalls
 from codemode_worker.confinement import EXIT_CONFINEMENT
 
@@ -159,3 +162,18 @@ def test_a_confined_worker_still_serves_its_program() -> None:
 @pytest.mark.parametrize("name", sorted(syscalls.CONDITIONAL))
 def test_each_conditional_call_has_an_allowed_form(name: str) -> None:
     assert syscalls.CONDITIONAL[name].allow
+
+
+async def test_the_process_runtime_check_names_what_is_missing(tmp_path: Path) -> None:
+    """Readiness says why no worker could start, before a spawn fails: this Python cannot load
+    libseccomp's binding (a wrapper that hides it)."""
+    prelude = (
+        "import sys; sys.modules['seccomp'] = None; from codemode_worker import confinement; "
+        "confinement.BINDING_DIRECTORIES = (); exec(sys.argv[1])"
+    )
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} -I -c "{prelude}" "$3"\n')
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeUnavailable, match="python3-seccomp"):
+        await ProcessRuntime(python=str(fake)).check()
+    await ProcessRuntime().check()  # the host's own Python has it
