@@ -10,8 +10,10 @@ mounts, no token) and the cluster (own PID namespace, a network namespace withou
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
+import uuid
 from typing import Any
 
 import pytest
@@ -19,12 +21,13 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.seccomp_profile import docker_profile
 from codemode_worker import PROTOCOL_VERSION
 
 from ..adversarial import write_probe
 from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
 from ..adversarial.kernel_probe import not_refused
-from .support import KUBECONFIG, WORKERS, core_api
+from .support import KUBECONFIG, KUBELET_SECCOMP_ROOT, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 
@@ -72,10 +75,15 @@ PROBE = textwrap.dedent(
 )
 
 
-async def run_in_a_pod(source: str) -> tuple[KubernetesRuntime, Any]:
+async def run_in_a_pod(source: str, **runtime: Any) -> tuple[KubernetesRuntime, Any]:
     """Run ``source`` (Python) in a fresh worker pod of the test image; (runtime, final value)."""
     rt = KubernetesRuntime(
-        kubeconfig=KUBECONFIG, namespace=WORKERS, image=TESTING_IMAGE, testing_entry=True, spawn_timeout=60.0
+        kubeconfig=KUBECONFIG,
+        namespace=WORKERS,
+        image=TESTING_IMAGE,
+        testing_entry=True,
+        spawn_timeout=60.0,
+        **runtime,
     )
     b = codemode.Builder(
         authorizer=authz.allow_all(), runtime=rt, limits=codemode.Limits(max_execution_time=30.0)
@@ -135,3 +143,30 @@ async def test_nothing_in_a_worker_pod_can_store_a_byte(cluster: None) -> None:
     assert found["stored"] == {}, found  # ... and not one byte went anywhere
     assert set(found["mounts"].values()) == {"EPERM"}, found
     assert found["fsize"] == [0, 0], found
+
+
+FILTERS = """
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+final({"filters": int(status["Seccomp_filters"]), "seccomp": status["Seccomp"].strip()})
+"""
+
+
+async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> None:
+    """docs/kubernetes.md: the profile `python -m codemode.runtimes.seccomp_profile` prints, installed
+    in the node's kubelet seccomp root and named by --kubernetes-seccomp-profile, is accepted by
+    Pod Security restricted and the node's containerd; the worker's own filter stacks on it and the
+    kernel-surface probe is refused as with RuntimeDefault."""
+    if not KUBELET_SECCOMP_ROOT.parent.is_dir():
+        pytest.fail(f"no kubelet root at {KUBELET_SECCOMP_ROOT.parent} (CODEMODE_KUBELET_SECCOMP_ROOT)")
+    name = f"codemode-e2e-{uuid.uuid4().hex[:8]}.json"
+    KUBELET_SECCOMP_ROOT.mkdir(mode=0o755, exist_ok=True)
+    path = KUBELET_SECCOMP_ROOT / name
+    path.write_text(json.dumps(docker_profile()))
+    try:
+        rt, found = await run_in_a_pod(FILTERS, seccomp_profile=name)
+        _, report = await run_in_a_pod(KERNEL_PROBE, seccomp_profile=name)
+    finally:
+        path.unlink()
+    assert rt.pod_manifest("p").spec.security_context.seccomp_profile.type == "Localhost"
+    assert found == {"filters": 2, "seccomp": "2"}, found  # the pod's profile, then the worker's
+    assert not_refused(report) == {}, report
