@@ -82,8 +82,10 @@ def _arg(sc: Any, arg: syscalls.Arg) -> Any:
 
 
 def build_filter(sc: Any) -> Any:
-    """The worker's filter (not loaded): ``syscalls`` for this machine's architecture."""
+    """The worker's filter (not loaded): ``syscalls`` for this machine's architecture and this
+    process (``OWN_PROCESS`` calls name its pid)."""
     flt = sc.SyscallFilter(sc.ERRNO(syscalls.UNLISTED_ERRNO))
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.ERRNO(syscalls.UNLISTED_ERRNO))  # not libseccomp's kill
     flt.set_attr(sc.Attr.CTL_NNP, 1)
     flt.set_attr(sc.Attr.CTL_TSYNC, 1)
     deny = sc.ERRNO(syscalls.DENY_ERRNO)
@@ -96,6 +98,9 @@ def build_filter(sc: Any) -> Any:
             flt.add_rule(sc.ALLOW, name, *(_arg(sc, a) for a in rule))
         for rule in cond.refuse:
             flt.add_rule(deny, name, *(_arg(sc, a) for a in rule))
+    for name in sorted(syscalls.OWN_PROCESS):
+        flt.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, os.getpid()))
+        flt.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
     return flt
 
 

@@ -22,7 +22,8 @@ stdout, and runs threads (the interpreter thread; Rust's and glibc's helpers). S
     changing ids or limits, ``seccomp`` itself. Writes through the conditional calls' refused
     argument forms get ``EPERM`` too.
 
-Everything else gets ``ENOSYS`` ("this kernel has no such call"): libc then takes the fallback it
+Everything else gets ``ENOSYS`` ("this kernel has no such call"), and so does a call of another
+ABI (a 32-bit ``int 0x80`` call: libseccomp's bad-architecture action): libc then takes the fallback it
 has for older kernels (``clone3`` -> ``clone``, ``faccessat2`` -> ``faccessat``, ``statx`` ->
 ``newfstatat``), where ``EPERM`` would make a thread or a file check fail. No action kills: a refused
 call is an ``OSError`` the program (or a probe) sees.
@@ -84,9 +85,10 @@ def _bits(mask: int) -> list[int]:
 
 
 CLONE_THREAD: Final = 0x00010000
-#: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET and NEWTIME.
+#: CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID and NEWNET (NEWTIME needs clone3, which
+#: is "absent").
 CLONE_NAMESPACES: Final = (
-    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 )
 #: Open flags that write or create: a confined worker opens files for reading only.
 WRITE_FLAGS: Final = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC
@@ -197,6 +199,11 @@ CONDITIONAL: Final[dict[str, Conditional]] = {
     "fcntl": _one_of(1, (_F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC)),
     "ioctl": _one_of(1, (_TCGETS, _FIONREAD)),
 }
+
+OWN_PROCESS: Final = frozenset({"tgkill"})
+"""Allowed only when argument 0 is the worker's own pid (known when the filter is built): a signal
+to one of its own threads (``abort()``, after a failed allocation, raises SIGABRT this way; the host
+reads that death as the memory limit)."""
 
 ABSENT: Final = frozenset({"clone3", "openat2", "close_range", "epoll_pwait2"})
 """Unlisted calls libc tries before an older one and gives up on only with ``UNLISTED_ERRNO``

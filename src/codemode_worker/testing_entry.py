@@ -10,7 +10,7 @@ unless ``CODEMODE_WORKER_TESTING=1`` is set in its environment, which a runtime 
 asks for it (``testing_entry=True`` on the Docker and Kubernetes runtimes, ``extra_env`` on the
 process runtime); no setting or flag reaches it.
 
-A compromised interpreter runs native code: ``ctypes`` and ``socket`` (what the escape tests use to
+A compromised interpreter runs native code: ``ctypes``, ``mmap`` and ``socket`` (what the escape tests use to
 make raw system calls) are loaded at start-up, like everything the real worker loads, because a
 process-runtime worker cannot read the interpreter's files any more once it has dropped its uid.
 """
@@ -18,6 +18,7 @@ process-runtime worker cannot read the interpreter's files any more once it has 
 from __future__ import annotations
 
 import ctypes  # noqa: F401  (for the test programs: loaded before the uid drop)
+import mmap  # noqa: F401  (likewise)
 import os
 import socket  # noqa: F401  (likewise)
 import sys

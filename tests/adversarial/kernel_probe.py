@@ -25,7 +25,7 @@ DENIED_BY_FILTER = frozenset({"EPERM", "ENOSYS"})
 
 PROBE = textwrap.dedent(
     r"""
-    import ctypes, errno, os, socket, sys
+    import ctypes, errno, mmap, os, socket, sys
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -115,6 +115,13 @@ PROBE = textwrap.dedent(
         ctypes.set_errno(0)
         return "allowed" if libc.ptrace(0, 0, None, None) == 0 else name(ctypes.get_errno())
 
+    def int80_getpid():
+        # The 32-bit ABI from a 64-bit process (another audit arch: the filter's bad-arch action).
+        buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        buf.write(bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3]))  # mov eax, 20 (getpid); int 0x80; ret
+        r = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))()
+        return "allowed" if r >= 0 else name(-r)
+
     def fork():
         pid = os.fork()
         if pid == 0:
@@ -165,6 +172,7 @@ PROBE = textwrap.dedent(
         "semget": syscall("semget", 0, 1, 0o1600),
         "msgget": syscall("msgget", 0, 0o1600),
         "mq_open": syscall("mq_open", b"probe", 0o100 | 2, 0o600, None),  # O_CREAT | O_RDWR
+        "int80_getpid": int80_getpid(),
         "fork": attempt(fork),
         "memfd_exec": in_child(memfd_exec),
         "execve": in_child(lambda w: execute(ELF, w)),

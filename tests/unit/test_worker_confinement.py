@@ -38,9 +38,11 @@ def worker(prelude: str, *, stdin: bytes = PROBE_FRAME) -> subprocess.CompletedP
 
 def test_the_lists_are_disjoint_and_known_to_libseccomp() -> None:
     sc = confinement.binding()
-    allowed, denied, conditional = syscalls.ALLOWED, syscalls.DENIED, set(syscalls.CONDITIONAL)
+    allowed, denied = syscalls.ALLOWED, syscalls.DENIED
+    conditional = set(syscalls.CONDITIONAL) | syscalls.OWN_PROCESS
     assert not allowed & denied and not allowed & conditional and not denied & conditional
     assert syscalls.ABSENT.isdisjoint(allowed | denied | conditional)
+    assert syscalls.OWN_PROCESS.isdisjoint(allowed | denied | set(syscalls.CONDITIONAL))
     names = allowed | denied | conditional | syscalls.ABSENT
     unknown = [n for n in sorted(names) if sc.resolve_syscall(sc.Arch(), n) < 0]
     assert unknown == []
@@ -63,7 +65,7 @@ def test_the_filter_refuses_each_denied_kind_and_keeps_threads() -> None:
 
 CHECK = textwrap.dedent(
     """
-    import errno, os, resource, socket, sys, threading
+    import errno, os, resource, signal, socket, sys, threading
     from codemode_worker import confinement
     confinement.confine(confinement.prepare())
     def outcome(fn):
@@ -87,6 +89,8 @@ CHECK = textwrap.dedent(
         fsize=resource.getrlimit(resource.RLIMIT_FSIZE),
         setrlimit=outcome(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (8, 8))),
         setuid=outcome(lambda: os.setuid(os.getuid())),
+        signal_other=outcome(lambda: signal.pthread_kill(threading.main_thread().ident, 0) or
+                             os.kill(os.getppid(), 0)),
     ))
     """
 )
@@ -105,7 +109,17 @@ def test_a_confined_process_reads_but_cannot_write_spawn_or_change_limits() -> N
         "fsize": (0, 0),
         "setrlimit": "ValueError",  # EPERM
         "setuid": "EPERM",
+        "signal_other": "EPERM",  # tgkill of its own threads works, kill of another process does not
     }
+
+
+def test_a_confined_abort_is_still_sigabrt() -> None:
+    """A failed allocation makes the interpreter abort(): the SIGABRT (tgkill of itself) must still
+    arrive, since the host reads it as the memory limit (runtimes/exhaustion.py)."""
+    code = "from codemode_worker import confinement\nconfinement.confine(confinement.prepare())\n"
+    code += "import os\nos.abort()\n"
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, timeout=60)
+    assert out.returncode == -6, out.stderr
 
 
 def test_a_worker_without_the_binding_exits_before_reading_a_frame() -> None:

@@ -46,7 +46,8 @@ def _arg(arg: syscalls.Arg) -> dict[str, Any]:
 
 def docker_profile() -> dict[str, Any]:
     """The profile as a JSON-ready mapping (x86_64)."""
-    allowed = sorted(syscalls.ALLOWED | STARTUP | _ANY_FORM)
+    # OWN_PROCESS (tgkill): the worker's pid is not known before the container starts.
+    allowed = sorted(syscalls.ALLOWED | syscalls.OWN_PROCESS | STARTUP | _ANY_FORM)
     rules: list[dict[str, Any]] = [{"names": allowed, "action": "SCMP_ACT_ALLOW"}]
     deny = {"action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.DENY_ERRNO}
     rules.append({"names": sorted(syscalls.DENIED - STARTUP), **deny})
