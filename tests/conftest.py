@@ -1,8 +1,9 @@
 """Fixtures shared by the whole suite.
 
 Worker images: ``CODEMODE_TEST_WORKER_IMAGE`` (a freshly built production tag) becomes the default
-image of every ``DockerRuntime`` and ``KubernetesRuntime`` the suite makes, so the whole suite can run
-against an image under test without touching the shared tag (tests that name an image keep it).
+image of every ``DockerRuntime`` and ``KubernetesRuntime`` the integration, adversarial and e2e tests
+make, so the suite can run against an image under test without touching the shared tag (tests that
+name an image keep it; unit tests keep the real default).
 
 Docker: a test that needs the engine takes ``docker_api`` (one low-level client for the session).
 Without a reachable engine or without the worker image the test is skipped with the reason locally
@@ -28,17 +29,15 @@ BASE_IMAGE = "codemode-base:bookworm"
 DOCKER_API_TIMEOUT_S = 120
 
 
-@pytest.fixture(scope="session", autouse=True)
-def worker_image_under_test() -> Iterator[str]:
-    """The default worker image of the runtimes the suite makes (``CODEMODE_TEST_WORKER_IMAGE``)."""
+@pytest.fixture(autouse=True)
+def worker_image_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The default worker image of the runtimes a test makes (``CODEMODE_TEST_WORKER_IMAGE``); unit
+    tests keep the real default (they check it)."""
     image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
-    defaults = [cls.__init__.__kwdefaults__ for cls in (DockerRuntime, KubernetesRuntime)]
-    saved = [d["image"] for d in defaults]
-    for d in defaults:
-        d["image"] = image
-    yield image
-    for d, old in zip(defaults, saved, strict=True):
-        d["image"] = old
+    if "unit" not in request.node.path.parts:
+        for cls in (DockerRuntime, KubernetesRuntime):
+            monkeypatch.setitem(cls.__init__.__kwdefaults__, "image", image)
+    return image
 
 
 def _missing_image(api: Any, image: str) -> str | None:

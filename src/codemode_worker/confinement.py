@@ -28,7 +28,6 @@ denied kind of call is refused (the worker image's build runs it, see worker_ima
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import importlib.machinery
 import importlib.util
@@ -149,6 +148,7 @@ def _refused(fn: Any) -> bool:
 
 def main() -> int:
     """Confine this process, then check that one call of each denied kind is refused."""
+    import ctypes
     import socket
     import threading
 
