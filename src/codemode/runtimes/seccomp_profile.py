@@ -65,7 +65,9 @@ def docker_profile() -> dict[str, Any]:
     return {
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": syscalls.UNLISTED_ERRNO,
-        "architectures": ["SCMP_ARCH_X86_64"],
+        # The 32-bit ABIs too (same rules by name): a call from an ABI the profile does not list would
+        # kill the process (libseccomp's bad-architecture default under runc) instead of failing.
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
         "syscalls": rules,
     }
 
