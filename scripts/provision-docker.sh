@@ -5,8 +5,10 @@
 #
 #   1. install docker.io and debootstrap from Debian (skipped when present);
 #   2. start dockerd in the background when `docker info` fails (log: /var/log/dockerd.log);
-#   3. build the offline base image codemode-base:bookworm with debootstrap (cached: skipped when the
-#      image exists; CODEMODE_REBUILD_BASE=1 forces a rebuild);
+#   3. build the offline base image codemode-base:bookworm with debootstrap: minbase plus python3 and
+#      python3-seccomp (libseccomp's Python binding, which the worker confines itself with); cached:
+#      skipped when the image exists with that package list (label io.codemode.base.packages);
+#      CODEMODE_REBUILD_BASE=1 forces a rebuild;
 #   4. fetch the worker's pinned wheels (worker_image/requirements.txt) on the host and build
 #      codemode-worker:1 (the production target: interpreter, libraries and worker only) and
 #      codemode-worker-testing:1 (the same plus the test-only entry the escape tests use) from
@@ -35,6 +37,8 @@ TESTING_IMAGE="${CODEMODE_TESTING_IMAGE:-codemode-worker-testing:1}"
 GVISOR="${CODEMODE_GVISOR:-auto}"
 DOCKERD_LOG=/var/log/dockerd.log
 SUITE=bookworm
+# What debootstrap adds to minbase (recorded in the base image's io.codemode.base.packages label).
+BASE_PACKAGES=python3,python3-seccomp
 
 log() { printf '[provision-docker] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -120,8 +124,8 @@ build_base_image() {
     rootfs="$work/rootfs"
     # shellcheck disable=SC2064
     trap "rm -rf '$work'" RETURN
-    log "debootstrap $SUITE (minbase + python3) from $mirror"
-    if ! debootstrap --variant=minbase --include=python3 "$SUITE" "$rootfs" "$mirror" \
+    log "debootstrap $SUITE (minbase + $BASE_PACKAGES) from $mirror"
+    if ! debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$rootfs" "$mirror" \
         >"$work/debootstrap.log" 2>&1; then
         tail -n 30 "$work/debootstrap.log" >&2
         die "debootstrap failed"
@@ -162,7 +166,7 @@ build_base_image() {
     # No setuid/setgid programs in the image (no-new-privileges neutralizes them anyway).
     find "$rootfs" -xdev -type f -perm /6000 -exec chmod ug-s {} + 2>/dev/null || true
     # Smoke: the interpreter still starts and has what the worker needs.
-    chroot "$rootfs" /usr/bin/python3 -I -c 'import json, struct, os, sys, select, signal, resource' \
+    chroot "$rootfs" /usr/bin/python3 -I -c 'import json, struct, os, sys, select, signal, resource, seccomp' \
         || die "python3 is broken after slimming"
 
     log "importing $BASE_IMAGE ($(du -sh "$rootfs" | cut -f1))"
@@ -171,11 +175,14 @@ build_base_image() {
         --change 'ENV LANG=C.UTF-8' \
         --change 'LABEL io.codemode.role=base' \
         --change "LABEL io.codemode.base.suite=$SUITE" \
+        --change "LABEL io.codemode.base.packages=$BASE_PACKAGES" \
         --change 'CMD ["/usr/bin/python3"]' \
         - "$BASE_IMAGE" >/dev/null
 }
 
-if [ "${CODEMODE_REBUILD_BASE:-0}" != "1" ] && docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+base_packages="$(docker image inspect "$BASE_IMAGE" \
+    --format '{{index .Config.Labels "io.codemode.base.packages"}}' 2>/dev/null || true)"
+if [ "${CODEMODE_REBUILD_BASE:-0}" != "1" ] && [ "$base_packages" = "$BASE_PACKAGES" ]; then
     log "base image $BASE_IMAGE present (cached)"
 else
     build_base_image

@@ -1,5 +1,10 @@
 """Fixtures shared by the whole suite.
 
+Worker images: ``CODEMODE_TEST_WORKER_IMAGE`` (a freshly built production tag) becomes the default
+image of every ``DockerRuntime`` and ``KubernetesRuntime`` the integration, adversarial and e2e tests
+make, so the suite can run against an image under test without touching the shared tag (tests that
+name an image keep it; unit tests keep the real default).
+
 Docker: a test that needs the engine takes ``docker_api`` (one low-level client for the session).
 Without a reachable engine or without the worker image the test is skipped with the reason locally
 and fails under ``CI=true`` (see tests/environment.py). ``scripts/provision-docker.sh`` starts the
@@ -16,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from codemode.runtimes.docker import DEFAULT_IMAGE
+from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
+from codemode.runtimes.kubernetes import KubernetesRuntime
 from tests import environment
 from tests.environment import unavailable
 
@@ -67,6 +73,17 @@ BASE_IMAGE = "codemode-base:bookworm"
 DOCKER_API_TIMEOUT_S = 120
 
 
+@pytest.fixture(autouse=True)
+def worker_image_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The default worker image of the runtimes a test makes (``CODEMODE_TEST_WORKER_IMAGE``); unit
+    tests keep the real default (they check it)."""
+    image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
+    if "unit" not in request.node.path.parts:
+        for cls in (DockerRuntime, KubernetesRuntime):
+            monkeypatch.setitem(cls.__init__.__kwdefaults__, "image", image)
+    return image
+
+
 def _missing_image(api: Any, image: str) -> str | None:
     import docker.errors
 
@@ -91,7 +108,7 @@ def docker_api() -> Iterator[Any]:
             f"not reachable ({type(exc).__name__}: {exc}); run scripts/provision-docker.sh",
         )
     try:
-        if problem := _missing_image(api, DEFAULT_IMAGE):
+        if problem := _missing_image(api, os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE):
             unavailable("the worker image", problem)
         yield api
     finally:

@@ -4,14 +4,18 @@ Stdin and stdout carry frames only (``protocol``). Before anything else stdout i
 a private descriptor for frames and fd 1 (and ``sys.stdout``) is pointed at stderr, so a stray
 write from Python or native code can never corrupt the frame stream.
 
-Sequence: warm up the interpreter; drop to the uid the runtime asked for (``privileges``);
-answer every ``probe`` with ``probe_ack`` (only possible once warm); on ``exec`` run the program,
+Sequence: warm up the interpreter; build the seccomp filter (``confinement.prepare``); drop to the
+uid the runtime asked for (``privileges``); confine itself (``confinement.confine``: file-size and
+message-queue limits 0, NO_NEW_PRIVS, the filter on every thread); only then read frames: answer
+every ``probe`` with ``probe_ack`` (only possible once warm and confined); on ``exec`` run the program,
 sending one ``native_call`` per capability call and blocking for its ``native_result``; end with
 ``final`` or ``final_error`` and exit 0.
 
 Exit codes: 0 after the final frame (or when the host closes stdin before any exec);
 1 (``EXIT_ABORTED``) on ``native_abort`` or when the host goes away mid-call, nothing more is
-written; 2 (``EXIT_PROTOCOL``) on any protocol violation by the host, nothing more is written.
+written; 2 (``EXIT_PROTOCOL``) on any protocol violation by the host, nothing more is written;
+4 (``privileges.EXIT_PRIVILEGES``) when the uid drop fails and 5 (``confinement.EXIT_CONFINEMENT``)
+when the filter cannot be installed, both before any frame is read.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 from typing import Any, BinaryIO, NoReturn
 
 from . import PROTOCOL_VERSION
+from .confinement import confine, prepare
 from .interpreter import (
     ExecLimits,
     HostProtocolError,
@@ -122,7 +127,9 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
     warm_up()
     gc.collect()
     gc.freeze()  # a single-use process: keep the warm state out of later collections
+    seccomp_filter = prepare()
     drop_privileges()  # before the first frame: no program runs with the starting uid
+    confine(seccomp_filter)  # nor outside the filter
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)

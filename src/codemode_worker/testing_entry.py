@@ -1,23 +1,33 @@
 """``python -m codemode_worker.testing_entry``: a worker for sandbox escape tests only.
 
-It answers probes like the real worker, then runs the ``source`` of the exec frame as arbitrary
+It confines itself like the real worker (uid drop, then the seccomp filter of
+``confinement``: the escape tests probe exactly the boundary a compromised interpreter would meet),
+answers probes like the real worker, then runs the ``source`` of the exec frame as arbitrary
 **Python** (not Starlark), with the protocol helpers in scope: ``frame`` (the exec frame),
 ``stdin``/``stdout`` (binary frame streams), ``send(frame)``, ``recv(kinds)``,
 ``final(value)``, ``final_error(error, message)``, ``protocol``. It refuses to run (exit 3)
 unless ``CODEMODE_WORKER_TESTING=1`` is set in its environment, which a runtime sets only when a test
 asks for it (``testing_entry=True`` on the Docker and Kubernetes runtimes, ``extra_env`` on the
 process runtime); no setting or flag reaches it.
+
+A compromised interpreter runs native code: ``ctypes``, ``mmap`` and ``socket`` (what the escape tests use to
+make raw system calls) are loaded at start-up, like everything the real worker loads, because a
+process-runtime worker cannot read the interpreter's files any more once it has dropped its uid.
 """
 
 from __future__ import annotations
 
+import ctypes  # noqa: F401  (for the test programs: loaded before the uid drop)
+import mmap  # noqa: F401  (likewise)
 import os
+import socket  # noqa: F401  (likewise)
 import sys
 import traceback
 from collections.abc import Collection
 from typing import Any
 
 from . import PROTOCOL_VERSION, protocol
+from .confinement import confine, prepare
 from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
 from .privileges import drop_privileges
 
@@ -31,7 +41,10 @@ def main() -> int:
     if os.environ.get(ENABLE_VARIABLE) != "1":
         return EXIT_DISABLED
     inp, out = streams()
-    drop_privileges()  # like the real worker: the test program never runs with the starting uid
+    # Like the real worker: the test program never runs with the starting uid, nor unconfined.
+    seccomp_filter = prepare()
+    drop_privileges()
+    confine(seccomp_filter)
 
     def send(frame: dict[str, Any]) -> None:
         out.write(protocol.encode_frame(frame))

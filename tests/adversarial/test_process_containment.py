@@ -1,12 +1,19 @@
-"""A compromised process-runtime worker (arbitrary Python through the test-only entry): every
-descendant dies with destroy(), it cannot fork without bound, and it sees neither the host's
-environment nor the host's private files. Needs a host running as root (uid drop)."""
+"""A compromised process-runtime worker (arbitrary Python through the test-only entry): its own
+seccomp filter refuses what the interpreter never needs (a process, a program, a socket ...), and it
+sees neither the host's environment nor the host's private files. Needs a host running as root (uid
+drop).
+
+The layer under the filter is tested with the filter left out (``unconfined``: the testing entry
+without ``confinement``, standing in for a filter that failed open): every descendant still dies with
+destroy(), and the System V IPC objects it made are removed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +27,7 @@ from codemode.runtimes.ipc_cleanup import ipc_of
 from codemode.runtimes.process import ProcessRuntime
 
 from ..integration.helpers import ALICE, make_server
+from .kernel_probe import PROBE, not_refused
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")
 
@@ -29,6 +37,27 @@ TESTING = {"CODEMODE_WORKER_TESTING": "1"}
 @pytest.fixture
 async def server() -> AsyncIterator[codemode.Server]:
     runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+    yield srv
+    await srv.aclose()
+
+
+# The testing entry with the filter left out (never possible for a real worker: entry.serve has no
+# such switch). Imported modules are patched in the worker process only.
+UNCONFINED = (
+    "from codemode_worker import testing_entry as t\n"
+    "t.prepare = lambda: None\n"
+    "t.confine = lambda _filter: None\n"
+    "import os, sys\n"
+    "code = t.main()\n"
+    "sys.stderr.flush()\n"
+    "os._exit(code)\n"
+)
+
+
+@pytest.fixture
+async def unconfined() -> AsyncIterator[codemode.Server]:
+    runtime = ProcessRuntime(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING)
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     yield srv
     await srv.aclose()
@@ -74,8 +103,10 @@ final({"grandchild": pid, "uid": os.getuid()})
 """
 
 
-async def test_setsid_grandchild_dies_with_destroy(server: codemode.Server) -> None:
-    value = await run(server, ESCAPE)
+async def test_setsid_grandchild_dies_with_destroy(unconfined: codemode.Server) -> None:
+    """Under the filter fork is refused (test_the_kernel_surface_is_the_filters); without it, a
+    grandchild that left the session still dies with its worker's uid."""
+    value = await run(unconfined, ESCAPE)
     pid = value["grandchild"]
     assert value["uid"] != 0
     assert await _dead_soon(pid), f"grandchild {pid} survived destroy()"
@@ -99,10 +130,11 @@ final({"made": made, "uid": os.getuid()})
 
 
 @pytest.mark.skipif(IPC_MAKER is None, reason="ipcmk (util-linux) not found")
-async def test_system_v_ipc_objects_die_with_destroy(server: codemode.Server) -> None:
-    """Shared memory, semaphores and message queues outlive processes: a worker's are removed with
-    it, before its uid can go to the next worker (which could otherwise read them)."""
-    value = await run(server, f"IPCMK = {IPC_MAKER!r}\n" + IPC_LEFTOVERS)
+async def test_system_v_ipc_objects_die_with_destroy(unconfined: codemode.Server) -> None:
+    """Shared memory, semaphores and message queues outlive processes. Under the filter none can be
+    made (shmget, semget, msgget are refused); without it, a worker's are removed with it, before its
+    uid can go to the next worker (which could otherwise read them)."""
+    value = await run(unconfined, f"IPCMK = {IPC_MAKER!r}\n" + IPC_LEFTOVERS)
     kinds = [line.split(" id: ")[0] for line in value["made"]]
     assert kinds == ["Shared memory", "Semaphore", "Message queue"], value
     assert ipc_of(value["uid"]) == []
@@ -148,6 +180,15 @@ except OSError as exc:
     out["signal_host"] = type(exc).__name__
 final(out)
 """
+
+
+async def test_the_kernel_surface_is_the_filters(server: codemode.Server) -> None:
+    """Issue 19 §3: the worker's own seccomp filter refuses what the interpreter never needs
+    (execve of anything, a memfd's ELF, new sockets, io_uring, ptrace, bpf, keys, namespaces, mounts,
+    fork ...): the testing entry runs its Python under the same filter as the real worker."""
+    report = await run(server, PROBE)
+    assert not_refused(report) == {}, report
+    assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
 
 
 async def test_no_view_of_the_host(server: codemode.Server, tmp_path: Path) -> None:

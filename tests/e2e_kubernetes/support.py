@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 
 K8S_VERSION = os.environ.get("CODEMODE_K8S_VERSION", "1.34.4")
+_STATE = os.environ.get("CODEMODE_K8S_STATE", "/var/lib/codemode-k8s")
+#: The node's kubelet seccomp root (``--root-dir`` of scripts/provision-kubernetes.sh + /seccomp):
+#: where a ``Localhost`` profile lives. The cluster's one node is this machine.
+KUBELET_SECCOMP_ROOT = Path(os.environ.get("CODEMODE_KUBELET_SECCOMP_ROOT", f"{_STATE}/kubelet/root/seccomp"))
 KUBECONFIG = os.environ.get("CODEMODE_KUBECONFIG", "/var/lib/codemode-k8s/admin.kubeconfig")
 _CACHE = os.environ.get("CODEMODE_CACHE_DIR", "/var/cache/codemode")
 REPO = Path(__file__).resolve().parents[2]

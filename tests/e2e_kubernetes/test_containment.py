@@ -10,17 +10,24 @@ mounts, no token) and the cluster (own PID namespace, a network namespace withou
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
+import uuid
+from typing import Any
 
 import pytest
 
 import codemode
 from codemode import authz
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.seccomp_profile import docker_profile
 from codemode_worker import PROTOCOL_VERSION
 
-from .support import KUBECONFIG, WORKERS, core_api
+from ..adversarial import write_probe
+from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
+from ..adversarial.kernel_probe import not_refused
+from .support import KUBECONFIG, KUBELET_SECCOMP_ROOT, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 
@@ -68,16 +75,22 @@ PROBE = textwrap.dedent(
 )
 
 
-async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> None:
+async def run_in_a_pod(source: str, **runtime: Any) -> tuple[KubernetesRuntime, Any]:
+    """Run ``source`` (Python) in a fresh worker pod of the test image; (runtime, final value)."""
     rt = KubernetesRuntime(
-        kubeconfig=KUBECONFIG, namespace=WORKERS, image=TESTING_IMAGE, testing_entry=True, spawn_timeout=60.0
+        kubeconfig=KUBECONFIG,
+        namespace=WORKERS,
+        image=TESTING_IMAGE,
+        testing_entry=True,
+        spawn_timeout=60.0,
+        **runtime,
     )
     b = codemode.Builder(
         authorizer=authz.allow_all(), runtime=rt, limits=codemode.Limits(max_execution_time=30.0)
     )
     srv = b.build()
     try:
-        found = await srv.execute(PROBE, subject=authz.Subject("mallory"))
+        return rt, await srv.execute(source, subject=authz.Subject("mallory"))
     except codemode.CodeModeError as exc:
         pytest.fail(
             f"the test worker did not run ({exc}): is {TESTING_IMAGE} in the cluster? "
@@ -85,19 +98,75 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
         )
     finally:
         await srv.aclose()
+
+
+async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> None:
+    rt, found = await run_in_a_pod(PROBE)
     assert found["testing_env"] == "1"  # the test twin really ran (the production image ignores it)
     assert (found["uid"], found["gid"]) == (65532, 65532)
     # capabilities.drop [ALL] empties the bounding set too (CapEff alone is 0 for any non-root exec).
     assert int(found["cap_eff"], 16) == int(found["cap_prm"], 16) == int(found["cap_bnd"], 16) == 0
     assert found["no_new_privs"] == "1"
-    assert found["seccomp"] == "2"  # RuntimeDefault: a filter is active
-    # EROFS (30) everywhere: read-only root, and the read-only tmpfs over /tmp and /dev/shm.
-    assert found["write_root"] == "OSError:30", found
-    assert found["write_tmp"] == "OSError:30", found
-    assert found["write_shm"] == "OSError:30", found
+    assert found["seccomp"] == "2"  # a filter is active (RuntimeDefault, then the worker's own)
+    # EPERM everywhere: the worker's filter refuses opening any file for writing (under it: the
+    # read-only root, and the read-only tmpfs over /tmp and /dev/shm).
+    assert found["write_root"] == "PermissionError:1", found
+    assert found["write_tmp"] == "PermissionError:1", found
+    assert found["write_shm"] == "PermissionError:1", found
     assert found["token"] is False
     assert found["pids"] == [1]  # its own PID namespace: it sees only itself
-    assert found["api_server"] != "allowed", found  # no route out of the pod's network namespace
-    assert found["loopback_api"] == "ConnectionRefusedError:111", found  # its own loopback, not the node's
+    # No socket at all (the worker's filter); under it no route out of the pod's network namespace.
+    assert found["api_server"] == "PermissionError:1", found
+    assert found["loopback_api"] == "PermissionError:1", found
     left = core_api().list_namespaced_pod(WORKERS, label_selector=f"{INSTANCE_LABEL}={rt.instance_id}")
     assert all(p.metadata.deletion_timestamp for p in left.items)  # deleted (or already gone)
+
+
+async def test_the_kernel_surface_is_the_filters(cluster: None) -> None:
+    """Issue 19 §3: whatever the node's RuntimeDefault profile allows, the worker's own seccomp filter
+    refuses io_uring, AF_VSOCK and every other new socket, ptrace, bpf, keys, namespaces, mounts, fork
+    and execve of anything (a memfd's ELF included)."""
+    _, report = await run_in_a_pod(KERNEL_PROBE)
+    assert not_refused(report) == {}, report
+    assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
+
+
+async def test_nothing_in_a_worker_pod_can_store_a_byte(cluster: None) -> None:
+    """Issue 19 §4: a restricted pod still has writable mounts the pod spec cannot make read-only
+    (the kubelet's /dev/termination-log, 600 MiB in 0.9 s before, counted in no ephemeral-storage;
+    the runtime's /dev/mqueue), besides the read-only /tmp and /dev/shm of the spec. The worker bounds
+    them itself before the program runs: the filter refuses opening anything for writing, and
+    RLIMIT_FSIZE is 0 for any descriptor it could still get."""
+    _, found = await run_in_a_pod(write_probe.PROBE)
+    assert found["checked"] > 50, found  # the whole tree was walked
+    assert "/dev/termination-log" in found["mounts"], found  # the holes are there ...
+    assert found["stored"] == {}, found  # ... and not one byte went anywhere
+    assert set(found["mounts"].values()) == {"EPERM"}, found
+    assert found["fsize"] == [0, 0], found
+
+
+FILTERS = """
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+final({"filters": int(status["Seccomp_filters"]), "seccomp": status["Seccomp"].strip()})
+"""
+
+
+async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> None:
+    """docs/kubernetes.md: the profile `python -m codemode.runtimes.seccomp_profile` prints, installed
+    in the node's kubelet seccomp root and named by --kubernetes-seccomp-profile, is accepted by
+    Pod Security restricted and the node's containerd; the worker's own filter stacks on it and the
+    kernel-surface probe is refused as with RuntimeDefault."""
+    if not KUBELET_SECCOMP_ROOT.parent.is_dir():
+        pytest.fail(f"no kubelet root at {KUBELET_SECCOMP_ROOT.parent} (CODEMODE_KUBELET_SECCOMP_ROOT)")
+    name = f"codemode-e2e-{uuid.uuid4().hex[:8]}.json"
+    KUBELET_SECCOMP_ROOT.mkdir(mode=0o755, exist_ok=True)
+    path = KUBELET_SECCOMP_ROOT / name
+    path.write_text(json.dumps(docker_profile()))
+    try:
+        rt, found = await run_in_a_pod(FILTERS, seccomp_profile=name)
+        _, report = await run_in_a_pod(KERNEL_PROBE, seccomp_profile=name)
+    finally:
+        path.unlink()
+    assert rt.pod_manifest("p").spec.security_context.seccomp_profile.type == "Localhost"
+    assert found == {"filters": 2, "seccomp": "2"}, found  # the pod's profile, then the worker's
+    assert not_refused(report) == {}, report

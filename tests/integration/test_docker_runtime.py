@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
 import threading
@@ -27,6 +28,7 @@ from codemode.runtimes.docker import (
     DockerRuntime,
     DockerSandbox,
 )
+from codemode.runtimes.seccomp_profile import docker_profile
 
 from .helpers import value_at_the_limit
 from .support_docker import (
@@ -138,7 +140,10 @@ async def test_hardening_flags_and_labels_are_applied(docker_api: Any) -> None:
     assert hc["PidsLimit"] == 32
     assert hc["CapDrop"] == ["ALL"]
     assert not hc.get("CapAdd")
-    assert hc["SecurityOpt"] == ["no-new-privileges"]  # and no seccomp=unconfined: default profile
+    no_new_privs, seccomp = hc["SecurityOpt"]
+    assert no_new_privs == "no-new-privileges"
+    # The project's profile (never seccomp=unconfined), derived from the worker's own filter.
+    assert seccomp.startswith("seccomp=") and json.loads(seccomp[len("seccomp=") :]) == docker_profile()
     assert hc["Privileged"] is False
     assert hc["IpcMode"] == "none"
     assert not hc.get("Binds") and not c.get("Mounts") and not hc.get("Mounts")
@@ -204,6 +209,54 @@ sys.stderr.write('DONE\n')
     assert info.exit_code == 0
     assert info.stderr_tail.endswith(b"DONE\n")
     assert len(info.stderr_tail) <= 8 * 1024
+
+
+CONTAINER_PROFILE_PROBE = r"""
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def outcome(fn):
+    try:
+        fn()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+    return "allowed"
+def raw(number, *args):
+    def call():
+        if libc.syscall(number, *args) < 0:
+            raise OSError(ctypes.get_errno(), "syscall")
+    return call
+_send({"k": "report", "value": {
+    "vsock": outcome(lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)),
+    "unix": outcome(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)),
+    "io_uring": outcome(raw(425, 1, ctypes.create_string_buffer(120))),
+    "fork": outcome(os.fork),
+    "memfd": outcome(lambda: os.memfd_create("x")),
+    "clone3": outcome(raw(435, None, 0)),  # EINVAL without a profile
+}})
+"""
+
+
+async def test_the_container_profile_refuses_without_the_workers_own_filter(docker_api: Any) -> None:
+    """The layer under the worker's filter: a worker that never confines itself (this fake one)
+    still cannot make a socket (AF_VSOCK included), io_uring, a process or a memfd under runc: the
+    container's profile (runtimes.seccomp_profile) refuses them from the first instruction."""
+    rt = DockerRuntime(entrypoint=fake_worker(CONTAINER_PROFILE_PROBE))  # runc: runsc applies no profile
+    try:
+        sandbox = await rt.spawn()
+        async with asyncio.timeout(60):
+            frame = await read_frame(sandbox)
+        await sandbox.destroy()
+    finally:
+        await rt.aclose()
+    assert frame is not None, "the fake worker ended without a report"
+    assert frame["value"] == {
+        "vsock": "EPERM",
+        "unix": "EPERM",
+        "io_uring": "EPERM",
+        "fork": "EPERM",
+        "memfd": "EPERM",
+        "clone3": "ENOSYS",
+    }
 
 
 async def test_frames_round_trip_through_the_attached_stream(docker_api: Any) -> None:

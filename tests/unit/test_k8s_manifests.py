@@ -242,6 +242,26 @@ def test_the_worker_pod_meets_the_restricted_profile(runtime_class: str | None) 
     assert restricted_violations(spec) == []
 
 
+def test_a_localhost_seccomp_profile_replaces_runtime_default() -> None:
+    plain = wire(KubernetesRuntime(api=object()).pod_manifest("p"))["spec"]
+    assert plain["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    rt = KubernetesRuntime(api=object(), seccomp_profile="profiles/codemode-worker.json")
+    spec = wire(rt.pod_manifest("p"))["spec"]
+    assert spec["securityContext"]["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "profiles/codemode-worker.json",
+    }
+    assert restricted_violations(spec) == []  # Pod Security restricted allows Localhost
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "/var/lib/kubelet/seccomp/x.json", "../x.json", "a/../x.json", "a//x.json"]
+)
+def test_a_seccomp_profile_outside_the_kubelets_root_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="seccomp_profile"):
+        KubernetesRuntime(api=object(), seccomp_profile=bad)
+
+
 def test_only_the_test_entry_replaces_the_worker_command(caplog: pytest.LogCaptureFixture) -> None:
     plain = wire(KubernetesRuntime(api=object()).pod_manifest("p"))["spec"]["containers"][0]
     assert "command" not in plain  # the image's entrypoint: the real worker

@@ -3,9 +3,10 @@
 Every worker container is created with::
 
     network_mode=none, read_only rootfs, memory = memory+swap limit, CPU quota (NanoCpus),
-    pids limit, cap_drop=ALL, no-new-privileges, the daemon's default seccomp profile, a numeric
-    non-root user, no volumes, an environment holding only the worker marker, ulimits nofile/core,
-    a private IPC namespace without /dev/shm, a read-only /dev/mqueue, and labels naming the owner.
+    pids limit, cap_drop=ALL, no-new-privileges, the worker's seccomp profile (``seccomp_profile``:
+    derived from the worker's own filter, which the worker installs on top), a numeric non-root
+    user, no volumes, an environment holding only the worker marker, ulimits nofile/core, a private
+    IPC namespace without /dev/shm, a read-only /dev/mqueue, and labels naming the owner.
 
 The worker's stdin/stdout/stderr are attached (one hijacked HTTP connection) *before* the container
 starts, so no output can be lost. Docker multiplexes stdout and stderr on that connection in frames
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -42,6 +44,7 @@ from typing import Any, ClassVar, Literal
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 
 from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from .seccomp_profile import docker_profile
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
@@ -79,6 +82,9 @@ _READ_ONLY_TMPFS = {
     "/dev/mqueue": "ro,nosuid,nodev,noexec,size=4k,mode=0555",
     "/tmp": "ro,nosuid,nodev,noexec,size=4k,mode=0555",
 }
+
+#: ``--security-opt seccomp=<json>`` of every worker container (the profile's text, not a path).
+_SECCOMP_OPT = "seccomp=" + json.dumps(docker_profile(), separators=(",", ":"))
 
 CleanupMode = Literal["dead", "all", "none"]
 RemoveOutcome = Literal["removed", "gone", "failed"]
@@ -720,7 +726,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                 nano_cpus=int(self.cpus * 1e9),
                 pids_limit=self.pids_limit,
                 cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
+                security_opt=["no-new-privileges", _SECCOMP_OPT],
                 ulimits=[
                     {"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile},
                     {"Name": "core", "Soft": 0, "Hard": 0},

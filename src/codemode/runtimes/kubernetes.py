@@ -106,6 +106,15 @@ _V5 = "v5.channel.k8s.io"
 _OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
 _RETRY_STATUSES = (409, 429, 500, 502, 503, 504)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _under_seccomp_root(path: str) -> bool:
+    """A relative path of plain segments (no ``.``, ``..`` or empty one): a file under the kubelet's
+    seccomp root."""
+    return all(_PATH_SEGMENT.fullmatch(part) and part not in (".", "..") for part in path.split("/"))
+
+
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 CleanupMode = Literal["dead", "all", "none"]
@@ -386,6 +395,10 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         cpu_request: what the scheduler reserves per worker (default 100m; docs/kubernetes.md,
             "Sizing": QoS Burstable, or Guaranteed when it equals ``cpu``).
         runtime_class: a RuntimeClass name (e.g. ``"gvisor"``), or None for the cluster default.
+        seccomp_profile: a ``Localhost`` seccomp profile for the pods, relative to the kubelet's
+            seccomp root (e.g. ``"codemode-worker.json"``, made with ``python -m
+            codemode.runtimes.seccomp_profile``), or None for ``RuntimeDefault``. The worker installs
+            its own filter on top either way.
         owner: this host's instance id, written to the ``io.codemode.owner`` label (default: random
             per host process, renewed after fork).
         api: a ``kubernetes.client.CoreV1Api``. Without it the client is configured, first match
@@ -447,11 +460,16 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         executor_threads: int = 32,
         testing_entry: bool = False,
         entrypoint: Sequence[str] | None = None,
+        seccomp_profile: str | None = None,
     ) -> None:
         if not _DNS_LABEL.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not a DNS label")
         if runtime_class is not None and not _DNS_LABEL.fullmatch(runtime_class):
             raise ValueError(f"runtime_class {runtime_class!r} is not a valid RuntimeClass name")
+        if seccomp_profile is not None and not _under_seccomp_root(seccomp_profile):
+            raise ValueError(
+                f"seccomp_profile {seccomp_profile!r} is not a path relative to the kubelet's seccomp root"
+            )
         if owner is not None and not (owner and _LABEL_VALUE.fullmatch(owner)):
             raise ValueError(f"owner {owner!r} is not a valid label value")
         quantities = (
@@ -491,6 +509,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         #: (created, scheduled, running, attached); for benchmarks and debugging.
         self.last_phases: dict[str, float] = {}
         self.runtime_class = runtime_class
+        self.seccomp_profile = seccomp_profile
         self.owner_id = owner
         self.cleanup_orphans: CleanupMode = cleanup_orphans
         self.spawn_timeout = spawn_timeout
@@ -545,6 +564,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             annotations=_OWNER.annotations(),
             sizing=self.sizing,
             runtime_class=self.runtime_class,
+            seccomp_profile=self.seccomp_profile,
             max_lifetime=self.max_lifetime,
             image_pull_policy=self.image_pull_policy,
             command=self.entrypoint,

@@ -80,13 +80,15 @@ def worker_pod(
     sizing: PodSizing,
     runtime_class: str | None,
     max_lifetime: int,
+    seccomp_profile: str | None = None,
     image_pull_policy: str,
     env_marker: str = WORKER_ENV_MARKER,
     command: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> k8s.V1Pod:
     """The exact pod ``KubernetesRuntime.spawn()`` submits (``command`` replaces the image's
-    entrypoint; only the test-only worker entry uses it)."""
+    entrypoint; only the test-only worker entry uses it; ``seccomp_profile``: a ``Localhost``
+    profile instead of ``RuntimeDefault``)."""
     env = [k8s.V1EnvVar(name=env_marker, value="1")]
     env += [k8s.V1EnvVar(name=name, value=value) for name, value in (extra_env or {}).items()]
     container = k8s.V1Container(
@@ -141,7 +143,11 @@ def worker_pod(
                 run_as_non_root=True,
                 run_as_user=WORKER_UID,
                 run_as_group=WORKER_UID,
-                seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+                seccomp_profile=(
+                    k8s.V1SeccompProfile(type="RuntimeDefault")
+                    if seccomp_profile is None
+                    else k8s.V1SeccompProfile(type="Localhost", localhost_profile=seccomp_profile)
+                ),
             ),
             volumes=[
                 k8s.V1Volume(

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from codemode_worker import WORKER_ENV_MARKER
 from codemode_worker.privileges import UID_VARIABLE
 
-from .base import ExitInfo, SandboxClosed, SpawnFailed
+from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from .handshake import probe
 from .ipc_cleanup import remove_ipc_of
 
@@ -60,6 +60,8 @@ ZOMBIE_GRACE = 1.0
 #: One lock file per worker uid in use, shared by every host on the machine.
 UID_LOCK_DIR = "/run/codemode/worker-uids"
 _ids = itertools.count(1)
+#: What ``check()`` runs with the worker's Python: the worker's own seccomp filter builds there.
+CONFINEMENT_CHECK = "from codemode_worker.confinement import prepare\nprepare()\n"
 
 
 def _processes_of(uid: int, zombies: bool = False) -> list[int]:
@@ -326,6 +328,7 @@ class ProcessRuntime:
         self.extra_env = dict(extra_env or {})
         self.argv = list(argv) if argv is not None else None
         self._live: set[ProcessSandbox] = set()
+        self._confinement_checked = False
 
     @property
     def name(self) -> str:
@@ -361,7 +364,27 @@ class ProcessRuntime:
         return None
 
     async def check(self) -> None:
-        return None
+        """The worker can confine itself with this Python: libseccomp's binding loads and the filter
+        builds (checked once; a worker without it exits before its probe). ``RuntimeUnavailable``
+        naming what is missing otherwise."""
+        if self._confinement_checked or self.argv is not None:
+            return
+        proc = await asyncio.create_subprocess_exec(
+            self.python,
+            "-I",
+            "-c",
+            CONFINEMENT_CHECK,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env={WORKER_ENV_MARKER: "1"},
+            cwd="/",
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            reason = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeUnavailable(f"process runtime: {self.python} cannot run a worker: {reason[0]}")
+        self._confinement_checked = True
 
     def _claim_uid(self) -> int:
         """A worker uid no live worker of any host on this machine holds: the one whose lock file

@@ -268,6 +268,11 @@ class Settings(BaseSettings):
         None, description="CPU request of a worker pod, e.g. 100m (default 100m: Burstable QoS)"
     )
     kubernetes_runtime_class: str | None = Field(None, description="RuntimeClass of worker pods, e.g. gvisor")
+    kubernetes_seccomp_profile: str | None = Field(
+        None,
+        description="Localhost seccomp profile of worker pods, relative to the kubelet's seccomp root "
+        "(default RuntimeDefault)",
+    )
     kubernetes_kubeconfig: Path | None = Field(
         None, description="kubeconfig file (default: in-cluster, then $KUBECONFIG / ~/.kube/config)"
     )

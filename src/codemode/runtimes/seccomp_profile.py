@@ -1,0 +1,77 @@
+"""The worker container's seccomp profile (Docker/OCI format), derived from the worker's own policy.
+
+The worker installs its own filter (``codemode_worker.confinement``) before it reads a frame; this
+profile is the layer under it, in force from the container's first instruction: the engine loads it
+before the entrypoint runs, so it must also allow what happens before the worker confines itself
+(``STARTUP``: what runc does between loading the profile and its ``execve`` of the interpreter —
+it loads it last when no-new-privileges is set, as the runtime always sets it —, the interpreter's
+start-up, duplicating stdout, setting ``RLIMIT_FSIZE``, ``prctl`` and ``seccomp`` to load the
+worker's filter), and
+``open``/``openat``, ``prlimit64``, ``fcntl`` and ``ioctl`` in any form. Everything else follows
+``codemode_worker.syscalls``: the same allow-list, ``clone`` for threads only, ``EPERM`` for the
+denied calls (sockets of every family, io_uring, ptrace, bpf, keys, namespaces, mounts, fork ...),
+``ENOSYS`` for the rest.
+
+``DockerRuntime`` passes it to every worker container (``--security-opt seccomp=<json>``). gVisor
+(runsc) does not apply OCI profiles unless started with ``--oci-seccomp``; the worker's own filter
+holds there. Kubernetes operators can install it on the nodes as a ``Localhost`` profile
+(docs/kubernetes.md): ``python -m codemode.runtimes.seccomp_profile > codemode-worker.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Final
+
+from codemode_worker import syscalls
+
+__all__ = ["STARTUP", "docker_profile"]
+
+#: Calls of the container's start-up (before the worker's own filter) that the worker's policy denies.
+STARTUP: Final = frozenset(
+    {"execve", "fstatfs", "epoll_ctl", "arch_prctl", "dup2", "dup3", "prctl", "seccomp", "setrlimit"}
+)
+#: Conditional calls the start-up makes in forms the worker's policy refuses: allowed in any form.
+_ANY_FORM: Final = frozenset({"open", "openat", "prlimit64", "fcntl", "ioctl"})
+
+
+def _arg(arg: syscalls.Arg) -> dict[str, Any]:
+    if arg.negate:
+        return {"index": arg.index, "value": arg.value, "op": "SCMP_CMP_NE"}
+    if arg.mask == 0xFFFFFFFFFFFFFFFF:
+        return {"index": arg.index, "value": arg.value, "op": "SCMP_CMP_EQ"}
+    return {"index": arg.index, "value": arg.mask, "valueTwo": arg.value, "op": "SCMP_CMP_MASKED_EQ"}
+
+
+def docker_profile() -> dict[str, Any]:
+    """The profile as a JSON-ready mapping (x86_64)."""
+    # OWN_PROCESS (tgkill): the worker's pid is not known before the container starts.
+    allowed = sorted(syscalls.ALLOWED | syscalls.OWN_PROCESS | STARTUP | _ANY_FORM)
+    rules: list[dict[str, Any]] = [{"names": allowed, "action": "SCMP_ACT_ALLOW"}]
+    deny = {"action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.DENY_ERRNO}
+    rules.append({"names": sorted(syscalls.DENIED - STARTUP), **deny})
+    # Also spelled out: an engine may ignore defaultErrnoRet (Docker 20.10 answers EPERM instead).
+    rules.append(
+        {"names": sorted(syscalls.ABSENT), "action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.UNLISTED_ERRNO}
+    )
+    for name, cond in sorted(syscalls.CONDITIONAL.items()):
+        if name in _ANY_FORM:
+            continue
+        for rule in cond.allow:
+            rules.append({"names": [name], "action": "SCMP_ACT_ALLOW", "args": [_arg(a) for a in rule]})
+        for rule in cond.refuse:
+            rules.append({"names": [name], **deny, "args": [_arg(a) for a in rule]})
+    return {
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "defaultErrnoRet": syscalls.UNLISTED_ERRNO,
+        # The 32-bit ABIs too (same rules by name): a call from an ABI the profile does not list would
+        # kill the process (libseccomp's bad-architecture default under runc) instead of failing.
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": rules,
+    }
+
+
+if __name__ == "__main__":
+    json.dump(docker_profile(), sys.stdout, indent=2)
+    sys.stdout.write("\n")

@@ -1,0 +1,182 @@
+"""The worker confines itself: its own seccomp filter, installed before it reads the first frame.
+
+``prepare()`` runs after the warm-up, while the worker may still read the interpreter's files (it
+loads libseccomp's binding and builds the filter); ``confine(filter)`` runs after the uid drop
+(``privileges``: the filter refuses changing ids), on whatever runtime the worker is in (process,
+Docker with runc or gVisor, Kubernetes), so the same boundary holds on any engine or node with no
+operator setup. ``confine`` does, in order:
+
+1. ``RLIMIT_FSIZE`` goes to 0 (soft and hard, so for good): no regular file can grow through a
+   descriptor the worker holds or gets (Kubernetes bind-mounts a writable ``/dev/termination-log``
+   into every pod; the filter already refuses opening any file for writing);
+2. ``PR_SET_NO_NEW_PRIVS`` (libseccomp's ``CTL_NNP``, set before the filter is loaded);
+3. the filter of ``syscalls`` (allow-list; ``EPERM`` for the denied calls, ``ENOSYS`` for the
+   unlisted ones), loaded with ``CTL_TSYNC`` so it holds on every thread of the process;
+4. a check that it holds: ``memfd_create`` must now be refused with ``EPERM``.
+
+**Fail closed**: any failure on the way (no libseccomp binding, a limit or the filter that cannot be
+set, a check that does not hold) ends the process with ``EXIT_CONFINEMENT`` before any frame is read.
+
+The binding is libseccomp's own Python module ``seccomp`` (Debian's ``python3-seccomp``; libseccomp
+is linked into it statically). The worker image carries it in its site directory; a process-runtime
+worker runs the host's Python, which finds it on its own path or, for a Python that is not Debian's
+(a virtualenv, pyenv), in Debian's ``/usr/lib/python3/dist-packages`` (only that one file is loaded).
+
+``python -m codemode_worker.confinement`` installs the filter in that process and checks that each
+denied kind of call is refused (the worker image's build runs it, see worker_image/Dockerfile).
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.machinery
+import importlib.util
+import os
+import resource
+import sys
+from types import ModuleType
+from typing import Any, Final
+
+from . import syscalls
+
+__all__ = ["BINDING_DIRECTORIES", "EXIT_CONFINEMENT", "binding", "build_filter", "confine", "main", "prepare"]
+
+EXIT_CONFINEMENT: Final = 5
+#: Where a Python that does not see it on its own path looks for libseccomp's binding.
+BINDING_DIRECTORIES: Final = ("/usr/lib/python3/dist-packages",)
+_MODULE: Final = "seccomp"
+_MISSING: Final = (
+    "libseccomp's Python binding (module 'seccomp') is missing: install Debian's python3-seccomp"
+)
+
+
+def binding() -> ModuleType:
+    """libseccomp's Python module; ``ImportError`` (naming the package) when there is none."""
+    try:
+        return importlib.import_module(_MODULE)  # also the one loaded from a directory below
+    except ImportError:
+        if _MODULE in sys.modules:  # None: imports of it are blocked
+            raise ImportError(_MISSING) from None
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]  # .cpython-311-x86_64-linux-gnu.so
+    for directory in BINDING_DIRECTORIES:
+        path = os.path.join(directory, _MODULE + suffix)
+        if os.path.isfile(path):
+            loader = importlib.machinery.ExtensionFileLoader(_MODULE, path)
+            spec = importlib.util.spec_from_file_location(_MODULE, path, loader=loader)
+            if spec is None:
+                continue
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            sys.modules[_MODULE] = module
+            return module
+    raise ImportError(_MISSING)
+
+
+def _arg(sc: Any, arg: syscalls.Arg) -> Any:
+    if arg.negate:
+        return sc.Arg(arg.index, sc.NE, arg.value)
+    if arg.mask == 0xFFFFFFFFFFFFFFFF:
+        return sc.Arg(arg.index, sc.EQ, arg.value)
+    return sc.Arg(arg.index, sc.MASKED_EQ, arg.mask, arg.value)
+
+
+def build_filter(sc: Any) -> Any:
+    """The worker's filter (not loaded): ``syscalls`` for this machine's architecture and this
+    process (``OWN_PROCESS`` calls name its pid)."""
+    flt = sc.SyscallFilter(sc.ERRNO(syscalls.UNLISTED_ERRNO))
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.ERRNO(syscalls.UNLISTED_ERRNO))  # not libseccomp's kill
+    flt.set_attr(sc.Attr.CTL_NNP, 1)
+    flt.set_attr(sc.Attr.CTL_TSYNC, 1)
+    deny = sc.ERRNO(syscalls.DENY_ERRNO)
+    for name in sorted(syscalls.ALLOWED):
+        flt.add_rule(sc.ALLOW, name)
+    for name in sorted(syscalls.DENIED):
+        flt.add_rule(deny, name)
+    for name, cond in sorted(syscalls.CONDITIONAL.items()):
+        for rule in cond.allow:
+            flt.add_rule(sc.ALLOW, name, *(_arg(sc, a) for a in rule))
+        for rule in cond.refuse:
+            flt.add_rule(deny, name, *(_arg(sc, a) for a in rule))
+    for name in sorted(syscalls.OWN_PROCESS):
+        flt.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, os.getpid()))
+        flt.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
+    return flt
+
+
+def _fail(reason: str) -> SystemExit:
+    print(f"codemode worker: cannot confine itself: {reason}", file=sys.stderr)
+    return SystemExit(EXIT_CONFINEMENT)
+
+
+def prepare() -> Any:
+    """The worker's filter, built (``SystemExit(EXIT_CONFINEMENT)`` when it cannot be)."""
+    try:
+        return build_filter(binding())
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _holds() -> bool:
+    """Whether the filter is in force: ``memfd_create`` (allowed by every engine's default profile)
+    is refused with the filter's errno."""
+    try:
+        os.close(os.memfd_create("codemode-check"))
+    except OSError as exc:
+        return exc.errno == syscalls.DENY_ERRNO
+    return False
+
+
+def confine(flt: Any) -> None:
+    """Limits, NO_NEW_PRIVS and the prepared filter on every thread, checked; or
+    ``SystemExit(EXIT_CONFINEMENT)``."""
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        flt.load()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if not _holds():
+        raise _fail("the seccomp filter does not hold")
+
+
+def _refused(fn: Any) -> bool:
+    try:
+        fn()
+    except OSError as exc:
+        return exc.errno in (errno.EPERM, errno.ENOSYS)
+    return False
+
+
+def main() -> int:
+    """Confine this process, then check that one call of each denied kind is refused."""
+    import ctypes
+    import socket
+    import threading
+
+    confine(prepare())
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def unshare() -> None:
+        if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+            raise OSError(ctypes.get_errno(), "unshare")
+
+    checks = {
+        "execve": lambda: os.execv(sys.executable, [sys.executable, "-c", "pass"]),
+        "fork": os.fork,
+        "socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM),
+        "memfd_create": lambda: os.memfd_create("check"),
+        "open for writing": lambda: os.open("/dev/null", os.O_WRONLY),
+        "unshare": unshare,
+    }
+    failed = [name for name, fn in checks.items() if not _refused(fn)]
+    thread = threading.Thread(target=lambda: None)
+    thread.start()  # threads still work
+    thread.join()
+    if failed:
+        print("codemode worker: not refused under the filter: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    print(f"seccomp filter holds ({len(checks)} kinds of call refused, threads work)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
