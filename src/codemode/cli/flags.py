@@ -22,6 +22,8 @@ HTTP_ONLY = frozenset(
         "port",
         "metrics_port",
         "metrics_host",
+        "health_port",
+        "health_host",
         "audit_log",
         "auth_mode",
         "token_file",
@@ -43,6 +45,10 @@ HTTP_ONLY = frozenset(
         "max_stream_seconds",
         "max_connections",
         "backlog",
+        "header_timeout",
+        "max_unauthenticated_connections_per_address",
+        "trusted_proxies",
+        "trusted_proxy_header",
         "ready_check_timeout",
         "shutdown_timeout",
     }
@@ -53,7 +59,16 @@ STDIO_ONLY = frozenset({"subject"})
 #: environment).
 _NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
 _LISTS = frozenset(
-    {"packs", "pack_options", "disable", "rego_policy", "allowed_hosts", "allowed_origins", "jwt_algorithms"}
+    {
+        "packs",
+        "pack_options",
+        "disable",
+        "rego_policy",
+        "allowed_hosts",
+        "allowed_origins",
+        "jwt_algorithms",
+        "trusted_proxies",
+    }
 )
 
 _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -7,12 +7,17 @@ Routes:
 - ``/healthz``: liveness, 200 while the process serves;
 - ``/readyz``: readiness: the runtime answers ``check()`` (for Docker: daemon reachable, worker image
   present with the matching protocol version) and the warm pool, if any, is at its target;
+  both also on their own listener (``health_port``), which nothing on the main port can saturate;
 - ``/metrics``: Prometheus text, only on a second server (``metrics_port``, loopback by default),
   never on the port tenants reach.
 
+Every listener runs the guarded protocol of :mod:`codemode.service.edge` (header timeout,
+connection bounds before authentication); the client address is resolved by
+:mod:`codemode.service.peers` (``trusted_proxies``).
+
 Lifespan: start the runtime (orphan clean-up, pool warm-up; a failure is logged and retried by
 ``/readyz`` and by the first execute, so the process still starts and reports not-ready), the MCP
-session manager and the optional metrics server. On shutdown: refuse new MCP requests (503), wait up
+session manager and the metrics and health servers. On shutdown: refuse new MCP requests (503), wait up
 to ``shutdown_timeout`` for in-flight executes, stop the session manager (which cancels what is left:
 a cancelled execute kills and reaps its worker), then ``server.aclose()`` drains the pool.
 """
@@ -21,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -43,14 +49,17 @@ from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..startup.bootstrap import build_runtime, build_server
-from ..startup.config import ConfigError, Settings, load_settings, names
+from ..startup.config import ConfigError, Settings, load_settings
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .connections import RequestGuard
+from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
+from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
 from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .peers import ClientAddress, TrustedProxies
 
-__all__ = ["Service", "create_app", "serve", "serve_async"]
+__all__ = ["Service", "create_app", "serve", "serve_async", "server_config"]
 
 log = logging.getLogger("codemode.service")
 
@@ -125,10 +134,9 @@ class Service:
         self.inflight = 0
         self.draining = False
         self.metrics_address: tuple[str, int] | None = None
+        self.health_address: tuple[str, int] | None = None
         self._sampler: asyncio.Task[None] | None = None
-        self._metrics_server: uvicorn.Server | None = None
-        self._metrics_task: asyncio.Task[None] | None = None
-        self._metrics_socket: socket.socket | None = None
+        self._side: list[SideServer] = []
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
         base = runtime if runtime is not None else build_runtime(settings)
@@ -169,7 +177,16 @@ class Service:
             self.guard,
             self.authenticator,
             on_failure=self._auth_failed,
+            on_success=connection_authenticated,
             gate=self._accepting,
+        )
+        self.proxies = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
+        self.edge = ConnectionGuard(
+            max_connections=connection_limit(settings),
+            per_address=settings.max_unauthenticated_connections_per_address,
+            header_timeout=settings.header_timeout,
+            proxies=self.proxies,
+            on_event=lambda event: self.metrics.connections_refused.labels(event).inc(),
         )
 
     # ------------------------------------------------------------------ auth hooks
@@ -215,7 +232,7 @@ class Service:
             log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
         if self.pool is not None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
-        await self._start_metrics_server()
+        await self._start_side_servers()
 
     async def _sample_pool(self) -> None:
         while True:
@@ -225,49 +242,34 @@ class Service:
                 log.exception("sampling the pool failed")
             await asyncio.sleep(0.5)
 
-    async def _start_metrics_server(self) -> None:
-        host = self.settings.metrics_host_address
-        port = self.settings.metrics_port
-        # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            raise ConfigError(
-                f"{names('metrics_port')}: cannot listen on {host}:{port}: {exc.strerror or exc}"
-            ) from None
-        addr = sock.getsockname()
-        config = uvicorn.Config(
-            metrics_app(self.metrics),
-            host=host,
-            port=port,
-            lifespan="off",
-            log_level="warning",
+    async def _start_side_servers(self) -> None:
+        settings = self.settings
+        side = ConnectionGuard(
+            max_connections=SIDE_CONNECTIONS,
+            per_address=settings.max_unauthenticated_connections_per_address,
+            header_timeout=settings.header_timeout,
             access_log=False,
-            ws="none",
-            server_header=False,
         )
-        server = _EmbeddedServer(config)
-        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-        try:
-            async with asyncio.timeout(10):
-                while not server.started:
-                    if task.done():
-                        raise RuntimeError("the metrics server stopped during start-up")
-                    await asyncio.sleep(0.01)
-        except BaseException:
-            server.should_exit = True
-            task.cancel()
-            sock.close()
-            raise
-        self.metrics_address = (str(addr[0]), int(addr[1]))
-        log.info("metrics at http://%s:%d/metrics", addr[0], addr[1])
-        self._metrics_server = server
-        self._metrics_task = task
-        self._metrics_socket = sock
+        metrics = await start_side_server(
+            metrics_app(self.metrics),
+            host=settings.metrics_host_address,
+            port=settings.metrics_port,
+            field="metrics_port",
+            guard=side,
+            what="metrics",
+        )
+        self._side.append(metrics)
+        self.metrics_address = metrics.address
+        health = await start_side_server(
+            health_app(self),
+            host=settings.health_host_address,
+            port=settings.health_port,
+            field="health_port",
+            guard=dataclasses.replace(side, unauthenticated={}),
+            what="health",
+        )
+        self._side.append(health)
+        self.health_address = health.address
 
     async def drain(self) -> None:
         """Refuse new MCP requests and wait (bounded) for in-flight executes."""
@@ -289,25 +291,8 @@ class Service:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._sampler
                 self._sampler = None
-            if self._metrics_server is not None and self._metrics_task is not None:
-                self._metrics_server.should_exit = True
-                try:
-                    async with asyncio.timeout(5):
-                        await self._metrics_task
-                except (TimeoutError, Exception):
-                    self._metrics_task.cancel()
-                self._metrics_server = self._metrics_task = None
-            if self._metrics_socket is not None:
-                self._metrics_socket.close()
-                self._metrics_socket = None
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """A uvicorn server running inside another's event loop: it leaves signal handling alone."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+            while self._side:
+                await self._side.pop().stop()
 
 
 def metrics_app(metrics: Metrics) -> Starlette:
@@ -317,6 +302,31 @@ def metrics_app(metrics: Metrics) -> Starlette:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[Route("/metrics", endpoint=endpoint, methods=["GET"])])
+
+
+def health_routes(service: Service) -> list[Route]:
+    """``/healthz`` and ``/readyz``: on the main port and on the health port."""
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        state = await service.readiness()
+        service.metrics.ready.set(1 if state.ready else 0)
+        if state.ready:
+            return JSONResponse({"status": "ready"}, headers={"cache-control": "no-store"})
+        return JSONResponse(
+            {"status": "not ready", "reason": state.reason},
+            status_code=503,
+            headers={"cache-control": "no-store"},
+        )
+
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+def health_app(service: Service) -> Starlette:
+    """The health port's app: the probes and nothing else."""
+    return Starlette(routes=health_routes(service))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -367,23 +377,9 @@ def create_app(
     )
     app.state.codemode = service
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> JSONResponse:
-        return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
-
-    @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> JSONResponse:
-        state = await service.readiness()
-        service.metrics.ready.set(1 if state.ready else 0)
-        if state.ready:
-            return JSONResponse({"status": "ready"}, headers={"cache-control": "no-store"})
-        return JSONResponse(
-            {"status": "not ready", "reason": state.reason},
-            status_code=503,
-            headers={"cache-control": "no-store"},
-        )
-
+    app.router.routes.extend(health_routes(service))
     app.router.routes.append(Route("/mcp", endpoint=service.mcp_endpoint))
+    app.add_middleware(ClientAddress, proxies=service.proxies)
     return app
 
 
@@ -398,25 +394,39 @@ async def serve_async(settings: Settings | None = None) -> None:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("codemode").setLevel(level)
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        lifespan="on",
-        ws="none",
-        server_header=False,
-        limit_concurrency=connection_limit(settings),
-        backlog=settings.backlog,
-        timeout_keep_alive=5,
-        timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout))
-        if settings.shutdown_timeout
-        else None,
-    )
+    config = server_config(app)
     # uvicorn configured its handlers above: rate-limit repeated lines on all of them (a flood of
     # "Too many open files" must not fill the disk).
     install_repeat_filter()
     await uvicorn.Server(config).serve()
+
+
+def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration :func:`serve` runs ``app`` (from :func:`create_app`) with: the
+    guarded protocol of its :class:`Service` (header timeout, connection bounds), no proxy-header
+    handling of uvicorn's own (``trusted_proxies`` decides, see codemode.service.peers)."""
+    service: Service = app.state.codemode
+    settings = service.settings
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level.lower(),
+        "lifespan": "on",
+        "ws": "none",
+        "server_header": False,
+        "http": guarded_protocol(service.edge),
+        # The guard refuses connections past max_connections itself; uvicorn's own count (which
+        # answers 503 to every request once the table is full) then only bounds running requests.
+        "limit_concurrency": service.edge.max_connections + 1,
+        "proxy_headers": False,
+        "backlog": settings.backlog,
+        "timeout_keep_alive": 5,
+        "timeout_graceful_shutdown": max(1, int(settings.shutdown_timeout))
+        if settings.shutdown_timeout
+        else None,
+    }
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
 
 
 def connection_limit(settings: Settings) -> int:

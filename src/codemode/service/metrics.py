@@ -79,6 +79,13 @@ class Metrics:
             ["bound"],
             registry=r,
         )
+        self.connections_refused = Counter(
+            "codemode_connections_refused",
+            "Connections to the main port refused at accept (address, total) or closed for not "
+            "sending a request head in time (header_timeout).",
+            ["reason"],
+            registry=r,
+        )
         self.pool_idle = Gauge(
             "codemode_pool_idle_workers", "Warm workers ready in the pool right now.", registry=r
         )

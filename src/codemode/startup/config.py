@@ -80,6 +80,7 @@ FLAGS = {
     "allowed_hosts": "--allowed-host",
     "allowed_origins": "--allowed-origin",
     "jwt_algorithms": "--jwt-algorithm",
+    "trusted_proxies": "--trusted-proxy",
 }
 
 
@@ -171,6 +172,13 @@ class Settings(BaseSettings):
     metrics_host: str | None = Field(
         None, description="interface of the metrics port (default 127.0.0.1, not --host)"
     )
+    health_port: int = Field(
+        8001,
+        ge=0,
+        le=65535,
+        description="port of the separate /healthz and /readyz server for probes (0 = any free port)",
+    )
+    health_host: str | None = Field(None, description="interface of the health port (default: --host)")
     audit_log: str = Field(
         "stderr", description="where audit JSON lines go: stderr, stdout, a file path, or none"
     )
@@ -327,6 +335,28 @@ class Settings(BaseSettings):
         "(default: half the file-descriptor limit, at most 1000)",
     )
     backlog: int = Field(128, gt=0, description="listen backlog of the main port")
+    header_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="seconds a connection may take to send a complete request head (from accept, "
+        "and from the first byte of each later request); slower connections are closed",
+    )
+    max_unauthenticated_connections_per_address: int = Field(
+        32,
+        gt=0,
+        description="connections one client address (IPv6: its /64) may hold open before one of "
+        "them carries an authenticated request; more are refused with 429",
+    )
+    trusted_proxies: StrList = Field(
+        default_factory=list,
+        description="addresses or networks (CIDR) of proxies whose forwarded client address is "
+        "believed (trusted_proxy_header); empty = the peer address is the client",
+    )
+    trusted_proxy_header: Literal["x-forwarded-for", "forwarded"] = Field(
+        "x-forwarded-for",
+        description="the one header the trusted proxies write: x-forwarded-for or forwarded (RFC 7239)",
+    )
 
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
@@ -358,11 +388,22 @@ class Settings(BaseSettings):
         "rego_policy",
         "allowed_hosts",
         "allowed_origins",
+        "trusted_proxies",
         mode="before",
     )
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network (CIDR)") from None
+        return [item.strip() for item in value]
 
     @field_validator("jwt_algorithms")
     @classmethod
@@ -513,6 +554,10 @@ class Settings(BaseSettings):
                 out.append(f"{names('jwks_url')}: must be https (plain http only for a loopback host)")
         if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
+        if self.health_port != 0 and self.health_port in (self.port, self.metrics_port):
+            out.append(
+                f"{names('health_port')}: must differ from {names('port')} and {names('metrics_port')}"
+            )
         return out
 
     @property
@@ -527,6 +572,11 @@ class Settings(BaseSettings):
     def metrics_host_address(self) -> str:
         """Where the metrics server listens: ``metrics_host``, else loopback (tenants reach ``host``)."""
         return self.metrics_host or "127.0.0.1"
+
+    @property
+    def health_host_address(self) -> str:
+        """Where the health server listens: ``health_host``, else ``host`` (probes reach the pod)."""
+        return self.health_host or self.host
 
     @property
     def token_file_path(self) -> Path:
