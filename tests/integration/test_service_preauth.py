@@ -235,3 +235,63 @@ async def test_forwarded_addresses_are_believed_only_from_trusted_proxies(tmp_pa
             "X-Forwarded-For": "192.0.2.1",
         }
         assert await _refused_client(srv, "127.0.0.4", forwarded) == "2001:db8::7"
+
+
+def _audit(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def _refuse(srv: Running, source: str, n: int) -> None:
+    transport = httpx.AsyncHTTPTransport(local_address=source)
+    async with httpx.AsyncClient(transport=transport, timeout=10) as http:
+        for i in range(n):
+            auth = {"Authorization": f"Bearer bad-{i}"} if i % 3 else {}
+            resp = await http.post(srv.mcp_url, json=LIST, headers={"Accept": ACCEPT, **auth})
+            assert resp.status_code == 401
+
+
+async def test_refused_requests_are_summarised_per_client_address_and_none_is_lost(tmp_path: Path) -> None:
+    """Before: one audit line per refused request (5,000 bad tokens grew the log 585 KB in 5 s)."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    audit = tmp_path / "audit.jsonl"
+    sent = {"127.0.0.1": 200, "127.0.0.2": 30}
+    cfg = settings(token_file=tokens.path, packs=[PACK_SPEC], audit_log=str(audit), auth_failure_window=600.0)
+    async with service(cfg) as srv:
+        for source, n in sent.items():
+            await _refuse(srv, source, n)
+        # During the window: one line per client address, however many refusals.
+        assert [(x["event"], x["client"]) for x in _audit(audit)] == [
+            ("auth_failure", "127.0.0.1"),
+            ("auth_failure", "127.0.0.2"),
+        ]
+        # Authenticated decisions stay one line each.
+        for _ in range(3):
+            assert await execute(srv.mcp_url, tokens["alice"], ECHO) == {"result": "x"}
+    # The window's summaries are written at shutdown at the latest: nothing is lost.
+    lines = _audit(audit)
+    refusals = [x for x in lines if x["event"] in ("auth_failure", "auth_failures")]
+    assert len(refusals) == 4, refusals
+    for source, n in sent.items():
+        mine = [x for x in refusals if x["client"] == source]
+        assert sum(1 if x["event"] == "auth_failure" else x["count"] for x in mine) == n
+        summary = next(x for x in mine if x["event"] == "auth_failures")
+        assert set(summary["reasons"]) == {"missing_token", "unknown_token"}
+        assert sum(summary["reasons"].values()) == summary["count"]
+    assert [x["event"] for x in lines if x["event"] in ("execute", "native_call")] == [
+        "native_call",
+        "execute",
+    ] * 3
+
+
+async def test_a_window_summary_is_written_when_the_window_ends(tmp_path: Path) -> None:
+    tokens = write_token_file(tmp_path, ["alice"])
+    audit = tmp_path / "audit.jsonl"
+    cfg = settings(token_file=tokens.path, packs=[PACK_SPEC], audit_log=str(audit), auth_failure_window=1.0)
+    async with service(cfg) as srv:
+        await _refuse(srv, "127.0.0.3", 6)
+        # No further refusal comes: the timer writes the summary.
+        async with asyncio.timeout(10):
+            while not any(x["event"] == "auth_failures" for x in _audit(audit)):
+                await asyncio.sleep(0.1)
+    lines = _audit(audit)
+    assert sum(1 if x["event"] == "auth_failure" else x["count"] for x in lines) == 6

@@ -25,6 +25,7 @@ HTTP_ONLY = frozenset(
         "health_port",
         "health_host",
         "audit_log",
+        "auth_failure_window",
         "auth_mode",
         "token_file",
         "jwks_file",

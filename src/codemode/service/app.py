@@ -58,6 +58,7 @@ from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
 from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .peers import ClientAddress, TrustedProxies
+from .refusals import RefusalSummary
 
 __all__ = ["Service", "create_app", "serve", "serve_async", "server_config"]
 
@@ -148,6 +149,8 @@ class Service:
         )
         self.metrics = Metrics(self.pool)
         self.audit = AuditLog()
+        self.refusals = RefusalSummary(self.audit.emit, window=settings.auth_failure_window)
+        self._refusal_flusher: asyncio.Task[None] | None = None
 
         self.mcp = create_server(self.server, ContextSubject())
         security = None
@@ -193,7 +196,7 @@ class Service:
     def _auth_failed(self, reason: str, scope: Scope) -> None:
         self.metrics.auth_failures.labels(reason).inc()
         client = scope.get("client")
-        self.audit.auth_failure(reason, client[0] if client else None, str(scope.get("path", "")))
+        self.refusals.refused(reason, client[0] if client else None, str(scope.get("path", "")))
 
     async def _accepting(self) -> bool:
         return not self.draining
@@ -232,7 +235,16 @@ class Service:
             log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
         if self.pool is not None:
             self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
+        self._refusal_flusher = asyncio.get_running_loop().create_task(self._flush_refusals())
         await self._start_side_servers()
+
+    async def _flush_refusals(self) -> None:
+        while True:
+            await asyncio.sleep(self.refusals.window)
+            try:
+                self.refusals.flush()
+            except Exception:
+                log.exception("writing the refusal summaries failed")
 
     async def _sample_pool(self) -> None:
         while True:
@@ -286,11 +298,13 @@ class Service:
         try:
             await self.server.aclose()
         finally:
-            if self._sampler is not None:
-                self._sampler.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._sampler
-                self._sampler = None
+            for task in (self._sampler, self._refusal_flusher):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self._sampler = self._refusal_flusher = None
+            self.refusals.flush()
             while self._side:
                 await self._side.pop().stop()
 

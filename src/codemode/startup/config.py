@@ -182,6 +182,13 @@ class Settings(BaseSettings):
     audit_log: str = Field(
         "stderr", description="where audit JSON lines go: stderr, stdout, a file path, or none"
     )
+    auth_failure_window: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="seconds of one audit window for refused /mcp requests: per client address the "
+        "first is one line, the rest one summary line with their count",
+    )
 
     # ---------------------------------------------------------------------------- authentication (http)
     auth_mode: Literal["token_file", "jwt"] = Field("token_file", description="bearer token file or JWT")
