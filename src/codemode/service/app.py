@@ -36,7 +36,6 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -59,6 +58,7 @@ from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .peers import ClientAddress, TrustedProxies
 from .refusals import RefusalSummary
+from .sessions import BoundedSessionManager
 
 __all__ = ["Service", "create_app", "serve", "serve_async", "server_config"]
 
@@ -160,12 +160,16 @@ class Service:
                 allowed_hosts=list(settings.allowed_hosts),
                 allowed_origins=list(settings.allowed_origins),
             )
-        self.sessions = StreamableHTTPSessionManager(
+        self.sessions = BoundedSessionManager(
             app=self.mcp,
             stateless=settings.mcp_stateless,
             json_response=settings.mcp_json_response,
             security_settings=security,
             max_request_body_size=settings.max_request_body_bytes,
+            session_idle_timeout=settings.session_idle_timeout,
+            per_subject=settings.max_sessions_per_subject,
+            total=settings.max_sessions,
+            on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
         )
         self.guard = RequestGuard(
             self.sessions.handle_request,

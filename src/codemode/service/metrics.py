@@ -75,7 +75,8 @@ class Metrics:
         )
         self.requests_refused = Counter(
             "codemode_mcp_requests_refused",
-            "Authenticated /mcp requests refused because too many were open, by bound (subject, total).",
+            "Authenticated /mcp requests refused because too many requests (subject, total) or sessions "
+            "(session_subject, session_total) were open, by bound.",
             ["bound"],
             registry=r,
         )

@@ -322,6 +322,20 @@ class Settings(BaseSettings):
     # ---------------------------------------------------------------------------- MCP transport (http)
     mcp_stateless: bool = Field(True, description="stateless streamable HTTP (no server-side session)")
     mcp_json_response: bool = Field(False, description="answer with JSON instead of an event stream")
+    max_sessions: int = Field(
+        1000, gt=0, description="stateful mode: open MCP sessions of all subjects; more get 503"
+    )
+    max_sessions_per_subject: int = Field(
+        50,
+        gt=0,
+        description="stateful mode: open MCP sessions of one subject (less than max_sessions); more get 429",
+    )
+    session_idle_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="stateful mode: seconds a session may have no request in flight (no POST "
+        "being served, no event stream open) before it is closed",
+    )
     max_request_body_bytes: int = Field(1024 * 1024, gt=0, description="bytes of one HTTP request body")
     allowed_hosts: StrList = Field(
         default_factory=list, description="Host header allow-list (host:port or host:*); empty = off"
@@ -559,6 +573,11 @@ class Settings(BaseSettings):
                 out.append(f"auth_mode jwt needs {names('jwt_audience')}")
             if self.jwks_url is not None and not _safe_jwks_url(self.jwks_url):
                 out.append(f"{names('jwks_url')}: must be https (plain http only for a loopback host)")
+        if not self.mcp_stateless and self.max_sessions_per_subject >= self.max_sessions:
+            out.append(
+                f"{names('max_sessions_per_subject')}: must be less than {names('max_sessions')}, "
+                "so that one subject cannot hold every session"
+            )
         if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
         if self.health_port != 0 and self.health_port in (self.port, self.metrics_port):
