@@ -64,7 +64,7 @@ async def service_process(
             "CODEMODE_PORT": str(port),
             "CODEMODE_HEALTH_PORT": str(health),
             "CODEMODE_METRICS_PORT": "0",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
             **(env or {}),
         }
     )

@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,16 @@ log = logging.getLogger("codemode.service")
 # --------------------------------------------------------------------------------------------------
 # The service object (app.state.codemode)
 # --------------------------------------------------------------------------------------------------
+
+
+async def _every(seconds: float, job: Callable[[], None], what: str) -> None:
+    """Run ``job`` every ``seconds`` until cancelled; a failure is logged and the next run happens."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            job()
+        except Exception:
+            log.exception("%s failed", what)
 
 
 class _Observer:
@@ -136,7 +146,7 @@ class Service:
         self.draining = False
         self.metrics_address: tuple[str, int] | None = None
         self.health_address: tuple[str, int] | None = None
-        self._sampler: asyncio.Task[None] | None = None
+        self._periodic: list[asyncio.Task[None]] = []
         self._side: list[SideServer] = []
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
@@ -150,7 +160,6 @@ class Service:
         self.metrics = Metrics(self.pool)
         self.audit = AuditLog()
         self.refusals = RefusalSummary(self.audit.emit, window=settings.auth_failure_window)
-        self._refusal_flusher: asyncio.Task[None] | None = None
 
         self.mcp = create_server(self.server, ContextSubject())
         security = None
@@ -237,26 +246,21 @@ class Service:
         except Exception as exc:
             # Not fatal: /readyz reports it and retries; the first execute retries too.
             log.error("runtime start failed (will retry): %s: %s", type(exc).__name__, exc)
+        loop = asyncio.get_running_loop()
         if self.pool is not None:
-            self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
-        self._refusal_flusher = asyncio.get_running_loop().create_task(self._flush_refusals())
+            self._periodic.append(
+                loop.create_task(_every(0.5, self.metrics.sample_pool, "sampling the pool"))
+            )
+        self._periodic.append(
+            loop.create_task(
+                _every(self.refusals.window, self.refusals.flush, "writing the refusal summaries")
+            )
+        )
+        logs = install_repeat_filter(names=())
+        self._periodic.append(
+            loop.create_task(_every(logs.window, logs.flush, "writing suppressed-line counts"))
+        )
         await self._start_side_servers()
-
-    async def _flush_refusals(self) -> None:
-        while True:
-            await asyncio.sleep(self.refusals.window)
-            try:
-                self.refusals.flush()
-            except Exception:
-                log.exception("writing the refusal summaries failed")
-
-    async def _sample_pool(self) -> None:
-        while True:
-            try:
-                self.metrics.sample_pool()
-            except Exception:
-                log.exception("sampling the pool failed")
-            await asyncio.sleep(0.5)
 
     async def _start_side_servers(self) -> None:
         settings = self.settings
@@ -302,13 +306,13 @@ class Service:
         try:
             await self.server.aclose()
         finally:
-            for task in (self._sampler, self._refusal_flusher):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            self._sampler = self._refusal_flusher = None
+            while self._periodic:
+                task = self._periodic.pop()
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             self.refusals.flush()
+            install_repeat_filter(names=()).flush()
             while self._side:
                 await self._side.pop().stop()
 
