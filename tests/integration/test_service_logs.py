@@ -3,7 +3,9 @@ rate-limited per tenant, and uvicorn's own lines go through the same limiter."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from codemode.service.logfilter import RepeatFilter
 
+from .support_process import service_process
 from .support_service import PACK_SPEC, service, settings, write_token_file
 
 ACCEPT = "application/json, text/event-stream"
@@ -72,3 +75,40 @@ async def test_bogus_session_ids_do_not_make_a_key_each_nor_hide_other_tenants(
 
 def _rejected(records: list[logging.LogRecord]) -> list[str]:
     return [r.getMessage() for r in records if "unknown or expired session ID" in r.getMessage()]
+
+
+_NOTE = re.compile(r"\[(\d+) similar message\(s\) suppressed\]")
+_SUMMARY = re.compile(
+    r"(\d+) similar message\(s\) suppressed: uvicorn.error WARNING 'Invalid HTTP request received.'"
+)
+
+
+async def test_uvicorn_lines_go_through_the_limiter_and_the_servers_log_once_configured(
+    tmp_path: Path,
+) -> None:
+    """Before: starting the metrics server re-ran uvicorn's logging configuration, replacing the
+    filtered handlers (200 malformed requests -> 200 lines) and dropping the main server's start
+    line and access log."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    toml = f'token_file = "{tokens.path}"\nallow_all = true\npacks = ["{PACK_SPEC}"]\naudit_log = "none"\n'
+    async with service_process(tmp_path, toml, env={"CODEMODE_LOG_LEVEL": "info"}) as srv:
+        for _ in range(200):
+            reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+            writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+            await reader.read()
+            writer.close()
+            await writer.wait_closed()
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.get(srv.url + "/healthz")).status_code == 200
+            assert (await http.get(srv.health_url + "/healthz")).status_code == 200
+    text = srv.stderr()  # after SIGTERM: the shutdown wrote the last window's counts
+    assert "Uvicorn running on http://127.0.0.1:" in text, text
+    access = [line for line in text.splitlines() if '"GET /healthz HTTP/1.1" 200' in line]
+    assert len(access) == 1, text  # the main port's request; the health port writes no access lines
+    invalid = [line for line in text.splitlines() if line.endswith("Invalid HTTP request received.")]
+    assert 5 <= len(invalid) <= 15, text  # 5 per 10 s window
+    # Every suppressed line is counted somewhere: on a later line of its kind, or a summary.
+    shown = (
+        len(invalid) + sum(int(m) for m in _NOTE.findall(text)) + sum(int(m) for m in _SUMMARY.findall(text))
+    )
+    assert shown == 200, text

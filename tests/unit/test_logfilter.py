@@ -102,3 +102,25 @@ def test_one_record_on_two_handlers_counts_once() -> None:
         record = _record("x %s", 1)
         decisions.append((f.filter(record), f.filter(record)))
     assert decisions == [(True, True), (True, True), (False, False)]
+
+
+def test_the_final_flush_counts_windows_that_have_not_ended() -> None:
+    f = RepeatFilter(window=10, burst=1, clock=Clock())
+    for _ in range(4):
+        f.filter(_record("a %s", 1))
+    f.flush()
+    assert f._pending == {} and f._live  # the window is still open: nothing to write yet
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("codemode.service.logs")
+    handler = Collect()
+    logger.addHandler(handler)
+    try:
+        f.flush(final=True)  # shutdown
+    finally:
+        logger.removeHandler(handler)
+    assert lines == ["3 similar message(s) suppressed: t WARNING 'a %s'"]

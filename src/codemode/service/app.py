@@ -54,6 +54,7 @@ from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator
 from .connections import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
 from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
+from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .peers import ClientAddress, TrustedProxies
@@ -312,7 +313,7 @@ class Service:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self.refusals.flush()
-            install_repeat_filter(names=()).flush()
+            install_repeat_filter(names=()).flush(final=True)
             while self._side:
                 await self._side.pop().stop()
 
@@ -409,18 +410,10 @@ async def serve_async(settings: Settings | None = None) -> None:
     """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM."""
     if settings is None:
         settings = load_settings()
-    level = logging.getLevelName(settings.log_level.upper())
-    if not isinstance(level, int):
-        raise ConfigError(f"log_level: unknown level {settings.log_level!r}")
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("codemode").setLevel(level)
+    # Once, for every server of this process (the metrics and health servers touch nothing).
+    configure_logging(settings.log_level)
     app = create_app(settings)
-    config = server_config(app)
-    # uvicorn configured its handlers above: rate-limit repeated lines on all of them (a flood of
-    # "Too many open files" must not fill the disk).
-    install_repeat_filter()
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(server_config(app)).serve()
 
 
 def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
@@ -432,7 +425,9 @@ def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
     options: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
-        "log_level": settings.log_level.lower(),
+        # Logging is configured once by serve() (codemode.service.logconfig), never by uvicorn.
+        "log_config": None,
+        "log_level": None,
         "lifespan": "on",
         "ws": "none",
         "server_header": False,

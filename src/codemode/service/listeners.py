@@ -76,8 +76,10 @@ async def start_side_server(
         host=host,
         port=port,
         lifespan="off",
-        log_level="warning",
-        access_log=False,
+        # Logging is the main server's (codemode.service.logconfig): never reconfigured here, and
+        # no access lines for probes and scrapes (the guard's protocol turns them off).
+        log_config=None,
+        log_level=None,
         ws="none",
         server_header=False,
         http=guarded_protocol(guard),

@@ -140,9 +140,10 @@ class RepeatFilter(logging.Filter):
                 else:
                     self._pending_other += state.dropped
 
-    def flush(self) -> None:
-        """Write one line for each count of suppressed records whose window ended."""
-        self._expire(self.clock())
+    def flush(self, *, final: bool = False) -> None:
+        """Write one line for each count of suppressed records whose window ended (``final``: of
+        every window, ended or not; at shutdown)."""
+        self._expire(self.clock() + (self.window if final else 0.0))
         pending, self._pending = self._pending, {}
         other, self._pending_other = self._pending_other, 0
         log = logging.getLogger(SUMMARY_LOGGER)
