@@ -36,7 +36,6 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
@@ -53,6 +52,7 @@ from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .connections import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
+from .hosts import HostOriginCheck
 from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
@@ -163,18 +163,11 @@ class Service:
         self.refusals = RefusalSummary(self.audit.emit, window=settings.auth_failure_window)
 
         self.mcp = create_server(self.server, ContextSubject())
-        security = None
-        if settings.allowed_hosts or settings.allowed_origins:
-            security = TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=list(settings.allowed_hosts),
-                allowed_origins=list(settings.allowed_origins),
-            )
         self.sessions = BoundedSessionManager(
             app=self.mcp,
             stateless=settings.mcp_stateless,
             json_response=settings.mcp_json_response,
-            security_settings=security,
+            security_settings=None,  # Host and Origin: HostOriginCheck, each list on its own
             max_request_body_size=settings.max_request_body_bytes,
             session_idle_timeout=settings.session_idle_timeout,
             per_subject=settings.max_sessions_per_subject,
@@ -190,12 +183,16 @@ class Service:
             max_stream_seconds=settings.max_stream_seconds,
             on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
         )
-        self.mcp_endpoint = BearerAuthMiddleware(
-            self.guard,
-            self.authenticator,
-            on_failure=self._auth_failed,
-            on_success=connection_authenticated,
-            gate=self._accepting,
+        self.mcp_endpoint = HostOriginCheck(
+            BearerAuthMiddleware(
+                self.guard,
+                self.authenticator,
+                on_failure=self._auth_failed,
+                on_success=connection_authenticated,
+                gate=self._accepting,
+            ),
+            allowed_hosts=settings.allowed_hosts,
+            allowed_origins=settings.allowed_origins,
         )
         self.proxies = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
         self.edge = ConnectionGuard(
