@@ -36,6 +36,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from mcp.server.transport_security import RequestBodyLimitMiddleware
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
@@ -53,6 +54,7 @@ from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator
 from .connections import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
 from .hosts import HostOriginCheck
+from .jsonrpc import JSONRPCBodyCheck
 from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
@@ -175,7 +177,9 @@ class Service:
             on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
         )
         self.guard = RequestGuard(
-            self.sessions.handle_request,
+            RequestBodyLimitMiddleware(
+                JSONRPCBodyCheck(self.sessions.handle_request), settings.max_request_body_bytes
+            ),
             stateless=settings.mcp_stateless,
             per_subject=settings.max_open_requests_per_subject,
             total=settings.max_open_requests,
