@@ -60,3 +60,23 @@ async def test_bodies_that_are_not_one_json_rpc_message_get_fixed_errors(
         # Valid messages are untouched: the official client works.
         async with mcp_client(srv.mcp_url, tokens["alice"]) as client:
             assert await call(client, "execute", source=ECHO) == {"result": "x"}
+
+
+async def test_interpreter_texts_reach_an_http_client_only_in_the_approved_form(tmp_path: Path) -> None:
+    """'Error unpacking value for parameter `a1` of type `int' (starlark-rust, not the SDK) came
+    through the service to the official client; the worker now maps it (codemode_worker.foreign_texts)
+    and this checks the whole way: HTTP, the SDK transport, the tool result."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    cfg = settings(token_file=tokens.path, packs=[PACK_SPEC])
+    async with service(cfg) as srv, mcp_client(srv.mcp_url, tokens["alice"]) as client:
+        for source, expected in [
+            (
+                "def main():\n    return range(1099511627776)\n",
+                "invalid program: <codemode>:2:12: integer out of range for parameter `a1`",
+            ),
+            (
+                "def main():\n    return 'a,b'.split(',', 1099511627776)\n",
+                "invalid program: <codemode>:2:12: integer out of range for parameter `maxsplit`",
+            ),
+        ]:
+            assert await call(client, "execute", source=source) == ("error", expected)
