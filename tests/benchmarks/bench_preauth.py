@@ -35,40 +35,59 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def start_service(
+    directory: Path, subjects: dict[str, str], **settings: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``serve()`` in a subprocess on a free loopback port, with a token file of ``subjects``
+    (token -> subject), allow-all and ``settings`` as ``CODEMODE_*`` variables; returns it and its
+    base URL once ``/healthz`` answers. Only settings every version has: it runs against older
+    trees too (``PYTHONPATH=OLD/src``) for before/after figures."""
+    tokens = directory / "tokens.json"
+    tokens.write_text(json.dumps({hash_token(t): s for t, s in subjects.items()}))
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
+    env.update({"CODEMODE_" + k.upper(): v for k, v in settings.items()})
+    env.update(
+        {
+            "CODEMODE_PORT": str(port),
+            "CODEMODE_METRICS_PORT": "0",
+            "CODEMODE_HEALTH_PORT": "0",
+            "CODEMODE_TOKEN_FILE": str(tokens),
+            "CODEMODE_ALLOW_ALL": "true",
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from codemode.service import serve; serve()"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(timeout=5) as http:
+        for _ in range(300):
+            try:
+                if (await http.get(base + "/healthz")).status_code == 200:
+                    return proc, base
+            except httpx.HTTPError:
+                await asyncio.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the service did not start")
+
+
+def stop_service(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+
+
 async def _run(n: int, clients: int) -> None:
     with tempfile.TemporaryDirectory(prefix="codemode-bench-preauth-") as tmp:
         d = Path(tmp)
-        (d / "tokens.json").write_text(json.dumps({hash_token("the-real-token"): "alice"}))
         audit = d / "audit.jsonl"
-        port = _free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
-        env.update(
-            {
-                "CODEMODE_PORT": str(port),
-                "CODEMODE_METRICS_PORT": "0",
-                "CODEMODE_HEALTH_PORT": "0",
-                "CODEMODE_TOKEN_FILE": str(d / "tokens.json"),
-                "CODEMODE_ALLOW_ALL": "true",
-                "CODEMODE_AUDIT_LOG": str(audit),
-                "CODEMODE_LOG_LEVEL": "warning",
-                "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
-            }
+        proc, base = await start_service(
+            d, {"the-real-token": "alice"}, audit_log=str(audit), log_level="warning"
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from codemode.service import serve; serve()"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
         try:
-            async with httpx.AsyncClient(timeout=5) as http:
-                for _ in range(300):
-                    try:
-                        if (await http.get(base + "/healthz")).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        await asyncio.sleep(0.1)
             queue = iter(range(n))
 
             async def client() -> None:
@@ -86,8 +105,7 @@ async def _run(n: int, clients: int) -> None:
             seconds = time.monotonic() - t0
             during = audit.stat().st_size if audit.exists() else 0
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+            stop_service(proc)
         size = audit.stat().st_size if audit.exists() else 0
         lines = audit.read_text().splitlines() if audit.exists() else []
         refusals = sum(

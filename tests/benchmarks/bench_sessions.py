@@ -12,11 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -24,20 +19,10 @@ from pathlib import Path
 
 import httpx
 
-from codemode.service.auth import hash_token
+from tests.integration.support_service import INITIALIZE
 
-from .bench_preauth import ROOT, _free_port
+from .bench_preauth import start_service, stop_service
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "b", "version": "1"},
-    },
-}
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -50,41 +35,11 @@ def _rss_mib(pid: int) -> float:
 
 async def _run(n: int, clients: int) -> None:
     with tempfile.TemporaryDirectory(prefix="codemode-bench-sessions-") as tmp:
-        d = Path(tmp)
-        (d / "tokens.json").write_text(
-            json.dumps({hash_token("mallory-token"): "mallory", hash_token("alice-token"): "alice"})
-        )
-        port = _free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
-        env.update(
-            {
-                "CODEMODE_PORT": str(port),
-                "CODEMODE_METRICS_PORT": "0",
-                "CODEMODE_HEALTH_PORT": "0",
-                "CODEMODE_TOKEN_FILE": str(d / "tokens.json"),
-                "CODEMODE_ALLOW_ALL": "true",
-                "CODEMODE_AUDIT_LOG": "none",
-                "CODEMODE_LOG_LEVEL": "error",
-                "CODEMODE_MCP_STATELESS": "false",
-                "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
-            }
-        )
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from codemode.service import serve; serve()"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        base = f"http://127.0.0.1:{port}"
+        subjects = {"mallory-token": "mallory", "alice-token": "alice"}
+        settings = {"audit_log": "none", "log_level": "error", "mcp_stateless": "false"}
+        proc, base = await start_service(Path(tmp), subjects, **settings)
         statuses: Counter[int] = Counter()
         try:
-            async with httpx.AsyncClient(timeout=5) as http:
-                for _ in range(300):
-                    try:
-                        if (await http.get(base + "/healthz")).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        await asyncio.sleep(0.1)
             before = _rss_mib(proc.pid)
             queue = iter(range(n))
 
@@ -93,7 +48,7 @@ async def _run(n: int, clients: int) -> None:
                 async with httpx.AsyncClient(timeout=30) as http:
                     for _ in queue:
                         statuses[
-                            (await http.post(base + "/mcp", json=INIT, headers=headers)).status_code
+                            (await http.post(base + "/mcp", json=INITIALIZE, headers=headers)).status_code
                         ] += 1
 
             t0 = time.monotonic()
@@ -104,12 +59,11 @@ async def _run(n: int, clients: int) -> None:
             async with httpx.AsyncClient(timeout=30) as http:
                 other = await http.post(
                     base + "/mcp",
-                    json=INIT,
+                    json=INITIALIZE,
                     headers={"Authorization": "Bearer alice-token", "Accept": ACCEPT},
                 )
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            stop_service(proc)
         print(
             f"one subject opened {n} sessions in {seconds:.1f} s from {clients} connections: {dict(statuses)}"
         )

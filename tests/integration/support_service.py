@@ -288,6 +288,19 @@ async def mcp_client(url: str, token: str | None, mode: str = "auto") -> AsyncIt
         yield client
 
 
+#: An MCP initialize request of the 2025-06-18 handshake (opens a session in stateful mode).
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
 def tool_value(result: Any) -> Any:
     """``structuredContent`` of a success, or ``("error", text)`` of an ``isError`` result."""
     if result.is_error:

@@ -13,16 +13,10 @@ import pytest
 from codemode.service import create_app
 from codemode.startup.config import ConfigError
 
-from .support_service import PACK_SPEC, metric, scrape, service, settings, write_token_file
+from .support_service import INITIALIZE, PACK_SPEC, metric, scrape, service, settings, write_token_file
 
 ACCEPT = "application/json, text/event-stream"
 VERSION = "2025-06-18"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
 
 
 def _headers(token: str, **extra: str) -> dict[str, str]:
@@ -30,7 +24,7 @@ def _headers(token: str, **extra: str) -> dict[str, str]:
 
 
 async def _open(http: httpx.AsyncClient, url: str, token: str) -> httpx.Response:
-    return await http.post(url, json=INIT, headers=_headers(token))
+    return await http.post(url, json=INITIALIZE, headers=_headers(token))
 
 
 async def _works(http: httpx.AsyncClient, url: str, token: str, sid: str) -> bool:

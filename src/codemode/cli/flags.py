@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from ..startup.config import ConfigError, Settings, env_var, flag
+from ..startup.config import LIST_SETTINGS, ConfigError, Settings, env_var, flag
 
 __all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides", "settings_table"]
 
@@ -62,18 +62,7 @@ STDIO_ONLY = frozenset({"subject"})
 #: Not flags: the mode is ``--stdio`` / ``--http``; upstream tables live in TOML (or JSON in the
 #: environment).
 _NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
-_LISTS = frozenset(
-    {
-        "packs",
-        "pack_options",
-        "disable",
-        "rego_policy",
-        "allowed_hosts",
-        "allowed_origins",
-        "jwt_algorithms",
-        "trusted_proxies",
-    }
-)
+_LISTS = frozenset(LIST_SETTINGS)
 
 _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capabilities", ("packs", "pack_options", "disable")),

@@ -45,6 +45,7 @@ from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
 __all__ = [
     "CONFIG_ENV",
     "LIMIT_FIELDS",
+    "LIST_SETTINGS",
     "SIZE_SETTINGS",
     "ConfigError",
     "Settings",
@@ -139,6 +140,18 @@ def _limit(name: str) -> Any:
         return Field(float(default), gt=0, description=UNITS[name])
     return Field(int(default), gt=0, description=UNITS[name])
 
+
+#: Settings that hold a list (JSON or comma-separated in the environment, a repeatable flag).
+LIST_SETTINGS = (
+    "jwt_algorithms",
+    "packs",
+    "pack_options",
+    "disable",
+    "rego_policy",
+    "allowed_hosts",
+    "allowed_origins",
+    "trusted_proxies",
+)
 
 #: Settings that hold a size (bytes, or ``256m``/``1g``); the runtimes take them in bytes.
 SIZE_SETTINGS = ("docker_memory", "process_memory")
@@ -401,17 +414,7 @@ class Settings(BaseSettings):
                 data.setdefault(key, value)
         return data
 
-    @field_validator(
-        "jwt_algorithms",
-        "packs",
-        "pack_options",
-        "disable",
-        "rego_policy",
-        "allowed_hosts",
-        "allowed_origins",
-        "trusted_proxies",
-        mode="before",
-    )
+    @field_validator(*LIST_SETTINGS, mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
