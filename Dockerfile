@@ -75,7 +75,8 @@ ENV PATH=/opt/codemode/bin:$PATH \
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8000
+# The health port (health_port, default 8001): tenants on the main port cannot saturate it.
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s \
-    CMD ["python3", "-I", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('CODEMODE_PORT', '8000'), timeout=2)"]
+    CMD ["python3", "-I", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('CODEMODE_HEALTH_PORT', '8001'), timeout=2)"]
 ENTRYPOINT ["codemode"]
 CMD ["serve", "--http"]

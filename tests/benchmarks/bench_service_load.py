@@ -185,6 +185,7 @@ async def run(args: argparse.Namespace) -> int:
             "CODEMODE_HOST": "127.0.0.1",
             "CODEMODE_PORT": str(port),
             "CODEMODE_METRICS_PORT": str(metrics_port),
+            "CODEMODE_HEALTH_PORT": "0",
             "CODEMODE_TOKEN_FILE": str(tmp / "tokens.json"),
             "CODEMODE_ALLOW_ALL": "true",
             "CODEMODE_PACKS": PACK_SPEC,

@@ -29,6 +29,7 @@ import codemode
 from codemode import authz
 from codemode.runtimes.base import RuntimeUnavailable, Sandbox
 from codemode.service import create_app
+from codemode.service.app import server_config
 from codemode.service.auth import hash_token
 from codemode.startup.config import Settings
 
@@ -192,6 +193,7 @@ def settings(**overrides: Any) -> Settings:
         "audit_log": "none",
         "log_level": "warning",
         "metrics_port": 0,
+        "health_port": 0,
         "pack_options": ["CODEMODE_RECORDS_DB=:memory:"],
     }
     base.update(overrides)
@@ -228,6 +230,11 @@ class Running:
         host, port = self.service.metrics_address
         return f"http://{host}:{port}/metrics"
 
+    @property
+    def health_url(self) -> str:
+        host, port = self.service.health_address
+        return f"http://{host}:{port}"
+
 
 @contextlib.asynccontextmanager
 async def running(app: Any) -> AsyncIterator[Running]:
@@ -235,7 +242,13 @@ async def running(app: Any) -> AsyncIterator[Running]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning", ws="none")
+    if hasattr(app.state, "codemode"):
+        # The configuration serve() uses (guarded protocol, connection bounds), on this socket.
+        config = server_config(app, host="127.0.0.1", port=port, log_level="warning")
+    else:  # another app the tests run (a JWKS endpoint)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, lifespan="on", log_level="warning", ws="none"
+        )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -273,6 +286,19 @@ async def mcp_client(url: str, token: str | None, mode: str = "auto") -> AsyncIt
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
     async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
         yield client
+
+
+#: An MCP initialize request of the 2025-06-18 handshake (opens a session in stateful mode).
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def tool_value(result: Any) -> Any:

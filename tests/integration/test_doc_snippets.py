@@ -33,3 +33,16 @@ def test_packs_page_from_python(tmp_path: Path) -> None:
 def test_mcp_page_builds_the_mcp_server(tmp_path: Path) -> None:
     source = block_with("docs/mcp.md", "create_server(server, StaticSubject")
     run_script(source + "\nprint(type(app).__module__)\n", tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_service_page_builds_the_app_and_its_server_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tokens.txt").write_text("")
+    monkeypatch.setenv("CODEMODE_TOKEN_FILE", str(tmp_path / "tokens.txt"))
+    monkeypatch.setenv("CODEMODE_ALLOW_ALL", "true")
+    monkeypatch.setenv("CODEMODE_DATA_DIR", str(tmp_path / "data"))
+    source = block_with("docs/service.md", "server_config(app)")
+    lines = run_script(source + "\nprint(type(config).__name__, config.http.__name__)\n", tmp_path)
+    assert lines == ["Config GuardedH11Protocol"]

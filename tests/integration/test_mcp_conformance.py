@@ -187,6 +187,8 @@ async def http_server(tmp: Path, *flags: str, proxy_port: int = 0) -> AsyncItera
         str(port),
         "--metrics-port",
         "0",
+        "--health-port",
+        "0",
         "--allow-all",
         "--token-file",
         str(tokens),

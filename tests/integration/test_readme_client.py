@@ -33,6 +33,7 @@ def test_readme_token_serve_and_client(tmp_path: Path) -> None:
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")  # the default token file lives here
     env["XDG_DATA_HOME"] = str(tmp_path / "data")  # and the records database
     env["CODEMODE_METRICS_PORT"] = "0"  # any free port: the README's own service may hold 9464
+    env["CODEMODE_HEALTH_PORT"] = "0"  # ... and 8001
     cli = [sys.executable, "-m", "codemode.cli"]
     made = subprocess.run(
         [*cli, "token", "new", "alice"], env=env, capture_output=True, text=True, timeout=60

@@ -20,6 +20,7 @@ from codemode.startup.config import ConfigError
 from .support_service import (
     AUDIENCE,
     CALLS,
+    INITIALIZE,
     CountingAuthorizer,
     call,
     make_jwt_issuer,
@@ -31,16 +32,6 @@ from .support_service import (
 
 PROGRAM = "def main():\n    return svc.echo(value='x')['value']\n"
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
 TOOLS_CALL = {
     "jsonrpc": "2.0",
     "id": 2,

@@ -12,7 +12,7 @@ import httpx
 
 from codemode.service.logfilter import RepeatFilter
 
-from .support_service import PACK_SPEC, execute, service, settings, write_token_file
+from .support_service import INITIALIZE, PACK_SPEC, execute, service, settings, write_token_file
 
 SLOW = "def main():\n    return svc.slow(seconds=2.0)['value']\n"
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
@@ -77,17 +77,7 @@ async def test_an_idle_stateful_event_stream_is_closed(tmp_path: Path) -> None:
     cfg = settings(token_file=tokens.path, packs=[PACK_SPEC], mcp_stateless=False, stream_idle_timeout=1.0)
     async with service(cfg) as srv:
         async with httpx.AsyncClient(timeout=10) as http:
-            init = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
-            resp = await http.post(srv.mcp_url, json=init, headers=_headers(tokens["alice"]))
+            resp = await http.post(srv.mcp_url, json=INITIALIZE, headers=_headers(tokens["alice"]))
             assert resp.status_code == 200, resp.text
             sid = resp.headers["mcp-session-id"]
             extra = {"mcp-session-id": sid, "MCP-Protocol-Version": "2025-06-18"}

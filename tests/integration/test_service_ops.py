@@ -360,6 +360,7 @@ async def test_serve_from_environment_and_toml_then_sigterm(tmp_path: Path) -> N
             "CODEMODE_CONFIG": str(config),
             "CODEMODE_PORT": str(port),
             "CODEMODE_METRICS_PORT": "0",  # any free port: a running service may hold the default
+            "CODEMODE_HEALTH_PORT": "0",
             "CODEMODE_LOG_LEVEL": "warning",
             "PYTHONPATH": str(root),
         }

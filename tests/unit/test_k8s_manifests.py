@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client as k8s
 
 from codemode.runtimes.kubernetes import DEFAULT_NAMESPACE, ROLE_LABEL, KubernetesRuntime
+from codemode.startup.config import Settings
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 #: The Kubernetes objects (kustomization.yaml files are kustomize's, not the API server's).
@@ -222,8 +223,12 @@ def test_host_deployment_is_hardened() -> None:
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
-    paths = {p["httpGet"]["path"] for p in (c["livenessProbe"], c["readinessProbe"])}
-    assert paths == {"/healthz", "/readyz"}
+    probes = (c["startupProbe"], c["livenessProbe"], c["readinessProbe"])
+    assert {p["httpGet"]["path"] for p in probes} == {"/healthz", "/readyz"}
+    # The probes use the health port (health_port's default), which no tenant traffic can saturate.
+    health = {p["name"]: p["containerPort"] for p in c["ports"]}["health"]
+    assert health == Settings.model_fields["health_port"].default
+    assert {p["httpGet"]["port"] for p in probes} == {"health"}
     # The ConfigMap it mounts exists, and the Service selects its pods.
     (config,) = [v for v in pod["volumes"] if "configMap" in v]
     one("ConfigMap", config["configMap"]["name"], "codemode")
@@ -233,6 +238,7 @@ def test_host_deployment_is_hardened() -> None:
     assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
     ports = {p["name"] for p in c["ports"]}
     assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    assert "health" not in {p["targetPort"] for p in service["spec"]["ports"]}
 
 
 @pytest.mark.parametrize("runtime_class", [None, "gvisor"])

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from ..startup.config import ConfigError, Settings, env_var, flag
+from ..startup.config import LIST_SETTINGS, ConfigError, Settings, env_var, flag
 
 __all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides", "settings_table"]
 
@@ -22,7 +22,10 @@ HTTP_ONLY = frozenset(
         "port",
         "metrics_port",
         "metrics_host",
+        "health_port",
+        "health_host",
         "audit_log",
+        "auth_failure_window",
         "auth_mode",
         "token_file",
         "jwks_file",
@@ -34,6 +37,9 @@ HTTP_ONLY = frozenset(
         "jwks_cache_seconds",
         "mcp_stateless",
         "mcp_json_response",
+        "max_sessions",
+        "max_sessions_per_subject",
+        "session_idle_timeout",
         "max_request_body_bytes",
         "allowed_hosts",
         "allowed_origins",
@@ -43,6 +49,10 @@ HTTP_ONLY = frozenset(
         "max_stream_seconds",
         "max_connections",
         "backlog",
+        "header_timeout",
+        "max_unauthenticated_connections_per_address",
+        "trusted_proxies",
+        "trusted_proxy_header",
         "ready_check_timeout",
         "start_degraded",
         "shutdown_timeout",
@@ -53,9 +63,7 @@ STDIO_ONLY = frozenset({"subject"})
 #: Not flags: the mode is ``--stdio`` / ``--http``; upstream tables live in TOML (or JSON in the
 #: environment).
 _NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
-_LISTS = frozenset(
-    {"packs", "pack_options", "disable", "rego_policy", "allowed_hosts", "allowed_origins", "jwt_algorithms"}
-)
+_LISTS = frozenset(LIST_SETTINGS)
 
 _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capabilities", ("packs", "pack_options", "disable")),

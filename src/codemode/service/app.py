@@ -8,14 +8,19 @@ Routes:
 - ``/readyz``: readiness: no pack or upstream was left out at a degraded start, the runtime answers
   ``check()`` (for Docker: daemon reachable, worker image present with the matching protocol
   version) and the warm pool, if any, is at its target; the reasons are coarse (the detail goes to
-  the log and the metrics port);
+  the log and the metrics port); both also on their own listener (``health_port``), which nothing on
+  the main port can saturate;
 - ``/metrics``: Prometheus text, only on a second server (``metrics_port``, loopback by default),
   never on the port tenants reach.
+
+Every listener runs the guarded protocol of :mod:`codemode.service.edge` (header timeout,
+connection bounds before authentication); the client address is resolved by
+:mod:`codemode.service.peers` (``trusted_proxies``).
 
 Lifespan: start the runtime (orphan clean-up, pool warm-up) and run its check; a failure stops the
 start with one line naming it (``ConfigError``), unless ``start_degraded``: then it is logged, shown
 on the metrics port and retried by ``/readyz`` and the first execute (the start-up rule,
-docs/service.md). Then the MCP session manager and the optional metrics server. On shutdown:
+docs/service.md). Then the MCP session manager and the metrics and health servers. On shutdown:
 refuse new MCP requests (503), wait up to ``shutdown_timeout`` for in-flight executes, stop the
 session manager (which cancels what is left: a cancelled execute kills and reaps its worker), then
 ``server.aclose()`` drains the pool.
@@ -25,17 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import RequestBodyLimitMiddleware
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
@@ -47,14 +52,22 @@ from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
-from ..startup.config import ConfigError, Settings, load_settings, names
+from ..startup.config import ConfigError, Settings, load_settings
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .connections import RequestGuard
+from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
+from .hosts import HostOriginCheck
+from .jsonrpc import JSONRPCBodyCheck
+from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
+from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .peers import ClientAddress, TrustedProxies
+from .refusals import RefusalSummary
+from .sessions import BoundedSessionManager
 
-__all__ = ["Service", "create_app", "serve", "serve_async"]
+__all__ = ["Service", "create_app", "serve", "serve_async", "server_config"]
 
 log = logging.getLogger("codemode.service")
 
@@ -62,6 +75,16 @@ log = logging.getLogger("codemode.service")
 # --------------------------------------------------------------------------------------------------
 # The service object (app.state.codemode)
 # --------------------------------------------------------------------------------------------------
+
+
+async def _every(seconds: float, job: Callable[[], None], what: str) -> None:
+    """Run ``job`` every ``seconds`` until cancelled; a failure is logged and the next run happens."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            job()
+        except Exception:
+            log.exception("%s failed", what)
 
 
 class _Observer:
@@ -129,10 +152,9 @@ class Service:
         self.inflight = 0
         self.draining = False
         self.metrics_address: tuple[str, int] | None = None
-        self._sampler: asyncio.Task[None] | None = None
-        self._metrics_server: uvicorn.Server | None = None
-        self._metrics_task: asyncio.Task[None] | None = None
-        self._metrics_socket: socket.socket | None = None
+        self.health_address: tuple[str, int] | None = None
+        self._periodic: list[asyncio.Task[None]] = []
+        self._side: list[SideServer] = []
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
         base = runtime if runtime is not None else build_runtime(settings)
@@ -154,24 +176,24 @@ class Service:
         self.audit = AuditLog()
         for problem in self.problems:
             self.metrics.startup_problems.labels(problem.component, problem.detail[:300]).set(1)
+        self.refusals = RefusalSummary(self.audit.emit, window=settings.auth_failure_window)
 
         self.mcp = create_server(self.server, ContextSubject())
-        security = None
-        if settings.allowed_hosts or settings.allowed_origins:
-            security = TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=list(settings.allowed_hosts),
-                allowed_origins=list(settings.allowed_origins),
-            )
-        self.sessions = StreamableHTTPSessionManager(
+        self.sessions = BoundedSessionManager(
             app=self.mcp,
             stateless=settings.mcp_stateless,
             json_response=settings.mcp_json_response,
-            security_settings=security,
+            security_settings=None,  # Host and Origin: HostOriginCheck, each list on its own
             max_request_body_size=settings.max_request_body_bytes,
+            session_idle_timeout=settings.session_idle_timeout,
+            per_subject=settings.max_sessions_per_subject,
+            total=settings.max_sessions,
+            on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
         )
         self.guard = RequestGuard(
-            self.sessions.handle_request,
+            RequestBodyLimitMiddleware(
+                JSONRPCBodyCheck(self.sessions.handle_request), settings.max_request_body_bytes
+            ),
             stateless=settings.mcp_stateless,
             per_subject=settings.max_open_requests_per_subject,
             total=settings.max_open_requests,
@@ -179,18 +201,31 @@ class Service:
             max_stream_seconds=settings.max_stream_seconds,
             on_refused=lambda bound: self.metrics.requests_refused.labels(bound).inc(),
         )
-        self.mcp_endpoint = BearerAuthMiddleware(
-            self.guard,
-            self.authenticator,
-            on_failure=self._auth_failed,
-            gate=self._accepting,
+        self.mcp_endpoint = HostOriginCheck(
+            BearerAuthMiddleware(
+                self.guard,
+                self.authenticator,
+                on_failure=self._auth_failed,
+                on_success=connection_authenticated,
+                gate=self._accepting,
+            ),
+            allowed_hosts=settings.allowed_hosts,
+            allowed_origins=settings.allowed_origins,
+        )
+        self.proxies = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
+        self.edge = ConnectionGuard(
+            max_connections=connection_limit(settings),
+            per_address=settings.max_unauthenticated_connections_per_address,
+            header_timeout=settings.header_timeout,
+            proxies=self.proxies,
+            on_event=lambda event: self.metrics.connections_refused.labels(event).inc(),
         )
 
     # ------------------------------------------------------------------ auth hooks
     def _auth_failed(self, reason: str, scope: Scope) -> None:
         self.metrics.auth_failures.labels(reason).inc()
         client = scope.get("client")
-        self.audit.auth_failure(reason, client[0] if client else None, str(scope.get("path", "")))
+        self.refusals.refused(reason, client[0] if client else None, str(scope.get("path", "")))
 
     async def _accepting(self) -> bool:
         return not self.draining
@@ -259,61 +294,50 @@ class Service:
         if isinstance(self.authenticator, JWTAuthenticator):
             await self.authenticator.start()
         await self.check_start()
+        loop = asyncio.get_running_loop()
         if self.pool is not None:
-            self._sampler = asyncio.get_running_loop().create_task(self._sample_pool())
-        await self._start_metrics_server()
-
-    async def _sample_pool(self) -> None:
-        while True:
-            try:
-                self.metrics.sample_pool()
-            except Exception:
-                log.exception("sampling the pool failed")
-            await asyncio.sleep(0.5)
-
-    async def _start_metrics_server(self) -> None:
-        host = self.settings.metrics_host_address
-        port = self.settings.metrics_port
-        # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-        except OSError as exc:
-            sock.close()
-            raise ConfigError(
-                f"{names('metrics_port')}: cannot listen on {host}:{port}: {exc.strerror or exc}"
-            ) from None
-        addr = sock.getsockname()
-        config = uvicorn.Config(
-            metrics_app(self.metrics),
-            host=host,
-            port=port,
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            ws="none",
-            server_header=False,
+            self._periodic.append(
+                loop.create_task(_every(0.5, self.metrics.sample_pool, "sampling the pool"))
+            )
+        self._periodic.append(
+            loop.create_task(
+                _every(self.refusals.window, self.refusals.flush, "writing the refusal summaries")
+            )
         )
-        server = _EmbeddedServer(config)
-        task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-        try:
-            async with asyncio.timeout(10):
-                while not server.started:
-                    if task.done():
-                        raise RuntimeError("the metrics server stopped during start-up")
-                    await asyncio.sleep(0.01)
-        except BaseException:
-            server.should_exit = True
-            task.cancel()
-            sock.close()
-            raise
-        self.metrics_address = (str(addr[0]), int(addr[1]))
-        log.info("metrics at http://%s:%d/metrics", addr[0], addr[1])
-        self._metrics_server = server
-        self._metrics_task = task
-        self._metrics_socket = sock
+        logs = install_repeat_filter(names=())
+        self._periodic.append(
+            loop.create_task(_every(logs.window, logs.flush, "writing suppressed-line counts"))
+        )
+        await self._start_side_servers()
+
+    async def _start_side_servers(self) -> None:
+        settings = self.settings
+        side = ConnectionGuard(
+            max_connections=SIDE_CONNECTIONS,
+            per_address=settings.max_unauthenticated_connections_per_address,
+            header_timeout=settings.header_timeout,
+            access_log=False,
+        )
+        metrics = await start_side_server(
+            metrics_app(self.metrics),
+            host=settings.metrics_host_address,
+            port=settings.metrics_port,
+            field="metrics_port",
+            guard=side,
+            what="metrics",
+        )
+        self._side.append(metrics)
+        self.metrics_address = metrics.address
+        health = await start_side_server(
+            health_app(self),
+            host=settings.health_host_address,
+            port=settings.health_port,
+            field="health_port",
+            guard=dataclasses.replace(side, unauthenticated={}),
+            what="health",
+        )
+        self._side.append(health)
+        self.health_address = health.address
 
     async def drain(self) -> None:
         """Refuse new MCP requests and wait (bounded) for in-flight executes."""
@@ -330,30 +354,15 @@ class Service:
         try:
             await self.server.aclose()
         finally:
-            if self._sampler is not None:
-                self._sampler.cancel()
+            while self._periodic:
+                task = self._periodic.pop()
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._sampler
-                self._sampler = None
-            if self._metrics_server is not None and self._metrics_task is not None:
-                self._metrics_server.should_exit = True
-                try:
-                    async with asyncio.timeout(5):
-                        await self._metrics_task
-                except (TimeoutError, Exception):
-                    self._metrics_task.cancel()
-                self._metrics_server = self._metrics_task = None
-            if self._metrics_socket is not None:
-                self._metrics_socket.close()
-                self._metrics_socket = None
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """A uvicorn server running inside another's event loop: it leaves signal handling alone."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+                    await task
+            self.refusals.flush()
+            install_repeat_filter(names=()).flush(final=True)
+            while self._side:
+                await self._side.pop().stop()
 
 
 def metrics_app(metrics: Metrics) -> Starlette:
@@ -363,6 +372,31 @@ def metrics_app(metrics: Metrics) -> Starlette:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(routes=[Route("/metrics", endpoint=endpoint, methods=["GET"])])
+
+
+def health_routes(service: Service) -> list[Route]:
+    """``/healthz`` and ``/readyz``: on the main port and on the health port."""
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        state = await service.readiness()
+        service.metrics.ready.set(1 if state.ready else 0)
+        if state.ready:
+            return JSONResponse({"status": "ready"}, headers={"cache-control": "no-store"})
+        return JSONResponse(
+            {"status": "not ready", "reason": state.reason},
+            status_code=503,
+            headers={"cache-control": "no-store"},
+        )
+
+    return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+
+
+def health_app(service: Service) -> Starlette:
+    """The health port's app: the probes and nothing else."""
+    return Starlette(routes=health_routes(service))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -413,23 +447,9 @@ def create_app(
     )
     app.state.codemode = service
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> JSONResponse:
-        return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
-
-    @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> JSONResponse:
-        state = await service.readiness()
-        service.metrics.ready.set(1 if state.ready else 0)
-        if state.ready:
-            return JSONResponse({"status": "ready"}, headers={"cache-control": "no-store"})
-        return JSONResponse(
-            {"status": "not ready", "reason": state.reason},
-            status_code=503,
-            headers={"cache-control": "no-store"},
-        )
-
+    app.router.routes.extend(health_routes(service))
     app.router.routes.append(Route("/mcp", endpoint=service.mcp_endpoint))
+    app.add_middleware(ClientAddress, proxies=service.proxies)
     return app
 
 
@@ -437,12 +457,8 @@ async def serve_async(settings: Settings | None = None) -> None:
     """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM."""
     if settings is None:
         settings = load_settings()
-    level = logging.getLevelName(settings.log_level.upper())
-    if not isinstance(level, int):
-        raise ConfigError(f"log_level: unknown level {settings.log_level!r}")
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("codemode").setLevel(level)
+    # Once, for every server of this process (the metrics and health servers touch nothing).
+    configure_logging(settings.log_level)
     app = create_app(settings)
     service: Service = app.state.codemode
     try:
@@ -452,25 +468,37 @@ async def serve_async(settings: Settings | None = None) -> None:
     except BaseException:
         await service.shutdown()
         raise
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        lifespan="on",
-        ws="none",
-        server_header=False,
-        limit_concurrency=connection_limit(settings),
-        backlog=settings.backlog,
-        timeout_keep_alive=5,
-        timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout))
+    await uvicorn.Server(server_config(app)).serve()
+
+
+def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration :func:`serve` runs ``app`` (from :func:`create_app`) with: the
+    guarded protocol of its :class:`Service` (header timeout, connection bounds), no proxy-header
+    handling of uvicorn's own (``trusted_proxies`` decides, see codemode.service.peers)."""
+    service: Service = app.state.codemode
+    settings = service.settings
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        # Logging is configured once by serve() (codemode.service.logconfig), never by uvicorn.
+        "log_config": None,
+        "log_level": None,
+        "lifespan": "on",
+        "ws": "none",
+        "server_header": False,
+        "http": guarded_protocol(service.edge),
+        # The guard refuses connections past max_connections itself; uvicorn's own count (which
+        # answers 503 to every request once the table is full) then only bounds running requests.
+        "limit_concurrency": service.edge.max_connections + 1,
+        "proxy_headers": False,
+        "backlog": settings.backlog,
+        "timeout_keep_alive": 5,
+        "timeout_graceful_shutdown": max(1, int(settings.shutdown_timeout))
         if settings.shutdown_timeout
         else None,
-    )
-    # uvicorn configured its handlers above: rate-limit repeated lines on all of them (a flood of
-    # "Too many open files" must not fill the disk).
-    install_repeat_filter()
-    await uvicorn.Server(config).serve()
+    }
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
 
 
 def connection_limit(settings: Settings) -> int:

@@ -1,4 +1,5 @@
-"""The audit log: one JSON line per native call decision, per execute and per refused request.
+"""The audit log: one JSON line per native call decision and per execute; refused requests are
+summarised per client address (:mod:`codemode.service.refusals`).
 
 Logger ``codemode.audit``, level INFO; each record's message is one compact JSON object. Fields are
 ids, decisions, outcomes and durations only: never argument values, results, program source, tokens
@@ -71,9 +72,6 @@ class AuditLog:
 
     def execute_finished(self, subject_id: str) -> None:
         return None
-
-    def auth_failure(self, reason: str, client: str | None, path: str) -> None:
-        self.emit("auth_failure", reason=reason, client=client, path=path)
 
 
 class _JSONLineFormatter(logging.Formatter):

@@ -439,12 +439,14 @@ class BearerAuthMiddleware:
         *,
         realm: str = "codemode",
         on_failure: FailureHook | None = None,
+        on_success: Callable[[], None] | None = None,
         gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.app = app
         self.authenticator = authenticator
         self.realm = realm
         self.on_failure = on_failure
+        self.on_success = on_success
         self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -474,6 +476,8 @@ class BearerAuthMiddleware:
                     log.exception("auth failure hook failed")
             await self._unauthorized(send, invalid=reason != "missing_token")
             return
+        if self.on_success is not None:
+            self.on_success()
         if self.gate is not None and not await self.gate():
             await plain_json(send, 503, {"error": "shutting down"}, [(b"retry-after", b"1")])
             return

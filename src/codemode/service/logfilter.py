@@ -1,53 +1,165 @@
 """Rate limiting of repeated log lines: one failure in a tight loop (``accept()`` failing with "Too
-many open files", a client retrying a broken request) must not fill the disk.
+many open files", a client retrying a broken request) must not fill the disk, and one tenant's
+flood must not hide another tenant's lines.
 
-:class:`RepeatFilter` keys each record by logger, level and message template (not its arguments):
-within ``window`` seconds the first ``burst`` records of a key pass and the rest are dropped; the
-next record that passes after a drop says how many were suppressed. The audit log is never filtered
-(each audit line is an event the operator must see).
+:class:`RepeatFilter` keys each record by logger, level, message **template** and **who** caused
+it: the authenticated subject of the request being served, else its client address
+(:func:`codemode.service.peers.current_client`, an IPv6 address by its ``/64``), else nobody.
+The template is the record's format string when it has arguments; a message formatted before it
+was logged (the MCP SDK's f-strings carry client-chosen session ids and header values) is cut
+after its first ``": "`` and has its digit and hex runs replaced by ``#``, so bogus
+``Mcp-Session-Id`` values do not make a new key each.
+
+Within ``window`` seconds the first ``burst`` records of a key pass and the rest are dropped and
+counted. When a key's window ends its count is kept: the next record of that key that passes says
+``[N similar message(s) suppressed]``, and :meth:`RepeatFilter.flush` (called by the service
+every window, and at shutdown) writes one line per key that has not had that chance. The key table
+holds at most ``max_keys`` live keys; when it is full, new keys share one key per template (and,
+past ``max_overflow`` templates, one key for everything): expired keys make room, live ones are
+never forgotten. The audit log is never filtered (each audit line is an event the operator must
+see; it bounds its refusal lines itself).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import authz
+from .peers import address_key, current_client
 
 __all__ = ["RepeatFilter", "install_repeat_filter"]
 
 AUDIT_LOGGER = "codemode.audit"
+SUMMARY_LOGGER = "codemode.service.logs"
+OVERFLOW = "*"
+_DECIDED = "_codemode_repeat"
+_SUMMARY = "codemode_summary"
+
+Key = tuple[str, int, str, str]
+
+_VARIABLE = re.compile(r"[0-9A-Fa-f]{8,}|[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+){2,}|\d+")
+
+
+def template(record: logging.LogRecord) -> str:
+    """What records of one kind have in common (see the module docstring)."""
+    msg = record.msg if isinstance(record.msg, str) else type(record.msg).__name__
+    if record.args:
+        return msg[:200]
+    head, sep, _ = msg.partition(": ")
+    return _VARIABLE.sub("#", head + sep.rstrip())[:200]
+
+
+def _who() -> str:
+    subject = authz.current_subject()
+    if subject is not None:
+        return "subject " + subject.id
+    client = current_client()
+    return "client " + address_key(client) if client else ""
+
+
+@dataclass
+class _Window:
+    started: float
+    passed: int = 0
+    dropped: int = 0
 
 
 class RepeatFilter(logging.Filter):
-    def __init__(self, window: float = 10.0, burst: int = 5, max_keys: int = 1024) -> None:
+    def __init__(
+        self,
+        window: float = 10.0,
+        burst: int = 5,
+        max_keys: int = 1024,
+        max_overflow: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self.window = window
         self.burst = burst
         self.max_keys = max_keys
-        self._seen: dict[tuple[str, int, str], list[float]] = {}  # key -> [window start, count, dropped]
+        self.max_overflow = max_overflow
+        self.clock = clock
+        self._live: OrderedDict[Key, _Window] = OrderedDict()  # oldest window first
+        self._overflow = 0  # live overflow keys
+        self._pending: dict[Key, int] = {}  # suppressed counts of ended windows, not yet shown
+        self._pending_other = 0  # ... of keys past the pending table's bound
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name == AUDIT_LOGGER or record.name.startswith(AUDIT_LOGGER + "."):
             return True
-        key = (record.name, record.levelno, str(record.msg))
-        now = time.monotonic()
-        state = self._seen.get(key)
-        if state is None or now - state[0] >= self.window:
-            dropped = int(state[2]) if state is not None else 0
-            if len(self._seen) >= self.max_keys:
-                self._seen.clear()
-            self._seen[key] = [now, 1, 0]
-            if dropped:
-                _note(record, dropped)
+        if getattr(record, _SUMMARY, False):
             return True
-        state[1] += 1
-        if state[1] <= self.burst:
-            return True
-        state[2] += 1
-        return False
+        decided = record.__dict__.get(_DECIDED)
+        if isinstance(decided, bool):
+            return decided  # the same record on another handler: counted once
+        decision = self._decide(record)
+        record.__dict__[_DECIDED] = decision
+        return decision
 
+    def _decide(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        self._expire(now)
+        kind = template(record)
+        key: Key = (record.name, record.levelno, kind, _who())
+        state = self._live.get(key)
+        if state is None and len(self._live) - self._overflow >= self.max_keys:
+            key = (record.name, record.levelno, kind, OVERFLOW)
+            state = self._live.get(key)
+            if state is None and self._overflow >= self.max_overflow:
+                key = (OVERFLOW, 0, OVERFLOW, OVERFLOW)
+                state = self._live.get(key)
+            if state is None:
+                self._overflow += 1
+        if state is None:
+            state = self._live[key] = _Window(now)
+        if state.passed >= self.burst:
+            state.dropped += 1
+            return False
+        state.passed += 1
+        earlier = self._pending.pop(key, 0)
+        if earlier:
+            record.msg = f"{record.msg} [{earlier} similar message(s) suppressed]"
+        return True
 
-def _note(record: logging.LogRecord, dropped: int) -> None:
-    record.msg = f"{record.msg} [{dropped} similar message(s) suppressed]"
+    def _expire(self, now: float) -> None:
+        while self._live:
+            key, state = next(iter(self._live.items()))
+            if now - state.started < self.window:
+                return
+            del self._live[key]
+            if key[3] == OVERFLOW:
+                self._overflow -= 1
+            if state.dropped:
+                if key in self._pending or len(self._pending) < self.max_keys:
+                    self._pending[key] = self._pending.get(key, 0) + state.dropped
+                else:
+                    self._pending_other += state.dropped
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write one line for each count of suppressed records whose window ended (``final``: of
+        every window, ended or not; at shutdown)."""
+        self._expire(self.clock() + (self.window if final else 0.0))
+        pending, self._pending = self._pending, {}
+        other, self._pending_other = self._pending_other, 0
+        log = logging.getLogger(SUMMARY_LOGGER)
+        extra = {_SUMMARY: True}
+        for (name, level, kind, who), count in pending.items():
+            log.warning(
+                "%d similar message(s) suppressed: %s %s %r%s",
+                count,
+                name,
+                logging.getLevelName(level),
+                kind,
+                f" ({who})" if who else "",
+                extra=extra,
+            )
+        if other:
+            log.warning("%d message(s) of other kinds suppressed", other, extra=extra)
 
 
 _FILTER = RepeatFilter()

@@ -75,8 +75,16 @@ class Metrics:
         )
         self.requests_refused = Counter(
             "codemode_mcp_requests_refused",
-            "Authenticated /mcp requests refused because too many were open, by bound (subject, total).",
+            "Authenticated /mcp requests refused because too many requests (subject, total) or sessions "
+            "(session_subject, session_total) were open, by bound.",
             ["bound"],
+            registry=r,
+        )
+        self.connections_refused = Counter(
+            "codemode_connections_refused",
+            "Connections to the main port refused at accept (address, total) or closed for not "
+            "sending a request head in time (header_timeout).",
+            ["reason"],
             registry=r,
         )
         self.pool_idle = Gauge(

@@ -45,6 +45,7 @@ from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
 __all__ = [
     "CONFIG_ENV",
     "LIMIT_FIELDS",
+    "LIST_SETTINGS",
     "SIZE_SETTINGS",
     "ConfigError",
     "Settings",
@@ -80,6 +81,7 @@ FLAGS = {
     "allowed_hosts": "--allowed-host",
     "allowed_origins": "--allowed-origin",
     "jwt_algorithms": "--jwt-algorithm",
+    "trusted_proxies": "--trusted-proxy",
 }
 
 
@@ -139,6 +141,18 @@ def _limit(name: str) -> Any:
     return Field(int(default), gt=0, description=UNITS[name])
 
 
+#: Settings that hold a list (JSON or comma-separated in the environment, a repeatable flag).
+LIST_SETTINGS = (
+    "jwt_algorithms",
+    "packs",
+    "pack_options",
+    "disable",
+    "rego_policy",
+    "allowed_hosts",
+    "allowed_origins",
+    "trusted_proxies",
+)
+
 #: Settings that hold a size (bytes, or ``256m``/``1g``); the runtimes take them in bytes.
 SIZE_SETTINGS = ("docker_memory", "process_memory")
 
@@ -171,8 +185,22 @@ class Settings(BaseSettings):
     metrics_host: str | None = Field(
         None, description="interface of the metrics port (default 127.0.0.1, not --host)"
     )
+    health_port: int = Field(
+        8001,
+        ge=0,
+        le=65535,
+        description="port of the separate /healthz and /readyz server for probes (0 = any free port)",
+    )
+    health_host: str | None = Field(None, description="interface of the health port (default: --host)")
     audit_log: str = Field(
         "stderr", description="where audit JSON lines go: stderr, stdout, a file path, or none"
+    )
+    auth_failure_window: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="seconds of one audit window for refused /mcp requests: per client address the "
+        "first is one line, the rest one summary line with their count",
     )
 
     # ---------------------------------------------------------------------------- authentication (http)
@@ -313,6 +341,20 @@ class Settings(BaseSettings):
     # ---------------------------------------------------------------------------- MCP transport (http)
     mcp_stateless: bool = Field(True, description="stateless streamable HTTP (no server-side session)")
     mcp_json_response: bool = Field(False, description="answer with JSON instead of an event stream")
+    max_sessions: int = Field(
+        1000, gt=0, description="stateful mode: open MCP sessions of all subjects; more get 503"
+    )
+    max_sessions_per_subject: int = Field(
+        50,
+        gt=0,
+        description="stateful mode: open MCP sessions of one subject (less than max_sessions); more get 429",
+    )
+    session_idle_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="stateful mode: seconds a session may have no request in flight (no POST "
+        "being served, no event stream open) before it is closed",
+    )
     max_request_body_bytes: int = Field(1024 * 1024, gt=0, description="bytes of one HTTP request body")
     allowed_hosts: StrList = Field(
         default_factory=list, description="Host header allow-list (host:port or host:*); empty = off"
@@ -333,6 +375,28 @@ class Settings(BaseSettings):
         "(default: half the file-descriptor limit, at most 1000)",
     )
     backlog: int = Field(128, gt=0, description="listen backlog of the main port")
+    header_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="seconds a connection may take to send a complete request head (from accept, "
+        "and from the first byte of each later request); slower connections are closed",
+    )
+    max_unauthenticated_connections_per_address: int = Field(
+        32,
+        gt=0,
+        description="connections one client address (IPv6: its /64) may hold open before one of "
+        "them carries an authenticated request; more are refused with 429",
+    )
+    trusted_proxies: StrList = Field(
+        default_factory=list,
+        description="addresses or networks (CIDR) of proxies whose forwarded client address is "
+        "believed (trusted_proxy_header); empty = the peer address is the client",
+    )
+    trusted_proxy_header: Literal["x-forwarded-for", "forwarded"] = Field(
+        "x-forwarded-for",
+        description="the one header the trusted proxies write: x-forwarded-for or forwarded (RFC 7239)",
+    )
 
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
@@ -364,19 +428,20 @@ class Settings(BaseSettings):
                 data.setdefault(key, value)
         return data
 
-    @field_validator(
-        "jwt_algorithms",
-        "packs",
-        "pack_options",
-        "disable",
-        "rego_policy",
-        "allowed_hosts",
-        "allowed_origins",
-        mode="before",
-    )
+    @field_validator(*LIST_SETTINGS, mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network (CIDR)") from None
+        return [item.strip() for item in value]
 
     @field_validator("jwt_algorithms")
     @classmethod
@@ -525,8 +590,17 @@ class Settings(BaseSettings):
                 out.append(f"auth_mode jwt needs {names('jwt_audience')}")
             if self.jwks_url is not None and not _safe_jwks_url(self.jwks_url):
                 out.append(f"{names('jwks_url')}: must be https (plain http only for a loopback host)")
+        if not self.mcp_stateless and self.max_sessions_per_subject >= self.max_sessions:
+            out.append(
+                f"{names('max_sessions_per_subject')}: must be less than {names('max_sessions')}, "
+                "so that one subject cannot hold every session"
+            )
         if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
+        if self.health_port != 0 and self.health_port in (self.port, self.metrics_port):
+            out.append(
+                f"{names('health_port')}: must differ from {names('port')} and {names('metrics_port')}"
+            )
         return out
 
     @property
@@ -541,6 +615,11 @@ class Settings(BaseSettings):
     def metrics_host_address(self) -> str:
         """Where the metrics server listens: ``metrics_host``, else loopback (tenants reach ``host``)."""
         return self.metrics_host or "127.0.0.1"
+
+    @property
+    def health_host_address(self) -> str:
+        """Where the health server listens: ``health_host``, else ``host`` (probes reach the pod)."""
+        return self.health_host or self.host
 
     @property
     def token_file_path(self) -> Path:

@@ -1,0 +1,104 @@
+"""The service's second and third listeners: small uvicorn servers inside the main server's event
+loop (the metrics port, the health port), each with its own :class:`~codemode.service.edge.ConnectionGuard`
+so that nothing on the tenant-facing port can fill their connection tables."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from ..startup.config import ConfigError, names
+from .edge import ConnectionGuard, guarded_protocol
+
+__all__ = ["SIDE_CONNECTIONS", "SideServer", "start_side_server"]
+
+log = logging.getLogger("codemode.service")
+
+#: Connections one side listener accepts (probes and scrapes need a handful).
+SIDE_CONNECTIONS = 64
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server running inside another's event loop: it leaves signal handling alone."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class SideServer:
+    """A running side listener; :meth:`stop` ends it."""
+
+    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], sock: socket.socket) -> None:
+        self._server = server
+        self._task = task
+        self._socket = sock
+        addr = sock.getsockname()
+        self.address: tuple[str, int] = (str(addr[0]), int(addr[1]))
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        try:
+            async with asyncio.timeout(5):
+                await self._task
+        except (TimeoutError, Exception):
+            self._task.cancel()
+        finally:
+            self._socket.close()
+
+
+def _bind(host: str, port: int, field: str) -> socket.socket:
+    # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"{names(field)}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+async def start_side_server(
+    app: Any, *, host: str, port: int, field: str, guard: ConnectionGuard, what: str
+) -> SideServer:
+    """Listen on ``host:port`` (``field`` names the setting in errors) and serve ``app`` there."""
+    sock = _bind(host, port, field)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="off",
+        # Logging is the main server's (codemode.service.logconfig): never reconfigured here, and
+        # no access lines for probes and scrapes (the guard's protocol turns them off).
+        log_config=None,
+        log_level=None,
+        ws="none",
+        server_header=False,
+        http=guarded_protocol(guard),
+        limit_concurrency=guard.max_connections + 1,
+        proxy_headers=False,
+    )
+    server = _EmbeddedServer(config)
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                if task.done():
+                    raise RuntimeError(f"the {what} server stopped during start-up")
+                await asyncio.sleep(0.01)
+    except BaseException:
+        server.should_exit = True
+        task.cancel()
+        sock.close()
+        raise
+    side = SideServer(server, task, sock)
+    log.info("%s at http://%s:%d", what, side.address[0], side.address[1])
+    return side

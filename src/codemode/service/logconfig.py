@@ -1,0 +1,46 @@
+"""Logging of ``serve --http``, configured once per process (docs/service.md, "Connections").
+
+uvicorn configures logging in every ``uvicorn.Config`` it builds (``dictConfig`` of its defaults,
+levels, and ``access_log=False`` empties the access logger's handlers); the metrics server's
+configuration used to run after the main server's, replacing the rate-limited handlers and the
+main server's levels and access log. :func:`configure_logging` does it once instead: uvicorn's own
+handlers and formats (``uvicorn`` on stderr, ``uvicorn.access`` on stdout), the root handler for
+everything else on stderr, the level, and the process-wide repeat filter on every one of those
+handlers. Every ``uvicorn.Config`` of the service is then built with ``log_config=None`` and
+``log_level=None``, so no server touches logging again; side listeners write no access lines
+(their protocol turns the access log off for their own connections only).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import logging.config
+
+from uvicorn.config import LOGGING_CONFIG
+
+from ..startup.config import ConfigError, names
+from .logfilter import RepeatFilter, install_repeat_filter
+
+__all__ = ["configure_logging", "log_level"]
+
+
+def log_level(name: str) -> int:
+    """The numeric level of ``log_level`` (raises ``ConfigError``)."""
+    level = logging.getLevelName(name.upper())
+    if not isinstance(level, int):
+        raise ConfigError(f"{names('log_level')}: unknown level {name!r}")
+    return level
+
+
+def configure_logging(name: str) -> RepeatFilter:
+    level = log_level(name)
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for logger in config["loggers"].values():
+        logger["level"] = level
+    logging.config.dictConfig(config)
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("codemode").setLevel(level)
+    return install_repeat_filter()
