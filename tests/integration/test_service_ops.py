@@ -177,6 +177,32 @@ async def test_metrics_on_a_separate_port(tmp_path: Path) -> None:
         await http_get(murl)
 
 
+async def test_host_pressure_on_the_metrics_port_only(tmp_path: Path) -> None:
+    import os
+    import resource
+
+    import psutil
+
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, metrics_port=0)) as srv:
+        host, port = srv.service.metrics_address
+        samples = await scrape(f"http://{host}:{port}/metrics")
+        # The values are the host's own, read when scraped (compared with psutil read just after).
+        available = metric(samples, "codemode_host_memory_available_bytes")
+        assert 0 < available <= psutil.virtual_memory().total
+        fds = metric(samples, "codemode_host_open_fds")
+        assert 3 <= fds <= len(os.listdir("/proc/self/fd")) + 16
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert metric(samples, "codemode_host_fd_limit") == (
+            float("inf") if soft == resource.RLIM_INFINITY else soft
+        )
+        load = [metric(samples, "codemode_host_load_average", minutes=m) for m in ("1", "5", "15")]
+        assert all(v >= 0 for v in load) and any(v > 0 for v in load)
+        # Never on the port tenants reach.
+        page = await http_get(srv.url + "/metrics")
+        assert page.status_code == 404 and "codemode_host" not in page.text
+
+
 # --------------------------------------------------------------------------------------------------
 # audit log
 # --------------------------------------------------------------------------------------------------
