@@ -280,7 +280,18 @@ class SkipReport:
         self.omitted.append((item, reason))
 
     def finish(self) -> None:
-        """Log (``skip``) or raise (``fail``) the collected reasons."""
+        """Log what became capabilities (one line at start: ``upstream 'memory': 9 of 9 items ->
+        9 capabilities``), and log (``skip``) or raise (``fail``) the collected reasons."""
+        total = len(self.converted) + len(self.skipped)
+        log.info(
+            "upstream %r: %d of %d item(s) -> %d capabilit%s%s",
+            self.upstream,
+            len(self.converted),
+            total,
+            len(self.converted),
+            "y" if len(self.converted) == 1 else "ies",
+            f" ({len(self.skipped)} skipped, reasons below)" if self.skipped else "",
+        )
         if self.omitted:
             log.info(
                 "upstream %r: %d output field(s) left out of converted items:\n%s",
