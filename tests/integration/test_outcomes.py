@@ -7,7 +7,9 @@ import asyncio
 import json
 import logging
 import random
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -363,3 +365,13 @@ def test_prints_may_not_exceed_a_value() -> None:
     with pytest.raises(codemode.InvalidRegistration) as info:
         make_server(max_print_bytes=2000, max_value_bytes=1000)
     assert "limits: max_print_bytes must not exceed max_value_bytes" in info.value.problems
+
+
+def test_the_python_api_example_runs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "python-api.md").read_text(
+        encoding="utf-8"
+    )
+    section = page.split("## What an execute reports", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S)
+    assert snippet is not None
+    exec(compile(snippet[1], "python-api.md", "exec"), {"__name__": "python_api_example"})
