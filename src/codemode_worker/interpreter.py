@@ -73,6 +73,7 @@ from typing import Any, Final, Protocol, TypeVar, cast
 
 import starlark as sl
 
+from . import protocol
 from .diagnostics import (
     FALLBACK_LOCATION,
     FILENAME,
@@ -105,7 +106,7 @@ __all__ = [
     "warm_up",
 ]
 
-STEPS_PER_CHECK: Final = 1000
+STEPS_PER_CHECK: Final = protocol.STEPS_PER_CHECK
 """Ticks between two ``check_cancelled`` calls (fixed inside starlark-rust)."""
 MAX_CALLSTACK: Final = 10_000
 """Upper clamp on the exec frame's ``max_callstack``."""
@@ -251,11 +252,12 @@ class _Run:
         if self.counting and self.checks * STEPS_PER_CHECK > self.limits.max_steps:
             self.fail("resource_limit", LIMIT_STEPS)
             return True
-        try:
-            self.flush_prints()  # so that a program the host kills later still shows its prints
-        except (NativeAborted, HostProtocolError) as exc:
-            self.escape = exc
-            return True
+        if self.checks & (self.checks - 1) == 0:  # checks 1, 2, 4, 8, ...: protocol.max_print_frames
+            try:
+                self.flush_prints()  # so that a program the host kills later still shows its prints
+            except (NativeAborted, HostProtocolError) as exc:
+                self.escape = exc
+                return True
         return False
 
     def flush_prints(self) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "PRINT_CHUNK_CHARS",
     "RESERVED_ROOTS",
     "STARLARK_KEYWORDS",
+    "STEPS_PER_CHECK",
     "WORKER_KINDS",
     "FrameDecoder",
     "ProtocolError",
@@ -42,6 +43,7 @@ __all__ = [
     "encode_frame",
     "encode_native_call",
     "encode_print",
+    "max_print_frames",
     "read_exact",
     "read_frame",
     "validate_frame",
@@ -82,6 +84,19 @@ _POSITIVE_LIMITS = frozenset({"max_value_depth", "max_value_bytes", "max_callsta
 PRINT_CHUNK_CHARS = 8192
 """Characters of ``print()`` output per ``print`` frame: even escaped as ``\\uXXXX`` (6 bytes per
 character) a frame stays far below the host's smallest frame cap (64 KiB + ``max_value_bytes``)."""
+STEPS_PER_CHECK = 1000
+"""Interpreter ticks between two step checks (fixed inside starlark-rust; see ``interpreter``)."""
+
+
+def max_print_frames(max_native_calls: int, max_steps: int, max_print_bytes: int) -> int:
+    """The most ``print`` frames an honest worker sends in one exchange, which the host enforces:
+    the worker sends its pending prints before each call frame and before its final frame, at the
+    step checks numbered by a power of two (1, 2, 4, ...: at most ``bit_length`` of the last
+    check's number), and splits them into one more frame per :data:`PRINT_CHUNK_CHARS` characters
+    of its whole output. Without such a bound every frame would be free work for the host."""
+    checks = max_steps // STEPS_PER_CHECK + 1
+    return max_native_calls + 1 + checks.bit_length() + max_print_bytes // PRINT_CHUNK_CHARS
+
 
 _KEYS: dict[str, frozenset[str]] = {
     "probe": frozenset({"k", "v"}),

@@ -164,6 +164,10 @@ def main() -> None:
         for text, cut in json.loads(sys.argv[2]):
             send({"k": "print", "text": text, "cut": cut})
         send({"k": "final", "value": "done"})
+    elif mode == "prints_flood":  # argv: prints_flood TEXT: print frames, as fast as it can write them
+        chunk = encode_frame({"k": "print", "text": sys.argv[2], "cut": False}) * 10_000
+        for _ in range(1000):
+            raw(chunk)
     elif mode == "prints_then_hang":
         send({"k": "print", "text": "last words\n", "cut": False})
     elif mode == "honest_echo":

@@ -393,3 +393,14 @@ async def test_prints_sent_before_the_deadline_reach_the_client() -> None:
     text, _, prints, _ = await report("prints_then_hang", max_print_bytes=100, max_execution_time=0.5)
     assert text == "resource limit exceeded: time"
     assert prints == "last words\n"
+
+
+@pytest.mark.parametrize("text", ["", "x"])
+async def test_a_flood_of_print_frames_is_refused_at_once(text: str) -> None:
+    # Every print frame costs the host's event loop (shared by every tenant) a decode: an honest
+    # worker sends a bounded number (protocol.max_print_frames), so a flood ends the execute at once
+    # instead of keeping the loop busy until the deadline. Empty text never comes without the cut.
+    t0 = time.monotonic()
+    text_out, _, _, _ = await report("prints_flood", text, max_print_bytes=1 << 20, max_execution_time=20)
+    assert text_out == "internal failure"
+    assert time.monotonic() - t0 < 5.0

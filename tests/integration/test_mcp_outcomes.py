@@ -42,6 +42,15 @@ def conforms(result: types.CallToolResult) -> dict[str, Any]:
     return out
 
 
+async def execute_once(server: codemode.Server, mode: str, source: str) -> types.CallToolResult:
+    """One execute through a fresh client; the server is closed afterwards."""
+    try:
+        async with Client(mcp_for(server), mode=mode) as client:
+            return await call(client, "execute", source=source)
+    finally:
+        await server.aclose()
+
+
 async def test_every_execute_result_carries_the_ledger(mode: str) -> None:
     server = build(authorizer=Recorder(deny={"records.delete"}))
     try:
@@ -150,11 +159,7 @@ async def test_a_program_recovers_from_a_denial_with_attempt(mode: str) -> None:
         "    title = records.get(id=r['id'])['title']\n"
         "    return {'delete': d, 'missing': missing, 'typo': typo, 'title': title}\n"
     )
-    try:
-        async with Client(mcp_for(server), mode=mode) as client:
-            result = await call(client, "execute", source=src)
-    finally:
-        await server.aclose()
+    result = await execute_once(server, mode, src)
     value = execute_value(result)
     assert value["delete"] == {"ok": False, "error": "permission denied"}
     assert value["missing"]["ok"] is False and value["missing"]["error"].startswith("capability failed")
@@ -182,11 +187,7 @@ async def test_attempt_does_not_recover_from_a_limit(mode: str) -> None:
         "    big = attempt(records.search)\n"
         "    return 'recovered'\n"
     )
-    try:
-        async with Client(mcp_for(server), mode=mode) as client:
-            result = await call(client, "execute", source=src)
-    finally:
-        await server.aclose()
+    result = await execute_once(server, mode, src)
     assert error_text(result) == "resource limit exceeded: value size"
     assert ledger(result) == [
         ("records.create", "ok"),
@@ -199,12 +200,7 @@ async def test_attempt_does_not_recover_from_a_limit(mode: str) -> None:
 
 
 async def test_prints_are_off_by_default(mode: str) -> None:
-    server = build()
-    try:
-        async with Client(mcp_for(server), mode=mode) as client:
-            result = await call(client, "execute", source="def main():\n    print('hello')\n    return 1\n")
-    finally:
-        await server.aclose()
+    result = await execute_once(build(), mode, "def main():\n    print('hello')\n    return 1\n")
     assert conforms(result) == {"result": 1, "calls": []}
     assert len(result.content) == 2
 

@@ -361,6 +361,27 @@ async def test_prints_are_bounded_and_cut_with_a_marker() -> None:
         await srv.aclose()
 
 
+async def test_an_honest_worker_that_prints_all_the_time_stays_within_the_frame_bound() -> None:
+    # The host refuses more print frames than protocol.max_print_frames: a program printing at
+    # every step and before every call must still pass.
+    srv, _ = make_server(max_print_bytes=1 << 20, max_native_calls=50, max_execution_steps=3_000_000)
+    source = (
+        "def main():\n"
+        "    for i in range(50):\n"
+        "        print('call', i)\n"
+        "        util.echo(value = 'x')\n"
+        "    for i in range(50000):\n"
+        "        print('x', end = '')\n"
+        "    return 'done'\n"
+    )
+    try:
+        text, calls, prints = await run_report(srv, source)
+    finally:
+        await srv.aclose()
+    assert (text, len(calls)) == ("value:'done'", 50)
+    assert prints is not None and prints.endswith("call 49\n" + "x" * 50000)
+
+
 def test_prints_may_not_exceed_a_value() -> None:
     with pytest.raises(codemode.InvalidRegistration) as info:
         make_server(max_print_bytes=2000, max_value_bytes=1000)

@@ -156,4 +156,7 @@ def test_recoverable_calls_and_prints_are_documented_exactly() -> None:
     for key in protocol.OPTIONAL_LIMIT_KEYS:
         assert f"`{key}` (≥ 1)" in protocol_page
     assert f"at most {protocol.PRINT_CHUNK_CHARS:,} characters" in protocol_page
+    formula = f"`max_native_calls + 1 + bit_length(max_steps // {protocol.STEPS_PER_CHECK} + 1)"
+    assert formula + f" + max_print_bytes // {protocol.PRINT_CHUNK_CHARS}`" in protocol_page
+    assert protocol.max_print_frames(100, 1_000_000, 8192) == 100 + 1 + (1001).bit_length() + 1
     assert "At most `max_value_bytes` (`build()` refuses more)" in flat("limits.md")

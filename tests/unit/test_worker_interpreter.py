@@ -945,6 +945,11 @@ def test_prints_are_sent_at_step_checks() -> None:
     assert host.printed == [("early\n", False)]
     assert run_state.check_cancelled() is False
     assert host.printed == [("early\n", False)]  # nothing new: nothing sent
+    run_state.print_text("later\n")
+    assert run_state.check_cancelled() is False  # check 3: not a power of two, kept for later
+    assert host.printed == [("early\n", False)]
+    assert run_state.check_cancelled() is False  # check 4
+    assert host.printed == [("early\n", False), ("later\n", False)]
 
 
 def test_a_host_gone_while_prints_are_sent_stops_the_program() -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import ProtocolError, encode_frame
+from codemode_worker.protocol import ProtocolError, encode_frame, max_print_frames
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
@@ -561,7 +561,9 @@ class Executor:
             self.observer.execute_finished(subject.id)
 
     async def _execute(self, source: str, subject: Subject) -> ExecuteResult:
-        report = Report(self.limits.max_print_bytes)
+        limits = self.limits
+        frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
+        report = Report(limits.max_print_bytes, frames)
         try:
             return report.result(await self._run(source, subject, report))
         except CodeModeError as exc:

@@ -4,7 +4,9 @@ program's prints (codemode.common.outcomes).
 The ledger gets one entry per native call the host records for the audit log, at the same moment
 and from the same record, so the two cannot disagree. The prints arrive from a hostile worker: the
 host keeps them only when it asked for them, never more than ``max_print_bytes``, and a worker
-that sends more than an honest one would is refused (:class:`PrintsRefused`).
+that sends more than an honest one would (more bytes, or more frames than
+``codemode_worker.protocol.max_print_frames``: each one is work for the shared event loop) is
+refused (:class:`PrintsRefused`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ class PrintsRefused(Exception):
 class Report:
     """The ledger and prints of one execute (``max_print_bytes`` 0: prints are not kept)."""
 
-    def __init__(self, max_print_bytes: int) -> None:
+    def __init__(self, max_print_bytes: int, max_print_frames: int = 0) -> None:
         self.budget = max_print_bytes
+        self.frames_left = max_print_frames
         self.calls: list[LedgerEntry] = []
         self._texts: list[str] = []
         self._bytes = 0
@@ -42,6 +45,11 @@ class Report:
             raise PrintsRefused("print frame, but this host keeps no prints")
         if self._cut:
             raise PrintsRefused("print frame after the output was cut")
+        if not text and not cut:
+            raise PrintsRefused("empty print frame")
+        self.frames_left -= 1
+        if self.frames_left < 0:
+            raise PrintsRefused("more print frames than an honest worker sends")
         size = len(text.encode("utf-8"))
         if self._bytes + size > self.budget:
             raise PrintsRefused("print frames over max_print_bytes")
