@@ -310,6 +310,30 @@ async def test_attempt_never_recovers_from_limits_policy_failures_or_the_deadlin
         await srv.aclose()
 
 
+@dataclass
+class QuotaIn:
+    value: str
+
+
+def quota(ctx: codemode.CallContext, subject: authz.Subject, args: QuotaIn) -> QuotaIn:
+    raise codemode.ResourceLimit("quota")  # the handler's own budget (e.g. an upstream's)
+
+
+async def test_a_handlers_own_limit_is_a_limit_in_the_ledger_and_never_recovered() -> None:
+    builder = codemode.Builder(authorizer=authz.allow_all())
+    builder.register(codemode.Capability(name="up.quota", summary="Always over its quota.", handler=quota))
+    srv = builder.build()
+    try:
+        source = "def main():\n    r = attempt(up.quota, value = 'x')\n    return 'recovered'\n"
+        assert await run_report(srv, source) == (
+            "resource limit exceeded: quota",
+            [("up.quota", "limit exceeded")],
+            None,
+        )
+    finally:
+        await srv.aclose()
+
+
 async def test_attempt_of_something_else_is_an_invalid_program() -> None:
     srv, _ = make_server()
     try:

@@ -310,6 +310,9 @@ class _Session:
         except CapabilityFailure:
             event.outcome = "capability_failed"
             raise
+        except ResourceLimit:  # the handler's own budget (_handler_failed): it ran, a limit stopped it
+            event.outcome = "resource_limit"
+            raise
         finally:
             event.handler = time.perf_counter() - t1
         try:

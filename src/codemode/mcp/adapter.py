@@ -183,12 +183,12 @@ Returns {"result": <main()'s return value>, "calls": [...]}. Every result, also 
 carries "calls" (a second text block {"calls": [...]}): the capability calls the program made, in \
 order, each {"capability": "records.create", "outcome": ...}. Outcomes: "ok" (it ran and its result \
 reached the program), "denied", "policy failure", "invalid arguments" and "not run" (it did not \
-run), "failed" (it ran and failed; it may have had an effect), "limit exceeded" (it ran, but its \
-result was over a budget), "interrupted" (the time ran out while it ran; it may have had an \
-effect). After an error, read "calls" before you retry: the calls with outcome "ok" (and maybe \
-"failed", "limit exceeded", "interrupted") have already happened; do not repeat their effects \
-(for example, do not create the same record twice), continue from the failed call. Calls never \
-reached because a limit stopped the program first are not listed.
+run), "failed" (it ran and failed; it may have had an effect), "limit exceeded" (it ran, but a \
+budget stopped it, e.g. its result was too large), "interrupted" (the time ran out while it \
+ran; it may have had an effect). After an error, read "calls" before you retry: the calls with \
+outcome "ok" (and maybe "failed", "limit exceeded", "interrupted") have already happened; do \
+not repeat their effects (for example, do not create the same record twice), continue from the \
+failed call. Calls never reached because a limit stopped the program first are not listed.
 
 Errors and how to recover:
 - "invalid program: <codemode>:LINE:COL: message" (or just "invalid program") - syntax error, \
