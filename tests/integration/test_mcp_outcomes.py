@@ -238,3 +238,37 @@ async def test_prints_come_back_beside_the_result_bounded_and_marked(mode: str) 
             assert conforms(failed)["prints"] == "about to fail\n"
     finally:
         await server.aclose()
+
+
+# ---------------------------------------------------------------------------------- in a container
+
+
+@pytest.mark.docker
+async def test_ledger_attempt_and_prints_inside_a_docker_worker(mode: str, docker_api: Any) -> None:
+    # The same frames through the Docker attach stream and the confined worker of the image under
+    # test (CODEMODE_TEST_WORKER_IMAGE, else the default tag): it must be built from this tree.
+    from codemode.runtimes.docker import DockerRuntime
+
+    server = build(
+        authorizer=Recorder(deny={"records.delete"}),
+        limits=codemode.Limits(max_print_bytes=64),
+        runtime=DockerRuntime(),
+    )
+    src = (
+        "def main():\n"
+        "    r = records.create(title='in a container')\n"
+        "    print('created', r['id'])\n"
+        "    d = attempt(records.delete, id=r['id'])\n"
+        "    bad = attempt(records.get, id='x')\n"
+        "    print('delete:', d['ok'])\n"
+        "    return records.get(id=99)\n"
+    )
+    result = await execute_once(server, mode, src)
+    assert error_text(result) == "capability failed: record 99 not found"
+    assert conforms(result)["prints"] == "created 1\ndelete: False\n"
+    assert ledger(result) == [
+        ("records.create", "ok"),
+        ("records.delete", "denied"),
+        ("records.get", "invalid arguments"),
+        ("records.get", "failed"),
+    ]
