@@ -27,6 +27,7 @@ from .common.errors import (
     ResourceLimit,
     Unauthenticated,
 )
+from .common.outcomes import ExecuteResult, LedgerEntry
 from .execution.context import CallContext
 from .execution.limits import Limits
 from .execution.server import Builder, Description, Server
@@ -51,12 +52,14 @@ __all__ = [
     "CodeModeError",
     "Description",
     "DockerRuntime",
+    "ExecuteResult",
     "ExitInfo",
     "Internal",
     "InvalidArguments",
     "InvalidProgram",
     "InvalidRegistration",
     "KubernetesRuntime",
+    "LedgerEntry",
     "Limits",
     "NotFound",
     "PermissionDenied",

@@ -29,8 +29,9 @@ def test_public_names_are_pinned() -> None:
     assert sorted(codemode.__all__) == sorted(
         [
             "AgentError", "Builder", "CallContext", "Capability", "CapabilityFailure", "CapabilityPack",
-            "CodeModeError", "Description", "DockerRuntime", "ExitInfo", "Internal", "InvalidArguments",
-            "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "Limits", "NotFound",
+            "CodeModeError", "Description", "DockerRuntime", "ExecuteResult", "ExitInfo", "Internal",
+            "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "LedgerEntry",
+            "Limits", "NotFound",
             "PermissionDenied", "PolicyFailure", "ProcessRuntime", "ResourceLimit", "Runtime", "Sandbox",
             "SearchResponse", "Server", "Subject", "Unauthenticated", "WarmPool", "allow_all", "authz",
             "capability", "capability_of",

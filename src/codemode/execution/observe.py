@@ -11,13 +11,17 @@ __all__ = ["CallEvent", "ExecuteEvent", "NullObserver", "Observer"]
 
 @dataclass(frozen=True)
 class CallEvent:
+    """One native call, recorded when the host is done with it (docs/reference/tools.md#the-call-ledger
+    maps ``decision``/``outcome`` to the ledger's outcome words)."""
+
     subject_id: str
     capability_id: str
-    decision: str  # "allow", "deny", "policy_failure", "invalid_arguments"
-    outcome: str  # "ok", "capability_failed", "resource_limit", "not_run", ...
+    decision: str  # "allow", "deny", "policy_failure", "invalid_arguments", "undecided"
+    outcome: str  # "ok", "capability_failed", "resource_limit", "interrupted", "not_run"
     authz_seconds: float
     handler_seconds: float
     worker_id: str
+    capability: str = ""  # the dotted name, as the program and the ledger see it
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from ..catalog.answers import MIN_DESCRIBE_RESPONSE_BYTES, AnswerBounds, describ
 from ..catalog.capability import Capability, CompiledCapability, validate_catalog
 from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
+from ..common.outcomes import ExecuteResult
 from ..runtimes.base import Runtime
 from .execute import Executor
 from .limits import Limits
@@ -233,7 +234,12 @@ class Server:
                         log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
     async def execute(self, source: str, *, subject: Subject) -> Any:
-        """Run one program for ``subject`` and return ``main()``'s plain value."""
+        """Run one program for ``subject`` and return ``main()``'s plain value. A raised
+        ``CodeModeError`` carries the call ledger (``err.calls``) and prints (``err.prints``)."""
+        return (await self.run(source, subject=subject)).value
+
+    async def run(self, source: str, *, subject: Subject) -> ExecuteResult:
+        """Like :meth:`execute`, and also the call ledger and the prints: an ``ExecuteResult``."""
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
             raise Unauthenticated()
         try:
