@@ -30,6 +30,15 @@ from .common.errors import (
 from .common.outcomes import ExecuteResult, LedgerEntry
 from .execution.context import CallContext
 from .execution.limits import Limits
+from .execution.observe import (
+    CallDecision,
+    CallEvent,
+    CallOutcome,
+    ExecuteEvent,
+    ExecuteOutcome,
+    NullObserver,
+    Observer,
+)
 from .execution.server import Builder, Description, Server
 from .packs.registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
@@ -46,12 +55,17 @@ __all__ = [
     "AgentError",
     "Builder",
     "CallContext",
+    "CallDecision",
+    "CallEvent",
+    "CallOutcome",
     "Capability",
     "CapabilityFailure",
     "CapabilityPack",
     "CodeModeError",
     "Description",
     "DockerRuntime",
+    "ExecuteEvent",
+    "ExecuteOutcome",
     "ExecuteResult",
     "ExitInfo",
     "Internal",
@@ -62,6 +76,8 @@ __all__ = [
     "LedgerEntry",
     "Limits",
     "NotFound",
+    "NullObserver",
+    "Observer",
     "PermissionDenied",
     "PolicyFailure",
     "ProcessRuntime",

@@ -399,6 +399,7 @@ class SearchResult:
     summary: str
 
     def to_dict(self) -> dict[str, str]:
+        """One result as ``search_api`` answers it: ``{name, signature, summary}``."""
         return {"name": self.name, "signature": self.signature, "summary": self.summary}
 
 
@@ -408,6 +409,7 @@ class SearchResponse:
     truncated: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """``search_api``'s answer: ``{results: [...], truncated}`` (docs/reference/search.md)."""
         return {"results": [r.to_dict() for r in self.results], "truncated": self.truncated}
 
 

@@ -53,6 +53,7 @@ class LedgerEntry:
     outcome: str
 
     def to_dict(self) -> dict[str, str]:
+        """The entry as ``structuredContent.calls`` carries it: ``{capability, outcome}``."""
         return {"capability": self.capability, "outcome": self.outcome}
 
 

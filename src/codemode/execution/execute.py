@@ -55,7 +55,15 @@ from .admission import FairAdmission
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
-from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
+from .observe import (
+    CallDecision,
+    CallEvent,
+    CallOutcome,
+    ExecuteEvent,
+    ExecuteOutcome,
+    NullObserver,
+    Observer,
+)
 from .report import PrintsRefused, Report
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
@@ -102,8 +110,8 @@ class _CallRecord:
     """One call's audit record: ``decision`` stays ``undecided`` until the authorizer answers,
     ``outcome`` is ``interrupted`` while the handler runs (docs/reference/tools.md#the-call-ledger)."""
 
-    decision: str = "undecided"
-    outcome: str = "not_run"
+    decision: CallDecision = "undecided"
+    outcome: CallOutcome = "not_run"
     authz: float = 0.0
     handler: float = 0.0
 
@@ -577,7 +585,7 @@ class Executor:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
         ctx = CallContext(deadline=deadline)
-        outcome = "internal"
+        outcome: ExecuteOutcome = "internal"
         calls = 0
         worker_id = ""
         oom = False
@@ -730,8 +738,8 @@ class Executor:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _outcome_name(exc: CodeModeError) -> str:
-    return {
+def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:
+    names: dict[str, ExecuteOutcome] = {
         "unauthenticated": "unauthenticated",
         "capability not found": "not_found",
         "invalid program": "invalid_program",
@@ -740,4 +748,5 @@ def _outcome_name(exc: CodeModeError) -> str:
         "authorization policy failure": "policy_failure",
         "resource limit exceeded": "resource_limit",
         "capability failed": "capability_failed",
-    }.get(exc.text, "internal")
+    }
+    return names.get(exc.text, "internal")
