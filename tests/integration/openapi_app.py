@@ -6,7 +6,7 @@ import os
 from enum import StrEnum
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response, UploadFile
+from fastapi import Depends, FastAPI, Form, Header, HTTPException, Query, Request, Response, UploadFile
 from pydantic import BaseModel
 
 API_KEY_ENV = "INVENTORY_TEST_KEY"
@@ -70,6 +70,23 @@ def list_items(tag: list[str] | None = Query(default=None), limit: int = 10) -> 
 def delete_item(item_id: int) -> Response:
     ITEMS.pop(item_id, None)
     return Response(status_code=204)
+
+
+@app.post("/items/search", operation_id="searchItems", tags=["search"], summary="Search items (a form)")
+def search_items(
+    name: str = Form(),
+    tags: list[str] = Form(default=[]),  # noqa: B008
+    max_price: float | None = Form(default=None),
+    in_stock: bool = Form(default=False),
+) -> list[Item]:
+    return [
+        i
+        for i in ITEMS.values()
+        if name in i.name
+        and (not tags or set(tags) & set(i.tags))
+        and (max_price is None or i.price <= max_price)
+        and not in_stock  # nothing is ever in stock here: the flag must arrive as a boolean
+    ]
 
 
 @app.get("/big", operation_id="bigPayload", tags=["misc"])

@@ -312,3 +312,55 @@ async def test_a_document_path_can_never_leave_base_url(tmp_path: Any, service: 
     skipped = " ".join(str(s) for s in pack.reports["inv"].skipped)
     assert "attacker.example" in skipped and "relative to base_url" in skipped
     await pack.aclose()
+
+
+async def test_classic_document_forms_round_trip(
+    tmp_path: Any, service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What classic published documents contain (issue 20 §4), against the live service: missing
+    and unusable operationIds (named from method and path), operations that declare only
+    ``default`` or only errors (output ``{}``), and a form-urlencoded body. Before, these
+    operations were skipped (no operationId, spaces, no 2xx response) and form bodies dropped."""
+    import json
+
+    monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)
+    openapi_app.ITEMS.clear()
+    spec = openapi_app.app.openapi()
+    paths = spec["paths"]
+    del paths["/items/{item_id}"]["get"]["operationId"]
+    paths["/items"]["get"]["operationId"] = "list all items"  # spaces: not usable as an id
+    paths["/items/{item_id}"]["delete"]["responses"] = {"default": {"description": "successful operation"}}
+    paths["/items"]["post"]["responses"] = {
+        "400": {"description": "Invalid input"},
+        "405": {"description": "x"},
+    }
+    doc = tmp_path / "classic.json"
+    doc.write_text(json.dumps(spec))
+    pack = openapi_pack([config(service, document=str(doc))])
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
+    try:
+        ids = {c.name: c.id for c in server.capabilities}
+        assert ids["inventory.get_items_item_id"] == "openapi:inventory:GET:/items/{item_id}"
+        assert ids["inventory.get_items"] == "openapi:inventory:GET:/items"
+        assert server.describe("inventory.create_item").output == []
+        assert server.describe("inventory.search_items").signature == (
+            "inventory.search_items(*, name: str, tags: list[str] | None, max_price: float | None,"
+            " in_stock: bool | None)"
+        )
+        value = await server.execute(
+            run(
+                'made = inventory.create_item(name="red hammer", kind="tool", price=9, tags=["red"])\n'
+                'inventory.create_item(name="blue hammer", kind="tool", price=30, tags=["blue"])\n'
+                "one = inventory.get_items_item_id(item_id=1)\n"
+                'found = inventory.search_items(name="hammer", tags=["red", "blue"], max_price=20)\n'
+                'stocked = inventory.search_items(name="hammer", in_stock=True)\n'
+                "gone = inventory.delete_item(item_id=2)\n"
+                'return [made, one["name"], [i["name"] for i in found["result"]], stocked["result"], gone,'
+                ' len(inventory.get_items()["result"])]'
+            ),
+            subject=SUBJECT,
+        )
+        assert value == [{}, "red hammer", ["red hammer"], [], {}, 1]
+    finally:
+        await pack.aclose()
+        await server.aclose()

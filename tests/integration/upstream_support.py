@@ -17,6 +17,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +56,38 @@ def npm_package(name: str, version: str, env_dir: str, default_dir: str) -> Path
         if proc.returncode != 0:
             unavailable(f"npm install {name}@{version} failed: {proc.stderr.strip()[-500:]}")
     return package
+
+
+def npm_pack(name: str, version: str, env_dir: str, default_dir: str) -> Path:
+    """The files of npm package ``name@version`` as published (``npm pack``: no dependencies, no
+    install scripts), unpacked once into a cache folder (``env_dir`` names the variable that moves
+    it; default ``~/.cache/codemode/<default_dir>``)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        unavailable(f"npm not found on PATH (install Node.js to fetch {name})")
+    assert npm is not None
+    where = Path(os.environ.get(env_dir, str(Path.home() / ".cache" / "codemode" / default_dir)))
+    folder = where / f"{name.replace('/', '+')}@{version}"
+    marker = folder / "package" / "package.json"
+    if marker.exists() and json.loads(marker.read_text()).get("version") == version:
+        return folder / "package"
+    where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        proc = subprocess.run(
+            [npm, "pack", f"{name}@{version}", "--pack-destination", tmp, "--silent"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if proc.returncode != 0:
+            unavailable(f"npm pack {name}@{version} failed: {proc.stderr.strip()[-500:]}")
+        tarball = Path(tmp) / proc.stdout.strip().splitlines()[-1]
+        unpacked = Path(tmp) / "unpacked"
+        with tarfile.open(tarball) as tar:
+            tar.extractall(unpacked, filter="data")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(unpacked, folder)
+    return folder / "package"
 
 
 MEMORY = "@modelcontextprotocol/server-memory"
