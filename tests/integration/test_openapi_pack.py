@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -302,13 +303,16 @@ async def test_a_document_path_can_never_leave_base_url(tmp_path: Any, service: 
         "https://attacker.example/collect": stolen,
         "//attacker.example/collect": {"get": {**stolen["get"], "operationId": "steal2"}},
         "/ok?x=https://attacker.example": {"get": {**stolen["get"], "operationId": "steal3"}},
+        "/../attacker.example/{x}": {"get": {**stolen["get"], "operationId": "steal4"}},
+        "/items/%2e%2e/%2E%2E/admin": {"get": {**stolen["get"], "operationId": "steal5"}},
+        "/x": {"$ref": "https://attacker.example/item.json"},
     }
     doc = tmp_path / "doc.json"
     doc.write_text(json.dumps(spec))
     pack = openapi_pack([{"name": "inv", "document": str(doc), "base_url": service}])
     names = {c.name for c in pack.capabilities()}
     assert "inv.list_items" in names
-    assert not {"inv.steal", "inv.steal2", "inv.steal3"} & names
+    assert not {"inv.steal", "inv.steal2", "inv.steal3", "inv.steal4", "inv.steal5"} & names
     skipped = " ".join(str(s) for s in pack.reports["inv"].skipped)
     assert "attacker.example" in skipped and "relative to base_url" in skipped
     await pack.aclose()
@@ -364,3 +368,40 @@ async def test_classic_document_forms_round_trip(
     finally:
         await pack.aclose()
         await server.aclose()
+
+
+# The first run installs an npm package (up to 300 s) before the test itself.
+@pytest.mark.timeout(600)
+async def test_github_contents_path_is_multi_segment_only_when_configured(tmp_path: Any) -> None:
+    """The docs/packs.md example: GitHub's contents ``{path}`` takes several segments once the
+    operator says so; by default it is one segment (the request is built, never sent)."""
+    import tomllib
+
+    from codemode.capabilities.openapi_calls import Handler
+
+    document, _ = octokit_openapi_document()
+    secret = tmp_path / "auth"
+    secret.write_text("Bearer ghp_example\n")
+    text = (Path(__file__).parents[2] / "docs" / "packs.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if "multi_segment_parameters" in b)
+    table = tomllib.loads(block)["openapi"][0]
+    table.update(document=str(document), auth_value_from_file=str(secret))
+    for multi, sent in [(True, "/repos/o/r/contents/docs/a%20b.md"), (False, None)]:
+        if not multi:
+            del table["multi_segment_parameters"]
+        pack = openapi_pack([table])
+        caps = {c.name: c for c in pack.capabilities()}
+        assert sorted(caps) == ["gh.repos_create_or_update_file_contents", "gh.repos_delete_file"]
+        handler = caps["gh.repos_delete_file"].handler
+        assert isinstance(handler, Handler)
+        if sent is not None:
+            request = handler.request({"owner": "o", "repo": "r", "path": "docs/a b.md"})
+            assert request.url.raw_path.decode() == sent
+            assert request.headers["Authorization"] == "Bearer ghp_example"
+        else:
+            with pytest.raises(codemode.InvalidArguments):
+                handler.request({"owner": "o", "repo": "r", "path": "docs/a b.md"})
+        assert handler.request({"owner": "o", "repo": "r", "path": "README.md"}).url.path == (
+            "/repos/o/r/contents/README.md"
+        )
+        await pack.aclose()

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 
@@ -136,9 +136,15 @@ def _entries(doc: Mapping[str, Any], report: SkipReport) -> list[_Entry]:
     paths = doc.get("paths") or {}
     for path, item in paths.items() if isinstance(paths, Mapping) else []:
         if not _relative_path(path):
-            report.skip(f"path {str(path)[:80]}", "path must be relative to base_url (one leading /)")
+            report.skip(
+                f"path {str(path)[:80]}", "path must be relative to base_url (one leading /, no dot segment)"
+            )
             continue
-        item = resolve(doc, item)
+        try:
+            item = resolve(doc, item)
+        except Unsupported as exc:
+            report.skip(f"path {path[:80]}", str(exc))
+            continue
         if not isinstance(item, Mapping):
             continue
         for method in METHODS:
@@ -288,11 +294,13 @@ def openapi_pack(configs: Sequence[OpenAPIConfig | Mapping[str, Any]]) -> OpenAP
 
 def _relative_path(path: Any) -> bool:
     """An OpenAPI path key that stays under ``base_url``: one leading ``/``, no scheme, no authority,
-    no query, fragment or backslash (httpx would send an absolute URL as it is, credential included)."""
+    no query, fragment or backslash (httpx would send an absolute URL as it is, credential included),
+    and no ``.`` or ``..`` segment, even encoded (it would climb out of base_url's path)."""
     return (
         isinstance(path, str)
         and path.startswith("/")
         and not path.startswith("//")
         and "://" not in path
         and not any(c in path for c in "\\?#")
+        and not any(unquote(segment) in (".", "..") for segment in path.split("/"))
     )
