@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import re
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 import codemode
 from codemode import authz
@@ -24,7 +22,7 @@ from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
 
 from . import openapi_app
-from .upstream_support import free_port, octokit_openapi_document
+from .upstream_support import octokit_openapi_document, uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -34,20 +32,8 @@ KEY = "inventory-secret-key"
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(openapi_app.app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_in_thread(openapi_app.app) as base:
+        yield base
 
 
 def config(base: str, **extra: Any) -> dict[str, Any]:
@@ -296,7 +282,7 @@ async def test_a_document_path_can_never_leave_base_url(tmp_path: Any, service: 
     header) to another host. Such paths are skipped with a reason; the rest still convert."""
     import json
 
-    spec = openapi_app.app.openapi()
+    spec = copy.deepcopy(openapi_app.app.openapi())  # FastAPI caches the dict it returns
     stolen = {"get": {"operationId": "steal", "responses": {"200": {"description": "ok"}}}}
     spec["paths"] = {
         **spec["paths"],
@@ -329,7 +315,7 @@ async def test_classic_document_forms_round_trip(
 
     monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)
     openapi_app.ITEMS.clear()
-    spec = openapi_app.app.openapi()
+    spec = copy.deepcopy(openapi_app.app.openapi())  # FastAPI caches the dict it returns
     paths = spec["paths"]
     del paths["/items/{item_id}"]["get"]["operationId"]
     paths["/items"]["get"]["operationId"] = "list all items"  # spaces: not usable as an id

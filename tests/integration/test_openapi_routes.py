@@ -9,25 +9,24 @@ percent-decodes the path and normalises ``..`` before it opens a file).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import threading
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-import uvicorn
 
 import codemode
 from codemode import authz
-from codemode.capabilities.openapi import OpenAPIPack, openapi_pack
+from codemode.capabilities.openapi import openapi_pack
 from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
 
 from . import openapi_app
-from .upstream_support import free_port
+from .upstream_support import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -89,28 +88,21 @@ def call(fn: str, **kwargs: Any) -> str:
 
 @pytest.fixture(scope="module")
 def starlette() -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(openapi_app.outer, host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_in_thread(openapi_app.outer) as base:
+        yield base
 
 
-async def build(configs: list[dict[str, Any]]) -> tuple[OpenAPIPack, codemode.Server]:
+@contextlib.asynccontextmanager
+async def serving(configs: list[dict[str, Any]], clear: Callable[[], None]) -> AsyncIterator[codemode.Server]:
+    """A server over an OpenAPI pack; ``clear`` empties the backend's request log once it is built."""
     pack = openapi_pack(configs)
     server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
-    return pack, server
+    clear()
+    try:
+        yield server
+    finally:
+        await pack.aclose()
+        await server.aclose()
 
 
 def prefixed_config(base: str, tmp: Path, **extra: Any) -> dict[str, Any]:
@@ -131,13 +123,8 @@ async def users(
     starlette: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[codemode.Server]:
     monkeypatch.setenv(KEY_ENV, KEY)
-    pack, server = await build([prefixed_config(starlette, tmp_path)])
-    openapi_app.SEEN.clear()
-    try:
+    async with serving([prefixed_config(starlette, tmp_path)], openapi_app.SEEN.clear) as server:
         yield server
-    finally:
-        await pack.aclose()
-        await server.aclose()
 
 
 async def test_declared_routes_still_work(users: codemode.Server) -> None:
@@ -173,13 +160,8 @@ async def files(
 ) -> AsyncIterator[codemode.Server]:
     monkeypatch.setenv(KEY_ENV, KEY)
     config = prefixed_config(starlette, tmp_path, multi_segment_parameters={"getFile": ["path"]})
-    pack, server = await build([config])
-    openapi_app.SEEN.clear()
-    try:
+    async with serving([config], openapi_app.SEEN.clear) as server:
         yield server
-    finally:
-        await pack.aclose()
-        await server.aclose()
 
 
 async def test_a_configured_multi_segment_parameter(files: codemode.Server) -> None:
@@ -234,17 +216,13 @@ async def test_a_query_credential_is_no_argument_and_is_redacted(
     monkeypatch.setenv(KEY_ENV, KEY)
     config = prefixed_config(starlette, tmp_path)
     del config["auth_header"]
-    pack, server = await build([{**config, "auth_query": "api_key"}])
-    try:
+    async with serving([{**config, "auth_query": "api_key"}], openapi_app.SEEN.clear) as server:
         assert server.describe("users.whoami").signature == "users.whoami(*, status: int)"
         got = await server.execute(call("users.whoami", status=200), subject=SUBJECT)
         assert got == {"id": "[redacted]", "role": "caller with key [redacted]"}
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(call("users.whoami", status=500), subject=SUBJECT)
         assert client_text(info.value) == "capability failed: HTTP 500: rejected ?api_key=[redacted]"
-    finally:
-        await pack.aclose()
-        await server.aclose()
 
 
 # ------------------------------------------------------------------------------------ http.server
@@ -325,13 +303,8 @@ async def stdlib_files(
         "auth_header": "X-API-Key",
         "auth_value_from_env": KEY_ENV,
     }
-    pack, server = await build([config])
-    _Recording.seen.clear()
-    try:
+    async with serving([config], _Recording.seen.clear) as server:
         yield server
-    finally:
-        await pack.aclose()
-        await server.aclose()
 
 
 async def test_http_server_declared_file(stdlib_files: codemode.Server) -> None:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -124,6 +125,28 @@ def filesystem_command() -> list[str]:
     return node_server_command(
         FILESYSTEM, FILESYSTEM_VERSION, "CODEMODE_SERVER_FILESYSTEM_DIR", "server-filesystem"
     )
+
+
+@contextlib.contextmanager
+def uvicorn_in_thread(app: Any) -> Iterator[str]:
+    """``app`` served by a real uvicorn on 127.0.0.1 in a thread (for module-scoped fixtures);
+    yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def free_port() -> int:
