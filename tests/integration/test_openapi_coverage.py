@@ -31,3 +31,35 @@ def test_published_documents_convert_and_the_table_is_current() -> None:
     assert generated == coverage.documented(), (
         "docs/packs.md's coverage table is stale: run python -m tests.integration.openapi_coverage"
     )
+
+
+@pytest.mark.timeout(900)
+def test_the_docs_stapi_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/packs.md's STAPI table (no operationIds, a query-string key) gives what it says."""
+    import re
+    import tomllib
+
+    import codemode
+    from codemode import authz
+    from codemode.capabilities.openapi import openapi_pack
+
+    text = coverage.DOCS.read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if 'name = "stapi"' in b)
+    table = tomllib.loads(block)["openapi"][0]
+    stapi = next(d for d in coverage.DOCUMENTS if d.file.endswith("star-trek.json"))
+    table["document"] = str(coverage.location(stapi))
+    monkeypatch.setenv(table["auth_value_from_env"], "stapi-key")
+    pack = openapi_pack([table])
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
+    signatures = {c.id: c.signature for c in server.capabilities}
+    assert signatures["openapi:stapi:GET:/character"] == "stapi.get_character(*, uid: str)"
+    assert signatures["openapi:stapi:GET:/character/search"] == (
+        "stapi.get_character_search(*, pageNumber: int | None, pageSize: int | None)"
+    )
+    assert signatures["openapi:stapi:POST:/character/search"].startswith(
+        "stapi.post_character_search(*, pageNumber: int | None, pageSize: int | None, sort: str | None,"
+        " body: {name: str | None, gender: str | None, "
+    )
+    assert len(signatures) == 3
+    for signature in signatures.values():
+        assert "apiKey" not in signature  # auth_query: set by the host, never by a program
