@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -210,9 +211,11 @@ async def test_an_echoed_credential_is_redacted(users: codemode.Server, status: 
 
 
 async def test_a_query_credential_is_no_argument_and_is_redacted(
-    starlette: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    starlette: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``auth_query``: the key goes in the query string; the program neither sets nor sees it."""
+    """``auth_query``: the key goes in the query string; the program neither sets nor sees it, and
+    httpx's request lines in the host log show it redacted."""
+    caplog.set_level(logging.INFO, logger="httpx")
     monkeypatch.setenv(KEY_ENV, KEY)
     config = prefixed_config(starlette, tmp_path)
     del config["auth_header"]
@@ -223,6 +226,8 @@ async def test_a_query_credential_is_no_argument_and_is_redacted(
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(call("users.whoami", status=500), subject=SUBJECT)
         assert client_text(info.value) == "capability failed: HTTP 500: rejected ?api_key=[redacted]"
+    assert "/api/whoami/200?api_key=[redacted]" in caplog.text
+    assert KEY not in caplog.text
 
 
 # ------------------------------------------------------------------------------------ http.server

@@ -41,6 +41,31 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
+class _RedactHTTPXLog(logging.Filter):
+    """httpx logs every request's URL at INFO: a credential sent in the query string (``auth_query``)
+    is cut out of those lines before any handler sees them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.redactors: dict[str, Redactor] = {}  # api name -> its query credential
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.redactors and isinstance(record.args, tuple):
+            args = []
+            for arg in record.args:
+                if isinstance(arg, httpx.URL | str):
+                    arg = str(arg)
+                    for redactor in self.redactors.values():
+                        arg = redactor.exact(arg)
+                args.append(arg)
+            record.args = tuple(args)
+        return True
+
+
+_HTTPX_LOG = _RedactHTTPXLog()
+logging.getLogger("httpx").addFilter(_HTTPX_LOG)
+
+
 class HTTP:
     """One ``httpx.AsyncClient`` per event loop, shared by every operation of an API."""
 
@@ -57,6 +82,8 @@ class HTTP:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             self.redactor = Redactor([self.config.credential()])
+            if self.config.auth_query is not None:
+                _HTTPX_LOG.redactors[self.config.name] = self.redactor
             self._client = httpx.AsyncClient(
                 base_url=self.config.base_url.rstrip("/"),
                 headers=self.config.request_headers(),
