@@ -28,12 +28,13 @@ AUDIT_OUTCOMES: Final[dict[tuple[str, str], str]] = {
     ("deny", "not_run"): "denied",
     ("policy_failure", "not_run"): "policy failure",
     ("invalid_arguments", "not_run"): "invalid arguments",
+    ("allow", "invalid_arguments"): "invalid arguments",  # the handler refused a value
     ("allow", "capability_failed"): "failed",
     ("allow", "resource_limit"): "limit exceeded",
     ("allow", "interrupted"): "interrupted",
     ("undecided", "not_run"): "not run",
 }
-LEDGER_OUTCOMES: Final[tuple[str, ...]] = tuple(AUDIT_OUTCOMES.values())
+LEDGER_OUTCOMES: Final[tuple[str, ...]] = tuple(dict.fromkeys(AUDIT_OUTCOMES.values()))
 #: The outcomes ``attempt()`` hands back to the program as a value; every other one ends it.
 RECOVERABLE_OUTCOMES: Final = frozenset({"denied", "failed", "invalid arguments"})
 #: Appended to the prints when the program printed more than ``max_print_bytes``.

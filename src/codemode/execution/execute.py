@@ -321,6 +321,9 @@ class _Session:
         except ResourceLimit:  # the handler's own budget (_handler_failed): it ran, a limit stopped it
             event.outcome = "resource_limit"
             raise
+        except InvalidArguments:  # the handler refused an argument's value (approved form only)
+            event.outcome = "invalid_arguments"
+            raise
         finally:
             event.handler = time.perf_counter() - t1
         try:
@@ -449,11 +452,30 @@ def _reraise_if_cancelled() -> None:
         raise
 
 
+#: A handler's refusal of an argument's value names that argument first (docs/reference/errors.md).
+_REFUSED_ARGUMENT = re.compile(r'argument "([A-Za-z_][A-Za-z0-9_]{0,63})" \S')
+
+
+def _refused_argument(cap: CompiledCapability, exc: InvalidArguments) -> InvalidArguments:
+    """``invalid capability arguments: <diagnostic>`` for a handler that refused a value its type
+    cannot rule out (``argument "<name>" ...``, ``<name>`` one of the capability's arguments);
+    any other detail gives the bare text."""
+    detail = sanitize_disclosure(exc.detail) if isinstance(exc.detail, str) else ""
+    match = _REFUSED_ARGUMENT.match(detail)
+    names = {f["name"] for f in cap.input_shape.get("fields", ())}
+    if match is None or match[1] not in names:
+        log.warning("handler %s refused its arguments with a diagnostic of another form", cap.id)
+        return InvalidArguments()
+    return InvalidArguments(detail)
+
+
 def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
     if isinstance(exc, ResourceLimit):  # a budget of the handler's own, named by a fixed kind
         raise ResourceLimit(exc.kind) from None
     if isinstance(exc, AgentError):
         raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+    if isinstance(exc, InvalidArguments):
+        raise _refused_argument(cap, exc) from None
     log.warning("handler %s raised %s", cap.id, type(exc).__name__)
     raise CapabilityFailure() from None
 

@@ -19,7 +19,9 @@ __all__ = [
 #: The authorizer's answer for one call (``undecided``: the deadline came before it answered).
 CallDecision = Literal["allow", "deny", "policy_failure", "invalid_arguments", "undecided"]
 #: What became of one call once decided (``interrupted``: the deadline came while its handler ran).
-CallOutcome = Literal["ok", "capability_failed", "resource_limit", "interrupted", "not_run"]
+CallOutcome = Literal[
+    "ok", "capability_failed", "invalid_arguments", "resource_limit", "interrupted", "not_run"
+]
 #: How one execute ended: ``ok``, ``cancelled``, or its error in snake case.
 ExecuteOutcome = Literal[
     "ok",

@@ -146,10 +146,11 @@ def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, st
     return out
 
 
-def capability_names(namespace: str, originals: Iterable[str]) -> dict[str, str]:
-    """``{original: "namespace.snake_name"}``, collision-free and independent of input order."""
+def capability_names(namespace: str, originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
+    """``{original: "namespace.snake_name"}``, collision-free and independent of input order;
+    ``taken`` lists short names (without the namespace) already given to others."""
     check_namespace(namespace)
-    short = _dedupe({o: snake_case(o) for o in set(originals)})
+    short = _dedupe({o: snake_case(o) for o in set(originals)}, taken)
     return {o: f"{namespace}.{s}" for o, s in short.items()}
 
 
