@@ -356,38 +356,52 @@ class SearchIndex:
             by_folded.setdefault(e.name.casefold(), []).append(doc)
         self._by_folded_name: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_folded.items()}
 
-        # token -> per field, the capabilities whose strongest field for the token is that field
-        postings: dict[str, tuple[list[int], list[int], list[int], list[int]]] = {}
+        # token -> per field, the capabilities whose strongest field for the token is that field.
+        # The namespace (the name's first segment) is name text that matches only as a whole token:
+        # `pet` finds `petstore.add_pet` by its own words, not every operation of the `petstore`
+        # namespace. So a token has two postings per capability: its strongest field for an exact
+        # match (the namespace counting as name text), and its strongest other field for a prefix.
+        exact_postings: dict[str, list[list[int]]] = {}
+        prefix_postings: dict[str, list[list[int]]] = {}
         for doc, e in enumerate(ordered):
+            namespace, _, operation = e.name.partition(".")
             strongest: dict[str, int] = {}
-            texts: tuple[Iterable[str], ...] = (
-                (e.name,),
-                e.search_terms,
-                (e.summary,),
-                (e.description,),
+            texts: tuple[tuple[int, Iterable[str]], ...] = (
+                (0, (operation,)),
+                (_TERMS, e.search_terms),
+                (_SUMMARY, (e.summary,)),
+                (3, (e.description,)),
             )
-            for fld, parts in enumerate(texts):
+            for fld, parts in texts:
                 where = _SUMMARY if fld == _TERMS and e.third_party else fld
                 for part in parts:
                     for token in _index_tokens(part):
                         strongest.setdefault(token, where)
             for token, fld in strongest.items():
-                lists = postings.get(token)
-                if lists is None:
-                    lists = postings[token] = ([], [], [], [])
-                lists[fld].append(doc)
+                prefix_postings.setdefault(token, [[] for _ in FIELD_WEIGHTS])[fld].append(doc)
+            for token in set(_index_tokens(namespace)):
+                if strongest.get(token) != 0:  # namespace tokens are name text for exact matches
+                    strongest[token] = 0
+            for token, fld in strongest.items():
+                exact_postings.setdefault(token, [[] for _ in FIELD_WEIGHTS])[fld].append(doc)
 
         n = len(ordered)
-        self._vocab: list[str] = sorted(postings)
+        self._vocab: list[str] = sorted(exact_postings)
         self._position: dict[str, int] = {t: i for i, t in enumerate(self._vocab)}
         exact: list[tuple[_Group, ...]] = []
         prefix: list[tuple[_Group, ...]] = []
         for token in self._vocab:
-            lists = postings[token]
+            lists = exact_postings[token]
             rarity = _rarity(n, sum(len(docs) for docs in lists))
-            groups = [(FIELD_WEIGHTS[f] * rarity, frozenset(docs)) for f, docs in enumerate(lists) if docs]
-            exact.append(tuple(groups))
-            prefix.append(tuple((value * PREFIX_FACTOR, docs) for value, docs in groups))
+            exact.append(tuple((FIELD_WEIGHTS[f] * rarity, frozenset(d)) for f, d in enumerate(lists) if d))
+            others = prefix_postings.get(token, [])
+            prefix.append(
+                tuple(
+                    (FIELD_WEIGHTS[f] * rarity * PREFIX_FACTOR, frozenset(d))
+                    for f, d in enumerate(others)
+                    if d
+                )
+            )
         self._exact: tuple[tuple[_Group, ...], ...] = tuple(exact)
         self._prefix: tuple[tuple[_Group, ...], ...] = tuple(prefix)
 
