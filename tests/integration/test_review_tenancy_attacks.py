@@ -455,3 +455,32 @@ async def test_an_evicted_subject_never_lands_on_anothers_session() -> None:
     finally:
         await pack.aclose()
         await server.aclose()
+
+
+# --- A9: the restart bound does not apply before a session's first successful start ---------------
+
+# Serves for the host's discovery session ({subject_key} is "host"), exits at once for a subject.
+FAILS_FOR_SUBJECTS = (
+    "import runpy, sys; sys.exit(3) if sys.argv[1] != 'host' else None; "
+    "sys.argv = [sys.argv[2]]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+@pytest.mark.xfail(strict=True, reason="review F9: _check_restarts only counts once connects > 0")
+async def test_a_subject_whose_server_never_starts_gets_no_more_starts_than_the_bound() -> None:
+    """``max_restarts_per_minute = 2``: a subject's server that exits before ``initialize`` is
+    started again on every call (10 calls, 10 processes): ``_check_restarts`` applies the bound only
+    once the session has connected at least once."""
+    pack = _pids_pack(
+        args=["-c", FAILS_FOR_SUBJECTS, "{subject_key}", str(HOSTILE)], max_restarts_per_minute=2
+    )
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*await pack.acapabilities()).build()
+    try:
+        outcomes = {await attempt(server, "return api.pid()", BOB) for _ in range(10)}
+        starts = len(pack.pools["api"].subjects["bob"]._starts)
+        print(f"\nA9: outcomes {outcomes}; processes started for bob within the minute: {starts}")
+        assert outcomes == {"capability failed"}
+        assert starts <= 3, f"{starts} starts with max_restarts_per_minute = 2"
+    finally:
+        await pack.aclose()
+        await server.aclose()
