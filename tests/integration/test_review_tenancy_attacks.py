@@ -269,14 +269,7 @@ async def test_a_trailing_space_dotdot_does_not_escape_the_example_policy(tmp_pa
     for where in (alice_dir, bob_dir):
         where.mkdir(parents=True)
     (alice_dir / "diary.txt").write_text("alice-diary")
-    filesystem = filesystem_command()
-    pack, _ = upstream_packs(
-        [{"name": "files", "tenancy": "shared", "command": filesystem[0], "args": [filesystem[1], str(root)]}]
-    )
-    caps = pack.capabilities(PackSettings(environ={}, multi_tenant=True))
-    policy = EXAMPLE_POLICY.read_text().replace('root := "/srv/tenants"', f"root := {json.dumps(str(root))}")
-    authorizer = RegoAuthorizer("data.codemode.tenant_dirs.allow", {"policy.rego": policy})
-    server = codemode.Builder(authorizer=authorizer).register(*caps).build()
+    pack, server = shared_files(root)
     try:
         outcomes: dict[str, Any] = {}
         for source in [
