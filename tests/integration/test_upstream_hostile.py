@@ -71,7 +71,7 @@ async def test_upstream_error_text_is_marked_one_line_without_urls_or_paths(
     text = client_text(info.value)
     assert text == (
         'capability failed: hostile: Traceback (most recent call last): File "[path]", line 12 Access '
-        "denied - path outside allowed directories: [path] not in [path], [path] Session expired: re-..."
+        "denied - path outside allowed directories: [path] not in [path], [path]. Session expired: re..."
     )
     for leak in ("/etc", "site-packages", "tzdata", "alice", "http", "evil", "Users", "\n"):
         assert leak not in text
