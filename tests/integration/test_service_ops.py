@@ -228,9 +228,11 @@ async def test_audit_lines_have_ids_and_never_values_or_tokens(tmp_path: Path) -
     calls = [x for x in lines if x["event"] == "native_call"]
     executes = [x for x in lines if x["event"] == "execute"]
     failures = [x for x in lines if x["event"] == "auth_failure"]
-    assert [(c["subject"], c["capability_id"], c["decision"], c["outcome"]) for c in calls] == [
-        ("alice", "svc.echo.v1", "allow", "ok"),
-        ("alice", "svc.whoami.v1", "deny", "not_run"),
+    assert [
+        (c["subject"], c["capability_id"], c["capability"], c["decision"], c["outcome"]) for c in calls
+    ] == [
+        ("alice", "svc.echo.v1", "svc.echo", "allow", "ok"),
+        ("alice", "svc.whoami.v1", "svc.whoami", "deny", "not_run"),
     ]
     assert all(c["worker_id"] and c["authz_ms"] >= 0 and c["handler_ms"] >= 0 for c in calls)
     assert [(e["subject"], e["outcome"], e["native_calls"]) for e in executes] == [
@@ -247,6 +249,7 @@ async def test_audit_lines_have_ids_and_never_values_or_tokens(tmp_path: Path) -
         "event",
         "subject",
         "capability_id",
+        "capability",
         "decision",
         "outcome",
         "authz_ms",

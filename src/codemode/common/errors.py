@@ -8,6 +8,8 @@ logs, never into these objects.
 
 from __future__ import annotations
 
+from .outcomes import LedgerEntry
+
 __all__ = [
     "LIMIT_KINDS",
     "AgentError",
@@ -30,13 +32,19 @@ MAX_DISCLOSED_BYTES = 256
 
 
 class CodeModeError(Exception):
-    """Root of every error a client may see. ``str()`` is the coarse text only."""
+    """Root of every error a client may see. ``str()`` is the coarse text only.
+
+    An error raised by ``Server.execute``/``Server.run`` also carries what the execute did before
+    it failed: ``calls``, the call ledger (``codemode.common.outcomes.LedgerEntry`` items, in
+    order; empty when no call was made), and ``prints`` (``None`` when the server keeps none)."""
 
     text = "internal failure"
 
     def __init__(self, detail: str | None = None) -> None:
         super().__init__(self.text)
         self.detail = detail or None
+        self.calls: tuple[LedgerEntry, ...] = ()
+        self.prints: str | None = None
 
     def __str__(self) -> str:
         return self.text

@@ -136,10 +136,11 @@ def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, st
     return out
 
 
-def capability_names(namespace: str, originals: Iterable[str]) -> dict[str, str]:
-    """``{original: "namespace.snake_name"}``, collision-free and independent of input order."""
+def capability_names(namespace: str, originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
+    """``{original: "namespace.snake_name"}``, collision-free and independent of input order;
+    ``taken`` lists short names (without the namespace) already given to others."""
     check_namespace(namespace)
-    short = _dedupe({o: snake_case(o) for o in set(originals)})
+    short = _dedupe({o: snake_case(o) for o in set(originals)}, taken)
     return {o: f"{namespace}.{s}" for o, s in short.items()}
 
 
@@ -254,7 +255,18 @@ class SkipReport:
         self.omitted.append((item, reason))
 
     def finish(self) -> None:
-        """Log (``skip``) or raise (``fail``) the collected reasons."""
+        """Log what became capabilities (one line at start: ``upstream 'memory': 9 of 9 items ->
+        9 capabilities``), and log (``skip``) or raise (``fail``) the collected reasons."""
+        total = len(self.converted) + len(self.skipped)
+        log.info(
+            "upstream %r: %d of %d item(s) -> %d capabilit%s%s",
+            self.upstream,
+            len(self.converted),
+            total,
+            len(self.converted),
+            "y" if len(self.converted) == 1 else "ies",
+            f" ({len(self.skipped)} skipped, reasons below)" if self.skipped else "",
+        )
         if self.omitted:
             log.info(
                 "upstream %r: %d output field(s) left out of converted items:\n%s",
