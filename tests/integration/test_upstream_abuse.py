@@ -29,14 +29,13 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.authz.rego import RegoAuthorizer
 from codemode.capabilities.mcp_upstream import UpstreamMCPPack
 from codemode.capabilities.upstream_tenancy import subject_key
 from codemode.capabilities.upstreams import upstream_packs
 from codemode.common.errors import client_text
 from codemode.packs import PackSettings
 
-from .test_upstream_tenancy import EXAMPLE_POLICY, documented_tables
+from .test_upstream_tenancy import EXAMPLE_POLICY, documented_tables, shared_files_server
 from .upstream_support import filesystem_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -217,20 +216,9 @@ async def test_the_host_data_dir_does_not_reach_a_tenant(
 def shared_files(root: Path, **extra: Any) -> tuple[UpstreamMCPPack, codemode.Server]:
     """One shared server-filesystem rooted at ``root`` under examples/upstream_tenant_dirs.rego, as
     docs/packs.md offers for ``tenancy = "shared"``."""
-    filesystem = filesystem_command()
-    table = {
-        "name": "files",
-        "tenancy": "shared",
-        "command": filesystem[0],
-        "args": [filesystem[1], str(root)],
-        **extra,
-    }
-    pack, _ = upstream_packs([table])
-    caps = pack.capabilities(PackSettings(environ={}, multi_tenant=True))
     policy = EXAMPLE_POLICY.read_text().replace('root := "/srv/tenants"', f"root := {json.dumps(str(root))}")
-    authorizer = RegoAuthorizer("data.codemode.tenant_dirs.allow", {"policy.rego": policy})
     limits = codemode.Limits(max_execution_time=60.0)
-    return pack, codemode.Builder(authorizer=authorizer, limits=limits).register(*caps).build()
+    return shared_files_server(root, "data.codemode.tenant_dirs.allow", policy, limits, **extra)
 
 
 def tenant_dirs(tmp_path: Path) -> tuple[Path, Path, Path]:

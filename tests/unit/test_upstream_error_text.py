@@ -154,8 +154,11 @@ def test_a_configured_credential_split_or_spelled_otherwise_is_redacted(text: st
 
 def test_a_credential_with_a_space_in_it_is_redacted_however_it_is_spaced() -> None:
     value = "Bearer tok-3f9e1d2c"
-    for text in (f"sent {value}", "sent Bearer  tok-3f9e1d2c", "sent Bearertok-3f9e1d2c"):
-        assert upstream_error_text("api", text, secrets=[value]) == "api: sent [redacted]"
+    assert upstream_error_text("api", f"sent {value}", secrets=[value]) == "api: sent [redacted]"
+    assert upstream_error_text("api", "sent Bearer tok-3f9e\n1d2c", secrets=[value]) == "api: sent [redacted]"
+    for text in ("sent Bearer\n tok-3f9e1d2c", "sent Bearertok-3f9e1d2c", "sent Bearer  tok-3f9e1d2c"):
+        shown = upstream_error_text("api", text, secrets=[value])  # the token is a spelling of its own
+        assert shown.endswith("[redacted]") and "3f9e" not in shown, shown
 
 
 def test_a_credential_cut_at_the_end_of_what_is_read_is_redacted_from_its_start() -> None:
@@ -179,3 +182,19 @@ def test_the_rule_reads_only_the_head_of_a_long_text(monkeypatch: pytest.MonkeyP
     shown = upstream_error_text("memory", "Entity with name " + "a" * 1_000_000 + " not found")
     assert shown.startswith("memory: Entity with name aaaa") and shown.endswith("...")
     assert sum(seen) + len(seen) - 1 <= error_text.LOOK_AT
+
+
+def test_the_spellings_of_a_credential_are_redacted_too() -> None:
+    """The token of ``Bearer <token>``, the password of ``Basic``, a truncated key (8 or more of
+    its characters in a row): the spellings ``codemode.packs.redaction`` knows (the OpenAPI pack's
+    rule)."""
+    bearer, basic = "Bearer tok-3f9e1d2c7a", "Basic dXNlcjpodW50ZXIyLXNlY3JldA=="  # user:hunter2-secret
+    for text in (
+        "token tok-3f9e1d2c7a refused",
+        "password hunter2-secret refused",
+        "credentials user:hunter2-secret refused",
+        "key tok-3f9e1d2 refused",  # cut short by the upstream
+    ):
+        shown = upstream_error_text("api", text, secrets=[bearer, basic])
+        assert shown.startswith("api: ") and "[redacted] refused" in shown, shown
+        assert "3f9e1d2" not in shown and "hunter2" not in shown, shown

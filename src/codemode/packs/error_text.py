@@ -14,9 +14,12 @@ anchored at its start.
    look-alike separators (``∕ ⁄ ⧸ ∖ ⧵ 。 ｡ ∶ ꞉``, ...) made ``/ \\ . :``; format characters
    (zero-width spaces, bidi controls, soft hyphens) removed, every other control or separator
    character a space, whitespace runs one space.
-3. **Credentials**: each configured value (at least 4 characters) becomes ``[redacted]``: in the
-   raw text, and again in the normal form, where a value broken up by spaces, newlines, tabs,
-   zero-width or other invisible characters, or combining marks still counts.
+3. **Credentials**: each configured value (at least 4 characters), and each of its spellings of
+   ``codemode.packs.redaction`` (the token of ``Bearer <token>``, the decoded ``user:password`` of
+   ``Basic`` and the password), becomes ``[redacted]``: in the raw text, and again in the normal
+   form, where one broken up by spaces, newlines, tabs, zero-width or other invisible characters,
+   or combining marks still counts; after the second cut also any run of 8 or more characters of
+   one (an upstream that echoes a truncated key).
 4. **Cut again** to :data:`LOOK_AT` characters, then **tokens**: the text is split at spaces and
    at ``' " ( ) [ ] { } < > , ; = |`` and backquotes; trailing ``. : ! ?`` of a token stay outside
    it. A token is an *address* (``[url]``) when it has ``scheme://``, starts with ``//`` or
@@ -39,6 +42,8 @@ import re
 import unicodedata
 import urllib.parse
 from collections.abc import Iterable
+
+from .redaction import Redactor, spellings
 
 __all__ = ["LOOK_AT", "MAX_UPSTREAM_ERROR", "upstream_error_text"]
 
@@ -210,7 +215,8 @@ def upstream_error_text(
     ``<upstream>: <text>`` (the rule is in the module text); empty when nothing is left.
     ``secrets`` are the configured credential values of that upstream (shorter ones than 4
     characters are ignored)."""
-    raw = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
+    forms = {form for secret in secrets for form in spellings(secret)}
+    raw = sorted({s for s in forms if len(s) >= MIN_SECRET}, key=len, reverse=True)
     flat = sorted({f for s in raw if len(f := _flat(_normal(s))) >= MIN_SECRET}, key=len, reverse=True)
     window = LOOK_AT + max((len(s) for s in raw), default=0)
     head = text[:window]
@@ -218,6 +224,8 @@ def upstream_error_text(
         head = head.replace(secret, "[redacted]")
     one = _redact(_normal(head), flat, cut=len(text) > window)
     one = _SPACES.sub(" ", one)[:LOOK_AT]
+    if raw:
+        one = Redactor([*raw, *flat]).text(one)  # runs of a credential's characters, too
     one = " ".join(_word_marked(word) for word in one.split(" "))
     one = _bounded(one, limit)
     return f"{upstream}: {one}" if one else ""
