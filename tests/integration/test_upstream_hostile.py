@@ -19,6 +19,7 @@ Through the real execute path (process runtime) with two tenants, mostly on one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -38,7 +39,7 @@ from codemode.common.errors import client_text
 pytestmark = pytest.mark.slow
 
 HOSTILE = Path(__file__).with_name("hostile_mcp_server.py")
-ALICE, BOB = authz.Subject("alice"), authz.Subject("bob")
+ALICE, BOB, CAROL = authz.Subject("alice"), authz.Subject("bob"), authz.Subject("carol")
 
 
 def run(source: str) -> str:
@@ -269,6 +270,54 @@ async def test_a_subject_whose_server_never_starts_gets_no_more_starts_than_the_
                 outcomes.add(client_text(exc))
         assert outcomes == {"capability failed"}
         assert pack.pools["hostile"].subjects["bob"].attempts == 3
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
+# Starts slowly (4 s) once the file argv[1] exists: the server's restarts take time.
+SLOW_START = (
+    "import os, runpy, sys, time; time.sleep(4) if os.path.exists(sys.argv[1]) else None; "
+    "sys.argv = [sys.argv[2]]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+async def test_a_tenant_who_leaves_during_restarts_does_not_use_up_everyones_starts(tmp_path: Path) -> None:
+    """A shared server's own failed starts are charged to nobody in particular (past the bound
+    everyone is refused), but a start cut short because its caller left (bob cancels his
+    execute while the server restarts) is bob's alone: carol is still served."""
+    flag = tmp_path / "slow"
+    pack = upstream_mcp_pack(
+        [
+            hostile(
+                tenancy="shared",
+                args=["-c", SLOW_START, str(flag), str(HOSTILE)],
+                max_restarts_per_minute=2,
+                connect_timeout=10.0,
+            )
+        ]
+    )
+    limits = codemode.Limits(max_execution_time=30.0)
+    caps = await pack.acapabilities()
+    server = codemode.Builder(authorizer=authz.allow_all(), limits=limits).register(*caps).build()
+    try:
+        flag.touch()
+        with pytest.raises(codemode.CapabilityFailure):
+            await server.execute(run("return hostile.crash()"), subject=ALICE)
+        for _ in range(3):
+            left = asyncio.get_running_loop().create_task(
+                server.execute(run("return hostile.pid()"), subject=BOB)
+            )
+            await asyncio.sleep(2.0)  # the restart (4 s) is under way
+            left.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await left
+        charges = pack.pools["hostile"].charges
+        deadline = time.monotonic() + 10  # the pack's loop learns of each cancellation a little later
+        while len(charges.get("bob", ())) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert len(charges.get("bob", ())) == 3 and None not in charges, charges
+        assert "text" in await server.execute(run("return hostile.pid()"), subject=CAROL)
     finally:
         await pack.aclose()
         await server.aclose()

@@ -283,10 +283,12 @@ class SessionPool:
             if session.attempts == attempts or session.starter is not asyncio.current_task():
                 raise  # no start was tried by this call
             self.charge(subject_id, f"a start failed for {cap_id}: {brief(exc)}")
-            cut_short = isinstance(exc, TimeoutError | asyncio.CancelledError) and limit < (
-                session.launch.connect_timeout
+            # The caller left (its execute ended or was cancelled) or its deadline cut the start
+            # short: that is its own doing, never a failed start of the server's.
+            caller_left = isinstance(exc, asyncio.CancelledError) or (
+                isinstance(exc, TimeoutError) and limit < session.launch.connect_timeout
             )
-            if self.tenancy == "shared" and not cut_short:
+            if self.tenancy == "shared" and not caller_left:
                 self.charge(NOBODY, f"a start failed: {brief(exc)}")
             if isinstance(exc, Exception):
                 log.warning("%s: %s: the server did not start: %s", session.label, cap_id, brief(exc))
