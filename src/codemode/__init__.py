@@ -40,6 +40,7 @@ from .execution.observe import (
     Observer,
 )
 from .execution.server import Builder, Description, Server
+from .execution.tracing import Tracing
 from .packs.registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
 from .runtimes.pool import WarmPool
@@ -87,6 +88,7 @@ __all__ = [
     "SearchResponse",
     "Server",
     "Subject",
+    "Tracing",
     "Unauthenticated",
     "WarmPool",
     "allow_all",

@@ -34,8 +34,8 @@ def test_public_names_are_pinned() -> None:
             "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "LedgerEntry",
             "Limits", "NotFound", "NullObserver", "Observer",
             "PermissionDenied", "PolicyFailure", "ProcessRuntime", "ResourceLimit", "Runtime", "Sandbox",
-            "SearchResponse", "Server", "Subject", "Unauthenticated", "WarmPool", "allow_all", "authz",
-            "capability", "capability_of",
+            "SearchResponse", "Server", "Subject", "Tracing", "Unauthenticated", "WarmPool", "allow_all",
+            "authz", "capability", "capability_of",
         ]
     )  # fmt: skip
     for name in codemode.__all__:

@@ -49,7 +49,7 @@ from ..common.errors import (
 )
 from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
-from ..runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
+from ..runtimes.base import SPAWNED_WARM, ExitInfo, Runtime, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
 from .admission import FairAdmission
 from .context import CallContext
@@ -65,6 +65,7 @@ from .observe import (
     Observer,
 )
 from .report import PrintsRefused, Report
+from .tracing import NULL_TRACE, Trace, Tracer, Tracing
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
 __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
@@ -110,6 +111,7 @@ class _CallRecord:
     """One call's audit record: ``decision`` stays ``undecided`` until the authorizer answers,
     ``outcome`` is ``interrupted`` while the handler runs (docs/reference/tools.md#the-call-ledger)."""
 
+    started: int = 0  # the trace clock when the call frame arrived (0: not traced)
     decision: CallDecision = "undecided"
     outcome: CallOutcome = "not_run"
     authz: float = 0.0
@@ -126,12 +128,14 @@ class _Session:
         subject: Subject,
         ctx: CallContext,
         report: Report,
+        trace: Trace,
     ) -> None:
         self.ex = executor
         self.sandbox = sandbox
         self.subject = subject
         self.ctx = ctx
         self.report = report
+        self.trace = trace
         limits = executor.limits
         # Bytes capped before buffering, decoded host memory capped before parsing (execution.frames).
         self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
@@ -228,8 +232,9 @@ class _Session:
         """A call the worker's binding rejected: recorded, then the end of the program, or (asked
         under ``attempt``) the host's approved text back to it. The worker's diagnostic passes only
         in the binder's exact grammar (``worker_text``)."""
+        started = self.trace.now()
         cap = self.count_call(frame)
-        event = _CallRecord(decision="invalid_arguments")
+        event = _CallRecord(started, decision="invalid_arguments")
         error = InvalidArguments(self.ex.argument_grammar.accepted(frame["message"]))
         if not frame["attempt"]:
             self.observe(cap, event)
@@ -238,6 +243,7 @@ class _Session:
 
     async def native_call(self, frame: dict[str, Any], attempt: bool) -> None:
         limits = self.ex.limits
+        started = self.trace.now()
         cap = self.count_call(frame)
         args = frame["args"]
         if not isinstance(args, dict):
@@ -254,7 +260,7 @@ class _Session:
         except BindError as exc:
             # An honest worker binds first, so a failing rebind proves a misbehaving worker.
             raise WorkerMisbehaved(f"rebind failed: {exc}") from None
-        event = _CallRecord()
+        event = _CallRecord(started)
         try:
             plain = await self.dispatch(cap, canonical, event)
         except CodeModeError as exc:
@@ -342,8 +348,11 @@ class _Session:
         return plain
 
     def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
-        """Record one call: its ledger entry and its audit event, from the same record."""
+        """Record one call: its ledger entry, its audit event and its span, from the same record."""
         self.report.record(cap.name, event.decision, event.outcome)
+        self.trace.native_call(
+            event.started, cap.id, cap.name, event.decision, event.outcome, event.authz, event.handler
+        )
         self.ex.observer.native_call(
             CallEvent(
                 subject_id=self.subject.id,
@@ -481,6 +490,7 @@ class Executor:
         observer: Observer | None = None,
         subject_quota: int = 0,
         reserved_slots: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.by_name = dict(capabilities)
         self.subject_quota = subject_quota
@@ -489,6 +499,8 @@ class Executor:
         self.limits = limits
         self.runtime = runtime
         self.observer: Observer = observer or NullObserver()
+        # Imports OpenTelemetry only when tracing is on (codemode.execution.tracing).
+        self.tracer = Tracer(tracing, runtime.name) if tracing is not None else None
         manifest: list[dict[str, Any]] = [
             {"name": c.name, "input": without_defaults(c.input_shape)} for c in self.by_name.values()
         ]
@@ -552,17 +564,22 @@ class Executor:
             wire["max_print_bytes"] = limits.max_print_bytes
         return wire
 
-    async def execute(self, source: str, subject: Subject) -> ExecuteResult:
+    async def execute(
+        self, source: str, subject: Subject, trace_context: Mapping[str, Any] | None = None
+    ) -> ExecuteResult:
         """Run one program; enforces the per-subject quota around the whole execution. A
-        ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``)."""
+        ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``).
+        ``trace_context`` (W3C ``traceparent``/``tracestate``) parents the execute's span."""
+        trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
         held = self.active.get(subject.id, 0)
         if self.subject_quota and held >= self.subject_quota:
             self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
+            trace.finish("resource_limit", "quota", 0, "")
             raise ResourceLimit("quota")
         self.active[subject.id] = held + 1
         self.observer.execute_started(subject.id)
         try:
-            return await self._execute(source, subject)
+            return await self._execute(source, subject, trace)
         finally:
             left = self.active[subject.id] - 1
             if left:
@@ -571,21 +588,22 @@ class Executor:
                 del self.active[subject.id]
             self.observer.execute_finished(subject.id)
 
-    async def _execute(self, source: str, subject: Subject) -> ExecuteResult:
+    async def _execute(self, source: str, subject: Subject, trace: Trace) -> ExecuteResult:
         limits = self.limits
         frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
         report = Report(limits.max_print_bytes, frames)
         try:
-            return report.result(await self._run(source, subject, report))
+            return report.result(await self._run(source, subject, report, trace))
         except CodeModeError as exc:
             report.attach(exc)
             raise
 
-    async def _run(self, source: str, subject: Subject, report: Report) -> Any:
+    async def _run(self, source: str, subject: Subject, report: Report, trace: Trace) -> Any:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
         ctx = CallContext(deadline=deadline)
         outcome: ExecuteOutcome = "internal"
+        limit: str | None = None
         calls = 0
         worker_id = ""
         oom = False
@@ -599,26 +617,22 @@ class Executor:
             session: _Session | None = None
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-                    await self.slots.acquire(subject.id)
-                    try:
-                        sandbox = await self.runtime.spawn()
-                    except BaseException:
-                        self.slots.release(subject.id)
-                        raise
+                    await self._admit(subject.id, trace)
+                    sandbox = await self._acquire(subject.id, trace)
                     worker_id = ctx.worker_id = sandbox.worker_id
-                    session = _Session(self, sandbox, subject, ctx, report)
+                    session = _Session(self, sandbox, subject, ctx, report, trace)
                     value = await session.run(source)
             except TimeoutError:
                 if sandbox is None:
                     # Still waiting for a slot when the deadline passed: the host was full.
                     raise ExecutionTimeout("concurrency") from None
                 late, sandbox = sandbox, None  # from here on the reap alone owns worker and slot
-                if await self._limit_at_deadline(late, subject.id) == "memory":
+                if await self._limit_at_deadline(late, subject.id, trace) == "memory":
                     raise ResourceLimit("memory") from None
                 raise ExecutionTimeout("time") from None
             except WorkerGone:
                 gone, sandbox = sandbox, None  # from here on _reap_now alone owns worker and slot
-                info = await self._reap_now(gone, subject.id)
+                info = await self._reap_now(gone, subject.id, trace)
                 oom = info.oom_killed
                 kind = exhaustion_kind(info, self.runtime)
                 if kind is not None:
@@ -642,11 +656,13 @@ class Executor:
                 if session is not None:
                     calls = session.calls
                 if sandbox is not None:
-                    self._reap_later(sandbox, subject.id)
+                    self._reap_later(sandbox, subject.id, trace)
             outcome = "ok"
             return value
         except CodeModeError as exc:
             outcome = _outcome_name(exc)
+            if isinstance(exc, ResourceLimit):
+                limit = exc.kind
             raise
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -662,15 +678,42 @@ class Executor:
                     oom_killed=oom,
                 )
             )
+            trace.finish(outcome, limit, calls, worker_id)
 
-    async def _limit_at_deadline(self, sandbox: Sandbox, subject_id: str) -> str | None:
+    async def _admit(self, subject_id: str, trace: Trace) -> None:
+        """Wait for a worker slot (fair admission), traced."""
+        started = trace.now()
+        granted = False
+        try:
+            await self.slots.acquire(subject_id)
+            granted = True
+        finally:
+            trace.admission(started, granted)
+
+    async def _acquire(self, subject_id: str, trace: Trace) -> Sandbox:
+        """A started sandbox from the runtime (warm from a pool, or cold), traced; the slot goes
+        back when there is none."""
+        started = trace.now()
+        token = SPAWNED_WARM.set(None)
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = await self.runtime.spawn()
+            return sandbox
+        except BaseException:
+            self.slots.release(subject_id)
+            raise
+        finally:
+            trace.acquire(started, sandbox is not None, SPAWNED_WARM.get() is True)
+            SPAWNED_WARM.reset(token)
+
+    async def _limit_at_deadline(self, sandbox: Sandbox, subject_id: str, trace: Trace) -> str | None:
         """For a worker already dead at the deadline, the limit its exit shows (``memory``) when it
         is read within ``DEADLINE_EXIT_WAIT``; None for a live one (reaped in the background)."""
         if sandbox.alive():
-            self._reap_later(sandbox, subject_id)
+            self._reap_later(sandbox, subject_id, trace)
             return None
         try:
-            info = await asyncio.wait_for(self._reap_now(sandbox, subject_id), DEADLINE_EXIT_WAIT)
+            info = await asyncio.wait_for(self._reap_now(sandbox, subject_id, trace), DEADLINE_EXIT_WAIT)
         except TimeoutError:
             return None
         except Exception:
@@ -678,28 +721,37 @@ class Executor:
             return None
         return exhaustion_kind(info, self.runtime)
 
-    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
+    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str, trace: Trace) -> ExitInfo:
         """Destroy and wait (the exit info decides the client text). Cancelled while waiting, the
         reap goes on in the background, which then releases the slot: exactly one release, and only
         once the worker is reaped."""
         assert sandbox is not None
+        started = trace.now()
         destroying = asyncio.ensure_future(sandbox.destroy())
         try:
             info = await asyncio.shield(destroying)
         except asyncio.CancelledError:
-            self._reap_later(sandbox, subject_id, destroying)
+            self._reap_later(sandbox, subject_id, trace, destroying, started)
             raise
         except Exception:
             self.slots.release(subject_id)
+            trace.teardown(started)
             raise
         self.slots.release(subject_id)
+        trace.teardown(started)
         return info
 
     def _reap_later(
-        self, sandbox: Sandbox, subject_id: str, destroying: Awaitable[ExitInfo] | None = None
+        self,
+        sandbox: Sandbox,
+        subject_id: str,
+        trace: Trace,
+        destroying: Awaitable[ExitInfo] | None = None,
+        started: int | None = None,
     ) -> None:
         """Destroy (or finish ``destroying``) in the background; the slot is released only once the
         worker is reaped, so live workers never exceed ``max_concurrent_executions``."""
+        begun = trace.now() if started is None else started
 
         async def reap() -> None:
             try:
@@ -710,6 +762,7 @@ class Executor:
                 log.exception("destroying worker %s failed", sandbox.worker_id)
             finally:
                 self.slots.release(subject_id)
+                trace.teardown(begun)
 
         task = asyncio.get_running_loop().create_task(reap())
         self.reaping.add(task)

@@ -298,19 +298,27 @@ EXECUTE_OUTPUT_SCHEMA: JSONObject = {
     "additionalProperties": False,
 }
 
-Runner = Callable[[Server, authz.Subject, str], Awaitable[JSONObject]]
+#: A tool's work: the server, the trusted subject, the tool's one argument and the request's
+#: ``_meta`` (where a client may send W3C trace context: ``traceparent``, ``tracestate``).
+Runner = Callable[[Server, authz.Subject, str, Mapping[str, Any] | None], Awaitable[JSONObject]]
 
 
-async def _run_search(server: Server, subject: authz.Subject, query: str) -> JSONObject:
+async def _run_search(
+    server: Server, subject: authz.Subject, query: str, meta: Mapping[str, Any] | None
+) -> JSONObject:
     return server.search(query).to_dict()
 
 
-async def _run_describe(server: Server, subject: authz.Subject, name: str) -> JSONObject:
+async def _run_describe(
+    server: Server, subject: authz.Subject, name: str, meta: Mapping[str, Any] | None
+) -> JSONObject:
     return server.describe(name).to_dict()
 
 
-async def _run_execute(server: Server, subject: authz.Subject, source: str) -> JSONObject:
-    return _execute_output(server, await server.run(source, subject=subject))
+async def _run_execute(
+    server: Server, subject: authz.Subject, source: str, meta: Mapping[str, Any] | None
+) -> JSONObject:
+    return _execute_output(server, await server.run(source, subject=subject, trace_context=meta))
 
 
 def _execute_output(server: Server, run: ExecuteResult) -> JSONObject:
@@ -499,12 +507,15 @@ class _Handlers:
         if not _arguments_ok(spec, arguments):
             return self.failure(spec, spec.schema_error, None)
         assert arguments is not None
-        return await self.run(spec, ctx, arguments[spec.arg])
+        meta = params.meta if isinstance(params.meta, Mapping) else None
+        return await self.run(spec, ctx, arguments[spec.arg], meta)
 
-    async def run(self, spec: _ToolSpec, request: Any, value: str) -> types.CallToolResult:
+    async def run(
+        self, spec: _ToolSpec, request: Any, value: str, meta: Mapping[str, Any] | None = None
+    ) -> types.CallToolResult:
         try:
             subject = await _resolve(self.resolver, request)
-            out = await spec.run(self.server, subject, value)
+            out = await spec.run(self.server, subject, value, meta)
             return execute_success(out) if spec.name == "execute" else success_result(out)
         except CodeModeError as err:
             return self.failure(spec, client_text(err), err)

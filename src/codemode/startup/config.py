@@ -401,6 +401,21 @@ class Settings(BaseSettings):
         description="the one header the trusted proxies write: x-forwarded-for or forwarded (RFC 7239)",
     )
 
+    # ---------------------------------------------------------------------------- traces
+    trace_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces: one trace per "
+        "execute (default: no tracing; OpenTelemetry is not even imported)",
+    )
+    trace_service_name: str = Field(
+        "codemode", min_length=1, max_length=200, description="service.name of the traces"
+    )
+    trace_subject: Literal["hash", "omit"] = Field(
+        "hash",
+        description="the subject on each execute span: hash (first 16 hex digits of its SHA-256, "
+        "a pseudonym) or omit",
+    )
+
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
     start_degraded: bool = Field(
@@ -454,6 +469,19 @@ class Settings(BaseSettings):
         if bad or not value:
             raise ValueError(f"must be a non-empty list of asymmetric algorithms from {sorted(allowed)}")
         return value
+
+    @field_validator("trace_endpoint")
+    @classmethod
+    def _trace_endpoint(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            parts = urlsplit(value.strip())
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http or https URL such as http://127.0.0.1:4318/v1/traces")
+        return value.strip()
 
     @field_validator("audit_log")
     @classmethod
