@@ -28,9 +28,11 @@ from .common.errors import (
     Unauthenticated,
 )
 from .common.outcomes import ExecuteResult, LedgerEntry
+from .execution.approval import ApprovalRequest, Approver
 from .execution.context import CallContext
 from .execution.limits import Limits
 from .execution.observe import (
+    ApprovalAnswer,
     CallDecision,
     CallEvent,
     CallOutcome,
@@ -54,6 +56,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentError",
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Approver",
     "Builder",
     "CallContext",
     "CallDecision",

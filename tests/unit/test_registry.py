@@ -28,7 +28,8 @@ class Out:
 def test_public_names_are_pinned() -> None:
     assert sorted(codemode.__all__) == sorted(
         [
-            "AgentError", "Builder", "CallContext", "CallDecision", "CallEvent", "CallOutcome", "Capability",
+            "AgentError", "ApprovalAnswer", "ApprovalRequest", "Approver", "Builder", "CallContext",
+            "CallDecision", "CallEvent", "CallOutcome", "Capability",
             "CapabilityFailure", "CapabilityPack", "CodeModeError", "Description", "DockerRuntime",
             "ExecuteEvent", "ExecuteOutcome", "ExecuteResult", "ExitInfo", "Internal",
             "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "LedgerEntry",

@@ -30,7 +30,7 @@ from codemode_worker.protocol import ProtocolError, encode_frame, max_print_fram
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
-from ..authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
+from ..authz import AskUser, AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
 from ..catalog.capability import CompiledCapability
 from ..catalog.types import OutputError, constructor, to_plain, without_defaults
 from ..common.errors import (
@@ -52,10 +52,12 @@ from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcom
 from ..runtimes.base import SPAWNED_WARM, ExitInfo, Runtime, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
 from .admission import FairAdmission
+from .approval import ApprovalRequest, Approver, describe_arguments
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
 from .observe import (
+    ApprovalAnswer,
     CallDecision,
     CallEvent,
     CallOutcome,
@@ -116,6 +118,8 @@ class _CallRecord:
     outcome: CallOutcome = "not_run"
     authz: float = 0.0
     handler: float = 0.0
+    approval: ApprovalAnswer = ""
+    approval_seconds: float = 0.0
 
 
 class _Session:
@@ -129,6 +133,8 @@ class _Session:
         ctx: CallContext,
         report: Report,
         trace: Trace,
+        approver: Approver | None = None,
+        clock: asyncio.Timeout | None = None,
     ) -> None:
         self.ex = executor
         self.sandbox = sandbox
@@ -136,6 +142,8 @@ class _Session:
         self.ctx = ctx
         self.report = report
         self.trace = trace
+        self.approver = approver
+        self.clock = clock  # the execute's deadline: paused while the user is asked
         limits = executor.limits
         # Bytes capped before buffering, decoded host memory capped before parsing (execution.frames).
         self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
@@ -293,12 +301,15 @@ class _Session:
         limits = self.ex.limits
         t0 = time.perf_counter()
         typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
+        asked = False
         try:
             await run_authorizer(
                 self.ex.authorizer,
                 self.ctx,
                 AuthorizationInput(self.subject, cap.id, cap.name, canonical),
             )
+        except AskUser:
+            asked = True
         except Denied:
             event.decision = "deny"
             raise PermissionDenied() from None
@@ -316,7 +327,15 @@ class _Session:
             raise PolicyFailure() from None
         finally:
             event.authz = time.perf_counter() - t0
-        event.decision = "allow"
+        if asked:
+            event.decision = "ask"
+            event.approval = await self.ask(cap, canonical, event)
+            if event.approval != "accept":
+                event.decision = "declined"
+                raise PermissionDenied()
+            event.decision = "approved"
+        else:
+            event.decision = "allow"
         event.outcome = "interrupted"  # until the handler has returned or failed
         t1 = time.perf_counter()
         try:
@@ -347,6 +366,55 @@ class _Session:
         event.outcome = "ok"
         return plain
 
+    async def ask(
+        self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord
+    ) -> ApprovalAnswer:
+        """Ask the user about one call the policy left to them; the answer word.
+
+        The worker and its slot stay held (the program waits inside the call), so the wait is
+        bounded (``max_approval_time``), at most ``max_pending_approvals`` questions of one subject
+        are open at once (a further one is ``busy`` at once), and the execute's own deadline is
+        paused meanwhile: the time a person takes is not the program's."""
+        ex, limits = self.ex, self.ex.limits
+        started, t0 = self.trace.now(), time.perf_counter()
+        subject = self.subject.id
+        answer: ApprovalAnswer = "unavailable"
+        if self.approver is None:
+            answer = "unavailable"
+        elif ex.asking.get(subject, 0) >= limits.max_pending_approvals:
+            answer = "busy"
+        else:
+            request = ApprovalRequest(cap.name, cap.summary, describe_arguments(canonical))
+            loop = asyncio.get_running_loop()
+            remaining = max(0.0, self.ctx.deadline - time.monotonic())
+            if self.clock is not None:
+                self.clock.reschedule(loop.time() + limits.max_approval_time + remaining + 1.0)
+            ex.asking[subject] = ex.asking.get(subject, 0) + 1
+            try:
+                async with asyncio.timeout(limits.max_approval_time):
+                    answer = await self.approver.approve(request)
+            except TimeoutError:
+                answer = "unanswered"
+            except Exception as exc:
+                log.warning("asking the user about %s failed: %s", cap.id, type(exc).__name__)
+                answer = "unavailable"
+            finally:
+                left = ex.asking[subject] - 1
+                if left:
+                    ex.asking[subject] = left
+                else:
+                    del ex.asking[subject]
+                # The program's clock resumes with the time it had left.
+                self.ctx.deadline = time.monotonic() + remaining
+                if self.clock is not None:
+                    self.clock.reschedule(loop.time() + remaining)
+            if answer not in ("accept", "decline", "cancel", "unanswered", "unavailable"):
+                answer = "unavailable"  # an approver of the host's own that answered nonsense
+        event.approval = answer
+        event.approval_seconds = time.perf_counter() - t0
+        self.trace.approval(started, answer)
+        return answer
+
     def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
         """Record one call: its ledger entry, its audit event and its span, from the same record."""
         self.report.record(cap.name, event.decision, event.outcome)
@@ -363,6 +431,8 @@ class _Session:
                 handler_seconds=event.handler,
                 worker_id=self.sandbox.worker_id,
                 capability=cap.name,
+                approval=event.approval,
+                approval_seconds=event.approval_seconds,
             )
         )
 
@@ -495,6 +565,7 @@ class Executor:
         self.by_name = dict(capabilities)
         self.subject_quota = subject_quota
         self.active: dict[str, int] = {}
+        self.asking: dict[str, int] = {}  # open approval questions per subject
         self.authorizer = authorizer
         self.limits = limits
         self.runtime = runtime
@@ -565,11 +636,16 @@ class Executor:
         return wire
 
     async def execute(
-        self, source: str, subject: Subject, trace_context: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
     ) -> ExecuteResult:
         """Run one program; enforces the per-subject quota around the whole execution. A
         ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``).
-        ``trace_context`` (W3C ``traceparent``/``tracestate``) parents the execute's span."""
+        ``trace_context`` (W3C ``traceparent``/``tracestate``) parents the execute's span;
+        ``approver`` asks the user about calls the policy leaves to them (None: nobody to ask)."""
         trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
         held = self.active.get(subject.id, 0)
         if self.subject_quota and held >= self.subject_quota:
@@ -579,7 +655,7 @@ class Executor:
         self.active[subject.id] = held + 1
         self.observer.execute_started(subject.id)
         try:
-            return await self._execute(source, subject, trace)
+            return await self._execute(source, subject, trace, approver)
         finally:
             left = self.active[subject.id] - 1
             if left:
@@ -588,17 +664,21 @@ class Executor:
                 del self.active[subject.id]
             self.observer.execute_finished(subject.id)
 
-    async def _execute(self, source: str, subject: Subject, trace: Trace) -> ExecuteResult:
+    async def _execute(
+        self, source: str, subject: Subject, trace: Trace, approver: Approver | None
+    ) -> ExecuteResult:
         limits = self.limits
         frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
         report = Report(limits.max_print_bytes, frames)
         try:
-            return report.result(await self._run(source, subject, report, trace))
+            return report.result(await self._run(source, subject, report, trace, approver))
         except CodeModeError as exc:
             report.attach(exc)
             raise
 
-    async def _run(self, source: str, subject: Subject, report: Report, trace: Trace) -> Any:
+    async def _run(
+        self, source: str, subject: Subject, report: Report, trace: Trace, approver: Approver | None
+    ) -> Any:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
         ctx = CallContext(deadline=deadline)
@@ -616,11 +696,11 @@ class Executor:
             sandbox: Sandbox | None = None
             session: _Session | None = None
             try:
-                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
+                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())) as clock:
                     await self._admit(subject.id, trace)
                     sandbox = await self._acquire(subject.id, trace)
                     worker_id = ctx.worker_id = sandbox.worker_id
-                    session = _Session(self, sandbox, subject, ctx, report, trace)
+                    session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock)
                     value = await session.run(source)
             except TimeoutError:
                 if sandbox is None:

@@ -15,6 +15,7 @@ from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..common.outcomes import ExecuteResult
 from ..runtimes.base import Runtime
+from .approval import Approver
 from .execute import Executor
 from .limits import Limits
 from .observe import Observer
@@ -311,7 +312,12 @@ class Server:
                         log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
     async def execute(
-        self, source: str, *, subject: Subject, trace_context: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        *,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
     ) -> Any:
         """``execute``: run one program in a fresh worker (docs/reference/program.md).
 
@@ -320,6 +326,8 @@ class Server:
             subject: the trusted caller every native call is authorized for.
             trace_context: W3C trace context (``{"traceparent": ..., "tracestate": ...}``) the
                 execute's span continues, when tracing is on (ignored otherwise, and when invalid).
+            approver: asks the user about each call the policy answers "ask" for
+                (:class:`~codemode.Approver`; None: nobody can be asked, such calls are declined).
 
         Returns:
             ``main()``'s plain value (None, bool, int, float, str, list, str-keyed dict).
@@ -328,10 +336,16 @@ class Server:
             CodeModeError: a subclass per outcome (docs/reference/errors.md); it carries the call
                 ledger (``err.calls``) and the prints (``err.prints``).
         """
-        return (await self.run(source, subject=subject, trace_context=trace_context)).value
+        run = await self.run(source, subject=subject, trace_context=trace_context, approver=approver)
+        return run.value
 
     async def run(
-        self, source: str, *, subject: Subject, trace_context: Mapping[str, Any] | None = None
+        self,
+        source: str,
+        *,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
     ) -> ExecuteResult:
         """Like :meth:`execute`, with the call ledger and the prints.
 
@@ -339,6 +353,7 @@ class Server:
             source: the Starlark program.
             subject: the trusted caller.
             trace_context: as for :meth:`execute`.
+            approver: as for :meth:`execute`.
 
         Returns:
             An :class:`~codemode.ExecuteResult` (``value``, ``calls``, ``prints``).
@@ -354,7 +369,7 @@ class Server:
             # e.g. a dead Docker daemon: precise reason for the operator, coarse text for the client.
             log.error("runtime %s could not start: %s", self.runtime.name, exc)
             raise Internal() from None
-        return await self._executor.execute(source, subject, trace_context)
+        return await self._executor.execute(source, subject, trace_context, approver)
 
     async def aclose(self) -> None:
         """Stop pools and reap every worker."""

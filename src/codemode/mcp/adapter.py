@@ -42,6 +42,7 @@ from .. import authz
 from ..common.errors import CodeModeError, Internal, Unauthenticated, client_text
 from ..common.outcomes import LEDGER_OUTCOMES, ExecuteResult
 from ..execution.server import Server
+from .approval import ElicitingApprover
 
 __all__ = [
     "TOOL_NAMES",
@@ -183,12 +184,14 @@ Returns {"result": <main()'s return value>, "calls": [...]}. Every result, also 
 carries "calls" (a second text block {"calls": [...]}): the capability calls the program made, in \
 order, each {"capability": "records.create", "outcome": ...}. Outcomes: "ok" (it ran and its result \
 reached the program), "denied", "policy failure", "invalid arguments" and "not run" (it did not \
-run), "failed" (it ran and failed; it may have had an effect), "limit exceeded" (it ran, but a \
-budget stopped it, e.g. its result was too large), "interrupted" (the time ran out while it \
-ran; it may have had an effect). After an error, read "calls" before you retry: the calls with \
-outcome "ok" (and maybe "failed", "limit exceeded", "interrupted") have already happened; do \
-not repeat their effects (for example, do not create the same record twice), continue from the \
-failed call. Calls never reached because a limit stopped the program first are not listed.
+run), "declined" (the host asked the user to approve the call and it was not approved; it did not \
+run: do not retry it, tell the user what you wanted to do), "failed" (it ran and failed; it may \
+have had an effect), "limit exceeded" (it ran, but a budget stopped it, e.g. its result was too \
+large), "interrupted" (the time ran out while it ran; it may have had an effect). After an \
+error, read "calls" before you retry: the calls with outcome "ok" (and maybe "failed", "limit \
+exceeded", "interrupted") have already happened; do not repeat their effects (for example, do not \
+create the same record twice), continue from the failed call. Calls never reached because a \
+limit stopped the program first are not listed.
 
 Errors and how to recover:
 - "invalid program: <codemode>:LINE:COL: message" (or just "invalid program") - syntax error, \
@@ -201,8 +204,9 @@ wrong-typed or out-of-range arguments; the diagnostic names the argument path (e
 - "capability failed: <message>" - the capability reported a problem, e.g. "record 7 not found": \
 act on the message. Plain "capability failed" - it failed without details: retry once or try \
 another way.
-- "permission denied" - the host's policy refused that call for you: do not repeat it; choose \
-another approach (attempt() lets the program do so itself) or tell the user.
+- "permission denied" - the host's policy refused that call for you, or (outcome "declined") the \
+user did not approve it when asked: do not repeat it; choose another approach (attempt() lets the \
+program do so itself) or tell the user.
 - "authorization policy failure" - the host could not evaluate its policy: retrying will not help; \
 tell the user.
 - "resource limit exceeded: <kind>" - a budget ran out; the kind says which. "time", "steps" \
@@ -298,27 +302,35 @@ EXECUTE_OUTPUT_SCHEMA: JSONObject = {
     "additionalProperties": False,
 }
 
-#: A tool's work: the server, the trusted subject, the tool's one argument and the request's
-#: ``_meta`` (where a client may send W3C trace context: ``traceparent``, ``tracestate``).
-Runner = Callable[[Server, authz.Subject, str, Mapping[str, Any] | None], Awaitable[JSONObject]]
+
+@dataclass(frozen=True)
+class _Request:
+    """What a tool may use of its MCP request besides the argument: the request's ``_meta`` (where
+    a client may send W3C trace context: ``traceparent``, ``tracestate``) and the SDK's request
+    context (through which the user can be asked, when the client and transport allow it)."""
+
+    meta: Mapping[str, Any] | None = None
+    context: Any = None
 
 
-async def _run_search(
-    server: Server, subject: authz.Subject, query: str, meta: Mapping[str, Any] | None
-) -> JSONObject:
+#: A tool's work: the server, the trusted subject, the tool's one argument and its request.
+Runner = Callable[[Server, authz.Subject, str, _Request], Awaitable[JSONObject]]
+
+
+async def _run_search(server: Server, subject: authz.Subject, query: str, request: _Request) -> JSONObject:
     return server.search(query).to_dict()
 
 
-async def _run_describe(
-    server: Server, subject: authz.Subject, name: str, meta: Mapping[str, Any] | None
-) -> JSONObject:
+async def _run_describe(server: Server, subject: authz.Subject, name: str, request: _Request) -> JSONObject:
     return server.describe(name).to_dict()
 
 
-async def _run_execute(
-    server: Server, subject: authz.Subject, source: str, meta: Mapping[str, Any] | None
-) -> JSONObject:
-    return _execute_output(server, await server.run(source, subject=subject, trace_context=meta))
+async def _run_execute(server: Server, subject: authz.Subject, source: str, request: _Request) -> JSONObject:
+    approver = (
+        ElicitingApprover(request.context) if isinstance(request.context, ServerRequestContext) else None
+    )
+    run = await server.run(source, subject=subject, trace_context=request.meta, approver=approver)
+    return _execute_output(server, run)
 
 
 def _execute_output(server: Server, run: ExecuteResult) -> JSONObject:
@@ -515,7 +527,7 @@ class _Handlers:
     ) -> types.CallToolResult:
         try:
             subject = await _resolve(self.resolver, request)
-            out = await spec.run(self.server, subject, value, meta)
+            out = await spec.run(self.server, subject, value, _Request(meta, request))
             return execute_success(out) if spec.name == "execute" else success_result(out)
         except CodeModeError as err:
             return self.failure(spec, client_text(err), err)

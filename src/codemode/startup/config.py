@@ -40,7 +40,7 @@ from pydantic_settings import (
 )
 
 from ..execution.admission import default_reserve
-from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
+from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, UNITS, Limits
 
 __all__ = [
     "CONFIG_ENV",
@@ -136,7 +136,7 @@ LIMIT_FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
 
 def _limit(name: str) -> Any:
     default = DEFAULTS[name]
-    if name == "max_execution_time":
+    if name in FLOAT_LIMITS:
         return Field(float(default), gt=0, description=UNITS[name])
     if default == 0:  # off by default (max_print_bytes): 0 keeps it off
         return Field(0, ge=0, description=UNITS[name])
@@ -323,6 +323,8 @@ class Settings(BaseSettings):
     max_callstack: int = _limit("max_callstack")
     max_describe_response_bytes: int = _limit("max_describe_response_bytes")
     max_print_bytes: int = _limit("max_print_bytes")
+    max_approval_time: float = _limit("max_approval_time")
+    max_pending_approvals: int = _limit("max_pending_approvals")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
         ge=0,
