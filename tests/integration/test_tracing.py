@@ -341,3 +341,27 @@ async def test_search_and_describe_make_no_spans(traced: Traced) -> None:
         await call(client, "describe_api", name="records.get")
     await server.aclose()
     assert traced.spans() == []
+
+
+async def test_an_approval_is_a_span_of_its_own(traced: Traced) -> None:
+    class AskDeletes:
+        def authorize(self, ctx: Any, input: authz.AuthorizationInput) -> None:
+            if input.capability_name == "records.delete":
+                raise authz.AskUser("ask")
+
+    class Yes:
+        async def approve(self, request: codemode.ApprovalRequest) -> codemode.ApprovalAnswer:
+            return "accept"
+
+    server = traced_server(traced, authorizer=AskDeletes())
+    src = 'def main():\n    return records.delete(id=records.create(title="a")["id"])\n'
+    async with server:
+        await server.run(src, subject=authz.Subject("alice"), approver=Yes())
+        with pytest.raises(codemode.PermissionDenied):
+            await server.run("def main():\n    return records.delete(id=9)\n", subject=authz.Subject("alice"))
+    answers = [attrs(s)["codemode.approval.answer"] for s in traced.named("codemode.approval")]
+    assert sorted(answers) == ["accept", "unavailable"]
+    decisions = [attrs(s)["codemode.call.decision"] for s in traced.named("codemode.native_call")]
+    assert sorted(decisions) == ["allow", "approved", "declined"]
+    for span in traced.named("codemode.approval"):
+        assert span.parent is not None and attrs(span).keys() == {"codemode.approval.answer"}
