@@ -64,14 +64,18 @@ async def test_stdio_asks_through_the_elicitation_callback(tmp_path: Path) -> No
         assert ledger(result) == [("records.create", "ok"), ("records.delete", "declined")]
 
 
-async def test_stdio_on_the_2026_protocol_cannot_ask(tmp_path: Path) -> None:
+async def test_stdio_on_the_2026_protocol_asks_with_an_input_required_result(tmp_path: Path) -> None:
+    """The official client's default mode negotiates 2026-07-28, which has no server requests: the
+    question comes back as an InputRequiredResult, the client's retry brings the answer."""
     user = User()
     async with Client(stdio(tmp_path), mode="auto", elicitation_callback=user) as client:
         assert client.protocol_version == "2026-07-28"
         result = await client.call_tool("execute", {"source": create_then_delete()})
-    assert error_text(result) == "permission denied"
-    assert ledger(result)[-1] == ("records.delete", "declined")
-    assert user.asked == []
+        assert execute_value(result) == {"id": 1, "deleted": True}
+        user.answer = types.ElicitResult(action="decline")
+        result = await client.call_tool("execute", {"source": create_then_delete()})
+        assert error_text(result) == "permission denied"
+    assert len(user.asked) == 2 and "Capability: records.delete" in user.messages[0]
 
 
 # ------------------------------------------------------------------------ hostile clients, stdio
@@ -273,10 +277,17 @@ async def test_http_another_tenant_cannot_answer_and_a_second_answer_does_nothin
         assert [c["outcome"] for c in out["calls"]] == ["ok", "ok"]
 
 
-@pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])
-async def test_http_asks_through_the_callback_only_in_stateful_mode(tmp_path: Path, stateless: bool) -> None:
-    """The official client's own elicitation callback over streamable HTTP: stateful mode carries the
-    question on the POST's event stream; stateless mode has no channel for it (declined, unasked)."""
+@pytest.mark.parametrize(
+    ("stateless", "mode", "asks"),
+    [(False, "legacy", True), (True, "legacy", False), (True, "auto", True), (False, "auto", True)],
+    ids=["stateful-handshake", "stateless-handshake", "stateless-2026", "stateful-2026"],
+)
+async def test_http_asks_through_the_callback_where_the_protocol_can(
+    tmp_path: Path, stateless: bool, mode: str, asks: bool
+) -> None:
+    """The official client's own elicitation callback over streamable HTTP: a handshake client is
+    asked on the POST's event stream in stateful mode and cannot be asked in stateless mode (no
+    channel); a 2026-07-28 client is asked through InputRequiredResult and its retry in both."""
     tokens = write_token_file(tmp_path, ["alice"])
     cfg = settings(
         packs=[RECORDS_SPEC],
@@ -290,13 +301,13 @@ async def test_http_asks_through_the_callback_only_in_stateful_mode(tmp_path: Pa
     async with service(cfg) as svc:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
         transport = streamable_http_client(svc.mcp_url, http_client=http)  # type: ignore[arg-type]
-        async with http, Client(transport, mode="legacy", elicitation_callback=user) as client:
+        async with http, Client(transport, mode=mode, elicitation_callback=user) as client:
             result = await client.call_tool("execute", {"source": create_then_delete()})
             assert error_text(result) == "permission denied"
             user.answer = types.ElicitResult(action="accept", content={"approve": True})
             result = await client.call_tool("execute", {"source": create_then_delete()})
-            if stateless:
-                assert error_text(result) == "permission denied"
-            else:
+            if asks:
                 assert execute_value(result) == {"id": 2, "deleted": True}
-    assert len(user.asked) == (0 if stateless else 2)
+            else:
+                assert error_text(result) == "permission denied"
+    assert len(user.asked) == (2 if asks else 0)

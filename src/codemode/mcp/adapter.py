@@ -37,12 +37,14 @@ import mcp_types as types
 from mcp.server import Server as MCPLowLevelServer
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import authz
 from ..common.errors import CodeModeError, Internal, Unauthenticated, client_text
 from ..common.outcomes import LEDGER_OUTCOMES, ExecuteResult
 from ..execution.server import Server
-from .approval import ElicitingApprover
+from .approval import ElicitingApprover, can_elicit
+from .retries import RetryingExecutes
 
 __all__ = [
     "TOOL_NAMES",
@@ -496,6 +498,12 @@ async def _resolve(resolver: Resolver, request: Any) -> authz.Subject:
     return subject
 
 
+def _per_request_protocol(request: Any) -> bool:
+    """The request speaks the 2026-07-28 per-request protocol (no server requests: a question to
+    the user is an ``InputRequiredResult`` and its answer comes with the client's retry)."""
+    return isinstance(request, ServerRequestContext) and request.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
 class _Handlers:
     """The ``tools/list`` and ``tools/call`` handlers bound to one server and resolver."""
 
@@ -503,6 +511,7 @@ class _Handlers:
         self.server = server
         self.resolver = resolver
         self.tools = tool_definitions()
+        self.retries = RetryingExecutes()
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -511,7 +520,7 @@ class _Handlers:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         spec = _TOOLS.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message="unknown tool")
@@ -520,6 +529,8 @@ class _Handlers:
             return self.failure(spec, spec.schema_error, None)
         assert arguments is not None
         meta = params.meta if isinstance(params.meta, Mapping) else None
+        if spec.name == "execute" and _per_request_protocol(ctx):
+            return await self.run_retrying(ctx, arguments[spec.arg], meta, params)
         return await self.run(spec, ctx, arguments[spec.arg], meta)
 
     async def run(
@@ -533,6 +544,38 @@ class _Handlers:
             return self.failure(spec, client_text(err), err)
         except Exception as exc:  # CancelledError is a BaseException and propagates
             log.exception("%s failed in the host: %s", spec.name, type(exc).__name__)
+            return self.failure(spec, Internal.text, None)
+
+    async def run_retrying(
+        self,
+        ctx: ServerRequestContext[Any],
+        source: str,
+        meta: Mapping[str, Any] | None,
+        params: types.CallToolRequestParams,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """``execute`` on the 2026-07-28 protocol: a question to the user answers the call with an
+        ``InputRequiredResult``; the client's retry (``request_state``) resumes the same execute
+        (codemode.mcp.retries). An unknown state is a JSON-RPC error, raised as it is."""
+        spec = _TOOLS["execute"]
+        try:
+            subject = await _resolve(self.resolver, ctx)
+            if params.request_state is not None:
+                outcome = await self.retries.resume(
+                    subject, source, params.request_state, params.input_responses
+                )
+            else:
+                outcome = await self.retries.start(
+                    self.server, subject, source, meta, can_elicit(ctx.session)
+                )
+            if isinstance(outcome, types.InputRequiredResult):
+                return outcome
+            return execute_success(_execute_output(self.server, outcome))
+        except CodeModeError as err:
+            return self.failure(spec, client_text(err), err)
+        except MCPError:
+            raise
+        except Exception as exc:  # CancelledError is a BaseException and propagates
+            log.exception("execute failed in the host: %s", type(exc).__name__)
             return self.failure(spec, Internal.text, None)
 
     def failure(self, spec: _ToolSpec, text: str, err: CodeModeError | None) -> types.CallToolResult:
@@ -561,6 +604,7 @@ def create_server(
 
         version = __version__
     handlers = _Handlers(server, resolver)
+    server.attach(handlers.retries)  # executes waiting for a retry end with the server
     schemas = {spec.name: spec.input_schema for spec in _TOOLS.values()}
     return MCPLowLevelServer(
         name,
