@@ -36,6 +36,20 @@ def policy(tmp_path: Path) -> Path:
     return path
 
 
+def http_settings(tmp_path: Path, subjects: list[str], *, stateless: bool) -> tuple[Any, Any]:
+    """Tokens for ``subjects`` and the service's settings with the asking Rego policy."""
+    tokens = write_token_file(tmp_path, subjects)
+    cfg = settings(
+        packs=[RECORDS_SPEC],
+        token_file=tokens.path,
+        mcp_stateless=stateless,
+        allow_all=False,
+        rego_policy=[policy(tmp_path)],
+        rego_decision=DECISION,
+    )
+    return tokens, cfg
+
+
 def stdio_argv(tmp_path: Path, *flags: str) -> list[str]:
     return cli_command(
         "serve", "--stdio", "--pack", RECORDS_PACK, "--rego-policy", str(policy(tmp_path)),
@@ -226,15 +240,7 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
 
 
 async def test_http_another_tenant_cannot_answer_and_a_second_answer_does_nothing(tmp_path: Path) -> None:
-    tokens = write_token_file(tmp_path, ["alice", "mallory"])
-    cfg = settings(
-        packs=[RECORDS_SPEC],
-        token_file=tokens.path,
-        mcp_stateless=False,
-        allow_all=False,
-        rego_policy=[policy(tmp_path)],
-        rego_decision=DECISION,
-    )
+    tokens, cfg = http_settings(tmp_path, ["alice", "mallory"], stateless=False)
     async with service(cfg) as svc, httpx.AsyncClient(timeout=60) as http:
         url = svc.mcp_url
         init = {
@@ -288,15 +294,7 @@ async def test_http_asks_through_the_callback_where_the_protocol_can(
     """The official client's own elicitation callback over streamable HTTP: a handshake client is
     asked on the POST's event stream in stateful mode and cannot be asked in stateless mode (no
     channel); a 2026-07-28 client is asked through InputRequiredResult and its retry in both."""
-    tokens = write_token_file(tmp_path, ["alice"])
-    cfg = settings(
-        packs=[RECORDS_SPEC],
-        token_file=tokens.path,
-        mcp_stateless=stateless,
-        allow_all=False,
-        rego_policy=[policy(tmp_path)],
-        rego_decision=DECISION,
-    )
+    tokens, cfg = http_settings(tmp_path, ["alice"], stateless=stateless)
     user = User(answer=types.ElicitResult(action="cancel"))
     async with service(cfg) as svc:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
