@@ -260,6 +260,11 @@ def build_server(
             log.warning("degraded start: ignoring disabled ids of no loaded capability: %s", ignored)
         disabled = [d for d in disabled if d in known]
     base = runtime if runtime is not None else build_runtime(settings)
+    tracing, export = None, None
+    if settings.trace_endpoint is not None:
+        from .traces import build_tracing  # the SDK and exporter only when tracing is on
+
+        tracing, export = build_tracing(settings)
     builder = Builder(
         authorizer=auth,
         limits=settings.limits,
@@ -268,6 +273,7 @@ def build_server(
         observer=observer,
         subject_quota=settings.subject_quota,
         reserved_slots=settings.effective_reserved_slots,
+        tracing=tracing,
     )
     builder.register(*caps)
     try:
@@ -276,6 +282,8 @@ def build_server(
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
     for pack in upstreams:
         server.attach(pack)
+    if export is not None:
+        server.attach(export)
     return server
 
 
