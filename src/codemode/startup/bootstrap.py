@@ -126,7 +126,7 @@ def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> Pac
         options=settings.pack_option_map,
         data_dir=settings.pack_data_dir,
         multi_tenant=settings.transport == "http",
-        answer_bounds=answer_bounds(settings.limits.resolved()),
+        answer_bounds=answer_bounds(settings.limits),
     )
 
 

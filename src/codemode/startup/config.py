@@ -39,8 +39,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from ..execution.admission import default_reserve
-from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, UNITS, Limits
+from ..execution.admission import Admission, default_quota, default_reserve
+from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, MINIMUMS, SUMMARIES, Limits
 
 __all__ = [
     "CONFIG_ENV",
@@ -135,12 +135,11 @@ LIMIT_FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 def _limit(name: str) -> Any:
-    default = DEFAULTS[name]
+    """The setting of the limit ``name``: its default, minimum and text come from ``Limits``."""
+    default, minimum = DEFAULTS[name], MINIMUMS[name]
     if name in FLOAT_LIMITS:
-        return Field(float(default), gt=0, description=UNITS[name])
-    if default == 0:  # off by default (max_print_bytes): 0 keeps it off
-        return Field(0, ge=0, description=UNITS[name])
-    return Field(int(default), gt=0, description=UNITS[name])
+        return Field(float(default), gt=minimum, description=SUMMARIES[name])
+    return Field(int(default), ge=minimum, description=SUMMARIES[name])
 
 
 #: Settings that hold a list (JSON or comma-separated in the environment, a repeatable flag).
@@ -438,7 +437,8 @@ class Settings(BaseSettings):
             data = dict(data)
             nested = data.pop("limits")
             if isinstance(nested, Limits):
-                nested = {k: v for k, v in dataclasses.asdict(nested).items() if v}
+                # the fields it changes: the others are left to the environment and the file
+                nested = {k: v for k, v in dataclasses.asdict(nested).items() if v != DEFAULTS[k]}
             if not isinstance(nested, dict):
                 raise ValueError("limits must be a table of limit values")
             unknown = sorted(set(nested) - set(LIMIT_FIELDS))
@@ -536,6 +536,11 @@ class Settings(BaseSettings):
             return self.reserved_slots
         return default_reserve(self.max_concurrent_executions)
 
+    @property
+    def admission(self) -> Admission:
+        """The slots, quota and reserve these settings describe (checked when they were loaded)."""
+        return Admission(self.max_concurrent_executions, self.subject_quota, self.effective_reserved_slots)
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         slots = self.max_concurrent_executions
@@ -546,8 +551,7 @@ class Settings(BaseSettings):
                     self.__dict__[name] = 0
         elif "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
             # Not configured: the default quota, lowered so that one subject can reach it.
-            usable = slots - self.effective_reserved_slots
-            self.__dict__["subject_quota"] = max(1, min(DEFAULT_SUBJECT_QUOTA, usable))
+            self.__dict__["subject_quota"] = default_quota(slots, self.effective_reserved_slots)
         problems = self.problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -588,22 +592,11 @@ class Settings(BaseSettings):
         return out
 
     def _slot_problems(self) -> list[str]:
-        """Quota and slots are configured together (docs/service.md, "Fair slots")."""
-        slots, reserve = self.max_concurrent_executions, self.effective_reserved_slots
-        quota = self.subject_quota
-        if reserve >= slots:
-            return [
-                f"{names('reserved_slots')}: {reserve} reserved of {slots} slots "
-                f"({names('max_concurrent_executions')}): must be fewer than the slots"
-            ]
-        if quota > slots - reserve:
-            return [
-                f"{names('subject_quota')}: {quota} is more than one subject can ever hold: "
-                f"{slots} slots ({names('max_concurrent_executions')}) minus {reserve} reserved for "
-                f"subjects with nothing in flight ({names('reserved_slots')}) leaves {slots - reserve}; "
-                "lower the quota, raise the slots or lower the reserve"
-            ]
-        return []
+        """Quota and slots are configured together (docs/service.md, "Fair slots"), in the words of
+        the library's ``Builder`` (``codemode.execution.admission.Admission``)."""
+        return Admission.problems_of(
+            self.max_concurrent_executions, self.subject_quota, self.effective_reserved_slots, names
+        )
 
     def http_problems(self) -> list[str]:
         """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening."""
