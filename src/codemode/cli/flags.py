@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from ..startup.config import LIST_SETTINGS, ConfigError, Settings, env_var, flag
+from ..startup.config import LIST_SETTINGS, RENAMED, ConfigError, Settings, env_var, flag
 
 __all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides", "settings_table"]
 
@@ -64,6 +64,8 @@ STDIO_ONLY = frozenset({"subject"})
 #: environment).
 _NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
 _LISTS = frozenset(LIST_SETTINGS)
+#: Each setting's earlier names, still accepted (``--docker-pids`` for ``--docker-max-processes``).
+_EARLIER = {new: [old for old, n in RENAMED.items() if n == new] for new in RENAMED.values()}
 
 _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capabilities", ("packs", "pack_options", "disable")),
@@ -163,6 +165,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(
                 flag(name),
+                *(flag(old) for old in _EARLIER.get(name, ())),
                 dest=name,
                 type=kind,
                 default=None,
@@ -206,5 +209,9 @@ def settings_table() -> str:
             continue
         modes = "http" if name in HTTP_ONLY else "stdio" if name in STDIO_ONLY else "both"
         default = (_default_text(name, field) or "—").replace("|", "\\|")
-        rows.append(f"| `{flag(name)}` | `{env(name)}` | {default} | {modes} | {field.description} |")
+        flags, envs = f"`{flag(name)}`", f"`{env(name)}`"
+        for old in _EARLIER.get(name, ()):
+            flags += f" (earlier `{flag(old)}`)"
+            envs += f" (earlier `{env(old)}`)"
+        rows.append(f"| {flags} | {envs} | {default} | {modes} | {field.description} |")
     return "\n".join(rows)

@@ -25,7 +25,7 @@ from ..packs.loading import PackError, PackSettings, load_pack, load_packs, spli
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
-from .config import SIZE_SETTINGS, ConfigError, Settings, names, parse_size
+from .config import ConfigError, Settings, names
 
 __all__ = [
     "StartupProblem",
@@ -64,26 +64,6 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
         raise ConfigError(f"{names('rego_policy')}: cannot read the policy: {exc}") from None
 
 
-def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
-    """Constructor arguments of the chosen runtime: each ``<runtime>_<name>`` setting that is set,
-    under the runtime's own parameter name (a size such as ``256m`` in bytes)."""
-    renames = {
-        "process": {"memory": "address_space_bytes"},
-        "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
-        "kubernetes": {},
-    }[settings.runtime]
-    prefix = settings.runtime + "_"
-    out: dict[str, Any] = {}
-    for field in type(settings).model_fields:
-        value = getattr(settings, field)
-        if field.startswith(prefix) and value is not None:
-            name = field.removeprefix(prefix)
-            if field in SIZE_SETTINGS:
-                value = parse_size(value)
-            out[renames.get(name, name)] = value
-    return out
-
-
 #: The constructor parameter of each runtime that replaces the worker's command line.
 _COMMAND_PARAMETER = {"process": "argv", "docker": "entrypoint", "kubernetes": "entrypoint"}
 
@@ -107,7 +87,7 @@ def build_runtime(
     except ImportError as exc:
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
-        kwargs = {**_runtime_kwargs(settings), **extra}
+        kwargs = {**settings.runtime_options.runtime_kwargs(), **extra}
         if worker_command is not None:
             kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
         return cls(**kwargs)

@@ -41,11 +41,13 @@ from pydantic_settings import (
 
 from ..execution.admission import Admission, default_quota, default_reserve
 from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, MINIMUMS, SUMMARIES, Limits
+from ..runtimes.options import OPTIONS, DockerOptions, KubernetesOptions, ProcessOptions, RuntimeOptions
 
 __all__ = [
     "CONFIG_ENV",
     "LIMIT_FIELDS",
     "LIST_SETTINGS",
+    "RENAMED",
     "SIZE_SETTINGS",
     "ConfigError",
     "Settings",
@@ -156,6 +158,13 @@ LIST_SETTINGS = (
 
 #: Settings that hold a size (bytes, or ``256m``/``1g``); the runtimes take them in bytes.
 SIZE_SETTINGS = ("docker_memory", "process_memory")
+
+#: Earlier names of settings, still accepted as a flag, an environment variable, a TOML key or a
+#: keyword (one name per concept across runtimes: docs/configuration.md, "Earlier names").
+RENAMED = {"docker_pids": "docker_max_processes"}
+
+#: The runtimes whose options are nested in the settings (``settings.docker``, a ``[docker]`` table).
+RUNTIMES = tuple(OPTIONS)
 
 
 class Settings(BaseSettings):
@@ -283,7 +292,12 @@ class Settings(BaseSettings):
         None, description="worker memory (= memory+swap) limit, bytes or 256m/1g (default 256m)"
     )
     docker_cpus: float | None = Field(None, gt=0, description="worker CPU quota in CPUs (default 1)")
-    docker_pids: int | None = Field(None, gt=0, description="worker pids limit (default 64)")
+    docker_max_processes: int | None = Field(
+        None, gt=0, description="processes and threads per worker (pids limit, default 64)"
+    )
+    docker_open_files: int | None = Field(
+        None, gt=0, description="worker open files limit (RLIMIT_NOFILE, default 64)"
+    )
     docker_oci_runtime: str | None = Field(None, description="OCI runtime such as runsc (gVisor)")
     kubernetes_namespace: str | None = Field(
         None, description="namespace of worker pods (default codemode-workers)"
@@ -432,7 +446,8 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _flatten_limits(cls, data: Any) -> Any:
-        """Accept ``limits = {...}`` / a ``[limits]`` table (or a ``codemode.Limits``) as flat fields."""
+        """Accept ``limits = {...}`` / a ``[limits]`` table (or a ``codemode.Limits``) as flat fields,
+        and likewise each runtime's table or options; earlier setting names as today's."""
         if isinstance(data, dict) and "limits" in data:
             data = dict(data)
             nested = data.pop("limits")
@@ -446,6 +461,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"limits: unknown limit(s) {unknown}")
             for key, value in nested.items():
                 data.setdefault(key, value)
+        if isinstance(data, dict):
+            # an earlier name left here came as a keyword (the other sources renamed their own): it wins
+            data = _flatten_runtimes(_renamed(dict(data), "settings", override=True))
         return data
 
     @field_validator(*LIST_SETTINGS, mode="before")
@@ -520,6 +538,36 @@ class Settings(BaseSettings):
     def limits(self) -> Limits:
         """The ``codemode.Limits`` these settings describe."""
         return Limits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
+
+    @property
+    def process(self) -> ProcessOptions:
+        """The process runtime's options (``--process-*``, ``[process]``)."""
+        return ProcessOptions(**self._options_of("process"))
+
+    @property
+    def docker(self) -> DockerOptions:
+        """The Docker runtime's options (``--docker-*``, ``[docker]``)."""
+        return DockerOptions(**self._options_of("docker"))
+
+    @property
+    def kubernetes(self) -> KubernetesOptions:
+        """The Kubernetes runtime's options (``--kubernetes-*``, ``[kubernetes]``)."""
+        return KubernetesOptions(**self._options_of("kubernetes"))
+
+    @property
+    def runtime_options(self) -> RuntimeOptions:
+        """The options of the chosen runtime (``runtime``)."""
+        options: RuntimeOptions = getattr(self, self.runtime)
+        return options
+
+    def _options_of(self, runtime: str) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(OPTIONS[runtime]):
+            value = getattr(self, f"{runtime}_{f.name}")
+            out[f.name] = (
+                parse_size(value) if value is not None and f"{runtime}_{f.name}" in SIZE_SETTINGS else value
+            )
+        return out
 
     @property
     def pack_option_map(self) -> dict[str, str]:
@@ -673,7 +721,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _EarlierEnv(settings_cls, env_settings)]
         path = _config_file.get()
         if path is None:
             env_path = os.environ.get(CONFIG_ENV, "").strip()
@@ -688,6 +736,60 @@ class Settings(BaseSettings):
 _PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir")
 
 
+def _renamed(data: dict[str, Any], origin: str, *, override: bool = False) -> dict[str, Any]:
+    """``data`` with each earlier setting name (:data:`RENAMED`) under its name now; both given is
+    an error naming ``origin`` (unless the earlier one ``override``s)."""
+    for old, new in RENAMED.items():
+        if old in data:
+            if new in data and not override:
+                raise ConfigError(f"{origin}: {old!r} is the earlier name of {new!r}: give one of them")
+            data[new] = data.pop(old)
+    return data
+
+
+def _flatten_runtimes(data: dict[str, Any]) -> dict[str, Any]:
+    """Accept a ``[docker]`` (``[process]``, ``[kubernetes]``) table, a dict or an options object
+    (``codemode.runtimes.options``) as the flat ``docker_*`` settings; flat keys win."""
+    for runtime, options_type in OPTIONS.items():
+        if runtime not in data:
+            continue
+        nested = data.pop(runtime)
+        if isinstance(nested, options_type):
+            nested = {k: v for k, v in dataclasses.asdict(nested).items() if v is not None}
+        if not isinstance(nested, dict):
+            raise ValueError(f"{runtime} must be a table of {runtime} runtime options")
+        flat = _renamed({f"{runtime}_{k}": v for k, v in nested.items()}, f"[{runtime}]")
+        known = {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)}
+        unknown = sorted(k.removeprefix(runtime + "_") for k in set(flat) - known)
+        if unknown:
+            raise ValueError(f"{runtime}: unknown option(s) {unknown}")
+        for key, value in flat.items():
+            data.setdefault(key, value)
+    return data
+
+
+class _EarlierEnv(PydanticBaseSettingsSource):
+    """The environment source, also reading each setting's earlier variable (:data:`RENAMED`)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._inner = inner
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads through the inner source
+
+    def __call__(self) -> dict[str, Any]:
+        data = dict(self._inner())
+        for old, new in RENAMED.items():
+            value = os.environ.get(env_var(old))
+            if value is None:
+                continue
+            if new in data:
+                raise ConfigError(f"{env_var(old)} is the earlier name of {env_var(new)}: set one of them")
+            data[new] = value
+        return data
+
+
 class _TomlSource(TomlConfigSettingsSource):
     """A TOML file whose relative paths are relative to the file itself, not the working directory."""
 
@@ -700,6 +802,7 @@ class _TomlSource(TomlConfigSettingsSource):
             ) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"--config / {CONFIG_ENV}: cannot read {str(file_path)!r}: {exc}") from None
+        data = _renamed(data, f"--config / {CONFIG_ENV}: {str(file_path)!r}")
         base = Path(str(file_path)).resolve().parent
         for key in _PATH_KEYS:
             value = data.get(key)
@@ -812,7 +915,7 @@ _warned: set[str] = set()
 def misspelled_variables(environ: Mapping[str, str]) -> list[str]:
     """One warning per ``CODEMODE_*`` variable that is no setting but close to one (``did you
     mean``); variables close to no setting (a pack's options, say) are left alone."""
-    known = {env_var(field) for field in Settings.model_fields}
+    known = {env_var(field) for field in [*Settings.model_fields, *RENAMED]}
     out = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name in known or name in OTHER_VARIABLES:
