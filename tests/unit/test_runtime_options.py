@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,13 @@ def test_quotas_tune_takes_the_flags_it_recommends(runtime: str) -> None:
     assert {name: getattr(args, name) for name in rec.settings} == rec.settings
     assert set(quotas.RUNTIME_FLAGS[runtime]) == set(rec.settings)
     assert served.max_execution_time == args.max_execution_time == rec.max_execution_time
+
+
+def test_the_configuration_pages_runtime_table_loads_as_written(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"^```toml\n(.*?)^```", page, re.M | re.S) if "[docker]" in b]
+    file = tmp_path / "codemode.toml"
+    file.write_text(block)
+    s = _serve([], file)
+    assert s.runtime == "docker"
+    assert s.docker == DockerOptions(memory=256 * 1024**2, max_processes=64, open_files=64)

@@ -160,11 +160,8 @@ LIST_SETTINGS = (
 SIZE_SETTINGS = ("docker_memory", "process_memory")
 
 #: Earlier names of settings, still accepted as a flag, an environment variable, a TOML key or a
-#: keyword (one name per concept across runtimes: docs/configuration.md, "Earlier names").
+#: keyword (one name per concept across runtimes: docs/configuration.md, "One name per setting").
 RENAMED = {"docker_pids": "docker_max_processes"}
-
-#: The runtimes whose options are nested in the settings (``settings.docker``, a ``[docker]`` table).
-RUNTIMES = tuple(OPTIONS)
 
 
 class Settings(BaseSettings):
