@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 
 import pytest
 
@@ -18,6 +19,13 @@ from codemode.execution.plan import Plan
 from codemode.startup.config import ConfigError, load_settings, names
 
 SLOT_FIELDS = ("subject_quota", "reserved_slots", "max_concurrent_executions")
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("CODEMODE_"):
+            monkeypatch.delenv(key)
 
 
 def _library_problems(slots: int, quota: int, reserve: int | None) -> list[str]:
