@@ -11,8 +11,10 @@ destroy(), and the System V IPC objects it made are removed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +29,7 @@ from codemode.runtimes.ipc_cleanup import ipc_of
 from codemode.runtimes.process import ProcessRuntime
 
 from ..integration.helpers import ALICE, make_server
+from . import review_probes
 from .kernel_probe import PROBE, not_refused
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")
@@ -277,3 +280,90 @@ async def test_a_worker_that_stops_reading_cannot_hold_its_destroy() -> None:
         if proc.returncode is None:
             os.killpg(proc.pid, 9)
             await proc.wait()
+
+
+async def test_argument_forms_and_other_abis_are_refused(server: codemode.Server) -> None:
+    """Security review of issue 19 §3: the forms an allow-list by name and argument could miss (x32
+    numbers, clone flag mixes, posix_spawn, fcntl/ioctl commands, open with a write flag spelled any
+    way, limits of others, signals and pidfds, another seccomp filter, priorities, the splice
+    family) are each refused by the worker's filter (``review_probes.FORMS_PROBE``)."""
+    report = await run(server, review_probes.FORMS_PROBE)
+    assert not_refused(report) == {}, report
+
+
+#: The host of ``test_a_same_uid_worker_cannot_read_the_hosts_memory``: a process runtime without a
+#: uid of its own for workers (a host that is not root), holding another tenant's secret.
+SAME_UID_HOST = """
+import asyncio, json, sys
+from codemode.runtimes.process import ProcessRuntime
+from tests.integration.helpers import ALICE, make_server
+from tests.adversarial import review_probes
+
+held = [review_probes.NEEDLE.encode()]  # another tenant's credential, in the host's memory
+
+async def main():
+    runtime = ProcessRuntime(
+        module="codemode_worker.testing_entry", extra_env={"CODEMODE_WORKER_TESTING": "1"}
+    )
+    assert not runtime.drops_privileges
+    srv, _ = make_server(runtime=runtime, max_execution_time=30.0)
+    try:
+        print(json.dumps(await srv.execute(review_probes.HOST_MEMORY_PROBE, subject=ALICE)))
+    finally:
+        await srv.aclose()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding RS-3: a worker of a host that is not root (no uid drop) reads the host's memory "
+    "through /proc/<host>/mem (openat O_RDONLY and pread64 are allowed)",
+)
+def test_a_same_uid_worker_cannot_read_the_hosts_memory() -> None:
+    """Without root the worker keeps the host's uid (docs/reference/runtimes.md: it 'can read what
+    the host user can'). That includes the host's whole address space: every tenant's arguments and
+    results in flight, tokens, upstream credentials, through ``/proc/<ppid>/mem`` (the filter cannot
+    look at paths; ptrace access of the same uid is allowed). The host runs here as uid 65534 with
+    Debian's Python (the test venv's interpreter lives under /root) and this tree on its path."""
+    debian = "/usr/bin/python3"
+    if not os.access(debian, os.X_OK) or shutil.which("setpriv") is None:
+        pytest.skip("needs Debian's python3 and setpriv")
+    version = subprocess.run(
+        [debian, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+    ).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        pytest.skip(f"Debian's python3 is {version}, the test venv's {sys.version_info[:2]}")
+    work = Path(tempfile.mkdtemp(prefix="codemode-same-uid-"))
+    try:
+        venv = work / "venv"
+        subprocess.run([debian, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        repo = Path(__file__).resolve().parents[2]
+        paths = [p for p in sys.path if p.endswith("site-packages")] + [str(repo / "src"), str(repo)]
+        (site / "codemode-tree.pth").write_text("\n".join(paths) + "\n")
+        (work / "host.py").write_text(SAME_UID_HOST)
+        for path in (work, *work.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o644)
+        out = subprocess.run(
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                str(venv / "bin" / "python"),
+                str(work / "host.py"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+        )
+    finally:
+        shutil.rmtree(work)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["scanned"] == 0 and found["found"] is None, found
