@@ -24,15 +24,16 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-__all__ = ["FRAGMENT", "MARK", "MIN_SECRET", "Redactor"]
+__all__ = ["FRAGMENT", "MARK", "MIN_SECRET", "Redactor", "spellings"]
 
 MARK = "[redacted]"
 FRAGMENT = 8
 MIN_SECRET = 6
 
 
-def _forms(value: str) -> set[str]:
-    """The spellings of one configured credential a backend might echo."""
+def spellings(value: str) -> set[str]:
+    """The spellings of one configured credential a backend might echo (as configured, its
+    credential part after a scheme, for ``Basic`` the decoded ``user:password`` and password)."""
     forms = {value.strip()}
     scheme, _, rest = value.strip().partition(" ")
     rest = rest.strip()
@@ -56,7 +57,7 @@ class Redactor:
         plain: set[str] = set()
         for secret in secrets:
             if secret:
-                plain |= _forms(secret)
+                plain |= spellings(secret)
         spelled = plain | {quote(f, safe="") for f in plain} | {quote_plus(f, safe="") for f in plain}
         self.fragments = sorted((f for f in plain if len(f) >= FRAGMENT), key=len, reverse=True)
         long_ = sorted((f for f in spelled if len(f) >= MIN_SECRET), key=len, reverse=True)
