@@ -316,11 +316,6 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding RS-3: a worker of a host that is not root (no uid drop) reads the host's memory "
-    "through /proc/<host>/mem (openat O_RDONLY and pread64 are allowed)",
-)
 def test_a_same_uid_worker_cannot_read_the_hosts_memory() -> None:
     """Without root the worker keeps the host's uid (docs/reference/runtimes.md: it 'can read what
     the host user can'). That includes the host's whole address space: every tenant's arguments and

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from codemode_worker import WORKER_ENV_MARKER
 from codemode_worker.privileges import UID_VARIABLE
 
+from . import host_memory
 from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from .handshake import probe
 from .ipc_cleanup import remove_ipc_of
@@ -313,6 +314,7 @@ class ProcessRuntime:
             raise ValueError("worker_uid_base must be >= 0, worker_uids and max_processes positive")
         if worker_uid_base and not root:
             raise ValueError("worker_uid_base needs a host running as root (use 0 or leave it unset)")
+        host_memory.protect()  # before any worker exists: none can read the host's memory
         self.worker_uid_base = worker_uid_base
         self.max_processes = max_processes
         self.worker_uids = worker_uids
