@@ -32,7 +32,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.runtimes.base import SpawnFailed
-from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, DockerRuntime, DockerSandbox
+from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, STDERR_TAIL, DockerRuntime, DockerSandbox
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
 from tests.integration.support_docker import read_exact, read_frame, worker_containers
@@ -332,11 +332,6 @@ async def test_a_worker_takes_no_pseudo_terminal(testing_runtime: DockerRuntime)
     assert found["ptys"] == 0, found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding RS-1: the container keeps Docker's default json-file log, unbounded: a worker's "
-    "stderr is stored on the host's disk about 36 times over until the container is removed",
-)
 async def test_a_workers_stderr_is_not_stored_on_the_hosts_disk(
     testing_runtime: DockerRuntime, docker_api: Any
 ) -> None:
@@ -351,9 +346,12 @@ async def test_a_workers_stderr_is_not_stored_on_the_hosts_disk(
         }
         path = docker_api.inspect_container(sandbox.container_id).get("LogPath") or ""
         stored = os.path.getsize(path) if path and os.path.exists(path) else 0
+        tail = sandbox.stderr_tail
     finally:
         await sandbox.destroy()
     assert stored <= 1024 * 1024, f"{stored} bytes in {path}"
+    # The host still gets the worker's stderr on the attach stream, as a bounded tail.
+    assert 0 < len(tail) <= STDERR_TAIL and set(tail) == set(b"x\n"), len(tail)
 
 
 # ------------------------------------------------------------------------------------------ processes

@@ -6,7 +6,10 @@ Every worker container is created with::
     pids limit, cap_drop=ALL, no-new-privileges, the worker's seccomp profile (``seccomp_profile``:
     derived from the worker's own filter, which the worker installs on top), a numeric non-root
     user, no volumes, an environment holding only the worker marker, ulimits nofile/core, a private
-    IPC namespace without /dev/shm, a read-only /dev/mqueue, and labels naming the owner.
+    IPC namespace without /dev/shm, a read-only /dev/mqueue, the log driver ``none`` (the
+    protocol runs over the attach stream; a ``json-file`` log would store everything the worker
+    prints on the host's disk, ~36 bytes per 2-byte line, until the container is removed), and
+    labels naming the owner.
 
 The worker's stdin/stdout/stderr are attached (one hijacked HTTP connection) *before* the container
 starts, so no output can be lost. Docker multiplexes stdout and stderr on that connection in frames
@@ -83,6 +86,9 @@ _READ_ONLY_TMPFS = {
     "/tmp": "ro,nosuid,nodev,noexec,size=4k,mode=0555",
 }
 
+#: No container log: the host reads the worker's output on the attach stream (stderr into a bounded
+#: tail) and nothing reads ``docker logs`` of a worker.
+_NO_LOG = {"Type": "none", "Config": {}}
 #: ``--security-opt seccomp=<json>`` of every worker container (the profile's text, not a path).
 _SECCOMP_OPT = "seccomp=" + json.dumps(docker_profile(), separators=(",", ":"))
 
@@ -733,6 +739,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                 ],
                 ipc_mode="none",
                 tmpfs=dict(_READ_ONLY_TMPFS),
+                log_config=_NO_LOG,
                 privileged=False,
                 runtime=self.runtime,
             )
