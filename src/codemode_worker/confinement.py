@@ -1,5 +1,8 @@
-"""The worker confines itself: its own seccomp filter, installed before it reads the first frame.
+"""The worker confines itself: Landlock and its own seccomp filter, before it reads the first frame.
 
+``restrict_files()`` runs first thing, while the worker has one thread: the Landlock domain of
+``readable`` (every file it can read stays readable; device nodes under ``/dev`` but a few are not:
+no pseudo-terminal from ``/dev/ptmx``; no ptrace access to processes outside the domain).
 ``prepare()`` runs after the warm-up, while the worker may still read the interpreter's files (it
 loads libseccomp's binding and builds the filter); ``confine(filter)`` runs after the uid drop
 (``privileges``: the filter refuses changing ids), on whatever runtime the worker is in (process,
@@ -9,21 +12,30 @@ operator setup. ``confine`` does, in order:
 1. ``RLIMIT_FSIZE`` goes to 0 (soft and hard, so for good): no regular file can grow through a
    descriptor the worker holds or gets (Kubernetes bind-mounts a writable ``/dev/termination-log``
    into every pod; the filter already refuses opening any file for writing);
-2. ``PR_SET_NO_NEW_PRIVS`` (libseccomp's ``CTL_NNP``, set before the filter is loaded);
-3. the filter of ``syscalls`` (allow-list; ``EPERM`` for the denied calls, ``ENOSYS`` for the
+2. ``RLIMIT_NOFILE`` goes to ``OPEN_FILES_HEADROOM`` above the highest descriptor it holds (soft
+   and hard): what bounds the pseudo-terminals a worker can hold where the kernel has no Landlock;
+3. ``PR_SET_DUMPABLE`` 0: no other process of its uid (another worker of a host that is not root)
+   can read its memory through ``/proc/<pid>/mem``;
+4. with ``CODEMODE_WORKER_STDERR=discard`` in its environment (the Kubernetes runtime sets it: a
+   pod's stderr is its container log on the node's disk, which the kubelet bounds only every few
+   seconds), stderr and the stray-output descriptor 1 go to ``/dev/null``: nothing the program
+   makes it print reaches the node's disk; what it printed before (a start-up failure) does;
+5. ``PR_SET_NO_NEW_PRIVS`` (libseccomp's ``CTL_NNP``, set before the filter is loaded);
+6. the filter of ``syscalls`` (allow-list; ``EPERM`` for the denied calls, ``ENOSYS`` for the
    unlisted ones), loaded with ``CTL_TSYNC`` so it holds on every thread of the process;
-4. a check that it holds: ``memfd_create`` must now be refused with ``EPERM``.
+7. a check that it holds: ``memfd_create`` must now be refused with ``EPERM``.
 
 **Fail closed**: any failure on the way (no libseccomp binding, a limit or the filter that cannot be
-set, a check that does not hold) ends the process with ``EXIT_CONFINEMENT`` before any frame is read.
+set, Landlock present but not holding, a check that does not hold) ends the process with
+``EXIT_CONFINEMENT`` before any frame is read (its message on the original stderr).
 
 The binding is libseccomp's own Python module ``seccomp`` (Debian's ``python3-seccomp``; libseccomp
 is linked into it statically). The worker image carries it in its site directory; a process-runtime
 worker runs the host's Python, which finds it on its own path or, for a Python that is not Debian's
 (a virtualenv, pyenv), in Debian's ``/usr/lib/python3/dist-packages`` (only that one file is loaded).
 
-``python -m codemode_worker.confinement`` installs the filter in that process and checks that each
-denied kind of call is refused (the worker image's build runs it, see worker_image/Dockerfile).
+``python -m codemode_worker.confinement`` confines that process and checks that each denied kind of
+call is refused (the worker image's build runs it, see worker_image/Dockerfile).
 """
 
 from __future__ import annotations
@@ -37,11 +49,24 @@ import sys
 from types import ModuleType
 from typing import Any, Final
 
-from . import syscalls
+from . import STDERR_DISCARD, STDERR_VARIABLE, readable, syscalls
 
-__all__ = ["BINDING_DIRECTORIES", "EXIT_CONFINEMENT", "binding", "build_filter", "confine", "main", "prepare"]
+__all__ = [
+    "BINDING_DIRECTORIES",
+    "EXIT_CONFINEMENT",
+    "OPEN_FILES_HEADROOM",
+    "binding",
+    "build_filter",
+    "confine",
+    "main",
+    "prepare",
+    "restrict_files",
+]
 
 EXIT_CONFINEMENT: Final = 5
+#: Descriptors a confined worker may open beyond those it holds (a lazy import, a probe's file).
+OPEN_FILES_HEADROOM: Final = 16
+_PR_SET_DUMPABLE: Final = 4
 #: Where a Python that does not see it on its own path looks for libseccomp's binding.
 BINDING_DIRECTORIES: Final = ("/usr/lib/python3/dist-packages",)
 _MODULE: Final = "seccomp"
@@ -108,6 +133,15 @@ def _fail(reason: str) -> SystemExit:
     return SystemExit(EXIT_CONFINEMENT)
 
 
+def restrict_files() -> int | None:
+    """The Landlock domain of ``readable`` (call it while the process has one thread): its ABI
+    version, None without Landlock; ``SystemExit(EXIT_CONFINEMENT)`` when it does not hold."""
+    try:
+        return readable.restrict()
+    except readable.Failed as exc:
+        raise _fail(str(exc)) from None
+
+
 def prepare() -> Any:
     """The worker's filter, built (``SystemExit(EXIT_CONFINEMENT)`` when it cannot be)."""
     try:
@@ -126,23 +160,71 @@ def _holds() -> bool:
     return False
 
 
-def confine(flt: Any) -> None:
-    """Limits, NO_NEW_PRIVS and the prepared filter on every thread, checked; or
-    ``SystemExit(EXIT_CONFINEMENT)``."""
+def _open_files_limit() -> int:
+    held = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = held + 1 + OPEN_FILES_HEADROOM
+    return wanted if soft == resource.RLIM_INFINITY else min(soft, wanted)
+
+
+def _not_dumpable() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(ctypes.c_int(_PR_SET_DUMPABLE), ctypes.c_ulong(0), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
+
+
+def _discard_stderr() -> int | None:
+    """Point descriptors 1 and 2 at /dev/null when the runtime asks for it; the original stderr,
+    kept for a failure message, or None."""
+    if os.environ.get(STDERR_VARIABLE) != STDERR_DISCARD:
+        return None
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-        flt.load()
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise _fail(str(exc)) from None
-    if not _holds():
-        raise _fail("the seccomp filter does not hold")
+        os.dup2(null, 2)
+        os.dup2(null, 1)
+    finally:
+        os.close(null)
+    return saved
+
+
+def confine(flt: Any) -> None:
+    """Limits, no dumping, stderr, NO_NEW_PRIVS and the prepared filter on every thread, checked;
+    or ``SystemExit(EXIT_CONFINEMENT)``."""
+    saved: int | None = None
+    try:
+        try:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+            files = _open_files_limit()
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+            _not_dumpable()
+            saved = _discard_stderr()
+            flt.load()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise _fail_on(saved, str(exc)) from None
+        if not _holds():
+            raise _fail_on(saved, "the seccomp filter does not hold")
+    finally:
+        if saved is not None:
+            os.close(saved)
+
+
+def _fail_on(saved: int | None, reason: str) -> SystemExit:
+    """``_fail`` with the message on the original stderr (``saved``, when it was discarded)."""
+    if saved is not None:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+    return _fail(reason)
 
 
 def _refused(fn: Any) -> bool:
     try:
         fn()
     except OSError as exc:
-        return exc.errno in (errno.EPERM, errno.ENOSYS)
+        return exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES)
     return False
 
 
@@ -152,6 +234,7 @@ def main() -> int:
     import socket
     import threading
 
+    landlock_abi = restrict_files()
     confine(prepare())
     libc = ctypes.CDLL(None, use_errno=True)
 
@@ -167,6 +250,8 @@ def main() -> int:
         "open for writing": lambda: os.open("/dev/null", os.O_WRONLY),
         "unshare": unshare,
     }
+    if landlock_abi is not None:
+        checks["opening /dev/ptmx"] = lambda: os.close(os.open("/dev/ptmx", os.O_RDONLY | os.O_NOCTTY))
     failed = [name for name, fn in checks.items() if not _refused(fn)]
     thread = threading.Thread(target=lambda: None)
     thread.start()  # threads still work
@@ -174,7 +259,8 @@ def main() -> int:
     if failed:
         print("codemode worker: not refused under the filter: " + ", ".join(failed), file=sys.stderr)
         return 1
-    print(f"seccomp filter holds ({len(checks)} kinds of call refused, threads work)")
+    landlock = f"Landlock ABI {landlock_abi}" if landlock_abi is not None else "no Landlock on this kernel"
+    print(f"seccomp filter holds ({len(checks)} kinds of call refused, threads work; {landlock})")
     return 0
 
 

@@ -4,9 +4,12 @@ Stdin and stdout carry frames only (``protocol``). Before anything else stdout i
 a private descriptor for frames and fd 1 (and ``sys.stdout``) is pointed at stderr, so a stray
 write from Python or native code can never corrupt the frame stream.
 
-Sequence: warm up the interpreter; build the seccomp filter (``confinement.prepare``); drop to the
-uid the runtime asked for (``privileges``); confine itself (``confinement.confine``: file-size and
-message-queue limits 0, NO_NEW_PRIVS, the filter on every thread); only then read frames: answer
+Sequence: enter the Landlock domain while the process has one thread
+(``confinement.restrict_files``: no device node but a few, no ptrace access outside it); warm up the
+interpreter; build the seccomp filter (``confinement.prepare``); drop to the uid the runtime asked
+for (``privileges``); confine itself (``confinement.confine``: file-size limit 0, a small
+descriptor limit, not dumpable, stderr discarded when the runtime asks, NO_NEW_PRIVS, the filter on
+every thread); only then read frames: answer
 every ``probe`` with ``probe_ack`` (only possible once warm and confined); on ``exec`` run the program,
 sending each capability call and blocking for its reply (``channel``); end with ``final`` or
 ``final_error`` and exit 0.
@@ -27,7 +30,7 @@ from typing import Any, BinaryIO, NoReturn
 
 from . import PROTOCOL_VERSION
 from .channel import HostChannel
-from .confinement import confine, prepare
+from .confinement import confine, prepare, restrict_files
 from .interpreter import (
     ExecLimits,
     HostProtocolError,
@@ -120,6 +123,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
 def main() -> int:
     """Serve one program on this process's stdin/stdout; return the exit code."""
     inp, out = streams()
+    restrict_files()  # before the interpreter thread starts: every thread is in the domain
     return on_interpreter_thread(lambda: serve(inp, out))
 
 

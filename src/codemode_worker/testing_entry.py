@@ -1,6 +1,6 @@
 """``python -m codemode_worker.testing_entry``: a worker for sandbox escape tests only.
 
-It confines itself like the real worker (uid drop, then the seccomp filter of
+It confines itself like the real worker (Landlock, the uid drop, then the seccomp filter of
 ``confinement``: the escape tests probe exactly the boundary a compromised interpreter would meet),
 answers probes like the real worker, then runs the ``source`` of the exec frame as arbitrary
 **Python** (not Starlark), with the protocol helpers in scope: ``frame`` (the exec frame),
@@ -27,7 +27,7 @@ from collections.abc import Collection
 from typing import Any
 
 from . import PROTOCOL_VERSION, protocol
-from .confinement import confine, prepare
+from .confinement import confine, prepare, restrict_files
 from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
 from .privileges import drop_privileges
 
@@ -42,6 +42,7 @@ def main() -> int:
         return EXIT_DISABLED
     inp, out = streams()
     # Like the real worker: the test program never runs with the starting uid, nor unconfined.
+    restrict_files()
     seccomp_filter = prepare()
     drop_privileges()
     confine(seccomp_filter)

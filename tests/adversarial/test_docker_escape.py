@@ -318,11 +318,6 @@ async def test_argument_forms_and_other_abis_are_refused(testing_runtime: Docker
     assert not_refused(report) == {}, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding RS-2: a worker opens /dev/ptmx read-only and holds up to nofile (64) of the "
-    "machine's pseudo-terminals; kernel.pty.max is shared by every container on the host",
-)
 async def test_a_worker_takes_no_pseudo_terminal(testing_runtime: DockerRuntime) -> None:
     """The worker never needs a terminal, but opening ``/dev/ptmx`` (a read-only open the filter
     allows) allocates one from a count the whole machine shares (``kernel.pty.max`` - reserve = 3072

@@ -27,6 +27,7 @@ import pytest
 import codemode
 from codemode.runtimes.ipc_cleanup import ipc_of
 from codemode.runtimes.process import ProcessRuntime
+from codemode_worker.confinement import OPEN_FILES_HEADROOM
 
 from ..integration.helpers import ALICE, make_server
 from . import review_probes
@@ -45,10 +46,11 @@ async def server() -> AsyncIterator[codemode.Server]:
     await srv.aclose()
 
 
-# The testing entry with the filter left out (never possible for a real worker: entry.serve has no
-# such switch). Imported modules are patched in the worker process only.
+# The testing entry with its confinement (Landlock and the filter) left out (never possible for a
+# real worker: entry.serve has no such switch). Imported modules are patched in the worker process only.
 UNCONFINED = (
     "from codemode_worker import testing_entry as t\n"
+    "t.restrict_files = lambda: None\n"
     "t.prepare = lambda: None\n"
     "t.confine = lambda _filter: None\n"
     "import os, sys\n"
@@ -362,3 +364,41 @@ def test_a_same_uid_worker_cannot_read_the_hosts_memory() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["scanned"] == 0 and found["found"] is None, found
+
+
+async def test_a_worker_takes_no_pseudo_terminal(server: codemode.Server) -> None:
+    """Finding RS-2 on the process runtime: opening ``/dev/ptmx`` read-only (the filter cannot look
+    at paths) took a pseudo-terminal of the machine per descriptor the worker could open (32, its
+    ``open_files``). The worker's Landlock domain refuses it (``codemode_worker.readable``)."""
+    found = await run(server, review_probes.PTY_PROBE)
+    assert found == {"ptys": 0, "stopped_by": "EACCES"}, found
+
+
+#: The testing entry on a kernel without Landlock (the ABI query answers ENOSYS, as before 5.13).
+NO_LANDLOCK = (
+    "from codemode_worker import landlock\n"
+    "def _none():\n"
+    "    raise landlock.Unavailable(38, 'no Landlock (test)')\n"
+    "landlock.abi = _none\n"
+    "from codemode_worker import testing_entry as t\n"
+    "import os, sys\n"
+    "code = t.main()\n"
+    "sys.stderr.flush()\n"
+    "os._exit(code)\n"
+)
+
+
+async def test_without_landlock_the_descriptor_limit_bounds_the_ptys() -> None:
+    """Where the kernel has no Landlock, the worker goes on (documented) and ``RLIMIT_NOFILE``,
+    which ``confine`` sets to ``OPEN_FILES_HEADROOM`` above the descriptors it holds, is what
+    bounds the ptys one worker can take (EMFILE; 17 measured: the headroom and a gap below the
+    highest descriptor), whatever the runtime allowed (4096 here: 256, the probe's cap, before)."""
+    runtime = ProcessRuntime(
+        argv=[sys.executable, "-I", "-c", NO_LANDLOCK], extra_env=TESTING, open_files=4096
+    )
+    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+    try:
+        found = await run(srv, review_probes.PTY_PROBE)
+    finally:
+        await srv.aclose()
+    assert found["stopped_by"] == "EMFILE" and 0 < found["ptys"] <= OPEN_FILES_HEADROOM + 4, found

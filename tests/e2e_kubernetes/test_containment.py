@@ -183,11 +183,6 @@ async def test_argument_forms_and_other_abis_are_refused(cluster: None) -> None:
     assert not_refused(report) == {}, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding RS-2: a worker pod (RLIMIT_NOFILE 20000 from containerd) opens /dev/ptmx until "
-    "the node has no pseudo-terminal left (ENOSPC at 3071) for any other container",
-)
 async def test_a_worker_pod_takes_no_pseudo_terminal(cluster: None) -> None:
     """Opening ``/dev/ptmx`` read-only (allowed by the filter, and no pod field removes the device)
     allocates a pty from the node-wide count (``kernel.pty.max`` 4096 - ``kernel.pty.reserve``
@@ -204,11 +199,6 @@ LOG_FLOOD = review_probes.STDERR_FLOOD.replace(str(review_probes.STDERR_FLOOD_BY
 POD_LOGS = "/var/log/pods"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding RS-4: a worker's stderr reaches the node's disk as its container log several "
-    "times past its ephemeral-storage limit (230-320 MB for 64Mi) before the kubelet evicts it",
-)
 async def test_a_workers_container_log_stays_within_its_ephemeral_storage(cluster: None) -> None:
     """docs/kubernetes.md: container logs count towards ``ephemeral-storage`` and a worker over it is
     evicted. The kubelet looks only every few seconds, and the runtime stores each two-byte line as

@@ -401,7 +401,10 @@ def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "containers": [
             {
-                "env": [{"name": "CODEMODE_WORKER", "value": "1"}],
+                "env": [
+                    {"name": "CODEMODE_WORKER", "value": "1"},
+                    {"name": "CODEMODE_WORKER_STDERR", "value": "discard"},
+                ],
                 "image": "codemode-worker:1",
                 "imagePullPolicy": "IfNotPresent",
                 "name": "worker",

@@ -5,8 +5,8 @@ profile is the layer under it, in force from the container's first instruction: 
 before the entrypoint runs, so it must also allow what happens before the worker confines itself
 (``STARTUP``: what runc does between loading the profile and its ``execve`` of the interpreter —
 it loads it last when no-new-privileges is set, as the runtime always sets it —, the interpreter's
-start-up, duplicating stdout, setting ``RLIMIT_FSIZE``, ``prctl`` and ``seccomp`` to load the
-worker's filter), and
+start-up, duplicating stdout, the Landlock calls, setting ``RLIMIT_FSIZE`` and ``RLIMIT_NOFILE``,
+``prctl`` and ``seccomp`` to load the worker's filter), and
 ``open``/``openat``, ``prlimit64``, ``fcntl`` and ``ioctl`` in any form. Everything else follows
 ``codemode_worker.syscalls``: the same allow-list, ``clone`` for threads only, ``EPERM`` for the
 denied calls (sockets of every family, io_uring, ptrace, bpf, keys, namespaces, mounts, fork ...),
@@ -28,9 +28,23 @@ from codemode_worker import syscalls
 
 __all__ = ["STARTUP", "docker_profile"]
 
-#: Calls of the container's start-up (before the worker's own filter) that the worker's policy denies.
+#: Calls of the container's start-up (before the worker's own filter) that the worker's policy denies
+#: or does not list (the three Landlock calls: the worker enters its Landlock domain first thing).
 STARTUP: Final = frozenset(
-    {"execve", "fstatfs", "epoll_ctl", "arch_prctl", "dup2", "dup3", "prctl", "seccomp", "setrlimit"}
+    {
+        "execve",
+        "fstatfs",
+        "epoll_ctl",
+        "arch_prctl",
+        "dup2",
+        "dup3",
+        "prctl",
+        "seccomp",
+        "setrlimit",
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+    }
 )
 #: Conditional calls the start-up makes in forms the worker's policy refuses: allowed in any form.
 _ANY_FORM: Final = frozenset({"open", "openat", "prlimit64", "fcntl", "ioctl"})
