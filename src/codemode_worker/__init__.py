@@ -14,8 +14,8 @@ WORKER_ENV_MARKER = "CODEMODE_WORKER"
 """The environment variable every runtime sets for a worker (value ``"1"``)."""
 
 STDERR_VARIABLE = "CODEMODE_WORKER_STDERR"
-"""Set to ``STDERR_DISCARD`` (the Kubernetes runtime does), the worker sends its stderr to
-``/dev/null`` once confined (``confinement``)."""
-STDERR_DISCARD = "discard"
+"""Set to ``STDERR_BOUNDED`` (the Kubernetes runtime does), the worker passes on only the first
+8 KiB of what it writes to stderr once confined (``confinement``, ``stderr_relay``)."""
+STDERR_BOUNDED = "bounded"
 
-__all__ = ["PROTOCOL_VERSION", "STDERR_DISCARD", "STDERR_VARIABLE", "WORKER_ENV_MARKER"]
+__all__ = ["PROTOCOL_VERSION", "STDERR_BOUNDED", "STDERR_VARIABLE", "WORKER_ENV_MARKER"]

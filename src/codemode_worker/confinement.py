@@ -16,10 +16,12 @@ operator setup. ``confine`` does, in order:
    and hard): what bounds the pseudo-terminals a worker can hold where the kernel has no Landlock;
 3. ``PR_SET_DUMPABLE`` 0: no other process of its uid (another worker of a host that is not root)
    can read its memory through ``/proc/<pid>/mem``;
-4. with ``CODEMODE_WORKER_STDERR=discard`` in its environment (the Kubernetes runtime sets it: a
+4. with ``CODEMODE_WORKER_STDERR=bounded`` in its environment (the Kubernetes runtime sets it: a
    pod's stderr is its container log on the node's disk, which the kubelet bounds only every few
-   seconds), stderr and the stray-output descriptor 1 go to ``/dev/null``: nothing the program
-   makes it print reaches the node's disk; what it printed before (a start-up failure) does;
+   seconds), stderr and the stray-output descriptor 1 go through ``stderr_relay``, which passes on
+   the first 8 KiB and drops the rest: what the program makes it print stays bounded (where the
+   pod's own seccomp profile refuses ``fork``, as the project's ``Localhost`` profile does, there is
+   no relay and stderr stays as it was);
 5. ``PR_SET_NO_NEW_PRIVS`` (libseccomp's ``CTL_NNP``, set before the filter is loaded);
 6. the filter of ``syscalls`` (allow-list; ``EPERM`` for the denied calls, ``ENOSYS`` for the
    unlisted ones), loaded with ``CTL_TSYNC`` so it holds on every thread of the process;
@@ -27,7 +29,7 @@ operator setup. ``confine`` does, in order:
 
 **Fail closed**: any failure on the way (no libseccomp binding, a limit or the filter that cannot be
 set, Landlock present but not holding, a check that does not hold) ends the process with
-``EXIT_CONFINEMENT`` before any frame is read (its message on the original stderr).
+``EXIT_CONFINEMENT`` before any frame is read.
 
 The binding is libseccomp's own Python module ``seccomp`` (Debian's ``python3-seccomp``; libseccomp
 is linked into it statically). The worker image carries it in its site directory; a process-runtime
@@ -40,6 +42,7 @@ call is refused (the worker image's build runs it, see worker_image/Dockerfile).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.machinery
 import importlib.util
@@ -49,7 +52,7 @@ import sys
 from types import ModuleType
 from typing import Any, Final
 
-from . import STDERR_DISCARD, STDERR_VARIABLE, readable, syscalls
+from . import STDERR_BOUNDED, STDERR_VARIABLE, readable, stderr_relay, syscalls
 
 __all__ = [
     "BINDING_DIRECTORIES",
@@ -175,49 +178,23 @@ def _not_dumpable() -> None:
         raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
 
 
-def _discard_stderr() -> int | None:
-    """Point descriptors 1 and 2 at /dev/null when the runtime asks for it; the original stderr,
-    kept for a failure message, or None."""
-    if os.environ.get(STDERR_VARIABLE) != STDERR_DISCARD:
-        return None
-    sys.stderr.flush()
-    saved = os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.dup2(null, 2)
-        os.dup2(null, 1)
-    finally:
-        os.close(null)
-    return saved
-
-
 def confine(flt: Any) -> None:
-    """Limits, no dumping, stderr, NO_NEW_PRIVS and the prepared filter on every thread, checked;
-    or ``SystemExit(EXIT_CONFINEMENT)``."""
-    saved: int | None = None
+    """Limits, no dumping, a bounded stderr, NO_NEW_PRIVS and the prepared filter on every thread,
+    checked; or ``SystemExit(EXIT_CONFINEMENT)``."""
     try:
-        try:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-            files = _open_files_limit()
-            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
-            _not_dumpable()
-            saved = _discard_stderr()
-            flt.load()
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise _fail_on(saved, str(exc)) from None
-        if not _holds():
-            raise _fail_on(saved, "the seccomp filter does not hold")
-    finally:
-        if saved is not None:
-            os.close(saved)
-
-
-def _fail_on(saved: int | None, reason: str) -> SystemExit:
-    """``_fail`` with the message on the original stderr (``saved``, when it was discarded)."""
-    if saved is not None:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-    return _fail(reason)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        files = _open_files_limit()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+        _not_dumpable()  # before the relay's fork: the relay is not dumpable either
+        if os.environ.get(STDERR_VARIABLE) == STDERR_BOUNDED:
+            sys.stderr.flush()
+            with contextlib.suppress(PermissionError):  # a profile refusing fork (the project's)
+                stderr_relay.start()
+        flt.load()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    if not _holds():
+        raise _fail("the seccomp filter does not hold")
 
 
 def _refused(fn: Any) -> bool:

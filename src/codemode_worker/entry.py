@@ -8,7 +8,7 @@ Sequence: enter the Landlock domain while the process has one thread
 (``confinement.restrict_files``: no device node but a few, no ptrace access outside it); warm up the
 interpreter; build the seccomp filter (``confinement.prepare``); drop to the uid the runtime asked
 for (``privileges``); confine itself (``confinement.confine``: file-size limit 0, a small
-descriptor limit, not dumpable, stderr discarded when the runtime asks, NO_NEW_PRIVS, the filter on
+descriptor limit, not dumpable, stderr bounded when the runtime asks, NO_NEW_PRIVS, the filter on
 every thread); only then read frames: answer
 every ``probe`` with ``probe_ack`` (only possible once warm and confined); on ``exec`` run the program,
 sending each capability call and blocking for its reply (``channel``); end with ``final`` or

@@ -12,7 +12,7 @@ every file-system right the kernel knows and grants only:
 - reading files beneath every top-level entry of ``/`` but ``/dev`` (the interpreter, its
   modules, ``/proc/self``, ``/etc``, ``/tmp`` ...: what the worker could read before);
 - reading ``/dev/null``, ``/dev/zero``, ``/dev/random``, ``/dev/urandom``, and writing
-  ``/dev/null`` (where the Kubernetes runtime's worker sends its stderr, see ``confinement``).
+  ``/dev/null``.
 
 Everything else is refused with ``EACCES``: every other device node (``/dev/ptmx``, ``/dev/pts/*``,
 ``/dev/mqueue``, ``/dev/shm``, ``/dev/termination-log``), any write, truncation, creation, removal,

@@ -403,7 +403,7 @@ def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
             {
                 "env": [
                     {"name": "CODEMODE_WORKER", "value": "1"},
-                    {"name": "CODEMODE_WORKER_STDERR", "value": "discard"},
+                    {"name": "CODEMODE_WORKER_STDERR", "value": "bounded"},
                 ],
                 "image": "codemode-worker:1",
                 "imagePullPolicy": "IfNotPresent",

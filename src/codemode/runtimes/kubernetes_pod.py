@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from kubernetes import client as k8s
 
-from codemode_worker import PROTOCOL_VERSION, STDERR_DISCARD, STDERR_VARIABLE, WORKER_ENV_MARKER
+from codemode_worker import PROTOCOL_VERSION, STDERR_BOUNDED, STDERR_VARIABLE, WORKER_ENV_MARKER
 
 __all__ = [
     "CONTAINER_NAME",
@@ -90,8 +90,8 @@ def worker_pod(
     entrypoint; only the test-only worker entry uses it; ``seccomp_profile``: a ``Localhost``
     profile instead of ``RuntimeDefault``)."""
     # A pod's stderr is its container log on the node's disk (the kubelet bounds it against
-    # ephemeral-storage only every few seconds): the confined worker discards it.
-    env = [k8s.V1EnvVar(name=env_marker, value="1"), k8s.V1EnvVar(name=STDERR_VARIABLE, value=STDERR_DISCARD)]
+    # ephemeral-storage only every few seconds): the confined worker bounds it.
+    env = [k8s.V1EnvVar(name=env_marker, value="1"), k8s.V1EnvVar(name=STDERR_VARIABLE, value=STDERR_BOUNDED)]
     env += [k8s.V1EnvVar(name=name, value=value) for name, value in (extra_env or {}).items()]
     container = k8s.V1Container(
         name=CONTAINER_NAME,
