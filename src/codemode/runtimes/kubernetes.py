@@ -72,6 +72,7 @@ from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
 from .streams import read_text as _read_text
+from .supervised import Supervised, supervisor_command
 from .testing import TESTING_ENTRY, TESTING_ENV
 from .testing import WARNING as TESTING_WARNING
 
@@ -397,8 +398,13 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         runtime_class: a RuntimeClass name (e.g. ``"gvisor"``), or None for the cluster default.
         seccomp_profile: a ``Localhost`` seccomp profile for the pods, relative to the kubelet's
             seccomp root (e.g. ``"codemode-worker.json"``, made with ``python -m
-            codemode.runtimes.seccomp_profile``), or None for ``RuntimeDefault``. The worker installs
-            its own filter on top either way.
+            codemode.runtimes.seccomp_profile``; in the reuse mode the supervisor's, ``--supervisor``),
+            or None for ``RuntimeDefault``. The worker installs its own filter on top either way.
+        supervisor_entrypoint: the command of a reusable pod (``spawn_supervised``, the reuse mode;
+            default ``python3 -I -m codemode_worker.supervisor``, ``--testing`` under
+            ``testing_entry``); tests only.
+        end_timeout: seconds a reusable pod's supervisor has to end an execute's worker, scrub and
+            verify before the pod is recycled instead.
         owner: this host's instance id, written to the ``io.codemode.owner`` label (default: random
             per host process, renewed after fork).
         api: a ``kubernetes.client.CoreV1Api``. Without it the client is configured, first match
@@ -461,6 +467,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         testing_entry: bool = False,
         entrypoint: Sequence[str] | None = None,
         seccomp_profile: str | None = None,
+        supervisor_entrypoint: Sequence[str] | None = None,
+        end_timeout: float = 5.0,
     ) -> None:
         if not _DNS_LABEL.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not a DNS label")
@@ -524,6 +532,12 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         if testing_entry and entrypoint is not None:
             raise ValueError("entrypoint and testing_entry exclude each other")
         self.entrypoint = list(TESTING_ENTRY) if testing_entry else (list(entrypoint) if entrypoint else None)
+        self.supervisor_entrypoint = (
+            list(supervisor_entrypoint)
+            if supervisor_entrypoint is not None
+            else supervisor_command(testing_entry)
+        )
+        self.end_timeout = end_timeout
         if testing_entry:
             log.warning(TESTING_WARNING, "kubernetes")
         #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
@@ -554,20 +568,24 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             PROTOCOL_LABEL: DEFAULT_IMAGE.rsplit(":", 1)[1],
         }
 
-    def pod_manifest(self, pod_name: str) -> k8s.V1Pod:
-        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``)."""
+    def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
+        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``); with
+        ``supervised``, the reusable pod of ``spawn_supervised()`` (the supervisor as PID 1)."""
+        labels = self.labels()
+        if supervised:
+            labels["io.codemode.mode"] = "reuse"
         return worker_pod(
             pod_name,
             namespace=self.namespace,
             image=self.image,
-            labels=self.labels(),
+            labels=labels,
             annotations=_OWNER.annotations(),
             sizing=self.sizing,
             runtime_class=self.runtime_class,
             seccomp_profile=self.seccomp_profile,
             max_lifetime=self.max_lifetime,
             image_pull_policy=self.image_pull_policy,
-            command=self.entrypoint,
+            command=self.supervisor_entrypoint if supervised else self.entrypoint,
             extra_env={TESTING_ENV: "1"} if self.testing_entry else None,
         )
 
@@ -797,6 +815,22 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
         return await self._adopt(KubernetesSandbox(self, pod_name, stream, loop), self.probe_timeout)
 
+    async def spawn_supervised(self) -> Supervised:
+        """A reusable pod (the reuse mode, ``codemode.runtimes.reuse``): the same pod, with
+        ``codemode_worker.supervisor`` as PID 1; one attach for the pod's whole life."""
+        if self._closed:
+            raise RuntimeUnavailable("kubernetes runtime is closed")
+        loop = asyncio.get_running_loop()
+        bound = self.spawn_timeout + self.api_timeout
+        try:
+            pod_name, stream = await self._launch(bound, True)
+        except TimeoutError:
+            raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
+        raw = KubernetesSandbox(self, pod_name, stream, loop)
+        box = Supervised(raw, end_timeout=self.end_timeout)
+        await self._adopt_with(raw, lambda: box.started(self.probe_timeout))
+        return box
+
     def _log_spawn_failure(self, sandbox: KubernetesSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
         log.warning(
             "kubernetes: worker %s failed to start: %s (exit %s, oom %s, stderr %r, error %r)",
@@ -812,7 +846,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         _hangup(stream)
         self._delete_blocking(pod_name)
 
-    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
+    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
         """create -> wait until running -> attach; deletes the pod again on any failure."""
         api = self._client()
         pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
@@ -824,7 +858,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         try:
             try:
                 api.create_namespaced_pod(
-                    self.namespace, self.pod_manifest(pod_name), _request_timeout=self.api_timeout
+                    self.namespace, self.pod_manifest(pod_name, supervised), _request_timeout=self.api_timeout
                 )
                 created = True
                 phases["created"] = time.monotonic() - t0

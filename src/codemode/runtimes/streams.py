@@ -27,7 +27,7 @@ import socket
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from .base import ExitInfo, SandboxClosed, SpawnFailed
@@ -346,8 +346,9 @@ class BlockingRuntime(ABC, Generic[_S]):
     # -- hooks -----------------------------------------------------------------------------------
 
     @abstractmethod
-    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
-        """Start one worker and attach to it: (its name, its attached stream)."""
+    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
+        """Start one worker (``supervised``: a reusable sandbox whose PID 1 is the supervisor) and
+        attach to it: (its name, its attached stream)."""
 
     @abstractmethod
     def _discard_blocking(self, name: str, stream: Any, /) -> None:
@@ -392,11 +393,11 @@ class BlockingRuntime(ABC, Generic[_S]):
             return
         self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
 
-    async def _launch(self, timeout: float | None) -> tuple[str, Any]:
+    async def _launch(self, timeout: float | None, supervised: bool = False) -> tuple[str, Any]:
         """Run ``_launch_blocking`` (bounded by ``timeout`` if given); a launch that completes
         after this coroutine was cancelled or timed out is discarded, by its thread or here."""
         handoff = LaunchHandoff()
-        future = self._submit(self._launch_blocking, handoff)
+        future = self._submit(self._launch_blocking, handoff, supervised)
         with self._live_lock:
             self._launches.add(future)
         future.add_done_callback(self._launch_done)
@@ -418,16 +419,21 @@ class BlockingRuntime(ABC, Generic[_S]):
 
     async def _adopt(self, sandbox: _S, probe_timeout: float) -> _S:
         """Track a new sandbox and probe it; destroy it if the probe fails."""
+        await self._adopt_with(sandbox, lambda: probe(sandbox, probe_timeout))
+        return sandbox
+
+    async def _adopt_with(self, sandbox: _S, ready: Callable[[], Awaitable[None]]) -> None:
+        """Track a new sandbox and wait for ``ready()`` (the probe, or a supervisor's hello);
+        destroy it if that fails."""
         with self._live_lock:
             self._live.add(sandbox)
         try:
-            await probe(sandbox, probe_timeout)
+            await ready()
         except BaseException as exc:
             info = await sandbox.destroy()
             if isinstance(exc, SpawnFailed):
                 self._log_spawn_failure(sandbox, exc, info)
             raise
-        return sandbox
 
     async def _destroy_all(self, launch_wait: float) -> None:
         """Wait (up to ``launch_wait``) for launches in flight, then destroy every live sandbox."""

@@ -25,6 +25,7 @@ from ..packs.loading import PackError, PackSettings, load_pack, load_packs, spli
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
+from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from .config import SIZE_SETTINGS, ConfigError, Settings, names, parse_size
 
 __all__ = [
@@ -116,7 +117,18 @@ def build_runtime(
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
-    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0)."""
+    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0), or,
+    in the reuse mode (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to
+    ``settings.pool`` sandboxes idle."""
+    if settings.reuse_executes:
+        if not isinstance(runtime, SupervisingRuntime):
+            raise ConfigError(f"{names('reuse_executes')}: the {runtime.name} runtime has no reuse mode")
+        return ReusePool(
+            runtime,
+            settings.pool,
+            max_executes=settings.reuse_executes,
+            idle_seconds=settings.reuse_idle_seconds,
+        )
     return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
 
 
