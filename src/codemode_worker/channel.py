@@ -9,14 +9,17 @@ byte for byte without reading them (``splice``). Every message is a 9-byte heade
 
 Host to supervisor:
 
+``P``  no payload: the host is attached; the supervisor answers ``H`` (it writes nothing before:
+       Kubernetes attaches to a running container, and what was written earlier never reaches
+       the attach stream)
 ``D``  payload: bytes for the stdin of epoch's worker (the protocol's frames, unchanged)
 ``E``  no payload: close that worker's stdin
 ``K``  no payload: the execute is over: kill that worker, scrub the sandbox, report ``C``
 
 Supervisor to host:
 
-``H``  payload: JSON ``{"v": PROTOCOL_VERSION, "epoch": first}``: the supervisor is up and its
-       baseline is taken; the first epoch's worker is starting
+``H``  payload: JSON ``{"v": PROTOCOL_VERSION, "epoch": first}``, the answer to ``P``: the
+       supervisor is up and its baseline is taken; the first epoch's worker is starting
 ``O``  payload: bytes the epoch's worker wrote to its stdout
 ``R``  payload: bytes it wrote to its stderr (host logs only)
 ``X``  payload: JSON ``{"code": int|null, "signal": int|null, "oom": bool}``: that worker is gone
@@ -44,6 +47,7 @@ __all__ = [
     "HELLO",
     "HOST_KINDS",
     "MAX_RELAY",
+    "PING",
     "STDERR",
     "STDOUT",
     "SUPERVISOR_KINDS",
@@ -55,6 +59,7 @@ __all__ = [
 
 HEADER: Final = struct.Struct(">cII")
 
+PING: Final = b"P"
 DATA: Final = b"D"
 CLOSE_INPUT: Final = b"E"
 END: Final = b"K"
@@ -64,7 +69,7 @@ STDERR: Final = b"R"
 EXIT: Final = b"X"
 CLEAN: Final = b"C"
 
-HOST_KINDS: Final = frozenset({DATA, CLOSE_INPUT, END})
+HOST_KINDS: Final = frozenset({PING, DATA, CLOSE_INPUT, END})
 SUPERVISOR_KINDS: Final = frozenset({HELLO, STDOUT, STDERR, EXIT, CLEAN})
 #: Largest relayed payload the supervisor sends in one message (and the host accepts).
 MAX_RELAY: Final = 64 * 1024

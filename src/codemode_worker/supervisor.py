@@ -277,7 +277,6 @@ class Supervisor:
     def run(self) -> int:
         os.set_blocking(0, False)
         os.set_blocking(1, True)
-        self.send_json(channel.HELLO, 1, {"v": PROTOCOL_VERSION, "epoch": 1})
         self.start(1)
         poller = select.poll()
         while True:
@@ -350,6 +349,9 @@ class Supervisor:
             return None
         if kind == channel.END:
             return self.end(number) if number == ep.number else None
+        if kind == channel.PING:
+            self.send_json(channel.HELLO, ep.number, {"v": PROTOCOL_VERSION, "epoch": ep.number})
+            return None
         _say(f"unknown channel message {kind!r}")
         return EXIT_CHANNEL
 

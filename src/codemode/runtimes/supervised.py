@@ -100,12 +100,15 @@ class Supervised:
                 return None
 
     async def started(self, timeout: float) -> None:
-        """Wait for the supervisor's hello (``SpawnFailed`` when it does not come)."""
+        """Ping the supervisor and wait for its hello (``SpawnFailed`` when it does not come)."""
         try:
             async with asyncio.timeout(timeout):
+                await self.raw.write(channel.encode(channel.PING, 0))
                 message = await self.next_message()
         except TimeoutError:
             raise SpawnFailed(f"supervisor of {self.worker_id} did not start in {timeout}s") from None
+        except SandboxClosed:
+            raise SpawnFailed(f"supervisor of {self.worker_id} closed its input") from None
         if message is None or message[0] != channel.HELLO:
             raise SpawnFailed(f"supervisor of {self.worker_id} did not say hello: {self.broken or message!r}")
         try:
