@@ -1,7 +1,7 @@
 """Load run of the HTTP service (prints numbers; not a test).
 
-    python -m tests.benchmarks.bench_service_load [--runtime process|docker] [--pool N]
-        [--n 500] [--clients 20] [--slots 8] [--timeout 600]
+    python -m tests.benchmarks.bench_service_load [--runtime process|docker|kubernetes] [--pool N]
+        [--reuse N] [--n 500] [--clients 20] [--slots 8] [--timeout 600]
 
 Starts ``codemode.service`` in a subprocess on 127.0.0.1 (a free port, loopback only) with a token
 file of one subject per client, waits for ``/readyz``, then runs ``--n`` executes from ``--clients``
@@ -43,6 +43,8 @@ from mcp.client.streamable_http import streamable_http_client
 import codemode
 from codemode import authz
 from codemode.ops.bench import EchoOut, aecho
+
+from . import load_runtimes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -200,8 +202,7 @@ async def run(args: argparse.Namespace) -> int:
             "PYTHONPATH": str(ROOT),
         }
     )
-    if args.image:
-        env["CODEMODE_DOCKER_IMAGE"] = args.image
+    env.update(load_runtimes.server_env(args))  # --image, --reuse, the cluster
     server_log = open(tmp / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-c", "from codemode.service import serve; serve()"],
@@ -273,8 +274,21 @@ async def run(args: argparse.Namespace) -> int:
         print(f"all worker containers     before={containers_before} after={after} (other hosts' included)")
         if ours:
             rc = 1
+    pods = load_runtimes.leaked(args, proc.pid)
+    if pods is not None:
+        print(f"leaked pods (ours)        {pods}")
+        rc = 1 if pods else rc
     if lost or outcome.mixed or outcome.ok != args.n or proc.returncode not in (0, -signal.SIGTERM):
         rc = 1
+    args.summary = {  # for bench_reuse, which compares runs
+        "ok": outcome.ok,
+        "wall": wall,
+        "throughput": outcome.ok / wall if wall else 0.0,
+        "p50": statistics.median(lat) if lat else None,
+        "p99": pct(lat, 99) if lat else None,
+        "errors": dict(outcome.errors),
+        "rc": rc,
+    }
     print(f"server log: {tmp / 'server.log'}")
     print("RESULT", "PASS" if rc == 0 else "FAIL")
     return rc
@@ -282,14 +296,15 @@ async def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runtime", choices=["process", "docker"], default="process")
+    p.add_argument("--runtime", choices=load_runtimes.RUNTIMES, default="process")
     p.add_argument("--pool", type=int, default=0, help="warm pool size (default 0)")
     p.add_argument("--n", type=int, default=500, help="executes in total (default 500)")
     p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
     p.add_argument("--slots", type=int, default=8, help="max_concurrent_executions (default 8)")
     p.add_argument("--max-time", type=float, default=30.0, help="max_execution_time, s (default 30)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
-    p.add_argument("--image", help="worker image for --runtime docker")
+    p.add_argument("--image", help="worker image for --runtime docker or kubernetes")
+    load_runtimes.add_arguments(p)
     p.add_argument(
         "--mode",
         choices=["execute", "search"],

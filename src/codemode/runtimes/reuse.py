@@ -97,6 +97,8 @@ class ReusePool:
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.last_error: str | None = None
+        #: Seconds each of the last 1000 sandbox starts took (the service's pool metrics).
+        self.refill_seconds: list[float] = []
         #: Counters for benchmarks and logs.
         self.leases = 0
         self.reused = 0
@@ -298,10 +300,14 @@ class ReusePool:
         """Start a sandbox (``counted``: the caller counted it as starting already)."""
         if not counted:
             self._starting += 1
+        started = time.monotonic()
         try:
-            return await self.inner.spawn_supervised()
+            box = await self.inner.spawn_supervised()
         finally:
             self._starting -= 1
+        self.refill_seconds.append(time.monotonic() - started)
+        del self.refill_seconds[:-1000]
+        return box
 
     def _missing(self) -> int:
         return self.size - (self.idle + self._in_use + self._starting)

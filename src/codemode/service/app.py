@@ -51,6 +51,7 @@ from ..execution.observe import CallEvent, ExecuteEvent
 from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
+from ..runtimes.reuse import ReusePool
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
 from ..startup.config import ConfigError, Settings, load_settings
 from .audit import AuditLog, configure_audit_logger
@@ -169,8 +170,8 @@ class Service:
             observer=_Observer(self),
             problems=self.problems if settings.start_degraded else None,
         )
-        self.pool: WarmPool | None = (
-            self.server.runtime if isinstance(self.server.runtime, WarmPool) else None
+        self.pool: WarmPool | ReusePool | None = (
+            self.server.runtime if isinstance(self.server.runtime, WarmPool | ReusePool) else None
         )
         self.metrics = Metrics(self.pool)
         self.audit = AuditLog()
