@@ -1,150 +1,108 @@
-"""The supervisor channel: how the host talks to the PID 1 supervisor of a reusable sandbox.
+"""The worker's half of one exchange: the frames a running program sends the host, and the replies
+it waits for (docs/reference/protocol.md).
 
-A reusable container or pod (the reuse mode, docs/reference/runtimes.md) runs
-``codemode_worker.supervisor`` as PID 1 instead of one worker. Its stdin and stdout carry this
-channel; the worker of each execute ("epoch") gets pipes of its own, which the supervisor relays
-byte for byte without reading them (``splice``). Every message is a 9-byte header and a payload:
+A program talks to the host through three requests: a capability call (``native_call``, or
+``native_attempt`` when the program asked to recover from its failure), a call the worker's own
+binding rejected (``native_invalid``), and its ``print()`` output (``print``, no reply). After a
+call the worker blocks for the one reply that call allows:
 
-    kind (1 byte) | epoch (u32, big-endian) | length (u32, big-endian) | payload (length bytes)
+=================  ===========================================================
+request            replies accepted (``seq`` must be the call's)
+=================  ===========================================================
+``native_call``    ``native_result``, ``native_abort``
+``native_attempt`` ``native_result``, ``native_error``, ``native_abort``
+``native_invalid`` ``native_error`` (only when ``attempt``), ``native_abort``
+=================  ===========================================================
 
-Host to supervisor:
-
-``P``  no payload: the host is attached; the supervisor answers ``H`` (it writes nothing before:
-       Kubernetes attaches to a running container, and what was written earlier never reaches
-       the attach stream)
-``D``  payload: bytes for the stdin of epoch's worker (the protocol's frames, unchanged)
-``E``  no payload: close that worker's stdin
-``K``  no payload: the execute is over: kill that worker, scrub the sandbox, report ``C``
-
-Supervisor to host:
-
-``H``  payload: JSON ``{"v": PROTOCOL_VERSION, "epoch": first}``, the answer to ``P``: the
-       supervisor is up and its baseline is taken; the first epoch's worker is starting
-``O``  payload: bytes the epoch's worker wrote to its stdout
-``R``  payload: bytes it wrote to its stderr (host logs only)
-``X``  payload: JSON ``{"code": int|null, "signal": int|null, "oom": bool}``: that worker is gone
-``C``  payload: JSON ``{"ok": true}`` (scrubbed and verified: the next epoch's worker is starting)
-       or ``{"ok": false, "anomaly": text}`` (the supervisor exits; the sandbox must be recycled)
-
-Pure Python (no starlark, no libseccomp): the host imports it and decodes everything the supervisor
-sends as hostile input (``ChannelDecoder``: known kinds only, bounded payloads).
+The host ends an execute by destroying the worker (it does not send ``native_abort`` today): a
+closed stream or ``native_abort`` is :class:`NativeAborted`, any other reply
+:class:`HostProtocolError`.
 """
 
 from __future__ import annotations
 
-import json
-import struct
-from typing import Any, Final
+from typing import Any, BinaryIO
 
-__all__ = [
-    "CLEAN",
-    "CLOSE_INPUT",
-    "CONTROL_LIMIT",
-    "DATA",
-    "END",
-    "EXIT",
-    "HEADER",
-    "HELLO",
-    "HOST_KINDS",
-    "MAX_RELAY",
-    "PING",
-    "STDERR",
-    "STDOUT",
-    "SUPERVISOR_KINDS",
-    "ChannelDecoder",
-    "ChannelError",
-    "encode",
-    "parse_control",
-]
+from .interpreter import HostProtocolError, NativeAborted, Reply
+from .protocol import (
+    MAX_HOST_FRAME_BYTES,
+    PRINT_CHUNK_CHARS,
+    ProtocolError,
+    encode_frame,
+    encode_native_call,
+    encode_print,
+    read_frame,
+)
 
-HEADER: Final = struct.Struct(">cII")
+__all__ = ["HostChannel"]
 
-PING: Final = b"P"
-DATA: Final = b"D"
-CLOSE_INPUT: Final = b"E"
-END: Final = b"K"
-HELLO: Final = b"H"
-STDOUT: Final = b"O"
-STDERR: Final = b"R"
-EXIT: Final = b"X"
-CLEAN: Final = b"C"
-
-HOST_KINDS: Final = frozenset({PING, DATA, CLOSE_INPUT, END})
-SUPERVISOR_KINDS: Final = frozenset({HELLO, STDOUT, STDERR, EXIT, CLEAN})
-#: Largest relayed payload the supervisor sends in one message (and the host accepts).
-MAX_RELAY: Final = 64 * 1024
-#: Largest JSON payload of ``H``, ``X`` and ``C``.
-CONTROL_LIMIT: Final = 4096
-_CONTROL: Final = frozenset({HELLO, EXIT, CLEAN})
+_CALL_REPLIES = frozenset({"native_result", "native_abort"})
+_ATTEMPT_REPLIES = frozenset({"native_result", "native_error", "native_abort"})
+_INVALID_REPLIES = frozenset({"native_error", "native_abort"})
+_ABORT_ONLY = frozenset({"native_abort"})
 
 
-class ChannelError(Exception):
-    """The supervisor sent something the channel does not allow (host-log detail only)."""
+class HostChannel:
+    """Frames over the worker's stdin (``inp``) and its private frame stream (``out``)."""
 
+    def __init__(self, inp: BinaryIO, out: BinaryIO) -> None:
+        self.inp = inp
+        self.out = out
+        self.seq = 0
 
-def encode(kind: bytes, epoch: int, payload: bytes = b"") -> bytes:
-    """One message: header and payload."""
-    return HEADER.pack(kind, epoch, len(payload)) + payload
+    def _write(self, data: bytes) -> None:
+        try:
+            self.out.write(data)
+            self.out.flush()
+        except OSError:
+            raise NativeAborted("host closed the stream") from None
 
+    def _reply(self, kinds: frozenset[str]) -> dict[str, Any]:
+        try:
+            reply = read_frame(self.inp, MAX_HOST_FRAME_BYTES, kinds)
+        except ProtocolError as exc:
+            raise HostProtocolError(str(exc)) from None
+        except OSError:
+            raise NativeAborted("host closed the stream") from None
+        if reply is None:
+            raise NativeAborted("host closed the stream")
+        if reply["seq"] != self.seq:
+            raise HostProtocolError("reply for another call")
+        if reply["k"] == "native_abort":
+            raise NativeAborted("host aborted the call")
+        return reply
 
-def parse_control(payload: bytes) -> dict[str, Any]:
-    """The JSON object of an ``H``, ``X`` or ``C`` message (``ChannelError`` otherwise)."""
-    try:
-        value = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ChannelError("control payload is not JSON") from None
-    if not isinstance(value, dict):
-        raise ChannelError("control payload is not an object")
-    return value
+    def call(self, name: str, args: dict[str, Any], attempt: bool) -> Reply:
+        self.seq += 1
+        try:
+            frame = encode_native_call(self.seq, name, args, attempt)
+        except ProtocolError as exc:
+            raise HostProtocolError(str(exc)) from None
+        self._write(frame)
+        reply = self._reply(_ATTEMPT_REPLIES if attempt else _CALL_REPLIES)
+        if reply["k"] == "native_error":
+            return Reply.failed(reply["error"])
+        return Reply.succeeded(reply["value"])
 
+    def invalid(self, name: str, message: str, attempt: bool) -> Reply:
+        self.seq += 1
+        frame = {"k": "native_invalid", "seq": self.seq, "name": name, "message": message, "attempt": attempt}
+        try:
+            data = encode_frame(frame)
+        except ProtocolError as exc:
+            raise HostProtocolError(str(exc)) from None
+        self._write(data)
+        reply = self._reply(_INVALID_REPLIES if attempt else _ABORT_ONLY)
+        return Reply.failed(reply["error"])
 
-class ChannelDecoder:
-    """Incremental decoder of the supervisor's messages: ``feed(bytes)`` returns complete
-    ``(kind, epoch, payload)`` messages; relayed payloads come back as they arrive, in pieces
-    (``(kind, epoch, piece)``), so nothing is buffered beyond one header and one control payload."""
-
-    def __init__(self) -> None:
-        self._header = bytearray()
-        self._kind = b""
-        self._epoch = 0
-        self._left = 0
-        self._control = bytearray()
-
-    def feed(self, data: bytes) -> list[tuple[bytes, int, bytes]]:
-        out: list[tuple[bytes, int, bytes]] = []
-        view = memoryview(data)
-        i, n = 0, len(data)
-        while i < n:
-            if self._left == 0 and not self._kind:
-                take = min(HEADER.size - len(self._header), n - i)
-                self._header += view[i : i + take]
-                i += take
-                if len(self._header) < HEADER.size:
-                    break
-                kind, epoch, length = HEADER.unpack(self._header)
-                self._header.clear()
-                if kind not in SUPERVISOR_KINDS:
-                    raise ChannelError(f"unknown message kind {kind!r}")
-                limit = CONTROL_LIMIT if kind in _CONTROL else MAX_RELAY
-                if length > limit:
-                    raise ChannelError(f"{kind.decode()} message of {length} bytes")
-                if length == 0:
-                    if kind in _CONTROL:
-                        raise ChannelError(f"empty {kind.decode()} message")
-                    continue
-                self._kind, self._epoch, self._left = kind, epoch, length
-                continue
-            take = min(self._left, n - i)
-            piece = bytes(view[i : i + take])
-            i += take
-            self._left -= take
-            if self._kind in _CONTROL:
-                self._control += piece
-                if self._left == 0:
-                    out.append((self._kind, self._epoch, bytes(self._control)))
-                    self._control.clear()
-            else:
-                out.append((self._kind, self._epoch, piece))
-            if self._left == 0:
-                self._kind = b""
-        return out
+    def prints(self, text: str, cut: bool) -> None:
+        """Send ``text`` in ``print`` frames of at most :data:`PRINT_CHUNK_CHARS` characters; the
+        last one carries ``cut``."""
+        chunks = [text[i : i + PRINT_CHUNK_CHARS] for i in range(0, len(text), PRINT_CHUNK_CHARS)] or [""]
+        try:
+            data = b"".join(
+                encode_print(chunk, cut and i == len(chunks) - 1) for i, chunk in enumerate(chunks)
+            )
+        except ProtocolError as exc:
+            raise HostProtocolError(str(exc)) from None
+        self._write(data)

@@ -2,7 +2,7 @@
 
 In the reuse mode (an operator's choice, docs/reference/runtimes.md) a container or pod is leased
 to **one subject** and serves several of its executes, one at a time, each in a **fresh worker
-process**. This module is that sandbox's PID 1. It speaks ``codemode_worker.channel`` on its
+process**. This module is that sandbox's PID 1. It speaks ``codemode_worker.supervisor_channel`` on its
 stdin/stdout and, for each execute ("epoch"):
 
 1. forks a worker from its own warm, data-free state (it imported and warmed the interpreter before
@@ -59,7 +59,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from . import PROTOCOL_VERSION, channel, scrub
+from . import PROTOCOL_VERSION, scrub
+from . import supervisor_channel as channel
 
 __all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "Supervisor", "main"]
 

@@ -1,4 +1,4 @@
-"""The supervisor channel (codemode_worker.channel) as the host decodes it: everything a reusable
+"""The supervisor channel (codemode_worker.supervisor_channel) as the host decodes it: everything a reusable
 sandbox's supervisor sends is hostile input (known kinds, bounded payloads, any fragmentation); and
 the reuse mode's settings (docs/configuration.md)."""
 
@@ -11,7 +11,7 @@ import pytest
 from codemode.runtimes.reuse import ReusePool, SupervisingRuntime
 from codemode.startup.bootstrap import with_pool
 from codemode.startup.config import ConfigError, Settings
-from codemode_worker import channel
+from codemode_worker import supervisor_channel as channel
 
 
 def _feed_bytewise(data: bytes) -> list[tuple[bytes, int, bytes]]:

@@ -1,6 +1,6 @@
 """The host's side of one reusable sandbox (the reuse mode): a container or pod whose PID 1 is
 ``codemode_worker.supervisor``, reached through its attached stream, which carries
-``codemode_worker.channel``.
+``codemode_worker.supervisor_channel``.
 
 ``Supervised`` wraps the runtime's own sandbox (the attached container or pod: its ``write`` and
 ``read`` carry the channel; its ``destroy`` removes the container) and hands out one ``Lease`` at a
@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from codemode_worker import PROTOCOL_VERSION, channel
+from codemode_worker import PROTOCOL_VERSION
+from codemode_worker import supervisor_channel as channel
 
 from .base import ExitInfo, Sandbox, SandboxClosed, SpawnFailed
 from .streams import STDERR_TAIL
