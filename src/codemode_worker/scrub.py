@@ -1,15 +1,18 @@
 """What a reusable sandbox's supervisor puts back after each execute, and how it checks.
 
 ``take()`` records, once, before any worker has run, everything a worker of the same uid could
-change that would outlive it: the files of every writable mount, the System V IPC objects of the
+change that would outlive it: the files of every writable mount (with their extended attributes:
+a worker that may write a file may also hang a ``user.*`` attribute on it, which outlives the
+file's contents being emptied), the System V IPC objects of the
 IPC namespace, the mount table, the supervisor's own process attributes (limits, priority,
 scheduling, CPU affinity, I/O priority) and the cgroup's limit files. ``scrub(baseline)`` runs
 after each execute: it kills every process but the caller (``kill(-1, SIGKILL)`` from PID 1 reaches
 every other process of the pid namespace) and reaps them, removes every file and directory that was
 not there before (a regular file that was empty and is writable is emptied again), removes every
-IPC object, and then verifies, from scratch, that everything equals the baseline. It returns None
-when the sandbox is as it was, else one line naming the first difference (an *anomaly*: the
-supervisor reports it and exits, and the host recycles the sandbox).
+extended attribute a worker added to a file that was there, removes every IPC object, and then
+verifies, from scratch, that everything equals the baseline. It returns None when the sandbox is
+as it was, else one line naming the first difference (an *anomaly*: the supervisor reports it and
+exits, and the host recycles the sandbox).
 
 What it deliberately does not scrub, and why that holds:
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -102,6 +106,7 @@ _SYS_IOPRIO_GET: Final = 252  # x86_64
 _IOPRIO_WHO_PROCESS: Final = 1
 
 Entry = tuple[int, ...]
+Attributes = tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,8 @@ class Baseline:
     """The sandbox as the supervisor found it, before any worker ran."""
 
     files: dict[bytes, Entry]
+    #: The extended attributes (name, value) of every walked file and directory that has any.
+    xattrs: dict[bytes, Attributes]
     mounts: tuple[str, ...]
     ipc: frozenset[tuple[str, int]]
     attributes: tuple[object, ...]
@@ -243,6 +250,37 @@ def _walk(roots: list[bytes]) -> dict[bytes, Entry]:
             continue
         visit(root, dev, 0)
     return found
+
+
+def _attributes(paths: dict[bytes, Entry]) -> dict[bytes, Attributes]:
+    """The extended attributes of every regular file and directory in ``paths`` that has any (the
+    only kinds a process without capabilities may give ``user.*`` attributes)."""
+    found: dict[bytes, Attributes] = {}
+    for path, entry in paths.items():
+        if not (stat.S_ISREG(entry[0]) or stat.S_ISDIR(entry[0])):
+            continue
+        try:
+            names = os.listxattr(path, follow_symlinks=False)
+            if names:
+                found[path] = tuple(sorted((n, os.getxattr(path, n, follow_symlinks=False)) for n in names))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.ENOTSUP, errno.ENODATA):
+                continue  # no extended attributes on this file system (or gone meanwhile)
+            raise
+    return found
+
+
+def _restore_attributes(baseline: dict[bytes, Attributes], files: dict[bytes, Entry]) -> None:
+    """Remove every attribute a worker added to a file that was there before (a changed or removed
+    one is left for the check to report)."""
+    for path, now in _attributes(files).items():
+        before = {name for name, _ in baseline.get(path, ())}
+        for name, _ in now:
+            if name not in before:
+                with contextlib.suppress(FileNotFoundError):
+                    os.removexattr(path, name, follow_symlinks=False)
 
 
 def _remove(path: bytes) -> None:
@@ -387,7 +425,8 @@ def oom_kills() -> int:
 def take() -> Baseline:
     """The baseline (run once, before the first worker, with no other process in the sandbox)."""
     return Baseline(
-        files=_walk(writable_roots()),
+        files=(files := _walk(writable_roots())),
+        xattrs=_attributes(files),
         mounts=tuple(" ".join(f) for f in _mountinfo()),
         ipc=_ipc(),
         attributes=process_attributes(),
@@ -406,6 +445,8 @@ def scrub(baseline: Baseline) -> str | None:
         roots = writable_roots()
         _restore_files(baseline.files, roots)
         now = _walk(roots)
+        _restore_attributes(baseline.xattrs, now)
+        attributes = _attributes(now)
     except _TooMany:
         return "more files than a scrub walks"
     except _Unwalkable as exc:
@@ -417,6 +458,11 @@ def scrub(baseline: Baseline) -> str | None:
     problem = _same_files(baseline.files, now)
     if problem:
         return problem
+    if attributes != baseline.xattrs:
+        path = min(
+            p for p in set(attributes) | set(baseline.xattrs) if attributes.get(p) != baseline.xattrs.get(p)
+        )
+        return f"extended attributes of {os.fsdecode(path)!r} changed"
     ipc = _ipc()
     if ipc != baseline.ipc:
         return f"System V IPC objects left behind: {sorted(ipc - baseline.ipc)[:8]}"

@@ -4,11 +4,13 @@ interpreter in a reusable sandbox. Not a test module.
 
 ``LEAVE`` tries to leave everything behind for the subject's next execute in the same sandbox: a
 process (which would signal every process it can, the next worker included), a file in every
-writable mount and in the known writable files, System V IPC objects, POSIX message queues, an
-environment variable, and signals to the supervisor. It reports what each attempt did.
+writable mount and in the known writable files, an extended attribute on each, System V IPC
+objects, POSIX message queues, an environment variable, and signals to the supervisor. It reports
+what each attempt did.
 
-``FIND`` is what the next execute runs: it reports every process, file, IPC object, queue,
-environment variable, descriptor and pending signal it can see, and which sandbox it is in.
+``FIND`` is what the next execute runs: it reports every process, file, extended attribute, IPC
+object, queue, environment variable, descriptor and pending signal it can see, and which sandbox it
+is in.
 
 ``REACH`` attacks the supervisor (PID 1): signals, ``ptrace``, its memory, descriptors and
 environment through /proc, ``process_vm_readv``, ``pidfd_getfd``, and the attributes a same-uid
@@ -63,6 +65,19 @@ def check(value):
         raise OSError(err, os.strerror(err))
     return value
 
+def marked_places():
+    # where a worker could hang an extended attribute: every writable mount point and file
+    places = writable_mounts()
+    if os.path.exists("/dev/termination-log"):
+        places.append("/dev/termination-log")
+    return sorted(set(places))
+
+def user_xattrs(path):
+    try:
+        return sorted(n for n in os.listxattr(path) if n.startswith("user."))
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+
 def writable_mounts():
     out = []
     for line in open("/proc/self/mountinfo"):
@@ -101,6 +116,8 @@ for d in writable_mounts():
         attempt("append " + path, lambda path=path: open(path, "a").write(MARK))
 if os.path.exists("/dev/termination-log"):
     attempt("append /dev/termination-log", lambda: open("/dev/termination-log", "a").write(MARK))
+for path in marked_places():  # an extended attribute outlives the file's contents
+    attempt("setxattr " + path, lambda path=path: os.setxattr(path, "user." + MARK, b"x"))
 libc.mq_open.restype = ctypes.c_int
 QUEUE = b"/" + MARK.encode()
 attempt("mq_open", lambda: "fd %d" % check(libc.mq_open(QUEUE, os.O_CREAT | os.O_RDWR, 0o600, None)))
@@ -140,6 +157,7 @@ final({
         open("/dev/termination-log").read() if os.path.exists("/dev/termination-log") else None
     ),
     "mqueue": sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else None,
+    "xattrs": {path: user_xattrs(path) for path in marked_places()},
     "sysvipc": sysvipc,
     "env": sorted(os.environ),
     "fds": sorted(os.listdir("/proc/self/fd")),
@@ -231,6 +249,7 @@ def clean(found: dict[str, Any], pristine: dict[str, Any]) -> dict[str, Any]:
     for key in (
         "termination_log",
         "mqueue",
+        "xattrs",
         "sysvipc",
         "env",
         "fds",

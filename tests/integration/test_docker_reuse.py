@@ -111,6 +111,22 @@ async def test_subjects_never_share_a_sandbox(make: Any) -> None:
     assert pool.reused >= 6  # most executes found their subject's own sandbox
 
 
+async def test_subjects_never_share_a_sandbox_when_the_pool_is_short(make: Any) -> None:
+    # One idle sandbox for four subjects: every execute evicts another subject's sandbox or takes the
+    # warm one, and still no container ever serves two subjects.
+    server, pool, seen = await make(size=1, per_subject=1)
+    subjects = [authz.Subject(name) for name in ("alice", "bob", "carol", "dave")]
+    order = [subjects[i % 4] for i in range(6)] + [subjects[0]] * 3 + [subjects[1], subjects[0]]
+    for i, subject in enumerate(order):
+        assert await server.execute(ECHO % i, subject=subject) == i
+    await asyncio.gather(*(server.execute(ECHO % s.id, subject=s) for s in subjects))
+    owner: dict[str, set[str]] = {}
+    for event in seen.events:
+        owner.setdefault(event.worker_id.rpartition(".")[0], set()).add(event.subject_id)
+    assert all(len(who) == 1 for who in owner.values()), owner
+    assert pool.reused >= 2  # alice's back-to-back executes reused her sandbox
+
+
 async def test_recycled_after_max_executes(make: Any, docker_api: Any) -> None:
     server, _, seen = await make(max_executes=3)
     alice = authz.Subject("alice")

@@ -21,9 +21,9 @@ holds there. Kubernetes operators can install it on the nodes as a ``Localhost``
 ``codemode_worker.supervisor``: the same, plus what the supervisor does between executes
 (``SUPERVISOR``: fork its workers (``clone`` without ``CLONE_THREAD``; namespace flags stay
 refused), wait for them, kill them and every other process, relay with pipes and ``splice``, remove
-what a worker left (files, System V IPC objects) and read its own priority and scheduling). Every
-worker it forks installs the worker's own filter on top, which refuses all of that again
-(``python -m codemode.runtimes.seccomp_profile --supervisor`` prints it).
+what a worker left (files, their extended attributes, System V IPC objects) and read its own
+priority and scheduling). Every worker it forks installs the worker's own filter on top, which
+refuses all of that again (``python -m codemode.runtimes.seccomp_profile --supervisor`` prints it).
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ SUPERVISOR: Final = frozenset(
         "fchmodat",
         "truncate",
         "ftruncate",
+        "llistxattr",
+        "lgetxattr",
+        "lremovexattr",
         "shmctl",
         "semctl",
         "msgctl",
