@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import statistics
 import time
 import uuid
@@ -84,28 +83,35 @@ def _machine_busy() -> float:
     return (sum(cpu[:8]) - idle) / TICK
 
 
-def _children_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _process_seconds(pid: int) -> float:
+    """CPU seconds of a running process (its threads and its reaped children)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / TICK  # utime, stime, cutime, cstime
 
 
 class CpuMeter:
-    """CPU seconds spent during a block: the server (a child process), the engine, the machine."""
+    """CPU seconds spent during the load (between the two ``mark`` calls): the server process, the
+    engine, the machine."""
 
     def __init__(self, runtime: str) -> None:
         self.runtime = runtime
+        self.marks: list[tuple[float, float, float]] = []
 
-    def __enter__(self) -> CpuMeter:
-        self.start = self._now()
-        return self
-
-    def _now(self) -> tuple[float, float, float]:
+    def mark(self, server_pid: int) -> None:
         engine = _daemon_seconds(DAEMONS[self.runtime]) + _cgroup_seconds(CGROUPS[self.runtime])
-        return _children_seconds(), engine, _machine_busy()
+        self.marks.append((_process_seconds(server_pid), engine, _machine_busy()))
 
-    def __exit__(self, *exc: object) -> None:
-        end = self._now()
-        self.server, self.engine, self.machine = (b - a for a, b in zip(self.start, end, strict=True))
+    def spent(self) -> tuple[float, float, float]:
+        """(server, engine, machine) seconds between the first two marks."""
+        if len(self.marks) < 2:
+            return (0.0, 0.0, 0.0)
+        start, end = self.marks[0], self.marks[1]
+        server, engine, machine = (b - a for a, b in zip(start, end, strict=True))
+        return server, engine, machine
 
 
 # ------------------------------------------------------------------------------------------ floors
@@ -230,14 +236,21 @@ async def load(args: argparse.Namespace, runtime: str, pool: int, reuse: int) ->
         mode="execute",
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
+        cpu_request=args.cpu_request,
     )
-    with CpuMeter(runtime) as cpu:
-        await bench_service_load.run(ns)
+    meter = CpuMeter(runtime)
+    ns.on_load = meter.mark
+    await bench_service_load.run(ns)
+    server, engine, machine = meter.spent()
     out = dict(ns.summary)
     done = max(out["ok"], 1)
-    out["cpu_ms"] = {k: getattr(cpu, k) / done * 1e3 for k in ("server", "engine", "machine")}
-    out["per_core"] = done / max(cpu.server + cpu.engine, 1e-9)
-    out["per_core_machine"] = done / max(cpu.machine, 1e-9)
+    out["cpu_ms"] = {
+        "server": server / done * 1e3,
+        "engine": engine / done * 1e3,
+        "machine": machine / done * 1e3,
+    }
+    out["per_core"] = done / max(server + engine, 1e-9)
+    out["per_core_machine"] = done / max(machine, 1e-9)
     return out
 
 
@@ -245,7 +258,8 @@ def _row(label: str, r: dict[str, Any]) -> str:
     cpu = r["cpu_ms"]
     return (
         f"{label:<30} {r['throughput']:7.1f}/s  p50 {r['p50'] * 1e3:7.1f} ms  p99 {r['p99'] * 1e3:7.1f} ms  "
-        f"cpu/execute {cpu['server'] + cpu['engine']:6.1f} ms (machine {cpu['machine']:6.1f})  "
+        f"cpu/execute {cpu['server'] + cpu['engine']:6.1f} ms (server {cpu['server']:5.1f}, engine "
+        f"{cpu['engine']:5.1f}; machine {cpu['machine']:6.1f})  "
         f"{r['per_core']:6.1f} executes/s per core  ok {r['ok']}/{r['ok'] + sum(r['errors'].values())}"
     )
 
@@ -312,6 +326,7 @@ def main() -> None:
     p.add_argument("--kubeconfig", default=bench_service_load.load_runtimes.KUBECONFIG)
     p.add_argument("--namespace", default="codemode-workers")
     p.add_argument("--bare-namespace", default="default")
+    p.add_argument("--cpu-request", default="50m", help="worker pods' CPU request (a one-node cluster)")
     asyncio.run(bench(p.parse_args()))
 
 

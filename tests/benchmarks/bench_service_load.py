@@ -226,6 +226,7 @@ async def run(args: argparse.Namespace) -> int:
         jobs: asyncio.Queue[str] = asyncio.Queue()
         for i in range(args.n):
             jobs.put_nowait(f"req-{i:04d}-{uuid.uuid4().hex}")
+        load_runtimes.mark(args, proc.pid)  # the load starts (bench_reuse meters its CPU)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(args.timeout):
@@ -239,6 +240,7 @@ async def run(args: argparse.Namespace) -> int:
             print(f"TIMEOUT after {args.timeout} s")
             rc = 1
         wall = time.perf_counter() - t0
+        load_runtimes.mark(args, proc.pid)  # and ends
         while not jobs.empty():
             lost.append(jobs.get_nowait())
         server_counts = await scrape_executes(metrics_base)

@@ -1,8 +1,10 @@
 """What ``bench_service_load`` needs for the container runtimes (not a benchmark of its own).
 
-``add_arguments`` adds ``--reuse N`` (the reuse mode: ``CODEMODE_REUSE_EXECUTES``), ``--kubeconfig``
-and ``--namespace`` for ``--runtime kubernetes``; ``server_env`` turns them (and ``--image``) into
-the server's environment; ``leaked`` counts the worker containers or pods the server left behind.
+``add_arguments`` adds ``--reuse N`` (the reuse mode: ``CODEMODE_REUSE_EXECUTES``), and
+``--kubeconfig``, ``--namespace`` and ``--cpu-request`` for ``--runtime kubernetes``; ``server_env``
+turns them (and ``--image``) into the server's environment; ``leaked`` counts the worker pods the
+server left behind; ``mark`` calls ``args.on_load(server_pid)`` (when a caller set one) as the load
+starts and ends.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+from collections.abc import Callable
 
 RUNTIMES = ("process", "docker", "kubernetes")
 KUBECONFIG = os.environ.get("CODEMODE_KUBECONFIG", "/var/lib/codemode-k8s/admin.kubeconfig")
@@ -25,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kubeconfig", default=KUBECONFIG, help="for --runtime kubernetes")
     parser.add_argument("--namespace", default="codemode-workers", help="worker pods' namespace")
+    parser.add_argument(
+        "--cpu-request",
+        help="each worker pod's CPU request (CODEMODE_KUBERNETES_CPU_REQUEST; default the runtime's 100m): "
+        "a one-node cluster fits only so many pods",
+    )
 
 
 def server_env(args: argparse.Namespace) -> dict[str, str]:
@@ -34,6 +42,8 @@ def server_env(args: argparse.Namespace) -> dict[str, str]:
         env["CODEMODE_KUBERNETES_NAMESPACE"] = args.namespace
         if args.image:
             env["CODEMODE_KUBERNETES_IMAGE"] = args.image
+        if getattr(args, "cpu_request", None):
+            env["CODEMODE_KUBERNETES_CPU_REQUEST"] = args.cpu_request
     elif args.runtime == "docker" and args.image:
         env["CODEMODE_DOCKER_IMAGE"] = args.image
     if args.reuse:
@@ -55,3 +65,10 @@ def leaked(args: argparse.Namespace, server_pid: int) -> int | None:
         return None
     rows = [line.split() for line in out.splitlines() if line.strip()]
     return sum(1 for row in rows if row == [str(server_pid)])
+
+
+def mark(args: argparse.Namespace, server_pid: int) -> None:
+    """The load starts or ends: tell the caller's ``on_load`` (bench_reuse meters CPU with it)."""
+    on_load: Callable[[int], None] | None = getattr(args, "on_load", None)
+    if on_load is not None:
+        on_load(server_pid)
