@@ -71,6 +71,8 @@ EXIT_ANOMALY: Final = 7
 EXIT_WORKER_SETUP: Final = 5
 _PR_GET_DUMPABLE: Final = 3
 _PR_SET_DUMPABLE: Final = 4
+_F_SETPIPE_SZ: Final = 1031
+_F_GETPIPE_SZ: Final = 1032
 _SPLICE_CHUNK: Final = 1024 * 1024
 _IN, _OUT, _HUP = select.POLLIN, select.POLLOUT, select.POLLHUP | select.POLLERR
 #: Signals Python itself ignores at start-up (a worker gets the interpreter's usual dispositions).
@@ -151,6 +153,15 @@ class Supervisor:
         self.child = child
         self.baseline = baseline
         self.devnull = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+        #: A pipe where each relayed message is put together (header, then the worker's bytes
+        #: spliced in) so that it reaches the channel in one splice: one chunk for the engine's
+        #: attach stream to carry instead of two. Its capacity bounds one relayed payload.
+        self.stage_r, self.stage_w = os.pipe2(os.O_CLOEXEC)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self.stage_w, _F_SETPIPE_SZ, 2 * channel.MAX_RELAY)
+        self.relay_limit = min(
+            channel.MAX_RELAY, fcntl.fcntl(self.stage_w, _F_GETPIPE_SZ) - channel.HEADER.size
+        )
         self.header = bytearray()
         #: Bytes of the ``D`` message being read that are still on the channel, and its epoch.
         self.payload = 0
@@ -208,15 +219,18 @@ class Supervisor:
                     pass
             os._exit(code)
 
-    def relay(self, fd: int, kind: bytes, limit: int = channel.MAX_RELAY) -> bool:
-        """Relay what waits in the worker's pipe ``fd``; False at its end."""
+    def relay(self, fd: int, kind: bytes) -> bool:
+        """Relay what waits in the worker's pipe ``fd``; False at its end. The header and the
+        bytes meet in the stage pipe (kernel buffers: the bytes never enter this process's memory)
+        and leave it in one piece."""
         assert self.epoch is not None
         waiting = _fionread(fd)
         if waiting == 0:
             return False
-        count = min(waiting, limit)
-        _write_all(1, channel.HEADER.pack(kind, self.epoch.number, count))
-        _splice_all(fd, 1, count)
+        count = min(waiting, self.relay_limit)
+        _write_all(self.stage_w, channel.HEADER.pack(kind, self.epoch.number, count))
+        _splice_all(fd, self.stage_w, count)
+        _splice_all(self.stage_r, 1, channel.HEADER.size + count)
         return True
 
     def drain(self) -> None:

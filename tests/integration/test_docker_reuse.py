@@ -95,6 +95,17 @@ async def test_one_subject_reuses_its_sandbox_with_a_fresh_worker_each_time(make
     assert pool.reused == 4
 
 
+async def test_large_values_cross_a_reused_sandbox_intact(make: Any) -> None:
+    # A result of many relayed messages (each at most the channel's relay size), twice in one sandbox.
+    server, pool, _ = await make()
+    alice = authz.Subject("alice")
+    for n in (700_000, 300_001):
+        program = f"def main():\n    return ''.join([chr(97 + i % 26) for i in range({n})])\n"
+        value = await server.execute(program, subject=alice)
+        assert value == "".join(chr(97 + i % 26) for i in range(n))
+    assert pool.reused == 1
+
+
 async def test_subjects_never_share_a_sandbox(make: Any) -> None:
     server, pool, seen = await make(size=4)
     subjects = [authz.Subject(name) for name in ("alice", "bob", "carol")]
