@@ -95,23 +95,24 @@ def _process_seconds(pid: int) -> float:
 
 class CpuMeter:
     """CPU seconds spent during the load (between the two ``mark`` calls): the server process, the
-    engine, the machine."""
+    engine's daemons, the sandboxes (their cgroups: supervisors, workers, scrubs), the machine."""
 
     def __init__(self, runtime: str) -> None:
         self.runtime = runtime
-        self.marks: list[tuple[float, float, float]] = []
+        self.marks: list[tuple[float, float, float, float]] = []
 
     def mark(self, server_pid: int) -> None:
-        engine = _daemon_seconds(DAEMONS[self.runtime]) + _cgroup_seconds(CGROUPS[self.runtime])
-        self.marks.append((_process_seconds(server_pid), engine, _machine_busy()))
+        daemons = _daemon_seconds(DAEMONS[self.runtime])
+        sandboxes = _cgroup_seconds(CGROUPS[self.runtime])
+        self.marks.append((_process_seconds(server_pid), daemons, sandboxes, _machine_busy()))
 
-    def spent(self) -> tuple[float, float, float]:
-        """(server, engine, machine) seconds between the first two marks."""
+    def spent(self) -> tuple[float, float, float, float]:
+        """(server, daemons, sandboxes, machine) seconds between the first two marks."""
         if len(self.marks) < 2:
-            return (0.0, 0.0, 0.0)
+            return (0.0, 0.0, 0.0, 0.0)
         start, end = self.marks[0], self.marks[1]
-        server, engine, machine = (b - a for a, b in zip(start, end, strict=True))
-        return server, engine, machine
+        server, daemons, sandboxes, machine = (b - a for a, b in zip(start, end, strict=True))
+        return server, daemons, sandboxes, machine
 
 
 # ------------------------------------------------------------------------------------------ floors
@@ -241,12 +242,15 @@ async def load(args: argparse.Namespace, runtime: str, pool: int, reuse: int) ->
     meter = CpuMeter(runtime)
     ns.on_load = meter.mark
     await bench_service_load.run(ns)
-    server, engine, machine = meter.spent()
+    server, daemons, sandboxes, machine = meter.spent()
+    engine = daemons + sandboxes
     out = dict(ns.summary)
     done = max(out["ok"], 1)
     out["cpu_ms"] = {
         "server": server / done * 1e3,
         "engine": engine / done * 1e3,
+        "daemons": daemons / done * 1e3,
+        "sandboxes": sandboxes / done * 1e3,
         "machine": machine / done * 1e3,
     }
     out["per_core"] = done / max(server + engine, 1e-9)
@@ -259,7 +263,7 @@ def _row(label: str, r: dict[str, Any]) -> str:
     return (
         f"{label:<30} {r['throughput']:7.1f}/s  p50 {r['p50'] * 1e3:7.1f} ms  p99 {r['p99'] * 1e3:7.1f} ms  "
         f"cpu/execute {cpu['server'] + cpu['engine']:6.1f} ms (server {cpu['server']:5.1f}, engine "
-        f"{cpu['engine']:5.1f}; machine {cpu['machine']:6.1f})  "
+        f"{cpu['daemons']:5.1f} + sandboxes {cpu['sandboxes']:5.1f}; machine {cpu['machine']:6.1f})  "
         f"{r['per_core']:6.1f} executes/s per core  ok {r['ok']}/{r['ok'] + sum(r['errors'].values())}"
     )
 
