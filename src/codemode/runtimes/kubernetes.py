@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 import socket
 import struct
@@ -106,6 +107,9 @@ _STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
 _V5 = "v5.channel.k8s.io"
 _OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
 _RETRY_STATUSES = (409, 429, 500, 502, 503, 504)
+#: Creates retried when the API server refuses one with 409 for a race on the namespace's
+#: ResourceQuota usage (concurrent creates; nothing was created), after 20-80 ms each.
+CREATE_CONFLICT_RETRIES = 3
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -857,9 +861,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self._created_any = True
         try:
             try:
-                api.create_namespaced_pod(
-                    self.namespace, self.pod_manifest(pod_name, supervised), _request_timeout=self.api_timeout
-                )
+                self._create_blocking(api, self.pod_manifest(pod_name, supervised), deadline)
                 created = True
                 phases["created"] = time.monotonic() - t0
             except k8s.ApiException as exc:
@@ -996,6 +998,24 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             self.cpu_request,
             self.memory,
         )
+
+    def _create_blocking(self, api: Any, pod: k8s.V1Pod, deadline: float) -> None:
+        """Create the pod; a 409 for a race on the ResourceQuota's usage (not a name clash: the name
+        is random) is retried up to ``CREATE_CONFLICT_RETRIES`` times before the deadline."""
+        for attempt in range(CREATE_CONFLICT_RETRIES + 1):
+            try:
+                api.create_namespaced_pod(self.namespace, pod, _request_timeout=self.api_timeout)
+                return
+            except k8s.ApiException as exc:
+                pause = random.uniform(0.02, 0.08)
+                quota_race = exc.status == 409 and "resourcequotas" in _api_error_text(exc)
+                if (
+                    not quota_race
+                    or attempt == CREATE_CONFLICT_RETRIES
+                    or time.monotonic() + pause > deadline
+                ):
+                    raise
+                time.sleep(pause)
 
     def _launch_error(self, pod_name: str, exc: Exception) -> Exception:
         if isinstance(exc, RuntimeUnavailable | SpawnFailed):
