@@ -39,7 +39,17 @@ from .interpreter import (
 from .privileges import drop_privileges
 from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
-__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "serve_confined", "streams"]
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_OK",
+    "EXIT_PROTOCOL",
+    "flush_stderr",
+    "main",
+    "run",
+    "serve",
+    "serve_confined",
+    "streams",
+]
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -129,13 +139,18 @@ def main() -> int:
     return on_interpreter_thread(lambda: serve(inp, out))
 
 
-def run() -> NoReturn:
-    """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
-    code = main()
+def flush_stderr() -> None:
+    """Flush what the interpreter still holds for stderr (before ``os._exit``)."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
             pass
+
+
+def run() -> NoReturn:
+    """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
+    code = main()
+    flush_stderr()
     os._exit(code)

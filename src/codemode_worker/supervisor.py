@@ -211,12 +211,9 @@ class Supervisor:
             _say(f"worker set-up failed: {type(exc).__name__}: {exc}")
             code = EXIT_WORKER_SETUP
         finally:
-            for stream in (sys.stderr, sys.__stderr__):
-                try:
-                    if stream is not None:
-                        stream.flush()
-                except (OSError, ValueError):
-                    pass
+            from .entry import flush_stderr  # loaded by the template already
+
+            flush_stderr()
             os._exit(code)
 
     def relay(self, fd: int, kind: bytes) -> bool:

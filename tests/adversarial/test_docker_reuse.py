@@ -21,10 +21,9 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.runtimes.docker import _OWNER, DockerRuntime
-from codemode.runtimes.reuse import ReusePool
 from tests.integration.support_docker import worker_containers
+from tests.integration.support_reuse import Sandboxes, reuse_server
 
 from . import reuse_probe as rp
 from .test_docker_escape import OCI_RUNTIME, TESTING_IMAGE
@@ -44,19 +43,6 @@ def no_leaked_containers(docker_api: Any) -> Iterator[None]:
     assert not left, f"leaked worker containers: {[c['Id'][:12] for c in left]}"
 
 
-class Sandboxes(NullObserver):
-    """Records the sandbox (container) each execute ran in."""
-
-    def __init__(self) -> None:
-        self.workers: list[str] = []
-
-    def execute(self, event: ExecuteEvent) -> None:
-        self.workers.append(event.worker_id)
-
-    def container(self, index: int) -> str:
-        return self.workers[index].rpartition(".")[0]
-
-
 @pytest.fixture(params=["confined", "unconfined"])
 async def reuse(
     request: pytest.FixtureRequest, docker_api: Any
@@ -65,15 +51,7 @@ async def reuse(
     rt = DockerRuntime(
         runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
     )
-    pool = ReusePool(rt, 1, max_executes=50)
-    seen = Sandboxes()
-    server = codemode.Builder(
-        authorizer=authz.allow_all(),
-        runtime=pool,
-        observer=seen,
-        limits=codemode.Limits(max_execution_time=30.0),
-    ).build()
-    await server.start()
+    server, _, seen = await reuse_server(rt)
     yield server, seen
     await server.aclose()
     assert not worker_containers(docker_api, f"io.codemode.runtime-instance={rt.instance_id}")
@@ -85,7 +63,7 @@ async def test_nothing_is_left_for_the_next_execute(reuse: tuple[codemode.Server
     left = await server.execute(rp.LEAVE, subject=ALICE)
     found = await server.execute(rp.FIND, subject=ALICE)
     # The same sandbox served all three (a fresh worker process each): it was scrubbed, not replaced.
-    assert seen.container(0) == seen.container(1) == seen.container(2), seen.workers
+    assert seen.sandbox(0) == seen.sandbox(1) == seen.sandbox(2), seen.workers()
     assert found["sandbox"] == pristine["sandbox"]
     assert found["supervisor"] == pristine["supervisor"]  # the same PID 1, untouched by the attack
     assert len({pristine["pid"], found["pid"]}) == 2
@@ -108,9 +86,9 @@ async def test_the_supervisor_is_out_of_reach(reuse: tuple[codemode.Server, Sand
     if changed:
         # A same-uid process changed what the supervisor's workers inherit: the scrub saw it and the
         # sandbox was recycled (a new one served the next execute).
-        assert seen.container(2) != seen.container(1), (changed, seen.workers)
+        assert seen.sandbox(2) != seen.sandbox(1), (changed, seen.workers())
         assert after["supervisor_limits"] == pristine["supervisor_limits"]
     else:
-        assert seen.container(2) == seen.container(1), seen.workers
+        assert seen.sandbox(2) == seen.sandbox(1), seen.workers()
         assert after["supervisor"] == pristine["supervisor"]
     assert rp.clean(after, pristine) == {}

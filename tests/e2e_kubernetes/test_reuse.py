@@ -22,42 +22,17 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.runtimes.kubernetes import KubernetesRuntime
-from codemode.runtimes.reuse import ReusePool
 from codemode_worker import PROTOCOL_VERSION
 
 from ..adversarial import reuse_probe as rp
+from ..integration.support_reuse import Sandboxes, reuse_server
 from .support import KUBECONFIG, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 
 TESTING_IMAGE = os.environ.get("CODEMODE_TESTING_IMAGE") or f"codemode-worker-testing:{PROTOCOL_VERSION}"
 ALICE = authz.Subject("alice")
-
-
-class Sandboxes(NullObserver):
-    def __init__(self) -> None:
-        self.events: list[ExecuteEvent] = []
-
-    def execute(self, event: ExecuteEvent) -> None:
-        self.events.append(event)
-
-    def pod(self, index: int) -> str:
-        return self.events[index].worker_id.rpartition(".")[0]
-
-
-async def _server(rt: KubernetesRuntime, size: int = 1) -> tuple[codemode.Server, ReusePool, Sandboxes]:
-    pool = ReusePool(rt, size, max_executes=50)
-    seen = Sandboxes()
-    server = codemode.Builder(
-        authorizer=authz.allow_all(),
-        runtime=pool,
-        observer=seen,
-        limits=codemode.Limits(max_execution_time=30.0),
-    ).build()
-    await server.start()
-    return server, pool, seen
 
 
 def _runtime(**kwargs: Any) -> KubernetesRuntime:
@@ -73,7 +48,7 @@ def _pods_of(rt: KubernetesRuntime) -> list[str]:
 
 async def test_one_subject_reuses_its_pod_and_subjects_never_share(cluster: None) -> None:
     rt = _runtime()
-    server, pool, seen = await _server(rt, size=2)
+    server, pool, seen = await reuse_server(rt, 2)
     try:
         for i in range(3):
             for subject in ("alice", "bob"):
@@ -84,9 +59,7 @@ async def test_one_subject_reuses_its_pod_and_subjects_never_share(cluster: None
                     )
                     == value
                 )
-        owner: dict[str, set[str]] = {}
-        for event in seen.events:
-            owner.setdefault(event.worker_id.rpartition(".")[0], set()).add(event.subject_id)
+        owner = seen.owners()
         assert all(len(who) == 1 for who in owner.values()), owner
         assert len(owner) == 2  # one pod each, reused: no pod start after the first two
         assert pool.reused == 4
@@ -105,7 +78,7 @@ async def reuse(
 ) -> AsyncIterator[tuple[codemode.Server, Sandboxes]]:
     command = rp.UNCONFINED if request.param == "unconfined" else rp.SUPERVISOR
     rt = _runtime(image=TESTING_IMAGE, testing_entry=True, supervisor_entrypoint=command)
-    server, _, seen = await _server(rt)
+    server, _, seen = await reuse_server(rt)
     yield server, seen
     await server.aclose()
 
@@ -115,7 +88,7 @@ async def test_nothing_is_left_for_the_next_execute(reuse: tuple[codemode.Server
     pristine = await server.execute(rp.FIND, subject=ALICE)
     left = await server.execute(rp.LEAVE, subject=ALICE)
     found = await server.execute(rp.FIND, subject=ALICE)
-    assert seen.pod(0) == seen.pod(1) == seen.pod(2), [e.worker_id for e in seen.events]
+    assert seen.sandbox(0) == seen.sandbox(1) == seen.sandbox(2), seen.workers()
     assert found["supervisor"] == pristine["supervisor"]
     assert found["pid"] != pristine["pid"]
     assert rp.clean(found, pristine) == {}, left
@@ -130,8 +103,8 @@ async def test_the_supervisor_is_out_of_reach(reuse: tuple[codemode.Server, Sand
     after = await server.execute(rp.FIND, subject=ALICE)
     changed = [name for name in rp.ATTRIBUTES if not rp.refused(tried[name])]
     if changed:
-        assert seen.pod(2) != seen.pod(1), (changed, [e.worker_id for e in seen.events])
+        assert seen.sandbox(2) != seen.sandbox(1), (changed, seen.workers())
     else:
-        assert seen.pod(2) == seen.pod(1)
+        assert seen.sandbox(2) == seen.sandbox(1)
         assert after["supervisor"] == pristine["supervisor"]
     assert rp.clean(after, pristine) == {}

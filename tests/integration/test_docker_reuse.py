@@ -18,11 +18,11 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import ExecutionTimeout, ResourceLimit
-from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.runtimes.docker import DockerRuntime
 from codemode.runtimes.reuse import ReusePool
 
 from .support_docker import worker_containers
+from .support_reuse import Sandboxes, reuse_server
 
 pytestmark = pytest.mark.docker
 
@@ -35,17 +35,6 @@ HOG = (
 )
 
 
-class Sandboxes(NullObserver):
-    def __init__(self) -> None:
-        self.events: list[ExecuteEvent] = []
-
-    def execute(self, event: ExecuteEvent) -> None:
-        self.events.append(event)
-
-    def containers(self, subject: str | None = None) -> list[str]:
-        return [e.worker_id.rpartition(".")[0] for e in self.events if subject in (None, e.subject_id)]
-
-
 @pytest.fixture
 async def make(docker_api: Any) -> AsyncIterator[Any]:
     made: list[tuple[codemode.Server, DockerRuntime]] = []
@@ -54,15 +43,8 @@ async def make(docker_api: Any) -> AsyncIterator[Any]:
         size: int = 2, max_time: float = 10.0, **pool: Any
     ) -> tuple[codemode.Server, ReusePool, Sandboxes]:
         rt = DockerRuntime()
-        reuse = ReusePool(rt, size, **pool)
-        seen = Sandboxes()
-        server = codemode.Builder(
-            authorizer=authz.allow_all(),
-            runtime=reuse,
-            observer=seen,
-            limits=codemode.Limits(max_execution_time=max_time, max_execution_steps=10**12),
-        ).build()
-        await server.start()
+        limits = codemode.Limits(max_execution_time=max_time, max_execution_steps=10**12)
+        server, reuse, seen = await reuse_server(rt, size, limits, **{"max_executes": 100, **pool})
         made.append((server, rt))
         return server, reuse, seen
 
@@ -88,7 +70,7 @@ async def test_one_subject_reuses_its_sandbox_with_a_fresh_worker_each_time(make
     alice = authz.Subject("alice")
     for i in range(5):
         assert await server.execute(ECHO % i, subject=alice) == i
-    boxes = seen.containers()
+    boxes = seen.sandboxes()
     assert len(set(boxes)) == 1, boxes  # one sandbox served all five
     epochs = [int(e.worker_id.rpartition(".")[2]) for e in seen.events]
     assert epochs == sorted(epochs) and len(set(epochs)) == 5  # a new worker (epoch) each time
@@ -115,9 +97,7 @@ async def test_subjects_never_share_a_sandbox(make: Any) -> None:
 
     for i in range(4):
         await asyncio.gather(*(run(s, i) for s in subjects))
-    owner: dict[str, set[str]] = {}
-    for event in seen.events:
-        owner.setdefault(event.worker_id.rpartition(".")[0], set()).add(event.subject_id)
+    owner = seen.owners()
     assert all(len(who) == 1 for who in owner.values()), owner
     assert pool.reused >= 6  # most executes found their subject's own sandbox
 
@@ -131,9 +111,7 @@ async def test_subjects_never_share_a_sandbox_when_the_pool_is_short(make: Any) 
     for i, subject in enumerate(order):
         assert await server.execute(ECHO % i, subject=subject) == i
     await asyncio.gather(*(server.execute(ECHO % s.id, subject=s) for s in subjects))
-    owner: dict[str, set[str]] = {}
-    for event in seen.events:
-        owner.setdefault(event.worker_id.rpartition(".")[0], set()).add(event.subject_id)
+    owner = seen.owners()
     assert all(len(who) == 1 for who in owner.values()), owner
     assert pool.reused >= 2  # alice's back-to-back executes reused her sandbox
 
@@ -143,7 +121,7 @@ async def test_recycled_after_max_executes(make: Any, docker_api: Any) -> None:
     alice = authz.Subject("alice")
     for i in range(4):
         await server.execute(ECHO % i, subject=alice)
-    boxes = seen.containers()
+    boxes = seen.sandboxes()
     assert boxes[0] == boxes[1] == boxes[2] != boxes[3], boxes
     deadline = time.monotonic() + 20
     while _exists(docker_api, boxes[0]) and time.monotonic() < deadline:
@@ -158,7 +136,7 @@ async def test_recycled_after_a_deadline(make: Any, docker_api: Any) -> None:
     with pytest.raises(ExecutionTimeout):
         await server.execute(SPIN, subject=alice)
     await server.execute(ECHO % 2, subject=alice)
-    boxes = seen.containers()
+    boxes = seen.sandboxes()
     assert boxes[0] == boxes[1] != boxes[2], boxes  # the timed-out execute's sandbox was not reused
     deadline = time.monotonic() + 20
     while _exists(docker_api, boxes[1]) and time.monotonic() < deadline:
@@ -174,7 +152,7 @@ async def test_recycled_after_the_memory_limit(make: Any, docker_api: Any) -> No
         await server.execute(HOG, subject=alice)
     assert info.value.kind == "memory"  # the supervisor read the cgroup's OOM kill count
     await server.execute(ECHO % 2, subject=alice)
-    boxes = seen.containers()
+    boxes = seen.sandboxes()
     assert boxes[0] == boxes[1] != boxes[2], boxes
     assert seen.events[1].oom_killed
 
@@ -182,7 +160,7 @@ async def test_recycled_after_the_memory_limit(make: Any, docker_api: Any) -> No
 async def test_recycled_when_idle(make: Any, docker_api: Any) -> None:
     server, _, seen = await make(idle_seconds=1.0)
     await server.execute(ECHO % 1, subject=authz.Subject("alice"))
-    box = seen.containers()[0]
+    box = seen.sandboxes()[0]
     deadline = time.monotonic() + 20
     while _exists(docker_api, box) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -197,7 +175,7 @@ async def test_idle_sandboxes_are_bounded_and_the_longest_idle_goes_first(make: 
     await server.execute(ECHO % "carol", subject=authz.Subject("carol"))
     await asyncio.sleep(0.2)
     assert pool.idle <= 2
-    alice_box, bob_box, carol_box = seen.containers()
+    alice_box, bob_box, carol_box = seen.sandboxes()
     deadline = time.monotonic() + 20
     while _exists(docker_api, alice_box) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -205,4 +183,4 @@ async def test_idle_sandboxes_are_bounded_and_the_longest_idle_goes_first(make: 
     assert not _exists(docker_api, alice_box)
     assert _exists(docker_api, bob_box) and _exists(docker_api, carol_box)
     await server.execute(ECHO % "bob", subject=authz.Subject("bob"))
-    assert seen.containers("bob") == [bob_box, bob_box]
+    assert seen.sandboxes("bob") == [bob_box, bob_box]
