@@ -44,7 +44,7 @@ from .protocol import (
     read_frame,
 )
 
-__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "streams"]
+__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "serve_confined", "streams"]
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -130,6 +130,12 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
     seccomp_filter = prepare()
     drop_privileges()  # before the first frame: no program runs with the starting uid
     confine(seccomp_filter)  # nor outside the filter
+    return serve_confined(inp, out)
+
+
+def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
+    """Serve one exchange in a process that is warm and confined already (``serve`` above, or a
+    worker forked from a warm template, ``codemode_worker.template``); return the exit code."""
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)
