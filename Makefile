@@ -36,7 +36,7 @@ format: venv
 	$(BIN)/ruff check --fix src worker_image tests examples
 
 test: venv lint
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rfEs tests
 
 bench: venv
 	$(BIN)/codemode bench --runtime process --pool 4

@@ -27,8 +27,18 @@ from .common.errors import (
     ResourceLimit,
     Unauthenticated,
 )
+from .common.outcomes import ExecuteResult, LedgerEntry
 from .execution.context import CallContext
 from .execution.limits import Limits
+from .execution.observe import (
+    CallDecision,
+    CallEvent,
+    CallOutcome,
+    ExecuteEvent,
+    ExecuteOutcome,
+    NullObserver,
+    Observer,
+)
 from .execution.server import Builder, Description, Server
 from .packs.registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
@@ -45,20 +55,29 @@ __all__ = [
     "AgentError",
     "Builder",
     "CallContext",
+    "CallDecision",
+    "CallEvent",
+    "CallOutcome",
     "Capability",
     "CapabilityFailure",
     "CapabilityPack",
     "CodeModeError",
     "Description",
     "DockerRuntime",
+    "ExecuteEvent",
+    "ExecuteOutcome",
+    "ExecuteResult",
     "ExitInfo",
     "Internal",
     "InvalidArguments",
     "InvalidProgram",
     "InvalidRegistration",
     "KubernetesRuntime",
+    "LedgerEntry",
     "Limits",
     "NotFound",
+    "NullObserver",
+    "Observer",
     "PermissionDenied",
     "PolicyFailure",
     "ProcessRuntime",

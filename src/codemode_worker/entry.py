@@ -8,8 +8,8 @@ Sequence: warm up the interpreter; build the seccomp filter (``confinement.prepa
 uid the runtime asked for (``privileges``); confine itself (``confinement.confine``: file-size and
 message-queue limits 0, NO_NEW_PRIVS, the filter on every thread); only then read frames: answer
 every ``probe`` with ``probe_ack`` (only possible once warm and confined); on ``exec`` run the program,
-sending one ``native_call`` per capability call and blocking for its ``native_result``; end with
-``final`` or ``final_error`` and exit 0.
+sending each capability call and blocking for its reply (``channel``); end with ``final`` or
+``final_error`` and exit 0.
 
 Exit codes: 0 after the final frame (or when the host closes stdin before any exec);
 1 (``EXIT_ABORTED``) on ``native_abort`` or when the host goes away mid-call, nothing more is
@@ -26,6 +26,7 @@ import sys
 from typing import Any, BinaryIO, NoReturn
 
 from . import PROTOCOL_VERSION
+from .channel import HostChannel
 from .confinement import confine, prepare
 from .interpreter import (
     ExecLimits,
@@ -36,13 +37,7 @@ from .interpreter import (
     warm_up,
 )
 from .privileges import drop_privileges
-from .protocol import (
-    MAX_HOST_FRAME_BYTES,
-    ProtocolError,
-    encode_frame,
-    encode_native_call,
-    read_frame,
-)
+from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
 __all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "serve_confined", "streams"]
 
@@ -51,7 +46,6 @@ EXIT_ABORTED = 1
 EXIT_PROTOCOL = 2
 
 _BEFORE_EXEC = frozenset({"probe", "exec"})
-_DURING_CALL = frozenset({"native_result", "native_abort"})
 
 
 def streams() -> tuple[BinaryIO, BinaryIO]:
@@ -75,35 +69,10 @@ def _send(out: BinaryIO, frame: dict[str, Any]) -> None:
 
 
 def _run_exec(frame: dict[str, Any], inp: BinaryIO, out: BinaryIO) -> int:
-    seq = 0
-
-    def native(name: str, args: dict[str, Any]) -> Any:
-        nonlocal seq
-        seq += 1
-        try:
-            out.write(encode_native_call(seq, name, args))
-            out.flush()
-        except OSError:
-            raise NativeAborted("host closed the stream") from None
-        except ProtocolError as exc:
-            raise HostProtocolError(str(exc)) from None
-        try:
-            reply = read_frame(inp, MAX_HOST_FRAME_BYTES, _DURING_CALL)
-        except ProtocolError as exc:
-            raise HostProtocolError(str(exc)) from None
-        except OSError:
-            raise NativeAborted("host closed the stream") from None
-        if reply is None:
-            raise NativeAborted("host closed the stream")
-        if reply["seq"] != seq:
-            raise HostProtocolError("reply for another call")
-        if reply["k"] == "native_abort":
-            raise NativeAborted("host aborted the call")
-        return reply["value"]
-
+    host = HostChannel(inp, out)
     try:
         limits = ExecLimits.from_mapping(frame["limits"])
-        outcome = run_program(frame["source"], frame["manifest"], limits, native)
+        outcome = run_program(frame["source"], frame["manifest"], limits, host)
     except NativeAborted:
         return EXIT_ABORTED
     except HostProtocolError:

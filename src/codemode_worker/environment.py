@@ -1,11 +1,12 @@
 """The Starlark side of the language surface: frozen helper modules and how a program's module
 is assembled from them.
 
-* ``env`` (file ``<builtins>``, built once per process): ``print``, ``sum``, the ``json`` and
-  ``math`` namespaces, the value sanitizer and the ``main`` driver.
+* ``env`` (file ``<builtins>``, built once per process): ``print``, ``sum``, ``attempt``, the
+  ``json`` and ``math`` namespaces, the value sanitizer, the capability wrapper and the ``main``
+  driver.
 * ``natives`` (file ``<capabilities>``, built per program): one wrapper per capability, nested
   in ``struct``\\ s by dotted name.
-* the program's module gets exactly ``print sum json math`` and the capability roots through
+* the program's module gets exactly ``print sum attempt json math`` and the capability roots through
   ``load`` statements of a trusted prelude; helper names (``struct``, ``sanitize``, the Python
   hooks) live only in the frozen helper modules and are unreachable by name.
 
@@ -65,6 +66,14 @@ class Hooks(Protocol):
 
     def native_call(self, name: str, args_json: str) -> Any: ...
 
+    def attempt_begin(self) -> None: ...
+
+    def attempt_refused(self) -> None: ...
+
+    def print_wanted(self) -> bool: ...
+
+    def print_text(self, text: str) -> None: ...
+
     def internal(self) -> None: ...
 
 
@@ -97,17 +106,34 @@ def _main_end() -> Any:
 
 
 def _native_positional(token: Any) -> Any:
-    _hooks().native_positional(str(token))
-    raise CallError("positional arguments are not accepted")
+    return _hooks().native_positional(str(token))
 
 
 def _native_rejected(token: Any, value: Any) -> Any:
-    _hooks().native_rejected(str(token), value)
-    raise CallError("invalid capability arguments")
+    return _hooks().native_rejected(str(token), value)
 
 
 def _native_call(token: Any, args_json: Any) -> Any:
     return _hooks().native_call(str(token), str(args_json))
+
+
+def _attempt_begin() -> Any:
+    _hooks().attempt_begin()
+    return _DONE
+
+
+def _attempt_refused() -> Any:
+    _hooks().attempt_refused()
+    raise CallError("attempt() takes a capability first")
+
+
+def _print_wanted() -> bool:
+    return _hooks().print_wanted()
+
+
+def _print_text(text: Any) -> Any:
+    _hooks().print_text(str(text))
+    return _DONE
 
 
 def _mark_float(text: Any) -> Any:
@@ -149,8 +175,14 @@ _MAXF = 1.7976931348623157e308
 _UNSET = struct()
 _PLAIN = {"string": True, "int": True, "bool": True, "NoneType": True}
 
-def print(*args, **kwargs):
-    pass
+def print(*args, sep = " ", end = "\n", **kwargs):
+    # Like Python's print: other keywords (file, flush) are accepted and ignored.
+    if print_wanted():
+        if sep == None:
+            sep = " "
+        if end == None:
+            end = "\n"
+        print_text(str(sep).join([str(a) for a in args]) + str(end))
 
 def sum(iterable, start = 0):
     total = start
@@ -266,17 +298,27 @@ def run_main(main, max_depth, max_nodes):
     return ["marked", r[1]]
 
 def make_native(token, max_depth, max_nodes):
-    def call(*args, **kwargs):
+    # attempt() recognizes a capability by this function's repr, "<builtins>.capability".
+    def capability(*args, **kwargs):
         if args:
-            return native_positional(token)
-        r = sanitize(kwargs, max_depth, max_nodes)
-        if not r[0]:
-            return native_rejected(token, r[1])
-        result = native_call(token, json.encode(r[1]))
+            result = native_positional(token)
+        else:
+            r = sanitize(kwargs, max_depth, max_nodes)
+            if r[0]:
+                result = native_call(token, json.encode(r[1]))
+            else:
+                result = native_rejected(token, r[1])
         if type(result) == "string":
             return json.decode(result)
         return result[0]
-    return call
+    return capability
+
+def attempt(*args, **kwargs):
+    # attempt(capability, **arguments): the call's recoverable failure as a value.
+    if not args or type(args[0]) != "function" or repr(args[0]) != "<builtins>.capability":
+        return attempt_refused()
+    attempt_begin()
+    return args[0](*args[1:], **kwargs)
 
 json_ns = struct(encode = encode, decode = decode, indent = json_indent)
 """
@@ -330,7 +372,7 @@ class Environment:
 
     def program_module(self, loader: Any, roots: Sequence[str]) -> Any:
         """A fresh module holding exactly the surface names (before the program runs)."""
-        prelude = ['load("env", "print", "sum", json = "json_ns", math = "math_ns")']
+        prelude = ['load("env", "print", "sum", "attempt", json = "json_ns", math = "math_ns")']
         if roots:
             prelude.append('load("natives", ' + ", ".join(f'{r} = "ns_{r}"' for r in roots) + ")")
         module = sl.Module()
@@ -377,6 +419,10 @@ def _build() -> Environment:
         "native_positional": _native_positional,
         "native_rejected": _native_rejected,
         "native_call": _native_call,
+        "attempt_begin": _attempt_begin,
+        "attempt_refused": _attempt_refused,
+        "print_wanted": _print_wanted,
+        "print_text": _print_text,
     }
     fields = []
     for name, fn in MATH_FUNCTIONS.items():

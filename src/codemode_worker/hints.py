@@ -14,11 +14,15 @@ _KEYWORD = re.compile(r"^Parse error: cannot use reserved keyword `(\w+)`$")
 _NO_ATTRIBUTE = re.compile(r"^Object of type `struct` has no attribute `(\w+)`(, did you mean `(\w+)`\?)?$")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
+_ATTEMPT: Final = (
+    "to handle a failing capability call, make it with `attempt(records.get, id=7)`,"
+    ' which returns {"ok": False, "error": ...} instead of ending the program'
+)
 _INSTEAD: Final = {
     "while": "`while` is not available: loop over a bounded range instead (`for i in range(n):`)",
-    "try": "`try` is not available: a failing capability call ends the program",
-    "except": "`except` is not available: a failing capability call ends the program",
-    "finally": "`finally` is not available: a failing capability call ends the program",
+    "try": "`try` is not available: " + _ATTEMPT,
+    "except": "`except` is not available: " + _ATTEMPT,
+    "finally": "`finally` is not available: " + _ATTEMPT,
     "raise": '`raise` is not available: call `fail("message")` to end the program with an error',
     "class": "`class` is not available: use dicts and functions",
     "import": "`import` is not available: capabilities are in scope by their names (e.g. `records.get(...)`)"

@@ -1,19 +1,29 @@
 """Run one model-written Starlark program (starlark-pyo3) and classify how it ended.
 
 Language surface
-    Exactly ``False None True abs all any bool chr dict dir enumerate fail float getattr hasattr
-    hash int json len list math max min ord print range repr reversed sorted str sum tuple type
-    zip`` plus the capability namespaces (see ``environment``). Standard dialect without
+    Exactly ``False None True abs all any attempt bool chr dict dir enumerate fail float getattr
+    hasattr hash int json len list math max min ord print range repr reversed sorted str sum tuple
+    type zip`` plus the capability namespaces (see ``environment``). Standard dialect without
     ``load``: no f-strings, no ``while``, no top-level ``if``/``for``, no keyword-only or
-    positional-only parameter syntax, no type annotations. ``print`` discards its arguments.
+    positional-only parameter syntax, no type annotations. ``print`` output is kept up to the exec
+    frame's ``max_print_bytes`` and sent to the host (``prints``), or discarded without it.
 
 Rules
     The top level must contain exactly one ``def main():`` (column 0, empty parameter list) and
     ``main`` must still be that function after the top level ran (else ``invalid_program``).
     Native (capability) calls are accepted only while ``main`` runs and only with keyword
     arguments; they are bound against the manifest input shapes (``shapes.bind_arguments``)
-    and bounded (``values.check_value``) before a ``native_call`` leaves. ``main``'s value must
+    and bounded (``values.check_value``) before a ``native_call`` leaves. A call the binding
+    rejects is reported to the host (``native_invalid``), which decides the error text and ends
+    the program, or (under ``attempt``) answers with the error as a value. ``main``'s value must
     be a plain value (tuples become lists) within ``max_value_depth``/``max_value_bytes``.
+
+Recoverable calls
+    ``attempt(records.get, id=7)`` makes the call as ``native_attempt`` (or ``native_invalid``
+    with ``attempt``); the host answers a recoverable failure (denied, failed, invalid arguments)
+    with ``native_error`` and its approved text, and ``attempt`` returns ``{"ok": False, "error":
+    text}``; a success is ``{"ok": True, "value": result}``. Every other failure ends the program
+    as without ``attempt``: the host decides, the worker only asks.
 
 Step budget: the unit, measured
     starlark-rust calls the ``check_cancelled`` hook once every 1,000 *ticks*, where a tick is
@@ -60,10 +70,11 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import starlark as sl
 
+from . import protocol
 from .diagnostics import (
     FALLBACK_LOCATION,
     FILENAME,
@@ -76,6 +87,7 @@ from .diagnostics import (
 )
 from .environment import JSON_RESULT_DEPTH, MAX_BRIDGE_DEPTH, Environment, environment, set_hooks
 from .foreign_texts import digit_limit_text, translate
+from .prints import PrintBuffer
 from .protocol import ProtocolError, validate_manifest
 from .shapes import BindError, bind_arguments, positional_diagnostic
 from .values import Overflow, ValueLimitError, ValueTypeError, check_value
@@ -85,16 +97,17 @@ __all__ = [
     "MAX_CALLSTACK",
     "STEPS_PER_CHECK",
     "ExecLimits",
+    "Host",
     "HostProtocolError",
     "NativeAborted",
-    "NativeHandler",
     "Outcome",
+    "Reply",
     "on_interpreter_thread",
     "run_program",
     "warm_up",
 ]
 
-STEPS_PER_CHECK: Final = 1000
+STEPS_PER_CHECK: Final = protocol.STEPS_PER_CHECK
 """Ticks between two ``check_cancelled`` calls (fixed inside starlark-rust)."""
 MAX_CALLSTACK: Final = 10_000
 """Upper clamp on the exec frame's ``max_callstack``."""
@@ -107,6 +120,7 @@ T = TypeVar("T")
 
 MAIN_MESSAGE: Final = "program must define `def main():` (no parameters) at top level"
 SHIFT_MESSAGE: Final = "the << operator is not supported (its results wrap around); multiply instead"
+ATTEMPT_MESSAGE: Final = "attempt() takes a capability first, e.g. attempt(records.get, id=7)"
 
 # The ``final_error`` message of a ``resource_limit``: which limit ran out (a fixed word list the
 # host checks again).
@@ -128,6 +142,7 @@ class ExecLimits:
     max_value_bytes: int
     max_native_calls: int
     max_callstack: int
+    max_print_bytes: int = 0  # 0: the exec frame has no max_print_bytes, prints are discarded
 
     @classmethod
     def from_mapping(cls, limits: Mapping[str, Any]) -> ExecLimits:
@@ -137,6 +152,7 @@ class ExecLimits:
             max_value_bytes=int(limits["max_value_bytes"]),
             max_native_calls=int(limits["max_native_calls"]),
             max_callstack=int(limits["max_callstack"]),
+            max_print_bytes=int(limits.get("max_print_bytes", 0)),
         )
 
 
@@ -160,15 +176,43 @@ class Outcome:
 
 
 class NativeAborted(Exception):
-    """Raised by a native handler when the host answered a call with ``native_abort``."""
+    """Raised by the host channel when the host ended the exchange (``native_abort``, or the
+    stream closed): the program stops at once."""
 
 
 class HostProtocolError(Exception):
-    """Raised by a native handler (or here) when the host broke the protocol during a call."""
+    """Raised by the host channel (or here) when the host broke the protocol during a call."""
 
 
-NativeHandler = Callable[[str, dict[str, Any]], Any]
-"""Performs one bound native call round trip and returns the plain result value."""
+@dataclass(frozen=True)
+class Reply:
+    """The host's answer to one call: ``ok`` with the plain ``value``, or the host's approved
+    ``error`` text (only ever for a call that asked to recover)."""
+
+    ok: bool
+    value: Any = None
+    error: str = ""
+
+    @classmethod
+    def succeeded(cls, value: Any) -> Reply:
+        return cls(True, value=value)
+
+    @classmethod
+    def failed(cls, error: str) -> Reply:
+        return cls(False, error=error)
+
+
+class Host(Protocol):
+    """What a running program asks of the host (``channel.HostChannel`` over the frame streams).
+
+    ``call`` and ``invalid`` block for the host's reply; when the host ends the execute instead
+    they raise :class:`NativeAborted` (or :class:`HostProtocolError`), and the program stops."""
+
+    def call(self, name: str, args: dict[str, Any], attempt: bool) -> Reply: ...
+
+    def invalid(self, name: str, message: str, attempt: bool) -> Reply: ...
+
+    def prints(self, text: str, cut: bool) -> None: ...
 
 
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -182,12 +226,12 @@ class _Stop(Exception):
 class _Run:
     """State of one program run; the builtins reach it through ``environment.set_hooks``."""
 
-    def __init__(
-        self, limits: ExecLimits, inputs: dict[str, Mapping[str, Any]], native: NativeHandler
-    ) -> None:
+    def __init__(self, limits: ExecLimits, inputs: dict[str, Mapping[str, Any]], host: Host) -> None:
         self.limits = limits
         self.inputs = inputs
-        self.native = native
+        self.host = host
+        self.output = PrintBuffer(limits.max_print_bytes)
+        self.attempting = False
         self.depth = min(limits.max_value_depth, MAX_BRIDGE_DEPTH)
         # Depth counts each argument value; the keyword map around them is one more level.
         self.args_depth = min(limits.max_value_depth + 1, MAX_BRIDGE_DEPTH)
@@ -209,7 +253,18 @@ class _Run:
         if self.counting and self.checks * STEPS_PER_CHECK > self.limits.max_steps:
             self.fail("resource_limit", LIMIT_STEPS)
             return True
+        if self.checks & (self.checks - 1) == 0:  # checks 1, 2, 4, 8, ...: protocol.max_print_frames
+            try:
+                self.flush_prints()  # so that a program the host kills later still shows its prints
+            except (NativeAborted, HostProtocolError) as exc:
+                self.escape = exc
+                return True
         return False
+
+    def flush_prints(self) -> None:
+        pending = self.output.take()
+        if pending is not None:
+            self.host.prints(*pending)
 
     def main_begin(self) -> None:
         self.main_running = True
@@ -221,7 +276,22 @@ class _Run:
     def internal(self) -> None:
         self.fail("internal")
 
-    def _enter(self, name: str) -> None:
+    def print_wanted(self) -> bool:
+        return self.output.wanted
+
+    def print_text(self, text: str) -> None:
+        self.output.add(text)
+
+    def attempt_begin(self) -> None:
+        self.attempting = True
+
+    def attempt_refused(self) -> None:
+        self.fail("invalid_program", ATTEMPT_MESSAGE, locate="attempt")
+        raise _Stop
+
+    def _enter(self, name: str) -> bool:
+        """Count one call; whether it is made under ``attempt``."""
+        attempt, self.attempting = self.attempting, False
         if not self.main_running:
             self.fail(
                 "invalid_program",
@@ -233,30 +303,53 @@ class _Run:
         if self.native_calls > self.limits.max_native_calls:
             self.fail("resource_limit", LIMIT_NATIVE_CALLS)
             raise _Stop
+        return attempt
 
-    def native_positional(self, name: str) -> None:
-        self._enter(name)
-        self.fail("invalid_arguments", positional_diagnostic(name, self.inputs[name]))
+    def _ask(self, request: Callable[[], Reply]) -> Reply:
+        """One round trip to the host, after the prints so far (the host ends the program by
+        ending the exchange: then the program stops at once)."""
+        try:
+            self.flush_prints()
+            return request()
+        except (NativeAborted, HostProtocolError) as exc:
+            self.escape = exc
+            raise _Stop from None
 
-    def native_rejected(self, name: str, value: Any) -> None:
-        self._enter(name)
+    def _invalid(self, name: str, diagnostic: str, attempt: bool) -> Any:
+        """A call the binding rejected: the host records it and decides the text."""
+        reply = self._ask(lambda: self.host.invalid(name, diagnostic, attempt))
+        return self._failed(reply, attempt)
+
+    def _failed(self, reply: Reply, attempt: bool) -> Any:
+        """``attempt``'s value for a recoverable failure; without ``attempt`` the host must have
+        ended the program instead of answering."""
+        if not attempt or reply.ok or not isinstance(reply.error, str) or not reply.error:
+            self.escape = HostProtocolError("an error reply to a call that asked no recovery")
+            raise _Stop
+        return _ENCODER.encode({"ok": False, "error": reply.error})
+
+    def native_positional(self, name: str) -> Any:
+        attempt = self._enter(name)
+        return self._invalid(name, positional_diagnostic(name, self.inputs[name]), attempt)
+
+    def native_rejected(self, name: str, value: Any) -> Any:
+        attempt = self._enter(name)
         if isinstance(value, Overflow):
             self.fail("resource_limit", LIMIT_VALUE_SIZE)
-            return
+            raise _Stop
         try:
             bind_arguments(self.inputs[name], value)
         except BindError as exc:
-            self.fail("invalid_arguments", exc.diagnostic)
-            return
+            return self._invalid(name, exc.diagnostic, attempt)
         self.fail("internal")  # a marked value always fails to bind
+        raise _Stop
 
     def native_call(self, name: str, args_json: str) -> Any:
-        self._enter(name)
+        attempt = self._enter(name)
         try:
             args = bind_arguments(self.inputs[name], _decode(args_json))
         except BindError as exc:
-            self.fail("invalid_arguments", exc.diagnostic)
-            raise _Stop from None
+            return self._invalid(name, exc.diagnostic, attempt)
         except ValueLimitError:
             self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
@@ -265,11 +358,10 @@ class _Run:
         except ValueLimitError:
             self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
-        try:
-            value = self.native(name, args)
-        except (NativeAborted, HostProtocolError) as exc:
-            self.escape = exc
-            raise _Stop from None
+        reply = self._ask(lambda: self.host.call(name, args, attempt))
+        if not reply.ok:
+            return self._failed(reply, attempt)
+        value = reply.value
         try:
             check_value(value, self.depth, self.limits.max_value_bytes)
         except ValueLimitError:
@@ -278,6 +370,8 @@ class _Run:
         except ValueTypeError:
             self.escape = HostProtocolError("native_result value is not a plain value")
             raise _Stop from None
+        if attempt:
+            value = {"ok": True, "value": value}  # one level more: still below JSON_RESULT_DEPTH + 1
         if self.depth <= JSON_RESULT_DEPTH:
             return _ENCODER.encode(value)
         return [value]
@@ -463,26 +557,29 @@ def run_program(
     source: str,
     manifest: Sequence[Mapping[str, Any]],
     limits: ExecLimits,
-    native: NativeHandler,
+    host: Host,
 ) -> Outcome:
     """Run ``source`` and return its outcome.
 
     ``manifest`` is the exec frame's list of ``{name, input}`` (validated again here; an invalid
-    one raises ``ValueError``). ``native(name, args)`` performs one native call round trip and
-    returns the plain result; when it raises ``NativeAborted`` or ``HostProtocolError`` the
-    program stops at once and that exception propagates out of ``run_program``.
+    one raises ``ValueError``). ``host`` performs each round trip (:class:`Host`); when it raises
+    ``NativeAborted`` or ``HostProtocolError`` the program stops at once and that exception
+    propagates out of ``run_program``. The prints not yet sent go to ``host.prints`` before the
+    outcome is returned.
     """
     try:
         validate_manifest(list(manifest))
     except ProtocolError as exc:
         raise ValueError(f"invalid manifest: {exc}") from None
     inputs = {str(entry["name"]): entry["input"] for entry in manifest}
-    run = _Run(limits, inputs, native)
+    run = _Run(limits, inputs, host)
 
     def body() -> Outcome:
         set_hooks(run)
         try:
-            return _execute(environment(), run, source)
+            outcome = _execute(environment(), run, source)
+            run.flush_prints()
+            return outcome
         except (NativeAborted, HostProtocolError):
             raise
         except BaseException as exc:  # trusted set-up failed, or a panic outside the program
@@ -502,8 +599,9 @@ def helper(n):
 
 def main():
     out = warm.ping(text = "x", items = [1, 2.5, None], opts = {"a": True})
+    tried = attempt(warm.ping, text = 1, items = [])
     total = sum(helper(10)) + math.floor(math.sqrt(16.0)) + len(json.encode({"k": [1, 2]}))
-    print("warm", total)
+    print("warm", total, tried["ok"])
     return {"out": out, "total": total, "decoded": json.decode('{"a": [1, 2.0]}'),
             "indented": json.indent('{"a":[1]}'), "t": (1, "two")}
 """
@@ -523,16 +621,31 @@ _WARM_MANIFEST: Final = [
 ]
 
 
+class _WarmHost:
+    """Answers the warm-up program's calls without any frames."""
+
+    def call(self, name: str, args: dict[str, Any], attempt: bool) -> Reply:
+        return Reply.succeeded({"ok": True, "args": args})
+
+    def invalid(self, name: str, message: str, attempt: bool) -> Reply:
+        return Reply.failed("invalid capability arguments")
+
+    def prints(self, text: str, cut: bool) -> None:
+        return None
+
+
 def warm_up() -> None:
-    """Build the helper modules and run a throwaway program (with one fake native call and a
-    throwaway parse error) on the interpreter thread, so that the first real program does not
-    pay the interpreter's first-use costs (~10 ms)."""
+    """Build the helper modules and run a throwaway program (with fake native calls, an attempt,
+    a print and a throwaway parse error) on the interpreter thread, so that the first real
+    program does not pay the interpreter's first-use costs (~10 ms)."""
     limits = ExecLimits(
         max_steps=1_000_000,
         max_value_depth=32,
         max_value_bytes=1 << 20,
         max_native_calls=10,
         max_callstack=200,
+        max_print_bytes=1024,
     )
-    run_program(_WARM_SOURCE, _WARM_MANIFEST, limits, lambda name, args: {"ok": True, "args": args})
-    run_program("def main(:\n", [], limits, lambda name, args: None)
+    host = _WarmHost()
+    run_program(_WARM_SOURCE, _WARM_MANIFEST, limits, host)
+    run_program("def main(:\n", [], limits, host)

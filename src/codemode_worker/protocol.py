@@ -30,8 +30,11 @@ __all__ = [
     "HOST_KINDS",
     "LIMIT_KEYS",
     "MAX_HOST_FRAME_BYTES",
+    "OPTIONAL_LIMIT_KEYS",
+    "PRINT_CHUNK_CHARS",
     "RESERVED_ROOTS",
     "STARLARK_KEYWORDS",
+    "STEPS_PER_CHECK",
     "WORKER_KINDS",
     "FrameDecoder",
     "ProtocolError",
@@ -39,6 +42,8 @@ __all__ = [
     "decode_body",
     "encode_frame",
     "encode_native_call",
+    "encode_print",
+    "max_print_frames",
     "read_exact",
     "read_frame",
     "validate_frame",
@@ -54,9 +59,11 @@ MAX_HOST_FRAME_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 _INT64_MAX = 2**63 - 1
 
-HOST_KINDS: frozenset[str] = frozenset({"probe", "exec", "native_result", "native_abort"})
+HOST_KINDS: frozenset[str] = frozenset({"probe", "exec", "native_result", "native_error", "native_abort"})
 """Kinds the host sends (the worker reads only these)."""
-WORKER_KINDS: frozenset[str] = frozenset({"probe_ack", "native_call", "final", "final_error"})
+WORKER_KINDS: frozenset[str] = frozenset(
+    {"probe_ack", "native_call", "native_attempt", "native_invalid", "print", "final", "final_error"}
+)
 """Kinds the worker sends (the host reads only these)."""
 ALL_KINDS: frozenset[str] = HOST_KINDS | WORKER_KINDS
 
@@ -70,15 +77,38 @@ LIMIT_KEYS: tuple[str, ...] = (
     "max_native_calls",
     "max_callstack",
 )
-_POSITIVE_LIMITS = frozenset({"max_value_depth", "max_value_bytes", "max_callstack"})
+OPTIONAL_LIMIT_KEYS: tuple[str, ...] = ("max_print_bytes",)
+"""Limits an exec frame carries only when they are in force (``max_print_bytes``: the host keeps
+``print()`` output); a worker that predates them gets an exec frame without them."""
+_POSITIVE_LIMITS = frozenset({"max_value_depth", "max_value_bytes", "max_callstack", "max_print_bytes"})
+PRINT_CHUNK_CHARS = 8192
+"""Characters of ``print()`` output per ``print`` frame: even escaped as ``\\uXXXX`` (6 bytes per
+character) a frame stays far below the host's smallest frame cap (64 KiB + ``max_value_bytes``)."""
+STEPS_PER_CHECK = 1000
+"""Interpreter ticks between two step checks (fixed inside starlark-rust; see ``interpreter``)."""
+
+
+def max_print_frames(max_native_calls: int, max_steps: int, max_print_bytes: int) -> int:
+    """The most ``print`` frames an honest worker sends in one exchange, which the host enforces:
+    the worker sends its pending prints before each call frame and before its final frame, at the
+    step checks numbered by a power of two (1, 2, 4, ...: at most ``bit_length`` of the last
+    check's number), and splits them into one more frame per :data:`PRINT_CHUNK_CHARS` characters
+    of its whole output. Without such a bound every frame would be free work for the host."""
+    checks = max_steps // STEPS_PER_CHECK + 1
+    return max_native_calls + 1 + checks.bit_length() + max_print_bytes // PRINT_CHUNK_CHARS
+
 
 _KEYS: dict[str, frozenset[str]] = {
     "probe": frozenset({"k", "v"}),
     "probe_ack": frozenset({"k", "v"}),
     "exec": frozenset({"k", "v", "source", "manifest", "limits"}),
     "native_call": frozenset({"k", "seq", "name", "args"}),
+    "native_attempt": frozenset({"k", "seq", "name", "args"}),
+    "native_invalid": frozenset({"k", "seq", "name", "message", "attempt"}),
     "native_result": frozenset({"k", "seq", "value"}),
+    "native_error": frozenset({"k", "seq", "error"}),
     "native_abort": frozenset({"k", "seq"}),
+    "print": frozenset({"k", "text", "cut"}),
     "final": frozenset({"k", "value"}),
     "final_error": frozenset({"k", "error", "message"}),
 }
@@ -129,6 +159,7 @@ RESERVED_ROOTS: frozenset[str] = frozenset(
         "abs",
         "all",
         "any",
+        "attempt",
         "bool",
         "chr",
         "dict",
@@ -208,17 +239,26 @@ def encode_frame(obj: Mapping[str, Any]) -> bytes:
     return _framed(body)
 
 
-def encode_native_call(seq: int, name: str, args: Mapping[str, Any]) -> bytes:
-    """The ``native_call`` frame for arguments the worker has already checked as a plain, bounded
-    value (``values.check_value``) and a capability name from its manifest: the same bytes as
-    ``encode_frame`` without re-validating them (the host validates every frame it reads)."""
+def encode_native_call(seq: int, name: str, args: Mapping[str, Any], attempt: bool = False) -> bytes:
+    """The ``native_call`` frame (``native_attempt`` when ``attempt``) for arguments the worker has
+    already checked as a plain, bounded value (``values.check_value``) and a capability name from
+    its manifest: the same bytes as ``encode_frame`` without re-validating them (the host validates
+    every frame it reads)."""
+    kind = "native_attempt" if attempt else "native_call"
     try:
         encode = _FRAME_ENCODER.encode
-        text = f'{{"k":"native_call","seq":{int(seq)},"name":{encode(name)},"args":{encode(args)}}}'
+        text = f'{{"k":"{kind}","seq":{int(seq)},"name":{encode(name)},"args":{encode(args)}}}'
         body = text.encode("utf-8")
     except _ENCODE_ERRORS as exc:
         raise ProtocolError(f"frame is not encodable: {type(exc).__name__}") from None
     return _framed(body)
+
+
+def encode_print(text: str, cut: bool) -> bytes:
+    """One ``print`` frame (``text`` at most :data:`PRINT_CHUNK_CHARS` characters)."""
+    if len(text) > PRINT_CHUNK_CHARS:
+        raise ProtocolError("print frame text is longer than a chunk")
+    return encode_frame({"k": "print", "text": text, "cut": bool(cut)})
 
 
 def write_frame(stream: _Writer, obj: Mapping[str, Any]) -> None:
@@ -463,10 +503,20 @@ def validate_manifest(manifest: object) -> None:
 
 
 def _validate_limits(limits: object) -> None:
-    if not isinstance(limits, dict) or set(limits) != set(LIMIT_KEYS):
-        raise ProtocolError("exec.limits must have exactly " + ", ".join(LIMIT_KEYS))
-    for key in LIMIT_KEYS:
-        _check_int("limits", key, limits[key], 1 if key in _POSITIVE_LIMITS else 0)
+    if (
+        not isinstance(limits, dict)
+        or not set(LIMIT_KEYS) <= set(limits)
+        or not set(limits) <= set(LIMIT_KEYS) | set(OPTIONAL_LIMIT_KEYS)
+    ):
+        raise ProtocolError(
+            "exec.limits must have exactly "
+            + ", ".join(LIMIT_KEYS)
+            + " (and optionally "
+            + ", ".join(OPTIONAL_LIMIT_KEYS)
+            + ")"
+        )
+    for key, value in limits.items():
+        _check_int("limits", key, value, 1 if key in _POSITIVE_LIMITS else 0)
 
 
 def validate_frame(obj: object, allowed_kinds: Collection[str] = ALL_KINDS) -> dict[str, Any]:
@@ -489,12 +539,27 @@ def validate_frame(obj: object, allowed_kinds: Collection[str] = ALL_KINDS) -> d
             raise ProtocolError("exec.source must be a string")
         validate_manifest(obj["manifest"])
         _validate_limits(obj["limits"])
-    elif kind == "native_call":
+    elif kind in ("native_call", "native_attempt"):
         if not isinstance(obj["name"], str) or not obj["name"]:
-            raise ProtocolError("native_call.name must be a non-empty string")
+            raise ProtocolError(f"{kind}.name must be a non-empty string")
         args = obj["args"]
         if not isinstance(args, dict) or not all(isinstance(key, str) for key in args):
-            raise ProtocolError("native_call.args must be an object")
+            raise ProtocolError(f"{kind}.args must be an object")
+    elif kind == "native_invalid":
+        if not isinstance(obj["name"], str) or not obj["name"]:
+            raise ProtocolError("native_invalid.name must be a non-empty string")
+        if not isinstance(obj["message"], str):
+            raise ProtocolError("native_invalid.message must be a string")
+        if not isinstance(obj["attempt"], bool):
+            raise ProtocolError("native_invalid.attempt must be a boolean")
+    elif kind == "native_error":
+        if not isinstance(obj["error"], str) or not obj["error"]:
+            raise ProtocolError("native_error.error must be a non-empty string")
+    elif kind == "print":
+        if not isinstance(obj["text"], str):
+            raise ProtocolError("print.text must be a string")
+        if not isinstance(obj["cut"], bool):
+            raise ProtocolError("print.cut must be a boolean")
     elif kind == "final_error":
         if not isinstance(obj["error"], str) or obj["error"] not in ERROR_CODES:
             raise ProtocolError("final_error.error is not a known code")

@@ -128,6 +128,48 @@ def main() -> None:
         return
     elif mode == "hang":
         time.sleep(60)
+    elif mode == "attempt_flood":  # argv: attempt_flood NAME: recoverable failures, as many as it can get
+        for i in range(1, 10_000):
+            send({"k": "native_attempt", "seq": i, "name": sys.argv[2], "args": {"value": "x"}})
+            if read_frame()["k"] != "native_error":
+                return
+    elif mode == "attempt_reply":  # argv: attempt_reply NAME JSON-ARGS: returns whatever the host answered
+        send({"k": "native_attempt", "seq": 1, "name": sys.argv[2], "args": json.loads(sys.argv[3])})
+        send({"k": "final", "value": read_frame()})
+    elif mode == "invalid_reply":  # argv: invalid_reply NAME MESSAGE ATTEMPT(0/1)
+        attempt = sys.argv[4] == "1"
+        send(
+            {"k": "native_invalid", "seq": 1, "name": sys.argv[2], "message": sys.argv[3], "attempt": attempt}
+        )
+        send({"k": "final", "value": read_frame()})
+    elif mode == "invalid_flood":
+        for i in range(1, 10_000):
+            message = 'argument "value" must be str, got int'
+            send({"k": "native_invalid", "seq": i, "name": "util.echo", "message": message, "attempt": True})
+            if read_frame()["k"] != "native_error":
+                return
+    elif mode == "invalid_wrong_seq":
+        send({"k": "native_invalid", "seq": 3, "name": "util.echo", "message": "", "attempt": True})
+    elif mode == "attempt_rebind":  # arguments the host's own binding refuses: never recoverable
+        send({"k": "native_attempt", "seq": 1, "name": "records.lookup", "args": {"key": 5}})
+        send({"k": "final", "value": read_frame()})
+    elif mode == "attempt_ahead":
+        raw(
+            encode_frame({"k": "native_attempt", "seq": 1, "name": "util.echo", "args": {"value": "x"}})
+            + encode_frame({"k": "final", "value": 1})
+        )
+    elif mode == "error_from_worker":
+        send({"k": "native_error", "seq": 1, "error": "permission denied"})
+    elif mode == "prints":  # argv: prints JSON-LIST-OF-[text, cut]: print frames, then a final value
+        for text, cut in json.loads(sys.argv[2]):
+            send({"k": "print", "text": text, "cut": cut})
+        send({"k": "final", "value": "done"})
+    elif mode == "prints_flood":  # argv: prints_flood TEXT: print frames, as fast as it can write them
+        chunk = encode_frame({"k": "print", "text": sys.argv[2], "cut": False}) * 10_000
+        for _ in range(1000):
+            raw(chunk)
+    elif mode == "prints_then_hang":
+        send({"k": "print", "text": "last words\n", "cut": False})
     elif mode == "honest_echo":
         send({"k": "native_call", "seq": 1, "name": "util.echo", "args": {"value": "hi"}})
         reply = read_frame()

@@ -3,10 +3,12 @@ without the host's own rebind and authorization."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -237,3 +239,168 @@ async def test_honest_fake_worker_passes_through_the_pipeline() -> None:
     text, rec, _ = await outcome("honest_echo")
     assert text == "value:{'value': 'hi'}"
     assert len(rec.authz_inputs) == 1 and rec.authz_inputs[0].arguments == {"value": "hi"}
+
+
+# --------------------------------------------------------------------------- recoverable calls
+
+
+async def report(
+    mode: str, *args: str, rec: Recorder | None = None, **limits: object
+) -> tuple[str, list[tuple[str, str]], str | None, Recorder]:
+    """(client text or ``value:...``, the call ledger, the prints, the recorder) of one execute."""
+    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, mode, *args])
+    srv, rec = make_server(rec, runtime=runtime, **limits)  # type: ignore[arg-type]
+    try:
+        run = await srv.run("def main():\n    return 1\n", subject=ALICE)
+        text, calls, prints = f"value:{run.value}", run.calls, run.prints
+    except codemode.CodeModeError as exc:
+        text, calls, prints = client_text(exc), exc.calls, exc.prints
+    finally:
+        await srv.aclose()
+    return text, [(c.capability, c.outcome) for c in calls], prints, rec
+
+
+async def test_recoverable_denials_are_still_bounded_by_the_call_limit() -> None:
+    # A worker that turns every denial into a value still gets at most max_native_calls decisions.
+    text, calls, _, rec = await report("attempt_flood", "util.echo", rec=Recorder(deny={"util.echo"}))
+    assert text == "resource limit exceeded: native calls"
+    assert len(rec.authz_inputs) == 100 and rec.handler_calls == []
+    assert calls == [("util.echo", "denied")] * 100
+
+
+async def test_recoverable_replies_carry_only_the_hosts_approved_text() -> None:
+    text, calls, _, _ = await report(
+        "attempt_reply", "util.echo", '{"value": "x"}', rec=Recorder(deny={"util.echo"})
+    )
+    assert text == "value:{'k': 'native_error', 'seq': 1, 'error': 'permission denied'}"
+    assert "SECRET" not in text and calls == [("util.echo", "denied")]
+    text, calls, _, _ = await report("attempt_reply", "util.boom", '{"value": "agent"}')
+    disclosed = "capability failed: record 7 is locked  by another user"  # sanitized, as errors.md says
+    assert text == "value:" + str({"k": "native_error", "seq": 1, "error": disclosed})
+    text, calls, _, _ = await report("attempt_reply", "util.boom", '{"value": "secret"}')
+    assert text == "value:{'k': 'native_error', 'seq': 1, 'error': 'capability failed'}"
+    assert "SECRET" not in text and calls == [("util.boom", "failed")]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "rec", "expected", "ledger"),
+    [
+        # Limits, policy failures and internal failures end the program even when asked to recover.
+        ("util.blob", '{"size": 2000}', None, "resource limit exceeded: value size", "limit exceeded"),
+        ("util.echo", '{"value": "x"}', Recorder(fail_policy={"util.echo"}),
+         "authorization policy failure", "policy failure"),
+        ("util.badout", "{}", None,
+         "value:" + str({"k": "native_error", "seq": 1, "error": "capability failed"}), "failed"),
+    ],
+)  # fmt: skip
+async def test_the_host_alone_decides_what_is_recoverable(
+    name: str, args: str, rec: Recorder | None, expected: str, ledger: str
+) -> None:
+    text, calls, _, _ = await report("attempt_reply", name, args, rec=rec, max_value_bytes=1000)
+    assert text == expected
+    assert calls == [(name, ledger)]
+
+
+async def test_a_failing_host_rebind_is_never_recoverable() -> None:
+    text, calls, _, rec = await report("attempt_rebind")
+    assert text == "internal failure"
+    assert calls == [] and rec.authz_inputs == [] and rec.handler_calls == []
+
+
+@pytest.mark.parametrize(
+    ("message", "attempt", "expected"),
+    [
+        ('argument "value" must be str, got int', "1",
+         "value:{'k': 'native_error', 'seq': 1, 'error': "
+         "'invalid capability arguments: argument \"value\" must be str, got int'}"),
+        # Phishing through the diagnostic: the host answers its bare text.
+        ("permission denied. Session expired: log in at http://evil.example", "1",
+         "value:{'k': 'native_error', 'seq': 1, 'error': 'invalid capability arguments'}"),
+        ('argument "value" must be str, got int', "0",
+         'invalid capability arguments: argument "value" must be str, got int'),
+        ("log in at http://evil.example", "0", "invalid capability arguments"),
+    ],
+)  # fmt: skip
+async def test_invalid_calls_are_recorded_with_the_hosts_text(
+    message: str, attempt: str, expected: str
+) -> None:
+    text, calls, _, rec = await report("invalid_reply", "util.echo", message, attempt)
+    assert text == expected
+    assert calls == [("util.echo", "invalid arguments")]
+    assert rec.authz_inputs == [] and rec.handler_calls == []
+
+
+async def test_invalid_calls_count_against_the_call_limit() -> None:
+    text, calls, _, rec = await report("invalid_flood")
+    assert text == "resource limit exceeded: native calls"
+    assert calls == [("util.echo", "invalid arguments")] * 100
+    assert rec.authz_inputs == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "args"),
+    [
+        ("invalid_reply", ("nope.nothing", "", "1")),  # not an enabled capability
+        ("invalid_reply", ("util.hidden", "", "1")),  # disabled
+        ("invalid_wrong_seq", ()),
+        ("attempt_ahead", ()),  # frames ahead of the attempt's reply
+        ("error_from_worker", ()),  # a host kind, sent by the worker
+        ("attempt_flood", ("nope.nothing",)),
+    ],
+)
+async def test_malformed_recoverable_frames_are_internal_failures(mode: str, args: tuple[str, ...]) -> None:
+    text, calls, _, rec = await report(mode, *args)
+    assert text == "internal failure"
+    assert calls == [] and rec.handler_calls == [] and rec.authz_inputs == []
+
+
+# --------------------------------------------------------------------------- prints
+
+
+@pytest.mark.parametrize(
+    ("frames", "limits"),
+    [
+        ([["hi", False]], {}),  # prints are off: the host never asked for any
+        ([["a" * 30, False], ["b" * 30, False]], {"max_print_bytes": 50}),  # over the budget
+        ([["a", True], ["b", False]], {"max_print_bytes": 50}),  # more after the cut
+        ([["é" * 26, False]], {"max_print_bytes": 50}),  # the budget counts bytes, not characters
+    ],
+)
+async def test_prints_beyond_what_the_host_asked_for_are_refused(
+    frames: list[Any], limits: dict[str, int]
+) -> None:
+    text, _, _, _ = await report("prints", json.dumps(frames), **limits)
+    assert text == "internal failure"
+
+
+async def test_prints_within_the_budget_are_kept_and_marked_when_cut() -> None:
+    frames = [["line 1\n", False], ["line 2", True]]
+    text, _, prints, _ = await report("prints", json.dumps(frames), max_print_bytes=50)
+    assert text == "value:done"
+    assert prints == "line 1\nline 2\n[prints truncated]"
+    text, _, prints, _ = await report("prints", json.dumps([["é" * 25, False]]), max_print_bytes=50)
+    assert (text, prints) == ("value:done", "é" * 25)
+
+
+async def test_a_huge_print_frame_is_refused_before_it_is_read() -> None:
+    # The frame cap during an execution is max_value_bytes + 64 KiB, checked on the length header.
+    frames = json.dumps([["x" * 200_000, False]])
+    text, _, _, _ = await report("prints", frames, max_print_bytes=1000, max_value_bytes=1000)
+    assert text == "internal failure"
+
+
+async def test_prints_sent_before_the_deadline_reach_the_client() -> None:
+    text, _, prints, _ = await report("prints_then_hang", max_print_bytes=100, max_execution_time=0.5)
+    assert text == "resource limit exceeded: time"
+    assert prints == "last words\n"
+
+
+@pytest.mark.parametrize("text", ["", "x"])
+async def test_a_flood_of_print_frames_is_refused_at_once(text: str) -> None:
+    # Every print frame costs the host's event loop (shared by every tenant) a decode: an honest
+    # worker sends a bounded number (protocol.max_print_frames), so a flood ends the execute at once
+    # instead of keeping the loop busy until the deadline. Empty text never comes without the cut.
+    t0 = time.monotonic()
+    text_out, _, _, _ = await report("prints_flood", text, max_print_bytes=1 << 20, max_execution_time=20)
+    assert text_out == "internal failure"
+    assert time.monotonic() - t0 < 5.0

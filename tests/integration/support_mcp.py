@@ -18,6 +18,7 @@ from pydantic import BaseModel
 import codemode
 from codemode import authz
 from codemode.common.errors import LIMIT_KINDS
+from codemode.common.outcomes import LEDGER_OUTCOMES
 from codemode.mcp import StaticSubject, create_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,10 +112,41 @@ async def call_raw(client: Client, tool: str, arguments: Any) -> types.CallToolR
     return await client.call_tool(tool, arguments)
 
 
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def execute_report(result: types.CallToolResult) -> dict[str, Any]:
+    """The ``structuredContent`` of an ``execute`` result, success or error, after checking its shape
+    (docs/reference/tools.md): the first text block is the compact ``{"result"}`` or the error text,
+    the second the compact ``{"calls"}``, a third (non-empty prints only) the compact ``{"prints"}``."""
+    out = result.structured_content
+    assert isinstance(out, dict), dump(result)
+    assert all(isinstance(block, types.TextContent) for block in result.content), dump(result)
+    texts = [block.text for block in result.content]  # type: ignore[union-attr]
+    if result.is_error:
+        assert set(out) in ({"error", "calls"}, {"error", "calls", "prints"}), dump(result)
+        assert texts[0] == out["error"], dump(result)
+    else:
+        assert set(out) in ({"result", "calls"}, {"result", "calls", "prints"}), dump(result)
+        assert texts[0] == _compact({"result": out["result"]}), dump(result)
+    calls = out["calls"]
+    assert isinstance(calls, list), dump(result)
+    for entry in calls:
+        assert set(entry) == {"capability", "outcome"} and entry["outcome"] in LEDGER_OUTCOMES, entry
+    expected = [texts[0], _compact({"calls": calls})]
+    if out.get("prints"):
+        expected.append(_compact({"prints": out["prints"]}))
+    assert texts == expected, dump(result)
+    return out
+
+
 def error_text(result: types.CallToolResult) -> str:
-    """The single text of an isError result (asserts the error shape)."""
+    """The approved text of an isError result (asserts the error shape: one text block for
+    search_api and describe_api, the execute report's shape for execute)."""
     assert result.is_error is True, dump(result)
-    assert result.structured_content is None, dump(result)
+    if result.structured_content is not None:
+        return str(execute_report(result)["error"])
     assert len(result.content) == 1, dump(result)
     block = result.content[0]
     assert isinstance(block, types.TextContent), dump(result)
@@ -135,9 +167,14 @@ def success_value(result: types.CallToolResult) -> Any:
 
 
 def execute_value(result: types.CallToolResult) -> Any:
-    value = success_value(result)
-    assert set(value) == {"result"}
-    return value["result"]
+    """``main()``'s value of a successful execute (asserts the execute report's shape)."""
+    assert result.is_error is False, dump(result)
+    return execute_report(result)["result"]
+
+
+def ledger(result: types.CallToolResult) -> list[tuple[str, str]]:
+    """The call ledger of an execute result, as (capability, outcome) pairs."""
+    return [(c["capability"], c["outcome"]) for c in execute_report(result)["calls"]]
 
 
 def dump(result: BaseModel) -> str:

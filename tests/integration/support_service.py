@@ -302,10 +302,15 @@ INITIALIZE = {
 
 
 def tool_value(result: Any) -> Any:
-    """``structuredContent`` of a success, or ``("error", text)`` of an ``isError`` result."""
+    """``structuredContent`` of a success (for ``execute`` without its call ledger and prints:
+    ``{"result": ...}``), or ``("error", text)`` of an ``isError`` result."""
     if result.is_error:
         return ("error", result.content[0].text)
-    return result.structured_content
+    out = result.structured_content
+    if isinstance(out, dict) and "calls" in out:
+        assert isinstance(out["calls"], list), out
+        return {key: value for key, value in out.items() if key not in ("calls", "prints")}
+    return out
 
 
 async def call(client: Client, tool: str, **arguments: str) -> Any:

@@ -21,7 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from .support_mcp import RECORDS_PACK, call, child_env, cli_command, error_text, success_value
+from .support_mcp import RECORDS_PACK, call, child_env, cli_command, error_text, execute_value, success_value
 from .upstream_support import free_port
 
 pytestmark = pytest.mark.slow
@@ -162,9 +162,7 @@ async def test_derived_names_call_their_own_tools_in_any_listing_order(tmp_path:
             described = success_value(await call(client, "describe_api", name=name))
             assert described["summary"] == f"I am {tool}."
             source = f"def main():\n    return {name}()\n"
-            assert success_value(await call(client, "execute", source=source)) == {
-                "result": {"text": f"ran {tool}"}
-            }
+            assert execute_value(await call(client, "execute", source=source)) == {"text": f"ran {tool}"}
         assert error_text(await call(client, "describe_api", name="a.twice")) == "capability not found"
     assert "twice: listed 2 times with different definitions" in log.read_text(encoding="utf-8")
 

@@ -75,7 +75,13 @@ async def test_tools_list_exact(mode: str) -> None:
         "input",
         "output",
     }
-    assert outputs["execute"] is not None and outputs["execute"]["required"] == ["result"]
+    assert outputs["execute"] is not None and outputs["execute"]["required"] == ["calls"]
+    assert list(outputs["execute"]["properties"]) == ["result", "error", "calls", "prints"]
+    item = outputs["execute"]["properties"]["calls"]["items"]
+    assert item["properties"]["outcome"]["enum"] == [
+        "ok", "denied", "policy failure", "invalid arguments", "failed", "limit exceeded",
+        "interrupted", "not run",
+    ]  # fmt: skip
 
 
 async def test_descriptions_teach_the_contract(mode: str) -> None:
@@ -538,7 +544,17 @@ async def test_cancellation_kills_the_worker(mode: str) -> None:
 
 def test_structured_content_is_exactly_the_value(mode: str) -> None:
     # The helpers used above enforce it; this guards the helper against silently weakening.
-    r = types.CallToolResult(
-        content=[types.TextContent(type="text", text='{"result":1}')], structured_content={"result": 1}
-    )
+    blocks = [
+        types.TextContent(type="text", text='{"result":1}'),
+        types.TextContent(type="text", text='{"calls":[]}'),
+    ]
+    r = types.CallToolResult(content=blocks, structured_content={"result": 1, "calls": []})
     assert execute_value(r) == 1
+    for broken in (
+        types.CallToolResult(content=blocks[:1], structured_content={"result": 1, "calls": []}),
+        types.CallToolResult(content=blocks, structured_content={"result": 1}),
+        types.CallToolResult(content=blocks, structured_content={"result": 2, "calls": []}),
+        types.CallToolResult(content=blocks, structured_content={"result": 1, "calls": [], "x": 0}),
+    ):
+        with pytest.raises(AssertionError):
+            execute_value(broken)

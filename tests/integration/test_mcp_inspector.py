@@ -153,4 +153,28 @@ def test_inspector_execute(inspector: list[str], tmp_path: Path) -> None:
         "--tool-args-json", json.dumps({"source": source}),
     )  # fmt: skip
     assert out["isError"] is False, out
-    assert out["structuredContent"] == {"result": "from inspector"}
+    calls = [
+        {"capability": "records.create", "outcome": "ok"},
+        {"capability": "records.get", "outcome": "ok"},
+    ]
+    assert out["structuredContent"] == {"result": "from inspector", "calls": calls}
+    assert [json.loads(block["text"]) for block in out["content"]] == [
+        {"result": "from inspector"},
+        {"calls": calls},
+    ]
+    # An error result with its ledger in structuredContent is accepted by a third-party client too.
+    failing = 'def main():\n    records.create(title="x")\n    return records.get(id=999)\n'
+    out = run_inspector(
+        inspector, tmp_path, "--method", "tools/call", "--tool-name", "execute",
+        "--tool-args-json", json.dumps({"source": failing}), expect_rc=5,
+    )  # fmt: skip
+    assert out["isError"] is True
+    assert (
+        out["content"][0]["text"]
+        == out["structuredContent"]["error"]
+        == "capability failed: record 999 not found"
+    )
+    assert out["structuredContent"]["calls"] == [
+        {"capability": "records.create", "outcome": "ok"},
+        {"capability": "records.get", "outcome": "failed"},
+    ]

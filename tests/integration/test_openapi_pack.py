@@ -6,23 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import re
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 import codemode
 from codemode import authz
 from codemode.capabilities.openapi import OpenAPIConfig, OpenAPIPack, openapi_pack
+from codemode.capabilities.openapi_paths import ONE_SEGMENT
 from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
 
 from . import openapi_app
-from .upstream_support import free_port, octokit_openapi_document
+from .upstream_support import octokit_openapi_document, uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -32,20 +32,8 @@ KEY = "inventory-secret-key"
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(openapi_app.app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_in_thread(openapi_app.app) as base:
+        yield base
 
 
 def config(base: str, **extra: Any) -> dict[str, Any]:
@@ -96,9 +84,11 @@ def test_operations_become_capabilities(served: tuple[OpenAPIPack, codemode.Serv
     assert server.describe("inventory.list_items").output[0]["name"] == "result"
     assert server.describe("inventory.delete_item").output == []
     skipped = dict(pack.reports["inventory"].skipped)
+    multipart = "/requestBody: multipart request body (file uploads) is not supported (multipart/form-data)"
     assert skipped == {
         "anything": "/responses/200: untyped object (no properties, extra keys of any type)",
-        "uploadBlob": "/requestBody: required request body is not JSON",
+        "uploadBlob": multipart,
+        "attachNote": multipart,  # optional: before issue 20 it was kept, silently without its body
     }
 
 
@@ -134,12 +124,10 @@ async def test_http_errors_and_bad_responses(served: tuple[OpenAPIPack, codemode
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(run(source), subject=SUBJECT)
         assert client_text(info.value) == "capability failed"
-    for bad in ('""', '"."', '".."'):
-        with pytest.raises(codemode.CapabilityFailure) as info:
+    for bad in ('""', '"."', '".."', '"a/b"'):
+        with pytest.raises(codemode.InvalidArguments) as info:
             await server.execute(run(f"return inventory.peer_by_name(name={bad})"), subject=SUBJECT)
-        assert (
-            client_text(info.value) == "capability failed: path parameter name must not be empty, '.' or '..'"
-        )
+        assert client_text(info.value) == f'invalid capability arguments: argument "name" {ONE_SEGMENT}'
     odd = await server.execute(run('return inventory.peer_by_name(name="a?b=1#c d")'), subject=SUBJECT)
     assert odd == {"name": "a?b=1#c d"}  # reserved characters arrive encoded, in one path segment
     with pytest.raises(codemode.InvalidArguments):
@@ -294,20 +282,112 @@ async def test_a_document_path_can_never_leave_base_url(tmp_path: Any, service: 
     header) to another host. Such paths are skipped with a reason; the rest still convert."""
     import json
 
-    spec = openapi_app.app.openapi()
+    spec = copy.deepcopy(openapi_app.app.openapi())  # FastAPI caches the dict it returns
     stolen = {"get": {"operationId": "steal", "responses": {"200": {"description": "ok"}}}}
     spec["paths"] = {
         **spec["paths"],
         "https://attacker.example/collect": stolen,
         "//attacker.example/collect": {"get": {**stolen["get"], "operationId": "steal2"}},
         "/ok?x=https://attacker.example": {"get": {**stolen["get"], "operationId": "steal3"}},
+        "/../attacker.example/{x}": {"get": {**stolen["get"], "operationId": "steal4"}},
+        "/items/%2e%2e/%2E%2E/admin": {"get": {**stolen["get"], "operationId": "steal5"}},
+        "/x": {"$ref": "https://attacker.example/item.json"},
     }
     doc = tmp_path / "doc.json"
     doc.write_text(json.dumps(spec))
     pack = openapi_pack([{"name": "inv", "document": str(doc), "base_url": service}])
     names = {c.name for c in pack.capabilities()}
     assert "inv.list_items" in names
-    assert not {"inv.steal", "inv.steal2", "inv.steal3"} & names
+    assert not {"inv.steal", "inv.steal2", "inv.steal3", "inv.steal4", "inv.steal5"} & names
     skipped = " ".join(str(s) for s in pack.reports["inv"].skipped)
     assert "attacker.example" in skipped and "relative to base_url" in skipped
     await pack.aclose()
+
+
+async def test_classic_document_forms_round_trip(
+    tmp_path: Any, service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What classic published documents contain (issue 20 §4), against the live service: missing
+    and unusable operationIds (named from method and path), operations that declare only
+    ``default`` or only errors (output ``{}``), and a form-urlencoded body. Before, these
+    operations were skipped (no operationId, spaces, no 2xx response) and form bodies dropped."""
+    import json
+
+    monkeypatch.setenv(openapi_app.API_KEY_ENV, KEY)
+    openapi_app.ITEMS.clear()
+    spec = copy.deepcopy(openapi_app.app.openapi())  # FastAPI caches the dict it returns
+    paths = spec["paths"]
+    del paths["/items/{item_id}"]["get"]["operationId"]
+    paths["/items"]["get"]["operationId"] = "list all items"  # spaces: not usable as an id
+    paths["/items/{item_id}"]["delete"]["responses"] = {"default": {"description": "successful operation"}}
+    paths["/items"]["post"]["responses"] = {
+        "400": {"description": "Invalid input"},
+        "405": {"description": "x"},
+    }
+    doc = tmp_path / "classic.json"
+    doc.write_text(json.dumps(spec))
+    pack = openapi_pack([config(service, document=str(doc))])
+    server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
+    try:
+        ids = {c.name: c.id for c in server.capabilities}
+        assert ids["inventory.get_items_item_id"] == "openapi:inventory:GET:/items/{item_id}"
+        assert ids["inventory.get_items"] == "openapi:inventory:GET:/items"
+        assert server.describe("inventory.create_item").output == []
+        assert server.describe("inventory.search_items").signature == (
+            "inventory.search_items(*, name: str, tags: list[str] | None, max_price: float | None,"
+            " in_stock: bool | None)"
+        )
+        value = await server.execute(
+            run(
+                'made = inventory.create_item(name="red hammer", kind="tool", price=9, tags=["red"])\n'
+                'inventory.create_item(name="blue hammer", kind="tool", price=30, tags=["blue"])\n'
+                "one = inventory.get_items_item_id(item_id=1)\n"
+                'found = inventory.search_items(name="hammer", tags=["red", "blue"], max_price=20)\n'
+                'stocked = inventory.search_items(name="hammer", in_stock=True)\n'
+                "gone = inventory.delete_item(item_id=2)\n"
+                'return [made, one["name"], [i["name"] for i in found["result"]], stocked["result"], gone,'
+                ' len(inventory.get_items()["result"])]'
+            ),
+            subject=SUBJECT,
+        )
+        assert value == [{}, "red hammer", ["red hammer"], [], {}, 1]
+    finally:
+        await pack.aclose()
+        await server.aclose()
+
+
+# The first run installs an npm package (up to 300 s) before the test itself.
+@pytest.mark.timeout(600)
+async def test_github_contents_path_is_multi_segment_only_when_configured(tmp_path: Any) -> None:
+    """The docs/packs.md example: GitHub's contents ``{path}`` takes several segments once the
+    operator says so; by default it is one segment (the request is built, never sent)."""
+    import tomllib
+
+    from codemode.capabilities.openapi_calls import Handler
+
+    document, _ = octokit_openapi_document()
+    secret = tmp_path / "auth"
+    secret.write_text("Bearer ghp_example\n")
+    text = (Path(__file__).parents[2] / "docs" / "packs.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if "multi_segment_parameters" in b)
+    table = tomllib.loads(block)["openapi"][0]
+    table.update(document=str(document), auth_value_from_file=str(secret))
+    for multi, sent in [(True, "/repos/o/r/contents/docs/a%20b.md"), (False, None)]:
+        if not multi:
+            del table["multi_segment_parameters"]
+        pack = openapi_pack([table])
+        caps = {c.name: c for c in pack.capabilities()}
+        assert sorted(caps) == ["gh.repos_create_or_update_file_contents", "gh.repos_delete_file"]
+        handler = caps["gh.repos_delete_file"].handler
+        assert isinstance(handler, Handler)
+        if sent is not None:
+            request = handler.request({"owner": "o", "repo": "r", "path": "docs/a b.md"})
+            assert request.url.raw_path.decode() == sent
+            assert request.headers["Authorization"] == "Bearer ghp_example"
+        else:
+            with pytest.raises(codemode.InvalidArguments):
+                handler.request({"owner": "o", "repo": "r", "path": "docs/a b.md"})
+        assert handler.request({"owner": "o", "repo": "r", "path": "README.md"}).url.path == (
+            "/repos/o/r/contents/README.md"
+        )
+        await pack.aclose()

@@ -54,7 +54,11 @@ def assert_401(resp: httpx.Response, *, invalid: bool) -> None:
     challenge = resp.headers["www-authenticate"]
     assert challenge.startswith("Bearer ")
     assert ('error="invalid_token"' in challenge) is invalid
-    assert resp.json() == {"error": "unauthenticated"}
+    assert resp.json() == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32001, "message": "unauthenticated"},
+    }
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -343,3 +347,15 @@ async def test_jwt_from_a_jwks_url_with_es256_and_key_rotation(tmp_path: Path) -
             # a kid the issuer does not publish stays refused
             resp = await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {token(second, 'nope', 'mallory')}")
             assert resp.status_code == 401
+
+
+async def test_the_official_client_names_the_reason_of_a_401(tmp_path: Path) -> None:
+    """A wrong token reaches a Python client as ``MCPError: unauthenticated`` (before: the SDK's
+    'Server returned an error response', which says nothing)."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path)) as srv:
+        with pytest.raises(BaseException) as info:
+            async with mcp_client(srv.mcp_url, "not-the-token") as client:
+                await client.call_tool("search_api", {"query": "x"})
+    errors = [e for e in _leaves(info.value) if isinstance(e, MCPError)]
+    assert errors and str(errors[0]) == "unauthenticated", _leaves(info.value)

@@ -177,6 +177,32 @@ async def test_metrics_on_a_separate_port(tmp_path: Path) -> None:
         await http_get(murl)
 
 
+async def test_host_pressure_on_the_metrics_port_only(tmp_path: Path) -> None:
+    import os
+    import resource
+
+    import psutil
+
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, metrics_port=0)) as srv:
+        host, port = srv.service.metrics_address
+        samples = await scrape(f"http://{host}:{port}/metrics")
+        # The values are the host's own, read when scraped (compared with psutil read just after).
+        available = metric(samples, "codemode_host_memory_available_bytes")
+        assert 0 < available <= psutil.virtual_memory().total
+        fds = metric(samples, "codemode_host_open_fds")
+        assert 3 <= fds <= len(os.listdir("/proc/self/fd")) + 16
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert metric(samples, "codemode_host_fd_limit") == (
+            float("inf") if soft == resource.RLIM_INFINITY else soft
+        )
+        load = [metric(samples, "codemode_host_load_average", minutes=m) for m in ("1", "5", "15")]
+        assert all(v >= 0 for v in load) and any(v > 0 for v in load)
+        # Never on the port tenants reach.
+        page = await http_get(srv.url + "/metrics")
+        assert page.status_code == 404 and "codemode_host" not in page.text
+
+
 # --------------------------------------------------------------------------------------------------
 # audit log
 # --------------------------------------------------------------------------------------------------
@@ -202,9 +228,11 @@ async def test_audit_lines_have_ids_and_never_values_or_tokens(tmp_path: Path) -
     calls = [x for x in lines if x["event"] == "native_call"]
     executes = [x for x in lines if x["event"] == "execute"]
     failures = [x for x in lines if x["event"] == "auth_failure"]
-    assert [(c["subject"], c["capability_id"], c["decision"], c["outcome"]) for c in calls] == [
-        ("alice", "svc.echo.v1", "allow", "ok"),
-        ("alice", "svc.whoami.v1", "deny", "not_run"),
+    assert [
+        (c["subject"], c["capability_id"], c["capability"], c["decision"], c["outcome"]) for c in calls
+    ] == [
+        ("alice", "svc.echo.v1", "svc.echo", "allow", "ok"),
+        ("alice", "svc.whoami.v1", "svc.whoami", "deny", "not_run"),
     ]
     assert all(c["worker_id"] and c["authz_ms"] >= 0 and c["handler_ms"] >= 0 for c in calls)
     assert [(e["subject"], e["outcome"], e["native_calls"]) for e in executes] == [
@@ -221,6 +249,7 @@ async def test_audit_lines_have_ids_and_never_values_or_tokens(tmp_path: Path) -
         "event",
         "subject",
         "capability_id",
+        "capability",
         "decision",
         "outcome",
         "authz_ms",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,6 +234,43 @@ async def test_http_upstreams_hear_who_is_calling_from_the_host_only(
     finally:
         await pack.aclose()
         await server.aclose()
+
+
+async def test_a_frozen_http_upstream_is_dropped_as_stuck_and_the_next_call_reconnects(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HTTP server stops answering (``SIGSTOP``: no answer to the call, none to the ping): at
+    ``timeout + stuck_grace`` the host drops the session (it cannot stop a remote server); once the
+    server answers again the next call opens a new session to the same process."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    (tmp_path / "tokens").write_text("host-token\n")
+    port = free_port()
+    with start_http_upstream(port, tmp_path / "tokens", markers) as proc:
+        cfg = {
+            "name": "web",
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "headers": {"Authorization": "Bearer host-token"},
+            "tenancy": "shared",
+            "timeout": 1.0,
+            "stuck_grace": 1.0,
+            "exclude": ["die"],
+        }
+        pack = upstream_mcp_pack([cfg])
+        server = await serve(pack)
+        try:
+            first = await outcome(server, "return web.pid()", ALICE)
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                assert await outcome(server, "return web.add_numbers(a=1, b=1)", ALICE) == "capability failed"
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+            assert "stuck: a call got no answer within timeout (1 s)" in caplog.text
+            assert await outcome(server, "return web.pid()", BOB) == first
+            assert pack.pools["web"].starts == 2
+        finally:
+            await pack.aclose()
+            await server.aclose()
 
 
 def test_configurations_that_cannot_be_per_subject_are_refused() -> None:

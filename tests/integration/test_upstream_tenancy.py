@@ -157,20 +157,22 @@ allow if startswith(input.arguments.path, own)
 EXAMPLE_POLICY = REPO / "examples" / "upstream_tenant_dirs.rego"
 
 
-async def shared_files_server(
-    root: Path, decision: str, policy: str
+def shared_files_server(
+    root: Path, decision: str, policy: str, limits: codemode.Limits | None = None, **extra: Any
 ) -> tuple[UpstreamMCPPack, codemode.Server]:
+    """One shared server-filesystem rooted at ``root`` (table fields ``extra``) under ``policy``."""
     filesystem = filesystem_command()
     table = {
         "name": "files",
         "tenancy": "shared",
         "command": filesystem[0],
         "args": [filesystem[1], str(root)],
+        **extra,
     }
     pack, _ = upstream_packs([table])
     caps = pack.capabilities(PackSettings(environ={}, multi_tenant=True))  # as serve --http loads it
     authorizer = RegoAuthorizer(decision, {"policy.rego": policy})
-    return pack, codemode.Builder(authorizer=authorizer).register(*caps).build()
+    return pack, codemode.Builder(authorizer=authorizer, limits=limits).register(*caps).build()
 
 
 async def test_the_dotdot_trap_and_the_example_policy_on_one_shared_filesystem_server(
@@ -186,7 +188,7 @@ async def test_the_dotdot_trap_and_the_example_policy_on_one_shared_filesystem_s
     (alice_dir / "diary.txt").write_text("alice-diary")
     trap = f"{bob_dir}/../{alice_dir.name}/diary.txt"
 
-    pack, server = await shared_files_server(
+    pack, server = shared_files_server(
         root, "data.naive.allow", NAIVE_POLICY.replace("ROOT", json.dumps(str(root)))
     )
     try:
@@ -198,7 +200,7 @@ async def test_the_dotdot_trap_and_the_example_policy_on_one_shared_filesystem_s
 
     policy = EXAMPLE_POLICY.read_text().replace('root := "/srv/tenants"', f"root := {json.dumps(str(root))}")
     assert str(root) in policy
-    pack, server = await shared_files_server(root, "data.codemode.tenant_dirs.allow", policy)
+    pack, server = shared_files_server(root, "data.codemode.tenant_dirs.allow", policy)
     try:
         spellings = [
             trap,

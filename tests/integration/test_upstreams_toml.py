@@ -79,3 +79,37 @@ def test_docs_toml_examples_are_valid() -> None:
         mcp_pack, api_pack = upstream_packs(data.get("upstream_mcp", []), data.get("openapi", []))
         seen += len(mcp_pack.configs) + len(api_pack.configs)
     assert seen >= 3
+
+
+def test_the_config_form_and_the_start_line(tmp_path: Path) -> None:
+    """docs/packs.md's simplest form: the tables in the settings file (--config); serve --stdio says
+    what it serves on stderr before it answers on stdout."""
+    import json
+    import shutil
+    import subprocess
+
+    from .support_mcp import child_env, cli_command
+
+    command = shutil.which("mcp-server-time") or str(Path(sys.executable).with_name("mcp-server-time"))
+    config = tmp_path / "upstreams.toml"
+    config.write_text(f'[[upstream_mcp]]\nname = "time"\ncommand = {json.dumps(command)}\n')
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    proc = subprocess.run(
+        [*cli_command("serve", "--stdio", "--allow-all", "--config", str(config))],
+        input=json.dumps(init) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(HOME=str(tmp_path)),
+    )
+    assert json.loads(proc.stdout.splitlines()[0])["id"] == 1, proc.stderr
+    assert "codemode: serving 2 capabilities over stdio: time (2)" in proc.stderr.splitlines(), proc.stderr

@@ -17,6 +17,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tarfile
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,6 +59,38 @@ def npm_package(name: str, version: str, env_dir: str, default_dir: str) -> Path
     return package
 
 
+def npm_pack(name: str, version: str, env_dir: str, default_dir: str) -> Path:
+    """The files of npm package ``name@version`` as published (``npm pack``: no dependencies, no
+    install scripts), unpacked once into a cache folder (``env_dir`` names the variable that moves
+    it; default ``~/.cache/codemode/<default_dir>``)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        unavailable(f"npm not found on PATH (install Node.js to fetch {name})")
+    assert npm is not None
+    where = Path(os.environ.get(env_dir, str(Path.home() / ".cache" / "codemode" / default_dir)))
+    folder = where / f"{name.replace('/', '+')}@{version}"
+    marker = folder / "package" / "package.json"
+    if marker.exists() and json.loads(marker.read_text()).get("version") == version:
+        return folder / "package"
+    where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        proc = subprocess.run(
+            [npm, "pack", f"{name}@{version}", "--pack-destination", tmp, "--silent"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if proc.returncode != 0:
+            unavailable(f"npm pack {name}@{version} failed: {proc.stderr.strip()[-500:]}")
+        tarball = Path(tmp) / proc.stdout.strip().splitlines()[-1]
+        unpacked = Path(tmp) / "unpacked"
+        with tarfile.open(tarball) as tar:
+            tar.extractall(unpacked, filter="data")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(unpacked, folder)
+    return folder / "package"
+
+
 MEMORY = "@modelcontextprotocol/server-memory"
 MEMORY_VERSION = os.environ.get("CODEMODE_SERVER_MEMORY_VERSION", "2026.8.31")
 FILESYSTEM = "@modelcontextprotocol/server-filesystem"
@@ -90,6 +125,28 @@ def filesystem_command() -> list[str]:
     return node_server_command(
         FILESYSTEM, FILESYSTEM_VERSION, "CODEMODE_SERVER_FILESYSTEM_DIR", "server-filesystem"
     )
+
+
+@contextlib.contextmanager
+def uvicorn_in_thread(app: Any) -> Iterator[str]:
+    """``app`` served by a real uvicorn on 127.0.0.1 in a thread (for module-scoped fixtures);
+    yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def free_port() -> int:

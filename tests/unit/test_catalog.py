@@ -296,7 +296,7 @@ def test_all_problems_collected_and_named() -> None:
         assert fragment in joined, fragment
 
 
-@pytest.mark.parametrize("root", ["len", "sum", "math", "json", "print", "True", "struct", "set"])
+@pytest.mark.parametrize("root", ["len", "sum", "math", "json", "print", "attempt", "True", "struct", "set"])
 def test_reserved_roots(root: str) -> None:
     assert any("reserved" in p for p in problems_of(cap(f"{root}.x")))
 

@@ -103,3 +103,23 @@ def test_the_same_paths_are_alices_own_and_other_packs_are_not_its_business(
     assert not allowed(authorizer, "read_text_file", {"path": f"{BOB}/diary.txt"}, subject="alice")
     other = AuthorizationInput(Subject("bob"), "mcp:memory:read_graph", "memory.read_graph", {})
     assert authorizer.decide(other)
+
+
+@pytest.mark.parametrize("subject", ["\ud800", "\udc00", "a\x00b"])
+def test_ids_rego_cannot_represent_are_a_policy_failure_never_another_tenants_key(subject: str) -> None:
+    """A lone surrogate could have been hashed as U+FFFD by the policy, colliding with the subject
+    '\\ufffd' (and every other lone surrogate): regopy refuses such input instead."""
+    loaded = from_files(DECISION, [POLICY])
+    try:
+        for key in (subject_key("\ufffd"), subject_key(subject)):
+            with pytest.raises(PolicyError):
+                loaded.decide(
+                    AuthorizationInput(
+                        Subject(subject),
+                        "mcp:files:read_text_file",
+                        "files.read_text_file",
+                        {"path": f"{ROOT}/{key}/x"},
+                    )
+                )
+    finally:
+        loaded.close()

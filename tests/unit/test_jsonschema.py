@@ -212,3 +212,115 @@ def test_shared_refs_cannot_expand_exponentially() -> None:
     with pytest.raises(Unsupported, match="schema nodes"):
         compile_schema(schema)
     assert time.monotonic() - t0 < 10
+
+
+# ---------------------------------------------------------------- unions and intersections (issue 20 §4)
+
+
+def test_unions_that_are_one_type_join() -> None:
+    """Alternatives that differ only in value constraints are that type (the upstream checks the
+    constraints); string enums join to the enum of all their values, or to str with a plain str."""
+    ids = {"anyOf": [{"type": "string", "pattern": "[a-f0-9]{24}"}, {"type": "string", "pattern": "[a-z-]+"}]}
+    assert compile_schema(ids) == S
+    assert compile_schema({"oneOf": [{"enum": ["a", "b"]}, {"const": "c"}, {"type": "null"}]}) == opt(
+        {"t": "str", "enum": ["a", "b", "c"]}
+    )
+    assert compile_schema({"anyOf": [{"enum": ["a"]}, {"type": "string"}]}) == S
+    assert compile_schema({"anyOf": [{"type": "integer"}, {"type": "integer", "minimum": 1}]}) == I
+
+
+def test_unions_of_records_join_in_results_only() -> None:
+    card = {
+        "type": "object",
+        "properties": {"kind": {"const": "card"}, "number": {"type": "string"}, "id": {"type": "integer"}},
+        "required": ["kind", "number", "id"],
+    }
+    bank = {
+        "type": "object",
+        "properties": {"kind": {"const": "bank"}, "iban": {"type": "string"}, "id": {"type": "integer"}},
+        "required": ["kind", "iban", "id"],
+    }
+    union = {"oneOf": [card, bank]}
+    assert compile_schema(union, direction="output") == {
+        "t": "record",
+        "fields": [
+            {"name": "kind", "shape": {"t": "str", "enum": ["card", "bank"]}},
+            {"name": "number", "shape": opt(S)},
+            {"name": "id", "shape": I},
+            {"name": "iban", "shape": opt(S)},
+        ],
+    }
+    assert compile_schema({"type": "array", "items": union}, direction="output")["t"] == "list"
+    with pytest.raises(Unsupported, match="oneOf of 2 non-null alternatives"):
+        compile_schema(union, direction="input")  # a call could mix both: refused, not loosened
+
+
+def test_a_result_union_field_of_two_types_is_left_out() -> None:
+    union = {
+        "anyOf": [
+            {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}},
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+        ]
+    }
+    omissions: list[Unsupported] = []
+    shape = compile_schema(union, direction="output", omissions=omissions)
+    assert shape == {"t": "record", "fields": [{"name": "b", "shape": opt(S)}]}
+    assert "property 'a' has different types" in str(omissions[0])
+    with pytest.raises(Unsupported, match="anyOf of 2"):
+        compile_schema(union, direction="output")  # without omissions the union is refused whole
+
+
+def test_unions_of_different_types_stay_refused() -> None:
+    for direction in ("input", "output"):
+        with pytest.raises(Unsupported, match="anyOf of 2 non-null alternatives"):
+            compile_schema({"anyOf": [{"type": "string"}, {"type": "integer"}]}, direction=direction)  # type: ignore[arg-type]
+
+
+def test_all_of_scalars_arrays_and_shared_properties() -> None:
+    assert compile_schema({"allOf": [{"type": "string"}, {"type": "string", "minLength": 1}]}) == S
+    assert compile_schema({"allOf": [{"enum": ["a", "b", "c"]}, {"enum": ["b", "c", "d"]}]}) == {
+        "t": "str",
+        "enum": ["b", "c"],
+    }
+    with pytest.raises(Unsupported, match="without a common value"):
+        compile_schema({"allOf": [{"enum": ["a"]}, {"enum": ["b"]}]})
+    with pytest.raises(Unsupported, match="different types"):
+        compile_schema(
+            {"allOf": [{"type": "string"}, {"type": "object", "properties": {"a": {"type": "string"}}}]}
+        )
+    doc = {
+        "$defs": {
+            "Station": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            "Wrapper": {
+                "type": "object",
+                "properties": {
+                    "data": {"type": "array", "items": {"type": "object"}},
+                    "links": {"readOnly": True},
+                },
+            },
+        }
+    }
+    schema = {
+        "allOf": [
+            {"$ref": "#/$defs/Wrapper"},
+            {"properties": {"data": {"type": "array", "items": {"$ref": "#/$defs/Station"}}}},
+            {"allOf": [{"properties": {"page": {"type": "integer"}}}, {"description": "annotations only"}]},
+        ]
+    }
+    # 'data' must satisfy both members: a list of stations (the untyped object adds nothing)
+    assert compile_schema(schema, document=doc, direction="input") == {
+        "t": "record",
+        "fields": [
+            {
+                "name": "data",
+                "shape": opt({"t": "list", "of": {"t": "record", "fields": [{"name": "name", "shape": S}]}}),
+            },
+            {"name": "page", "shape": opt(I)},
+        ],
+    }
+
+
+def test_an_enum_too_long_to_list_is_a_string() -> None:
+    """Twilio's usage categories list more values than the catalog shows: the upstream checks them."""
+    assert compile_schema({"type": "string", "enum": [f"v{i}" for i in range(300)]}) == S
+    assert compile_schema({"enum": ["x" * 300, "y"]}) == S

@@ -4,16 +4,18 @@ the protocol's kinds and the program surface are read from the code and looked u
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from codemode.catalog import search
-from codemode.common import errors
+from codemode.common import errors, outcomes
 from codemode.execution import limits
 from codemode.mcp import adapter as mcp
 from codemode_worker import PROTOCOL_VERSION, protocol
+from codemode_worker import interpreter as interpreter_messages
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 
@@ -114,5 +116,47 @@ def test_protocol_kinds_and_codes_are_documented() -> None:
 
 
 def test_program_surface_is_documented() -> None:
-    text = flat("program.md")
-    assert " ".join(sorted(protocol.RESERVED_ROOTS, key=lambda n: (n[0].islower(), n))) in text
+    surface = " ".join(sorted(protocol.RESERVED_ROOTS, key=lambda n: (n[0].islower(), n)))
+    assert surface in flat("program.md")
+    assert surface in flat("capabilities.md")  # the reserved roots
+
+
+def test_the_call_ledger_table_is_the_codes_mapping() -> None:
+    text = page("tools.md")
+    rows = re.findall(r"^\| `([a-z ]+)` \|[^\n]*\| `([a-z_]+)` \| `([a-z_]+)` \|$", text, re.M)
+    assert {(decision, outcome): word for word, decision, outcome in rows} == outcomes.AUDIT_OUTCOMES
+    assert list(dict.fromkeys(word for word, _, _ in rows)) == list(outcomes.LEDGER_OUTCOMES)
+    schema = next(t for t in mcp.tool_definitions() if t.name == "execute").output_schema
+    assert schema is not None
+    outcome = schema["properties"]["calls"]["items"]["properties"]["outcome"]
+    assert outcome["enum"] == list(outcomes.LEDGER_OUTCOMES)
+    assert json.dumps(list(outcomes.LEDGER_OUTCOMES)) in flat("tools.md")  # the schema shown
+    service = " ".join((REFERENCE.parent / "service.md").read_text(encoding="utf-8").split())
+    for decision, outcome in outcomes.AUDIT_OUTCOMES:
+        assert f"`{decision}`" in service and f"`{outcome}`" in service, (decision, outcome)
+
+
+def test_the_execute_description_teaches_the_ledger_attempt_and_prints() -> None:
+    description = mcp.EXECUTE_DESCRIPTION
+    for word in outcomes.LEDGER_OUTCOMES:
+        assert f'"{word}"' in description, word
+    assert "attempt(records.get, id=7)" in description
+    assert '{"ok": True, "value": <its result>} or {"ok": False, "error": "<error text>"}' in description
+    assert '"prints"' in description
+
+
+def test_recoverable_calls_and_prints_are_documented_exactly() -> None:
+    program = flat("program.md")
+    assert interpreter_messages.ATTEMPT_MESSAGE in program
+    assert '`{"ok": True, "value": <the call\'s result>}`' in program
+    assert '`{"ok": False, "error": <text>}`' in program
+    marker = outcomes.PRINTS_CUT_MARKER.replace("\n", "\\n")
+    assert f"`{marker}`" in program and f"`{marker}`" in flat("tools.md")
+    protocol_page = flat("protocol.md")
+    for key in protocol.OPTIONAL_LIMIT_KEYS:
+        assert f"`{key}` (≥ 1)" in protocol_page
+    assert f"at most {protocol.PRINT_CHUNK_CHARS:,} characters" in protocol_page
+    formula = f"`max_native_calls + 1 + bit_length(max_steps // {protocol.STEPS_PER_CHECK} + 1)"
+    assert formula + f" + max_print_bytes // {protocol.PRINT_CHUNK_CHARS}`" in protocol_page
+    assert protocol.max_print_frames(100, 1_000_000, 8192) == 100 + 1 + (1001).bit_length() + 1
+    assert "At most `max_value_bytes` (`build()` refuses more)" in flat("limits.md")

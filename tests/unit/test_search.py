@@ -567,12 +567,14 @@ def reference_search(entries: list[SearchEntry], query: str, max_results: int) -
     for e in entries:
         terms = [t for term in e.search_terms for t in _index_tokens(term)]
         # a third-party capability's search terms are summary text
+        namespace, _, operation = e.name.partition(".")
         fields.append(
             [
-                _index_tokens(e.name),
+                _index_tokens(operation),
                 [] if e.third_party else terms,
                 _index_tokens(e.summary) + (terms if e.third_party else []),
                 _index_tokens(e.description),
+                _index_tokens(namespace),  # name weight, exact matches only
             ]
         )
     n = len(entries)
@@ -594,11 +596,12 @@ def reference_search(entries: list[SearchEntry], query: str, max_results: int) -
         for qt in tokens:
             best = 0.0
             for f, field_tokens in enumerate(doc):
+                weight = FIELD_WEIGHTS[f] if f < len(FIELD_WEIGHTS) else FIELD_WEIGHTS[0]
                 for t in field_tokens:
                     if t == qt:
-                        best = max(best, FIELD_WEIGHTS[f] * rarity(t))
-                    elif len(qt) >= MIN_PREFIX_CHARS and t.startswith(qt):
-                        best = max(best, FIELD_WEIGHTS[f] * rarity(t) * PREFIX_FACTOR)
+                        best = max(best, weight * rarity(t))
+                    elif len(qt) >= MIN_PREFIX_CHARS and t.startswith(qt) and f < len(FIELD_WEIGHTS):
+                        best = max(best, weight * rarity(t) * PREFIX_FACTOR)
             if best:
                 matched += 1
                 total += best
@@ -643,3 +646,23 @@ def test_index_matches_reference_on_random_catalogs() -> None:
             response = index.search(query)
             expected = reference_search(catalog, query, max_results)
             assert ([r.name for r in response.results], response.truncated) == expected, (trial, query)
+
+
+def test_a_namespace_matches_exactly_only_so_a_name_own_words_rank() -> None:
+    names = [
+        "petstore.add_pet",
+        "petstore.find_pets_by_status",
+        "petstore.create_user",
+        "petstore.login_user",
+    ]
+    index = SearchIndex(
+        [
+            SearchEntry(n, f"{n}()", "Logs user into the system." if "login" in n else "Does it.")
+            for n in names
+        ]
+    )
+    found = [r.name for r in index.search("pet").results]
+    # before: every petstore operation matched `pet` through its namespace (login_user included)
+    assert found == ["petstore.add_pet", "petstore.find_pets_by_status"]
+    assert {r.name for r in index.search("petstore").results} == set(names)
+    assert index.search("petstore login").results[0].name == "petstore.login_user"

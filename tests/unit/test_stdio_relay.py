@@ -176,7 +176,8 @@ def test_main_sets_the_server_resource_limits_and_an_oversized_write_fails() -> 
     RLIMIT_FSIZE fails with EFBIG (SIGXFSZ ignored) and the server goes on."""
     server = (
         "import resource, errno, os, sys\n"
-        "print(resource.getrlimit(resource.RLIMIT_DATA)[0], resource.getrlimit(resource.RLIMIT_FSIZE)[0])\n"
+        "print(resource.getrlimit(resource.RLIMIT_DATA)[0], resource.getrlimit(resource.RLIMIT_FSIZE)[0],\n"
+        "      resource.getrlimit(resource.RLIMIT_CPU)[0], resource.getrlimit(resource.RLIMIT_CORE))\n"
         "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)\n"
         "try:\n    os.write(fd, b'x' * 20000)\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n"
         "print('alive')\n"
@@ -184,13 +185,14 @@ def test_main_sets_the_server_resource_limits_and_an_oversized_write_fails() -> 
     import tempfile
 
     with tempfile.TemporaryDirectory() as where:
-        argv = [*RELAY, "1000", "--rlimit-data=1073741824", "--rlimit-fsize=4096", "--"]
+        argv = [*RELAY, "1000", "--rlimit-data=1073741824", "--rlimit-fsize=4096", "--rlimit-cpu=60", "--"]
         done = subprocess.run(
             [*argv, sys.executable, "-c", server, f"{where}/f"], capture_output=True, timeout=30
         )
         assert done.returncode == 0, done.stderr
         lines = done.stdout.decode().split()
-        assert lines[:2] == ["1073741824", "4096"]
+        assert lines[:3] == ["1073741824", "4096", "60"]
+        assert lines[3:5] == ["(0,", "0)"]  # never a core file, whatever the flags
         # Linux writes up to the limit and fails the next write: a partial write of 4096 bytes is
         # reported as written, so the server sees EFBIG only on a second write or not at all.
         assert lines[-1] == "alive"
@@ -231,6 +233,8 @@ def test_main_names_a_command_it_cannot_start_and_refuses_bad_usage() -> None:
         ["100", "--unset-lc-ctype", "true"],
         ["100", "--rlimit-data=x", "--", "true"],
         ["100", "--rlimit-fsize=0", "--", "true"],
+        ["100", "--rlimit-cpu=-1", "--", "true"],
+        ["100", "--tree-memory=0", "--", "true"],
     )
     for argv in bad:
         assert subprocess.run([*RELAY, *argv], capture_output=True, timeout=30).returncode == EXIT_USAGE
@@ -274,3 +278,83 @@ def test_the_server_dies_with_the_relay() -> None:
             os.kill(pid, signal.SIGKILL)
             pytest.fail("the server outlived its relay")
         time.sleep(0.05)
+
+
+def test_invalid_utf8_that_grows_past_the_limit_is_answered_never_passed_whole() -> None:
+    limit = 1024
+    head = b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"'
+    line = head + b"\xff" * (limit - len(head) - 5) + b'"}]}}\n'
+    state = Relay(limit)
+    out = b"".join(state.feed(line[i : i + 1]) for i in range(len(line)))  # byte by byte
+    message = json.loads(out)
+    assert message["id"] == 7 and message["error"]["code"] == -32603
+    assert state.replaced == 1 and state.dropped == 1
+
+
+def test_a_split_multibyte_character_at_a_chunk_boundary_is_not_replaced() -> None:
+    line = '{"jsonrpc":"2.0","id":1,"result":{"text":"caf\u00e9 \u2603"}}\n'.encode()
+    state = Relay(4096)
+    out = b"".join(state.feed(line[i : i + 1]) for i in range(len(line)))
+    assert out == line and state.replaced == 0
+
+
+def test_rlimit_cpu_ends_a_server_that_spins() -> None:
+    done = subprocess.run(
+        [*RELAY, "100", "--rlimit-cpu=1", "--", sys.executable, "-c", "while True: pass"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 128 + signal.SIGXCPU or done.returncode == 128 + signal.SIGKILL
+
+
+HOLDER = (
+    "import subprocess, sys\n"
+    "hold = \"b = bytearray(48 << 20); b[::4096] = b'x' * len(b[::4096]); print('ok', flush=True)\"\n"
+    "hold += '; input()'\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+    "        for _ in range(int(sys.argv[1]))]\n"
+    "print(sum(k.stdout.readline() == b'ok\\n' for k in kids), flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux only")
+@pytest.mark.parametrize(("children", "killed"), [(1, False), (4, True)])
+def test_tree_memory_bounds_the_server_with_every_process_it_started(children: int, killed: bool) -> None:
+    """The server forks children that each hold 48 MiB (each under its own RLIMIT_DATA): with
+    ``--tree-memory`` at 160 MiB one child passes, four are killed with the server."""
+    argv = [*RELAY, "100", "--tree-memory=167772160", "--", sys.executable, "-c", HOLDER, str(children)]
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        if killed:
+            assert proc.wait(30) == 128 + signal.SIGKILL
+            assert b"over --tree-memory=167772160: killed" in proc.stderr.read()
+        else:
+            assert line == b"1\n"
+            time.sleep(0.5)  # a few rounds of the watch
+            assert proc.poll() is None
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+
+
+def test_descendants_and_their_resident_memory() -> None:
+    server = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print('x', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    with started(server) as proc:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        tree = stdio_relay.descendants(proc.pid)
+        assert tree[0] == proc.pid
+        try:
+            assert len(tree) == 3  # the relay, its server, the server's child
+            assert stdio_relay.resident_bytes(tree) > stdio_relay.resident_bytes(tree[:1]) > 0
+        finally:
+            for pid in reversed(tree):  # the grandchild would outlive the relay
+                os.kill(pid, signal.SIGKILL)

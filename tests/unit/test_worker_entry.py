@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import struct
 import subprocess
@@ -158,13 +159,88 @@ def test_final_error(worker: Worker) -> None:
     assert worker.finish()[:2] == (0, b"")
 
 
-def test_invalid_arguments_never_reach_the_host(worker: Worker) -> None:
+def test_invalid_arguments_are_reported_never_called(worker: Worker) -> None:
+    # The host decides what a rejected call means; it ends the program by ending the worker.
     worker.exec("def main():\n    return records.lookup(key = 1)\n")
     assert worker.recv() == {
-        "k": "final_error",
-        "error": "invalid_arguments",
+        "k": "native_invalid",
+        "seq": 1,
+        "name": "records.lookup",
         "message": 'argument "key" must be str, got int',
+        "attempt": False,
     }
+    assert worker.finish()[:2] == (1, b"")
+
+
+def test_an_attempt_gets_the_hosts_error_as_a_value(worker: Worker) -> None:
+    source = (
+        "def main():\n"
+        "    a = attempt(records.lookup, key = 'a')\n"
+        "    b = attempt(records.lookup, key = 2)\n"
+        "    c = attempt(records.lookup, key = 'c')\n"
+        "    return [a, b, c]\n"
+    )
+    worker.exec(source)
+    assert worker.recv() == {"k": "native_attempt", "seq": 1, "name": "records.lookup", "args": {"key": "a"}}
+    worker.send({"k": "native_error", "seq": 1, "error": "permission denied"})
+    assert worker.recv() == {
+        "k": "native_invalid",
+        "seq": 2,
+        "name": "records.lookup",
+        "message": 'argument "key" must be str, got int',
+        "attempt": True,
+    }
+    worker.send({"k": "native_error", "seq": 2, "error": "invalid capability arguments: from the host"})
+    assert worker.recv() == {"k": "native_attempt", "seq": 3, "name": "records.lookup", "args": {"key": "c"}}
+    worker.send({"k": "native_result", "seq": 3, "value": 7})
+    assert worker.recv() == {
+        "k": "final",
+        "value": [
+            {"ok": False, "error": "permission denied"},
+            {"ok": False, "error": "invalid capability arguments: from the host"},
+            {"ok": True, "value": 7},
+        ],
+    }
+    assert worker.finish()[:2] == (0, b"")
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["records.lookup(key = 'a')", "records.lookup(key = 1)"],
+    ids=["call", "invalid"],
+)
+def test_an_error_reply_to_a_call_without_attempt_is_a_violation(worker: Worker, source: str) -> None:
+    worker.exec(f"def main():\n    return {source}\n")
+    assert worker.recv() is not None
+    worker.send({"k": "native_error", "seq": 1, "error": "permission denied"})
+    assert worker.finish()[:2] == (2, b"")
+
+
+def test_prints_travel_only_when_the_host_asks(worker: Worker) -> None:
+    source = (
+        "def main():\n    print('one', 2)\n    records.lookup(key = 'a')\n    print('x' * 40)\n    return 1\n"
+    )
+    worker.exec(source, max_print_bytes=20)
+    assert worker.recv() == {"k": "print", "text": "one 2\n", "cut": False}
+    assert worker.recv() == {"k": "native_call", "seq": 1, "name": "records.lookup", "args": {"key": "a"}}
+    worker.send({"k": "native_result", "seq": 1, "value": None})
+    assert worker.recv() == {"k": "print", "text": "x" * 14, "cut": True}
+    assert worker.recv() == {"k": "final", "value": 1}
+    assert worker.finish()[:2] == (0, b"")
+
+
+def test_long_prints_travel_in_chunks(worker: Worker) -> None:
+    worker.exec(
+        "def main():\n    print('\\x01' * 20000)\n    return 1\n", manifest=[], max_print_bytes=1 << 20
+    )
+    texts = []
+    for _ in range(3):
+        frame = worker.recv()
+        assert frame is not None and frame["k"] == "print" and frame["cut"] is False
+        texts.append(frame["text"])
+    assert [len(t) for t in texts] == [8192, 8192, 20001 - 2 * 8192]
+    assert "".join(texts) == "\x01" * 20000 + "\n"
+    assert worker.recv() == {"k": "final", "value": 1}
     assert worker.finish()[:2] == (0, b"")
 
 
@@ -192,13 +268,25 @@ def test_host_closing_mid_call_stops_without_output(worker: Worker) -> None:
         {"k": "exec", "v": 1, "source": "", "manifest": [], "limits": LIMITS},
         {"k": "native_result", "seq": 1, "value": 2**70},
         {"k": "final", "value": 1},
+        {"k": "native_error", "seq": 1, "error": ""},
+        {"k": "native_error", "seq": 2, "error": "permission denied"},
     ],
-    ids=["wrong-seq", "abort-wrong-seq", "probe", "exec", "not-plain", "worker-kind"],
+    ids=[
+        "wrong-seq",
+        "abort-wrong-seq",
+        "probe",
+        "exec",
+        "not-plain",
+        "worker-kind",
+        "empty-error",
+        "error-seq",
+    ],
 )
-def test_bad_replies_during_a_call(worker: Worker, reply: dict[str, Any]) -> None:
-    worker.exec("def main():\n    return records.lookup(key = 'a')\n")
+@pytest.mark.parametrize("call", ["records.lookup(key = 'a')", "attempt(records.lookup, key = 'a')"])
+def test_bad_replies_during_a_call(worker: Worker, reply: dict[str, Any], call: str) -> None:
+    worker.exec(f"def main():\n    return {call}\n")
     assert worker.recv() is not None
-    worker.send(reply)
+    worker.write(raw(json.dumps(reply).encode()))  # not through encode_frame: it would refuse some
     code, rest, _ = worker.finish()
     assert (code, rest) == (2, b"")
 

@@ -49,7 +49,10 @@ PROGRAMS = [
         "def main():\n    while True:\n        pass\n",
         "2:5: `while` is not available: loop over a bounded range",
     ),
-    ("def main():\n    try:\n        pass\n    except:\n        pass\n", "2:5: `try` is not available"),
+    (
+        "def main():\n    try:\n        pass\n    except:\n        pass\n",
+        "2:5: `try` is not available: to handle a failing capability call, make it with `attempt(",
+    ),
     ("def main():\n    import os\n", "2:5: `import` is not available"),
     ("def main():\n    return json.foo\n", "2:12: json has no function `foo`"),
 ]

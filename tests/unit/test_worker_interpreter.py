@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from codemode_worker import environment
+from codemode_worker import environment, interpreter
 from codemode_worker.interpreter import (
     ExecLimits,
     HostProtocolError,
     NativeAborted,
     Outcome,
+    Reply,
     run_program,
     warm_up,
 )
@@ -53,17 +54,37 @@ MANIFEST = [
 
 
 class Host:
-    """A fake host: records calls, answers from ``results`` (or echoes the arguments)."""
+    """A fake host: records calls, answers from ``results`` (or echoes the arguments). Like the
+    real host it ends the program on a call its binding rejected, unless the call asked to
+    recover (``attempt``); ``fail`` names capabilities whose calls fail (recoverably)."""
 
-    def __init__(self, results: list[Any] | None = None) -> None:
+    def __init__(self, results: list[Any] | None = None, fail: tuple[str, ...] = ()) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.attempts: list[bool] = []
+        self.invalid_calls: list[tuple[str, str, bool]] = []
+        self.printed: list[tuple[str, bool]] = []
         self.results = results
+        self.fail = fail
 
-    def __call__(self, name: str, args: dict[str, Any]) -> Any:
+    def call(self, name: str, args: dict[str, Any], attempt: bool) -> Reply:
         self.calls.append((name, args))
+        self.attempts.append(attempt)
+        if name in self.fail:
+            if not attempt:
+                raise NativeAborted("the call failed")
+            return Reply.failed("permission denied")
         if self.results is not None:
-            return self.results.pop(0)
-        return {"name": name, "args": args}
+            return Reply.succeeded(self.results.pop(0))
+        return Reply.succeeded({"name": name, "args": args})
+
+    def invalid(self, name: str, message: str, attempt: bool) -> Reply:
+        self.invalid_calls.append((name, message, attempt))
+        if not attempt:
+            raise NativeAborted("invalid capability arguments")
+        return Reply.failed("invalid capability arguments: " + message)
+
+    def prints(self, text: str, cut: bool) -> None:
+        self.printed.append((text, cut))
 
 
 def run(source: str, limits: ExecLimits = LIMITS, host: Host | None = None) -> Outcome:
@@ -208,9 +229,11 @@ def test_load_is_unavailable_even_for_internal_modules() -> None:
 
 def test_print_is_dropped(capfd: pytest.CaptureFixture[str]) -> None:
     source = 'def main():\n    print("hello", 1, [2], sep="-")\n    print()\n    return "done"\n'
-    assert value_of(source) == "done"
+    host = Host()
+    assert value_of(source, host=host) == "done"
     out, err = capfd.readouterr()
     assert "hello" not in out + err
+    assert host.printed == []  # without max_print_bytes nothing is sent either
 
 
 def test_sum() -> None:
@@ -652,8 +675,18 @@ def test_top_level_native_call_is_rejected() -> None:
     ],
 )
 def test_invalid_native_arguments(call: str, diagnostic: str) -> None:
+    # The worker's diagnostic goes to the host, which ends the program (or answers an attempt).
     host = Host()
-    assert error_of(main_returning(call), host=host) == ("invalid_arguments", diagnostic)
+    with pytest.raises(NativeAborted):
+        run(main_returning(call), host=host)
+    name = call.split("(", 1)[0]
+    assert host.invalid_calls == [(name, diagnostic, False)]
+    assert host.calls == []
+    tried = value_of(
+        main_returning(call.replace(name + "(", f"attempt({name}, ", 1).replace(", )", ")")), host=host
+    )
+    assert tried == {"ok": False, "error": "invalid capability arguments: " + diagnostic}
+    assert host.invalid_calls[1] == (name, diagnostic, True)
     assert host.calls == []
 
 
@@ -733,15 +766,10 @@ def test_non_plain_native_result_is_a_host_protocol_error() -> None:
 
 
 def test_abort_stops_the_program_at_once() -> None:
-    host = Host()
-
-    def aborting(name: str, args: dict[str, Any]) -> Any:
-        host.calls.append((name, args))
-        raise NativeAborted("denied")
-
+    host = Host(fail=("records.status",))
     source = "def main():\n    records.status()\n    records.status()\n    return 1\n"
     with pytest.raises(NativeAborted):
-        run_program(source, MANIFEST, LIMITS, aborting)
+        run_program(source, MANIFEST, LIMITS, host)
     assert len(host.calls) == 1
 
 
@@ -771,3 +799,164 @@ def test_deep_native_results_cross_intact() -> None:
 def test_invalid_manifest_is_rejected() -> None:
     with pytest.raises(ValueError):
         run_program(main_returning("1"), [{"name": "json.x", "input": rec()}], LIMITS, Host())
+
+
+# ---------------------------------------------------------------------------------- attempt
+
+
+def test_attempt_returns_the_result_or_the_hosts_error_as_a_value() -> None:
+    host = Host(fail=("records.status",))
+    source = (
+        "def main():\n"
+        "    a = attempt(records.lookup, key = 'k', limit = 2)\n"
+        "    b = attempt(records.status)\n"
+        "    c = attempt(records.lookup, key = 1)\n"
+        "    return [a, b, c, records.lookup(key = 'z')]\n"
+    )
+    assert value_of(source, host=host) == [
+        {"ok": True, "value": {"name": "records.lookup", "args": {"key": "k", "limit": 2}}},
+        {"ok": False, "error": "permission denied"},
+        {"ok": False, "error": 'invalid capability arguments: argument "key" must be str, got int'},
+        {"name": "records.lookup", "args": {"key": "z"}},
+    ]
+    assert host.attempts == [True, True, False]
+    assert host.invalid_calls == [("records.lookup", 'argument "key" must be str, got int', True)]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "attempt()",
+        "attempt(len, 1)",
+        "attempt('records.lookup', key = 'a')",
+        "attempt(capability, key = 'a')",
+    ],
+)
+def test_attempt_needs_a_capability(call: str) -> None:
+    source = f"def capability(key):\n    return key\n\ndef main():\n    return {call}\n"
+    host = Host()
+    error, message = error_of(source, host=host)
+    assert (error, message) == ("invalid_program", "<codemode>:5:12: " + interpreter.ATTEMPT_MESSAGE)
+    assert host.calls == [] and host.invalid_calls == []
+
+
+def test_attempt_outside_main_and_over_the_call_limit_still_end_the_program() -> None:
+    host = Host()
+    error, message = error_of("x = attempt(records.status)\ndef main():\n    return x\n", host=host)
+    assert error == "invalid_program" and "called outside main()" in message
+    source = "def main():\n    for i in range(4):\n        attempt(records.status)\n    return 1\n"
+    limits = replace(LIMITS, max_native_calls=3)
+    assert error_of(source, limits=limits, host=host) == ("resource_limit", "native calls")
+    assert len(host.calls) == 3  # attempts count like any call
+
+
+def test_attempt_does_not_recover_from_limits() -> None:
+    small = replace(LIMITS, max_value_bytes=30)
+    host = Host()
+    assert error_of(main_returning("attempt(records.lookup, key = 'x' * 100)"), limits=small, host=host) == (
+        "resource_limit",
+        "value size",
+    )
+    big = Host(results=["y" * 100])
+    assert error_of(main_returning("attempt(records.status)"), limits=small, host=big) == (
+        "resource_limit",
+        "value size",
+    )
+    assert host.calls == [] and host.invalid_calls == []
+
+
+def test_attempt_applies_to_exactly_one_call() -> None:
+    host = Host(fail=("records.status",))
+    source = "def main():\n    attempt(records.lookup, key = 'a')\n    return records.status()\n"
+    with pytest.raises(NativeAborted):
+        run(source, host=host)
+    assert host.attempts == [True, False]
+
+
+class _Answering(Host):
+    """A host that answers an error to calls that asked no recovery (a protocol violation)."""
+
+    def call(self, name: str, args: dict[str, Any], attempt: bool) -> Reply:
+        return Reply.failed("permission denied")
+
+    def invalid(self, name: str, message: str, attempt: bool) -> Reply:
+        return Reply.failed("invalid capability arguments")
+
+
+@pytest.mark.parametrize("call", ["records.status()", "records.lookup(key = 1)"])
+def test_an_error_answer_without_attempt_is_a_host_protocol_error(call: str) -> None:
+    with pytest.raises(HostProtocolError):
+        run(main_returning(call), host=_Answering())
+
+
+def test_attempt_of_deep_results_crosses_intact() -> None:
+    deep: Any = "leaf"
+    for _ in range(90):
+        deep = [deep]
+    limits = replace(LIMITS, max_value_depth=200)
+    value = value_of(main_returning("attempt(records.status)"), limits=limits, host=Host([deep]))
+    assert value == {"ok": True, "value": deep}
+
+
+# ---------------------------------------------------------------------------------- prints
+
+PRINTING = replace(LIMITS, max_print_bytes=64)
+
+
+def test_prints_are_sent_before_each_call_and_at_the_end() -> None:
+    host = Host()
+    source = (
+        "def main():\n"
+        "    print('a', 1, [2], None)\n"
+        "    print('b', 'c', sep = '-', end = '!')\n"
+        "    records.status()\n"
+        "    print(sep = None, end = None)\n"
+        "    return 1\n"
+    )
+    assert value_of(source, limits=PRINTING, host=host) == 1
+    assert host.printed == [("a 1 [2] None\nb-c!", False), ("\n", False)]
+
+
+def test_prints_are_cut_at_the_budget_on_a_character_boundary() -> None:
+    host = Host()
+    source = "def main():\n    print('é' * 40)\n    print('after the cut')\n    return 1\n"
+    assert value_of(source, limits=PRINTING, host=host) == 1
+    assert host.printed == [("é" * 32, True)]  # 64 bytes of two-byte characters, nothing after
+
+
+def test_prints_reach_the_host_when_the_program_fails() -> None:
+    host = Host()
+    source = "def main():\n    print('before')\n    fail('boom')\n"
+    assert error_of(source, limits=PRINTING, host=host)[0] == "invalid_program"
+    assert host.printed == [("before\n", False)]
+    steps = "def main():\n    print('looping')\n    for i in range(10000000):\n        pass\n"
+    host = Host()
+    assert error_of(steps, limits=replace(PRINTING, max_steps=5000), host=host) == ("resource_limit", "steps")
+    assert host.printed == [("looping\n", False)]
+
+
+def test_prints_are_sent_at_step_checks() -> None:
+    # A program the host kills at its deadline has its prints sent as it runs, not only at the end.
+    host = Host()
+    run_state = interpreter._Run(PRINTING, {}, host)
+    run_state.print_text("early\n")
+    assert host.printed == []
+    assert run_state.check_cancelled() is False
+    assert host.printed == [("early\n", False)]
+    assert run_state.check_cancelled() is False
+    assert host.printed == [("early\n", False)]  # nothing new: nothing sent
+    run_state.print_text("later\n")
+    assert run_state.check_cancelled() is False  # check 3: not a power of two, kept for later
+    assert host.printed == [("early\n", False)]
+    assert run_state.check_cancelled() is False  # check 4
+    assert host.printed == [("early\n", False), ("later\n", False)]
+
+
+def test_a_host_gone_while_prints_are_sent_stops_the_program() -> None:
+    class Gone(Host):
+        def prints(self, text: str, cut: bool) -> None:
+            raise NativeAborted("host closed the stream")
+
+    source = "def main():\n    print('x')\n    for i in range(100000):\n        pass\n    return 1\n"
+    with pytest.raises(NativeAborted):
+        run(source, limits=PRINTING, host=Gone())

@@ -50,6 +50,17 @@ VALID: list[dict[str, Any]] = [
     {"k": "native_abort", "seq": 3},
     {"k": "final", "value": None},
     {"k": "final_error", "error": "invalid_program", "message": "<codemode>:1:1: boom"},
+    {"k": "native_attempt", "seq": 2, "name": "records.lookup", "args": {}},
+    {"k": "native_invalid", "seq": 4, "name": "records.lookup", "message": "m", "attempt": True},
+    {"k": "native_error", "seq": 2, "error": "permission denied"},
+    {"k": "print", "text": "hello\n", "cut": False},
+    {
+        "k": "exec",
+        "v": 1,
+        "source": "",
+        "manifest": [],
+        "limits": {**LIMITS, "max_print_bytes": 1},
+    },
 ]
 
 
@@ -113,6 +124,8 @@ def test_native_call_fast_encoding_matches_the_checked_encoder() -> None:
     for args in ({}, {"value": 'é\u2028"x'}, {"n": [1, 2.5, None, True], "m": {"k": {"z": []}}}):
         frame = {"k": "native_call", "seq": 7, "name": "util.echo", "args": args}
         assert encode_native_call(7, "util.echo", args) == encode_frame(frame)
+        attempt = {**frame, "k": "native_attempt"}
+        assert encode_native_call(7, "util.echo", args, attempt=True) == encode_frame(attempt)
     with pytest.raises(ProtocolError):
         encode_native_call(1, "a.b", {"x": float("nan")})
     with pytest.raises(ProtocolError):
@@ -237,6 +250,21 @@ def test_surrogate_pairs_are_fine() -> None:
         {"k": "exec", "v": 1, "source": "", "manifest": [], "limits": {**LIMITS, "max_callstack": 0}},
         {"k": "exec", "v": 1, "source": "", "manifest": [], "limits": {**LIMITS, "max_steps": 1.5}},
         {"k": "exec", "v": 1, "source": "", "manifest": [], "limits": {**LIMITS, "max_steps": False}},
+        {"k": "exec", "v": 1, "source": "", "manifest": [], "limits": {**LIMITS, "max_print_bytes": 0}},
+        {"k": "exec", "v": 1, "source": "", "manifest": [], "limits": {**LIMITS, "max_print_bytes": "9"}},
+        {"k": "native_attempt", "seq": 1, "name": "", "args": {}},
+        {"k": "native_attempt", "seq": 1, "name": "a.b", "args": [1]},
+        {"k": "native_attempt", "seq": 0, "name": "a.b", "args": {}},
+        {"k": "native_invalid", "seq": 1, "name": "a.b", "message": "m"},
+        {"k": "native_invalid", "seq": 1, "name": "a.b", "message": "m", "attempt": 1},
+        {"k": "native_invalid", "seq": 1, "name": "a.b", "message": None, "attempt": False},
+        {"k": "native_invalid", "seq": 1, "name": "", "message": "m", "attempt": False},
+        {"k": "native_error", "seq": 1, "error": ""},
+        {"k": "native_error", "seq": 1, "error": ["permission denied"]},
+        {"k": "native_error", "seq": 1, "error": "x", "value": 1},
+        {"k": "print", "text": "x"},
+        {"k": "print", "text": 1, "cut": False},
+        {"k": "print", "text": "x", "cut": 0},
     ],
 )
 def test_invalid_frames(obj: dict[str, Any]) -> None:

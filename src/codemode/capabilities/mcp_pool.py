@@ -12,6 +12,22 @@ fresh one). The host's discovery session is closed after discovery, unless the c
 nothing subject-specific (then the first subject takes it over: it has served nobody yet, and with
 a single subject, as ``serve --stdio`` has, per-subject and shared are the same one process).
 
+**Stuck sessions.** A call still unanswered at its ``timeout`` (also one whose caller left
+earlier: the execute ended) leaves the session under watch: it gets a ``ping``, and a session that
+does not answer it by ``timeout + stuck_grace`` seconds after that call was sent is stuck (a
+server whose only thread spins in a tenant's glob answers nothing, for anyone): the connection is
+stopped (stdio: the server process is terminated) and the next call starts a new one. A server
+that answers the ping is alive and keeps its session (the one call was slow).
+
+**Restarts are charged to subjects.** Every death of a session (the server ended the connection,
+a transport failure, stuck) is charged to the subject of the oldest call unanswered at that moment
+(else of the last call; per subject: the session's own subject), and every failed start to the
+subject whose call started it. A subject charged more than ``max_restarts`` times within a minute
+gets a plain ``capability failed`` on this upstream until the minute has passed; the others go on,
+so in shared mode one tenant's crashes or hangs do not deny everyone. A shared server that fails
+to start for reasons of its own (not a caller's deadline) is also charged to nobody in particular:
+past the same bound every subject is refused for the rest of the minute.
+
 Everything here runs on the pack's own event loop (``upstream_loop``).
 """
 
@@ -20,17 +36,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from codemode import ResourceLimit
 
-from .mcp_session import Launch, UpstreamCallFailed, UpstreamSession, brief, transport_failure
+from .mcp_session import (
+    Launch,
+    UpstreamCallFailed,
+    UpstreamSession,
+    UpstreamUnavailable,
+    brief,
+    transport_failure,
+)
+from .upstream_tenancy import subject_key
 
-__all__ = ["SessionPool"]
+__all__ = ["DEFAULT_STUCK_GRACE", "SessionPool"]
 
 log = logging.getLogger("codemode.capabilities.mcp_upstream")
+
+#: Seconds past a call's ``timeout`` a session gets to answer a ping before it counts as stuck.
+DEFAULT_STUCK_GRACE = 5.0
+RESTART_WINDOW = 60.0
+#: Seconds before the execute deadline a call waits for the verdict on its stuck session at most
+#: (the failure still has to reach the program before its deadline).
+_ANSWER_MARGIN = 0.5
+#: The charge key of a shared server's own failed starts (nobody's in particular).
+NOBODY: None = None
 
 
 class SessionPool:
@@ -48,6 +81,7 @@ class SessionPool:
         max_session_seconds: float = 3600.0,
         max_restarts: int = 6,
         timeout: float = 30.0,
+        stuck_grace: float = DEFAULT_STUCK_GRACE,
     ) -> None:
         self.upstream = upstream
         self.tenancy = tenancy
@@ -58,22 +92,79 @@ class SessionPool:
         self.max_session_seconds = max_session_seconds
         self.max_restarts = max_restarts
         self.timeout = timeout
+        self.stuck_grace = stuck_grace
         self.host: UpstreamSession | None = None
         self.subjects: OrderedDict[str, UpstreamSession] = OrderedDict()
         self._janitor: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._watches: set[asyncio.Task[None]] = set()
+        #: Restarts (and failed starts) charged to each subject within the last minute.
+        self.charges: dict[str | None, deque[float]] = {}
         self.retired = 0  # starts of sessions already closed
+        self.retired_attempts = 0
+
+    def _live(self) -> list[UpstreamSession]:
+        return [*([self.host] if self.host is not None else []), *self.subjects.values()]
 
     @property
     def starts(self) -> int:
-        """Sessions started so far (stdio: server processes)."""
-        live = [self.host] if self.host is not None else []
-        return self.retired + sum(s.connects for s in [*live, *self.subjects.values()])
+        """Sessions started so far (stdio: server processes that got through ``initialize``)."""
+        return self.retired + sum(s.connects for s in self._live())
+
+    @property
+    def attempts(self) -> int:
+        """Starts tried so far, failed ones included (stdio: server processes started)."""
+        return self.retired_attempts + sum(s.attempts for s in self._live())
+
+    def _session(self, subject_id: str | None) -> UpstreamSession:
+        owner = subject_id if self.tenancy == "per_subject" else None
+        return UpstreamSession(self._launcher(subject_id), owner, self._died)
 
     def host_session(self) -> UpstreamSession:
         if self.host is None:
-            self.host = UpstreamSession(self._launcher(None), self.max_restarts)
+            self.host = self._session(None)
         return self.host
+
+    # --- restarts charged to subjects ---------------------------------------------------------
+
+    def _recent(self, key: str | None) -> int:
+        times = self.charges.get(key)
+        if times is None:
+            return 0
+        now = time.monotonic()
+        while times and now - times[0] > RESTART_WINDOW:
+            times.popleft()
+        if not times:
+            del self.charges[key]
+            return 0
+        return len(times)
+
+    def charge(self, key: str | None, why: str) -> None:
+        self.charges.setdefault(key, deque()).append(time.monotonic())
+        who = "a start of its own" if key is None else f"subject {subject_label(key)}"
+        log.info("upstream %r: a restart charged to %s: %s", self.upstream, who, why)
+
+    def _died(self, subjects: list[str | None], why: str) -> None:
+        for subject in subjects:
+            if subject is not None or self.tenancy == "shared":
+                self.charge(subject, why)
+
+    def _check_allowance(self, subject_id: str, cap_id: str) -> None:
+        """Refuse the call of a subject that caused too many restarts within the last minute."""
+        for key in (subject_id, NOBODY) if self.tenancy == "shared" else (subject_id,):
+            recent = self._recent(key)
+            if recent > self.max_restarts:
+                who = "its own failed starts" if key is None else f"subject {subject_label(key)}"
+                log.warning(
+                    "upstream %r: %s refused: %d restarts in the last minute charged to %s "
+                    "(max_restarts_per_minute = %d)",
+                    self.upstream,
+                    cap_id,
+                    recent,
+                    who,
+                    self.max_restarts,
+                )
+                raise UpstreamUnavailable(self.upstream)
 
     async def discover(self, *, keep_open: bool) -> list[Any]:
         """The tool list, from the host's session (started now if needed)."""
@@ -117,8 +208,9 @@ class SessionPool:
             self._close_later(self.subjects.pop(idle), "evicted for a new subject (max_sessions)")
         if self.adoptable and self.host is not None:
             session, self.host = self.host, None
+            session.subject = subject_id
         else:
-            session = UpstreamSession(self._launcher(subject_id), self.max_restarts)
+            session = self._session(subject_id)
         self.subjects[subject_id] = session
         self._start_janitor()
         return session
@@ -129,47 +221,122 @@ class SessionPool:
 
     async def call(
         self, subject_id: str, tool: str, arguments: Mapping[str, Any], deadline: float, cap_id: str
-    ) -> Any:
+    ) -> tuple[Any, tuple[str, ...]]:
         """``tools/call`` on the subject's session, bounded by ``timeout`` and ``deadline``
-        (monotonic); a transport failure marks the session dead (the next call starts it again)."""
+        (monotonic): the result and the session's credential values. A transport failure marks
+        the session dead (the next call starts it again); an unanswered call puts it under watch."""
         try:
+            self._check_allowance(subject_id, cap_id)
             session = self.acquire(subject_id)
         except ResourceLimit:
             raise
+        except UpstreamUnavailable:
+            raise UpstreamCallFailed(cap_id) from None
         except Exception as exc:  # the subject's configuration: a directory, a header file
             log.warning("upstream %r: %s: cannot prepare the session: %s", self.upstream, cap_id, brief(exc))
             raise UpstreamCallFailed(cap_id) from None
         session.busy += 1
+        token: int | None = None
         try:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("no time left before the execute deadline")
-            async with asyncio.timeout(min(session.launch.connect_timeout, remaining)):
-                client = await session.client()
+            client = await self._connect(session, subject_id, deadline, cap_id)
             budget = min(self.timeout, deadline - time.monotonic())
-            # The client's own read timeout fires first and sends notifications/cancelled; the
-            # outer bound (a grace second later) is the backstop.
-            async with asyncio.timeout(budget + 1.0):
-                return await client.call_tool(tool, dict(arguments), read_timeout_seconds=budget)
-        except (asyncio.CancelledError, ResourceLimit):
+            token, generation = session.sent(subject_id), session.generation
+            try:
+                # The client's own read timeout fires first and sends notifications/cancelled;
+                # the outer bound (a grace second later) is the backstop.
+                async with asyncio.timeout(budget + 1.0):
+                    result = await client.call_tool(tool, dict(arguments), read_timeout_seconds=budget)
+                return result, session.launch.secrets
+            except BaseException as exc:
+                if _unanswered(exc):
+                    watch = self._watch(session, client, generation, token)
+                    token = None  # the watch settles it
+                    if not isinstance(exc, asyncio.CancelledError):
+                        await _wait_until(watch, deadline - _ANSWER_MARGIN)
+                raise
+        except (asyncio.CancelledError, ResourceLimit, UpstreamCallFailed):
             raise
         except Exception as exc:
             if transport_failure(exc):
-                session.mark_dead()
+                session.mark_dead(f"{cap_id} failed: {brief(exc)}")
                 log.warning("%s: %s failed (will reconnect): %s", session.label, cap_id, brief(exc))
             else:
                 log.warning("%s: %s failed: %s", session.label, cap_id, brief(exc))
             raise UpstreamCallFailed(cap_id) from None
         finally:
+            if token is not None:
+                session.settled(token)
             session.busy -= 1
             session.last_used = time.monotonic()
+
+    async def _connect(self, session: UpstreamSession, subject_id: str, deadline: float, cap_id: str) -> Any:
+        """The session's client, started now if needed; a start that fails is charged."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no time left before the execute deadline")
+        attempts = session.attempts
+        limit = min(session.launch.connect_timeout, remaining)
+        try:
+            async with asyncio.timeout(limit):
+                return await session.client()
+        except BaseException as exc:
+            if session.attempts == attempts or session.starter is not asyncio.current_task():
+                raise  # no start was tried by this call
+            self.charge(subject_id, f"a start failed for {cap_id}: {brief(exc)}")
+            # The caller left (its execute ended or was cancelled) or its deadline cut the start
+            # short: that is its own doing, never a failed start of the server's.
+            caller_left = isinstance(exc, asyncio.CancelledError) or (
+                isinstance(exc, TimeoutError) and limit < session.launch.connect_timeout
+            )
+            if self.tenancy == "shared" and not caller_left:
+                self.charge(NOBODY, f"a start failed: {brief(exc)}")
+            if isinstance(exc, Exception):
+                log.warning("%s: %s: the server did not start: %s", session.label, cap_id, brief(exc))
+                raise UpstreamCallFailed(cap_id) from None
+            raise
+
+    def _watch(
+        self, session: UpstreamSession, client: Any, generation: int, token: int
+    ) -> asyncio.Task[None]:
+        """Ping a session whose call went unanswered; stop it when it does not answer by the
+        call's ``timeout + stuck_grace`` (see the module text)."""
+        sent = session.sent_at(token)
+
+        async def watch() -> None:
+            try:
+                wait = max(sent + self.timeout + self.stuck_grace - time.monotonic(), self.stuck_grace)
+                try:
+                    async with asyncio.timeout(wait):
+                        # The session's own ping (Client.send_ping warns that the 2026-07-28
+                        # protocol dropped it; legacy-mode sessions, ours, still have it).
+                        await client.session.send_ping()
+                    return
+                except Exception as exc:
+                    if not _unanswered(exc) and not transport_failure(exc):
+                        return  # an answer, even an error, is a sign of life
+                why = (
+                    f"stuck: a call got no answer within timeout ({self.timeout:g} s) and a ping none "
+                    f"within stuck_grace ({self.stuck_grace:g} s) more"
+                )
+                if await session.stop_if(generation, why):
+                    log.warning(
+                        "%s: %s; the server is stopped, the next call starts it again", session.label, why
+                    )
+            finally:
+                session.settled(token)
+
+        task = asyncio.get_running_loop().create_task(watch(), name=f"mcp-watch-{session.label}")
+        self._watches.add(task)
+        task.add_done_callback(self._watches.discard)
+        return task
 
     def _expired(self, session: UpstreamSession, now: float) -> bool:
         return session.started is not None and now - session.started > self.max_session_seconds
 
     def _retire(self, session: UpstreamSession) -> None:
         self.retired += session.connects
-        session.connects = 0
+        self.retired_attempts += session.attempts
+        session.connects = session.attempts = 0
 
     def _close_later(self, session: UpstreamSession, why: str) -> None:
         log.info("%s: closed: %s", session.label, why)
@@ -206,9 +373,36 @@ class SessionPool:
         if self._janitor is not None:
             self._janitor.cancel()
             self._janitor = None
-        sessions = [*([self.host] if self.host is not None else []), *self.subjects.values()]
+        for watch in list(self._watches):
+            watch.cancel()
+        sessions = self._live()
         self.host = None
         self.subjects.clear()
         for session in sessions:
             self._retire(session)
-        await asyncio.gather(*(s.aclose() for s in sessions), *self._closing, return_exceptions=True)
+        await asyncio.gather(
+            *(s.aclose() for s in sessions), *self._closing, *self._watches, return_exceptions=True
+        )
+
+
+def subject_label(subject_id: str) -> str:
+    """How logs name a subject: its key (ids may hold anything)."""
+    return subject_key(subject_id)
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` means the request got no answer (a timeout, or its caller left)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import REQUEST_TIMEOUT
+
+    if isinstance(exc, MCPError):
+        return bool(exc.code == REQUEST_TIMEOUT)
+    return isinstance(exc, TimeoutError | asyncio.CancelledError)
+
+
+async def _wait_until(task: asyncio.Task[None], deadline: float) -> None:
+    """Wait for ``task`` (shielded) until ``deadline`` at most."""
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        done, _ = await asyncio.wait([task], timeout=remaining)
+        del done

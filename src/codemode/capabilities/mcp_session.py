@@ -3,22 +3,23 @@
 
 A stdio server runs behind ``stdio_relay`` (bounded messages, valid UTF-8, resource limits on the
 server process). The session watches its transport: when the server ends the connection (it exited,
-or closed its output) the host logs why and marks the session dead, so the next call starts the
-server again instead of failing. Starts are bounded: after ``max_restarts`` restarts within a minute
-a call fails (plainly) instead of starting it again, so no caller can turn a crashing upstream into
-a restart loop for everyone on it.
+or closed its output), or the pool finds it stuck (``mcp_pool``), the host logs why and marks the
+session dead, so the next call starts the server again instead of failing. Every death is reported
+once (``on_death``) with the subjects it is charged to: the subject of the oldest call still
+unanswered then, else of the last call, else the session's own subject; the pool bounds the
+restarts each subject may cause.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
 import os
 import sys
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,11 @@ MAX_LIST_PAGES = 100
 #: The relay runs as a file in isolated mode: it imports only the standard library, so it needs no
 #: PYTHONPATH (the MCP client gives it only a minimal environment plus the configured one).
 _RELAY = ("-I", stdio_relay.__file__)
-_RESTART_WINDOW = 60.0
+
+
+#: Seconds a closing connection gets to end (the MCP client's stdio shutdown: close stdin, wait 2 s,
+#: SIGTERM to the process group, SIGKILL 2 s later).
+_CLOSE_TIMEOUT = 10.0
 
 
 class UpstreamUnavailable(Exception):
@@ -79,8 +84,12 @@ class Launch:
     cwd: str | None = None
     memory_bytes: int = 0
     file_bytes: int = 0
+    cpu_seconds: int = 0
+    tree_memory_bytes: int = 0
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: The configured credential values this session sends (redacted from the upstream's text).
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def relay_argv(self) -> list[str]:
         """The relay's arguments (``python`` + these): limit, flags, ``--``, the server's argv."""
@@ -92,25 +101,42 @@ class Launch:
             flags.append(f"--rlimit-data={self.memory_bytes}")
         if self.file_bytes:
             flags.append(f"--rlimit-fsize={self.file_bytes}")
+        if self.cpu_seconds:
+            flags.append(f"--rlimit-cpu={self.cpu_seconds}")
+        if self.tree_memory_bytes:
+            flags.append(f"--tree-memory={self.tree_memory_bytes}")
         return [*_RELAY, str(self.max_message_bytes), *flags, "--", self.command, *self.args]
+
+
+#: ``on_death(subjects, why)``: the subjects a death of the session is charged to (None: nobody's).
+DeathHook = Callable[[list[str | None], str], None]
 
 
 class UpstreamSession:
     """One live connection, owned by a task on the loop that uses it; opened on first use.
 
     ``busy`` counts calls in flight, ``last_used`` and ``started`` (monotonic seconds) let a pool
-    evict it; ``connects`` counts starts.
+    evict it; ``connects`` counts starts that got through ``initialize``, ``attempts`` every
+    start; ``generation`` names the connection now up (it grows with every connect). ``subject``
+    is the subject it serves (None: the host's own, or a shared one).
     """
 
-    def __init__(self, launch: Launch, max_restarts: int = 6) -> None:
+    def __init__(self, launch: Launch, subject: str | None = None, on_death: DeathHook | None = None) -> None:
         self.launch = launch
-        self.max_restarts = max_restarts
+        self.subject = subject
+        self.on_death = on_death
         self._client: Any = None
         self._stop: asyncio.Event | None = None
         self._owner: asyncio.Task[None] | None = None
         self._lock: asyncio.Lock | None = None
-        self._starts: deque[float] = deque()
+        self._ids = itertools.count()
+        self._pending: dict[int, tuple[float, str]] = {}  # calls not answered yet: (sent, subject)
+        self._reported = 0  # the last generation whose death was reported
+        self.generation = 0
+        self.last_caller: str | None = None
         self.connects = 0
+        self.attempts = 0
+        self.starter: asyncio.Task[Any] | None = None  # the task that tried the last start
         self.busy = 0
         self.last_used = time.monotonic()
         self.started: float | None = None
@@ -118,6 +144,35 @@ class UpstreamSession:
     @property
     def label(self) -> str:
         return f"upstream {self.launch.upstream!r} ({self.launch.owner})"
+
+    def sent(self, subject: str) -> int:
+        """A call of ``subject`` is being sent: its token for :meth:`settled`."""
+        token = next(self._ids)
+        self._pending[token] = (time.monotonic(), subject)
+        self.last_caller = subject
+        return token
+
+    def sent_at(self, token: int) -> float:
+        pending = self._pending.get(token)
+        return pending[0] if pending is not None else time.monotonic()
+
+    def settled(self, token: int) -> None:
+        """The call is answered, or no longer watched."""
+        self._pending.pop(token, None)
+
+    def blamed(self) -> list[str | None]:
+        """Whom a death now is charged to (see the module text)."""
+        if self._pending:
+            return [min(self._pending.values())[1]]
+        return [self.last_caller if self.last_caller is not None else self.subject]
+
+    def _died(self, why: str) -> None:
+        """Report the death of the current connection, once."""
+        if self.generation == self._reported or (self._client is None and self._owner is None):
+            return
+        self._reported = self.generation
+        if self.on_death is not None:
+            self.on_death(self.blamed(), why)
 
     def alive(self) -> bool:
         return self._client is not None and self._owner is not None and not self._owner.done()
@@ -185,7 +240,7 @@ class UpstreamSession:
                         "the next call starts it again",
                         self.label,
                     )
-                    self.mark_dead()
+                    self.mark_dead("the server ended the connection")
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pump)
@@ -208,20 +263,6 @@ class UpstreamSession:
             elif not isinstance(exc, asyncio.CancelledError):
                 log.info("%s: connection ended: %s", self.label, brief(exc))
 
-    def _check_restarts(self) -> None:
-        now = time.monotonic()
-        while self._starts and now - self._starts[0] > _RESTART_WINDOW:
-            self._starts.popleft()
-        if self.connects and len(self._starts) > self.max_restarts:
-            log.warning(
-                "%s: not started again: %d starts in the last minute (max_restarts_per_minute = %d)",
-                self.label,
-                len(self._starts),
-                self.max_restarts,
-            )
-            raise UpstreamUnavailable(self.label)
-        self._starts.append(now)
-
     async def client(self) -> Any:
         """The connected MCP client (connecting now if needed)."""
         if self._lock is None:
@@ -229,8 +270,11 @@ class UpstreamSession:
         async with self._lock:
             if self.alive():
                 return self._client
+            if self._client is not None:  # the connection ended without a word from the transport
+                self._died("the connection ended")
             await self._close_owner()
-            self._check_restarts()
+            self.attempts += 1
+            self.starter = asyncio.current_task()
             loop = asyncio.get_running_loop()
             stop = asyncio.Event()
             ready: asyncio.Future[Any] = loop.create_future()
@@ -246,15 +290,30 @@ class UpstreamSession:
                 owner.cancel()
                 raise
             self._client, self._owner, self._stop = client, owner, stop
+            self.generation += 1
             self.connects += 1
             if self.started is None:
                 self.started = time.monotonic()
             return client
 
-    def mark_dead(self) -> None:
+    def mark_dead(self, why: str = "the connection failed") -> None:
+        """The connection is gone or unusable: report it (once) and let the next call start again."""
+        self._died(why)
         self._client = None
         if self._stop is not None:
             self._stop.set()
+
+    async def stop_if(self, generation: int, why: str) -> bool:
+        """Stop the connection ``generation`` (a stuck one: for stdio the server process is
+        terminated) and wait until it has ended; False when another one is up by now, or none."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if generation != self.generation or not self.alive():
+                return False
+            self.mark_dead(why)
+            await self._close_owner()
+            return True
 
     async def _close_owner(self) -> None:
         owner, stop = self._owner, self._stop
@@ -263,7 +322,7 @@ class UpstreamSession:
             stop.set()
         if owner is not None and not owner.done():
             try:
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(_CLOSE_TIMEOUT):
                     await asyncio.shield(owner)
             except (TimeoutError, Exception):
                 owner.cancel()

@@ -30,10 +30,16 @@ the arguments, so a Rego policy can allow one tool and deny another). Each subje
 sent and bytes returned per minute are bounded (``resource limit exceeded: quota``). The handler
 sends ``tools/call`` bounded by ``timeout`` and by the execute deadline; when the execute ends first
 the request is abandoned and the MCP client sends ``notifications/cancelled`` upstream. A result
-with ``isError`` fails as ``capability failed: <upstream name>: <its text>`` (one short line, URLs
-and absolute paths replaced: ``codemode.packs.upstream.upstream_error_text``); anything else that
-goes wrong (transport, protocol, timeout, an output that does not fit) is a plain ``capability
-failed`` with the detail in the host log; after a transport failure the next call reconnects.
+with ``isError`` fails as ``capability failed: <upstream name>: <its text>`` (one short line,
+addresses and paths replaced, every credential value the session sends redacted:
+``codemode.packs.error_text``); anything else that goes wrong (transport, protocol, timeout, an
+output that does not fit) is a plain ``capability failed`` with the detail in the host log; after a
+transport failure the next call reconnects, and a session that answers no ping after an unanswered
+call is stopped as stuck (``mcp_pool``, where restarts are charged to subjects).
+
+With ``{subject_dir}``, the subject's directory is shown to its programs by that name in results
+and taken back from arguments (``upstream_tenancy.DirAlias``), and ``max_subject_dir_entries`` /
+``max_subject_dir_bytes`` are checked before each call (``upstream_disk.measure``, in a thread).
 
 Answers are bounded: no upstream message over ``max_message_bytes`` is buffered whole (stdio servers
 run behind ``stdio_relay``, which drops such a message and replaces invalid UTF-8; HTTP bodies go
@@ -52,7 +58,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -61,7 +66,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from codemode import AgentError, CallContext, Capability
+from codemode import AgentError, CallContext, Capability, ResourceLimit
 from codemode.authz import Subject
 from codemode.catalog.answers import AnswerBounds
 from codemode.catalog.capability import MAX_CAPABILITIES
@@ -83,7 +88,7 @@ from codemode.packs.upstream import (
     upstream_error_text,
 )
 
-from .mcp_pool import SessionPool
+from .mcp_pool import DEFAULT_STUCK_GRACE, SessionPool
 from .mcp_session import (
     Launch,
     UpstreamCallFailed,
@@ -91,10 +96,12 @@ from .mcp_session import (
     brief,
     check_command,
 )
+from .upstream_disk import measure, remove_tree
 from .upstream_loop import BackgroundLoop
 from .upstream_tenancy import (
     ARG_PLACEHOLDERS,
     CallBudget,
+    DirAlias,
     SubjectDirs,
     expand,
     placeholders_in,
@@ -177,7 +184,15 @@ class UpstreamMCPConfig(BaseModel):
         default=3600.0, gt=0, description="per_subject: a session older than this is closed once idle."
     )
     max_restarts_per_minute: int = Field(
-        default=6, ge=0, description="Starts of a session after its first, per minute; then calls fail."
+        default=6,
+        ge=0,
+        description="Restarts and failed starts one subject may cause per minute; then its calls fail.",
+    )
+    stuck_grace: float = Field(
+        default=DEFAULT_STUCK_GRACE,
+        gt=0,
+        description="Seconds past an unanswered call's timeout a session gets to answer a ping; "
+        "then it is stuck and stopped (stdio: the process is terminated).",
     )
     max_calls_per_minute: int = Field(
         default=600, ge=0, description="Calls per subject per minute (0: no bound)."
@@ -193,6 +208,27 @@ class UpstreamMCPConfig(BaseModel):
     )
     process_file_bytes: int = Field(
         default=256 * MIB, ge=0, description="stdio: RLIMIT_FSIZE, largest file it may write (0: none)."
+    )
+    process_tree_memory_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="stdio: resident memory of the server and every process it started, summed; "
+        "past it all are killed (0: none).",
+    )
+    process_cpu_seconds: int = Field(
+        default=0, ge=0, description="stdio: RLIMIT_CPU, CPU seconds over the process's life (0: none)."
+    )
+    max_subject_dir_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="{subject_dir}: bytes the subject's directory may hold, checked before each call "
+        "(0: no bound).",
+    )
+    max_subject_dir_entries: int = Field(
+        default=0,
+        ge=0,
+        description="{subject_dir}: entries the subject's directory may hold, checked before each call "
+        "(0: no bound).",
     )
     include: list[str] = Field(default_factory=list, description="Tool name globs to keep (empty: all).")
     exclude: list[str] = Field(default_factory=list, description="Tool name globs to drop.")
@@ -235,6 +271,13 @@ class UpstreamMCPConfig(BaseModel):
             raise ValueError(
                 f"upstream {self.name!r}: {sorted(self.placeholders) or 'subject_headers'} need "
                 'tenancy = "per_subject" (a shared upstream has no subject)'
+            )
+        if (self.max_subject_dir_bytes or self.max_subject_dir_entries) and (
+            "{subject_dir}" not in self.placeholders
+        ):
+            raise ValueError(
+                f"upstream {self.name!r}: max_subject_dir_bytes/max_subject_dir_entries bound the "
+                "directory of {subject_dir}, which env/args/cwd do not use"
             )
         both = {h.lower() for h in self.subject_headers} & {h.lower() for h in self.subject_headers_from_file}
         if both:
@@ -282,6 +325,17 @@ class UpstreamMCPConfig(BaseModel):
         for header, path in self.headers_from_file.items():
             out[header] = _read_secret(self.name, header, path)
         return out
+
+    def secret_values(self, subject_id: str | None) -> tuple[str, ...]:
+        """Every credential value a session of ``subject_id`` (None: the host's) sends: redacted
+        from the upstream's error text (host side only)."""
+        if self.command is not None:
+            return tuple(self.child_env()[child] for child in self.env_from_host)
+        headers = self.secret_headers()
+        values = [headers[h] for h in [*self.headers_from_env, *self.headers_from_file]]
+        if subject_id is not None:
+            values += self.subject_header_values(subject_id).values()
+        return tuple(values)
 
     def subject_header_values(self, subject_id: str) -> dict[str, str]:
         """The per-subject headers of ``subject_id`` (host side only; read at each connect)."""
@@ -364,16 +418,20 @@ class _Tool:
 
     async def __call__(self, ctx: CallContext, subject: Subject, args: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
-        arguments = {self.to_upstream.get(k, k): v for k, v in args.items()}
+        alias = self.pack.alias(cfg, subject.id)
+        arguments = alias.inward({self.to_upstream.get(k, k): v for k, v in args.items()})
         budget = self.pack.budgets[cfg.name]
         budget.spend(subject.id, len(json.dumps(arguments, ensure_ascii=False).encode("utf-8")))
+        if cfg.max_subject_dir_bytes or cfg.max_subject_dir_entries:
+            await self.pack.check_disk(cfg, subject.id)
         pool = self.pack.pools[cfg.name]
         deadline = time.monotonic() + ctx.remaining()
-        result = await self.pack.loop.run(pool.call(subject.id, self.tool, arguments, deadline, self.cap_id))
+        call = pool.call(subject.id, self.tool, arguments, deadline, self.cap_id)
+        result, secrets = await self.pack.loop.run(call)
         if result.is_error:
             text = _text_of(result.content)
             budget.returned(subject.id, len(text.encode("utf-8")))
-            shown = upstream_error_text(cfg.name, text)
+            shown = upstream_error_text(cfg.name, text, secrets=secrets)
             if not shown:
                 log.warning("upstream %r: %s returned isError without text", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
@@ -384,10 +442,10 @@ class _Tool:
                 log.warning("upstream %r: %s returned no structuredContent object", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
             budget.returned(subject.id, len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
-            return value
+            return alias.outward(value)
         text = _text_of(result.content)
         budget.returned(subject.id, len(text.encode("utf-8")))
-        return {"text": text}
+        return {"text": alias.outward(text)}
 
 
 def _compile_tools(
@@ -490,6 +548,7 @@ class UpstreamMCPPack:
                 max_session_seconds=cfg.max_session_seconds,
                 max_restarts=cfg.max_restarts_per_minute,
                 timeout=cfg.timeout,
+                stuck_grace=cfg.stuck_grace,
             )
             for cfg in self.configs
         }
@@ -518,6 +577,7 @@ class UpstreamMCPPack:
             "owner": "host" if subject_id is None else subject_key(subject_id),
             "max_message_bytes": cfg.max_message_bytes,
             "connect_timeout": cfg.connect_timeout,
+            "secrets": cfg.secret_values(subject_id),
         }
         if cfg.command is None:
             headers = cfg.secret_headers()
@@ -540,7 +600,35 @@ class UpstreamMCPPack:
             cwd=expand(cfg.cwd, values) if cfg.cwd else None,
             memory_bytes=cfg.process_memory_bytes,
             file_bytes=cfg.process_file_bytes,
+            cpu_seconds=cfg.process_cpu_seconds,
+            tree_memory_bytes=cfg.process_tree_memory_bytes,
         )
+
+    def alias(self, cfg: UpstreamMCPConfig, subject_id: str) -> DirAlias:
+        """How the subject's own directory is shown to its programs (``{subject_dir}``), for an
+        upstream whose env/args/cwd use it (else a mapping that changes nothing)."""
+        if "{subject_dir}" not in cfg.placeholders:
+            return DirAlias(None)
+        return DirAlias(SubjectDirs(self._root(), cfg.name).path_of(subject_id))
+
+    async def check_disk(self, cfg: UpstreamMCPConfig, subject_id: str) -> None:
+        """``resource limit exceeded: quota`` when the subject's directory holds more than
+        ``max_subject_dir_bytes`` or ``max_subject_dir_entries`` (walked in a thread, stopping
+        past the bound)."""
+        where = SubjectDirs(self._root(), cfg.name).path_of(subject_id)
+        usage = await asyncio.to_thread(
+            measure, where, cfg.max_subject_dir_entries, cfg.max_subject_dir_bytes
+        )
+        if usage.over:
+            log.warning(
+                "upstream %r: subject %s: its directory holds more than max_subject_dir_entries (%d) "
+                "or max_subject_dir_bytes (%d): call refused",
+                cfg.name,
+                subject_key(subject_id),
+                cfg.max_subject_dir_entries,
+                cfg.max_subject_dir_bytes,
+            )
+            raise ResourceLimit("quota")
 
     def _launcher(self, cfg: UpstreamMCPConfig) -> Any:
         return lambda subject_id: self.launch(cfg, subject_id)
@@ -627,7 +715,8 @@ class UpstreamMCPPack:
 
         await self.loop.aclose(close_all())
         if self._temp_dir is not None:
-            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            # Iterative: a tenant's tree may be far deeper than the recursion limit.
+            await asyncio.to_thread(remove_tree, self._temp_dir)
             self._temp_dir = None
 
 

@@ -16,10 +16,17 @@ newline-delimited messages on **whole**, one at a time, holding at most ``LIMIT`
   reader stops for good at the first invalid byte, and every later call would wait for its timeout
   until the server exited). The first such message is reported on stderr, the count at the end.
 
-Flags: ``--rlimit-data=BYTES`` and ``--rlimit-fsize=BYTES`` set ``RLIMIT_DATA`` (the server's heap
-and private mappings: its memory) and ``RLIMIT_FSIZE`` (the largest file it may write; ``SIGXFSZ``
-is ignored, so a write past it fails with ``EFBIG`` instead of killing the server) on the server
-process only.
+Flags: ``--rlimit-data=BYTES``, ``--rlimit-fsize=BYTES`` and ``--rlimit-cpu=SECONDS`` set
+``RLIMIT_DATA`` (the server's heap and private mappings: its memory), ``RLIMIT_FSIZE`` (the largest
+file it may write; ``SIGXFSZ`` is ignored, so a write past it fails with ``EFBIG`` instead of
+killing the server) and ``RLIMIT_CPU`` (CPU seconds over its life; past them ``SIGXCPU`` ends it) on
+the server process only (each child it starts inherits them: per process, not per tree).
+``RLIMIT_CORE`` is always 0: a crashing server writes no core file (its memory, credentials
+included) into its working directory, which may be a tenant's. ``--tree-memory=BYTES`` bounds what
+the server and every process it started (its descendants, from ``/proc``) hold together: their
+resident memory is summed every 100 ms, and past the bound all of them are killed (``SIGKILL``) and
+the relay says so on stderr; the sum counts pages they share once per process (it can only
+overstate), and a process that leaves the tree (a double fork) is no longer counted.
 
 It stays small on purpose: one process, blocking reads, nothing but the standard library (the pack
 runs this file with ``python -I``, so it needs no ``PYTHONPATH``). The server dies with it
@@ -41,15 +48,17 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
+import time
 
-__all__ = ["EXIT_USAGE", "Relay", "main"]
+__all__ = ["EXIT_USAGE", "Relay", "descendants", "main", "resident_bytes"]
 
 EXIT_USAGE = 2
 _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
 _USAGE = (
     "usage: python -I stdio_relay.py LIMIT [--unset-lc-ctype | --lc-ctype=VALUE] [--rlimit-data=BYTES] "
-    "[--rlimit-fsize=BYTES] -- COMMAND [ARGS...]"
+    "[--rlimit-fsize=BYTES] [--rlimit-cpu=SECONDS] [--tree-memory=BYTES] -- COMMAND [ARGS...]"
 )
 #: A JSON-RPC *response* that names its id first and then its result or error (a request from the
 #: server has a method there, and its ids are the server's own numbering: never answered). The id is
@@ -61,6 +70,7 @@ _RESPONSE_ID = re.compile(
     rb'\s*,\s*"(?:result|error)"'
 )
 _TOO_LARGE = -32603  # JSON-RPC "internal error"
+_TREE_PERIOD = 0.1  # seconds between two sums of the server tree's memory
 
 
 def _prepare_child(relay_pid: int, limits: dict[int, int]) -> None:
@@ -144,6 +154,57 @@ class Relay:
         return b'{"jsonrpc":"2.0","id":' + found.group(1) + b',"error":' + json.dumps(error).encode() + b"}\n"
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (``/proc/<pid>/task/<tid>/children``; a process that is
+    gone meanwhile is skipped)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as f:
+                    todo.extend(int(child) for child in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def resident_bytes(pids: list[int]) -> int:
+    """The summed resident memory of ``pids`` (``/proc/<pid>/statm``)."""
+    page, total = os.sysconf("SC_PAGE_SIZE"), 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def watch_tree(server: subprocess.Popen[bytes], limit: int) -> None:
+    """Until the server exits: kill its whole tree when its resident memory passes ``limit``."""
+    while server.poll() is None:
+        pids = descendants(server.pid)
+        held = resident_bytes(pids)
+        if held > limit:
+            print(
+                f"codemode stdio relay: the server's {len(pids)} process(es) held {held} bytes, over "
+                f"--tree-memory={limit}: killed",
+                file=sys.stderr,
+                flush=True,
+            )
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(_TREE_PERIOD)
+
+
 def relay(source: int, sink: int, limit: int) -> Relay:
     """Pass ``source`` on to ``sink`` until end of file; the state (what was dropped, replaced)."""
     state = Relay(limit)
@@ -159,12 +220,17 @@ def _count(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
 
-_RLIMITS = {"--rlimit-data=": resource.RLIMIT_DATA, "--rlimit-fsize=": resource.RLIMIT_FSIZE}
+_RLIMITS = {
+    "--rlimit-data=": resource.RLIMIT_DATA,
+    "--rlimit-fsize=": resource.RLIMIT_FSIZE,
+    "--rlimit-cpu=": resource.RLIMIT_CPU,
+}
 
 
 def main(argv: list[str]) -> int:
     env = dict(os.environ)
-    limits: dict[int, int] = {}
+    limits: dict[int, int] = {resource.RLIMIT_CORE: 0}
+    tree_memory = 0
     rest = argv[1:]
     usage = False
     while rest and rest[0] != "--":
@@ -176,6 +242,8 @@ def main(argv: list[str]) -> int:
             env["LC_CTYPE"] = flag.removeprefix("--lc-ctype=")
         elif prefix is not None and (value := _count(flag.removeprefix(prefix))) is not None:
             limits[_RLIMITS[prefix]] = value
+        elif flag.startswith("--tree-memory=") and (value := _count(flag.removeprefix("--tree-memory="))):
+            tree_memory = value
         else:
             usage = True
     limit = _count(argv[0]) if argv else None
@@ -194,6 +262,8 @@ def main(argv: list[str]) -> int:
         print(f"codemode stdio relay: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
     assert server.stdout is not None
+    if tree_memory:
+        threading.Thread(target=watch_tree, args=(server, tree_memory), daemon=True).start()
     with contextlib.suppress(BrokenPipeError):  # the client went away: nothing more to pass on
         state = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
         if state.dropped:

@@ -10,6 +10,10 @@
 * :func:`expand`: the placeholders ``{subject_dir}`` and ``{subject_key}`` in ``env`` values,
   ``args`` and ``cwd``; ``{subject}`` (the id, percent-encoded so it is one safe token) and
   ``{subject_key}`` in HTTP header templates. Any other text, braces included, is kept as written.
+* :class:`DirAlias`: the subject's own directory as its programs see it: ``{subject_dir}`` in every
+  string of a result where the host path stood, and back in every string of the arguments (so the
+  host's data dir never reaches a tenant through an ordinary answer such as
+  ``list_allowed_directories``).
 * :class:`CallBudget`: per-subject token buckets (calls, bytes sent, bytes returned, each per
   minute) that fail a call with ``resource limit exceeded: quota``.
 """
@@ -26,6 +30,7 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from codemode import ResourceLimit
 
@@ -33,6 +38,7 @@ __all__ = [
     "ARG_PLACEHOLDERS",
     "HEADER_PLACEHOLDERS",
     "CallBudget",
+    "DirAlias",
     "SubjectDirs",
     "expand",
     "placeholders_in",
@@ -46,6 +52,8 @@ ARG_PLACEHOLDERS = ("{subject_dir}", "{subject_key}")
 HEADER_PLACEHOLDERS = ("{subject}", "{subject_key}")
 HOST_DIR = "host"
 _PLACEHOLDER = re.compile(r"\{subject(?:_dir|_key)?\}")
+SHOWN_DIR = "{subject_dir}"
+T = TypeVar("T")
 
 
 def subject_key(subject_id: str) -> str:
@@ -79,6 +87,10 @@ class SubjectDirs:
     def of(self, subject_id: str) -> Path:
         return self._make(subject_key(subject_id))
 
+    def path_of(self, subject_id: str) -> Path:
+        """Where :meth:`of` puts the subject's directory (nothing is created)."""
+        return self.base / subject_key(subject_id)
+
     def _make(self, leaf: str) -> Path:
         path = self.base / leaf
         self.base.parent.parent.mkdir(parents=True, exist_ok=True)  # the data dir: the operator's
@@ -90,6 +102,43 @@ class SubjectDirs:
                 raise OSError(f"{part} is not a directory (a symbolic link or a file is never followed)")
         os.chmod(path, 0o700)
         return path
+
+
+class DirAlias:
+    """Replaces the host path of one subject directory by ``{subject_dir}`` on the way out and
+    back on the way in (every string of a JSON-like value; ``None``: nothing to replace). Both the
+    path as configured and its resolved form (a data dir reached through a link) are replaced."""
+
+    def __init__(self, path: Path | None) -> None:
+        forms = {str(path), os.path.realpath(path)} if path is not None else set()
+        self.forms = sorted(forms, key=len, reverse=True)
+        self.path = str(path) if path is not None else None
+
+    def _map(self, value: T, swap: Any) -> T:
+        if isinstance(value, str):
+            return swap(value)  # type: ignore[no-any-return]
+        if isinstance(value, dict):
+            return {k: self._map(v, swap) for k, v in value.items()}  # type: ignore[return-value]
+        if isinstance(value, list):
+            return [self._map(v, swap) for v in value]  # type: ignore[return-value]
+        return value
+
+    def outward(self, value: T) -> T:
+        if not self.forms:
+            return value
+
+        def swap(text: str) -> str:
+            for form in self.forms:
+                text = text.replace(form, SHOWN_DIR)
+            return text
+
+        return self._map(value, swap)
+
+    def inward(self, value: T) -> T:
+        if self.path is None:
+            return value
+        path = self.path
+        return self._map(value, lambda text: text.replace(SHOWN_DIR, path))
 
 
 class CallBudget:

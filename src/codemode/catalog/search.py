@@ -1,124 +1,10 @@
-"""Capability search for ``search_api`` (docs/reference/search.md).
+"""Capability search for ``search_api``: the contract (tokenization, matching, ranking, the
+third-party rule, output bounds) is docs/reference/search.md; this module implements it.
 
-The index is built once from the *enabled* capabilities (static filtering has already happened, so
-disabled capabilities neither match nor influence the rarity statistics) and is immutable afterwards;
-``SearchIndex.search`` keeps all its state in locals, so one index may serve concurrent searches.
-
-Tokenization (``tokenize``), shared by queries and capability text
------------------------------------------------------------------------
-1. The text is NFKC-normalized first, so composed and decomposed accents (``données`` written with
-   U+00E9 or with ``e`` + U+0301), full-width forms (``ＧｉｔＨｕｂ``) and ligatures (``ﬁ``) all tokenize
-   alike.
-2. Characters are classified by Unicode category. Letters (``L*``) and decimal digits (``Nd``) make
-   tokens; everything else separates. **Combining marks** (``M*``) are kept *inside* the token of the
-   letter or digit they follow (otherwise scripts that write vowels as marks, such as Devanagari
-   ``हिन्दी``, would be shredded); a mark with nothing before it is a separator. Modifier letters
-   (``Lm``, e.g. the katakana ``ー``) are letters that never cause a case or script boundary.
-3. Boundaries inside a run of letters and digits:
-
-   - letter↔digit: ``v2api`` → ``v 2 api``, ``sha256`` → ``sha 256``;
-   - camelCase, lower→Upper: ``createReview`` → ``create review``;
-   - acronym→word, Upper→Upper followed by lower: ``HTTPServer`` → ``http server``,
-     ``XMLHttpRequest`` → ``xml http request``. A trailing plural ``s`` is not a word:
-     ``IDs``, ``URLs`` → ``ids``, ``urls`` (not ``i ds``);
-   - **brand words**: the documented example turns ``GitHub.Pulls.createReview`` into
-     ``github pulls create review``, so a plain camelCase rule (``git hub``) is not what is wanted.
-     The rule (the same one the Go original uses, made one-shot): a word that *starts* with one capital
-     followed by a lowercase letter (``Git…``, ``My…``, ``Java…``) keeps its *first* lower→Upper hump:
-     ``GitHub`` → ``github``, ``MySQL`` → ``mysql``, ``JavaScript`` → ``javascript``, ``PayPal`` →
-     ``paypal``. Only the first hump, and only at the start of a separator-delimited word:
-     ``GitHubAPI`` → ``github api``, ``GitHubPullRequest`` → ``github pull request``; a token created
-     by another split is never protected, which is why ``XMLHttpRequest`` still splits fully.
-     Words that start lowercase always split (``gitHub`` → ``git hub``, ``iPhone`` → ``i phone``).
-     Because a PascalCase phrase such as ``PullRequest`` is therefore one token, the *index* (not the
-     query) also records the two halves of every kept hump (``github`` + ``git`` + ``hub``), so the
-     query ``pull request`` still finds capability text that says ``PullRequest``;
-   - script change between a caseless letter (``Lo``: CJK, Arabic, …) and a cased one:
-     ``APIキー`` → ``api キー``. Runs of caseless letters are not segmented further (no CJK word
-     segmentation: ``検索する`` is one token; prefix matching still applies).
-4. Each token is case-folded with ``str.casefold`` (full Unicode case folding, re-normalized with
-   NFKC), not ``str.lower``: ``Größe``, ``GRÖSSE`` and ``grösse`` all become ``grösse``, and Greek
-   final sigma matches ordinary sigma. Casefold is the caseless-matching operation, which is what
-   "lowercase" is for here.
-
-Queries (``normalize_query``)
------------------------------
-The raw query is checked against the byte cap first (UTF-8 bytes, padding counts; lone surrogates
-count as 3 bytes), then tokenized, connectors (``CONNECTORS``) are dropped, duplicates removed keeping
-first occurrences, and more than ``MAX_QUERY_TOKENS`` (16) distinct tokens raise ``SearchLimitError``.
-Connectors are also dropped from capability text when indexing: a query never contains one, so the
-only effect is that a query prefix such as ``fro`` or ``wit`` cannot match grammar words
-(``from``, ``with``) in descriptions, and the postings stay smaller.
-
-Matching and ranking
---------------------
-A query token matches a capability token exactly, or — when the query token has at least
-``MIN_PREFIX_CHARS`` (3) characters after folding — as a prefix of it. No stemming, fuzzing or synonyms.
-
-Each (query token, capability) pair contributes only its strongest match::
-
-    contribution = FIELD_WEIGHTS[field] * (1 if exact else PREFIX_FACTOR) * rarity(capability token)
-
-with the field being the highest-precedence field containing the matched capability token (name >
-search terms > summary > description), and an IDF-like rarity factor over the ``N`` enabled
-capabilities (``df`` = number of them with the token in any field)::
-
-    rarity(t) = 1 + RARITY_SPAN * ln(N / df) / ln(N)        (1 when N < 2)
-
-The weights are ``12, 8, 5, 3``, ``PREFIX_FACTOR`` is ``0.75`` and ``RARITY_SPAN`` is ``0.3``. For
-equally rare tokens the order is strictly name exact > name prefix > terms exact > terms prefix >
-summary exact > … > description prefix. Rarity is deliberately bounded (a factor in ``[1, 1.3]``,
-independent of catalog size) so that it can never overturn the two orderings the contract states: an exact
-match always beats a prefix match in the same field (step 1/0.75 ≈ 1.33), and a field always beats a
-lower field for the same match quality (steps ≥ 1.5). It decides between matches of the same kind,
-tips the balance between a prefix match and an exact match in the next field down, and makes a
-capability matching the rarer query tokens rank higher in multi-token queries. An unbounded IDF was
-rejected: a token present in every capability (a shared namespace such as ``github``) would weigh
-almost nothing, and a rare description prefix match would outrank an exact name match.
-
-A capability is eligible when it matches at least 1 of 1, 2 of 2, or ``ceil(2q/3)`` of ``q ≥ 3``
-distinct query tokens; its score is the sum of its contributions. A query whose trimmed,
-case-folded text equals a capability's case-folded dotted name puts that capability first, even if the
-token rule alone would not have made it eligible (``GitHub.x`` names ``gitHub.x``, whose tokens are
-``git hub x``). The rest are ordered by score descending, then host capabilities before third-party
-ones, then name ascending (code-point order).
-
-Third-party capabilities
-------------------------
-A capability marked ``third_party`` (its summary, description and search terms were written by an
-upstream MCP server or an OpenAPI document, not by the operator) has no search-terms field: its
-search terms are indexed as summary text. With the host-first tie-break this gives the guarantee the
-contract states: for a query made of words that a host capability has in its name, search terms or
-summary, a third-party capability whose *name* has none of them never ranks above it, whatever its
-other text says or how often. Per query token, the host capability contributes at least
-``5 * rarity(t)`` (exact, summary or stronger) and the third-party one at most ``5 * rarity(t)``
-(exact in its summary) or ``5 * 0.75 * 1.3`` (a prefix match, on any rarity); the sums compare the
-same way (float addition is monotonic) and an equal sum goes to the host.
-
-Output bounds
--------------
-At most ``max_results`` results, and the compact JSON of the whole response
-(``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``, UTF-8) stays within
-``max_response_bytes`` (default 64 KiB, ``DEFAULT_MAX_RESPONSE_BYTES``). Results are always the
-highest-ranked *prefix* of the ranking: packing stops at the first result that would not fit.
-``truncated`` is true iff at least one eligible capability was left out. An entry whose single result
-cannot fit the byte bound would never be returned; ``oversized_entries`` lists them so the builder can
-reject them at registration.
-
-Index structure
----------------
-Capabilities get ids in name order (so "name ascending" is "id ascending"). For every distinct token
-the index holds, per field, a frozenset of the capabilities whose *strongest* field for that token is
-that field, with the contribution precomputed (one (value, set) "group"; the prefix value is the exact
-value times ``PREFIX_FACTOR``). A sorted token list is searched with ``bisect`` for the prefix range.
-
-Per search: each query token collects its exact group and the groups of every token it prefixes,
-sorted by value. Pigeonhole keeps the work proportional to the selective tokens: an eligible
-capability matches ``need`` of the ``q`` tokens, so it is in at least one of any ``q - need + 1``
-token sets; only the smallest ``q - need + 1`` tokens are expanded in full (groups merged strongest
-first with C-level set difference), and the remaining tokens are only probed for those candidates by
-set intersection. Ranking sorts only the capabilities scoring at least the ``max_results``-th best
-score. ``python -m tests.benchmarks.bench_search`` measures p50 well under 1 ms at 10,000 capabilities.
+The index is built once from the enabled capabilities and never changes; ``SearchIndex.search`` keeps
+its state in locals, so one index serves concurrent searches. How it is laid out (token groups per
+field, ``bisect`` for prefixes, the pigeonhole rule that expands only the most selective query
+tokens) is in docs/ARCHITECTURE.md, "Search index".
 """
 
 from __future__ import annotations
@@ -399,6 +285,7 @@ class SearchResult:
     summary: str
 
     def to_dict(self) -> dict[str, str]:
+        """One result as ``search_api`` answers it: ``{name, signature, summary}``."""
         return {"name": self.name, "signature": self.signature, "summary": self.summary}
 
 
@@ -408,6 +295,7 @@ class SearchResponse:
     truncated: bool
 
     def to_dict(self) -> dict[str, Any]:
+        """``search_api``'s answer: ``{results: [...], truncated}`` (docs/reference/search.md)."""
         return {"results": [r.to_dict() for r in self.results], "truncated": self.truncated}
 
 
@@ -468,38 +356,52 @@ class SearchIndex:
             by_folded.setdefault(e.name.casefold(), []).append(doc)
         self._by_folded_name: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_folded.items()}
 
-        # token -> per field, the capabilities whose strongest field for the token is that field
-        postings: dict[str, tuple[list[int], list[int], list[int], list[int]]] = {}
+        # token -> per field, the capabilities whose strongest field for the token is that field.
+        # The namespace (the name's first segment) is name text that matches only as a whole token:
+        # `pet` finds `petstore.add_pet` by its own words, not every operation of the `petstore`
+        # namespace. So a token has two postings per capability: its strongest field for an exact
+        # match (the namespace counting as name text), and its strongest other field for a prefix.
+        exact_postings: dict[str, list[list[int]]] = {}
+        prefix_postings: dict[str, list[list[int]]] = {}
         for doc, e in enumerate(ordered):
+            namespace, _, operation = e.name.partition(".")
             strongest: dict[str, int] = {}
-            texts: tuple[Iterable[str], ...] = (
-                (e.name,),
-                e.search_terms,
-                (e.summary,),
-                (e.description,),
+            texts: tuple[tuple[int, Iterable[str]], ...] = (
+                (0, (operation,)),
+                (_TERMS, e.search_terms),
+                (_SUMMARY, (e.summary,)),
+                (3, (e.description,)),
             )
-            for fld, parts in enumerate(texts):
+            for fld, parts in texts:
                 where = _SUMMARY if fld == _TERMS and e.third_party else fld
                 for part in parts:
                     for token in _index_tokens(part):
                         strongest.setdefault(token, where)
             for token, fld in strongest.items():
-                lists = postings.get(token)
-                if lists is None:
-                    lists = postings[token] = ([], [], [], [])
-                lists[fld].append(doc)
+                prefix_postings.setdefault(token, [[] for _ in FIELD_WEIGHTS])[fld].append(doc)
+            for token in set(_index_tokens(namespace)):
+                if strongest.get(token) != 0:  # namespace tokens are name text for exact matches
+                    strongest[token] = 0
+            for token, fld in strongest.items():
+                exact_postings.setdefault(token, [[] for _ in FIELD_WEIGHTS])[fld].append(doc)
 
         n = len(ordered)
-        self._vocab: list[str] = sorted(postings)
+        self._vocab: list[str] = sorted(exact_postings)
         self._position: dict[str, int] = {t: i for i, t in enumerate(self._vocab)}
         exact: list[tuple[_Group, ...]] = []
         prefix: list[tuple[_Group, ...]] = []
         for token in self._vocab:
-            lists = postings[token]
+            lists = exact_postings[token]
             rarity = _rarity(n, sum(len(docs) for docs in lists))
-            groups = [(FIELD_WEIGHTS[f] * rarity, frozenset(docs)) for f, docs in enumerate(lists) if docs]
-            exact.append(tuple(groups))
-            prefix.append(tuple((value * PREFIX_FACTOR, docs) for value, docs in groups))
+            exact.append(tuple((FIELD_WEIGHTS[f] * rarity, frozenset(d)) for f, d in enumerate(lists) if d))
+            others = prefix_postings.get(token, [])
+            prefix.append(
+                tuple(
+                    (FIELD_WEIGHTS[f] * rarity * PREFIX_FACTOR, frozenset(d))
+                    for f, d in enumerate(others)
+                    if d
+                )
+            )
         self._exact: tuple[tuple[_Group, ...], ...] = tuple(exact)
         self._prefix: tuple[tuple[_Group, ...], ...] = tuple(prefix)
 

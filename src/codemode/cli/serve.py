@@ -70,10 +70,25 @@ async def _serve_stdio(settings: Settings, server: Any) -> None:
         problem = await check_runtime(server, settings)
         if problem is not None:
             raise ConfigError(problem.detail)
+        print(f"codemode: {catalog_line(server)}", file=sys.stderr, flush=True)
         async with stdio_server() as (read_stream, write_stream):
             await app.run(read_stream, write_stream, app.create_initialization_options())
     finally:
         await server.aclose()
+
+
+def catalog_line(server: Any) -> str:
+    """What the catalog holds, by namespace: ``serving 11 capabilities over stdio: records (5),
+    time (2), memory (4)`` (stdout is the MCP stream; this goes to stderr at start)."""
+    counts: dict[str, int] = {}
+    for cap in server.capabilities:
+        root = cap.name.split(".", 1)[0]
+        counts[root] = counts.get(root, 0) + 1
+    parts = ", ".join(f"{root} ({n})" for root, n in counts.items())
+    total = sum(counts.values())
+    return f"serving {total} capabilit{'y' if total == 1 else 'ies'} over stdio" + (
+        f": {parts}" if parts else ""
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:

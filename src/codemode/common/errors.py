@@ -8,6 +8,8 @@ logs, never into these objects.
 
 from __future__ import annotations
 
+from .outcomes import LedgerEntry
+
 __all__ = [
     "LIMIT_KINDS",
     "AgentError",
@@ -30,13 +32,23 @@ MAX_DISCLOSED_BYTES = 256
 
 
 class CodeModeError(Exception):
-    """Root of every error a client may see. ``str()`` is the coarse text only."""
+    """Root of every error a client may see. ``str()`` is the coarse text only.
+
+    An error raised by ``Server.execute``/``Server.run`` also carries what the execute did before
+    it failed: ``calls``, the call ledger (``codemode.common.outcomes.LedgerEntry`` items, in
+    order; empty when no call was made), and ``prints`` (``None`` when the server keeps none).
+
+    Args:
+        detail: the approved suffix of the client text (see :func:`client_text`), or None.
+    """
 
     text = "internal failure"
 
     def __init__(self, detail: str | None = None) -> None:
         super().__init__(self.text)
         self.detail = detail or None
+        self.calls: tuple[LedgerEntry, ...] = ()
+        self.prints: str | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -46,7 +58,11 @@ class CodeModeError(Exception):
 
 
 class InvalidRegistration(CodeModeError):
-    """``Builder.build()`` found problems; ``problems`` lists every one, each naming its capability."""
+    """``Builder.build()`` found problems; ``problems`` lists every one, each naming its capability.
+
+    Args:
+        problems: one line per problem.
+    """
 
     text = "invalid registration"
 
@@ -59,26 +75,41 @@ class InvalidRegistration(CodeModeError):
 
 
 class Unauthenticated(CodeModeError):
+    """No trusted subject: the request's credentials or the resolver failed (``unauthenticated``)."""
+
     text = "unauthenticated"
 
 
 class NotFound(CodeModeError):
+    """``describe_api`` named no enabled capability (``capability not found``)."""
+
     text = "capability not found"
 
 
 class InvalidProgram(CodeModeError):
+    """The program cannot run: a syntax or runtime error, no ``def main():``, a bad value
+    (``invalid program``; the approved suffix is ``<codemode>:LINE:COL: message``)."""
+
     text = "invalid program"
 
 
 class InvalidArguments(CodeModeError):
+    """A capability call's arguments did not bind, or its handler refused a value
+    (``invalid capability arguments``; the suffix is a binding diagnostic naming the argument)."""
+
     text = "invalid capability arguments"
 
 
 class PermissionDenied(CodeModeError):
+    """The authorizer denied the call (``permission denied``)."""
+
     text = "permission denied"
 
 
 class PolicyFailure(CodeModeError):
+    """The authorizer could not decide: an error, a non-boolean or undefined decision
+    (``authorization policy failure``)."""
+
     text = "authorization policy failure"
 
 
@@ -101,7 +132,11 @@ LIMIT_KINDS: tuple[str, ...] = (
 class ResourceLimit(CodeModeError):
     """A budget ran out; ``kind`` names it and is the approved suffix of the client text. Only a
     kind of :data:`LIMIT_KINDS` is kept: anything else (a number, host detail) is dropped, and the
-    client sees the bare ``resource limit exceeded``."""
+    client sees the bare ``resource limit exceeded``.
+
+    Args:
+        kind: one of :data:`LIMIT_KINDS`, e.g. ``"memory"``; anything else is dropped.
+    """
 
     text = "resource limit exceeded"
 
@@ -123,15 +158,26 @@ class ExecutionTimeout(ResourceLimit, TimeoutError):
 
 
 class CapabilityFailure(CodeModeError):
+    """The handler failed (``capability failed``; an ``AgentError`` message is its approved
+    suffix)."""
+
     text = "capability failed"
 
 
 class Internal(CodeModeError):
+    """The host failed (``internal failure``); the detail is in the host log only."""
+
     text = "internal failure"
 
 
 class AgentError(Exception):
-    """Raised by a handler to disclose ``message`` to the model (sanitized and bounded)."""
+    """Raised by a handler to disclose ``message`` to the model: the client sees ``capability failed:
+    <message>`` (non-printables become spaces, at most 256 bytes). Any other exception of a handler
+    is ``capability failed`` alone.
+
+    Args:
+        message: what the model may read; never a secret or a host path.
+    """
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -139,8 +185,16 @@ class AgentError(Exception):
 
 
 def sanitize_disclosure(message: str, limit: int = MAX_DISCLOSED_BYTES) -> str:
-    """Non-printables become spaces; at most ``limit`` UTF-8 bytes, cut on a character boundary
-    with ``...`` (the dots count toward the limit)."""
+    """A message as it may be disclosed: non-printables become spaces; at most ``limit`` UTF-8 bytes,
+    cut on a character boundary with ``...`` (the dots count toward the limit).
+
+    Args:
+        message: the text to disclose.
+        limit: the most UTF-8 bytes of the result.
+
+    Returns:
+        The bounded, printable text.
+    """
     cleaned = "".join(ch if ch.isprintable() else " " for ch in message)
     encoded = cleaned.encode("utf-8")
     if len(encoded) <= limit:
@@ -150,7 +204,15 @@ def sanitize_disclosure(message: str, limit: int = MAX_DISCLOSED_BYTES) -> str:
 
 
 def client_text(err: CodeModeError) -> str:
-    """The exact text a client may see: the coarse text, plus the approved suffix if any."""
+    """The exact text a client may see (docs/reference/errors.md).
+
+    Args:
+        err: any error of this module.
+
+    Returns:
+        The coarse text, plus the approved suffix if any (``resource limit exceeded: memory``);
+        ``internal failure`` for an :class:`InvalidRegistration` (a host problem).
+    """
     if isinstance(err, InvalidRegistration):
         return Internal.text
     if isinstance(err, ResourceLimit):

@@ -29,4 +29,6 @@ class CallContext:
 
     @property
     def is_cancelled(self) -> bool:
+        """True once the execution has ended (``cancelled`` is set) or its deadline has passed: a
+        long handler checks it and stops early."""
         return self.cancelled.is_set() or self.remaining() <= 0.0

@@ -2,7 +2,10 @@
 
 Everything the worker sends is hostile input. The host bounds each frame before reading it, accepts
 only the frames the protocol allows at that point, rebinds every argument against its own compiled
-shape, authorizes every call with the trusted subject, and checks every size itself.
+shape, authorizes every call with the trusted subject, and checks every size itself. It alone
+decides whether a failed call ends the program or (for a call made under ``attempt``) goes back to
+it as a value, and what the error text is; it records every call for the audit log and the call
+ledger in one place (``_Session.observe``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from codemode_worker import PROTOCOL_VERSION
-from codemode_worker.protocol import ProtocolError, encode_frame
+from codemode_worker.protocol import ProtocolError, encode_frame, max_print_frames
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
@@ -41,16 +44,27 @@ from ..common.errors import (
     PermissionDenied,
     PolicyFailure,
     ResourceLimit,
+    client_text,
     sanitize_disclosure,
 )
 from ..common.handoff import NOT_YET, HandOff
+from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
 from ..runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
 from .admission import FairAdmission
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
-from .observe import CallEvent, ExecuteEvent, NullObserver, Observer
+from .observe import (
+    CallDecision,
+    CallEvent,
+    CallOutcome,
+    ExecuteEvent,
+    ExecuteOutcome,
+    NullObserver,
+    Observer,
+)
+from .report import PrintsRefused, Report
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
 __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
@@ -93,8 +107,11 @@ def _trusted_frame(body: str) -> bytes:
 
 @dataclass
 class _CallRecord:
-    decision: str = "allow"
-    outcome: str = "not_run"
+    """One call's audit record: ``decision`` stays ``undecided`` until the authorizer answers,
+    ``outcome`` is ``interrupted`` while the handler runs (docs/reference/tools.md#the-call-ledger)."""
+
+    decision: CallDecision = "undecided"
+    outcome: CallOutcome = "not_run"
     authz: float = 0.0
     handler: float = 0.0
 
@@ -108,11 +125,13 @@ class _Session:
         sandbox: Sandbox,
         subject: Subject,
         ctx: CallContext,
+        report: Report,
     ) -> None:
         self.ex = executor
         self.sandbox = sandbox
         self.subject = subject
         self.ctx = ctx
+        self.report = report
         limits = executor.limits
         # Bytes capped before buffering, decoded host memory capped before parsing (execution.frames).
         self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
@@ -146,14 +165,22 @@ class _Session:
         while True:
             frame = await self.next_frame()
             kind = frame["k"]
-            if kind == "native_call":
+            if kind in _CALL_KINDS:
                 if self.pending:
                     # An honest worker waits for each result before it writes again.
                     raise WorkerMisbehaved("frames sent ahead of a native call's result")
-                await self.native_call(frame)
+                if kind == "native_invalid":
+                    await self.native_invalid(frame)
+                else:
+                    await self.native_call(frame, attempt=kind == "native_attempt")
                 # A worker whose next frame is already buffered (the runtimes' readers return buffered
                 # bytes without suspending) must not keep the loop to itself from call to call.
                 await asyncio.sleep(0)
+            elif kind == "print":
+                try:
+                    self.report.add_print(frame["text"], frame["cut"])
+                except PrintsRefused as exc:
+                    raise WorkerMisbehaved(str(exc)) from None
             elif kind == "final":
                 return self.final_value(frame["value"])
             elif kind == "final_error":
@@ -184,16 +211,34 @@ class _Session:
             raise WorkerMisbehaved(f"final value: {exc}") from None
         return value
 
-    async def native_call(self, frame: dict[str, Any]) -> None:
-        limits = self.ex.limits
+    def count_call(self, frame: dict[str, Any]) -> CompiledCapability:
+        """Count one call frame against the limit (every kind: the limit counts attempts); the
+        enabled capability it names."""
         self.calls += 1
         if frame["seq"] != self.calls:
-            raise WorkerMisbehaved(f"native_call seq {frame['seq']!r}, expected {self.calls}")
-        if self.calls > limits.max_native_calls:
+            raise WorkerMisbehaved(f"{frame['k']} seq {frame['seq']!r}, expected {self.calls}")
+        if self.calls > self.ex.limits.max_native_calls:
             raise ResourceLimit("native calls")
         cap = self.ex.by_name.get(frame["name"])
         if cap is None:
-            raise WorkerMisbehaved("native_call for a capability that is not enabled")
+            raise WorkerMisbehaved(f"{frame['k']} for a capability that is not enabled")
+        return cap
+
+    async def native_invalid(self, frame: dict[str, Any]) -> None:
+        """A call the worker's binding rejected: recorded, then the end of the program, or (asked
+        under ``attempt``) the host's approved text back to it. The worker's diagnostic passes only
+        in the binder's exact grammar (``worker_text``)."""
+        cap = self.count_call(frame)
+        event = _CallRecord(decision="invalid_arguments")
+        error = InvalidArguments(self.ex.argument_grammar.accepted(frame["message"]))
+        if not frame["attempt"]:
+            self.observe(cap, event)
+            raise error
+        await self.reply(frame["seq"], cap, event, error)
+
+    async def native_call(self, frame: dict[str, Any], attempt: bool) -> None:
+        limits = self.ex.limits
+        cap = self.count_call(frame)
         args = frame["args"]
         if not isinstance(args, dict):
             raise WorkerMisbehaved("native_call args is not an object")
@@ -209,68 +254,99 @@ class _Session:
         except BindError as exc:
             # An honest worker binds first, so a failing rebind proves a misbehaving worker.
             raise WorkerMisbehaved(f"rebind failed: {exc}") from None
-        await self.dispatch(cap, canonical, frame["seq"])
-
-    async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], seq: int) -> None:
-        limits = self.ex.limits
         event = _CallRecord()
         try:
-            t0 = time.perf_counter()
-            typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
-            try:
-                await run_authorizer(
-                    self.ex.authorizer,
-                    self.ctx,
-                    AuthorizationInput(self.subject, cap.id, cap.name, canonical),
-                )
-            except Denied:
-                event.decision = "deny"
-                raise PermissionDenied() from None
-            except (asyncio.CancelledError, CodeModeError):
-                raise
-            except Exception as exc:
-                event.decision = "policy_failure"
-                log.warning("authorizer failed for %s: %s", cap.id, type(exc).__name__)
-                raise PolicyFailure() from None
-            finally:
-                event.authz = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            try:
-                result = await self.run_handler(cap, typed_args)
-            except CapabilityFailure:
-                event.outcome = "capability_failed"
-                raise
-            finally:
-                event.handler = time.perf_counter() - t1
-            try:
-                plain = to_plain(cap.output_shape, result)
-            except OutputError as exc:
-                event.outcome = "capability_failed"
-                log.warning("handler %s returned an unusable value: %s", cap.id, exc)
-                raise CapabilityFailure() from None
-            try:
-                size = check_value(plain, limits.max_value_depth, limits.max_value_bytes)
-            except ValueLimitError:
-                event.outcome = "resource_limit"
-                raise ResourceLimit("value size") from None
-            self.intermediate += size
-            if self.intermediate > limits.max_intermediate_value_bytes:
-                event.outcome = "resource_limit"
-                raise ResourceLimit("intermediate bytes")
-            event.outcome = "ok"
+            plain = await self.dispatch(cap, canonical, event)
+        except CodeModeError as exc:
+            if attempt and _recoverable(event):
+                await self.reply(frame["seq"], cap, event, exc)
+                return
+            self.observe(cap, event)
+            raise
         except BaseException:
             self.observe(cap, event)
             raise
+        await self.reply(frame["seq"], cap, event, plain)
+
+    async def reply(self, seq: int, cap: CompiledCapability, event: _CallRecord, answer: Any) -> None:
+        """Write the call's ``native_result`` (or, for a recoverable error, ``native_error`` with its
+        client text), then record the call: the worker need not wait for the audit."""
+        if isinstance(answer, CodeModeError):
+            body = f'{{"k":"native_error","seq":{seq},"error":{_json(client_text(answer))}}}'
+        else:
+            body = f'{{"k":"native_result","seq":{seq},"value":{_json(answer)}}}'
         try:
-            await self.sandbox.write(
-                _trusted_frame(f'{{"k":"native_result","seq":{seq},"value":{_json(plain)}}}')
-            )
+            await self.sandbox.write(_trusted_frame(body))
         except SandboxClosed:
             raise WorkerGone() from None
         finally:
-            self.observe(cap, event)  # after the reply is on its way: the worker need not wait for it
+            self.observe(cap, event)
+
+    async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord) -> Any:
+        """Authorize, run and bound one call; its plain result. ``event`` records how far it got."""
+        limits = self.ex.limits
+        t0 = time.perf_counter()
+        typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
+        try:
+            await run_authorizer(
+                self.ex.authorizer,
+                self.ctx,
+                AuthorizationInput(self.subject, cap.id, cap.name, canonical),
+            )
+        except Denied:
+            event.decision = "deny"
+            raise PermissionDenied() from None
+        except PermissionDenied:
+            event.decision = "deny"
+            raise
+        except PolicyFailure:
+            event.decision = "policy_failure"
+            raise
+        except (asyncio.CancelledError, CodeModeError):
+            raise
+        except Exception as exc:
+            event.decision = "policy_failure"
+            log.warning("authorizer failed for %s: %s", cap.id, type(exc).__name__)
+            raise PolicyFailure() from None
+        finally:
+            event.authz = time.perf_counter() - t0
+        event.decision = "allow"
+        event.outcome = "interrupted"  # until the handler has returned or failed
+        t1 = time.perf_counter()
+        try:
+            result = await self.run_handler(cap, typed_args)
+        except CapabilityFailure:
+            event.outcome = "capability_failed"
+            raise
+        except ResourceLimit:  # the handler's own budget (_handler_failed): it ran, a limit stopped it
+            event.outcome = "resource_limit"
+            raise
+        except InvalidArguments:  # the handler refused an argument's value (approved form only)
+            event.outcome = "invalid_arguments"
+            raise
+        finally:
+            event.handler = time.perf_counter() - t1
+        try:
+            plain = to_plain(cap.output_shape, result)
+        except OutputError as exc:
+            event.outcome = "capability_failed"
+            log.warning("handler %s returned an unusable value: %s", cap.id, exc)
+            raise CapabilityFailure() from None
+        # The handler has returned: whatever happens now, it ran (a limit is not an interruption).
+        event.outcome = "resource_limit"
+        try:
+            size = check_value(plain, limits.max_value_depth, limits.max_value_bytes)
+        except ValueLimitError:
+            raise ResourceLimit("value size") from None
+        self.intermediate += size
+        if self.intermediate > limits.max_intermediate_value_bytes:
+            raise ResourceLimit("intermediate bytes")
+        event.outcome = "ok"
+        return plain
 
     def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
+        """Record one call: its ledger entry and its audit event, from the same record."""
+        self.report.record(cap.name, event.decision, event.outcome)
         self.ex.observer.native_call(
             CallEvent(
                 subject_id=self.subject.id,
@@ -280,6 +356,7 @@ class _Session:
                 authz_seconds=event.authz,
                 handler_seconds=event.handler,
                 worker_id=self.sandbox.worker_id,
+                capability=cap.name,
             )
         )
 
@@ -358,6 +435,15 @@ async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None
         outcome.set_result(value)
 
 
+_CALL_KINDS = frozenset({"native_call", "native_attempt", "native_invalid"})
+
+
+def _recoverable(event: _CallRecord) -> bool:
+    """Whether a failed call goes back to a program that asked to recover (``attempt``): decided
+    by the host's own record of the call, never by the worker."""
+    return ledger_outcome(event.decision, event.outcome) in RECOVERABLE_OUTCOMES
+
+
 def _reraise_if_cancelled() -> None:
     """Re-raise the CancelledError being handled if this task is being cancelled (deadline, client):
     otherwise the handler raised it itself, which is a failure of the handler."""
@@ -366,11 +452,30 @@ def _reraise_if_cancelled() -> None:
         raise
 
 
+#: A handler's refusal of an argument's value names that argument first (docs/reference/errors.md).
+_REFUSED_ARGUMENT = re.compile(r'argument "([A-Za-z_][A-Za-z0-9_]{0,63})" \S')
+
+
+def _refused_argument(cap: CompiledCapability, exc: InvalidArguments) -> InvalidArguments:
+    """``invalid capability arguments: <diagnostic>`` for a handler that refused a value its type
+    cannot rule out (``argument "<name>" ...``, ``<name>`` one of the capability's arguments);
+    any other detail gives the bare text."""
+    detail = sanitize_disclosure(exc.detail) if isinstance(exc.detail, str) else ""
+    match = _REFUSED_ARGUMENT.match(detail)
+    names = {f["name"] for f in cap.input_shape.get("fields", ())}
+    if match is None or match[1] not in names:
+        log.warning("handler %s refused its arguments with a diagnostic of another form", cap.id)
+        return InvalidArguments()
+    return InvalidArguments(detail)
+
+
 def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
     if isinstance(exc, ResourceLimit):  # a budget of the handler's own, named by a fixed kind
         raise ResourceLimit(exc.kind) from None
     if isinstance(exc, AgentError):
         raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
+    if isinstance(exc, InvalidArguments):
+        raise _refused_argument(cap, exc) from None
     log.warning("handler %s raised %s", cap.id, type(exc).__name__)
     raise CapabilityFailure() from None
 
@@ -458,16 +563,20 @@ class Executor:
 
     def _wire_limits(self) -> dict[str, int]:
         limits = self.limits
-        return {
+        wire = {
             "max_steps": limits.max_execution_steps,
             "max_value_depth": limits.max_value_depth,
             "max_value_bytes": limits.max_value_bytes,
             "max_native_calls": limits.max_native_calls,
             "max_callstack": limits.max_callstack,
         }
+        if limits.max_print_bytes > 0:  # optional: a worker without it discards prints
+            wire["max_print_bytes"] = limits.max_print_bytes
+        return wire
 
-    async def execute(self, source: str, subject: Subject) -> Any:
-        """Run one program; enforces the per-subject quota around the whole execution."""
+    async def execute(self, source: str, subject: Subject) -> ExecuteResult:
+        """Run one program; enforces the per-subject quota around the whole execution. A
+        ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``)."""
         held = self.active.get(subject.id, 0)
         if self.subject_quota and held >= self.subject_quota:
             self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
@@ -484,11 +593,21 @@ class Executor:
                 del self.active[subject.id]
             self.observer.execute_finished(subject.id)
 
-    async def _execute(self, source: str, subject: Subject) -> Any:
+    async def _execute(self, source: str, subject: Subject) -> ExecuteResult:
+        limits = self.limits
+        frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
+        report = Report(limits.max_print_bytes, frames)
+        try:
+            return report.result(await self._run(source, subject, report))
+        except CodeModeError as exc:
+            report.attach(exc)
+            raise
+
+    async def _run(self, source: str, subject: Subject, report: Report) -> Any:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
         ctx = CallContext(deadline=deadline)
-        outcome = "internal"
+        outcome: ExecuteOutcome = "internal"
         calls = 0
         worker_id = ""
         oom = False
@@ -509,7 +628,7 @@ class Executor:
                         self.slots.release(subject.id)
                         raise
                     worker_id = ctx.worker_id = sandbox.worker_id
-                    session = _Session(self, sandbox, subject, ctx)
+                    session = _Session(self, sandbox, subject, ctx, report)
                     value = await session.run(source)
             except TimeoutError:
                 if sandbox is None:
@@ -641,8 +760,8 @@ class Executor:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _outcome_name(exc: CodeModeError) -> str:
-    return {
+def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:
+    names: dict[str, ExecuteOutcome] = {
         "unauthenticated": "unauthenticated",
         "capability not found": "not_found",
         "invalid program": "invalid_program",
@@ -651,4 +770,5 @@ def _outcome_name(exc: CodeModeError) -> str:
         "authorization policy failure": "policy_failure",
         "resource limit exceeded": "resource_limit",
         "capability failed": "capability_failed",
-    }.get(exc.text, "internal")
+    }
+    return names.get(exc.text, "internal")

@@ -1,5 +1,5 @@
 """Execution and discovery limits (docs/reference/limits.md). Zero means "use the default"; negative is a
-build error."""
+build error. ``max_print_bytes`` defaults to 0, which turns prints off."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from dataclasses import dataclass, fields, replace
 
 from ..catalog.answers import DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES
 
-__all__ = ["DEFAULTS", "DEFAULT_SUBJECT_QUOTA", "UNITS", "Limits"]
+__all__ = ["DEFAULTS", "DEFAULT_SUBJECT_QUOTA", "PRINTS_OVER_VALUE", "UNITS", "Limits"]
+
+#: Prints are bounded like a value: a program cannot return more through them than through main().
+PRINTS_OVER_VALUE = "limits: max_print_bytes must not exceed max_value_bytes"
 
 #: Concurrent executes one subject may run (``Builder(subject_quota=...)``, ``--subject-quota``).
 DEFAULT_SUBJECT_QUOTA = 4
@@ -26,6 +29,7 @@ DEFAULTS: dict[str, float] = {
     "max_search_response_bytes": 64 * 1024,
     "max_callstack": 100,
     "max_describe_response_bytes": DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES,
+    "max_print_bytes": 0,
 }
 
 #: What each limit counts (shown by ``--help`` and docs/reference/limits.md).
@@ -43,6 +47,7 @@ UNITS: dict[str, str] = {
     "max_search_response_bytes": "bytes of a search response (compact JSON)",
     "max_callstack": "Starlark call-stack depth",
     "max_describe_response_bytes": "bytes of one describe_api answer (compact JSON)",
+    "max_print_bytes": "bytes of print() output returned per execute (0 = prints are discarded)",
 }
 
 
@@ -65,9 +70,10 @@ class Limits:
     max_search_response_bytes: int = 0
     max_callstack: int = 0
     max_describe_response_bytes: int = 0
+    max_print_bytes: int = 0  # its default is 0: prints are kept only when this is set
 
     def problems(self) -> list[str]:
-        """Negative values (and non-numbers) as build problems."""
+        """Negative values (and non-numbers) as build problems; prints larger than a value."""
         out = []
         for f in fields(self):
             value = getattr(self, f.name)
@@ -77,6 +83,10 @@ class Limits:
                 out.append(f"limits: {f.name} must not be negative")
             elif value != value or value == float("inf"):
                 out.append(f"limits: {f.name} must be finite")
+        if not out:
+            resolved = self.resolved()
+            if resolved.max_print_bytes > resolved.max_value_bytes:
+                out.append(PRINTS_OVER_VALUE)
         return out
 
     def resolved(self) -> Limits:

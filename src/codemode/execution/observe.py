@@ -4,26 +4,61 @@ knowing about metrics or logs. Observers see ids, decisions, outcomes and durati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
-__all__ = ["CallEvent", "ExecuteEvent", "NullObserver", "Observer"]
+__all__ = [
+    "CallDecision",
+    "CallEvent",
+    "CallOutcome",
+    "ExecuteEvent",
+    "ExecuteOutcome",
+    "NullObserver",
+    "Observer",
+]
+
+#: The authorizer's answer for one call (``undecided``: the deadline came before it answered).
+CallDecision = Literal["allow", "deny", "policy_failure", "invalid_arguments", "undecided"]
+#: What became of one call once decided (``interrupted``: the deadline came while its handler ran).
+CallOutcome = Literal[
+    "ok", "capability_failed", "invalid_arguments", "resource_limit", "interrupted", "not_run"
+]
+#: How one execute ended: ``ok``, ``cancelled``, or its error in snake case.
+ExecuteOutcome = Literal[
+    "ok",
+    "cancelled",
+    "unauthenticated",
+    "not_found",
+    "invalid_program",
+    "invalid_arguments",
+    "permission_denied",
+    "policy_failure",
+    "resource_limit",
+    "capability_failed",
+    "internal",
+]
 
 
 @dataclass(frozen=True)
 class CallEvent:
+    """One native call, recorded when the host is done with it (docs/reference/tools.md#the-call-ledger
+    maps ``decision``/``outcome`` to the ledger's outcome words)."""
+
     subject_id: str
     capability_id: str
-    decision: str  # "allow", "deny", "policy_failure", "invalid_arguments"
-    outcome: str  # "ok", "capability_failed", "resource_limit", "not_run", ...
+    decision: CallDecision
+    outcome: CallOutcome
     authz_seconds: float
     handler_seconds: float
     worker_id: str
+    capability: str = ""  # the dotted name, as the program and the ledger see it
 
 
 @dataclass(frozen=True)
 class ExecuteEvent:
+    """One finished execute, whatever ended it."""
+
     subject_id: str
-    outcome: str  # "ok" or the error class name in snake case
+    outcome: ExecuteOutcome
     seconds: float
     native_calls: int
     worker_id: str
@@ -31,26 +66,41 @@ class ExecuteEvent:
 
 
 class Observer(Protocol):
-    def native_call(self, event: CallEvent) -> None: ...
+    """What ``Builder(observer=...)`` takes: four hooks, called on the event loop, which must not
+    block or raise (a metrics registry, an audit log)."""
 
-    def execute(self, event: ExecuteEvent) -> None: ...
+    def native_call(self, event: CallEvent) -> None:
+        """One native call, once the host is done with it."""
+        ...
 
-    def execute_started(self, subject_id: str) -> None: ...
+    def execute(self, event: ExecuteEvent) -> None:
+        """One execute, once it has ended."""
+        ...
 
-    def execute_finished(self, subject_id: str) -> None: ...
+    def execute_started(self, subject_id: str) -> None:
+        """An execute of ``subject_id`` began (before it waits for a slot)."""
+        ...
+
+    def execute_finished(self, subject_id: str) -> None:
+        """That execute ended (paired with :meth:`execute_started`)."""
+        ...
 
 
 class NullObserver:
-    """Observes nothing."""
+    """Observes nothing (the default)."""
 
     def native_call(self, event: CallEvent) -> None:
+        """Ignores the call."""
         return None
 
     def execute(self, event: ExecuteEvent) -> None:
+        """Ignores the execute."""
         return None
 
     def execute_started(self, subject_id: str) -> None:
+        """Ignores the start."""
         return None
 
     def execute_finished(self, subject_id: str) -> None:
+        """Ignores the end."""
         return None

@@ -13,6 +13,7 @@ from ..catalog.answers import MIN_DESCRIBE_RESPONSE_BYTES, AnswerBounds, describ
 from ..catalog.capability import Capability, CompiledCapability, validate_catalog
 from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
+from ..common.outcomes import ExecuteResult
 from ..runtimes.base import Runtime
 from .execute import Executor
 from .limits import Limits
@@ -37,6 +38,12 @@ class Description:
     output: list[dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON object ``describe_api`` answers with (docs/reference/describe.md).
+
+        Returns:
+            ``{name, signature, summary, description, input, output}``; ``input`` and ``output``
+            are lists of ``{name, type, required}`` (and ``default`` for an input with one).
+        """
         return {
             "name": self.name,
             "signature": self.signature,
@@ -48,7 +55,17 @@ class Description:
 
 
 class Builder:
-    """Collects capabilities, validates everything at ``build()``; one-shot."""
+    """Collects capabilities and settings, validates everything at :meth:`build`; one-shot.
+
+    Args (of the constructor):
+        authorizer: decides every native call (required: ``authz.allow_all()`` allows explicitly).
+        limits: the execution limits (:class:`~codemode.Limits`; fields left at 0 take defaults).
+        disabled: capability ids removed at build time.
+        runtime: where workers run (default: a :class:`~codemode.ProcessRuntime`).
+        observer: hooks for metrics and audit (:class:`~codemode.Observer`).
+        subject_quota: concurrent executes per subject (0: none), see below.
+        reserved_slots: worker slots kept for subjects with nothing in flight (None: derived).
+    """
 
     def __init__(
         self,
@@ -74,12 +91,32 @@ class Builder:
         self._built = False
 
     def register(self, *capabilities: Capability) -> Builder:
+        """Add capabilities to the catalog being built (checked at :meth:`build`).
+
+        Args:
+            capabilities: :class:`~codemode.Capability` objects (a pack's ``capabilities()``).
+
+        Returns:
+            This builder, so calls chain: ``Builder(...).register(*caps).build()``.
+
+        Raises:
+            InvalidRegistration: after :meth:`build`.
+        """
         if self._built:
             raise InvalidRegistration(["builder: register() after build()"])
         self._caps.extend(capabilities)
         return self
 
     def build(self) -> Server:
+        """Validate everything and build the server (once).
+
+        Returns:
+            The :class:`Server` (not started: ``async with server:`` or the first execute starts it).
+
+        Raises:
+            InvalidRegistration: listing every problem at once: the authorizer, the limits, the quota
+                and reserve, each capability (names, texts, types, answers over the bounds).
+        """
         if self._built:
             raise InvalidRegistration(["builder: build() may be called only once"])
         self._built = True
@@ -162,7 +199,12 @@ def answer_bounds(limits: Limits) -> AnswerBounds:
 
 
 class Server:
-    """A built catalog with its authorizer, limits and runtime."""
+    """A built catalog with its authorizer, limits and runtime (made by :meth:`Builder.build`).
+
+    Use it as ``async with server:`` (starts the runtime, closes everything on exit), or call
+    :meth:`start` and :meth:`aclose` yourself. :meth:`search`, :meth:`describe` and :meth:`execute`
+    are the three tools of docs/reference/tools.md.
+    """
 
     def __init__(
         self,
@@ -197,9 +239,21 @@ class Server:
 
     @property
     def capabilities(self) -> list[CompiledCapability]:
+        """The enabled capabilities, compiled (name, id, shapes, signature), in registration order."""
         return list(self._by_name.values())
 
     def search(self, query: str) -> SearchResponse:
+        """``search_api``: capabilities ranked for a task description (docs/reference/search.md).
+
+        Args:
+            query: words describing the task.
+
+        Returns:
+            A :class:`~codemode.SearchResponse` (``to_dict()`` is the tool's answer).
+
+        Raises:
+            ResourceLimit: kind ``query``, for a query over its byte or word bound (or not a str).
+        """
         if not isinstance(query, str):
             raise ResourceLimit("query")
         try:
@@ -208,6 +262,17 @@ class Server:
             raise ResourceLimit("query") from None
 
     def describe(self, name: str) -> Description:
+        """``describe_api``: one capability's exact signature and shapes (docs/reference/describe.md).
+
+        Args:
+            name: the capability's dotted name, e.g. ``records.get``.
+
+        Returns:
+            Its :class:`Description`.
+
+        Raises:
+            NotFound: no enabled capability has that name.
+        """
         cap = self._by_name.get(name) if isinstance(name, str) else None
         if cap is None:
             raise NotFound()
@@ -233,7 +298,34 @@ class Server:
                         log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
     async def execute(self, source: str, *, subject: Subject) -> Any:
-        """Run one program for ``subject`` and return ``main()``'s plain value."""
+        """``execute``: run one program in a fresh worker (docs/reference/program.md).
+
+        Args:
+            source: the Starlark program; it defines ``def main():``.
+            subject: the trusted caller every native call is authorized for.
+
+        Returns:
+            ``main()``'s plain value (None, bool, int, float, str, list, str-keyed dict).
+
+        Raises:
+            CodeModeError: a subclass per outcome (docs/reference/errors.md); it carries the call
+                ledger (``err.calls``) and the prints (``err.prints``).
+        """
+        return (await self.run(source, subject=subject)).value
+
+    async def run(self, source: str, *, subject: Subject) -> ExecuteResult:
+        """Like :meth:`execute`, with the call ledger and the prints.
+
+        Args:
+            source: the Starlark program.
+            subject: the trusted caller.
+
+        Returns:
+            An :class:`~codemode.ExecuteResult` (``value``, ``calls``, ``prints``).
+
+        Raises:
+            CodeModeError: as :meth:`execute`.
+        """
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
             raise Unauthenticated()
         try:
@@ -262,4 +354,5 @@ class Server:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Close everything (:meth:`aclose`), whatever ended the block."""
         await self.aclose()

@@ -62,6 +62,7 @@ _POSITIONAL = re.compile(
 def _printable_and_bounded(message: str) -> bool:
     return (
         isinstance(message, str)
+        and len(message) <= MAX_MESSAGE_BYTES  # cheap first: a character is at least one byte
         and message.isprintable()
         and len(message.encode("utf-8", "surrogatepass")) <= MAX_MESSAGE_BYTES
     )

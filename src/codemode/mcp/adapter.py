@@ -16,6 +16,10 @@
    compact JSON of the same object; failure is an ``isError`` result with exactly one
    ``TextContent`` whose text is :func:`codemode.common.errors.client_text` of a ``CodeModeError``, or
    ``internal failure`` for anything else (the detail is logged host-side, never sent).
+   ``execute`` differs: every result of it, success or error, has ``structuredContent`` with the
+   call ledger (``calls``) and, when the server keeps them, the prints; its first text block is
+   the compact JSON of ``{"result": ...}`` or the error text, the second the compact JSON of
+   ``{"calls": [...]}``, a third (only for non-empty prints) that of ``{"prints": "..."}``.
 
 Request cancellation is not caught: it cancels the running execute, which kills and reaps its worker.
 """
@@ -36,6 +40,7 @@ from mcp.shared.exceptions import MCPError
 
 from .. import authz
 from ..common.errors import CodeModeError, Internal, Unauthenticated, client_text
+from ..common.outcomes import LEDGER_OUTCOMES, ExecuteResult
 from ..execution.server import Server
 
 __all__ = [
@@ -149,14 +154,22 @@ tags=["a", "b"]). Positional arguments are rejected. Calls are accepted only whi
 (directly or through functions it calls); top-level code may define constants and functions but \
 must not call capabilities.
 - A call returns plain values: dicts, lists, str, int, float, bool, None. Read fields as r["id"].
-- Builtins available, nothing else: abs all any bool chr dict dir enumerate fail float getattr \
+- Builtins available, nothing else: abs all any attempt bool chr dict dir enumerate fail float getattr \
 hasattr hash int len list max min ord print range repr reversed sorted str sum tuple type zip, \
 json.encode/json.decode/json.indent and math.* (sqrt, floor, ceil, pow, log, exp, fabs, round, pi, \
 e, sin, cos, ...). Strings support "%s" % x and "{}".format(x).
 - Not available: load, import, while (use `for i in range(n):`), f-strings (use "%s" % x or str()), \
-filter and map (use list comprehensions), set (use dict keys), try/except, classes, the << operator \
-(multiply instead). print() output \
-is discarded: return data instead. There is no time, file, network, environment or process access.
+filter and map (use list comprehensions), set (use dict keys), try/except (use attempt, below), \
+classes, the << operator (multiply instead). There is no time, file, network, environment or \
+process access.
+- A failing capability call ends the whole program. To handle the failure inside the program \
+instead, wrap the call: r = attempt(records.get, id=7) makes the call records.get(id=7) and \
+returns {"ok": True, "value": <its result>} or {"ok": False, "error": "<error text>"}; branch on \
+r["ok"]. Only "permission denied", "capability failed..." and "invalid capability arguments..." \
+come back this way; every other error (limits, policy failure, internal failure) still ends the \
+program. An attempt counts as a call like any other.
+- print() output is returned as "prints" (for debugging your program) only if this host keeps it; \
+otherwise it is discarded. Never use it for results: return data instead.
 - Programs have budgets (interpreter steps, wall time, number of capability calls, size and \
 nesting of values).
 
@@ -166,7 +179,16 @@ def main():
     found = records.search(text="milk")
     return {"created": r["id"], "matches": [x["title"] for x in found["records"]]}
 
-Returns {"result": <main()'s return value>}.
+Returns {"result": <main()'s return value>, "calls": [...]}. Every result, also an error, \
+carries "calls" (a second text block {"calls": [...]}): the capability calls the program made, in \
+order, each {"capability": "records.create", "outcome": ...}. Outcomes: "ok" (it ran and its result \
+reached the program), "denied", "policy failure", "invalid arguments" and "not run" (it did not \
+run), "failed" (it ran and failed; it may have had an effect), "limit exceeded" (it ran, but a \
+budget stopped it, e.g. its result was too large), "interrupted" (the time ran out while it \
+ran; it may have had an effect). After an error, read "calls" before you retry: the calls with \
+outcome "ok" (and maybe "failed", "limit exceeded", "interrupted") have already happened; do \
+not repeat their effects (for example, do not create the same record twice), continue from the \
+failed call. Calls never reached because a limit stopped the program first are not listed.
 
 Errors and how to recover:
 - "invalid program: <codemode>:LINE:COL: message" (or just "invalid program") - syntax error, \
@@ -180,7 +202,7 @@ wrong-typed or out-of-range arguments; the diagnostic names the argument path (e
 act on the message. Plain "capability failed" - it failed without details: retry once or try \
 another way.
 - "permission denied" - the host's policy refused that call for you: do not repeat it; choose \
-another approach or tell the user.
+another approach (attempt() lets the program do so itself) or tell the user.
 - "authorization policy failure" - the host could not evaluate its policy: retrying will not help; \
 tell the user.
 - "resource limit exceeded: <kind>" - a budget ran out; the kind says which. "time", "steps" \
@@ -246,17 +268,35 @@ DESCRIBE_OUTPUT_SCHEMA = _object(
         "output": _FIELD_LIST,
     }
 )
-EXECUTE_OUTPUT_SCHEMA = _object(
-    {
+_CALL_ITEM = _object({"capability": _STRING, "outcome": {"type": "string", "enum": list(LEDGER_OUTCOMES)}})
+EXECUTE_OUTPUT_SCHEMA: JSONObject = {
+    "type": "object",
+    "properties": {
         "result": {
             "anyOf": [
                 {"type": kind}
                 for kind in ("null", "boolean", "integer", "number", "string", "array", "object")
             ],
-            "description": "main()'s return value: null, boolean, number, string, array or object, nested.",
-        }
-    }
-)
+            "description": "main()'s return value: null, boolean, number, string, array or object, nested. "
+            "Present on every success.",
+        },
+        "error": {
+            "type": "string",
+            "description": "The error text (the same as the first text block): on every error result.",
+        },
+        "calls": {
+            "type": "array",
+            "items": _CALL_ITEM,
+            "description": "The capability calls the program made, in order, with what became of each.",
+        },
+        "prints": {
+            "type": "string",
+            "description": "The program's print() output (bounded, cut with a marker), if the host keeps it.",
+        },
+    },
+    "required": ["calls"],
+    "additionalProperties": False,
+}
 
 Runner = Callable[[Server, authz.Subject, str], Awaitable[JSONObject]]
 
@@ -270,7 +310,14 @@ async def _run_describe(server: Server, subject: authz.Subject, name: str) -> JS
 
 
 async def _run_execute(server: Server, subject: authz.Subject, source: str) -> JSONObject:
-    return {"result": await server.execute(source, subject=subject)}
+    return _execute_output(server, await server.run(source, subject=subject))
+
+
+def _execute_output(server: Server, run: ExecuteResult) -> JSONObject:
+    out: JSONObject = {"result": run.value, "calls": [c.to_dict() for c in run.calls]}
+    if server.limits.max_print_bytes > 0:
+        out["prints"] = run.prints or ""
+    return out
 
 
 @dataclass(frozen=True)
@@ -373,6 +420,38 @@ def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+def _text(text: str) -> types.TextContent:
+    return types.TextContent(type="text", text=text)
+
+
+def _report_blocks(out: JSONObject) -> list[types.TextContent]:
+    """The ledger block, and the prints block when there are prints."""
+    blocks = [_text(compact_json({"calls": out["calls"]}))]
+    if out.get("prints"):
+        blocks.append(_text(compact_json({"prints": out["prints"]})))
+    return blocks
+
+
+def execute_success(out: JSONObject) -> types.CallToolResult:
+    """``execute``'s success: the whole output as ``structuredContent``; as text, ``{"result"}``
+    first (the same block as before the ledger existed), then the ledger (and the prints)."""
+    return types.CallToolResult(
+        content=[_text(compact_json({"result": out["result"]})), *_report_blocks(out)],
+        structured_content=out,
+    )
+
+
+def execute_error(server: Server, text: str, err: CodeModeError | None) -> types.CallToolResult:
+    """``execute``'s error: the approved ``text`` alone in the first block; the ledger and prints of
+    what ran before the failure in ``structuredContent`` and the blocks after it."""
+    out: JSONObject = {"error": text, "calls": [c.to_dict() for c in (err.calls if err else ())]}
+    if server.limits.max_print_bytes > 0:
+        out["prints"] = (err.prints if err else None) or ""
+    return types.CallToolResult(
+        content=[_text(text), *_report_blocks(out)], structured_content=out, is_error=True
+    )
+
+
 def _arguments_ok(spec: _ToolSpec, arguments: Mapping[str, Any] | None) -> bool:
     return (
         isinstance(arguments, Mapping)
@@ -418,7 +497,7 @@ class _Handlers:
             raise MCPError(code=types.INVALID_PARAMS, message="unknown tool")
         arguments = params.arguments
         if not _arguments_ok(spec, arguments):
-            return error_result(spec.schema_error)
+            return self.failure(spec, spec.schema_error, None)
         assert arguments is not None
         return await self.run(spec, ctx, arguments[spec.arg])
 
@@ -426,12 +505,15 @@ class _Handlers:
         try:
             subject = await _resolve(self.resolver, request)
             out = await spec.run(self.server, subject, value)
-            return success_result(out)
+            return execute_success(out) if spec.name == "execute" else success_result(out)
         except CodeModeError as err:
-            return error_result(client_text(err))
+            return self.failure(spec, client_text(err), err)
         except Exception as exc:  # CancelledError is a BaseException and propagates
             log.exception("%s failed in the host: %s", spec.name, type(exc).__name__)
-            return error_result(Internal.text)
+            return self.failure(spec, Internal.text, None)
+
+    def failure(self, spec: _ToolSpec, text: str, err: CodeModeError | None) -> types.CallToolResult:
+        return execute_error(self.server, text, err) if spec.name == "execute" else error_result(text)
 
 
 def create_server(

@@ -15,16 +15,25 @@ JSON Schema                                            shape
 ``type: object`` + ``additionalProperties: S`` only    ``dict[str, S]``
 ``type: [T, "null"]``, ``anyOf``/``oneOf`` ``[S,       ``S | None``
 null]``, OpenAPI 3.0 ``nullable: true``
-``allOf`` of object schemas                            one record with the merged properties
+``allOf`` of object schemas                            one record with the merged properties (a
+                                                       property several members describe: their
+                                                       ``allOf``)
+``allOf`` of one scalar type / of arrays               that type (enums: common values) / a list
+``anyOf``/``oneOf`` whose alternatives are one type    that type (string enums: all their values;
+                                                       with a plain string: ``str``)
+results only: ``anyOf``/``oneOf`` of records           one record of every alternative's properties
+(or lists/dicts of them)                               (required where all require one type)
+string enum over the catalog's limits                  ``str`` (a value constraint, upstream's)
 local ``$ref`` (``#/$defs/X``, ``#/components/...``)   the referenced schema (non-recursive)
 =====================================================  ===========================================
 
-Refused (with a reason): recursive ``$ref``, remote ``$ref``, unions of several non-null types,
-untyped values (``{}``, ``true``, an object with neither properties nor a typed
-``additionalProperties`` below the root), non-string enums, binary strings (``format: binary``),
-tuples (``prefixItems``), ``not`` / ``if`` / ``patternProperties`` and a record that also types
-its extra keys. Value constraints (``minimum``, ``maxLength``, ``pattern``, ``format``...) are not
-types in this model: they are left to the upstream, which still validates them.
+Refused (with a reason): recursive ``$ref``, remote ``$ref``, unions of different types (in inputs
+also of different records: a call could mix their fields), untyped values (``{}``, ``true``, an
+object with neither properties nor a typed ``additionalProperties`` below the root), non-string
+enums, binary strings (``format: binary``), tuples (``prefixItems``), ``not`` / ``if`` /
+``patternProperties`` and a record that also types its extra keys. Value constraints
+(``minimum``, ``maxLength``, ``pattern``, ``format``...) are not types in this model: they are
+left to the upstream, which still validates them.
 
 With ``direction="input"`` properties marked ``readOnly`` are left out; with ``"output"``,
 ``writeOnly`` ones are, and (when the caller asks, see :func:`compile_schema`) so are properties
@@ -37,7 +46,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from codemode_worker.shapes import MAX_ENUM_VALUES, MAX_SHAPE_DEPTH, ShapeError, validate_shape
+from codemode_worker.shapes import (
+    MAX_ENUM_VALUE_BYTES,
+    MAX_ENUM_VALUES,
+    MAX_SHAPE_DEPTH,
+    ShapeError,
+    validate_shape,
+)
 
 __all__ = ["Dialect", "Direction", "Unsupported", "compile_schema", "record_of"]
 
@@ -236,10 +251,15 @@ class _Compiler:
         if not isinstance(options, list) or not options:
             raise Unsupported(pointer, f"'{combinator}' is not a non-empty list")
         non_null = [(i, o) for i, o in enumerate(options) if not _is_null(o)]
-        if len(non_null) != 1:
+        if not non_null:
+            raise Unsupported(pointer, f"{combinator} of 0 non-null alternatives")
+        kept = len(self.omissions) if self.omissions is not None else 0
+        shapes = [self.compile(o, f"{pointer}/{combinator}/{i}", depth) for i, o in non_null]
+        shape = shapes[0] if len(shapes) == 1 else self._join(shapes)
+        if shape is None:
+            if self.omissions is not None:
+                del self.omissions[kept:]  # the alternatives' own omissions: the union goes whole
             raise Unsupported(pointer, f"{combinator} of {len(non_null)} non-null alternatives")
-        i, only = non_null[0]
-        shape = self.compile(only, f"{pointer}/{combinator}/{i}", depth)
         if "type" in schema and schema["type"] not in ("null", ["null"]):
             # A sibling 'type' constrains the alternative; accept it only when it agrees.
             sibling = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
@@ -248,6 +268,49 @@ class _Compiler:
                 raise Unsupported(pointer, f"'type' {sibling} conflicts with the {combinator} alternative")
         return _optional(shape) if len(non_null) != len(options) else shape
 
+    def _join(self, shapes: list[Shape]) -> Shape | None:
+        """One shape exactly as wide as the union of ``shapes``, or None. Equal shapes, and strings
+        (an enum joined with a plain string is a string), join in both directions; in results also
+        records (every field of any alternative, required only where all require it with one type),
+        lists and dicts of joinable items."""
+        nullable = any(s["t"] == "opt" for s in shapes)
+        inner = [s["of"] if s["t"] == "opt" else s for s in shapes]
+        joined: Shape | None
+        if all(s == inner[0] for s in inner):
+            joined = inner[0]
+        elif all(s["t"] == "str" for s in inner):
+            if any("enum" not in s for s in inner):
+                joined = {"t": "str"}
+            else:
+                joined = _enum_shape(list(dict.fromkeys(v for s in inner for v in s["enum"])))
+        elif self.direction != "output" or len({s["t"] for s in inner}) != 1:
+            joined = None
+        elif inner[0]["t"] in ("list", "dict"):
+            of = self._join([s["of"] for s in inner])
+            joined = None if of is None else {"t": inner[0]["t"], "of": of}
+        elif inner[0]["t"] == "record":
+            joined = self._join_records(inner)
+        else:
+            joined = None
+        return None if joined is None else _optional(joined) if nullable else joined
+
+    def _join_records(self, records: list[Shape]) -> Shape | None:
+        by_name: dict[str, list[Shape]] = {}
+        for record in records:
+            for f in record["fields"]:
+                by_name.setdefault(f["name"], []).append(f["shape"])
+        fields = []
+        for name, alternatives in by_name.items():
+            shape = self._join(alternatives)
+            if shape is None:
+                if self.omissions is None:
+                    return None
+                self.omissions.append(Unsupported("", f"property {name!r} has different types in a union"))
+                continue
+            required = len(alternatives) == len(records) and all(a["t"] != "opt" for a in alternatives)
+            fields.append({"name": name, "shape": shape if required else _optional(shape)})
+        return {"t": "record", "fields": fields}
+
     def _all_of(self, schema: Mapping[str, Any], pointer: str, depth: int) -> Shape:
         parts = schema["allOf"]
         if not isinstance(parts, list) or not parts:
@@ -255,10 +318,39 @@ class _Compiler:
         siblings = {k: v for k, v in schema.items() if k in ("properties", "required", "type")}
         if len(parts) == 1 and not siblings.get("properties"):
             return self.compile(parts[0], f"{pointer}/allOf/0", depth)
-        merged_props: dict[str, Any] = {}
-        merged_required: list[str] = []
         member_refs: list[str] = []
-        for i, part in enumerate([*parts, siblings]):
+        members = self._all_of_members([*parts, siblings], pointer, member_refs)
+        kinds = {kind for kind, _, _ in members} - {"neutral"}
+        if not kinds:
+            raise Unsupported(pointer, "untyped value (allOf of annotations only)")
+        odd = [w for kind, w, _ in members if kind in ("union", "other")]
+        if odd:
+            raise Unsupported(odd[0], "allOf member is a union, or a type the model cannot represent")
+        if len(kinds) > 1:
+            raise Unsupported(pointer, f"allOf members of different types ({', '.join(sorted(kinds))})")
+        kind = kinds.pop()
+        typed = [(w, m) for k, w, m in members if k == kind]
+        self.refs.extend(member_refs)  # a property referring back to a member is recursion
+        try:
+            if kind == "object":
+                return self._object(self._merge_objects(typed), pointer, depth)
+            if kind == "array":
+                items = [m["items"] for _, m in typed if "items" in m]
+                merged = {
+                    "type": "array",
+                    **({"items": items[0] if len(items) == 1 else {"allOf": items}} if items else {}),
+                }
+                return self._typed("array", merged, pointer, depth)
+            return self._intersect_scalars([self.compile(m, w, depth) for w, m in typed], pointer)
+        finally:
+            del self.refs[len(self.refs) - len(member_refs) :]
+
+    def _all_of_members(
+        self, parts: list[Any], pointer: str, member_refs: list[str]
+    ) -> list[tuple[str, str, Mapping[str, Any]]]:
+        """``(kind, pointer, member)`` for each member, ``$ref`` resolved, nested allOf flattened."""
+        out: list[tuple[str, str, Mapping[str, Any]]] = []
+        for i, part in enumerate(parts):
             where = f"{pointer}/allOf/{i}"
             while isinstance(part, Mapping) and "$ref" in part:
                 ref = part["$ref"]
@@ -268,25 +360,57 @@ class _Compiler:
                 part, _ = self.resolve(ref, where)
             if not isinstance(part, Mapping):
                 raise Unsupported(where, "schema is not an object")
-            if part is siblings and not part:
+            if not part:
                 continue
-            if any(k in part for k in ("anyOf", "oneOf", "allOf", "enum", "items")) or part.get(
-                "type", "object"
-            ) not in ("object", ["object"]):
-                raise Unsupported(where, "allOf member is not a plain object schema")
-            if isinstance(part.get("additionalProperties"), Mapping):
+            if isinstance(part.get("allOf"), list) and not any(k in part for k in ("anyOf", "oneOf")):
+                rest = {k: v for k, v in part.items() if k != "allOf"}
+                out += self._all_of_members([*part["allOf"], rest], where, member_refs)
+                continue
+            if isinstance(part.get("additionalProperties"), Mapping) and _meaningful(
+                part["additionalProperties"]
+            ):
                 raise Unsupported(where, "allOf member types its extra keys")
-            for name, sub in (part.get("properties") or {}).items():
-                if name in merged_props and merged_props[name] != sub:
-                    raise Unsupported(where, f"allOf members disagree on property {name!r}")
-                merged_props[name] = sub
-            merged_required += [r for r in part.get("required") or [] if r not in merged_required]
-        merged = {"type": "object", "properties": merged_props, "required": merged_required}
-        self.refs.extend(member_refs)  # a property referring back to a member is recursion
-        try:
-            return self._object(merged, pointer, depth)
-        finally:
-            del self.refs[len(self.refs) - len(member_refs) :]
+            out.append((_member_kind(part), where, part))
+        return out
+
+    def _merge_objects(self, members: list[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+        """One object schema: the members' properties (a property several members describe must
+        satisfy all of them: it becomes their allOf) and the union of their ``required``."""
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for _, member in members:
+            for name, sub in (member.get("properties") or {}).items():
+                if name not in props or props[name] == sub:
+                    props[name] = sub
+                    continue
+                both = [props[name], sub]
+                flags = {k: True for k in ("readOnly", "writeOnly") if any(self._flag(x, k) for x in both)}
+                props[name] = {"allOf": both, **flags}
+            required += [r for r in member.get("required") or [] if r not in required]
+        return {"type": "object", "properties": props, "required": required}
+
+    def _flag(self, sub: Any, key: str) -> bool:
+        if isinstance(sub, Mapping) and "$ref" in sub and key not in sub:
+            try:
+                sub, _ = self.resolve(sub["$ref"], "")
+            except Unsupported:
+                return False
+        return isinstance(sub, Mapping) and sub.get(key) is True
+
+    @staticmethod
+    def _intersect_scalars(shapes: list[Shape], pointer: str) -> Shape:
+        inner = [s["of"] if s["t"] == "opt" else s for s in shapes]
+        if len({s["t"] for s in inner}) != 1:
+            raise Unsupported(pointer, "allOf members of different types")
+        enums = [s["enum"] for s in inner if "enum" in s]
+        if not enums:
+            shape: Shape = {"t": inner[0]["t"]}
+        else:
+            values = [v for v in enums[0] if all(v in e for e in enums[1:])]
+            if not values:
+                raise Unsupported(pointer, "allOf of enums without a common value")
+            shape = {"t": "str", "enum": values}
+        return _optional(shape) if all(s["t"] == "opt" for s in shapes) else shape
 
     def _enum(self, schema: Mapping[str, Any], pointer: str) -> Shape:
         values = schema["enum"] if "enum" in schema else [schema["const"]]
@@ -301,15 +425,40 @@ class _Compiler:
             raise Unsupported(pointer, "non-string enum (the model restricts only strings)")
         if declared is not None and declared not in _STRING_TYPES:
             raise Unsupported(pointer, f"string enum with 'type' {declared!r}")
-        unique = list(dict.fromkeys(strings))
-        if len(unique) > MAX_ENUM_VALUES:
-            raise Unsupported(pointer, f"enum of more than {MAX_ENUM_VALUES} values")
-        shape: Shape = {"t": "str", "enum": unique}
-        try:
-            validate_shape(shape)
-        except ShapeError as exc:
-            raise Unsupported(pointer, str(exc)) from None
+        shape = _enum_shape(list(dict.fromkeys(strings)))
         return _optional(shape) if nullable else shape
+
+
+def _enum_shape(values: list[str]) -> Shape:
+    """A string enum; one too long for the catalog to list (more than MAX_ENUM_VALUES values, or a
+    value over MAX_ENUM_VALUE_BYTES) is a plain string: like other value constraints, the upstream
+    checks it."""
+    if len(values) > MAX_ENUM_VALUES or any(
+        len(v.encode("utf-8", "surrogatepass")) > MAX_ENUM_VALUE_BYTES for v in values
+    ):
+        return {"t": "str"}
+    return {"t": "str", "enum": values}
+
+
+def _member_kind(member: Mapping[str, Any]) -> str:
+    """What one allOf member constrains: object, array, string..., union, other, or neutral
+    (annotations and value constraints only)."""
+    raw = member.get("type")
+    types = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
+    types = [t for t in types if t != "null"]
+    if len(types) > 1 or any(k in member for k in _REFUSED_KEYWORDS):
+        return "other"
+    if any(k in member for k in ("anyOf", "oneOf")):
+        return "union"
+    if types:
+        return types[0] if types[0] in ("object", "array", *_TYPES) else "other"
+    if any(k in member for k in ("properties", "required", "additionalProperties")):
+        return "object"
+    if "items" in member:
+        return "array"
+    if "enum" in member or "const" in member:
+        return "string"
+    return "neutral"
 
 
 def _meaningful(schema: Mapping[str, Any]) -> bool:

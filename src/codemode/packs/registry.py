@@ -108,6 +108,14 @@ class CapabilityPack:
         return register
 
     def capabilities(self, settings: PackSettings | None = None) -> list[Capability]:
+        """The pack protocol (codemode.packs): every capability added, in order.
+
+        Args:
+            settings: ignored (a pack of fixed capabilities needs no configuration).
+
+        Returns:
+            A new list of the pack's :class:`~codemode.Capability` objects.
+        """
         return list(self._caps)
 
     def __iter__(self) -> Any:

@@ -12,9 +12,8 @@
   non-reserved identifier; otherwise snake_cased, deduplicated the same way).
 * :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
   the capability rules (bounded, control characters removed).
-* :func:`upstream_error_text`: the one rule for an upstream's own error text that a client may see
-  (``capability failed: <upstream>: <text>``): one short line, URLs and absolute paths replaced,
-  configured credentials redacted.
+* :func:`upstream_error_text` (from ``error_text``, re-exported here): the one rule for an
+  upstream's own error text that a client may see (``capability failed: <upstream>: <text>``).
 * :func:`answer_problem`: why a converted tool cannot be registered because its ``search_api``
   result or ``describe_api`` answer would not fit the configured bound (it is skipped like a tool
   whose schema cannot be represented, never cut: a cut signature would lie).
@@ -43,8 +42,10 @@ from ..catalog.capability import (
     Capability,
     validate_catalog,
 )
+from .error_text import MAX_UPSTREAM_ERROR, upstream_error_text
 
 __all__ = [
+    "MAX_UPSTREAM_ERROR",
     "OnUnsupported",
     "SkipReport",
     "UpstreamBuildError",
@@ -67,17 +68,6 @@ T = TypeVar("T")
 
 OnUnsupported = Literal["skip", "fail"]
 MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
-#: Bytes of an upstream's error text a client may see (after the ``<upstream>: `` mark).
-MAX_UPSTREAM_ERROR = 160
-#: A URL (any scheme), a ``www.`` address, or a host name with a path (``evil.example/login``).
-_URL = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.\-]*://\S*"
-    r"|(?<![\w.\-/\\@])www\.\S+"
-    r"|(?<![\w.\-/\\@])[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}/\S*"
-)
-#: An absolute path: ``/etc/passwd``, ``.../site-packages/x``, ``~/x``, ``\\share\x``, ``C:\x``,
-#: ``C:/x``, ``file:x``; a relative path inside a word (``Mars/Olympus``, ``b/../a``) is kept.
-_PATH = re.compile(r"(?<![\w.\-/\\])(?:[.~]*[/\\]|[A-Za-z]:[/\\]|file:)[^\s'\"()\[\]{},;<>]*")
 MAX_LOGGED_SKIPS = 50  # skip-report lines in one log record (a 4,096-tool list must not flood it)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
@@ -146,10 +136,11 @@ def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, st
     return out
 
 
-def capability_names(namespace: str, originals: Iterable[str]) -> dict[str, str]:
-    """``{original: "namespace.snake_name"}``, collision-free and independent of input order."""
+def capability_names(namespace: str, originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
+    """``{original: "namespace.snake_name"}``, collision-free and independent of input order;
+    ``taken`` lists short names (without the namespace) already given to others."""
     check_namespace(namespace)
-    short = _dedupe({o: snake_case(o) for o in set(originals)})
+    short = _dedupe({o: snake_case(o) for o in set(originals)}, taken)
     return {o: f"{namespace}.{s}" for o, s in short.items()}
 
 
@@ -199,22 +190,6 @@ def clean_text(text: str, limit: int, *, one_line: bool) -> str:
     if len(data) <= limit:
         return cleaned
     return data[: limit - 3].decode("utf-8", errors="ignore").rstrip() + "..."
-
-
-def upstream_error_text(
-    upstream: str, text: str, *, secrets: Iterable[str] = (), limit: int = MAX_UPSTREAM_ERROR
-) -> str:
-    """The part of an upstream's error text a client may see, marked as the upstream's:
-    ``<upstream>: <text>``. ``text`` is made one line (control characters and newlines become
-    spaces, whitespace runs one space); every value in ``secrets`` (configured credentials, at least
-    4 characters) becomes ``[redacted]``, every URL ``[url]`` and every absolute path ``[path]``;
-    then it is cut to ``limit`` UTF-8 bytes (``...``). Empty when nothing is left."""
-    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    one = clean_text(text, max(len(text.encode("utf-8")), 1), one_line=True)
-    one = _PATH.sub("[path]", _URL.sub("[url]", one))
-    one = clean_text(one, limit, one_line=True)
-    return f"{upstream}: {one}" if one else ""
 
 
 def summary_of(description: str | None, fallback: str) -> str:
@@ -280,7 +255,18 @@ class SkipReport:
         self.omitted.append((item, reason))
 
     def finish(self) -> None:
-        """Log (``skip``) or raise (``fail``) the collected reasons."""
+        """Log what became capabilities (one line at start: ``upstream 'memory': 9 of 9 items ->
+        9 capabilities``), and log (``skip``) or raise (``fail``) the collected reasons."""
+        total = len(self.converted) + len(self.skipped)
+        log.info(
+            "upstream %r: %d of %d item(s) -> %d capabilit%s%s",
+            self.upstream,
+            len(self.converted),
+            total,
+            len(self.converted),
+            "y" if len(self.converted) == 1 else "ies",
+            f" ({len(self.skipped)} skipped, reasons below)" if self.skipped else "",
+        )
         if self.omitted:
             log.info(
                 "upstream %r: %d output field(s) left out of converted items:\n%s",

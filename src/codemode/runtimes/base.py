@@ -66,7 +66,9 @@ class Sandbox(Protocol):
     """One single-use worker. All methods are safe to call after the worker has died."""
 
     @property
-    def worker_id(self) -> str: ...
+    def worker_id(self) -> str:
+        """The runtime's id of this worker (a process, container or pod name), for host logs."""
+        ...
 
     async def write(self, data: bytes) -> None:
         """Send bytes to the worker's stdin. Raises SandboxClosed if it can't."""
@@ -90,7 +92,9 @@ class Runtime(Protocol):
     """Creates sandboxes. ``spawn`` returns a started worker that has answered the probe."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The runtime's kind for logs and metrics: ``process``, ``docker``, ``kubernetes``, ..."""
+        ...
 
     async def start(self) -> None:
         """One-time start-up work (e.g. removing orphans of a crashed host)."""

@@ -2,8 +2,10 @@
 summarised per client address (:mod:`codemode.service.refusals`).
 
 Logger ``codemode.audit``, level INFO; each record's message is one compact JSON object. Fields are
-ids, decisions, outcomes and durations only: never argument values, results, program source, tokens
-or any other credential. Subject ids are the non-secret ids authentication resolved.
+ids, names, decisions, outcomes and durations only: never argument values, results, program source,
+tokens or any other credential. Subject ids are the non-secret ids authentication resolved. The
+``native_call`` lines of one execute are, in order, its call ledger
+(``codemode.common.outcomes.AUDIT_OUTCOMES`` maps their ``decision``/``outcome`` to its words).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class AuditLog:
             "native_call",
             subject=event.subject_id,
             capability_id=event.capability_id,
+            capability=event.capability or None,
             decision=event.decision,
             outcome=event.outcome,
             authz_ms=_ms(event.authz_seconds),

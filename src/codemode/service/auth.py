@@ -489,9 +489,18 @@ class BearerAuthMiddleware:
         challenge = f'Bearer realm="{self.realm}"'
         if invalid:
             challenge += ', error="invalid_token"'
-        await plain_json(
-            send, 401, {"error": "unauthenticated"}, [(b"www-authenticate", challenge.encode("ascii"))]
-        )
+        await plain_json(send, 401, UNAUTHENTICATED_BODY, [(b"www-authenticate", challenge.encode("ascii"))])
+
+
+#: A JSON-RPC error, so an MCP client shows the reason: the official SDK turns a non-2xx JSON-RPC
+#: error body into the error of the request it answers (``MCPError: unauthenticated``); a plain body
+#: would be "Server returned an error response". The id is null: the body is not read before
+#: authentication, and the SDK puts the request's own id in its place.
+UNAUTHENTICATED_BODY: dict[str, object] = {
+    "jsonrpc": "2.0",
+    "id": None,
+    "error": {"code": -32001, "message": "unauthenticated"},
+}
 
 
 def _sdk_user(subject: authz.Subject) -> Any:

@@ -7,8 +7,10 @@ and, for the warm pool, by sampling the pool when scraped and every half second.
 from __future__ import annotations
 
 import logging
+import resource
 from typing import TYPE_CHECKING
 
+import psutil
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE_LATEST
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -107,6 +109,27 @@ class Metrics:
             ["component", "problem"],
             registry=r,
         )
+        # Host pressure, read (psutil) when scraped: what runs out first when tenants push the host.
+        self.host_memory_available = Gauge(
+            "codemode_host_memory_available_bytes",
+            "Memory the host's kernel reports available for new allocations (MemAvailable).",
+            registry=r,
+        )
+        self.host_open_fds = Gauge(
+            "codemode_host_open_fds", "File descriptors this host process has open.", registry=r
+        )
+        self.host_fd_limit = Gauge(
+            "codemode_host_fd_limit",
+            "This host process's file-descriptor limit (RLIMIT_NOFILE, soft); compare with open fds.",
+            registry=r,
+        )
+        self.host_load = Gauge(
+            "codemode_host_load_average",
+            "The machine's load average over 1, 5 and 15 minutes, per CPU.",
+            ["minutes"],
+            registry=r,
+        )
+        self._process = psutil.Process()
         self._active: dict[str, int] = {}
         self._pool = pool
         self._last_refill: float | None = None
@@ -165,9 +188,20 @@ class Metrics:
             self.pool_refill_seconds.observe(value)
         self._last_refill = times[-1]
 
+    def sample_host(self) -> None:
+        """Host pressure now: available memory, open fds against the limit, load per CPU."""
+        self.host_memory_available.set(psutil.virtual_memory().available)
+        self.host_open_fds.set(self._process.num_fds())
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.host_fd_limit.set(float("inf") if soft == resource.RLIM_INFINITY else soft)
+        cpus = psutil.cpu_count() or 1
+        for minutes, load in zip(("1", "5", "15"), psutil.getloadavg(), strict=True):
+            self.host_load.labels(minutes).set(load / cpus)
+
     def render(self) -> bytes:
-        try:
-            self.sample_pool()
-        except Exception:
-            log.exception("sampling the pool failed")
+        for sample in (self.sample_pool, self.sample_host):
+            try:
+                sample()
+            except Exception:
+                log.exception("sampling for /metrics failed: %s", sample.__name__)
         return generate_latest(self.registry)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from starlette.types import Send
 
@@ -10,7 +11,7 @@ __all__ = ["plain_json"]
 
 
 async def plain_json(
-    send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]
+    send: Send, status: int, body: Mapping[str, object], headers: list[tuple[bytes, bytes]]
 ) -> None:
     """Send a complete JSON response with ``no-store`` caching and the extra ``headers``."""
     payload = json.dumps(body).encode("utf-8")

@@ -138,6 +138,8 @@ def _limit(name: str) -> Any:
     default = DEFAULTS[name]
     if name == "max_execution_time":
         return Field(float(default), gt=0, description=UNITS[name])
+    if default == 0:  # off by default (max_print_bytes): 0 keeps it off
+        return Field(0, ge=0, description=UNITS[name])
     return Field(int(default), gt=0, description=UNITS[name])
 
 
@@ -325,6 +327,7 @@ class Settings(BaseSettings):
     max_search_response_bytes: int = _limit("max_search_response_bytes")
     max_callstack: int = _limit("max_callstack")
     max_describe_response_bytes: int = _limit("max_describe_response_bytes")
+    max_print_bytes: int = _limit("max_print_bytes")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
         ge=0,
@@ -547,6 +550,8 @@ class Settings(BaseSettings):
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
+        if self.max_print_bytes > self.max_value_bytes:
+            out.append(f"{names('max_print_bytes')} must not exceed {names('max_value_bytes')}")
         for prefix in ("process", "docker", "kubernetes"):
             given = [
                 f

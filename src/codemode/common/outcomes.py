@@ -1,0 +1,68 @@
+"""What an execute reports besides ``main()``'s value: the call ledger and the program's prints
+(docs/reference/tools.md#the-call-ledger, docs/reference/python-api.md).
+
+The ledger lists every native call the host saw, in order, as a capability *name* and one outcome
+word; it is built from the same records as the audit log's ``native_call`` lines, so the two always
+agree (:data:`AUDIT_OUTCOMES` is the mapping). Nothing else host-derived is in it: no capability
+id, no argument, no policy or handler text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "AUDIT_OUTCOMES",
+    "LEDGER_OUTCOMES",
+    "PRINTS_CUT_MARKER",
+    "RECOVERABLE_OUTCOMES",
+    "ExecuteResult",
+    "LedgerEntry",
+    "ledger_outcome",
+]
+
+#: The audit log's ``(decision, outcome)`` of a ``native_call`` line → the ledger's outcome word.
+AUDIT_OUTCOMES: Final[dict[tuple[str, str], str]] = {
+    ("allow", "ok"): "ok",
+    ("deny", "not_run"): "denied",
+    ("policy_failure", "not_run"): "policy failure",
+    ("invalid_arguments", "not_run"): "invalid arguments",
+    ("allow", "invalid_arguments"): "invalid arguments",  # the handler refused a value
+    ("allow", "capability_failed"): "failed",
+    ("allow", "resource_limit"): "limit exceeded",
+    ("allow", "interrupted"): "interrupted",
+    ("undecided", "not_run"): "not run",
+}
+LEDGER_OUTCOMES: Final[tuple[str, ...]] = tuple(dict.fromkeys(AUDIT_OUTCOMES.values()))
+#: The outcomes ``attempt()`` hands back to the program as a value; every other one ends it.
+RECOVERABLE_OUTCOMES: Final = frozenset({"denied", "failed", "invalid arguments"})
+#: Appended to the prints when the program printed more than ``max_print_bytes``.
+PRINTS_CUT_MARKER: Final = "\n[prints truncated]"
+
+
+def ledger_outcome(decision: str, outcome: str) -> str:
+    """The ledger word for an audit ``(decision, outcome)`` pair (``not run`` for any other)."""
+    return AUDIT_OUTCOMES.get((decision, outcome), "not run")
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One native call: the capability's dotted name and what became of the call."""
+
+    capability: str
+    outcome: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The entry as ``structuredContent.calls`` carries it: ``{capability, outcome}``."""
+        return {"capability": self.capability, "outcome": self.outcome}
+
+
+@dataclass(frozen=True)
+class ExecuteResult:
+    """``Server.run``'s answer: ``main()``'s plain value, the call ledger, and the prints (``None``
+    when the server does not keep them: ``max_print_bytes`` is 0)."""
+
+    value: Any
+    calls: tuple[LedgerEntry, ...] = ()
+    prints: str | None = None

@@ -1,0 +1,231 @@
+"""The one rule for an upstream's own error text that a client may see (docs/reference/errors.md,
+``capability failed: <upstream name>: <text>``), shared by the MCP and OpenAPI packs.
+
+The text is the upstream's, and a tenant may steer it (server-memory quotes the entity name it was
+given), so the rule reads a bounded head of it and does nothing whose cost grows faster than
+that head: every step is one linear pass, and the token patterns are matched once per token,
+anchored at its start.
+
+1. **Cut**: only the first :data:`LOOK_AT` characters count (plus the length of the longest
+   credential, so that one starting inside them is seen whole; a credential cut in two at the end
+   is redacted from its first character).
+2. **Normal form**: NFKC (full-width and other compatibility forms become plain ones), HTML
+   character references and percent-escapes decoded (three rounds at most), NFKC again, the
+   look-alike separators (``∕ ⁄ ⧸ ∖ ⧵ 。 ｡ ∶ ꞉``, ...) made ``/ \\ . :``; format characters
+   (zero-width spaces, bidi controls, soft hyphens) removed, every other control or separator
+   character a space, whitespace runs one space.
+3. **Credentials**: each configured value (at least 4 characters), and each of its spellings of
+   ``codemode.packs.redaction`` (the token of ``Bearer <token>``, the decoded ``user:password`` of
+   ``Basic`` and the password), becomes ``[redacted]``: in the raw text, and again in the normal
+   form, where one broken up by spaces, newlines, tabs, zero-width or other invisible characters,
+   or combining marks still counts; after the second cut also any run of 8 or more characters of
+   one (an upstream that echoes a truncated key).
+4. **Cut again** to :data:`LOOK_AT` characters, then **tokens**: the text is split at spaces and
+   at ``' " ( ) [ ] { } < > , ; = |`` and backquotes; trailing ``. : ! ?`` of a token stay outside
+   it. A token is an *address* (``[url]``) when it has ``scheme://``, starts with ``//`` or
+   ``www.``, or is a host name (two or more dot-separated labels of letters, digits, ``-`` and
+   ``_`` in any script, the last of at least two letters: ``évil.example``, but also
+   ``diary.txt``: a host and a file name cannot be told apart), an IPv4 address, an IPv6 address
+   (in brackets or with ``::``), or any name with ``:port``, each optionally after ``user@`` and
+   before a port and ``/``, ``?`` or ``#`` and anything. It is a *path* (``[path]``) when it
+   starts with ``/``, ``\\``, dots or ``~`` and then ``/`` or ``\\``, a drive letter and ``:\\`` or
+   ``:/``, or ``file:``, or when it holds two or more ``/`` or ``\\`` anywhere
+   (``é/srv/tenants/x``; ``Mars/Olympus`` stays). A name with a port is not all digits (``10:30``
+   is a time).
+5. **Bound**: at most ``limit`` UTF-8 bytes, cut on a character boundary with ``...``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+import urllib.parse
+from collections.abc import Iterable
+
+from .redaction import Redactor, spellings
+
+__all__ = ["LOOK_AT", "MAX_UPSTREAM_ERROR", "upstream_error_text"]
+
+#: Bytes of an upstream's error text a client may see (after the ``<upstream>: `` mark).
+MAX_UPSTREAM_ERROR = 160
+#: Characters of an upstream's error text the rule reads (the client sees at most 160 bytes).
+LOOK_AT = 1024
+MIN_SECRET = 4
+_DECODE_ROUNDS = 3
+
+#: Characters that look like a separator of a URL or a path, and the separator they stand for
+#: (the compatibility forms, full-width ones included, NFKC already maps).
+_LOOK_ALIKES = str.maketrans(
+    {
+        **dict.fromkeys("\u2215\u2044\u29f8\u2571\u1735", "/"),
+        **dict.fromkeys("\u2216\u29f5\u29f9\u2572", "\\"),
+        **dict.fromkeys("\u3002\uff61", "."),  # IDNA label separators
+        **dict.fromkeys("\u2236\ua789\u0589\u05c3", ":"),
+    }
+)
+#: What may come between two characters of a credential and still spell it: spaces (every other
+#: control and separator is one by then), combining marks and the letters that show as blanks.
+_GAP_CHARS = (
+    " \u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe00-\ufe0f\ufe20-\ufe2f"
+    "\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0\u2800"
+)
+_GAP = re.compile(f"[{_GAP_CHARS}]+")
+_NOT_GAP = re.compile(f"[^{_GAP_CHARS}]")
+_SPACES = re.compile(r" {2,}")
+_WRAPPERS = "'\"()[]{}<>`"
+_SPLIT = re.compile(r"([ '\"()\[\]{}<>,;=|`]+)")
+_PATH_START = re.compile(r"[.~]*[/\\]|[A-Za-z]:[/\\]|file:", re.IGNORECASE)
+_HOST_NAME = re.compile(r"(?:[\w-]+\.)+[^\W\d_]{2,}")
+_NAME = re.compile(r"[\w-]+(?:\.[\w-]+)*")
+_IPV4 = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+_V6_CHARS = frozenset("0123456789abcdefABCDEF:.")
+_PORT = re.compile(r":[0-9]{1,5}")
+_AFTER_HOST = re.compile(r"[/?#]")
+
+
+def _spaced(text: str) -> str:
+    """Format characters removed, every other non-printable character a space."""
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif unicodedata.category(ch) != "Cf":
+            out.append(" ")
+    return "".join(out)
+
+
+def _normal(text: str) -> str:
+    """Step 2 of the module text, without squeezing the spaces."""
+    text = unicodedata.normalize("NFKC", _spaced(text))
+    text = html.unescape(text)
+    for _ in range(_DECODE_ROUNDS):
+        decoded = urllib.parse.unquote(text, errors="replace")
+        if decoded == text:
+            break
+        text = decoded
+    return _spaced(unicodedata.normalize("NFKC", text).translate(_LOOK_ALIKES))
+
+
+def _flat(text: str) -> str:
+    return _GAP.sub("", text)
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if end <= at:
+            continue
+        if start >= at:
+            out.append(text[at:start])
+            out.append("[redacted]")
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _redact(text: str, secrets: list[str], *, cut: bool) -> str:
+    """Each of ``secrets`` (already flat) in ``text`` ``[redacted]``, whatever gap characters lie
+    between its characters; with ``cut`` (the text was cut right after its end) also the start
+    of one (at least 4 characters) at the very end."""
+    flat = _flat(text)
+    if not cut and not any(secret in flat for secret in secrets):
+        return text
+    keep = [m.start() for m in _NOT_GAP.finditer(text)]  # keep[i]: where flat[i] is in text
+    found: list[tuple[int, int]] = []
+    for secret in secrets:
+        start = flat.find(secret)
+        while start != -1:
+            found.append((keep[start], keep[start + len(secret) - 1] + 1))
+            start = flat.find(secret, start + 1)
+        if cut:
+            for size in range(min(len(secret) - 1, len(flat)), MIN_SECRET - 1, -1):
+                if flat.endswith(secret[:size]):
+                    found.append((keep[len(flat) - size], len(text)))
+                    break
+    return _replace_spans(text, found) if found else text
+
+
+def _ipv6(text: str) -> bool:
+    return (
+        set(text) <= _V6_CHARS and ("::" in text or text.count(":") == 7) and any(c not in ":." for c in text)
+    )
+
+
+def _address(token: str) -> bool:
+    """A host name, an IP address or a name with a port (after ``user@``, before a path)."""
+    head = _AFTER_HOST.split(token, maxsplit=1)[0].rpartition("@")[2]
+    if head.startswith("["):
+        end = head.find("]")
+        rest = head[end + 1 :]
+        return end > 1 and _ipv6(head[1:end]) and (not rest or bool(_PORT.fullmatch(rest)))
+    if _ipv6(head):
+        return True
+    name, colon, port = head.rpartition(":")
+    if colon and name and _PORT.fullmatch(colon + port):  # a time such as 10:30 is not one
+        return bool(_IPV4.fullmatch(name) or (_NAME.fullmatch(name) and not name.isdigit()))
+    return bool(_HOST_NAME.fullmatch(head) or _IPV4.fullmatch(head))
+
+
+def _mark(token: str) -> str | None:
+    """``[url]``, ``[path]`` or None for one token (step 4 of the module text)."""
+    if not token:
+        return None
+    if "://" in token or token.startswith("//") or token[:4].lower() == "www.":
+        return "[url]"
+    if _PATH_START.match(token):
+        return "[path]"
+    if _address(token):
+        return "[url]"
+    if token.count("/") + token.count("\\") >= 2:
+        return "[path]"
+    return None
+
+
+def _marked(part: str) -> str:
+    core = part.rstrip(".:!?")
+    mark = _mark(core)
+    return part if mark is None else mark + part[len(core) :]
+
+
+def _word_marked(word: str) -> str:
+    """One space-delimited word: a URL taking the whole of it (query strings included) is one
+    ``[url]``; otherwise each of its tokens is marked on its own."""
+    lead = len(word) - len(word.lstrip(_WRAPPERS))
+    core = word[lead:].rstrip(_WRAPPERS + ".,;:!?")
+    if core and _mark(core) == "[url]" and not _PATH_START.match(core):
+        return word[:lead] + "[url]" + word[lead + len(core) :]
+    parts = _SPLIT.split(word)
+    parts[::2] = [_marked(p) for p in parts[::2]]  # the odd ones are the separators
+    return "".join(parts)
+
+
+def _bounded(text: str, limit: int) -> str:
+    text = text.strip()
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", errors="ignore").rstrip() + "..."
+
+
+def upstream_error_text(
+    upstream: str, text: str, *, secrets: Iterable[str] = (), limit: int = MAX_UPSTREAM_ERROR
+) -> str:
+    """The part of an upstream's error text a client may see, marked as the upstream's:
+    ``<upstream>: <text>`` (the rule is in the module text); empty when nothing is left.
+    ``secrets`` are the configured credential values of that upstream (shorter ones than 4
+    characters are ignored)."""
+    forms = {form for secret in secrets for form in spellings(secret)}
+    raw = sorted({s for s in forms if len(s) >= MIN_SECRET}, key=len, reverse=True)
+    flat = sorted({f for s in raw if len(f := _flat(_normal(s))) >= MIN_SECRET}, key=len, reverse=True)
+    window = LOOK_AT + max((len(s) for s in raw), default=0)
+    head = text[:window]
+    for secret in raw:
+        head = head.replace(secret, "[redacted]")
+    one = _redact(_normal(head), flat, cut=len(text) > window)
+    one = _SPACES.sub(" ", one)[:LOOK_AT]
+    if raw:
+        one = Redactor([*raw, *flat]).text(one)  # runs of a credential's characters, too
+    one = " ".join(_word_marked(word) for word in one.split(" "))
+    one = _bounded(one, limit)
+    return f"{upstream}: {one}" if one else ""
