@@ -96,30 +96,40 @@ class Limits:
 
 class UidKiller:
     """SIGKILL to every process of one uid, at once: ``kill(-1, SIGKILL)`` made with that uid's own
-    right to signal (the calling thread alone takes real and effective uid ``uid`` for the call, by
-    the raw system call, and takes root back after it; the saved uid stays 0 so that it can). A
-    process may signal exactly the processes whose real or saved uid is its real or effective uid, so
-    this reaches every process of the uid (a worker's processes cannot change their uid: no
-    capability, ``no_new_privs``), and no other. ``kill(-1)`` is atomic against ``fork``: a process
-    forking meanwhile either has its child counted or gets the signal before the child exists.
-    Only for a template running as root; any failure ends the template (fail closed)."""
+    right to signal. A process may signal exactly the processes whose real or saved uid is its real
+    or effective uid; so for the call the template takes effective uid ``uid`` and real uid
+    ``killer`` (a uid of its own that nothing ever runs as, claimed by the host for this template's
+    life), keeping saved uid 0 to take root back after it (the raw system call: one thread, the only
+    one). That reaches every process of ``uid`` (a worker's processes cannot change their uid: no
+    capability, ``no_new_privs``) and no other; and during the call no process of ``uid`` can
+    signal or trace the template (its real and saved uids are not ``uid``: a process of the uid
+    spinning on ``kill(template, SIGKILL)`` found the instant when both were). ``kill(-1)`` is
+    atomic against ``fork``: a process forking meanwhile either has its child counted or gets the
+    signal before the child exists. Only for a template running as root; any failure ends the
+    template (fail closed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, killer: int) -> None:
+        if killer <= 0:
+            raise ValueError("the killer uid must be a uid of its own (> 0)")
         sc = confinement.binding()
         self._setresuid = int(sc.resolve_syscall(sc.Arch.NATIVE, "setresuid"))
+        self._killer = killer
+
+    def _setresuid_or_die(self, real: int, effective: int) -> None:
+        args = (ctypes.c_long(real), ctypes.c_long(effective), ctypes.c_long(0))
+        if _LIBC.syscall(self._setresuid, *args) != 0:
+            os._exit(EXIT_SETUP)
 
     def kill(self, uid: int) -> None:
-        if (
-            uid <= 0
-            or _LIBC.syscall(self._setresuid, ctypes.c_long(uid), ctypes.c_long(uid), ctypes.c_long(0)) != 0
-        ):
+        if uid <= 0 or uid == self._killer:
             os._exit(EXIT_SETUP)
+        self._setresuid_or_die(self._killer, uid)
         try:
             _LIBC.kill(-1, signal.SIGKILL)  # ESRCH when no process: nothing to do
         finally:
-            if _LIBC.syscall(self._setresuid, ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0)) != 0:
-                os._exit(EXIT_SETUP)
-        if os.getresuid() != (0, 0, 0):
+            self._setresuid_or_die(0, 0)
+        # A change of effective uid resets the dumpable flag to fs.suid_dumpable: set it again.
+        if os.getresuid() != (0, 0, 0) or _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
             os._exit(EXIT_SETUP)
 
 
@@ -201,12 +211,13 @@ class _Worker:
 class Template:
     """The fork loop on the control socket."""
 
-    def __init__(self, control: socket.socket, limits: Limits, child: Child) -> None:
+    def __init__(self, control: socket.socket, limits: Limits, child: Child, killer_uid: int = 0) -> None:
         self.control = control
         self.limits = limits
         self.child = child
         self.workers: dict[int, _Worker] = {}
-        self.uids = UidKiller() if os.geteuid() == 0 else None
+        # Without a killer uid no worker gets a uid of its own (FORK with one is refused).
+        self.uids = UidKiller(killer_uid) if os.geteuid() == 0 and killer_uid > 0 else None
         self.reaping: dict[int, int] = {}  # pidfd -> worker number, for workers the host asked to reap
         self.poll = select.poll()
         self.poll.register(control, select.POLLIN)
@@ -335,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address-space", type=int, default=0)
     parser.add_argument("--open-files", type=int, default=32)
     parser.add_argument("--max-processes", type=int, default=16)
+    parser.add_argument("--killer-uid", type=int, default=0, help="see UidKiller (0: workers keep its uid)")
     parser.add_argument("--testing", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sys.stdout = sys.stderr  # nothing of the template's goes to a worker's stdout
@@ -346,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     child = _worker_child(args.testing)
     gc.collect()
     gc.freeze()  # the warm state: shared by every forked worker, never collected
-    return Template(control, limits, child).run()
+    return Template(control, limits, child, args.killer_uid).run()
 
 
 if __name__ == "__main__":

@@ -202,3 +202,62 @@ def _children(pid: int) -> list[int]:
             return [int(p) for p in children.read().split()]
     except OSError:
         return []
+
+
+SPINNERS = r"""
+import os, signal
+template = os.getppid()
+r, w = os.pipe()
+for _ in range(SPINNERS):
+    if os.fork() == 0:
+        os.setsid()  # out of the worker's group: only the kill of its uid reaches it
+        os.close(r)
+        os.write(w, b".")
+        while True:  # the instant the template takes this uid to kill it, it can be signalled
+            try:
+                os.kill(template, signal.SIGKILL)
+            except OSError:
+                pass
+os.close(w)
+started = 0
+while started < SPINNERS:
+    started += len(os.read(r, SPINNERS))
+final([template, os.getuid()])
+"""
+
+
+async def test_a_worker_cannot_kill_its_template_while_its_uid_is_killed() -> None:
+    """Descendants that left the session (the filter failed open) try, all the time, to SIGKILL the
+    template: when it kills every process of their uid, it must not take a uid they can signal."""
+    runtime = unconfined_runtime("template")
+    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+    uids: set[int] = set()
+    try:
+        template = (await runtime.template()).pid
+        for _ in range(20):
+            parent, uid = await srv.execute(SPINNERS.replace("SPINNERS", "2"), subject=ALICE)
+            uids.add(uid)
+            await srv._executor.drain()  # its destroy (the template's kill of the uid) is over
+            assert parent == template and runtime.templates_started == 1 and _alive(template)
+        for _ in range(200):  # and no spinner is left (SIGKILLed ones end soon)
+            left = [pid for pid in _all_pids() if _uid_of(pid) in uids]
+            if not left:
+                break
+            await asyncio.sleep(0.01)
+        assert not left
+    finally:
+        await srv.aclose()
+        for pid in _all_pids():  # what a failing run left spinning
+            if _uid_of(pid) in uids:
+                os.kill(pid, signal.SIGKILL)
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and _alive(int(name))]
+
+
+def _uid_of(pid: int) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return -1

@@ -338,6 +338,7 @@ class ProcessRuntime:
         self.spawn_mode: Spawn = spawn
         self.template_argv = list(template_argv) if template_argv is not None else None
         self._template: WorkerTemplate | None = None
+        self._killer_uid: int | None = None
         self._template_lock = asyncio.Lock()
         self.templates_started = 0
         root = os.geteuid() == 0
@@ -474,14 +475,34 @@ class ProcessRuntime:
                 return current
             if current is not None:
                 log.warning("worker template %d died; starting a new one", current.pid)
-                await current.aclose()
-                self._template = None
+                await self._close_template()
             env = {WORKER_ENV_MARKER: "1", **self.extra_env}
-            self._template = await WorkerTemplate.start(
-                self.template_command(), env, self._template_preexec, self.spawn_timeout
-            )
+            command = self.template_command()
+            if self.worker_uid_base:
+                # A uid nothing runs as, the template's real uid while it kills a worker's uid
+                # (codemode_worker.template.UidKiller): held as long as the template lives.
+                self._killer_uid = self._claim_uid()
+                command = [*command, "--killer-uid", str(self._killer_uid)]
+            try:
+                self._template = await WorkerTemplate.start(
+                    command, env, self._template_preexec, self.spawn_timeout
+                )
+            except BaseException:
+                self._release_killer_uid()
+                raise
             self.templates_started += 1
             return self._template
+
+    async def _close_template(self) -> None:
+        template, self._template = self._template, None
+        if template is not None:
+            await template.aclose()
+        self._release_killer_uid()
+
+    def _release_killer_uid(self) -> None:
+        if self._killer_uid is not None:
+            self._release_uid(self._killer_uid)
+            self._killer_uid = None
 
     def _claim_uid(self) -> int:
         """A worker uid no live worker of any host on this machine holds: the one whose lock file
@@ -607,6 +628,4 @@ class ProcessRuntime:
 
     async def aclose(self) -> None:
         await asyncio.gather(*(s.destroy() for s in list(self._live)), return_exceptions=True)
-        template, self._template = self._template, None
-        if template is not None:
-            await template.aclose()
+        await self._close_template()
