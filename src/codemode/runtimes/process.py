@@ -43,6 +43,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+import psutil
+
 from codemode_worker import WORKER_ENV_MARKER
 from codemode_worker.privileges import UID_VARIABLE
 
@@ -76,6 +78,7 @@ ZOMBIE_GRACE = 1.0
 #: One lock file per worker uid in use, shared by every host on the machine.
 UID_LOCK_DIR = "/run/codemode/worker-uids"
 _ids = itertools.count(1)
+_DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 #: What ``check()`` runs with the worker's Python: the worker's own seccomp filter builds there.
 CONFINEMENT_CHECK = "from codemode_worker.confinement import prepare\nprepare()\n"
 
@@ -84,35 +87,24 @@ def _processes_of(uid: int, zombies: bool = False) -> list[int]:
     """Pids of every live process (thread group) whose real uid is ``uid``; zombies (dead, waiting
     to be reaped by their new parent) run nothing and are left out unless ``zombies``."""
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as status:
-                zombie = False
-                for line in status:
-                    if line.startswith(b"State:"):
-                        zombie = line.split()[1] in (b"Z", b"X")
-                    elif line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid and (zombies or not zombie):
-                            found.append(int(name))
-                        break
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+    for proc in psutil.process_iter(["uids", "status"], ad_value=None):
+        uids, status = proc.info["uids"], proc.info["status"]
+        if uids is None or uids.real != uid:
+            continue  # gone meanwhile, or not the uid's
+        if zombies or status not in _DEAD:
+            found.append(proc.pid)
     return found
 
 
 def _uids_of(pid: int) -> tuple[int, int] | None:
-    """(every uid, every gid) of ``pid`` when its real, effective, saved and filesystem ids are
-    each one value; None otherwise or when it is gone."""
+    """(its uid, its gid) when ``pid``'s real, effective and saved uids are one value and so are its
+    gids (the worker drops them together with setresuid/setresgid, which set the filesystem ids to
+    the same); None otherwise or when it is gone."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            fields = {
-                line.split(b":", 1)[0]: line.split()[1:] for line in status if line[:4] in (b"Uid:", b"Gid:")
-            }
-        uids = {int(v) for v in fields[b"Uid"]}
-        gids = {int(v) for v in fields[b"Gid"]}
-    except (OSError, KeyError, ValueError):
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            uids, gids = set(proc.uids()), set(proc.gids())
+    except psutil.Error:
         return None
     if len(uids) != 1 or len(gids) != 1:
         return None
