@@ -11,6 +11,7 @@ template that dies is replaced while the workers it had die with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -25,6 +26,7 @@ from codemode.runtimes.process import ProcessRuntime
 from ..integration.helpers import ALICE, make_server
 from .test_process_containment import TESTING, unconfined_runtime
 
+BOB = codemode.Subject("bob")
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the workers' uids need a host running as root")
 
 
@@ -43,7 +45,7 @@ ATTACK = r"""
 import ctypes, errno, os, signal, socket
 
 libc = ctypes.CDLL(None, use_errno=True)
-template = os.getppid()
+template = TARGET  # its template, unless a test names another process
 out = {"template": template, "uid": os.getuid()}
 
 def attempt(fn):
@@ -102,7 +104,7 @@ async def test_a_worker_gains_nothing_over_its_template(
 ) -> None:
     srv, runtime = attacked
     template = (await runtime.template()).pid
-    report = await srv.execute(ATTACK, subject=ALICE)
+    report = await srv.execute(attack(), subject=ALICE)
     assert report["template"] == template and report["uid"] != 0
     # Nothing but its own pipes (the listing's own directory descriptor aside): no control socket,
     # no pidfd of a sibling, nothing the template's imports opened.
@@ -112,15 +114,49 @@ async def test_a_worker_gains_nothing_over_its_template(
         if not link.startswith("/proc/") and link != "FileNotFoundError"
     ]
     assert links and all(link.startswith("pipe:[") for link in links), report["fds"]
-    for attack in ("signal", "stop", "ptrace", "vm_read", "pidfd_getfd"):
-        assert report[attack] == "EPERM", (attack, report)
-    for attack in ("mem", "environ", "its_fds"):
-        assert report[attack] == "EACCES", (attack, report)
-    assert report["reopened"] == 0, report
+    refused(report)
     # The template is the same, unharmed, process, and still forks workers.
     assert (await runtime.template()).pid == template and runtime.templates_started == 1
     assert os.kill(template, 0) is None
     assert (await srv.execute("final(7)\n", subject=ALICE)) == 7
+
+
+def attack(target: str = "os.getppid()") -> str:
+    return ATTACK.replace("TARGET", target)
+
+
+def refused(report: dict[str, object]) -> None:
+    """Every attack of ``ATTACK`` on its target failed."""
+    for kind in ("signal", "stop", "ptrace", "vm_read", "pidfd_getfd"):
+        assert report[kind] == "EPERM", (kind, report)
+    for kind in ("mem", "environ", "its_fds"):
+        assert report[kind] == "EACCES", (kind, report)
+    assert report["reopened"] == 0, report
+
+
+async def test_a_worker_gains_nothing_over_a_sibling_worker_or_the_host(
+    attacked: tuple[codemode.Server, ProcessRuntime],
+) -> None:
+    """The same attacks on another tenant's worker, live beside it, and on the host process."""
+    srv, runtime = attacked
+    template = (await runtime.template()).pid
+    running = asyncio.ensure_future(srv.execute(SLEEP, subject=BOB))
+    try:
+        for _ in range(500):  # until the sibling runs its program
+            sibling = [p for p in _children(template) if _alive(p)]
+            if sibling:
+                break
+            await asyncio.sleep(0.01)
+        (target,) = sibling
+        for pid in (target, os.getpid()):
+            report = await srv.execute(attack(str(pid)), subject=ALICE)
+            assert report["template"] == pid and report["uid"] != 0
+            refused(report)
+        assert not running.done() and _alive(target)  # the sibling runs on, unharmed
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
 
 
 LOOK_AROUND = r"""
