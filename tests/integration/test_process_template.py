@@ -44,6 +44,11 @@ async def _run(sandbox: ForkedSandbox, python: str) -> None:
     await sandbox.write(encode_frame(frame))
     while await sandbox.read(65536):
         pass
+    # Its stdout ends just before it does: a destroy() in between would kill it (SIGKILL, not its code).
+    for _ in range(500):
+        if not sandbox.alive():
+            return
+        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
