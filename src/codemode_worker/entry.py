@@ -39,7 +39,17 @@ from .interpreter import (
 from .privileges import drop_privileges
 from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
-__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "serve_confined", "streams"]
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_OK",
+    "EXIT_PROTOCOL",
+    "exit_now",
+    "main",
+    "run",
+    "serve",
+    "serve_confined",
+    "streams",
+]
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -131,7 +141,11 @@ def main() -> int:
 
 def run() -> NoReturn:
     """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
-    code = main()
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush stderr and end the process with ``code`` at once (no interpreter teardown)."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:

@@ -192,13 +192,7 @@ def _become_worker(fds: list[int], uid: int, limits: Limits, child: Child) -> No
     except BaseException:
         code = EXIT_SETUP
     finally:
-        for stream in (sys.stderr, sys.__stderr__):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        entry.exit_now(code)
 
 
 @dataclass

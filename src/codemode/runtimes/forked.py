@@ -30,13 +30,12 @@ from collections.abc import Callable
 
 from .base import ExitInfo, SandboxClosed
 from .ipc_cleanup import remove_ipc_of
-from .template import TemplateGone, WorkerTemplate
+from .template import TemplateGone, WorkerTemplate, keep_tail
 
 __all__ = ["ForkedSandbox"]
 
 log = logging.getLogger("codemode.runtimes.process")
 
-STDERR_TAIL = 8 * 1024
 #: Seconds destroy() waits for the template's report of a killed worker's exit.
 REAP_GRACE = 5.0
 #: Seconds destroy() waits for the end of a killed worker's stderr.
@@ -104,8 +103,7 @@ class ForkedSandbox:
             if not self._stderr_done.done():
                 self._stderr_done.set_result(None)
             return
-        self._stderr += chunk
-        del self._stderr[:-STDERR_TAIL]
+        keep_tail(self._stderr, chunk)
 
     async def _ready(self, fd: int, writing: bool) -> None:
         """Wait until ``fd`` can be read (or written), or is closed by destroy()/close_input()."""

@@ -52,7 +52,7 @@ from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from .forked import ForkedSandbox
 from .handshake import probe
 from .ipc_cleanup import remove_ipc_of
-from .template import WorkerTemplate
+from .template import WorkerTemplate, drain_tail
 
 __all__ = ["DEFAULT_UID_BASE", "SPAWN_MODES", "ProcessRuntime", "ProcessSandbox", "Spawn", "kill_uid"]
 
@@ -64,7 +64,6 @@ _TEMPLATE_ENTRIES = {"codemode_worker": (), "codemode_worker.testing_entry": ("-
 
 log = logging.getLogger("codemode.runtimes.process")
 
-STDERR_TAIL = 8 * 1024
 #: First uid (and gid) handed to workers when the host runs as root; none is a real user.
 DEFAULT_UID_BASE = 1_000_000_000
 _PR_SET_NO_NEW_PRIVS = 38
@@ -151,7 +150,8 @@ class ProcessSandbox:
         self._destroying: asyncio.Future[ExitInfo] | None = None
         self.contained = uid is None
         assert proc.stderr is not None
-        self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr(proc.stderr))
+        # Keep only a bounded tail for host logs; reading it all keeps the pipe from filling.
+        self._stderr_task = asyncio.get_running_loop().create_task(drain_tail(proc.stderr, self._stderr))
 
     @property
     def worker_id(self) -> str:
@@ -160,16 +160,6 @@ class ProcessSandbox:
     @property
     def pid(self) -> int:
         return self._proc.pid
-
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        # Keep only a bounded tail for host logs; reading it all keeps the pipe from filling.
-        while True:
-            chunk = await stream.read(64 * 1024)
-            if not chunk:
-                return
-            self._stderr += chunk
-            if len(self._stderr) > STDERR_TAIL:
-                del self._stderr[: len(self._stderr) - STDERR_TAIL]
 
     async def write(self, data: bytes) -> None:
         stdin = self._proc.stdin

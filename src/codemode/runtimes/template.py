@@ -24,13 +24,26 @@ from codemode_worker.template_wire import EXITED, FAILED, FORK, FORKED, MESSAGE,
 
 from .base import SpawnFailed
 
-__all__ = ["TemplateGone", "WorkerTemplate"]
+__all__ = ["STDERR_TAIL", "TemplateGone", "WorkerTemplate", "drain_tail", "keep_tail"]
 
 log = logging.getLogger("codemode.runtimes.template")
 
+#: Bytes of a worker's (or the template's) stderr kept for host logs: the last ones.
 STDERR_TAIL = 8 * 1024
 #: Seconds aclose() waits for the template to kill its workers and exit before killing it.
 EXIT_GRACE = 5.0
+
+
+def keep_tail(tail: bytearray, chunk: bytes) -> None:
+    """Append ``chunk`` to ``tail``, keeping only its last ``STDERR_TAIL`` bytes."""
+    tail += chunk
+    del tail[:-STDERR_TAIL]
+
+
+async def drain_tail(stream: asyncio.StreamReader, tail: bytearray) -> None:
+    """Read ``stream`` to its end (so its pipe never fills), keeping a bounded tail."""
+    while chunk := await stream.read(64 * 1024):
+        keep_tail(tail, chunk)
 
 
 class TemplateGone(SpawnFailed):
@@ -52,7 +65,7 @@ class WorkerTemplate:
         self.pid = proc.pid
         self.forked = 0
         assert proc.stderr is not None
-        self._stderr_task = self._loop.create_task(self._drain_stderr(proc.stderr))
+        self._stderr_task = self._loop.create_task(drain_tail(proc.stderr, self._stderr))
         self._loop.add_reader(control.fileno(), self._on_readable)
 
     @classmethod
@@ -93,14 +106,6 @@ class WorkerTemplate:
             await asyncio.shield(template.aclose())
             raise
         return template
-
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        while True:
-            chunk = await stream.read(64 * 1024)
-            if not chunk:
-                return
-            self._stderr += chunk
-            del self._stderr[:-STDERR_TAIL]
 
     def stderr_tail(self) -> str:
         lines = bytes(self._stderr).decode("utf-8", "replace").strip().splitlines()
