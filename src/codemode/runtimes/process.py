@@ -86,12 +86,15 @@ def _processes_of(uid: int, zombies: bool = False) -> list[int]:
     """Pids of every live process (thread group) whose real uid is ``uid``; zombies (dead, waiting
     to be reaped by their new parent) run nothing and are left out unless ``zombies``."""
     found = []
-    for proc in psutil.process_iter(["uids", "status"], ad_value=None):
-        uids, status = proc.info["uids"], proc.info["status"]
+    for proc in psutil.process_iter(["uids"], ad_value=None):
+        uids = proc.info["uids"]
         if uids is None or uids.real != uid:
             continue  # gone meanwhile, or not the uid's
-        if zombies or status not in _DEAD:
-            found.append(proc.pid)
+        try:
+            if zombies or proc.status() not in _DEAD:
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
     return found
 
 
