@@ -110,6 +110,7 @@ def build_runtime(
         kwargs = {**_runtime_kwargs(settings), **extra}
         if worker_command is not None:
             kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
+            kwargs.pop("spawn", None)  # a command is started, never forked from the template
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None

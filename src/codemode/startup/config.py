@@ -254,6 +254,11 @@ class Settings(BaseSettings):
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
     pool: int = Field(0, ge=0, description="warm workers kept ready (0 = none)")
+    process_spawn: Literal["template", "classic"] | None = Field(
+        None,
+        description="how worker processes are made: template (default: forked from a pre-imported "
+        "worker template) or classic (python -I started for each worker)",
+    )
     process_memory: str | None = Field(
         None, description="worker address-space limit (RLIMIT_AS), bytes or 512m/2g (default 2g)"
     )
