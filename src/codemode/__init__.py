@@ -28,9 +28,11 @@ from .common.errors import (
     Unauthenticated,
 )
 from .common.outcomes import ExecuteResult, LedgerEntry
+from .execution.approval import ApprovalRequest, Approver
 from .execution.context import CallContext
 from .execution.limits import Limits
 from .execution.observe import (
+    ApprovalAnswer,
     CallDecision,
     CallEvent,
     CallOutcome,
@@ -40,6 +42,7 @@ from .execution.observe import (
     Observer,
 )
 from .execution.server import Builder, Description, Server
+from .execution.tracing import Tracing
 from .packs.registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
 from .runtimes.pool import WarmPool
@@ -53,6 +56,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentError",
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Approver",
     "Builder",
     "CallContext",
     "CallDecision",
@@ -87,6 +93,7 @@ __all__ = [
     "SearchResponse",
     "Server",
     "Subject",
+    "Tracing",
     "Unauthenticated",
     "WarmPool",
     "allow_all",

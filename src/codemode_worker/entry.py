@@ -43,7 +43,7 @@ __all__ = [
     "EXIT_ABORTED",
     "EXIT_OK",
     "EXIT_PROTOCOL",
-    "flush_stderr",
+    "exit_now",
     "main",
     "run",
     "serve",
@@ -114,7 +114,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
 
 def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
     """Serve one exchange in a process that is warm and confined already (``serve`` above, or a
-    worker forked by ``codemode_worker.supervisor``); return the exit code."""
+    worker forked from a warm template, ``codemode_worker.template``, or by the reuse mode's
+    ``codemode_worker.supervisor``); return the exit code."""
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)
@@ -139,18 +140,17 @@ def main() -> int:
     return on_interpreter_thread(lambda: serve(inp, out))
 
 
-def flush_stderr() -> None:
-    """Flush what the interpreter still holds for stderr (before ``os._exit``)."""
+def run() -> NoReturn:
+    """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush stderr and end the process with ``code`` at once (no interpreter teardown)."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
             pass
-
-
-def run() -> NoReturn:
-    """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
-    code = main()
-    flush_stderr()
     os._exit(code)

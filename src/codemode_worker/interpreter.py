@@ -537,7 +537,8 @@ _RUN_LOCK = threading.RLock()
 
 
 def _after_fork_in_child() -> None:
-    """A child forked from a warm process (``codemode_worker.supervisor``) has only the forking
+    """A child forked from a warm process (``codemode_worker.template`` or the reuse mode's
+    ``codemode_worker.supervisor``) has only the forking
     thread: the interpreter thread stayed in the parent, so the next run starts one of its own."""
     global _EXECUTOR, _RUN_LOCK
     _EXECUTOR = _Executor()

@@ -211,10 +211,9 @@ class Supervisor:
             _say(f"worker set-up failed: {type(exc).__name__}: {exc}")
             code = EXIT_WORKER_SETUP
         finally:
-            from .entry import flush_stderr  # loaded by the template already
+            from .entry import exit_now  # loaded by the template already
 
-            flush_stderr()
-            os._exit(code)
+            exit_now(code)
 
     def relay(self, fd: int, kind: bytes) -> bool:
         """Relay what waits in the worker's pipe ``fd``; False at its end. The header and the

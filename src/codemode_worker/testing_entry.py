@@ -50,7 +50,7 @@ def main() -> int:
 
 def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
     """The probe/exec loop, in a process that has confined itself already (``main`` above, or a
-    worker forked by ``codemode_worker.supervisor --testing``)."""
+    worker forked by ``codemode_worker.template --testing`` or ``codemode_worker.supervisor --testing``)."""
 
     def send(frame: dict[str, Any]) -> None:
         out.write(protocol.encode_frame(frame))

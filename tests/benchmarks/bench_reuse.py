@@ -238,6 +238,9 @@ async def load(args: argparse.Namespace, runtime: str, pool: int, reuse: int) ->
         kubeconfig=args.kubeconfig,
         namespace=args.namespace,
         cpu_request=args.cpu_request,
+        process_spawn=None,
+        floors=True,  # the service path alone (search_api through the same server) after each load
+        fork_n=0,
     )
     meter = CpuMeter(runtime)
     ns.on_load = meter.mark

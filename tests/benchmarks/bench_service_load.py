@@ -11,7 +11,11 @@ duplicated or mixed-up result is detected. Afterwards the server gets SIGTERM (g
 and, for Docker, the worker containers of that server process are counted (must be 0).
 
 Prints throughput (executes/s over the wall time of the load), client-side latency p50/p90/p99,
-the server's own execute counters, and the checks.
+the server's own execute counters, and the checks; beside them the floors of the same run
+(``load_floors``, ``--no-floors`` skips them): host CPU per execute and executes/s per core, the
+service path alone (``search_api`` through the same server and clients), and for the process
+runtime a fork of a pre-imported worker + trivial Starlark + reap per core. ``--process-spawn``
+picks how the process runtime makes workers.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import codemode
 from codemode import authz
 from codemode.ops.bench import EchoOut, aecho
 
-from . import load_runtimes
+from . import load_floors, load_runtimes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,6 +207,7 @@ async def run(args: argparse.Namespace) -> int:
         }
     )
     env.update(load_runtimes.server_env(args))  # --image, --reuse, the cluster
+    env.update(load_floors.server_env(args))  # --process-spawn
     server_log = open(tmp / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-c", "from codemode.service import serve; serve()"],
@@ -220,12 +225,15 @@ async def run(args: argparse.Namespace) -> int:
     outcome = Outcome(latencies=[], errors=Counter(), seen=set())
     wall = 0.0
     rc = 0
+    search = Outcome(latencies=[], errors=Counter(), seen=set())
+    search_wall = 0.0
     try:
         ready_s = await wait_ready(base, proc, args.timeout)
         print(f"ready after {ready_s:.2f} s")
         jobs: asyncio.Queue[str] = asyncio.Queue()
         for i in range(args.n):
             jobs.put_nowait(f"req-{i:04d}-{uuid.uuid4().hex}")
+        meter = load_floors.CpuMeter(proc.pid).start()
         load_runtimes.mark(args, proc.pid)  # the load starts (bench_reuse meters its CPU)
         t0 = time.perf_counter()
         try:
@@ -240,10 +248,20 @@ async def run(args: argparse.Namespace) -> int:
             print(f"TIMEOUT after {args.timeout} s")
             rc = 1
         wall = time.perf_counter() - t0
+        cpu = meter.stop()
         load_runtimes.mark(args, proc.pid)  # and ends
         while not jobs.empty():
             lost.append(jobs.get_nowait())
         server_counts = await scrape_executes(metrics_base)
+        if args.floors and args.mode == "execute":  # floor: the service path alone, same server
+            for i in range(args.n):
+                jobs.put_nowait(f"search-{i}")
+            t1 = time.perf_counter()
+            async with asyncio.timeout(args.timeout):
+                await asyncio.gather(
+                    *(client_loop(base + "/mcp", s, tokens[s], jobs, search, [], "search") for s in subjects)
+                )
+            search_wall = time.perf_counter() - t1
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -267,6 +285,15 @@ async def run(args: argparse.Namespace) -> int:
             f"latency (client)          p50={statistics.median(lat) * 1e3:.1f} ms  "
             f"p90={pct(lat, 90) * 1e3:.1f} ms  p99={pct(lat, 99) * 1e3:.1f} ms  max={max(lat) * 1e3:.1f} ms"
         )
+        load_floors.print_cpu(cpu, outcome.ok, wall)
+    if search.latencies:
+        p50, p99 = statistics.median(search.latencies) * 1e3, pct(search.latencies, 99) * 1e3
+        print(
+            f"floor: service path      {search.ok / search_wall:.1f} search_api calls/s  "
+            f"p50={p50:.1f} ms  p99={p99:.1f} ms  (same server and clients, no worker)"
+        )
+    if args.floors and args.runtime == "process" and args.mode == "execute":
+        load_floors.fork_floor(args.fork_n)
     print(f"server executes_total     {server_counts}")
     print(f"server exit code          {proc.returncode}")
     if args.runtime == "docker":
@@ -307,6 +334,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
     p.add_argument("--image", help="worker image for --runtime docker or kubernetes")
     load_runtimes.add_arguments(p)
+    load_floors.add_arguments(p)
     p.add_argument(
         "--mode",
         choices=["execute", "search"],

@@ -46,3 +46,19 @@ def test_service_page_builds_the_app_and_its_server_configuration(
     source = block_with("docs/service.md", "server_config(app)")
     lines = run_script(source + "\nprint(type(config).__name__, config.http.__name__)\n", tmp_path)
     assert lines == ["Config GuardedH11Protocol"]
+
+
+@pytest.mark.timeout(120)
+def test_tracing_page_traces_an_execute(tmp_path: Path) -> None:
+    source = block_with("docs/tracing.md", "codemode.Tracing(provider")
+    source += (
+        "\nimport asyncio\n"
+        "async def main():\n"
+        "    async with server:\n"
+        "        await server.run('def main():\\n    return 1\\n', subject=codemode.Subject('a'))\n"
+        "asyncio.run(main())\n"
+        "print(sorted(s.name for s in exporter.get_finished_spans()))\n"
+    )
+    assert run_script(source, tmp_path) == [
+        "['codemode.admission', 'codemode.execute', 'codemode.sandbox.acquire', 'codemode.teardown']"
+    ]

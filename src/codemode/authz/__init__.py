@@ -4,7 +4,7 @@ Every native call is authorized on the host, for the trusted subject, after the 
 arguments itself, and before the handler runs. An authorizer *returns normally to allow*; it raises
 :class:`Denied` (or a subclass) for a recognized denial (the client sees ``permission denied``); any
 other exception is an authorization policy failure (the client sees ``authorization policy
-failure``). The handler runs in neither case.
+failure``). The handler runs in neither case. It raises :class:`AskUser` to let the user decide.
 
 The subject is trusted: the host resolves it through authentication, and multi-user hosts pass it
 through :func:`with_subject` / :func:`current_subject` (a :mod:`contextvars` variable, so every
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "AskUser",
     "AuthorizationInput",
     "Authorizer",
     "Denied",
@@ -62,6 +63,13 @@ class AuthorizationInput:
 
 class Denied(Exception):
     """A recognized denial. Subclass it for richer denials; the message is for host logs only."""
+
+
+class AskUser(Exception):
+    """The policy lets the user decide: the host asks the user through the client (an MCP
+    elicitation) and runs the call only on an explicit accept. Declining, cancelling, not answering
+    in time, or a client that cannot be asked all deny it (docs/reference/authorization.md,
+    "Asking the user"). The message is for host logs only."""
 
 
 class PolicyError(Exception):

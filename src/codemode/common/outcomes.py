@@ -33,10 +33,19 @@ AUDIT_OUTCOMES: Final[dict[tuple[str, str], str]] = {
     ("allow", "resource_limit"): "limit exceeded",
     ("allow", "interrupted"): "interrupted",
     ("undecided", "not_run"): "not run",
+    # The policy said "ask" (docs/reference/authorization.md#asking-the-user): the user accepted ...
+    ("approved", "ok"): "ok",
+    ("approved", "capability_failed"): "failed",
+    ("approved", "resource_limit"): "limit exceeded",
+    ("approved", "interrupted"): "interrupted",
+    # ... or did not (declined, cancelled, no answer in time, a client that cannot be asked) ...
+    ("declined", "not_run"): "declined",
+    # ... or the execute ended while the question was open.
+    ("ask", "not_run"): "not run",
 }
 LEDGER_OUTCOMES: Final[tuple[str, ...]] = tuple(dict.fromkeys(AUDIT_OUTCOMES.values()))
 #: The outcomes ``attempt()`` hands back to the program as a value; every other one ends it.
-RECOVERABLE_OUTCOMES: Final = frozenset({"denied", "failed", "invalid arguments"})
+RECOVERABLE_OUTCOMES: Final = frozenset({"denied", "declined", "failed", "invalid arguments"})
 #: Appended to the prints when the program printed more than ``max_print_bytes``.
 PRINTS_CUT_MARKER: Final = "\n[prints truncated]"
 

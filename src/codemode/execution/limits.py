@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields, replace
 
 from ..catalog.answers import DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES
 
-__all__ = ["DEFAULTS", "DEFAULT_SUBJECT_QUOTA", "PRINTS_OVER_VALUE", "UNITS", "Limits"]
+__all__ = ["DEFAULTS", "DEFAULT_SUBJECT_QUOTA", "FLOAT_LIMITS", "PRINTS_OVER_VALUE", "UNITS", "Limits"]
 
 #: Prints are bounded like a value: a program cannot return more through them than through main().
 PRINTS_OVER_VALUE = "limits: max_print_bytes must not exceed max_value_bytes"
@@ -30,7 +30,12 @@ DEFAULTS: dict[str, float] = {
     "max_callstack": 100,
     "max_describe_response_bytes": DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES,
     "max_print_bytes": 0,
+    "max_approval_time": 120.0,
+    "max_pending_approvals": 1,
 }
+
+#: The limits counted in seconds (floats); every other one is a count or bytes.
+FLOAT_LIMITS = frozenset({"max_execution_time", "max_approval_time"})
 
 #: What each limit counts (shown by ``--help`` and docs/reference/limits.md).
 UNITS: dict[str, str] = {
@@ -48,6 +53,8 @@ UNITS: dict[str, str] = {
     "max_callstack": "Starlark call-stack depth",
     "max_describe_response_bytes": "bytes of one describe_api answer (compact JSON)",
     "max_print_bytes": "bytes of print() output returned per execute (0 = prints are discarded)",
+    "max_approval_time": "seconds a question to the user may stay open (paused: not max_execution_time)",
+    "max_pending_approvals": "approvals one subject may have open at once (a further ask is declined)",
 }
 
 
@@ -71,6 +78,8 @@ class Limits:
     max_callstack: int = 0
     max_describe_response_bytes: int = 0
     max_print_bytes: int = 0  # its default is 0: prints are kept only when this is set
+    max_approval_time: float = 0.0
+    max_pending_approvals: int = 0
 
     def problems(self) -> list[str]:
         """Negative values (and non-numbers) as build problems; prints larger than a value."""
@@ -95,5 +104,5 @@ class Limits:
         for f in fields(self):
             if getattr(self, f.name) == 0:
                 default = DEFAULTS[f.name]
-                changes[f.name] = default if f.name == "max_execution_time" else int(default)
+                changes[f.name] = default if f.name in FLOAT_LIMITS else int(default)
         return replace(self, **changes)  # type: ignore[arg-type]

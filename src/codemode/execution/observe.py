@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 __all__ = [
+    "ApprovalAnswer",
     "CallDecision",
     "CallEvent",
     "CallOutcome",
@@ -17,7 +18,15 @@ __all__ = [
 ]
 
 #: The authorizer's answer for one call (``undecided``: the deadline came before it answered).
-CallDecision = Literal["allow", "deny", "policy_failure", "invalid_arguments", "undecided"]
+#: When the policy asked the user: ``approved`` (the user accepted), ``declined`` (anything else),
+#: ``ask`` (the execute ended while the question was open).
+CallDecision = Literal[
+    "allow", "deny", "policy_failure", "invalid_arguments", "undecided", "approved", "declined", "ask"
+]
+#: What became of a question put to the user (``""``: none was asked). ``unanswered``: no answer
+#: within ``max_approval_time``; ``unavailable``: the client or transport cannot be asked;
+#: ``busy``: the subject already had ``max_pending_approvals`` questions open.
+ApprovalAnswer = Literal["", "accept", "decline", "cancel", "unanswered", "unavailable", "busy"]
 #: What became of one call once decided (``interrupted``: the deadline came while its handler ran).
 CallOutcome = Literal[
     "ok", "capability_failed", "invalid_arguments", "resource_limit", "interrupted", "not_run"
@@ -51,6 +60,8 @@ class CallEvent:
     handler_seconds: float
     worker_id: str
     capability: str = ""  # the dotted name, as the program and the ledger see it
+    approval: ApprovalAnswer = ""  # the user's answer when the policy asked (docs/reference/authorization.md)
+    approval_seconds: float = 0.0  # how long the question was open
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +15,11 @@ from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..common.outcomes import ExecuteResult
 from ..runtimes.base import Runtime
+from .approval import Approver
 from .execute import Executor
 from .limits import Limits
 from .observe import Observer
+from .tracing import Tracing
 
 __all__ = ["Builder", "Description", "Server", "answer_bounds"]
 
@@ -65,6 +67,8 @@ class Builder:
         observer: hooks for metrics and audit (:class:`~codemode.Observer`).
         subject_quota: concurrent executes per subject (0: none), see below.
         reserved_slots: worker slots kept for subjects with nothing in flight (None: derived).
+        tracing: OpenTelemetry traces of every execute (:class:`~codemode.Tracing`; None: off, and
+            OpenTelemetry is never imported).
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class Builder:
         observer: Observer | None = None,
         subject_quota: int = 0,
         reserved_slots: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``subject_quota`` and ``reserved_slots`` protect tenants from each other: set them (the
         HTTP service uses ``subject_quota=4`` and a derived reserve) when subjects come from requests.
@@ -87,6 +92,7 @@ class Builder:
         self._disabled = list(disabled)
         self._runtime = runtime
         self._observer = observer
+        self._tracing = tracing
         self._caps: list[Capability] = []
         self._built = False
 
@@ -145,6 +151,12 @@ class Builder:
             problems.append(
                 "reserved_slots: must be an int from 0 to max_concurrent_executions - 1 (None = derived)"
             )
+        if self._tracing is not None and not isinstance(self._tracing, Tracing):
+            problems.append("tracing: must be codemode.Tracing (or None: no traces)")
+        elif self._tracing is not None and self._tracing.subject not in ("hash", "omit"):
+            problems.append('tracing: subject must be "hash" or "omit"')
+        elif self._tracing is not None and not callable(getattr(self._tracing.provider, "get_tracer", None)):
+            problems.append("tracing: provider must be an OpenTelemetry TracerProvider")
         if isinstance(self._disabled, str):
             problems.append("disabled: must be a list of ids")
             self._disabled = []
@@ -180,6 +192,7 @@ class Builder:
             self._observer,
             self._subject_quota,
             self._reserved_slots if self._reserved_slots is not None or self._subject_quota else 0,
+            self._tracing,
         )
 
 
@@ -215,6 +228,7 @@ class Server:
         observer: Observer | None = None,
         subject_quota: int = 0,
         reserved_slots: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.limits = limits
         self.runtime = runtime
@@ -225,7 +239,7 @@ class Server:
             max_response_bytes=limits.max_search_response_bytes,
         )
         self._executor = Executor(
-            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots
+            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots, tracing
         )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -297,12 +311,23 @@ class Server:
                     except Exception as exc:
                         log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
-    async def execute(self, source: str, *, subject: Subject) -> Any:
+    async def execute(
+        self,
+        source: str,
+        *,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> Any:
         """``execute``: run one program in a fresh worker (docs/reference/program.md).
 
         Args:
             source: the Starlark program; it defines ``def main():``.
             subject: the trusted caller every native call is authorized for.
+            trace_context: W3C trace context (``{"traceparent": ..., "tracestate": ...}``) the
+                execute's span continues, when tracing is on (ignored otherwise, and when invalid).
+            approver: asks the user about each call the policy answers "ask" for
+                (:class:`~codemode.Approver`; None: nobody can be asked, such calls are declined).
 
         Returns:
             ``main()``'s plain value (None, bool, int, float, str, list, str-keyed dict).
@@ -311,14 +336,24 @@ class Server:
             CodeModeError: a subclass per outcome (docs/reference/errors.md); it carries the call
                 ledger (``err.calls``) and the prints (``err.prints``).
         """
-        return (await self.run(source, subject=subject)).value
+        run = await self.run(source, subject=subject, trace_context=trace_context, approver=approver)
+        return run.value
 
-    async def run(self, source: str, *, subject: Subject) -> ExecuteResult:
+    async def run(
+        self,
+        source: str,
+        *,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> ExecuteResult:
         """Like :meth:`execute`, with the call ledger and the prints.
 
         Args:
             source: the Starlark program.
             subject: the trusted caller.
+            trace_context: as for :meth:`execute`.
+            approver: as for :meth:`execute`.
 
         Returns:
             An :class:`~codemode.ExecuteResult` (``value``, ``calls``, ``prints``).
@@ -334,7 +369,7 @@ class Server:
             # e.g. a dead Docker daemon: precise reason for the operator, coarse text for the client.
             log.error("runtime %s could not start: %s", self.runtime.name, exc)
             raise Internal() from None
-        return await self._executor.execute(source, subject)
+        return await self._executor.execute(source, subject, trace_context, approver)
 
     async def aclose(self) -> None:
         """Stop pools and reap every worker."""

@@ -7,12 +7,14 @@ runtimes implement; the execute pipeline and the warm pool know nothing else abo
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..common.errors import ResourceLimit
 
 __all__ = [
+    "SPAWNED_WARM",
     "CapacityExhausted",
     "ExitInfo",
     "Runtime",
@@ -21,6 +23,13 @@ __all__ = [
     "SandboxClosed",
     "SpawnFailed",
 ]
+
+
+#: Set during ``spawn()`` by a runtime that hands out sandboxes started ahead of time (``WarmPool``):
+#: True for one that was waiting, False for one started on demand; unset means started on demand.
+#: The caller reads it right after ``await runtime.spawn()`` (same task, same context): traces
+#: say whether an execute got a warm worker (codemode.execution.tracing).
+SPAWNED_WARM: ContextVar[bool | None] = ContextVar("codemode_spawned_warm", default=None)
 
 
 class RuntimeUnavailable(Exception):

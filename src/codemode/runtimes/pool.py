@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from .base import ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import SPAWNED_WARM, ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
 
 __all__ = ["WarmPool"]
 
@@ -110,6 +110,7 @@ class WarmPool:
         while self._idle:
             sandbox = self._idle.popleft()
             if sandbox.alive():
+                SPAWNED_WARM.set(True)
                 if self.concurrent:
                     self._kick()
                     return sandbox
@@ -119,6 +120,7 @@ class WarmPool:
             log.warning("pooled worker %s died while waiting; replacing it", sandbox.worker_id)
             await sandbox.destroy()
         self._kick()
+        SPAWNED_WARM.set(False)
         return await self.inner.spawn()
 
     def _kick(self) -> None:

@@ -139,7 +139,7 @@ class Metrics:
     # ------------------------------------------------------------------ observer hooks
     def native_call(self, event: CallEvent) -> None:
         self.native_calls.labels(event.capability_id, event.decision).inc()
-        if event.decision == "allow" and event.outcome != "not_run":
+        if event.decision in ("allow", "approved") and event.outcome != "not_run":
             self.native_call_seconds.labels(event.capability_id).observe(event.handler_seconds)
 
     def execute(self, event: ExecuteEvent) -> None:

@@ -111,6 +111,7 @@ def build_runtime(
         kwargs = {**_runtime_kwargs(settings), **extra}
         if worker_command is not None:
             kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
+            kwargs.pop("spawn", None)  # a command is started, never forked from the template
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
@@ -272,6 +273,11 @@ def build_server(
             log.warning("degraded start: ignoring disabled ids of no loaded capability: %s", ignored)
         disabled = [d for d in disabled if d in known]
     base = runtime if runtime is not None else build_runtime(settings)
+    tracing, export = None, None
+    if settings.trace_endpoint is not None:
+        from .traces import build_tracing  # the SDK and exporter only when tracing is on
+
+        tracing, export = build_tracing(settings)
     builder = Builder(
         authorizer=auth,
         limits=settings.limits,
@@ -280,6 +286,7 @@ def build_server(
         observer=observer,
         subject_quota=settings.subject_quota,
         reserved_slots=settings.effective_reserved_slots,
+        tracing=tracing,
     )
     builder.register(*caps)
     try:
@@ -288,6 +295,8 @@ def build_server(
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
     for pack in upstreams:
         server.attach(pack)
+    if export is not None:
+        server.attach(export)
     return server
 
 
