@@ -32,7 +32,9 @@ log = logging.getLogger("codemode.server")
 
 @dataclass(frozen=True)
 class Description:
-    """``describe_api``'s answer. The capability id is deliberately absent."""
+    """``describe_api``'s answer: ``name``, ``signature``, ``summary``, ``description`` and the
+    ``input`` and ``output`` fields (docs/reference/describe.md). The capability id is deliberately
+    absent."""
 
     name: str
     signature: str
@@ -256,6 +258,16 @@ class Server:
     Use it as ``async with server:`` (starts the runtime, closes everything on exit), or call
     :meth:`start` and :meth:`aclose` yourself. :meth:`search`, :meth:`describe` and :meth:`execute`
     are the three tools of docs/reference/tools.md.
+
+    Args (of the constructor, which :meth:`Builder.build` calls after validating each):
+        capabilities: the enabled, compiled capabilities.
+        authorizer: decides every native call.
+        limits: the resolved limits.
+        runtime: where workers run.
+        observer: hooks for metrics and audit, or None.
+        subject_quota: concurrent executes per subject (0: none).
+        reserved_slots: worker slots kept for subjects with nothing in flight.
+        tracing: OpenTelemetry traces, or None.
     """
 
     def __init__(
@@ -417,6 +429,8 @@ class Server:
             An :class:`~codemode.ExecuteResult` (``value``, ``calls``, ``prints``).
 
         Raises:
+            Unauthenticated: ``subject`` is not a Subject with a non-empty id.
+            Internal: the runtime or a pack could not start (the detail is in the host log).
             CodeModeError: as :meth:`execute`.
         """
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:

@@ -41,10 +41,12 @@ class PackOpenError(PackError):
     """
 
     def __init__(self, message: str, component: str | None = None, setting: str | None = None) -> None:
-        """Args:
-        message: the one line.
-        component: the start-up unit (``pack <spec>``, ``upstream_mcp <name>``), or None.
-        setting: the flag and variable that configured it, or None.
+        """The error of one pack.
+
+        Args:
+            message: the one line.
+            component: the start-up unit (``pack <spec>``, ``upstream_mcp <name>``), or None.
+            setting: the flag and variable that configured it, or None.
         """
         super().__init__(message)
         self.component = component
@@ -64,12 +66,14 @@ class LoadedPack:
         component: str | None = None,
         setting: str | None = None,
     ) -> None:
-        """Args:
-        label: how messages name the pack (``pack 'records:pack'``).
-        owner: the object whose ``capabilities()`` ran (None for a plain list: no lifecycle).
-        capabilities: what it produced.
-        component: the start-up unit it is, when it came from the host's configuration.
-        setting: the flag and variable that configured it.
+        """A pack whose capabilities were taken.
+
+        Args:
+            label: how messages name the pack (``pack 'records:pack'``).
+            owner: the object whose ``capabilities()`` ran (None for a plain list: no lifecycle).
+            capabilities: what it produced.
+            component: the start-up unit it is, when it came from the host's configuration.
+            setting: the flag and variable that configured it.
         """
         self.label = label
         self.owner = owner
@@ -172,8 +176,12 @@ def _name_of(pack: Any) -> str:
 
 
 def close_now(resources: Sequence[Lifecycle]) -> None:
-    """Close ``resources`` in reverse order from synchronous code (a build that failed after packs
-    were loaded): on a loop of its own, in a thread when this thread runs one. A failure is logged."""
+    """Close resources in reverse order from synchronous code (a build that failed after packs were
+    loaded): on a loop of its own, in a thread when this thread runs one. A failure is logged.
+
+    Args:
+        resources: what to close, in the order it was loaded.
+    """
     if not resources:
         return
 
@@ -191,7 +199,11 @@ def close_now(resources: Sequence[Lifecycle]) -> None:
 
 async def close_reversed(resources: Sequence[Lifecycle]) -> None:
     """Await each one's ``aclose()``, last first; a failure is logged (one line) and the rest still
-    close."""
+    close.
+
+    Args:
+        resources: what to close, in the order it was loaded or attached.
+    """
     for resource in reversed(resources):
         try:
             await resource.aclose()

@@ -56,6 +56,10 @@ class PackSettings:
     ``environ`` is a snapshot of the host's environment (packs read their own ``CODEMODE_<PACK>_*``
     variables from it); ``options`` holds ``KEY=VALUE`` pairs from ``--pack-option`` /
     ``CODEMODE_PACK_OPTIONS``. Both are trusted operator configuration, never client input.
+    ``data_dir`` is where packs keep state on disk (``--data-dir``; None: keep it in memory);
+    ``multi_tenant`` whether the host serves many subjects (``serve --http``) rather than one;
+    ``answer_bounds`` the server's search and describe response bounds (a pack converting someone
+    else's tools skips one whose answers would not fit).
     """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -69,7 +73,15 @@ class PackSettings:
     answer_bounds: AnswerBounds = field(default_factory=AnswerBounds)
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        """An option if set, else the environment variable of that name, else ``default``."""
+        """One setting of the pack.
+
+        Args:
+            key: the option's (and environment variable's) name.
+            default: what to return when neither is set.
+
+        Returns:
+            The option if set, else the environment variable of that name, else ``default``.
+        """
         if key in self.options:
             return self.options[key]
         return self.environ.get(key, default)
@@ -79,7 +91,16 @@ class PackSettings:
 class Pack(Protocol):
     """A pack object: builds its capabilities from the host's settings."""
 
-    def capabilities(self, settings: PackSettings) -> Sequence[Capability]: ...
+    def capabilities(self, settings: PackSettings) -> Sequence[Capability]:
+        """The pack's capabilities, taken once while the server is built.
+
+        Args:
+            settings: the host's environment, ``--pack-option`` values, data dir and answer bounds.
+
+        Returns:
+            The capabilities, in the pack's order.
+        """
+        ...
 
 
 class PackError(Exception):
@@ -87,7 +108,14 @@ class PackError(Exception):
 
 
 def split_specs(values: Iterable[str]) -> list[str]:
-    """Flatten comma-separated pack specs, dropping blanks and duplicates (first one wins)."""
+    """Flatten comma-separated pack specs, dropping blanks and duplicates (first one wins).
+
+    Args:
+        values: specs, each possibly a comma-separated list.
+
+    Returns:
+        The specs, in order.
+    """
     out: list[str] = []
     for value in values:
         for part in value.split(","):
@@ -166,7 +194,17 @@ def _import_module(spec: str, module_name: str) -> Any:
 
 
 def resolve_spec(spec: str) -> Any:
-    """The object ``module:object`` (or ``path/to/file.py:object``) names, imported."""
+    """Import the object a pack spec names.
+
+    Args:
+        spec: ``module:object`` (``object`` may be a dotted path) or ``path/to/file.py:object``.
+
+    Returns:
+        The object.
+
+    Raises:
+        PackError: a malformed spec, a module or file that cannot be imported, a missing attribute.
+    """
     module_name, sep, attr_path = spec.rpartition(":")
     if not sep or not module_name or not attr_path:
         raise PackError(
@@ -281,12 +319,26 @@ def load_pack(spec: str, settings: PackSettings | None = None) -> list[Capabilit
 
 
 def spec_label(spec: str) -> str:
-    """How messages name the pack of a spec: ``pack 'module:object'``."""
+    """How messages name the pack of a spec.
+
+    Args:
+        spec: the spec.
+
+    Returns:
+        ``pack 'module:object'``.
+    """
     return f"pack {spec!r}"
 
 
 def has_lifecycle(obj: Any) -> bool:
-    """Whether a pack object has an ``open()`` or ``aclose()`` of its own."""
+    """Whether a pack object has a lifecycle step.
+
+    Args:
+        obj: the pack object.
+
+    Returns:
+        True when it has an ``open()`` or ``aclose()``.
+    """
     return any(callable(getattr(obj, step, None)) for step in ("open", "aclose"))
 
 
@@ -320,7 +372,16 @@ def build_capabilities(
 
 
 def load_packs(specs: Iterable[str], settings: PackSettings | None = None) -> list[Capability]:
-    """Load several packs in order (duplicates and comma lists are handled by :func:`split_specs`)."""
+    """:func:`load_pack` of several specs, in order (duplicates and comma lists are handled by
+    :func:`split_specs`).
+
+    Args:
+        specs: the specs.
+        settings: what the host hands the packs.
+
+    Returns:
+        Their capabilities, pack after pack.
+    """
     settings = settings if settings is not None else PackSettings()
     caps: list[Capability] = []
     for spec in split_specs(specs):

@@ -54,10 +54,13 @@ from .testing import WARNING as TESTING_WARNING
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "DEFAULT_LABEL_PREFIX",
+    "DEFAULT_MEMORY_BYTES",
     "IMAGE_PROTOCOL_LABEL",
     "IMAGE_ROLE_LABEL",
     "TESTING_ENTRY",
     "WORKER_USER",
+    "CleanupMode",
     "DockerRuntime",
     "DockerSandbox",
 ]
@@ -90,7 +93,7 @@ _SECCOMP_OPT = "seccomp=" + json.dumps(docker_profile(), separators=(",", ":"))
 _SUPERVISOR_SECCOMP_OPT = "seccomp=" + json.dumps(supervisor_profile(), separators=(",", ":"))
 
 CleanupMode = Literal["dead", "all", "none"]
-RemoveOutcome = Literal["removed", "gone", "failed"]
+_RemoveOutcome = Literal["removed", "gone", "failed"]
 
 
 # ----------------------------------------------------------------------------------- owner identity
@@ -204,6 +207,14 @@ class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
         attach: Any,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        """One started worker container (made by :meth:`DockerRuntime.spawn`).
+
+        Args:
+            runtime: the runtime that owns it.
+            container_id: the container.
+            attach: the SDK's attach stream to its stdin/stdout.
+            loop: the event loop that reads it.
+        """
         self.container_id = container_id
         self._attach = attach  # keep the SDK object (and the response it pins) alive
         self._sock: socket.socket = getattr(attach, "_sock", attach)
@@ -519,13 +530,26 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
 
     @property
     def owner(self) -> str:
+        """The owner id in every worker's labels (this host process's, unless ``owner_id`` is set)."""
         return self.owner_id or _OWNER.id
 
     def label(self, key: str) -> str:
+        """The full name of one of this runtime's labels.
+
+        Args:
+            key: the label's own name (``role``, ``owner``, ...).
+
+        Returns:
+            ``<label_prefix>.<key>``.
+        """
         return f"{self.label_prefix}.{key}"
 
     def labels(self) -> dict[str, str]:
-        """The labels every worker container of this runtime gets."""
+        """The labels every worker container of this runtime gets.
+
+        Returns:
+            Role, owner and the owner's identity (pid, start time, host, boot, PID namespace).
+        """
         return {
             self.label("role"): "worker",
             self.label("owner"): self.owner,
@@ -567,7 +591,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
     def _unavailable(self, what: str, exc: BaseException) -> RuntimeUnavailable:
         return RuntimeUnavailable(f"docker: {what} at {self._endpoint()}: {_api_error_text(exc)}")
 
-    def _remove_blocking(self, cid: str) -> RemoveOutcome:
+    def _remove_blocking(self, cid: str) -> _RemoveOutcome:
         """Remove one container (killing it if it runs). Never raises.
 
         Returns ``"removed"`` (this call removed it), ``"gone"`` (it was not there any more) or
@@ -658,7 +682,14 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                 )
 
     def is_orphan(self, labels: Mapping[str, str]) -> bool:
-        """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?"""
+        """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?
+
+        Args:
+            labels: the container's labels.
+
+        Returns:
+            True for a worker of this label prefix whose owner process is gone.
+        """
         owner = labels.get(self.label("owner"), "")
         if labels.get(self.label("role")) != "worker" or owner == self.owner:
             return False

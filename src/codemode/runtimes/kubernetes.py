@@ -86,6 +86,7 @@ __all__ = [
     "OWNER_LABEL",
     "ROLE_LABEL",
     "WORKER_UID",
+    "CleanupMode",
     "KubernetesRuntime",
     "KubernetesSandbox",
 ]
@@ -123,7 +124,7 @@ def _under_seccomp_root(path: str) -> bool:
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 CleanupMode = Literal["dead", "all", "none"]
-DeleteOutcome = Literal["deleted", "gone", "failed"]
+_DeleteOutcome = Literal["deleted", "gone", "failed"]
 
 
 # ----------------------------------------------------------------------------------- owner identity
@@ -284,6 +285,14 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
     def __init__(
         self, runtime: KubernetesRuntime, pod_name: str, stream: Any, loop: asyncio.AbstractEventLoop
     ):
+        """One started worker pod (made by :meth:`KubernetesRuntime.spawn`).
+
+        Args:
+            runtime: the runtime that owns it.
+            pod_name: the pod.
+            stream: the attach websocket to its stdin/stdout.
+            loop: the event loop the sandbox answers on.
+        """
         self.pod_name = pod_name
         self._stream = stream  # kubernetes.stream.ws_client.WSClient
         self._ws = stream.sock  # its websocket.WebSocket
@@ -561,10 +570,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
 
     @property
     def owner(self) -> str:
+        """The owner id in every worker pod's labels (this host process's, unless ``owner_id`` is set)."""
         return self.owner_id or _OWNER.id
 
     def labels(self) -> dict[str, str]:
-        """The labels every worker pod of this runtime gets (the NetworkPolicy selects the role)."""
+        """The labels every worker pod of this runtime gets (the NetworkPolicy selects the role).
+
+        Returns:
+            Role, owner and the owner's identity.
+        """
         return {
             ROLE_LABEL: "worker",
             OWNER_LABEL: self.owner,
@@ -573,8 +587,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         }
 
     def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
-        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``); with
-        ``supervised``, the reusable pod of ``spawn_supervised()`` (the supervisor as PID 1)."""
+        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``).
+
+        Args:
+            pod_name: the pod's name.
+            supervised: the reusable pod of ``spawn_supervised()`` instead (the supervisor as PID 1).
+
+        Returns:
+            The pod object.
+        """
         labels = self.labels()
         if supervised:
             labels["io.codemode.mode"] = "reuse"
@@ -647,7 +668,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             )
         return RuntimeUnavailable(f"kubernetes: {what}: {_api_error_text(exc)}{hint}")
 
-    def _delete_blocking(self, pod_name: str) -> DeleteOutcome:
+    def _delete_blocking(self, pod_name: str) -> _DeleteOutcome:
         """Delete one pod with grace period 0. Never raises.
 
         ``"deleted"`` (this call deleted it), ``"gone"`` (404: it was not there any more) or

@@ -54,7 +54,19 @@ from .handshake import probe
 from .ipc_cleanup import remove_ipc_of
 from .template import WorkerTemplate, drain_tail
 
-__all__ = ["DEFAULT_UID_BASE", "SPAWN_MODES", "ProcessRuntime", "ProcessSandbox", "Spawn", "kill_uid"]
+__all__ = [
+    "CLOSE_INPUT_GRACE",
+    "CONFINEMENT_CHECK",
+    "DEFAULT_UID_BASE",
+    "ORPHAN_PIPE_GRACE",
+    "SPAWN_MODES",
+    "UID_LOCK_DIR",
+    "ZOMBIE_GRACE",
+    "ProcessRuntime",
+    "ProcessSandbox",
+    "Spawn",
+    "kill_uid",
+]
 
 Spawn = Literal["template", "classic"]
 #: How worker processes are made: forked from the worker template (default), or started one by one.
@@ -116,7 +128,14 @@ def _uids_of(pid: int) -> tuple[int, int] | None:
 def kill_uid(uid: int) -> bool:
     """SIGKILL every process whose real uid is ``uid`` until none is left (a worker's processes
     cannot change their real uid), then remove the System V IPC objects the uid left
-    (``ipc_cleanup``). True when no process is left; blocking (scans ``/proc``)."""
+    (``ipc_cleanup``). Blocking (scans ``/proc``).
+
+    Args:
+        uid: the worker's uid.
+
+    Returns:
+        True when no process is left.
+    """
     for _ in range(_KILL_ROUNDS):
         pids = _processes_of(uid)
         if not pids:
@@ -144,6 +163,14 @@ class ProcessSandbox:
         on_reaped: Callable[[ProcessSandbox], None] | None = None,
         uid: int | None = None,
     ) -> None:
+        """One started worker process (made by :meth:`ProcessRuntime.spawn`).
+
+        Args:
+            proc: the process.
+            worker_id: its id for host logs.
+            on_reaped: called once it has been reaped.
+            uid: the uid it runs as, when it has one of its own.
+        """
         self._proc = proc
         self._on_reaped = on_reaped
         self._id = worker_id
@@ -162,6 +189,7 @@ class ProcessSandbox:
 
     @property
     def pid(self) -> int:
+        """The worker process's id."""
         return self._proc.pid
 
     async def write(self, data: bytes) -> None:
@@ -306,12 +334,32 @@ class ProcessRuntime:
         spawn: Spawn | None = None,
         template_argv: Sequence[str] | None = None,
     ) -> None:
-        """``worker_uid_base``: first of ``worker_uids`` uids given to live workers, one each;
-        None = ``DEFAULT_UID_BASE`` when the host runs as root, else no uid change; 0 = never
-        change uid. ``max_processes``: ``RLIMIT_NPROC`` of a worker's uid (processes and threads;
-        only with a uid of its own, the limit counts per uid). ``spawn``: ``"template"`` (default)
-        or ``"classic"`` (the default when ``argv`` replaces the worker's command: a command is
-        started, not forked). ``template_argv`` replaces the template's command (tests only)."""
+        """A runtime of local worker processes (docs/reference/runtimes.md).
+
+        Args:
+            python: the interpreter (default: the host's own).
+            address_space_bytes: ``RLIMIT_AS`` of each worker.
+            cpu_seconds: ``RLIMIT_CPU`` of each worker.
+            open_files: ``RLIMIT_NOFILE`` of each worker.
+            spawn_timeout: seconds a worker has to start and answer the probe.
+            module: the worker module ``python -I -m`` runs.
+            extra_env: variables added to the worker's minimal environment.
+            argv: replaces the whole command line (tests run fake workers this way).
+            worker_uid_base: first of ``worker_uids`` uids given to live workers, one each; None =
+                ``DEFAULT_UID_BASE`` when the host runs as root, else no uid change; 0 = never
+                change uid.
+            worker_uids: how many uids from ``worker_uid_base`` on.
+            max_processes: ``RLIMIT_NPROC`` of a worker's uid (processes and threads; only with a
+                uid of its own, the limit counts per uid).
+            spawn: ``"template"`` (default) or ``"classic"`` (the default when ``argv`` replaces the
+                worker's command: a command is started, not forked).
+            template_argv: replaces the template's command (tests only).
+
+        Raises:
+            ValueError: an unknown spawn mode, ``argv`` or a module the template cannot fork with
+                ``spawn="template"``, a negative base, no uids or processes, or a uid base on a
+                host not running as root.
+        """
         if spawn is None:
             spawn = "classic" if argv is not None else "template"
         if spawn not in SPAWN_MODES:
@@ -361,7 +409,11 @@ class ProcessRuntime:
         return self.spawn_mode == "template"
 
     def command(self) -> Sequence[str]:
-        """The worker command; ``argv`` replaces it entirely (tests run fake workers this way)."""
+        """The worker command; ``argv`` replaces it entirely (tests run fake workers this way).
+
+        Returns:
+            The command line.
+        """
         if self.argv is not None:
             return self.argv
         return [self.python, "-I", "-m", self.module]

@@ -84,13 +84,21 @@ def _arg(arg: syscalls.Arg) -> dict[str, Any]:
 
 
 def docker_profile() -> dict[str, Any]:
-    """The profile as a JSON-ready mapping (x86_64)."""
+    """The worker's Docker seccomp profile (x86_64).
+
+    Returns:
+        The profile as a JSON-ready mapping.
+    """
     return _profile(STARTUP, processes=False)
 
 
 def supervisor_profile() -> dict[str, Any]:
     """The profile of a reusable sandbox: ``docker_profile()`` plus ``SUPERVISOR`` and ``clone`` of
-    processes (still without a namespace flag)."""
+    processes (still without a namespace flag).
+
+    Returns:
+        The profile as a JSON-ready mapping.
+    """
     return _profile(STARTUP | SUPERVISOR, processes=True)
 
 

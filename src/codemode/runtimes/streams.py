@@ -37,6 +37,7 @@ __all__ = [
     "STDERR_TAIL",
     "STDOUT_BUFFER",
     "BlockingRuntime",
+    "CleanupMode",
     "HostIdentity",
     "LaunchHandoff",
     "ThreadedStreamSandbox",
@@ -61,6 +62,14 @@ _R = TypeVar("_R", bound="BlockingRuntime[Any]")
 
 
 def read_text(path: str) -> str:
+    """A small text file's stripped content ("" when it cannot be read).
+
+    Args:
+        path: the file (``/proc/...``).
+
+    Returns:
+        Its text, non-ASCII bytes replaced.
+    """
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read().strip()
@@ -69,10 +78,20 @@ def read_text(path: str) -> str:
 
 
 def boot_id() -> str:
+    """This machine's boot id ("" when unknown): a worker label that tells boots apart.
+
+    Returns:
+        The kernel's random boot id.
+    """
     return read_text("/proc/sys/kernel/random/boot_id")
 
 
 def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``; "" when unknown).
+
+    Returns:
+        The namespace link's target.
+    """
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -80,7 +99,14 @@ def pid_namespace() -> str:
 
 
 def process_start(pid: int) -> str:
-    """Start time of ``pid`` in clock ticks since boot ("" if there is no such process)."""
+    """When a process started.
+
+    Args:
+        pid: the process.
+
+    Returns:
+        Its start time in clock ticks since boot ("" if there is no such process).
+    """
     # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
     rest = read_text(f"/proc/{pid}/stat").rpartition(")")[2].split()
     return rest[19] if len(rest) > 19 else ""
@@ -93,6 +119,7 @@ class HostIdentity:
         self.refresh()
 
     def refresh(self) -> None:
+        """Take this process's identity anew (a new id; the pid, start time, host name and boot)."""
         self.id = uuid.uuid4().hex
         self.pid = os.getpid()
         self.start = process_start(self.pid)
@@ -137,7 +164,14 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
         self, runtime: _R, worker_id: str, loop: asyncio.AbstractEventLoop, reader_name: str
     ) -> None:
         """Set up the buffers and start reading (``_start_reading``; by default a reader thread that
-        runs ``_pump``): set the transport up before calling."""
+        runs ``_pump``): set the transport up before calling.
+
+        Args:
+            runtime: the runtime that owns the sandbox.
+            worker_id: its id for host logs.
+            loop: the event loop the sandbox answers on.
+            reader_name: the reader thread's name.
+        """
         self._runtime = runtime
         self._id = worker_id
         self._loop = loop
@@ -249,6 +283,7 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
 
     @property
     def stderr_tail(self) -> bytes:
+        """The bounded tail of the worker's stderr read so far (for host logs)."""
         with self._cond:
             return bytes(self._stderr)
 
@@ -383,12 +418,18 @@ class BlockingRuntime(ABC, Generic[_S]):
             self._live.discard(sandbox)
 
     def live_sandboxes(self) -> list[_S]:
+        """The sandboxes of this runtime not destroyed yet.
+
+        Returns:
+            A new list of them.
+        """
         with self._live_lock:
             return list(self._live)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Remove the orphans of a crashed host (``cleanup_orphans``), once, in the SDK's thread."""
         if self.cleanup_orphans == "none":
             return
         self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
