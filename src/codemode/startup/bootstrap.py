@@ -22,7 +22,7 @@ from ..common.errors import InvalidRegistration
 from ..execution.observe import Observer
 from ..execution.server import Builder, Server, answer_bounds
 from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
-from ..packs.loading import PackError, PackSettings, load_packs, split_specs
+from ..packs.loading import PackError, PackSettings, split_specs
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
@@ -35,7 +35,6 @@ __all__ = [
     "build_runtime",
     "build_server",
     "check_runtime",
-    "load_capabilities",
     "upstream_packs",
     "with_pool",
 ]
@@ -161,16 +160,6 @@ class _Unit:
     component: str
     setting: str
     load: Callable[[PackSettings], LoadedPack]
-
-
-def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
-    """The capabilities of every ``--pack`` (upstream tables: :func:`upstream_packs`)."""
-    try:
-        caps = load_packs(settings.packs, _pack_settings(settings, environ))
-    except PackError as exc:
-        raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
-    _warn_if_empty(settings)
-    return caps
 
 
 def _warn_if_empty(settings: Settings) -> None:
