@@ -5,6 +5,7 @@ pack (tests/lifecycle_pack.py) logs each step to a file."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -182,3 +183,50 @@ async def test_a_pack_whose_open_fails_is_one_start_up_problem(tmp_path: Path) -
         "second close",
         "first close",
     ]
+
+
+class GatedPack:
+    """A pack whose open() waits for the test (a slow database), counting its steps."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.steps: list[str] = []
+
+    def capabilities(self, settings: PackSettings) -> list[codemode.Capability]:
+        return []
+
+    async def open(self) -> None:
+        self.steps.append("open")
+        await self.gate.wait()
+        self.steps.append("opened")
+
+    async def aclose(self) -> None:
+        self.steps.append("close")
+
+
+async def test_a_start_cut_short_leaves_the_open_running_and_the_next_start_waits_for_it() -> None:
+    """A bounded start (a readiness probe's timeout) that ends while a pack is opening neither tears
+    the open apart nor runs it twice: the next start waits for the same open."""
+    pack = GatedPack()
+    builder = codemode.Builder(authorizer=codemode.allow_all(), runtime=ProcessRuntime())
+    server = builder.add_pack(pack, name="gated").build()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await server.start()
+    assert pack.steps == ["open"]
+    pack.gate.set()
+    await server.start()
+    assert pack.steps == ["open", "opened"]
+    await server.aclose()
+    assert pack.steps == ["open", "opened", "close"]
+
+
+async def test_closing_while_a_pack_is_opening_stops_the_open_and_closes_it_once() -> None:
+    pack = GatedPack()
+    builder = codemode.Builder(authorizer=codemode.allow_all(), runtime=ProcessRuntime())
+    server = builder.add_pack(pack).build()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await server.start()
+    await server.aclose()
+    assert pack.steps == ["open", "close"]

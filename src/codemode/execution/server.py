@@ -237,6 +237,12 @@ class Builder:
         return server
 
 
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a task's failure as seen (whoever awaited it got it; it may have been nobody)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _resolved_slots(limits: Limits) -> int:
     """``max_concurrent_executions`` of ``limits`` with its default applied."""
     if isinstance(limits, Limits) and not limits.problems():
@@ -296,6 +302,7 @@ class Server:
         self._start_lock: asyncio.Lock | None = None
         self._resources: list[Lifecycle] = []
         self._open_failure: Exception | None = None
+        self._opening: asyncio.Task[None] | None = None
 
     def attach(self, resource: Lifecycle) -> None:
         """Tie a pack (or another resource) to this server's lifecycle (docs/packs.md, "A pack's
@@ -372,7 +379,15 @@ class Server:
                 self._started = True
 
     async def _open_resources(self) -> None:
-        for resource in self._resources:
+        """Open the packs in a task of their own: a start cut short (a readiness probe's timeout)
+        leaves the opens running, and the next start waits for the same task."""
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(self._open_all())
+            self._opening.add_done_callback(_retrieve)
+        await asyncio.shield(self._opening)
+
+    async def _open_all(self) -> None:
+        for resource in list(self._resources):
             try:
                 await resource.open()
             except Exception as exc:
@@ -447,6 +462,10 @@ class Server:
         """Stop pools, reap every worker, then close every attached pack (last attached first, each
         once; a failure is logged and the rest still close)."""
         await self._executor.drain()
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():
+            opening.cancel()  # a pack still opening is closed like the others, once
+            await asyncio.gather(opening, return_exceptions=True)
         try:
             await self.runtime.aclose()
         finally:
