@@ -28,7 +28,7 @@ from codemode.startup.config import Settings
 from tests.lifecycle_pack import steps
 
 from .support_mcp import child_env, cli_command, execute_value
-from .support_service import mcp_client, running, settings, tool_value, write_token_file
+from .support_service import http_get, mcp_client, running, settings, tool_value, write_token_file
 from .upstream_support import SERVER_SCRIPT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,3 +194,34 @@ async def test_config_tables_and_the_bundled_upstreams_pack_are_opened_and_close
     assert upstream_threads() == []
     for name in ("bundled", "alpha", "beta"):
         assert upstream_processes(tmp_path / name) == [], name
+
+
+async def test_serve_http_start_degraded_with_a_pack_that_cannot_open_is_not_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/packs.md: with --start-degraded the service runs, /readyz fails and every execute fails
+    with the coarse internal failure; every pack is closed once."""
+    monkeypatch.chdir(ROOT)
+    log = tmp_path / "log"
+    tokens = write_token_file(tmp_path, ["alice"])
+    app_settings = settings(
+        packs=[f"{FILE_PACK}:first", "tests.lifecycle_pack:second"],
+        pack_options=[f"LIFECYCLE_LOG={log}", "LIFECYCLE_FAIL_OPEN=second"],
+        token_file=tokens.path,
+        data_dir=tmp_path / "data",
+        start_degraded=True,
+    )
+    async with running(create_app(app_settings)) as served:
+        ready = await http_get(served.url + "/readyz")
+        assert ready.status_code == 503
+        async with mcp_client(served.mcp_url, tokens["alice"]) as client:
+            result = await client.call_tool("execute", {"source": "def main():\n    return 1\n"})
+            assert tool_value(result) == ("error", "internal failure")
+    assert steps(log) == [
+        "first capabilities",
+        "second capabilities",
+        "first open",
+        "second open",
+        "second close",
+        "first close",
+    ]
