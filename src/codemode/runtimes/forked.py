@@ -32,7 +32,7 @@ from .base import ExitInfo, SandboxClosed
 from .ipc_cleanup import remove_ipc_of
 from .template import TemplateGone, WorkerTemplate, keep_tail
 
-__all__ = ["ForkedSandbox"]
+__all__ = ["ORPHAN_PIPE_GRACE", "REAP_GRACE", "ForkedSandbox"]
 
 log = logging.getLogger("codemode.runtimes.process")
 
@@ -56,6 +56,18 @@ class ForkedSandbox:
         on_reaped: Callable[[ForkedSandbox], None] | None = None,
         uid: int | None = None,
     ) -> None:
+        """One worker the template forked (made by ``ProcessRuntime.spawn``).
+
+        Args:
+            template: the template that forked it (and reaps it).
+            number: its number on the template's control channel.
+            pid: its process id.
+            pidfd: a pidfd of it (the sandbox owns it).
+            stdio: the host's ends of its stdin, stdout and stderr.
+            worker_id: its id for host logs.
+            on_reaped: called once it has been reaped.
+            uid: the uid it runs as, when it has one of its own.
+        """
         self._loop = asyncio.get_running_loop()
         self._template = template
         self._number = number
@@ -83,6 +95,7 @@ class ForkedSandbox:
 
     @property
     def pid(self) -> int:
+        """The worker process's id."""
         return self._pid
 
     # -- the descriptors ----------------------------------------------------------------------

@@ -474,8 +474,11 @@ class ProcessRuntime:
         self._confinement_checked = True
 
     def template_command(self) -> list[str]:
-        """The worker template's command (``--control FD`` follows): the worker's Python, the
-        worker's limits, the module it forks."""
+        """The worker template's command (``--control FD`` follows).
+
+        Returns:
+            The worker's Python, the worker's limits, the module it forks.
+        """
         if self.template_argv is not None:
             return self.template_argv
         cpu = max(1, math.ceil(self.cpu_seconds))
@@ -502,7 +505,11 @@ class ProcessRuntime:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     async def template(self) -> WorkerTemplate:
-        """The running worker template; a new one when there is none or it died."""
+        """The running worker template; a new one when there is none or it died.
+
+        Returns:
+            The template.
+        """
         current = self._template
         if current is not None and not current.gone:
             return current

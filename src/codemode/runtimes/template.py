@@ -24,7 +24,7 @@ from codemode_worker.template_wire import EXITED, FAILED, FORK, FORKED, MESSAGE,
 
 from .base import SpawnFailed
 
-__all__ = ["STDERR_TAIL", "TemplateGone", "WorkerTemplate", "drain_tail", "keep_tail"]
+__all__ = ["EXIT_GRACE", "STDERR_TAIL", "TemplateGone", "WorkerTemplate", "drain_tail", "keep_tail"]
 
 log = logging.getLogger("codemode.runtimes.template")
 
@@ -35,13 +35,23 @@ EXIT_GRACE = 5.0
 
 
 def keep_tail(tail: bytearray, chunk: bytes) -> None:
-    """Append ``chunk`` to ``tail``, keeping only its last ``STDERR_TAIL`` bytes."""
+    """Append a chunk to a bounded tail.
+
+    Args:
+        tail: the tail (changed in place), at most ``STDERR_TAIL`` bytes.
+        chunk: what was read.
+    """
     tail += chunk
     del tail[:-STDERR_TAIL]
 
 
 async def drain_tail(stream: asyncio.StreamReader, tail: bytearray) -> None:
-    """Read ``stream`` to its end (so its pipe never fills), keeping a bounded tail."""
+    """Read a stream to its end (so its pipe never fills), keeping a bounded tail.
+
+    Args:
+        stream: the stream (a worker's stderr).
+        tail: receives its last ``STDERR_TAIL`` bytes.
+    """
     while chunk := await stream.read(64 * 1024):
         keep_tail(tail, chunk)
 
@@ -54,6 +64,12 @@ class WorkerTemplate:
     """One running template and its control channel; use from one event loop."""
 
     def __init__(self, proc: asyncio.subprocess.Process, control: socket.socket) -> None:
+        """A template just started (use :meth:`start`).
+
+        Args:
+            proc: the template's process.
+            control: the host's end of its control channel.
+        """
         self._proc = proc
         self._control = control
         self._loop = asyncio.get_running_loop()
@@ -72,7 +88,20 @@ class WorkerTemplate:
     async def start(
         cls, command: Sequence[str], env: dict[str, str], preexec: object, timeout: float
     ) -> WorkerTemplate:
-        """Start the template and wait for its ``READY``; ``TemplateGone`` when it does not come."""
+        """Start the template and wait for its ``READY``.
+
+        Args:
+            command: its command line (``--control FD`` is added).
+            env: its environment.
+            preexec: run in the child before it executes (limits, uid).
+            timeout: seconds to wait for ``READY``.
+
+        Returns:
+            The running template.
+
+        Raises:
+            TemplateGone: it did not start or answer in time.
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             ours.setblocking(False)
@@ -108,6 +137,11 @@ class WorkerTemplate:
         return template
 
     def stderr_tail(self) -> str:
+        """The last line the template wrote to its stderr (for host logs).
+
+        Returns:
+            That line, or "".
+        """
         lines = bytes(self._stderr).decode("utf-8", "replace").strip().splitlines()
         return lines[-1] if lines else ""
 
@@ -205,8 +239,16 @@ class WorkerTemplate:
     # -- requests -----------------------------------------------------------------------------
 
     async def fork(self, number: int, uid: int, stdio: Sequence[int]) -> tuple[int, int]:
-        """A new worker with ``stdio`` (its stdin, stdout, stderr ends) and ``uid`` (0: the
-        template's): (pid, pidfd). The caller owns the pidfd and must ``reap(number)`` it."""
+        """Fork a new worker. The caller owns the pidfd and must ``reap(number)`` it.
+
+        Args:
+            number: its number on the control channel.
+            uid: the uid it runs as (0: the template's).
+            stdio: its stdin, stdout and stderr ends.
+
+        Returns:
+            Its pid and a pidfd of it.
+        """
         future: asyncio.Future[tuple[int, int]] = self._loop.create_future()
         self._forks[number] = future
         try:
@@ -218,7 +260,14 @@ class WorkerTemplate:
         return await future
 
     async def reap(self, number: int) -> int:
-        """Wait status of a forked worker, once the caller has killed it (or it ended)."""
+        """Wait for a forked worker to be reaped, once the caller has killed it (or it ended).
+
+        Args:
+            number: its number on the control channel.
+
+        Returns:
+            Its wait status.
+        """
         future: asyncio.Future[int] = self._loop.create_future()
         self._reaps[number] = future
         try:
@@ -230,6 +279,7 @@ class WorkerTemplate:
 
     @property
     def returncode(self) -> int | None:
+        """The template's exit status, or None while it runs."""
         return self._proc.returncode
 
     async def aclose(self) -> None:
