@@ -35,6 +35,17 @@ ROOT = Path(__file__).resolve().parents[2]
 FILE_PACK = "./tests/lifecycle_pack.py"  # from the repository root, as docs/packs.md runs it
 
 
+#: The log when ``second`` (after ``first``) fails to open: both closed, last first.
+SECOND_FAILED_TO_OPEN = [
+    "first capabilities",
+    "second capabilities",
+    "first open",
+    "second open",
+    "second close",
+    "first close",
+]
+
+
 def lifecycle(names: list[str]) -> list[str]:
     return (
         [f"{n} capabilities" for n in names]
@@ -84,14 +95,7 @@ def test_serve_stdio_stops_in_one_line_when_a_pack_cannot_open(tmp_path: Path) -
         "codemode: --pack / CODEMODE_PACKS: pack 'tests.lifecycle_pack:second': open failed: "
         "ConnectionError: second database is unreachable"
     ]
-    assert steps(log) == [
-        "first capabilities",
-        "second capabilities",
-        "first open",
-        "second open",
-        "second close",
-        "first close",
-    ]
+    assert steps(log) == SECOND_FAILED_TO_OPEN
 
 
 async def test_serve_http_opens_each_pack_before_serving_and_closes_it_at_shutdown(
@@ -217,11 +221,4 @@ async def test_serve_http_start_degraded_with_a_pack_that_cannot_open_is_not_rea
         async with mcp_client(served.mcp_url, tokens["alice"]) as client:
             result = await client.call_tool("execute", {"source": "def main():\n    return 1\n"})
             assert tool_value(result) == ("error", "internal failure")
-    assert steps(log) == [
-        "first capabilities",
-        "second capabilities",
-        "first open",
-        "second open",
-        "second close",
-        "first close",
-    ]
+    assert steps(log) == SECOND_FAILED_TO_OPEN
