@@ -747,7 +747,14 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
 
     async def spawn_supervised(self) -> Supervised:
         """A reusable sandbox (the reuse mode, ``codemode.runtimes.reuse``): the same container,
-        with ``codemode_worker.supervisor`` as PID 1 and the supervisor's seccomp profile."""
+        with ``codemode_worker.supervisor`` as PID 1 and the supervisor's seccomp profile.
+
+        Returns:
+            The started container, its supervisor not yet greeted (``Supervised.started``).
+
+        Raises:
+            RuntimeUnavailable: the runtime is closed or the daemon cannot create containers.
+        """
         if self._closed:
             raise RuntimeUnavailable("docker runtime is closed")
         loop = asyncio.get_running_loop()

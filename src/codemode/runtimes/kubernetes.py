@@ -79,6 +79,7 @@ from .testing import WARNING as TESTING_WARNING
 
 __all__ = [
     "CONTAINER_NAME",
+    "CREATE_CONFLICT_RETRIES",
     "DEFAULT_IMAGE",
     "DEFAULT_NAMESPACE",
     "INSTANCE_LABEL",
@@ -842,7 +843,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
 
     async def spawn_supervised(self) -> Supervised:
         """A reusable pod (the reuse mode, ``codemode.runtimes.reuse``): the same pod, with
-        ``codemode_worker.supervisor`` as PID 1; one attach for the pod's whole life."""
+        ``codemode_worker.supervisor`` as PID 1; one attach for the pod's whole life.
+
+        Returns:
+            The started pod, its supervisor not yet greeted (``Supervised.started``).
+
+        Raises:
+            RuntimeUnavailable: the runtime is closed or the API server cannot create pods.
+            SpawnFailed: this pod did not start in time.
+        """
         if self._closed:
             raise RuntimeUnavailable("kubernetes runtime is closed")
         loop = asyncio.get_running_loop()

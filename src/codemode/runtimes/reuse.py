@@ -53,11 +53,33 @@ class SupervisingRuntime(Runtime, Protocol):
 
     async def spawn_supervised(self) -> Supervised:
         """A started reusable sandbox whose supervisor has said hello (its first worker is
-        starting). Raises SpawnFailed or RuntimeUnavailable."""
+        starting).
+
+        Returns:
+            The sandbox.
+
+        Raises:
+            SpawnFailed: this sandbox did not start.
+            RuntimeUnavailable: the runtime cannot create sandboxes.
+        """
 
 
 class ReusePool:
-    """Reusable sandboxes leased per subject (see the module docstring); itself a Runtime."""
+    """Reusable sandboxes leased per subject (see the module docstring); itself a Runtime.
+
+    Args (of the constructor):
+        runtime: the runtime whose ``spawn_supervised()`` makes the sandboxes.
+        size: how many sandboxes to keep started (idle or leased).
+        max_executes: executes one sandbox serves before it is recycled.
+        idle_seconds: how long a sandbox stays bound to its subject unused.
+        per_subject: sandboxes one subject may hold at once.
+        max_age: seconds a sandbox lives at most (default: 0.9 of the runtime's ``max_lifetime``).
+        probe_timeout: seconds a new worker in a sandbox has to answer the probe.
+        retry_delay: seconds between refills after a failed start.
+
+    Raises (the constructor):
+        ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive).
+    """
 
     def __init__(
         self,
@@ -117,10 +139,22 @@ class ReusePool:
         return len(self._warm) + sum(len(v) for v in self._idle.values())
 
     def warm(self) -> bool:
-        """The pool keeps its target number of sandboxes (for readiness and benchmarks)."""
+        """Whether the pool keeps its target number of sandboxes (for readiness and benchmarks).
+
+        Returns:
+            True at target.
+        """
         return self.idle + self._in_use >= self.size
 
     async def wait_warm(self, timeout: float = 60.0) -> None:
+        """Wait until the pool is at target.
+
+        Args:
+            timeout: seconds to wait at most.
+
+        Raises:
+            TimeoutError: not at target in time.
+        """
         async with asyncio.timeout(timeout):
             while not self.warm():
                 await asyncio.sleep(0.02)
@@ -141,7 +175,17 @@ class ReusePool:
         return await self.inner.spawn()
 
     async def spawn_for(self, subject: str) -> Sandbox:
-        """A probed worker in a sandbox of ``subject``'s own (reused, warm or new)."""
+        """A worker in a sandbox of the subject's own (reused, warm or new).
+
+        Args:
+            subject: the subject id the sandbox is leased to.
+
+        Returns:
+            The probed worker.
+
+        Raises:
+            RuntimeUnavailable: the pool is closed or its runtime cannot create sandboxes.
+        """
         if self._closed:
             raise RuntimeUnavailable("reuse pool is closed")
         while True:

@@ -42,7 +42,14 @@ _READ: Final = 256 * 1024
 
 
 def supervisor_command(testing_entry: bool) -> list[str]:
-    """The supervisor's command line (``--testing``: its workers run the TEST-ONLY entry)."""
+    """The supervisor's command line.
+
+    Args:
+        testing_entry: its workers run the TEST-ONLY entry (``--testing``).
+
+    Returns:
+        The command line.
+    """
     return [*SUPERVISOR_ENTRY, *(["--testing"] if testing_entry else [])]
 
 
@@ -50,6 +57,12 @@ class Supervised:
     """One reusable container or pod, leased to at most one subject for its whole life."""
 
     def __init__(self, raw: Sandbox, *, end_timeout: float = 5.0) -> None:
+        """Wrap a started container or pod whose PID 1 is the supervisor.
+
+        Args:
+            raw: its byte stream (the runtime's sandbox).
+            end_timeout: seconds a lease's end (the worker's exit report) may take.
+        """
         self.raw = raw
         self.end_timeout = end_timeout
         self.decoder = channel.ChannelDecoder()
@@ -68,14 +81,25 @@ class Supervised:
 
     @property
     def worker_id(self) -> str:
+        """The container's or pod's id, for host logs."""
         return self.raw.worker_id
 
     def usable(self) -> bool:
+        """Whether it may serve another lease.
+
+        Returns:
+            False once retired, broken or dead.
+        """
         return self.broken is None and self.raw.alive()
 
     def retire(self, reason: str, *, anomaly: bool = True) -> None:
-        """Never lease this sandbox again (``anomaly``: logged as a warning; else it is routine:
-        the sandbox served its executes, was idle too long, or its execute hit a limit)."""
+        """Never lease this sandbox again.
+
+        Args:
+            reason: why, for host logs.
+            anomaly: logged as a warning; else it is routine (the sandbox served its executes, was
+                idle too long, or its execute hit a limit).
+        """
         if self.broken is None:
             self.broken = reason
             log.log(
@@ -86,7 +110,11 @@ class Supervised:
             )
 
     async def next_message(self) -> tuple[bytes, int, bytes] | None:
-        """One decoded message (None when the stream has ended); a violation breaks the sandbox."""
+        """Read one message of the channel; a violation breaks the sandbox.
+
+        Returns:
+            ``(kind, epoch, payload)``, or None when the stream has ended.
+        """
         while True:
             if self._pending:
                 return self._pending.pop(0)
@@ -101,7 +129,14 @@ class Supervised:
                 return None
 
     async def started(self, timeout: float) -> None:
-        """Ping the supervisor and wait for its hello (``SpawnFailed`` when it does not come)."""
+        """Ping the supervisor and wait for its hello.
+
+        Args:
+            timeout: seconds to wait.
+
+        Raises:
+            SpawnFailed: the hello did not come in time.
+        """
         try:
             async with asyncio.timeout(timeout):
                 await self.raw.write(channel.encode(channel.PING, 0))
@@ -121,13 +156,28 @@ class Supervised:
         self.epoch = hello["epoch"]
 
     def new_lease(self, on_end: Callable[[Supervised], Any] | None = None) -> Lease:
+        """Lease the sandbox's next worker to one execute.
+
+        Args:
+            on_end: called with this sandbox when the lease ends.
+
+        Returns:
+            The lease (a ``Sandbox``).
+
+        Raises:
+            SandboxClosed: the sandbox is not usable or already leased.
+        """
         if not self.usable() or self.lease is not None:
             raise SandboxClosed(self.worker_id)
         self.lease = Lease(self, self.epoch, on_end)
         return self.lease
 
     async def destroy(self) -> ExitInfo:
-        """Remove the container or pod (whatever state its lease is in)."""
+        """Remove the container or pod (whatever state its lease is in).
+
+        Returns:
+            How the container or pod ended.
+        """
         self.retire("destroyed", anomaly=False)
         return await self.raw.destroy()
 
@@ -136,6 +186,13 @@ class Lease:
     """One execute's worker in a reusable sandbox: a ``Sandbox`` (see the module docstring)."""
 
     def __init__(self, box: Supervised, epoch: int, on_end: Callable[[Supervised], Any] | None) -> None:
+        """One lease (made by :meth:`Supervised.new_lease`).
+
+        Args:
+            box: the sandbox.
+            epoch: the worker's number in it (the channel's epoch).
+            on_end: called with the sandbox when the lease ends.
+        """
         self.box = box
         self.epoch = epoch
         self._on_end = on_end
@@ -157,6 +214,7 @@ class Lease:
 
     @property
     def stderr_tail(self) -> bytes:
+        """The bounded tail of this worker's stderr (for host logs)."""
         return bytes(self._stderr)
 
     def reusable(self) -> None:
