@@ -28,9 +28,11 @@ from .common.errors import (
     Unauthenticated,
 )
 from .common.outcomes import ExecuteResult, LedgerEntry
+from .execution.approval import ApprovalRequest, Approver
 from .execution.context import CallContext
 from .execution.limits import Limits
 from .execution.observe import (
+    ApprovalAnswer,
     CallDecision,
     CallEvent,
     CallOutcome,
@@ -40,6 +42,8 @@ from .execution.observe import (
     Observer,
 )
 from .execution.server import Builder, Description, Server
+from .execution.tracing import Tracing
+from .packs.lifecycle import PackOpenError
 from .packs.registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
 from .runtimes.pool import WarmPool
@@ -53,6 +57,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentError",
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Approver",
     "Builder",
     "CallContext",
     "CallDecision",
@@ -78,6 +85,7 @@ __all__ = [
     "NotFound",
     "NullObserver",
     "Observer",
+    "PackOpenError",
     "PermissionDenied",
     "PolicyFailure",
     "ProcessRuntime",
@@ -87,6 +95,7 @@ __all__ = [
     "SearchResponse",
     "Server",
     "Subject",
+    "Tracing",
     "Unauthenticated",
     "WarmPool",
     "allow_all",

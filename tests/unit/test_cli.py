@@ -14,7 +14,7 @@ import pytest
 import codemode
 from codemode.cli import build_parser, main
 from codemode.cli.flags import overrides
-from codemode.execution.limits import DEFAULTS
+from codemode.execution.limits import DEFAULTS, FLOAT_LIMITS
 from codemode.startup.bootstrap import build_runtime, build_server
 from codemode.startup.config import ConfigError, Settings, load_settings
 
@@ -76,7 +76,7 @@ def test_serve_help_shows_real_defaults_units_and_variables(capsys: pytest.Captu
     assert "0 = the default" not in out
     for name, default in DEFAULTS.items():
         env = "CODEMODE_" + name.upper()
-        shown = str(float(default)) if name == "max_execution_time" else str(int(default))
+        shown = str(float(default)) if name in FLOAT_LIMITS else str(int(default))
         assert f"(default: {shown}; {env})" in out, name
     assert "seconds of wall time per execute (default: 5.0; CODEMODE_MAX_EXECUTION_TIME)" in out
 
@@ -157,6 +157,8 @@ def test_abbreviated_flags_are_not_accepted(capsys: pytest.CaptureFixture[str]) 
         ),
         (["bench", "--n", "0"], "--n must be positive"),
         (["bench", "--docker-image", "img:1"], "--docker-image / CODEMODE_DOCKER_IMAGE needs --runtime"),
+        (["bench", "--reuse", "10"], "--reuse needs --runtime docker or kubernetes"),
+        (["bench", "--runtime", "docker", "--reuse", "-1"], "--reuse needs --runtime docker or kubernetes"),
     ],
 )
 def test_operator_commands_reject_bad_input(

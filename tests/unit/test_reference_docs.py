@@ -160,3 +160,80 @@ def test_recoverable_calls_and_prints_are_documented_exactly() -> None:
     assert formula + f" + max_print_bytes // {protocol.PRINT_CHUNK_CHARS}`" in protocol_page
     assert protocol.max_print_frames(100, 1_000_000, 8192) == 100 + 1 + (1001).bit_length() + 1
     assert "At most `max_value_bytes` (`build()` refuses more)" in flat("limits.md")
+
+
+def test_asking_the_user_is_documented_exactly() -> None:
+    """authorization.md#asking-the-user: the decision, the answers, the bounds of the question, the
+    form, the retry state and the example message are the code's."""
+    from typing import get_args
+
+    from codemode.authz import rego
+    from codemode.execution import approval, observe
+    from codemode.mcp import approval as mcp_approval
+    from codemode.mcp import retries
+
+    text = flat("authorization.md")
+    assert "## Asking the user" in page("authorization.md")
+    assert f'the string `"{rego.ASK}"`' in text
+    for answer in get_args(observe.ApprovalAnswer):
+        if answer:
+            assert f"`{answer}`" in text, answer
+    assert (
+        f"each cut to {approval.MAX_VALUE_TEXT} bytes and the whole list to {approval.MAX_ARGUMENTS_TEXT}"
+        in text
+    )
+    assert f"at most {approval.MAX_MESSAGE_BYTES:,} bytes" in text
+    (field,) = mcp_approval.APPROVAL_SCHEMA["required"]
+    assert (
+        f"one required boolean, `{field}`" in text
+        and f"one input request, `{mcp_approval.INPUT_KEY}`" in text
+    )
+    assert f'`{{"{field}": true}}`' in text
+    assert f'"{retries.UNKNOWN_STATE}"' in text and f"waits {retries.RESULT_GRACE:.0f} s" in text
+    example = approval.ApprovalRequest("records.delete", "Delete one of your records by its id.", "id=1")
+    assert "```\n" + example.message + "\n```" in page("authorization.md")
+    for name in ("max_approval_time", "max_pending_approvals"):
+        assert f"`{name}`" in text and f"`{name}`" in flat("limits.md")
+    assert "`declined`" in flat("errors.md") and "`declined`" in flat("program.md")
+    for decision in ("approved", "declined", "ask"):
+        assert f"`{decision}`" in flat("python-api.md")
+
+
+def test_the_tracing_page_lists_every_span_and_attribute() -> None:
+    from codemode.execution import tracing
+
+    text = (REFERENCE.parent / "tracing.md").read_text(encoding="utf-8")
+    for name in (*tracing.SPAN_NAMES, *tracing.ATTRIBUTES):
+        assert f"`{name}`" in text, name
+
+
+def test_the_pack_lifecycle_is_documented() -> None:
+    """python-api.md names every export of codemode.packs, Builder.add_pack's parameters, the two
+    lifecycle steps and the open failure's exact form (read off a real failure)."""
+    import asyncio
+    import inspect
+
+    import codemode
+    from codemode import packs
+    from codemode.packs.lifecycle import LoadedPack
+
+    text = flat("python-api.md")
+    for name in packs.__all__:
+        assert f"`{name}" in text, name
+    parameters = list(inspect.signature(codemode.Builder.add_pack).parameters)[1:]
+    assert parameters == ["pack", "settings", "name"]
+    assert "`Builder.add_pack(pack, settings=None, *, name=None)`" in text
+    assert {"open", "aclose"} <= set(dir(packs.Lifecycle))
+    assert "`async open()` and `async aclose()`" in text
+
+    class Failing:
+        async def open(self) -> None:
+            raise OSError("gone")
+
+    with pytest.raises(packs.PackOpenError) as caught:
+        asyncio.run(LoadedPack("pack 'db'", Failing(), []).open())
+    assert str(caught.value) == "pack 'db': open failed: OSError: gone"
+    assert "`pack '<name>': open failed: <type>: <text>`" in text
+    assert "open failed: OperationalError" in " ".join(
+        (REFERENCE.parent / "packs.md").read_text(encoding="utf-8").split()
+    )

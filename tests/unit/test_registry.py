@@ -28,14 +28,15 @@ class Out:
 def test_public_names_are_pinned() -> None:
     assert sorted(codemode.__all__) == sorted(
         [
-            "AgentError", "Builder", "CallContext", "CallDecision", "CallEvent", "CallOutcome", "Capability",
+            "AgentError", "ApprovalAnswer", "ApprovalRequest", "Approver", "Builder", "CallContext",
+            "CallDecision", "CallEvent", "CallOutcome", "Capability",
             "CapabilityFailure", "CapabilityPack", "CodeModeError", "Description", "DockerRuntime",
             "ExecuteEvent", "ExecuteOutcome", "ExecuteResult", "ExitInfo", "Internal",
             "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "LedgerEntry",
-            "Limits", "NotFound", "NullObserver", "Observer",
+            "Limits", "NotFound", "NullObserver", "Observer", "PackOpenError",
             "PermissionDenied", "PolicyFailure", "ProcessRuntime", "ResourceLimit", "Runtime", "Sandbox",
-            "SearchResponse", "Server", "Subject", "Unauthenticated", "WarmPool", "allow_all", "authz",
-            "capability", "capability_of",
+            "SearchResponse", "Server", "Subject", "Tracing", "Unauthenticated", "WarmPool", "allow_all",
+            "authz", "capability", "capability_of",
         ]
     )  # fmt: skip
     for name in codemode.__all__:

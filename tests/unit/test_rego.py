@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import regopy
 
-from codemode.authz import AuthorizationInput, Denied, PolicyError, Subject
+from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, UnknownDecision, from_files
 
@@ -115,8 +115,22 @@ async def test_a_rule_without_a_value_for_the_input_is_undefined(backend: str) -
 )
 async def test_non_boolean_is_policy_failure(backend: str, value: str) -> None:
     a = make(f"allow := {value}")
-    with pytest.raises(PolicyError, match="rego: decision must be boolean"):
+    with pytest.raises(PolicyError, match='rego: decision must be true, false or "ask"'):
         await a.authorize(None, inp())
+
+
+@pytest.mark.parametrize("inline", [False, True])
+async def test_ask_lets_the_user_decide(backend: str, inline: bool) -> None:
+    """The string "ask" (exactly) is the third decision: AskUser, which the host turns into a question
+    to the user (docs/reference/authorization.md#asking-the-user)."""
+    a = make('default allow := true\nallow := "ask" if input.subject.id == "bob"', evaluate_inline=inline)
+    assert a.decide(inp("bob")) == "ask"
+    with pytest.raises(AskUser):
+        await a.authorize(None, inp("bob"))
+    await a.authorize(None, inp("alice"))
+    for other in ('"Ask"', '"ask "', '["ask"]'):
+        with pytest.raises(PolicyError, match="must be true, false"):
+            await make(f"allow := {other}", evaluate_inline=inline).authorize(None, inp())
 
 
 async def test_division_by_zero_is_policy_failure(backend: str) -> None:
@@ -259,7 +273,7 @@ async def test_query_path_keeps_undefined_and_non_boolean(backend: str) -> None:
         'x["a-b"] := "str"\nx["c-d"] := false\nx["e-f"] := true if input.subject.id == "alice"',
         decision='data.app.x["a-b"]',
     )
-    with pytest.raises(PolicyError, match="must be boolean"):
+    with pytest.raises(PolicyError, match="must be true, false"):
         a.decide(inp())
     b = make('x["e-f"] := true if input.subject.id == "alice"', decision='data.app.x["e-f"]')
     assert b.decide(inp("alice")) is True

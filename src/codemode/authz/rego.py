@@ -5,7 +5,8 @@ from trusted configuration, with the input document::
 
     {"subject": {"id": ...}, "capability": {"id": ..., "name": ...}, "arguments": {...}}
 
-``true`` allows, ``false`` raises :class:`~codemode.authz.Denied`; undefined, non-boolean, any
+``true`` allows, ``false`` raises :class:`~codemode.authz.Denied`, the string ``"ask"`` raises
+:class:`~codemode.authz.AskUser` (the host asks the user); undefined, any other value, any
 evaluation error (builtin errors are strict) and a passed deadline raise
 :class:`~codemode.authz.PolicyError`.
 
@@ -49,12 +50,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final, Literal
 
 import regopy
 
 from ..common.handoff import NOT_YET, HandOff
-from . import AuthorizationInput, Denied, PolicyError, Subject
+from . import AskUser, AuthorizationInput, Denied, PolicyError, Subject
 from ._rego_direct import DIRECT as _DIRECT
 from ._rego_direct import INT64_MAX as _INT64_MAX
 from ._rego_direct import INT64_MIN as _INT64_MIN
@@ -71,7 +72,15 @@ from ._rego_scan import (
     parse_decision,
 )
 
-__all__ = ["InvalidPolicy", "RegoAuthorizer", "UnknownDecision", "from_files"]
+__all__ = [
+    "ASK",
+    "WAIT_BUDGET",
+    "Decision",
+    "InvalidPolicy",
+    "RegoAuthorizer",
+    "UnknownDecision",
+    "from_files",
+]
 
 #: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
 WAIT_BUDGET = 0.002
@@ -154,13 +163,28 @@ def _check_str(value: str) -> None:
         raise PolicyError(_SURROGATE_MESSAGE) from None
 
 
+#: The one decision value besides true and false: let the user decide (authz.AskUser).
+ASK: Final = "ask"
+#: What a decision evaluates to.
+Decision = bool | Literal["ask"]
+
+
+def _answer(decision: Decision) -> None:
+    """Return (allow), or raise :class:`Denied` or :class:`AskUser` for a decision."""
+    if decision == ASK:
+        raise AskUser('rego: decision is "ask"')
+    if decision is not True:
+        raise Denied("rego: decision is false")
+
+
 _ALLOW_TEXT = '{"expressions":[true]}'
 _DENY_TEXT = '{"expressions":[false]}'
 _ERRORMSG_RE = re.compile(r"\(errormsg \d+:([^\n)]*)")
 
 
-def _classify(ok: bool, text: str, binding: str | None) -> bool:
-    """rego-cpp's output for one evaluation → True (allow) / False (deny), or PolicyError."""
+def _classify(ok: bool, text: str, binding: str | None) -> Decision:
+    """rego-cpp's output for one evaluation → True (allow) / False (deny) / ``"ask"`` (ask the
+    user), or PolicyError."""
     if not ok:
         # Strict builtin errors, conflicting rule values, type errors: rego-cpp reports "<error>".
         raise PolicyError("rego: evaluation error")
@@ -205,7 +229,9 @@ def _classify(ok: bool, text: str, binding: str | None) -> bool:
         return True
     if value is False:
         return False
-    raise PolicyError("rego: decision must be boolean")
+    if value == ASK:
+        return ASK
+    raise PolicyError('rego: decision must be true, false or "ask"')
 
 
 class _Evaluator:
@@ -227,7 +253,7 @@ class _Evaluator:
         self._entrypoint_c = entrypoint.encode() if entrypoint is not None else b""
         self._query = query
 
-    def evaluate(self, document: dict[str, Any]) -> bool:
+    def evaluate(self, document: dict[str, Any]) -> Decision:
         lib = _DIRECT
         if lib is not None:
             entrypoint = self._entrypoint_c if self._entrypoint is not None else None
@@ -252,7 +278,7 @@ class _Evaluator:
 
 # -- the evaluation pool -------------------------------------------------------------------------------------
 
-_Job = tuple["concurrent.futures.Future[bool]", dict[str, Any]] | None
+_Job = tuple["concurrent.futures.Future[Decision]", dict[str, Any]] | None
 
 
 class _Pool:
@@ -270,12 +296,12 @@ class _Pool:
         self._lock = threading.Lock()
         self._closed = False
 
-    def submit(self, document: dict[str, Any]) -> concurrent.futures.Future[bool]:
+    def submit(self, document: dict[str, Any]) -> concurrent.futures.Future[Decision]:
         if self._closed:
             raise PolicyError("rego: the authorizer is closed")
         if len(self._threads) < self._size:
             self._start_threads()
-        fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        fut: concurrent.futures.Future[Decision] = concurrent.futures.Future()
         self._queue.put((fut, document))
         return fut
 
@@ -366,18 +392,22 @@ def _compile_error_text(message: str, modules: Mapping[str, str]) -> str:
 
 
 class RegoAuthorizer:
-    """An :class:`~codemode.authz.Authorizer` that evaluates a Rego decision in process.
+    """An :class:`~codemode.authz.Authorizer` that evaluates a Rego decision in process. Safe for
+    concurrent use from any number of threads and asyncio tasks.
 
-    ``decision`` is one ground reference into ``data`` (``data.app.allow``, ``data.app["allow"]``).
-    ``modules`` maps filename → Rego v1 source; it comes from trusted configuration only. Invalid
-    input raises :class:`InvalidPolicy` (a ``ValueError``) naming the problem.
+    Args (of the constructor):
+        decision: one ground reference into ``data`` (``data.app.allow``, ``data.app["allow"]``).
+        modules: filename → Rego v1 source, from trusted configuration only.
+        max_workers: bounds the threads that evaluate for :meth:`authorize` (default 4).
+        wait_budget: how long (seconds) :meth:`authorize` may block the calling thread waiting for
+            an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
+        evaluate_inline: evaluate on the calling thread (no hand-off at all): only for policies
+            whose evaluation time is bounded whatever the input, since a running evaluation cannot
+            be stopped at the deadline.
 
-    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4).
-    ``wait_budget`` is how long (seconds) :meth:`authorize` may block the calling thread waiting for
-    an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
-    ``evaluate_inline=True`` evaluates on the calling thread (no hand-off at all): only for policies
-    whose evaluation time is bounded whatever the input, since a running evaluation cannot be
-    stopped at the deadline. Safe for concurrent use from any number of threads and asyncio tasks.
+    Raises (the constructor):
+        InvalidPolicy: invalid input (a ``ValueError``), naming the problem.
+        UnknownDecision: the decision names no rule of the modules.
     """
 
     def __init__(
@@ -509,10 +539,18 @@ class RegoAuthorizer:
 
     # -- evaluation
 
-    def decide(self, input: AuthorizationInput) -> bool:
-        """Evaluate on the calling thread (blocking): True allows, False denies; PolicyError otherwise.
+    def decide(self, input: AuthorizationInput) -> Decision:
+        """Evaluate on the calling thread (blocking). Thread-safe: each calling thread uses its own
+        interpreter (built on first use).
 
-        Thread-safe: each calling thread uses its own interpreter (built on first use).
+        Args:
+            input: what the policy decides on (its ``input`` document).
+
+        Returns:
+            True allows, False denies, ``"ask"`` asks the user.
+
+        Raises:
+            PolicyError: the policy failed or answered anything else.
         """
         return self._evaluator().evaluate(_document(input))
 
@@ -546,8 +584,7 @@ class RegoAuthorizer:
             allowed = self._evaluator().evaluate(document)
             if timeout is not None and time.monotonic() >= float(deadline):
                 raise PolicyError("rego: evaluation did not finish before the deadline")
-            if not allowed:
-                raise Denied("rego: decision is false")
+            _answer(allowed)
             return
         started = time.monotonic()
         job = self._pool.submit(document)
@@ -562,8 +599,7 @@ class RegoAuthorizer:
             except TimeoutError:
                 raise PolicyError("rego: evaluation did not finish before the deadline") from None
             self._handoff.waited(started)
-        if not allowed:
-            raise Denied("rego: decision is false")
+        _answer(allowed)
 
     def close(self) -> None:
         """Stop the evaluation threads (idempotent). Later :meth:`authorize` calls fail."""
@@ -571,6 +607,7 @@ class RegoAuthorizer:
 
     @property
     def decision(self) -> str:
+        """The decision this authorizer evaluates (``data.<package>.<rule>``)."""
         return self._decision
 
     def __repr__(self) -> str:
@@ -589,9 +626,18 @@ def from_files(
 ) -> RegoAuthorizer:
     """Read policy files (each file's path is its module name) and build the authorizer.
 
-    Raises :class:`InvalidPolicy` with ``cannot read Rego policy '<path>': <reason>`` or
-    ``Rego policy rejected: <problem>``, :class:`UnknownDecision` when the decision names no rule;
-    configuration front ends (CLI, service) wrap them.
+    Args:
+        decision: as for :class:`RegoAuthorizer`.
+        paths: the ``.rego`` files.
+        evaluate_inline: as for :class:`RegoAuthorizer`.
+
+    Returns:
+        The authorizer.
+
+    Raises:
+        InvalidPolicy: ``cannot read Rego policy '<path>': <reason>`` or ``Rego policy rejected:
+            <problem>`` (configuration front ends, CLI and service, wrap it).
+        UnknownDecision: the decision names no rule.
     """
     modules: dict[str, str] = {}
     for path in paths:

@@ -33,10 +33,19 @@ AUDIT_OUTCOMES: Final[dict[tuple[str, str], str]] = {
     ("allow", "resource_limit"): "limit exceeded",
     ("allow", "interrupted"): "interrupted",
     ("undecided", "not_run"): "not run",
+    # The policy said "ask" (docs/reference/authorization.md#asking-the-user): the user accepted ...
+    ("approved", "ok"): "ok",
+    ("approved", "capability_failed"): "failed",
+    ("approved", "resource_limit"): "limit exceeded",
+    ("approved", "interrupted"): "interrupted",
+    # ... or did not (declined, cancelled, no answer in time, a client that cannot be asked) ...
+    ("declined", "not_run"): "declined",
+    # ... or the execute ended while the question was open.
+    ("ask", "not_run"): "not run",
 }
 LEDGER_OUTCOMES: Final[tuple[str, ...]] = tuple(dict.fromkeys(AUDIT_OUTCOMES.values()))
 #: The outcomes ``attempt()`` hands back to the program as a value; every other one ends it.
-RECOVERABLE_OUTCOMES: Final = frozenset({"denied", "failed", "invalid arguments"})
+RECOVERABLE_OUTCOMES: Final = frozenset({"denied", "declined", "failed", "invalid arguments"})
 #: Appended to the prints when the program printed more than ``max_print_bytes``.
 PRINTS_CUT_MARKER: Final = "\n[prints truncated]"
 
@@ -48,20 +57,25 @@ def ledger_outcome(decision: str, outcome: str) -> str:
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One native call: the capability's dotted name and what became of the call."""
+    """One native call: ``capability`` (the dotted name) and ``outcome`` (what became of the call:
+    docs/reference/tools.md#the-call-ledger)."""
 
     capability: str
     outcome: str
 
     def to_dict(self) -> dict[str, str]:
-        """The entry as ``structuredContent.calls`` carries it: ``{capability, outcome}``."""
+        """The entry as ``structuredContent.calls`` carries it.
+
+        Returns:
+            ``{capability, outcome}``.
+        """
         return {"capability": self.capability, "outcome": self.outcome}
 
 
 @dataclass(frozen=True)
 class ExecuteResult:
-    """``Server.run``'s answer: ``main()``'s plain value, the call ledger, and the prints (``None``
-    when the server does not keep them: ``max_print_bytes`` is 0)."""
+    """``Server.run``'s answer: ``value`` (``main()``'s plain value), ``calls`` (the call ledger) and
+    ``prints`` (``None`` when the server does not keep them: ``max_print_bytes`` is 0)."""
 
     value: Any
     calls: tuple[LedgerEntry, ...] = ()

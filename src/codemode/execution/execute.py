@@ -30,7 +30,7 @@ from codemode_worker.protocol import ProtocolError, encode_frame, max_print_fram
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
-from ..authz import AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
+from ..authz import AskUser, AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
 from ..catalog.capability import CompiledCapability
 from ..catalog.types import OutputError, constructor, to_plain, without_defaults
 from ..common.errors import (
@@ -49,13 +49,15 @@ from ..common.errors import (
 )
 from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
-from ..runtimes.base import ExitInfo, Runtime, Sandbox, SandboxClosed
+from ..runtimes.base import SPAWNED_WARM, ExitInfo, Runtime, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
 from .admission import FairAdmission
+from .approval import ApprovalRequest, Approver, describe_arguments
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
 from .limits import Limits
 from .observe import (
+    ApprovalAnswer,
     CallDecision,
     CallEvent,
     CallOutcome,
@@ -65,6 +67,7 @@ from .observe import (
     Observer,
 )
 from .report import PrintsRefused, Report
+from .tracing import NULL_TRACE, Trace, Tracer, Tracing
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
 __all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
@@ -110,10 +113,13 @@ class _CallRecord:
     """One call's audit record: ``decision`` stays ``undecided`` until the authorizer answers,
     ``outcome`` is ``interrupted`` while the handler runs (docs/reference/tools.md#the-call-ledger)."""
 
+    started: int = 0  # the trace clock when the call frame arrived (0: not traced)
     decision: CallDecision = "undecided"
     outcome: CallOutcome = "not_run"
     authz: float = 0.0
     handler: float = 0.0
+    approval: ApprovalAnswer = ""
+    approval_seconds: float = 0.0
 
 
 class _Session:
@@ -126,12 +132,18 @@ class _Session:
         subject: Subject,
         ctx: CallContext,
         report: Report,
+        trace: Trace,
+        approver: Approver | None = None,
+        clock: asyncio.Timeout | None = None,
     ) -> None:
         self.ex = executor
         self.sandbox = sandbox
         self.subject = subject
         self.ctx = ctx
         self.report = report
+        self.trace = trace
+        self.approver = approver
+        self.clock = clock  # the execute's deadline: paused while the user is asked
         limits = executor.limits
         # Bytes capped before buffering, decoded host memory capped before parsing (execution.frames).
         self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
@@ -228,8 +240,9 @@ class _Session:
         """A call the worker's binding rejected: recorded, then the end of the program, or (asked
         under ``attempt``) the host's approved text back to it. The worker's diagnostic passes only
         in the binder's exact grammar (``worker_text``)."""
+        started = self.trace.now()
         cap = self.count_call(frame)
-        event = _CallRecord(decision="invalid_arguments")
+        event = _CallRecord(started, decision="invalid_arguments")
         error = InvalidArguments(self.ex.argument_grammar.accepted(frame["message"]))
         if not frame["attempt"]:
             self.observe(cap, event)
@@ -238,6 +251,7 @@ class _Session:
 
     async def native_call(self, frame: dict[str, Any], attempt: bool) -> None:
         limits = self.ex.limits
+        started = self.trace.now()
         cap = self.count_call(frame)
         args = frame["args"]
         if not isinstance(args, dict):
@@ -254,7 +268,7 @@ class _Session:
         except BindError as exc:
             # An honest worker binds first, so a failing rebind proves a misbehaving worker.
             raise WorkerMisbehaved(f"rebind failed: {exc}") from None
-        event = _CallRecord()
+        event = _CallRecord(started)
         try:
             plain = await self.dispatch(cap, canonical, event)
         except CodeModeError as exc:
@@ -287,12 +301,15 @@ class _Session:
         limits = self.ex.limits
         t0 = time.perf_counter()
         typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
+        asked = False
         try:
             await run_authorizer(
                 self.ex.authorizer,
                 self.ctx,
                 AuthorizationInput(self.subject, cap.id, cap.name, canonical),
             )
+        except AskUser:
+            asked = True
         except Denied:
             event.decision = "deny"
             raise PermissionDenied() from None
@@ -310,7 +327,15 @@ class _Session:
             raise PolicyFailure() from None
         finally:
             event.authz = time.perf_counter() - t0
-        event.decision = "allow"
+        if asked:
+            event.decision = "ask"
+            event.approval = await self.ask(cap, canonical, event)
+            if event.approval != "accept":
+                event.decision = "declined"
+                raise PermissionDenied()
+            event.decision = "approved"
+        else:
+            event.decision = "allow"
         event.outcome = "interrupted"  # until the handler has returned or failed
         t1 = time.perf_counter()
         try:
@@ -344,9 +369,61 @@ class _Session:
         event.outcome = "ok"
         return plain
 
+    async def ask(
+        self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord
+    ) -> ApprovalAnswer:
+        """Ask the user about one call the policy left to them; the answer word.
+
+        The worker and its slot stay held (the program waits inside the call), so the wait is
+        bounded (``max_approval_time``), at most ``max_pending_approvals`` questions of one subject
+        are open at once (a further one is ``busy`` at once), and the execute's own deadline is
+        paused meanwhile: the time a person takes is not the program's."""
+        ex, limits = self.ex, self.ex.limits
+        started, t0 = self.trace.now(), time.perf_counter()
+        subject = self.subject.id
+        answer: ApprovalAnswer = "unavailable"
+        if self.approver is None:
+            answer = "unavailable"
+        elif ex.asking.get(subject, 0) >= limits.max_pending_approvals:
+            answer = "busy"
+        else:
+            request = ApprovalRequest(cap.name, cap.summary, describe_arguments(canonical))
+            loop = asyncio.get_running_loop()
+            remaining = max(0.0, self.ctx.deadline - time.monotonic())
+            if self.clock is not None:
+                self.clock.reschedule(loop.time() + limits.max_approval_time + remaining + 1.0)
+            ex.asking[subject] = ex.asking.get(subject, 0) + 1
+            try:
+                async with asyncio.timeout(limits.max_approval_time):
+                    answer = await self.approver.approve(request)
+            except TimeoutError:
+                answer = "unanswered"
+            except Exception as exc:
+                log.warning("asking the user about %s failed: %s", cap.id, type(exc).__name__)
+                answer = "unavailable"
+            finally:
+                left = ex.asking[subject] - 1
+                if left:
+                    ex.asking[subject] = left
+                else:
+                    del ex.asking[subject]
+                # The program's clock resumes with the time it had left.
+                self.ctx.deadline = time.monotonic() + remaining
+                if self.clock is not None:
+                    self.clock.reschedule(loop.time() + remaining)
+            if answer not in ("accept", "decline", "cancel", "unanswered", "unavailable"):
+                answer = "unavailable"  # an approver of the host's own that answered nonsense
+        event.approval = answer
+        event.approval_seconds = time.perf_counter() - t0
+        self.trace.approval(started, answer)
+        return answer
+
     def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
-        """Record one call: its ledger entry and its audit event, from the same record."""
+        """Record one call: its ledger entry, its audit event and its span, from the same record."""
         self.report.record(cap.name, event.decision, event.outcome)
+        self.trace.native_call(
+            event.started, cap.id, cap.name, event.decision, event.outcome, event.authz, event.handler
+        )
         self.ex.observer.native_call(
             CallEvent(
                 subject_id=self.subject.id,
@@ -357,6 +434,8 @@ class _Session:
                 handler_seconds=event.handler,
                 worker_id=self.sandbox.worker_id,
                 capability=cap.name,
+                approval=event.approval,
+                approval_seconds=event.approval_seconds,
             )
         )
 
@@ -503,14 +582,18 @@ class Executor:
         observer: Observer | None = None,
         subject_quota: int = 0,
         reserved_slots: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.by_name = dict(capabilities)
         self.subject_quota = subject_quota
         self.active: dict[str, int] = {}
+        self.asking: dict[str, int] = {}  # open approval questions per subject
         self.authorizer = authorizer
         self.limits = limits
         self.runtime = runtime
         self.observer: Observer = observer or NullObserver()
+        # Imports OpenTelemetry only when tracing is on (codemode.execution.tracing).
+        self.tracer = Tracer(tracing, runtime.name) if tracing is not None else None
         manifest: list[dict[str, Any]] = [
             {"name": c.name, "input": without_defaults(c.input_shape)} for c in self.by_name.values()
         ]
@@ -542,6 +625,8 @@ class Executor:
         self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
+        #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
+        self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(runtime, "spawn_for", None)
 
     def is_async(self, cap: CompiledCapability) -> bool:
         """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
@@ -574,17 +659,27 @@ class Executor:
             wire["max_print_bytes"] = limits.max_print_bytes
         return wire
 
-    async def execute(self, source: str, subject: Subject) -> ExecuteResult:
+    async def execute(
+        self,
+        source: str,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> ExecuteResult:
         """Run one program; enforces the per-subject quota around the whole execution. A
-        ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``)."""
+        ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``).
+        ``trace_context`` (W3C ``traceparent``/``tracestate``) parents the execute's span;
+        ``approver`` asks the user about calls the policy leaves to them (None: nobody to ask)."""
+        trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
         held = self.active.get(subject.id, 0)
         if self.subject_quota and held >= self.subject_quota:
             self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
+            trace.finish("resource_limit", "quota", 0, "")
             raise ResourceLimit("quota")
         self.active[subject.id] = held + 1
         self.observer.execute_started(subject.id)
         try:
-            return await self._execute(source, subject)
+            return await self._execute(source, subject, trace, approver)
         finally:
             left = self.active[subject.id] - 1
             if left:
@@ -593,21 +688,26 @@ class Executor:
                 del self.active[subject.id]
             self.observer.execute_finished(subject.id)
 
-    async def _execute(self, source: str, subject: Subject) -> ExecuteResult:
+    async def _execute(
+        self, source: str, subject: Subject, trace: Trace, approver: Approver | None
+    ) -> ExecuteResult:
         limits = self.limits
         frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
         report = Report(limits.max_print_bytes, frames)
         try:
-            return report.result(await self._run(source, subject, report))
+            return report.result(await self._run(source, subject, report, trace, approver))
         except CodeModeError as exc:
             report.attach(exc)
             raise
 
-    async def _run(self, source: str, subject: Subject, report: Report) -> Any:
+    async def _run(
+        self, source: str, subject: Subject, report: Report, trace: Trace, approver: Approver | None
+    ) -> Any:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
         ctx = CallContext(deadline=deadline)
         outcome: ExecuteOutcome = "internal"
+        limit: str | None = None
         calls = 0
         worker_id = ""
         oom = False
@@ -619,28 +719,26 @@ class Executor:
             loop = asyncio.get_running_loop()
             sandbox: Sandbox | None = None
             session: _Session | None = None
+            reusable = False
             try:
-                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())):
-                    await self.slots.acquire(subject.id)
-                    try:
-                        sandbox = await self.runtime.spawn()
-                    except BaseException:
-                        self.slots.release(subject.id)
-                        raise
+                async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())) as clock:
+                    await self._admit(subject.id, trace)
+                    sandbox = await self._acquire(subject.id, trace)
                     worker_id = ctx.worker_id = sandbox.worker_id
-                    session = _Session(self, sandbox, subject, ctx, report)
+                    session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock)
                     value = await session.run(source)
+                    reusable = True
             except TimeoutError:
                 if sandbox is None:
                     # Still waiting for a slot when the deadline passed: the host was full.
                     raise ExecutionTimeout("concurrency") from None
                 late, sandbox = sandbox, None  # from here on the reap alone owns worker and slot
-                if await self._limit_at_deadline(late, subject.id) == "memory":
+                if await self._limit_at_deadline(late, subject.id, trace) == "memory":
                     raise ResourceLimit("memory") from None
                 raise ExecutionTimeout("time") from None
             except WorkerGone:
                 gone, sandbox = sandbox, None  # from here on _reap_now alone owns worker and slot
-                info = await self._reap_now(gone, subject.id)
+                info = await self._reap_now(gone, subject.id, trace)
                 oom = info.oom_killed
                 kind = exhaustion_kind(info, self.runtime)
                 if kind is not None:
@@ -652,7 +750,10 @@ class Executor:
             except WorkerMisbehaved as exc:
                 log.warning("worker %s misbehaved: %s", worker_id, exc)
                 raise Internal() from None
-            except CodeModeError:
+            except CodeModeError as exc:
+                # The program's own outcome (not a limit, not the host's fault): the worker ended
+                # or waits at a frame boundary, so a reusable sandbox may serve this subject again.
+                reusable = isinstance(exc, _PROGRAM_OUTCOMES)
                 raise
             except asyncio.CancelledError:
                 raise
@@ -664,11 +765,15 @@ class Executor:
                 if session is not None:
                     calls = session.calls
                 if sandbox is not None:
-                    self._reap_later(sandbox, subject.id)
+                    if reusable:
+                        _mark_reusable(sandbox)
+                    self._reap_later(sandbox, subject.id, trace)
             outcome = "ok"
             return value
         except CodeModeError as exc:
             outcome = _outcome_name(exc)
+            if isinstance(exc, ResourceLimit):
+                limit = exc.kind
             raise
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -684,15 +789,44 @@ class Executor:
                     oom_killed=oom,
                 )
             )
+            trace.finish(outcome, limit, calls, worker_id)
 
-    async def _limit_at_deadline(self, sandbox: Sandbox, subject_id: str) -> str | None:
+    async def _admit(self, subject_id: str, trace: Trace) -> None:
+        """Wait for a worker slot (fair admission), traced."""
+        started = trace.now()
+        granted = False
+        try:
+            await self.slots.acquire(subject_id)
+            granted = True
+        finally:
+            trace.admission(started, granted)
+
+    async def _acquire(self, subject_id: str, trace: Trace) -> Sandbox:
+        """A started sandbox from the runtime (warm from a pool, or cold), traced; the slot goes
+        back when there is none."""
+        started = trace.now()
+        token = SPAWNED_WARM.set(None)
+        sandbox: Sandbox | None = None
+        try:
+            sandbox = await (
+                self._spawn_for(subject_id) if self._spawn_for is not None else self.runtime.spawn()
+            )
+            return sandbox
+        except BaseException:
+            self.slots.release(subject_id)
+            raise
+        finally:
+            trace.acquire(started, sandbox is not None, SPAWNED_WARM.get() is True)
+            SPAWNED_WARM.reset(token)
+
+    async def _limit_at_deadline(self, sandbox: Sandbox, subject_id: str, trace: Trace) -> str | None:
         """For a worker already dead at the deadline, the limit its exit shows (``memory``) when it
         is read within ``DEADLINE_EXIT_WAIT``; None for a live one (reaped in the background)."""
         if sandbox.alive():
-            self._reap_later(sandbox, subject_id)
+            self._reap_later(sandbox, subject_id, trace)
             return None
         try:
-            info = await asyncio.wait_for(self._reap_now(sandbox, subject_id), DEADLINE_EXIT_WAIT)
+            info = await asyncio.wait_for(self._reap_now(sandbox, subject_id, trace), DEADLINE_EXIT_WAIT)
         except TimeoutError:
             return None
         except Exception:
@@ -700,28 +834,37 @@ class Executor:
             return None
         return exhaustion_kind(info, self.runtime)
 
-    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str) -> ExitInfo:
+    async def _reap_now(self, sandbox: Sandbox | None, subject_id: str, trace: Trace) -> ExitInfo:
         """Destroy and wait (the exit info decides the client text). Cancelled while waiting, the
         reap goes on in the background, which then releases the slot: exactly one release, and only
         once the worker is reaped."""
         assert sandbox is not None
+        started = trace.now()
         destroying = asyncio.ensure_future(sandbox.destroy())
         try:
             info = await asyncio.shield(destroying)
         except asyncio.CancelledError:
-            self._reap_later(sandbox, subject_id, destroying)
+            self._reap_later(sandbox, subject_id, trace, destroying, started)
             raise
         except Exception:
             self.slots.release(subject_id)
+            trace.teardown(started)
             raise
         self.slots.release(subject_id)
+        trace.teardown(started)
         return info
 
     def _reap_later(
-        self, sandbox: Sandbox, subject_id: str, destroying: Awaitable[ExitInfo] | None = None
+        self,
+        sandbox: Sandbox,
+        subject_id: str,
+        trace: Trace,
+        destroying: Awaitable[ExitInfo] | None = None,
+        started: int | None = None,
     ) -> None:
         """Destroy (or finish ``destroying``) in the background; the slot is released only once the
         worker is reaped, so live workers never exceed ``max_concurrent_executions``."""
+        begun = trace.now() if started is None else started
 
         async def reap() -> None:
             try:
@@ -732,6 +875,7 @@ class Executor:
                 log.exception("destroying worker %s failed", sandbox.worker_id)
             finally:
                 self.slots.release(subject_id)
+                trace.teardown(begun)
 
         task = asyncio.get_running_loop().create_task(reap())
         self.reaping.add(task)
@@ -758,6 +902,18 @@ class Executor:
         pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+#: Outcomes after which a reusable sandbox may serve the same subject again (see ``_execute``).
+_PROGRAM_OUTCOMES = (InvalidProgram, InvalidArguments, PermissionDenied, PolicyFailure, CapabilityFailure)
+
+
+def _mark_reusable(sandbox: Sandbox) -> None:
+    """Tell a reusable sandbox (``codemode.runtimes.supervised.Lease``) that its execute ended
+    cleanly; any other sandbox has no such method and is single-use anyway."""
+    mark = getattr(sandbox, "reusable", None)
+    if mark is not None:
+        mark()
 
 
 def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:

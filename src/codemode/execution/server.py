@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +14,14 @@ from ..catalog.capability import Capability, CompiledCapability, validate_catalo
 from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..common.outcomes import ExecuteResult
+from ..packs.lifecycle import Lifecycle, LoadedPack, close_now, close_reversed, load, load_spec
+from ..packs.loading import PackSettings
 from ..runtimes.base import Runtime
+from .approval import Approver
 from .execute import Executor
 from .limits import Limits
 from .observe import Observer
+from .tracing import Tracing
 
 __all__ = ["Builder", "Description", "Server", "answer_bounds"]
 
@@ -28,7 +32,9 @@ log = logging.getLogger("codemode.server")
 
 @dataclass(frozen=True)
 class Description:
-    """``describe_api``'s answer. The capability id is deliberately absent."""
+    """``describe_api``'s answer: ``name``, ``signature``, ``summary``, ``description`` and the
+    ``input`` and ``output`` fields (docs/reference/describe.md). The capability id is deliberately
+    absent."""
 
     name: str
     signature: str
@@ -65,6 +71,8 @@ class Builder:
         observer: hooks for metrics and audit (:class:`~codemode.Observer`).
         subject_quota: concurrent executes per subject (0: none), see below.
         reserved_slots: worker slots kept for subjects with nothing in flight (None: derived).
+        tracing: OpenTelemetry traces of every execute (:class:`~codemode.Tracing`; None: off, and
+            OpenTelemetry is never imported).
     """
 
     def __init__(
@@ -76,6 +84,7 @@ class Builder:
         observer: Observer | None = None,
         subject_quota: int = 0,
         reserved_slots: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``subject_quota`` and ``reserved_slots`` protect tenants from each other: set them (the
         HTTP service uses ``subject_quota=4`` and a derived reserve) when subjects come from requests.
@@ -87,8 +96,42 @@ class Builder:
         self._disabled = list(disabled)
         self._runtime = runtime
         self._observer = observer
+        self._tracing = tracing
         self._caps: list[Capability] = []
+        self._packs: list[LoadedPack] = []
         self._built = False
+
+    def add_pack(
+        self, pack: Any, settings: PackSettings | None = None, *, name: str | None = None
+    ) -> Builder:
+        """Add a pack's capabilities now and its lifecycle to the server (docs/packs.md, "A pack's
+        lifecycle"): the server awaits its ``open()`` at start and its ``aclose()`` when it closes;
+        a failed :meth:`build` closes it at once.
+
+        Args:
+            pack: a pack object (``codemode.packs``: a Pack, a list of capabilities, a factory) or a
+                spec string, ``module:object`` or ``path/to/file.py:object``.
+            settings: what the pack is given (default: the process environment, no options).
+            name: how messages name it (default: the spec, else the pack's ``name`` attribute or type).
+
+        Returns:
+            This builder, so calls chain.
+
+        Raises:
+            PackError: the pack cannot be imported or did not produce capabilities (it is closed).
+            InvalidRegistration: after :meth:`build`.
+        """
+        if self._built:
+            raise InvalidRegistration(["builder: add_pack() after build()"])
+        if isinstance(pack, str):
+            loaded = load_spec(pack, settings)
+            if name is not None:
+                loaded.label = f"pack {name!r}"
+        else:
+            loaded = load(pack, settings, label=None if name is None else f"pack {name!r}")
+        self._packs.append(loaded)
+        self._caps.extend(loaded.capabilities)
+        return self
 
     def register(self, *capabilities: Capability) -> Builder:
         """Add capabilities to the catalog being built (checked at :meth:`build`).
@@ -145,6 +188,12 @@ class Builder:
             problems.append(
                 "reserved_slots: must be an int from 0 to max_concurrent_executions - 1 (None = derived)"
             )
+        if self._tracing is not None and not isinstance(self._tracing, Tracing):
+            problems.append("tracing: must be codemode.Tracing (or None: no traces)")
+        elif self._tracing is not None and self._tracing.subject not in ("hash", "omit"):
+            problems.append('tracing: subject must be "hash" or "omit"')
+        elif self._tracing is not None and not callable(getattr(self._tracing.provider, "get_tracer", None)):
+            problems.append("tracing: provider must be an OpenTelemetry TracerProvider")
         if isinstance(self._disabled, str):
             problems.append("disabled: must be a list of ids")
             self._disabled = []
@@ -165,6 +214,7 @@ class Builder:
             for c in enabled:
                 problems += bounds.problems(c)
         if problems:
+            close_now(self._packs)
             raise InvalidRegistration(problems)
         assert self._authorizer is not None
         runtime = self._runtime
@@ -172,7 +222,7 @@ class Builder:
             from ..runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
-        return Server(
+        server = Server(
             enabled,
             self._authorizer,
             resolved,
@@ -180,7 +230,17 @@ class Builder:
             self._observer,
             self._subject_quota,
             self._reserved_slots if self._reserved_slots is not None or self._subject_quota else 0,
+            self._tracing,
         )
+        for pack in self._packs:
+            server.attach(pack)
+        return server
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a task's failure as seen (whoever awaited it got it; it may have been nobody)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _resolved_slots(limits: Limits) -> int:
@@ -204,6 +264,16 @@ class Server:
     Use it as ``async with server:`` (starts the runtime, closes everything on exit), or call
     :meth:`start` and :meth:`aclose` yourself. :meth:`search`, :meth:`describe` and :meth:`execute`
     are the three tools of docs/reference/tools.md.
+
+    Args (of the constructor, which :meth:`Builder.build` calls after validating each):
+        capabilities: the enabled, compiled capabilities.
+        authorizer: decides every native call.
+        limits: the resolved limits.
+        runtime: where workers run.
+        observer: hooks for metrics and audit, or None.
+        subject_quota: concurrent executes per subject (0: none).
+        reserved_slots: worker slots kept for subjects with nothing in flight.
+        tracing: OpenTelemetry traces, or None.
     """
 
     def __init__(
@@ -215,6 +285,7 @@ class Server:
         observer: Observer | None = None,
         subject_quota: int = 0,
         reserved_slots: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.limits = limits
         self.runtime = runtime
@@ -225,16 +296,24 @@ class Server:
             max_response_bytes=limits.max_search_response_bytes,
         )
         self._executor = Executor(
-            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots
+            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots, tracing
         )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
-        self._resources: list[Any] = []
+        self._resources: list[Lifecycle] = []
+        self._open_failure: Exception | None = None
+        self._opening: asyncio.Task[None] | None = None
 
-    def attach(self, resource: Any) -> None:
-        """Tie a pack's connections to this server: :meth:`start` awaits ``resource.connect()`` (when
-        it has one; a failure is logged, the pack reconnects on its next call) and :meth:`aclose`
-        awaits ``resource.aclose()`` after the workers are reaped."""
+    def attach(self, resource: Lifecycle) -> None:
+        """Tie a pack (or another resource) to this server's lifecycle (docs/packs.md, "A pack's
+        lifecycle"): :meth:`start` awaits ``resource.open()`` after the runtime started, in the order
+        attached; :meth:`aclose` awaits ``resource.aclose()`` after the workers are reaped, in
+        reverse order, once, whether or not it was opened.
+
+        Args:
+            resource: a :class:`~codemode.packs.lifecycle.Lifecycle` (``Builder.add_pack`` attaches
+                each pack it was given).
+        """
         self._resources.append(resource)
 
     @property
@@ -279,30 +358,61 @@ class Server:
         return Description(**describe_document(cap))
 
     async def start(self) -> None:
-        """Start the runtime (orphan clean-up, pool warm-up). ``execute`` calls it on first use."""
+        """Start the runtime (orphan clean-up, pool warm-up), then open every attached pack in order.
+        ``execute`` calls it on first use; a runtime that failed to start is tried again next time.
+
+        Raises:
+            PackOpenError: a pack's ``open()`` failed (one line naming it). Every attached pack is
+                closed then (the opened ones too, in reverse order) and the server cannot start again.
+            Exception: whatever the runtime's start raised.
+        """
         if self._started:
             return
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
+            if self._open_failure is not None:
+                raise self._open_failure
             if not self._started:
                 await self.runtime.start()
+                await self._open_resources()
                 self._started = True
-                for resource in self._resources:
-                    connect = getattr(resource, "connect", None)
-                    if connect is None:
-                        continue
-                    try:
-                        await connect()
-                    except Exception as exc:
-                        log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
 
-    async def execute(self, source: str, *, subject: Subject) -> Any:
+    async def _open_resources(self) -> None:
+        """Open the packs in a task of their own: a start cut short (a readiness probe's timeout)
+        leaves the opens running, and the next start waits for the same task."""
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(self._open_all())
+            self._opening.add_done_callback(_retrieve)
+        await asyncio.shield(self._opening)
+
+    async def _open_all(self) -> None:
+        for resource in list(self._resources):
+            try:
+                await resource.open()
+            except Exception as exc:
+                self._open_failure = exc
+                resources, self._resources = self._resources, []
+                await close_reversed(resources)
+                raise
+
+    async def execute(
+        self,
+        source: str,
+        *,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> Any:
         """``execute``: run one program in a fresh worker (docs/reference/program.md).
 
         Args:
             source: the Starlark program; it defines ``def main():``.
             subject: the trusted caller every native call is authorized for.
+            trace_context: W3C trace context (``{"traceparent": ..., "tracestate": ...}``) the
+                execute's span continues, when tracing is on (ignored otherwise, and when invalid).
+            approver: asks the user about each call the policy answers "ask" for
+                (:class:`~codemode.Approver`; None: nobody can be asked, such calls are declined).
 
         Returns:
             ``main()``'s plain value (None, bool, int, float, str, list, str-keyed dict).
@@ -311,19 +421,31 @@ class Server:
             CodeModeError: a subclass per outcome (docs/reference/errors.md); it carries the call
                 ledger (``err.calls``) and the prints (``err.prints``).
         """
-        return (await self.run(source, subject=subject)).value
+        run = await self.run(source, subject=subject, trace_context=trace_context, approver=approver)
+        return run.value
 
-    async def run(self, source: str, *, subject: Subject) -> ExecuteResult:
+    async def run(
+        self,
+        source: str,
+        *,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> ExecuteResult:
         """Like :meth:`execute`, with the call ledger and the prints.
 
         Args:
             source: the Starlark program.
             subject: the trusted caller.
+            trace_context: as for :meth:`execute`.
+            approver: as for :meth:`execute`.
 
         Returns:
             An :class:`~codemode.ExecuteResult` (``value``, ``calls``, ``prints``).
 
         Raises:
+            Unauthenticated: ``subject`` is not a Subject with a non-empty id.
+            Internal: the runtime or a pack could not start (the detail is in the host log).
             CodeModeError: as :meth:`execute`.
         """
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
@@ -334,23 +456,30 @@ class Server:
             # e.g. a dead Docker daemon: precise reason for the operator, coarse text for the client.
             log.error("runtime %s could not start: %s", self.runtime.name, exc)
             raise Internal() from None
-        return await self._executor.execute(source, subject)
+        return await self._executor.execute(source, subject, trace_context, approver)
 
     async def aclose(self) -> None:
-        """Stop pools and reap every worker."""
+        """Stop pools, reap every worker, then close every attached pack (last attached first, each
+        once; a failure is logged and the rest still close)."""
         await self._executor.drain()
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():
+            opening.cancel()  # a pack still opening is closed like the others, once
+            await asyncio.gather(opening, return_exceptions=True)
         try:
             await self.runtime.aclose()
         finally:
-            for resource in reversed(self._resources):
-                try:
-                    await resource.aclose()
-                except Exception as exc:
-                    log.warning("%s: closing failed: %s", type(resource).__name__, exc)
+            resources, self._resources = self._resources, []
+            await close_reversed(resources)
 
     async def __aenter__(self) -> Server:
-        """``async with server:`` starts the runtime and closes everything on exit."""
-        await self.start()
+        """``async with server:`` starts the runtime and the packs, and closes everything on exit
+        (also when the start fails)."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -37,11 +37,14 @@ import mcp_types as types
 from mcp.server import Server as MCPLowLevelServer
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import authz
 from ..common.errors import CodeModeError, Internal, Unauthenticated, client_text
 from ..common.outcomes import LEDGER_OUTCOMES, ExecuteResult
 from ..execution.server import Server
+from .approval import ElicitingApprover, can_elicit
+from .retries import RetryingExecutes
 
 __all__ = [
     "TOOL_NAMES",
@@ -64,18 +67,43 @@ class Resolver(Protocol):
     ``None`` when there is none. Raise (anything) or return an empty id to refuse the request.
     """
 
-    def resolve(self, request: Any) -> authz.Subject | Awaitable[authz.Subject]: ...
+    def resolve(self, request: Any) -> authz.Subject | Awaitable[authz.Subject]:
+        """The trusted subject of one MCP request.
+
+        Args:
+            request: the SDK's request context, or None.
+
+        Returns:
+            The subject (or an awaitable of it); an empty id refuses the request.
+        """
+        ...
 
 
 class StaticSubject:
     """Always the same subject: for a single-user stdio deployment only."""
 
     def __init__(self, id: str) -> None:
+        """Serve every request as one subject.
+
+        Args:
+            id: the subject id (non-empty).
+
+        Raises:
+            ValueError: an empty or non-string id.
+        """
         if not isinstance(id, str) or not id:
             raise ValueError("StaticSubject needs a non-empty subject id")
         self.id = id
 
     def resolve(self, request: Any) -> authz.Subject:
+        """The configured subject, whatever the request.
+
+        Args:
+            request: ignored.
+
+        Returns:
+            ``Subject(id)``.
+        """
         return authz.Subject(self.id)
 
     def __repr__(self) -> str:
@@ -89,6 +117,17 @@ class ContextSubject:
     """
 
     def resolve(self, request: Any) -> authz.Subject:
+        """The subject authentication stored for this request.
+
+        Args:
+            request: ignored (nothing in it can choose the subject).
+
+        Returns:
+            The authenticated subject.
+
+        Raises:
+            Unauthenticated: no subject was stored (``unauthenticated``).
+        """
         subject = authz.current_subject()
         if subject is None:
             raise Unauthenticated()
@@ -183,12 +222,14 @@ Returns {"result": <main()'s return value>, "calls": [...]}. Every result, also 
 carries "calls" (a second text block {"calls": [...]}): the capability calls the program made, in \
 order, each {"capability": "records.create", "outcome": ...}. Outcomes: "ok" (it ran and its result \
 reached the program), "denied", "policy failure", "invalid arguments" and "not run" (it did not \
-run), "failed" (it ran and failed; it may have had an effect), "limit exceeded" (it ran, but a \
-budget stopped it, e.g. its result was too large), "interrupted" (the time ran out while it \
-ran; it may have had an effect). After an error, read "calls" before you retry: the calls with \
-outcome "ok" (and maybe "failed", "limit exceeded", "interrupted") have already happened; do \
-not repeat their effects (for example, do not create the same record twice), continue from the \
-failed call. Calls never reached because a limit stopped the program first are not listed.
+run), "declined" (the host asked the user to approve the call and it was not approved; it did not \
+run: do not retry it, tell the user what you wanted to do), "failed" (it ran and failed; it may \
+have had an effect), "limit exceeded" (it ran, but a budget stopped it, e.g. its result was too \
+large), "interrupted" (the time ran out while it ran; it may have had an effect). After an \
+error, read "calls" before you retry: the calls with outcome "ok" (and maybe "failed", "limit \
+exceeded", "interrupted") have already happened; do not repeat their effects (for example, do not \
+create the same record twice), continue from the failed call. Calls never reached because a \
+limit stopped the program first are not listed.
 
 Errors and how to recover:
 - "invalid program: <codemode>:LINE:COL: message" (or just "invalid program") - syntax error, \
@@ -201,8 +242,9 @@ wrong-typed or out-of-range arguments; the diagnostic names the argument path (e
 - "capability failed: <message>" - the capability reported a problem, e.g. "record 7 not found": \
 act on the message. Plain "capability failed" - it failed without details: retry once or try \
 another way.
-- "permission denied" - the host's policy refused that call for you: do not repeat it; choose \
-another approach (attempt() lets the program do so itself) or tell the user.
+- "permission denied" - the host's policy refused that call for you, or (outcome "declined") the \
+user did not approve it when asked: do not repeat it; choose another approach (attempt() lets the \
+program do so itself) or tell the user.
 - "authorization policy failure" - the host could not evaluate its policy: retrying will not help; \
 tell the user.
 - "resource limit exceeded: <kind>" - a budget ran out; the kind says which. "time", "steps" \
@@ -298,19 +340,35 @@ EXECUTE_OUTPUT_SCHEMA: JSONObject = {
     "additionalProperties": False,
 }
 
-Runner = Callable[[Server, authz.Subject, str], Awaitable[JSONObject]]
+
+@dataclass(frozen=True)
+class _Request:
+    """What a tool may use of its MCP request besides the argument: the request's ``_meta`` (where
+    a client may send W3C trace context: ``traceparent``, ``tracestate``) and the SDK's request
+    context (through which the user can be asked, when the client and transport allow it)."""
+
+    meta: Mapping[str, Any] | None = None
+    context: Any = None
 
 
-async def _run_search(server: Server, subject: authz.Subject, query: str) -> JSONObject:
+#: A tool's work: the server, the trusted subject, the tool's one argument and its request.
+Runner = Callable[[Server, authz.Subject, str, _Request], Awaitable[JSONObject]]
+
+
+async def _run_search(server: Server, subject: authz.Subject, query: str, request: _Request) -> JSONObject:
     return server.search(query).to_dict()
 
 
-async def _run_describe(server: Server, subject: authz.Subject, name: str) -> JSONObject:
+async def _run_describe(server: Server, subject: authz.Subject, name: str, request: _Request) -> JSONObject:
     return server.describe(name).to_dict()
 
 
-async def _run_execute(server: Server, subject: authz.Subject, source: str) -> JSONObject:
-    return _execute_output(server, await server.run(source, subject=subject))
+async def _run_execute(server: Server, subject: authz.Subject, source: str, request: _Request) -> JSONObject:
+    approver = (
+        ElicitingApprover(request.context) if isinstance(request.context, ServerRequestContext) else None
+    )
+    run = await server.run(source, subject=subject, trace_context=request.meta, approver=approver)
+    return _execute_output(server, run)
 
 
 def _execute_output(server: Server, run: ExecuteResult) -> JSONObject:
@@ -396,7 +454,11 @@ TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
 
 
 def tool_definitions() -> list[types.Tool]:
-    """The three tool definitions, as ``tools/list`` returns them."""
+    """The three tool definitions.
+
+    Returns:
+        ``search_api``, ``describe_api`` and ``execute``, as ``tools/list`` returns them.
+    """
     return [spec.to_tool() for spec in _TOOLS.values()]
 
 
@@ -476,6 +538,12 @@ async def _resolve(resolver: Resolver, request: Any) -> authz.Subject:
     return subject
 
 
+def _per_request_protocol(request: Any) -> bool:
+    """The request speaks the 2026-07-28 per-request protocol (no server requests: a question to
+    the user is an ``InputRequiredResult`` and its answer comes with the client's retry)."""
+    return isinstance(request, ServerRequestContext) and request.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
 class _Handlers:
     """The ``tools/list`` and ``tools/call`` handlers bound to one server and resolver."""
 
@@ -483,6 +551,7 @@ class _Handlers:
         self.server = server
         self.resolver = resolver
         self.tools = tool_definitions()
+        self.retries = RetryingExecutes()
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -491,7 +560,7 @@ class _Handlers:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         spec = _TOOLS.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message="unknown tool")
@@ -499,17 +568,54 @@ class _Handlers:
         if not _arguments_ok(spec, arguments):
             return self.failure(spec, spec.schema_error, None)
         assert arguments is not None
-        return await self.run(spec, ctx, arguments[spec.arg])
+        meta = params.meta if isinstance(params.meta, Mapping) else None
+        if spec.name == "execute" and _per_request_protocol(ctx):
+            return await self.run_retrying(ctx, arguments[spec.arg], meta, params)
+        return await self.run(spec, ctx, arguments[spec.arg], meta)
 
-    async def run(self, spec: _ToolSpec, request: Any, value: str) -> types.CallToolResult:
+    async def run(
+        self, spec: _ToolSpec, request: Any, value: str, meta: Mapping[str, Any] | None = None
+    ) -> types.CallToolResult:
         try:
             subject = await _resolve(self.resolver, request)
-            out = await spec.run(self.server, subject, value)
+            out = await spec.run(self.server, subject, value, _Request(meta, request))
             return execute_success(out) if spec.name == "execute" else success_result(out)
         except CodeModeError as err:
             return self.failure(spec, client_text(err), err)
         except Exception as exc:  # CancelledError is a BaseException and propagates
             log.exception("%s failed in the host: %s", spec.name, type(exc).__name__)
+            return self.failure(spec, Internal.text, None)
+
+    async def run_retrying(
+        self,
+        ctx: ServerRequestContext[Any],
+        source: str,
+        meta: Mapping[str, Any] | None,
+        params: types.CallToolRequestParams,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """``execute`` on the 2026-07-28 protocol: a question to the user answers the call with an
+        ``InputRequiredResult``; the client's retry (``request_state``) resumes the same execute
+        (codemode.mcp.retries). An unknown state is a JSON-RPC error, raised as it is."""
+        spec = _TOOLS["execute"]
+        try:
+            subject = await _resolve(self.resolver, ctx)
+            if params.request_state is not None:
+                outcome = await self.retries.resume(
+                    subject, source, params.request_state, params.input_responses
+                )
+            else:
+                outcome = await self.retries.start(
+                    self.server, subject, source, meta, can_elicit(ctx.session)
+                )
+            if isinstance(outcome, types.InputRequiredResult):
+                return outcome
+            return execute_success(_execute_output(self.server, outcome))
+        except CodeModeError as err:
+            return self.failure(spec, client_text(err), err)
+        except MCPError:
+            raise
+        except Exception as exc:  # CancelledError is a BaseException and propagates
+            log.exception("execute failed in the host: %s", type(exc).__name__)
             return self.failure(spec, Internal.text, None)
 
     def failure(self, spec: _ToolSpec, text: str, err: CodeModeError | None) -> types.CallToolResult:
@@ -526,8 +632,20 @@ def create_server(
 ) -> MCPLowLevelServer[Any]:
     """An official MCP SDK low-level server publishing exactly the three code-mode tools.
 
-    ``resolver`` is any object with ``resolve(request) -> Subject`` (sync or async). The caller owns
-    ``server``'s lifecycle (``await server.aclose()`` when done).
+    The caller owns ``server``'s lifecycle (``await server.aclose()`` when done).
+
+    Args:
+        server: the built :class:`~codemode.Server`.
+        resolver: any object with ``resolve(request) -> Subject`` (sync or async).
+        name: the server name the MCP handshake reports.
+        version: its version (default: codemode's).
+        instructions: the handshake's instructions for the model (None: none).
+
+    Returns:
+        The MCP server (run it on a transport: stdio, streamable HTTP).
+
+    Raises:
+        TypeError: ``server`` is not a built Server, or ``resolver`` has no ``resolve``.
     """
     if not isinstance(server, Server):
         raise TypeError("create_server needs a built codemode.Server")
@@ -538,6 +656,7 @@ def create_server(
 
         version = __version__
     handlers = _Handlers(server, resolver)
+    server.attach(handlers.retries)  # executes waiting for a retry end with the server
     schemas = {spec.name: spec.input_schema for spec in _TOOLS.values()}
     return MCPLowLevelServer(
         name,

@@ -41,14 +41,22 @@ def _prctl(option: int, value: int = 0) -> int:
 
 
 def dumpable() -> bool | None:
-    """Whether this process is dumpable (None off Linux)."""
+    """Whether this process is dumpable.
+
+    Returns:
+        True or False on Linux; None elsewhere (no such flag).
+    """
     if not sys.platform.startswith("linux"):
         return None
     return _prctl(_PR_GET_DUMPABLE) != 0
 
 
 def protect() -> None:
-    """Make this process non-dumpable (nothing off Linux); ``OSError`` when it does not hold."""
+    """Make this process non-dumpable (nothing off Linux).
+
+    Raises:
+        OSError: ``prctl`` failed, or the process is still dumpable after it.
+    """
     if not sys.platform.startswith("linux"):
         return
     _prctl(_PR_SET_DUMPABLE, 0)

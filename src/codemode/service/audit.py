@@ -47,6 +47,9 @@ class AuditLog:
 
     # ------------------------------------------------------------------ observer hooks
     def native_call(self, event: CallEvent) -> None:
+        asked = (
+            {"approval": event.approval, "approval_ms": _ms(event.approval_seconds)} if event.approval else {}
+        )
         self.emit(
             "native_call",
             subject=event.subject_id,
@@ -57,6 +60,7 @@ class AuditLog:
             authz_ms=_ms(event.authz_seconds),
             handler_ms=_ms(event.handler_seconds),
             worker_id=event.worker_id or None,
+            **asked,
         )
 
     def execute(self, event: ExecuteEvent) -> None:

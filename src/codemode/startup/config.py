@@ -40,7 +40,7 @@ from pydantic_settings import (
 )
 
 from ..execution.admission import default_reserve
-from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, UNITS, Limits
+from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, UNITS, Limits
 
 __all__ = [
     "CONFIG_ENV",
@@ -136,7 +136,7 @@ LIMIT_FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
 
 def _limit(name: str) -> Any:
     default = DEFAULTS[name]
-    if name == "max_execution_time":
+    if name in FLOAT_LIMITS:
         return Field(float(default), gt=0, description=UNITS[name])
     if default == 0:  # off by default (max_print_bytes): 0 keeps it off
         return Field(0, ge=0, description=UNITS[name])
@@ -253,7 +253,29 @@ class Settings(BaseSettings):
 
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
-    pool: int = Field(0, ge=0, description="warm workers kept ready (0 = none)")
+    pool: int = Field(
+        0,
+        ge=0,
+        description="warm workers kept ready (0 = none); in the reuse mode: sandboxes kept idle in all",
+    )
+    reuse_executes: int = Field(
+        0,
+        ge=0,
+        description="the reuse mode (docker, kubernetes; an operator's choice): a sandbox serves up to this "
+        "many executes of its one subject, a fresh scrubbed worker process each (0 = off: one fresh sandbox "
+        "per execute)",
+    )
+    reuse_idle_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="the reuse mode: seconds a sandbox is kept for its subject without an execute",
+    )
+    process_spawn: Literal["template", "classic"] | None = Field(
+        None,
+        description="how worker processes are made: template (default: forked from a pre-imported "
+        "worker template) or classic (python -I started for each worker)",
+    )
     process_memory: str | None = Field(
         None, description="worker address-space limit (RLIMIT_AS), bytes or 512m/2g (default 2g)"
     )
@@ -323,6 +345,8 @@ class Settings(BaseSettings):
     max_callstack: int = _limit("max_callstack")
     max_describe_response_bytes: int = _limit("max_describe_response_bytes")
     max_print_bytes: int = _limit("max_print_bytes")
+    max_approval_time: float = _limit("max_approval_time")
+    max_pending_approvals: int = _limit("max_pending_approvals")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
         ge=0,
@@ -401,6 +425,21 @@ class Settings(BaseSettings):
         description="the one header the trusted proxies write: x-forwarded-for or forwarded (RFC 7239)",
     )
 
+    # ---------------------------------------------------------------------------- traces
+    trace_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces: one trace per "
+        "execute (default: no tracing; OpenTelemetry is not even imported)",
+    )
+    trace_service_name: str = Field(
+        "codemode", min_length=1, max_length=200, description="service.name of the traces"
+    )
+    trace_subject: Literal["hash", "omit"] = Field(
+        "hash",
+        description="the subject on each execute span: hash (first 16 hex digits of its SHA-256, "
+        "a pseudonym) or omit",
+    )
+
     # ---------------------------------------------------------------------------- lifecycle (http)
     ready_check_timeout: float = Field(6.0, gt=0, description="seconds a /readyz runtime check may take")
     start_degraded: bool = Field(
@@ -454,6 +493,19 @@ class Settings(BaseSettings):
         if bad or not value:
             raise ValueError(f"must be a non-empty list of asymmetric algorithms from {sorted(allowed)}")
         return value
+
+    @field_validator("trace_endpoint")
+    @classmethod
+    def _trace_endpoint(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            parts = urlsplit(value.strip())
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http or https URL such as http://127.0.0.1:4318/v1/traces")
+        return value.strip()
 
     @field_validator("audit_log")
     @classmethod
@@ -545,6 +597,17 @@ class Settings(BaseSettings):
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
+        if self.reuse_executes and self.runtime == "process":
+            out.append(f"{names('reuse_executes')} needs {names('runtime')} docker or kubernetes")
+        elif self.reuse_executes and not self.pool:
+            out.append(
+                f"{names('reuse_executes')} needs {names('pool')} > 0 "
+                "(the sandboxes kept idle for their subjects)"
+            )
+        if "reuse_idle_seconds" in self.model_fields_set and not self.reuse_executes:
+            out.append(
+                f"{names('reuse_idle_seconds')} applies to the reuse mode only ({names('reuse_executes')})"
+            )
         if self.max_print_bytes > self.max_value_bytes:
             out.append(f"{names('max_print_bytes')} must not exceed {names('max_value_bytes')}")
         for prefix in ("process", "docker", "kubernetes"):
