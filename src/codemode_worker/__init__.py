@@ -11,6 +11,11 @@ PROTOCOL_VERSION = 1
 """Version carried by ``probe``, ``probe_ack`` and ``exec`` frames."""
 
 WORKER_ENV_MARKER = "CODEMODE_WORKER"
-"""The only environment variable a runtime sets for a worker (value ``"1"``)."""
+"""The environment variable every runtime sets for a worker (value ``"1"``)."""
 
-__all__ = ["PROTOCOL_VERSION", "WORKER_ENV_MARKER"]
+STDERR_VARIABLE = "CODEMODE_WORKER_STDERR"
+"""Set to ``STDERR_BOUNDED`` (the Kubernetes runtime does), the worker passes on only the first
+8 KiB of what it writes to stderr once confined (``confinement``, ``stderr_relay``)."""
+STDERR_BOUNDED = "bounded"
+
+__all__ = ["PROTOCOL_VERSION", "STDERR_BOUNDED", "STDERR_VARIABLE", "WORKER_ENV_MARKER"]

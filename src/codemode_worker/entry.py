@@ -4,9 +4,12 @@ Stdin and stdout carry frames only (``protocol``). Before anything else stdout i
 a private descriptor for frames and fd 1 (and ``sys.stdout``) is pointed at stderr, so a stray
 write from Python or native code can never corrupt the frame stream.
 
-Sequence: warm up the interpreter; build the seccomp filter (``confinement.prepare``); drop to the
-uid the runtime asked for (``privileges``); confine itself (``confinement.confine``: file-size and
-message-queue limits 0, NO_NEW_PRIVS, the filter on every thread); only then read frames: answer
+Sequence: enter the Landlock domain while the process has one thread
+(``confinement.restrict_files``: no device node but a few, no ptrace access outside it); warm up the
+interpreter; build the seccomp filter (``confinement.prepare``); drop to the uid the runtime asked
+for (``privileges``); confine itself (``confinement.confine``: file-size limit 0, a small
+descriptor limit, not dumpable, stderr bounded when the runtime asks, NO_NEW_PRIVS, the filter on
+every thread); only then read frames: answer
 every ``probe`` with ``probe_ack`` (only possible once warm and confined); on ``exec`` run the program,
 sending each capability call and blocking for its reply (``channel``); end with ``final`` or
 ``final_error`` and exit 0.
@@ -27,7 +30,7 @@ from typing import Any, BinaryIO, NoReturn
 
 from . import PROTOCOL_VERSION
 from .channel import HostChannel
-from .confinement import confine, prepare
+from .confinement import confine, prepare, restrict_files
 from .interpreter import (
     ExecLimits,
     HostProtocolError,
@@ -39,7 +42,17 @@ from .interpreter import (
 from .privileges import drop_privileges
 from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
-__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "streams"]
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_OK",
+    "EXIT_PROTOCOL",
+    "exit_now",
+    "main",
+    "run",
+    "serve",
+    "serve_confined",
+    "streams",
+]
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -99,6 +112,13 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
     seccomp_filter = prepare()
     drop_privileges()  # before the first frame: no program runs with the starting uid
     confine(seccomp_filter)  # nor outside the filter
+    return serve_confined(inp, out)
+
+
+def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
+    """Serve one exchange in a process that is warm and confined already (``serve`` above, or a
+    worker forked from a warm template, ``codemode_worker.template``, or by the reuse mode's
+    ``codemode_worker.supervisor``); return the exit code."""
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)
@@ -120,12 +140,17 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
 def main() -> int:
     """Serve one program on this process's stdin/stdout; return the exit code."""
     inp, out = streams()
+    restrict_files()  # before the interpreter thread starts: every thread is in the domain
     return on_interpreter_thread(lambda: serve(inp, out))
 
 
 def run() -> NoReturn:
     """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
-    code = main()
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush stderr and end the process with ``code`` at once (no interpreter teardown)."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:

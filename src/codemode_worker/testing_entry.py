@@ -1,6 +1,6 @@
 """``python -m codemode_worker.testing_entry``: a worker for sandbox escape tests only.
 
-It confines itself like the real worker (uid drop, then the seccomp filter of
+It confines itself like the real worker (Landlock, the uid drop, then the seccomp filter of
 ``confinement``: the escape tests probe exactly the boundary a compromised interpreter would meet),
 answers probes like the real worker, then runs the ``source`` of the exec frame as arbitrary
 **Python** (not Starlark), with the protocol helpers in scope: ``frame`` (the exec frame),
@@ -24,14 +24,14 @@ import socket  # noqa: F401  (likewise)
 import sys
 import traceback
 from collections.abc import Collection
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import PROTOCOL_VERSION, protocol
-from .confinement import confine, prepare
+from .confinement import confine, prepare, restrict_files
 from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
 from .privileges import drop_privileges
 
-__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main"]
+__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main", "serve_confined"]
 
 ENABLE_VARIABLE = "CODEMODE_WORKER_TESTING"
 EXIT_DISABLED = 3
@@ -42,9 +42,16 @@ def main() -> int:
         return EXIT_DISABLED
     inp, out = streams()
     # Like the real worker: the test program never runs with the starting uid, nor unconfined.
+    restrict_files()
     seccomp_filter = prepare()
     drop_privileges()
     confine(seccomp_filter)
+    return serve_confined(inp, out)
+
+
+def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
+    """The probe/exec loop, in a process that has confined itself already (``main`` above, or a
+    worker forked by ``codemode_worker.template --testing`` or ``codemode_worker.supervisor --testing``)."""
 
     def send(frame: dict[str, Any]) -> None:
         out.write(protocol.encode_frame(frame))

@@ -32,11 +32,12 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.runtimes.base import SpawnFailed
-from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, DockerRuntime, DockerSandbox
+from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, STDERR_TAIL, DockerRuntime, DockerSandbox
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
 from tests.integration.support_docker import read_exact, read_frame, worker_containers
 
+from . import review_probes
 from .kernel_probe import PROBE, not_refused
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -307,6 +308,45 @@ async def test_the_kernel_surface_is_the_filters(testing_runtime: DockerRuntime)
     else:
         assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
     assert not_refused(report) == {}, report
+
+
+async def test_argument_forms_and_other_abis_are_refused(testing_runtime: DockerRuntime) -> None:
+    """Security review of issue 19 §3: the argument forms and ABIs of ``review_probes.FORMS_PROBE``
+    (x32 numbers, clone flag mixes, fcntl/ioctl commands, open with a write flag in any spelling,
+    signals, pidfds, another seccomp filter, priorities, the splice family) are refused here too."""
+    report = await run_fresh(testing_runtime, review_probes.FORMS_PROBE)
+    assert not_refused(report) == {}, report
+
+
+async def test_a_worker_takes_no_pseudo_terminal(testing_runtime: DockerRuntime) -> None:
+    """The worker never needs a terminal, but opening ``/dev/ptmx`` (a read-only open the filter
+    allows) allocates one from a count the whole machine shares (``kernel.pty.max`` - reserve = 3072
+    for all containers): 52 Docker workers together, or one Kubernetes worker, leave every other
+    container without a pty. (Under gVisor the ptys are the sandbox's own, not the host's.)"""
+    found = await run_fresh(testing_runtime, review_probes.PTY_PROBE)
+    assert found["ptys"] == 0, found
+
+
+async def test_a_workers_stderr_is_not_stored_on_the_hosts_disk(
+    testing_runtime: DockerRuntime, docker_api: Any
+) -> None:
+    """Issue 19 §4 ("every writable path ... stdout/stderr as a disk-filling channel"): the host keeps
+    an 8 KiB stderr tail, but the engine also writes everything the worker prints to the container's
+    log file (``json-file``, no ``max-size``), one JSON object per line: 4 MiB of two-byte lines made
+    ~150 MB on the host's disk (32 MiB made 1.2 GB in 16 s), there until the container is removed."""
+    sandbox = await testing_runtime.spawn()
+    try:
+        assert await run_python(sandbox, review_probes.STDERR_FLOOD) == {
+            "written": review_probes.STDERR_FLOOD_BYTES
+        }
+        path = docker_api.inspect_container(sandbox.container_id).get("LogPath") or ""
+        stored = os.path.getsize(path) if path and os.path.exists(path) else 0
+        tail = sandbox.stderr_tail
+    finally:
+        await sandbox.destroy()
+    assert stored <= 1024 * 1024, f"{stored} bytes in {path}"
+    # The host still gets the worker's stderr on the attach stream, as a bounded tail.
+    assert 0 < len(tail) <= STDERR_TAIL and set(tail) == set(b"x\n"), len(tail)
 
 
 # ------------------------------------------------------------------------------------------ processes

@@ -11,8 +11,10 @@ destroy(), and the System V IPC objects it made are removed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,28 +26,40 @@ import pytest
 
 import codemode
 from codemode.runtimes.ipc_cleanup import ipc_of
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
+from codemode_worker.confinement import OPEN_FILES_HEADROOM
 
 from ..integration.helpers import ALICE, make_server
+from . import review_probes
 from .kernel_probe import PROBE, not_refused
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")
 
 TESTING = {"CODEMODE_WORKER_TESTING": "1"}
+#: Every test runs on both ways of making a worker: forked by the template (the default) and started.
+BOTH_SPAWNS = pytest.mark.parametrize("spawn", SPAWN_MODES, indirect=True)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[codemode.Server]:
-    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+def spawn(request: pytest.FixtureRequest) -> Spawn:
+    mode: Spawn = getattr(request, "param", "template")
+    return mode
+
+
+@pytest.fixture
+async def server(spawn: Spawn) -> AsyncIterator[codemode.Server]:
+    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING, spawn=spawn)
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     yield srv
     await srv.aclose()
 
 
-# The testing entry with the filter left out (never possible for a real worker: entry.serve has no
-# such switch). Imported modules are patched in the worker process only.
+# The testing entry with its confinement (Landlock and the filter) left out (never possible for a
+# real worker: neither entry.serve nor the template has such a switch). Imported modules are
+# patched in the worker (or template) process only.
 UNCONFINED = (
     "from codemode_worker import testing_entry as t\n"
+    "t.restrict_files = lambda: None\n"
     "t.prepare = lambda: None\n"
     "t.confine = lambda _filter: None\n"
     "import os, sys\n"
@@ -53,12 +67,31 @@ UNCONFINED = (
     "sys.stderr.flush()\n"
     "os._exit(code)\n"
 )
+UNCONFINED_TEMPLATE = (
+    "from codemode_worker import confinement as c\n"
+    "c.restrict_files = lambda: None\n"
+    "c.prepare = lambda: None\n"
+    "c.confine = lambda _filter: None\n"
+    "c.compile_filter = lambda: None\n"
+    "import os, sys\n"
+    "from codemode_worker import template\n"
+    "code = template.main(sys.argv[1:])\n"
+    "sys.stderr.flush()\n"
+    "os._exit(code)\n"
+)
+
+
+def unconfined_runtime(spawn: Spawn, **kwargs: Any) -> ProcessRuntime:
+    """A process runtime whose workers run the testing entry without their filter."""
+    if spawn == "template":
+        command = [sys.executable, "-I", "-c", UNCONFINED_TEMPLATE, "--testing"]
+        return ProcessRuntime(template_argv=command, extra_env=TESTING, **kwargs)
+    return ProcessRuntime(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING, **kwargs)
 
 
 @pytest.fixture
-async def unconfined() -> AsyncIterator[codemode.Server]:
-    runtime = ProcessRuntime(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING)
-    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+async def unconfined(spawn: Spawn) -> AsyncIterator[codemode.Server]:
+    srv, _ = make_server(runtime=unconfined_runtime(spawn), max_execution_time=20.0)
     yield srv
     await srv.aclose()
 
@@ -103,6 +136,7 @@ final({"grandchild": pid, "uid": os.getuid()})
 """
 
 
+@BOTH_SPAWNS
 async def test_setsid_grandchild_dies_with_destroy(unconfined: codemode.Server) -> None:
     """Under the filter fork is refused (test_the_kernel_surface_is_the_filters); without it, a
     grandchild that left the session still dies with its worker's uid."""
@@ -129,6 +163,7 @@ final({"made": made, "uid": os.getuid()})
 """
 
 
+@BOTH_SPAWNS
 @pytest.mark.skipif(IPC_MAKER is None, reason="ipcmk (util-linux) not found")
 async def test_system_v_ipc_objects_die_with_destroy(unconfined: codemode.Server) -> None:
     """Shared memory, semaphores and message queues outlive processes. Under the filter none can be
@@ -155,6 +190,7 @@ final({"made": made, "refused": refused})
 """
 
 
+@BOTH_SPAWNS
 async def test_processes_are_bounded(server: codemode.Server) -> None:
     value = await run(server, FORK_BOMB)
     assert value["refused"] > 0
@@ -182,6 +218,7 @@ final(out)
 """
 
 
+@BOTH_SPAWNS
 async def test_the_kernel_surface_is_the_filters(server: codemode.Server) -> None:
     """Issue 19 §3: the worker's own seccomp filter refuses what the interpreter never needs
     (execve of anything, a memfd's ELF, new sockets, io_uring, ptrace, bpf, keys, namespaces, mounts,
@@ -191,6 +228,7 @@ async def test_the_kernel_surface_is_the_filters(server: codemode.Server) -> Non
     assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
 
 
+@BOTH_SPAWNS
 async def test_no_view_of_the_host(server: codemode.Server, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cret")
@@ -222,6 +260,7 @@ final(out)
 """
 
 
+@BOTH_SPAWNS
 async def test_a_worker_cannot_read_the_records_database(server: codemode.Server) -> None:
     """Issue 19 §4: the records database (and its WAL and SHM) in a directory other users can
     enter, as an operator sets CODEMODE_RECORDS_DB=/var/lib/..., was created 0644: a worker with a
@@ -244,6 +283,7 @@ async def test_a_worker_cannot_read_the_records_database(server: codemode.Server
     assert value == dict.fromkeys(paths, "PermissionError")
 
 
+@BOTH_SPAWNS
 async def test_each_live_worker_has_its_own_uid(server: codemode.Server) -> None:
     slow = "import os, time\ntime.sleep(0.5)\nfinal(os.getuid())\n"
     t0 = time.monotonic()
@@ -277,3 +317,123 @@ async def test_a_worker_that_stops_reading_cannot_hold_its_destroy() -> None:
         if proc.returncode is None:
             os.killpg(proc.pid, 9)
             await proc.wait()
+
+
+async def test_argument_forms_and_other_abis_are_refused(server: codemode.Server) -> None:
+    """Security review of issue 19 §3: the forms an allow-list by name and argument could miss (x32
+    numbers, clone flag mixes, posix_spawn, fcntl/ioctl commands, open with a write flag spelled any
+    way, limits of others, signals and pidfds, another seccomp filter, priorities, the splice
+    family) are each refused by the worker's filter (``review_probes.FORMS_PROBE``)."""
+    report = await run(server, review_probes.FORMS_PROBE)
+    assert not_refused(report) == {}, report
+
+
+#: The host of ``test_a_same_uid_worker_cannot_read_the_hosts_memory``: a process runtime without a
+#: uid of its own for workers (a host that is not root), holding another tenant's secret.
+SAME_UID_HOST = """
+import asyncio, json, sys
+from codemode.runtimes.process import ProcessRuntime
+from tests.integration.helpers import ALICE, make_server
+from tests.adversarial import review_probes
+
+held = [review_probes.NEEDLE.encode()]  # another tenant's credential, in the host's memory
+
+async def main():
+    runtime = ProcessRuntime(
+        module="codemode_worker.testing_entry", extra_env={"CODEMODE_WORKER_TESTING": "1"}
+    )
+    assert not runtime.drops_privileges
+    srv, _ = make_server(runtime=runtime, max_execution_time=30.0)
+    try:
+        print(json.dumps(await srv.execute(review_probes.HOST_MEMORY_PROBE, subject=ALICE)))
+    finally:
+        await srv.aclose()
+
+asyncio.run(main())
+"""
+
+
+def test_a_same_uid_worker_cannot_read_the_hosts_memory() -> None:
+    """Without root the worker keeps the host's uid (docs/reference/runtimes.md: it 'can read what
+    the host user can'). That includes the host's whole address space: every tenant's arguments and
+    results in flight, tokens, upstream credentials, through ``/proc/<ppid>/mem`` (the filter cannot
+    look at paths; ptrace access of the same uid is allowed). The host runs here as uid 65534 with
+    Debian's Python (the test venv's interpreter lives under /root) and this tree on its path."""
+    debian = "/usr/bin/python3"
+    if not os.access(debian, os.X_OK) or shutil.which("setpriv") is None:
+        pytest.skip("needs Debian's python3 and setpriv")
+    version = subprocess.run(
+        [debian, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+    ).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        pytest.skip(f"Debian's python3 is {version}, the test venv's {sys.version_info[:2]}")
+    work = Path(tempfile.mkdtemp(prefix="codemode-same-uid-"))
+    try:
+        venv = work / "venv"
+        subprocess.run([debian, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        repo = Path(__file__).resolve().parents[2]
+        paths = [p for p in sys.path if p.endswith("site-packages")] + [str(repo / "src"), str(repo)]
+        (site / "codemode-tree.pth").write_text("\n".join(paths) + "\n")
+        (work / "host.py").write_text(SAME_UID_HOST)
+        for path in (work, *work.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o644)
+        out = subprocess.run(
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                str(venv / "bin" / "python"),
+                str(work / "host.py"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+        )
+    finally:
+        shutil.rmtree(work)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["scanned"] == 0 and found["found"] is None, found
+
+
+async def test_a_worker_takes_no_pseudo_terminal(server: codemode.Server) -> None:
+    """Finding RS-2 on the process runtime: opening ``/dev/ptmx`` read-only (the filter cannot look
+    at paths) took a pseudo-terminal of the machine per descriptor the worker could open (32, its
+    ``open_files``). The worker's Landlock domain refuses it (``codemode_worker.readable``)."""
+    found = await run(server, review_probes.PTY_PROBE)
+    assert found == {"ptys": 0, "stopped_by": "EACCES"}, found
+
+
+#: The testing entry on a kernel without Landlock (the ABI query answers ENOSYS, as before 5.13).
+NO_LANDLOCK = (
+    "from codemode_worker import landlock\n"
+    "def _none():\n"
+    "    raise landlock.Unavailable(38, 'no Landlock (test)')\n"
+    "landlock.abi = _none\n"
+    "from codemode_worker import testing_entry as t\n"
+    "import os, sys\n"
+    "code = t.main()\n"
+    "sys.stderr.flush()\n"
+    "os._exit(code)\n"
+)
+
+
+async def test_without_landlock_the_descriptor_limit_bounds_the_ptys() -> None:
+    """Where the kernel has no Landlock, the worker goes on (documented) and ``RLIMIT_NOFILE``,
+    which ``confine`` sets to ``OPEN_FILES_HEADROOM`` above the descriptors it holds, is what
+    bounds the ptys one worker can take (EMFILE; 17 measured: the headroom and a gap below the
+    highest descriptor), whatever the runtime allowed (4096 here: 256, the probe's cap, before)."""
+    runtime = ProcessRuntime(
+        argv=[sys.executable, "-I", "-c", NO_LANDLOCK], extra_env=TESTING, open_files=4096
+    )
+    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+    try:
+        found = await run(srv, review_probes.PTY_PROBE)
+    finally:
+        await srv.aclose()
+    assert found["stopped_by"] == "EMFILE" and 0 < found["ptys"] <= OPEN_FILES_HEADROOM + 4, found

@@ -10,9 +10,12 @@ mounts, no token) and the cluster (own PID namespace, a network namespace withou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import textwrap
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -24,7 +27,7 @@ from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode.runtimes.seccomp_profile import docker_profile
 from codemode_worker import PROTOCOL_VERSION
 
-from ..adversarial import write_probe
+from ..adversarial import review_probes, write_probe
 from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
 from ..adversarial.kernel_probe import not_refused
 from .support import KUBECONFIG, KUBELET_SECCOMP_ROOT, WORKERS, core_api
@@ -114,7 +117,8 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
     assert found["write_tmp"] == "PermissionError:1", found
     assert found["write_shm"] == "PermissionError:1", found
     assert found["token"] is False
-    assert found["pids"] == [1]  # its own PID namespace: it sees only itself
+    # its own PID namespace: it sees only itself and its stderr relay (codemode_worker.stderr_relay)
+    assert found["pids"][0] == 1 and len(found["pids"]) <= 2, found["pids"]
     # No socket at all (the worker's filter); under it no route out of the pod's network namespace.
     assert found["api_server"] == "PermissionError:1", found
     assert found["loopback_api"] == "PermissionError:1", found
@@ -170,3 +174,73 @@ async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> Non
     assert rt.pod_manifest("p").spec.security_context.seccomp_profile.type == "Localhost"
     assert found == {"filters": 2, "seccomp": "2"}, found  # the pod's profile, then the worker's
     assert not_refused(report) == {}, report
+
+
+async def test_argument_forms_and_other_abis_are_refused(cluster: None) -> None:
+    """Security review of issue 19 §3: the argument forms and ABIs of ``review_probes.FORMS_PROBE``
+    (x32 numbers, clone flag mixes, fcntl/ioctl commands, open with a write flag in any spelling,
+    signals, pidfds, another seccomp filter, priorities, the splice family) are refused in a pod."""
+    _, report = await run_in_a_pod(review_probes.FORMS_PROBE)
+    assert not_refused(report) == {}, report
+
+
+async def test_a_worker_pod_takes_no_pseudo_terminal(cluster: None) -> None:
+    """Opening ``/dev/ptmx`` read-only (allowed by the filter, and no pod field removes the device)
+    allocates a pty from the node-wide count (``kernel.pty.max`` 4096 - ``kernel.pty.reserve``
+    1024): one worker holding them (measured: 3071, then ENOSPC) makes every other container's
+    ``openpty`` fail with ENOSPC (``kubectl exec -t`` into any pod of the node, a Docker container
+    on the same machine) for as long as it lives. The probe stops at ``PTY_CAP``."""
+    _, found = await run_in_a_pod(review_probes.PTY_PROBE)
+    assert found["ptys"] == 0, found
+
+
+#: Bytes of two-byte lines the log test writes: over the worker's ephemeral-storage limit once the
+#: container runtime has prefixed each line (about 14 times over).
+LOG_FLOOD = review_probes.STDERR_FLOOD.replace(str(review_probes.STDERR_FLOOD_BYTES), str(16 << 20))
+POD_LOGS = "/var/log/pods"
+
+
+async def test_a_workers_container_log_stays_within_its_ephemeral_storage(cluster: None) -> None:
+    """docs/kubernetes.md: container logs count towards ``ephemeral-storage`` and a worker over it is
+    evicted. The kubelet looks only every few seconds, and the runtime stores each two-byte line as
+    a ~28-byte record: the node's disk holds several times the limit first. The test reads the
+    pod's log directory on this (single) node while the worker writes."""
+    if not os.path.isdir(POD_LOGS):
+        pytest.fail(f"no {POD_LOGS} on this machine (the cluster's one node)")
+    before = set(os.listdir(POD_LOGS))
+    peak: dict[str, int] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for name in set(os.listdir(POD_LOGS)) - before:
+                if not name.startswith(WORKERS + "_"):
+                    continue
+                size = 0
+                for root, _, files in os.walk(os.path.join(POD_LOGS, name)):
+                    for f in files:
+                        with contextlib.suppress(OSError):  # rotated or gone meanwhile
+                            size += os.path.getsize(os.path.join(root, f))
+                peak[name] = max(peak.get(name, 0), size)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    rt = KubernetesRuntime(
+        kubeconfig=KUBECONFIG, namespace=WORKERS, image=TESTING_IMAGE, testing_entry=True, spawn_timeout=60.0
+    )
+    srv = codemode.Builder(
+        authorizer=authz.allow_all(), runtime=rt, limits=codemode.Limits(max_execution_time=30.0)
+    ).build()
+    try:
+        await srv.execute(LOG_FLOOD, subject=authz.Subject("mallory"))
+    except codemode.CodeModeError:
+        pass  # evicted: 'internal failure' (a bounded log ends normally); the sizes decide below
+    finally:
+        await srv.aclose()
+        time.sleep(1)
+        done.set()
+        watcher.join()
+    limit = 64 * 1024 * 1024  # PodSizing.ephemeral_storage
+    assert peak, "the worker's log directory was never seen"
+    assert max(peak.values()) <= limit, peak

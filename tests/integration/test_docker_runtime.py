@@ -154,6 +154,9 @@ async def test_hardening_flags_and_labels_are_applied(docker_api: Any) -> None:
     }
     ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["Ulimits"]}
     assert ulimits == {"nofile": (48, 48), "core": (0, 0)}
+    # No container log (finding RS-1): the host reads the worker's output on the attach stream.
+    assert hc["LogConfig"] == {"Type": "none", "Config": {}}
+    assert not c.get("LogPath")
     assert cfg["User"] == WORKER_USER
     assert cfg["OpenStdin"] is True and cfg["StdinOnce"] is True and cfg["Tty"] is False
     image_env = set(docker_api.inspect_image(DEFAULT_IMAGE)["Config"].get("Env") or [])

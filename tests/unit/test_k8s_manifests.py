@@ -271,14 +271,22 @@ def test_a_seccomp_profile_outside_the_kubelets_root_is_refused(bad: str) -> Non
 def test_only_the_test_entry_replaces_the_worker_command(caplog: pytest.LogCaptureFixture) -> None:
     plain = wire(KubernetesRuntime(api=object()).pod_manifest("p"))["spec"]["containers"][0]
     assert "command" not in plain  # the image's entrypoint: the real worker
-    assert [e["name"] for e in plain["env"]] == ["CODEMODE_WORKER"]
+    # the marker, and the worker's stderr bounded once confined (a pod's stderr is its node log)
+    assert {e["name"]: e["value"] for e in plain["env"]} == {
+        "CODEMODE_WORKER": "1",
+        "CODEMODE_WORKER_STDERR": "bounded",
+    }
     with caplog.at_level("WARNING", logger="codemode.runtimes.kubernetes"):
         testing = KubernetesRuntime(api=object(), testing_entry=True)
     assert "TEST-ONLY" in caplog.text
     c = wire(testing.pod_manifest("p"))["spec"]["containers"][0]
     assert c["command"] == ["python3", "-I", "-m", "codemode_worker.testing_entry"]
     env = {e["name"]: e["value"] for e in c["env"]}
-    assert env == {"CODEMODE_WORKER": "1", "CODEMODE_WORKER_TESTING": "1"}
+    assert env == {
+        "CODEMODE_WORKER": "1",
+        "CODEMODE_WORKER_STDERR": "bounded",
+        "CODEMODE_WORKER_TESTING": "1",
+    }
     # Everything else about the pod (the containment) is the same.
     assert restricted_violations(wire(testing.pod_manifest("p"))["spec"]) == []
 

@@ -190,4 +190,141 @@ async def test_the_process_runtime_check_names_what_is_missing(tmp_path: Path) -
     fake.chmod(0o755)
     with pytest.raises(RuntimeUnavailable, match="python3-seccomp"):
         await ProcessRuntime(python=str(fake)).check()
-    await ProcessRuntime().check()  # the host's own Python has it
+    runtime = ProcessRuntime()
+    try:
+        await runtime.check()  # the host's own Python has it
+    finally:
+        await runtime.aclose()
+
+
+def test_the_compiled_filter_is_libseccomps_program_for_each_pid() -> None:
+    """The template compiles the filter once (``CompiledFilter``); the program a forked worker loads
+    must be byte for byte the one libseccomp builds for that worker's pid."""
+    import random
+
+    sc = confinement.binding()
+    compiled = confinement.CompiledFilter(sc)
+    pids = [1, 2, 4_194_304, *random.Random(21).sample(range(3, 4_194_304), 40)]
+    for pid in pids:
+        assert compiled.program(pid) == confinement.export(confinement.build_filter(sc, pid)), pid
+    with pytest.raises(ValueError):
+        compiled.program(0)
+
+
+def test_the_compiled_filter_refuses_programs_that_differ_beyond_the_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A libseccomp whose program for another pid differs in any other way (a different tree) is not
+    patched: the template then has each worker build its own filter."""
+    sc = confinement.binding()
+    real = confinement.build_filter
+
+    def other_tree(binding: object, pid: int | None = None) -> object:
+        flt = real(binding, pid)
+        if pid == confinement.CompiledFilter.SENTINELS[1]:
+            flt.add_rule(sc.ERRNO(1), "sync")  # one more rule: another program
+        return flt
+
+    monkeypatch.setattr(confinement, "build_filter", other_tree)
+    with pytest.raises(ValueError):
+        confinement.CompiledFilter(sc)
+    assert confinement.compile_filter() is None
+
+
+def test_a_compiled_filter_holds_in_a_forked_process() -> None:
+    """Loaded through ``confine``, the compiled program refuses what the filter refuses (the check of
+    ``confine`` and one denied call of each kind: ``confinement.main`` with the compiled filter)."""
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from codemode_worker import confinement
+        compiled = confinement.compile_filter()
+        assert compiled is not None
+        pid = os.fork()
+        if pid == 0:
+            confinement.prepare = lambda: compiled
+            code = confinement.main()
+            sys.stdout.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"seccomp filter holds" in done.stdout
+
+
+# ------------------------------------------------------------------ other ABIs (security review, issue 19 §3)
+
+_AUDIT_ARCH_X86_64, _AUDIT_ARCH_I386, _X32_BIT = 0xC000003E, 0x40000003, 0x40000000
+_RET_ERRNO, _RET_ALLOW = 0x00050000, 0x7FFF0000
+
+
+def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+    """The action the classic-BPF seccomp ``program`` returns for one call (the instructions
+    libseccomp emits: absolute word loads of ``struct seccomp_data``, constant jumps and ANDs, the
+    scratch store/load, returns). An instruction outside that set fails the test."""
+    words = [nr & 0xFFFFFFFF, arch, 0, 0]  # nr, arch, instruction pointer (lo, hi)
+    for value in (*args, *(0,) * (6 - len(args))):
+        words += [value & 0xFFFFFFFF, value >> 32]
+    insns = [struct.unpack("<HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+    acc, x, mem, pc = 0, 0, [0] * 16, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        pc += 1
+        if code == 0x20:  # ld [k]
+            acc = words[k // 4]
+        elif code == 0x00:  # ld #k
+            acc = k
+        elif code == 0x54:  # and #k
+            acc &= k
+        elif code == 0x02:  # st M[k]
+            mem[k] = acc
+        elif code == 0x60:  # ld M[k]
+            acc = mem[k]
+        elif code == 0x07:  # tax
+            x = acc
+        elif code == 0x87:  # txa
+            acc = x
+        elif code in (0x15, 0x25, 0x35, 0x45):  # jeq, jgt, jge, jset #k
+            taken = {0x15: acc == k, 0x25: acc > k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        elif code == 0x05:  # ja
+            pc += k
+        elif code == 0x06:  # ret #k
+            return int(k)
+        else:
+            raise AssertionError(f"BPF instruction {code:#x} not modelled")
+
+
+def _exported_filter() -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        confinement.build_filter(confinement.binding()).export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+def test_the_filter_answers_other_abis_with_enosys() -> None:
+    """A compromised interpreter can make any call of the x32 ABI (the x86_64 audit arch with bit
+    30 of the number set: another table, with its own execve, socket, memfd_create ...) or of the
+    32-bit ABI (``int 0x80``). This machine's kernel may lack x32 (CONFIG_X86_X32_ABI), so the
+    filter itself is checked: the BPF libseccomp exports answers every x32 number of every call the
+    worker's policy names, and every i386 call, with ENOSYS; the native forms keep their action."""
+    sc = confinement.binding()
+    program = _exported_filter()
+    enosys = _RET_ERRNO | syscalls.UNLISTED_ERRNO
+    names = syscalls.ALLOWED | syscalls.DENIED | set(syscalls.CONDITIONAL) | syscalls.OWN_PROCESS
+    native = sc.Arch("x86_64")
+    for name in sorted(names):
+        nr = sc.resolve_syscall(native, name)
+        assert _run_bpf(program, _X32_BIT | nr, _AUDIT_ARCH_X86_64) == enosys, name
+        assert _run_bpf(program, nr, _AUDIT_ARCH_I386) == enosys, name
+    assert _run_bpf(program, sc.resolve_syscall(native, "getpid"), _AUDIT_ARCH_X86_64) == _RET_ALLOW
+    memfd = sc.resolve_syscall(native, "memfd_create")
+    assert _run_bpf(program, memfd, _AUDIT_ARCH_X86_64) == _RET_ERRNO | syscalls.DENY_ERRNO
+    # x32 numbers: 512 and up are x32-only entries (execve is 520, execveat 545).
+    for nr in (520, 545, 512 + 7):
+        assert _run_bpf(program, _X32_BIT | nr, _AUDIT_ARCH_X86_64) == enosys, nr

@@ -53,11 +53,21 @@ def _limit(default: Any, unit: str, summary: str, bounds: str, minimum: int = 1)
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-execute budgets, with their defaults; see docs/reference/limits.md for each field.
+    """Per-execute budgets; a field left out takes its default (units, defaults, minimums and where
+    each is enforced: docs/reference/limits.md, generated from these fields).
 
-    Seconds are floats (``max_execution_time``, ``max_approval_time``); every other field is a
-    count or bytes. Values are checked by ``Builder.build()``: below its minimum (0 included, except
-    for ``max_print_bytes``), not a number, not finite.
+    The program: ``max_source_bytes`` (its source), ``max_execution_steps`` (interpreter work, in
+    the worker's ticks), ``max_execution_time`` (seconds of the whole execute), ``max_callstack``
+    (Starlark frames), ``max_print_bytes`` (prints kept; its default is 0: none). Its calls:
+    ``max_native_calls`` (per execute), ``max_value_depth`` and ``max_value_bytes`` (each argument
+    map, result and ``main()``'s value), ``max_intermediate_value_bytes`` (all results sent to the
+    worker). Search and describe: ``max_search_query_bytes``, ``max_search_results``,
+    ``max_search_response_bytes``, ``max_describe_response_bytes``. The server:
+    ``max_concurrent_executions`` (worker slots). Asking the user: ``max_approval_time`` (seconds a
+    question may stay open) and ``max_pending_approvals`` (questions one subject may have open).
+
+    Seconds are floats; every other field is a count or bytes. ``Builder.build()`` refuses a value
+    below its minimum (0 included, except for ``max_print_bytes``), a non-number, a non-finite one.
     """
 
     max_source_bytes: int = _limit(
@@ -171,8 +181,12 @@ class Limits:
     )
 
     def problems(self) -> list[str]:
-        """Each value that is not a finite number at or above its minimum, and prints larger than a
-        value; one line per problem, naming the field (and its default)."""
+        """What ``Builder.build()`` refuses in these limits.
+
+        Returns:
+            One text per problem, naming the field (and its default): a non-number, a non-finite
+            value, one below its minimum, prints larger than a value; empty when they are usable.
+        """
         out = []
         for f in fields(self):
             value, spec = getattr(self, f.name), spec_of(f.name)
@@ -191,7 +205,14 @@ class Limits:
 
 
 def spec_of(name: str) -> LimitSpec:
-    """The :class:`LimitSpec` of the limit ``name``."""
+    """What one limit is.
+
+    Args:
+        name: a field of :class:`Limits`.
+
+    Returns:
+        Its :class:`LimitSpec` (unit, summary, table text, minimum).
+    """
     spec: LimitSpec = _FIELDS[name].metadata["spec"]
     return spec
 
@@ -216,7 +237,11 @@ def _default_cell(value: float) -> str:
 
 
 def limits_table() -> str:
-    """The Markdown table of docs/reference/limits.md, "Configurable limits" (a test compares)."""
+    """The Markdown table of docs/reference/limits.md, "Configurable limits" (a test compares).
+
+    Returns:
+        One row per field of :class:`Limits`: name, unit, default, what it bounds.
+    """
     rows = [
         "| name | unit | default | what it bounds, and who enforces it |",
         "|---|---|---|---|",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["OPTIONS", "DockerOptions", "KubernetesOptions", "ProcessOptions", "RuntimeOptions"]
 
@@ -25,8 +25,13 @@ def _given(options: object, parameters: dict[str, str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ProcessOptions:
-    """``ProcessRuntime``: ``memory`` is the address-space limit in bytes (``RLIMIT_AS``)."""
+    """``ProcessRuntime``'s options: ``spawn`` how workers are made (``template`` or ``classic``),
+    ``memory`` the address-space limit in bytes (``RLIMIT_AS``), ``cpu_seconds`` the CPU time limit
+    (``RLIMIT_CPU``), ``open_files`` ``RLIMIT_NOFILE``, ``max_processes`` ``RLIMIT_NPROC`` of a
+    worker's uid, ``worker_uid_base`` and ``worker_uids`` the uids handed to live workers (host as
+    root)."""
 
+    spawn: Literal["template", "classic"] | None = None
     memory: int | None = None
     cpu_seconds: float | None = None
     open_files: int | None = None
@@ -35,14 +40,19 @@ class ProcessOptions:
     worker_uids: int | None = None
 
     def runtime_kwargs(self) -> dict[str, Any]:
-        """``ProcessRuntime(**kwargs)`` for the fields that are set."""
+        """The constructor arguments of these options.
+
+        Returns:
+            ``ProcessRuntime(**kwargs)`` for the fields that are set, under its parameter names.
+        """
         return _given(self, {"memory": "address_space_bytes"})
 
 
 @dataclass(frozen=True)
 class DockerOptions:
-    """``DockerRuntime``: ``memory`` is memory+swap in bytes, ``max_processes`` the pids limit,
-    ``open_files`` ``RLIMIT_NOFILE``, ``oci_runtime`` the OCI runtime (e.g. ``runsc``)."""
+    """``DockerRuntime``'s options: ``image`` the worker image, ``base_url`` the Docker Engine
+    endpoint, ``memory`` memory+swap in bytes, ``cpus`` the CPU quota, ``max_processes`` the pids
+    limit, ``open_files`` ``RLIMIT_NOFILE``, ``oci_runtime`` the OCI runtime (e.g. ``runsc``)."""
 
     image: str | None = None
     base_url: str | None = None
@@ -53,7 +63,11 @@ class DockerOptions:
     oci_runtime: str | None = None
 
     def runtime_kwargs(self) -> dict[str, Any]:
-        """``DockerRuntime(**kwargs)`` for the fields that are set."""
+        """The constructor arguments of these options.
+
+        Returns:
+            ``DockerRuntime(**kwargs)`` for the fields that are set, under its parameter names.
+        """
         return _given(
             self,
             {
@@ -67,8 +81,10 @@ class DockerOptions:
 
 @dataclass(frozen=True)
 class KubernetesOptions:
-    """``KubernetesRuntime``: ``memory`` is the pod's memory request = limit as a Kubernetes
-    quantity (``256Mi``), ``cpu``/``cpu_request`` its CPU limit and request (``500m``)."""
+    """``KubernetesRuntime``'s options: ``namespace`` and ``image`` of the worker pods, ``memory``
+    the pod's memory request = limit as a Kubernetes quantity (``256Mi``), ``cpu``/``cpu_request``
+    its CPU limit and request (``500m``), ``runtime_class`` (e.g. ``gvisor``), ``seccomp_profile``
+    (a Localhost profile), ``kubeconfig`` and ``context`` (where the API server is)."""
 
     namespace: str | None = None
     image: str | None = None
@@ -81,7 +97,11 @@ class KubernetesOptions:
     context: str | None = None
 
     def runtime_kwargs(self) -> dict[str, Any]:
-        """``KubernetesRuntime(**kwargs)`` for the fields that are set."""
+        """The constructor arguments of these options.
+
+        Returns:
+            ``KubernetesRuntime(**kwargs)`` for the fields that are set, under its parameter names.
+        """
         return _given(self, {})
 
 

@@ -1,0 +1,113 @@
+"""What the worker may still open once confined, enforced by Landlock: every file it can read,
+except the device nodes under ``/dev``.
+
+The seccomp filter (``syscalls``) already refuses opening anything for writing, but it cannot look
+at paths, and some read-only opens take a resource of the whole machine: ``open("/dev/ptmx",
+O_RDONLY)`` allocates a pseudo-terminal from ``kernel.pty.max`` (4096 - 1024 reserved, shared by
+every container of the host), so one worker holding them left every other container without a pty
+(finding RS-2). ``restrict()`` puts the worker into a Landlock domain (``landlock``) that handles
+every file-system right the kernel knows and grants only:
+
+- listing any directory (``READ_DIR`` beneath ``/``);
+- reading files beneath every top-level entry of ``/`` but ``/dev`` (the interpreter, its
+  modules, ``/proc/self``, ``/etc``, ``/tmp`` ...: what the worker could read before);
+- reading ``/dev/null``, ``/dev/zero``, ``/dev/random``, ``/dev/urandom``, and writing
+  ``/dev/null``.
+
+Everything else is refused with ``EACCES``: every other device node (``/dev/ptmx``, ``/dev/pts/*``,
+``/dev/mqueue``, ``/dev/shm``, ``/dev/termination-log``), any write, truncation, creation, removal,
+rename or link, ``ioctl`` on devices, TCP bind/connect (ABI 4) and signals to or abstract sockets of
+processes outside the domain (ABI 6). A process in a domain also cannot ptrace-access one outside it:
+``/proc/<host>/mem`` and another worker's memory are refused whatever the uids.
+
+It runs first thing in the worker, while the process has **one thread** (``landlock_restrict_self``
+restricts the calling thread and the threads it starts later; ``restrict`` checks the count), before
+the warm-up and the uid drop (it sets ``PR_SET_NO_NEW_PRIVS``, which both allow).
+
+Kernels without Landlock (before 5.13, Landlock not in the ``lsm=`` list, gVisor, or an engine's
+profile that refuses the calls: ``landlock.Unavailable``): ``restrict`` returns None and the worker
+goes on without it; the file-descriptor limit ``confinement`` sets (``OPEN_FILES_HEADROOM`` above
+what the worker holds) is then what bounds the ptys a worker can take, and the host's
+non-dumpable flag keeps its memory (``codemode.runtimes.host_memory``). **Fail closed** otherwise:
+Landlock present but a rule, the restriction or the check failing ends the worker with
+``confinement.EXIT_CONFINEMENT`` before any frame is read (``Failed``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from typing import Final
+
+from . import landlock
+
+__all__ = ["DEVICES", "Failed", "restrict"]
+
+#: The device nodes a confined worker may read (and /dev/null write).
+DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+_PR_SET_NO_NEW_PRIVS: Final = 38
+
+
+class Failed(Exception):
+    """Landlock is there but the worker could not put itself into its domain."""
+
+
+def _no_new_privs() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0) != 0:
+        raise Failed(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _check() -> None:
+    """The domain holds: ``/dev/ptmx`` cannot be opened (ENOENT: there is none, also fine)."""
+    try:
+        fd = os.open("/dev/ptmx", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.ENOENT):
+            return
+        raise Failed(f"opening /dev/ptmx under Landlock: {exc.strerror}") from None
+    os.close(fd)
+    raise Failed("/dev/ptmx can still be opened under Landlock")
+
+
+def restrict() -> int | None:
+    """Put this process into the worker's Landlock domain; the ABI version, or None when the
+    kernel offers no Landlock. ``Failed`` when Landlock is there but does not hold."""
+    try:
+        version = landlock.abi()
+    except landlock.Unavailable:
+        return None
+    except OSError as exc:
+        raise Failed(f"Landlock ABI query: {exc.strerror}") from None
+    if _threads() != 1:
+        raise Failed("the process already runs more than one thread")
+    read = landlock.ACCESS_FS_READ_FILE
+    try:
+        rules = landlock.Ruleset(version)
+        try:
+            rules.allow("/", landlock.ACCESS_FS_READ_DIR)
+            for entry in os.scandir("/"):
+                if entry.name != "dev":
+                    try:
+                        rules.allow(entry.path, read | landlock.ACCESS_FS_READ_DIR)
+                    except FileNotFoundError:  # a dangling link: nothing to read there
+                        continue
+            for device in DEVICES:
+                write = landlock.ACCESS_FS_WRITE_FILE if device == os.devnull else 0
+                try:
+                    rules.allow(device, read | write)
+                except FileNotFoundError:
+                    continue
+            _no_new_privs()
+            rules.restrict_self()
+        finally:
+            rules.close()
+    except OSError as exc:
+        raise Failed(f"Landlock: {exc.strerror or exc}") from None
+    _check()
+    return version
