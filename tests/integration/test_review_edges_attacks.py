@@ -217,11 +217,6 @@ async def test_idle_sockets_from_two_addresses_do_not_fail_the_probes(tmp_path: 
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="R19-E3: refusals are keyed by the full client address: one IPv6 /64 takes all 1024 "
-    "entries of a window and every other client's refusals are counted under '*'",
-)
 @pytest.mark.timeout(180)
 async def test_one_ipv6_network_cannot_push_other_clients_out_of_the_refusal_summary(tmp_path: Path) -> None:
     tokens = write_token_file(tmp_path, ["alice"])
