@@ -252,11 +252,6 @@ async def test_one_ipv6_network_cannot_push_other_clients_out_of_the_refusal_sum
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="R19-E4: once 1024 (template, client) keys are live, new clients share (template, '*'): "
-    "a flood from one more address suppresses every other new client's line of that template",
-)
 @pytest.mark.timeout(180)
 async def test_a_full_log_key_table_does_not_let_one_client_hide_another(tmp_path: Path) -> None:
     records: list[logging.LogRecord] = []
