@@ -187,11 +187,6 @@ async def test_one_tenant_cannot_hold_every_connection_of_the_service(tmp_path: 
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="R19-E2: the health port (default health_host = host) takes 64 connections and 32 per "
-    "address: two addresses with idle sockets make every probe fail",
-)
 async def test_idle_sockets_from_two_addresses_do_not_fail_the_probes(tmp_path: Path) -> None:
     tokens = write_token_file(tmp_path, ["alice"])
     async with service(settings(token_file=tokens.path, packs=[PACK_SPEC])) as srv:  # defaults

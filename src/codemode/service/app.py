@@ -317,6 +317,7 @@ class Service:
             per_address=settings.max_unauthenticated_connections_per_address,
             header_timeout=settings.header_timeout,
             access_log=False,
+            evict_idle=True,  # a probe is answered whatever idle sockets others hold
         )
         metrics = await start_side_server(
             metrics_app(self.metrics),
@@ -333,7 +334,7 @@ class Service:
             host=settings.health_host_address,
             port=settings.health_port,
             field="health_port",
-            guard=dataclasses.replace(side, unauthenticated={}),
+            guard=dataclasses.replace(side, unauthenticated={}, idle={}),
             what="health",
         )
         self._side.append(health)

@@ -19,6 +19,16 @@ h11 protocol) whose connections are bounded before any request is read:
   and closed at once (instead of being held and answered 503 only when it sends a request).
 
 A refused connection costs an accept, one short write and a close.
+
+The side listeners (health and metrics ports) **make room instead of refusing** (``evict_idle``):
+a probe there must be answered whatever other clients hold. A connection is *idle* while it is not
+in the middle of a request (before its request head is complete, or between requests). When one
+address is at ``per_address``, a new connection of that address closes the address's longest-idle
+connection; when all ``max_connections`` are open, a new connection closes the longest-idle
+connection of the address holding the most idle ones. So idle or half-sent sockets, from however
+few addresses, never make a probe fail; only connections being answered count against it. A new
+connection is refused only when every connection of its address (or every connection) is in a
+request.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +55,8 @@ __all__ = ["ConnectionGuard", "connection_authenticated", "guarded_protocol"]
 class _Connection:
     key: str | None  # None: not bounded per address (a trusted proxy)
     authenticated: bool = False
+    gone: bool = False  # closed, or closed by the guard to make room: no longer counted
+    close: Callable[[], None] | None = None  # what the guard calls to close it
 
 
 _CONNECTION: contextvars.ContextVar[tuple[ConnectionGuard, _Connection] | None] = contextvars.ContextVar(
@@ -79,11 +92,16 @@ class ConnectionGuard:
     per_address: int
     header_timeout: float
     proxies: TrustedProxies = field(default_factory=TrustedProxies)
-    #: Called with "address", "total" or "header_timeout" for each connection refused or closed.
+    #: Called with "address", "total", "header_timeout" or "evicted" for each connection refused
+    #: or closed.
     on_event: Callable[[str], None] | None = None
     access_log: bool = True
+    #: Make room by closing idle connections instead of refusing (the side listeners; see above).
+    evict_idle: bool = False
     unauthenticated: dict[str, int] = field(default_factory=dict)
     open: int = 0
+    #: evict_idle: the idle connections per address key, longest idle first.
+    idle: dict[str | None, OrderedDict[_Connection, None]] = field(default_factory=dict)
 
     def note(self, event: str) -> None:
         if self.on_event is not None:
@@ -91,10 +109,15 @@ class ConnectionGuard:
 
     def admit(self, peer: str | None) -> tuple[_Connection | None, bytes]:
         """A new connection from ``peer``: its record, or None with the answer that refuses it."""
+        key = None if self.proxies.trusts(peer) else address_key(peer)
+        if self.evict_idle:
+            if key is not None and self.unauthenticated.get(key, 0) >= self.per_address:
+                self._evict(key)
+            if self.open >= self.max_connections and self.idle:
+                self._evict(max(self.idle, key=lambda k: len(self.idle[k])))
         if self.open >= self.max_connections:
             self.note("total")
             return None, _TOO_MANY
-        key = None if self.proxies.trusts(peer) else address_key(peer)
         if key is not None:
             held = self.unauthenticated.get(key, 0)
             if held >= self.per_address:
@@ -102,17 +125,51 @@ class ConnectionGuard:
                 return None, _TOO_MANY_FROM_ADDRESS
             self.unauthenticated[key] = held + 1
         self.open += 1
-        return _Connection(key), b""
+        conn = _Connection(key)
+        self.went_idle(conn)
+        return conn, b""
 
     def authenticated(self, conn: _Connection) -> None:
         if not conn.authenticated:
             conn.authenticated = True
             self._release(conn)
 
+    def went_idle(self, conn: _Connection) -> None:
+        """``conn`` is between requests (or has not completed its first request head)."""
+        if self.evict_idle and not conn.gone:
+            self.idle.setdefault(conn.key, OrderedDict())[conn] = None
+
+    def went_busy(self, conn: _Connection) -> None:
+        """``conn`` carries a request now: it is not closed to make room."""
+        if self.evict_idle:
+            self._not_idle(conn)
+
     def closed(self, conn: _Connection) -> None:
+        if conn.gone:
+            return
+        conn.gone = True
+        self._not_idle(conn)
         self.open -= 1
         if not conn.authenticated:
             self._release(conn)
+
+    def _not_idle(self, conn: _Connection) -> None:
+        idle = self.idle.get(conn.key)
+        if idle is not None:
+            idle.pop(conn, None)
+            if not idle:
+                del self.idle[conn.key]
+
+    def _evict(self, key: str | None) -> None:
+        """Close the longest-idle connection of ``key`` (if it has one) to make room."""
+        idle = self.idle.get(key)
+        if not idle:
+            return
+        conn = next(iter(idle))
+        self.closed(conn)
+        self.note("evicted")
+        if conn.close is not None:
+            conn.close()
 
     def _release(self, conn: _Connection) -> None:
         if conn.key is None:
@@ -157,6 +214,7 @@ class _GuardedProtocol(H11Protocol):
             transport.close()
             return
         self._edge = edge
+        edge.close = transport.abort  # made room for another: nothing of it is worth waiting for
         super().connection_made(transport)
         self._arm()
 
@@ -197,11 +255,16 @@ class _GuardedProtocol(H11Protocol):
         super().data_received(data)
         if self._in_request():
             self._disarm()
+            self.guard.went_busy(self._edge)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._edge is None:
+            return
         if self._in_request():
             self._disarm()  # a pipelined request was already waiting
+        else:
+            self.guard.went_idle(self._edge)
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
