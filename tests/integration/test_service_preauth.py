@@ -340,4 +340,5 @@ async def test_sockets_re_opened_as_fast_as_the_health_port_closes_them_do_not_f
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    assert opened > 64 and answers and set(answers) == {200}, (opened, answers)
+    failed = [a for a in answers if a != 200]
+    assert opened > 64 and answers and not failed, (opened, len(answers), failed)
