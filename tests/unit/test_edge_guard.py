@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from codemode.service.edge import ConnectionGuard
+from codemode.service.peers import TrustedProxies
 
 
 def _side(max_connections: int, per_address: int) -> tuple[ConnectionGuard, list[str]]:
@@ -66,3 +67,20 @@ def test_connections_in_a_request_are_never_closed_to_make_room() -> None:
     guard.went_idle(busy[1])  # answered: between requests now
     _admitted(guard, closed, "10.0.0.9", "probe")
     assert closed == ["a1"]
+
+
+def test_connections_are_bounded_per_subject_from_their_first_authenticated_request() -> None:
+    guard, closed = ConnectionGuard(max_connections=10, per_address=5, header_timeout=5, per_subject=2), []
+    first, second, third = (_admitted(guard, closed, "10.0.0.1", f"m{i}") for i in range(3))
+    assert guard.authenticated(first, "mallory") and guard.authenticated(second, "mallory")
+    assert guard.authenticated(second, "mallory")  # a later request on the same connection
+    assert not guard.authenticated(third, "mallory")  # refused: 429, and the connection closes
+    assert guard.authenticated(third, "alice")
+    assert guard.subjects == {"mallory": 2, "alice": 1} and guard.unauthenticated == {}
+    guard.closed(first)
+    assert guard.authenticated(_admitted(guard, closed, "10.0.0.1", "m3"), "mallory")
+    # A trusted proxy's connection carries many tenants' requests: not counted per subject.
+    proxied = ConnectionGuard(10, 5, header_timeout=5, per_subject=1, proxies=TrustedProxies(["10.9.0.0/16"]))
+    for i in range(3):
+        assert proxied.authenticated(_admitted(proxied, closed, "10.9.0.1", f"p{i}"), "mallory")
+    assert proxied.subjects == {}
