@@ -22,7 +22,7 @@ import pytest
 
 from codemode.service.logfilter import RepeatFilter
 
-from .support_service import PACK_SPEC, execute, service, settings, write_token_file
+from .support_service import PACK_SPEC, execute, passed_records, service, settings, write_token_file
 
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
 ACCEPT = "application/json, text/event-stream"
@@ -239,16 +239,6 @@ async def test_one_ipv6_network_cannot_push_other_clients_out_of_the_refusal_sum
 
 @pytest.mark.timeout(180)
 async def test_a_full_log_key_table_does_not_let_one_client_hide_another(tmp_path: Path) -> None:
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Collect()
-    handler.addFilter(RepeatFilter(window=60, burst=5))
-    logger = logging.getLogger("codemode.service")
-    logger.addHandler(handler)
     tokens = write_token_file(tmp_path, ["alice"])
     cfg = settings(
         token_file=tokens.path,
@@ -256,7 +246,8 @@ async def test_a_full_log_key_table_does_not_let_one_client_hide_another(tmp_pat
         allowed_hosts=["mcp.example:*"],
         trusted_proxies=["127.0.0.1"],  # the test client plays the ingress
     )
-    try:
+    limiter = RepeatFilter(window=60, burst=5)
+    with passed_records(logging.getLogger("codemode.service"), limiter) as records:
         async with service(cfg) as srv, httpx.AsyncClient(timeout=10) as http:
 
             async def bad_host(client: str, host: str = "rebind.example") -> None:
@@ -268,8 +259,6 @@ async def test_a_full_log_key_table_does_not_let_one_client_hide_another(tmp_pat
             for _ in range(20):  # one more address floods the shared overflow key
                 await bad_host("10.2.0.1")
             await bad_host("198.51.100.7", "victim.example")  # a client that has logged nothing yet
-    finally:
-        logger.removeHandler(handler)
     flood = sum(1 for r in records if "rebind.example" in r.getMessage())
     victim = [r for r in records if "victim.example" in r.getMessage()]
     assert victim, f"{flood} flood lines passed; 198.51.100.7's line did not"
