@@ -34,7 +34,9 @@ A refused connection costs an accept, one short write and a close.
 
 The side listeners (health and metrics ports) **make room instead of refusing** (``evict_idle``):
 a probe there must be answered whatever other clients hold. A connection is *idle* while it is not
-in the middle of a request (before its request head is complete, or between requests). When one
+in the middle of a request its client waits for: before its request head is complete, between
+requests, while its client does not read the answer, or while more requests are pipelined behind
+the current one (no probe or scrape pipelines). When one
 address is at ``per_address``, a new connection of that address closes the address's longest-idle
 connection; when all ``max_connections`` are open, a new connection closes the longest-idle
 connection of the address holding the most idle ones. So idle or half-sent sockets, from however
@@ -177,8 +179,23 @@ class _GuardedProtocol(H11Protocol):
         if self._next_request is None:
             self._write_done()
         super().resume_writing()
-        if self._edge is not None and self._in_request():
+        self._settle()
+
+    def _settle(self) -> None:
+        """Tell the guard whether the connection is busy: in a request that its client waits for.
+        One whose client does not read, or that has more requests pipelined behind the current one
+        (no probe or scrape does that), is as idle as one waiting for its client to write."""
+        if self._edge is None:
+            return
+        if (
+            self._in_request()
+            and not self.flow.write_paused
+            and self._next_request is None
+            and not self.conn.trailing_data[0]
+        ):
             self.guard.went_busy(self._edge)
+        else:
+            self.guard.went_idle(self._edge)
 
     def _waiting_for_reader(self) -> None:
         if self._edge is None:
@@ -209,8 +226,7 @@ class _GuardedProtocol(H11Protocol):
         super().data_received(data)
         if self._in_request():
             self._disarm()
-            if not self.flow.write_paused:
-                self.guard.went_busy(self._edge)
+        self._settle()
 
     def on_response_complete(self) -> None:
         self._next_request = None
@@ -227,12 +243,9 @@ class _GuardedProtocol(H11Protocol):
         if not self.flow.write_paused:
             self._write_done()
         super().on_response_complete()
-        if self._edge is None:
-            return
         if self._in_request():
             self._disarm()  # a pipelined request was already waiting
-        else:
-            self.guard.went_idle(self._edge)
+        self._settle()
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
