@@ -43,6 +43,7 @@ from .execution.observe import (
 )
 from .execution.server import Builder, Description, Server
 from .execution.tracing import Tracing
+from .packs.lifecycle import PackOpenError
 from .packs.registry import CapabilityPack, capability, capability_of
 from .runtimes.base import ExitInfo, Runtime, Sandbox
 from .runtimes.pool import WarmPool
@@ -84,6 +85,7 @@ __all__ = [
     "NotFound",
     "NullObserver",
     "Observer",
+    "PackOpenError",
     "PermissionDenied",
     "PolicyFailure",
     "ProcessRuntime",

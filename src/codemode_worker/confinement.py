@@ -33,18 +33,33 @@ import importlib.machinery
 import importlib.util
 import os
 import resource
+import struct
 import sys
 from types import ModuleType
 from typing import Any, Final
 
 from . import syscalls
 
-__all__ = ["BINDING_DIRECTORIES", "EXIT_CONFINEMENT", "binding", "build_filter", "confine", "main", "prepare"]
+__all__ = [
+    "BINDING_DIRECTORIES",
+    "EXIT_CONFINEMENT",
+    "CompiledFilter",
+    "binding",
+    "build_filter",
+    "compile_filter",
+    "confine",
+    "export",
+    "main",
+    "prepare",
+]
 
 EXIT_CONFINEMENT: Final = 5
 #: Where a Python that does not see it on its own path looks for libseccomp's binding.
 BINDING_DIRECTORIES: Final = ("/usr/lib/python3/dist-packages",)
 _MODULE: Final = "seccomp"
+_PR_SET_NO_NEW_PRIVS: Final = 38
+_SECCOMP_SET_MODE_FILTER: Final = 1
+_SECCOMP_FILTER_FLAG_TSYNC: Final = 1
 _MISSING: Final = (
     "libseccomp's Python binding (module 'seccomp') is missing: install Debian's python3-seccomp"
 )
@@ -80,9 +95,10 @@ def _arg(sc: Any, arg: syscalls.Arg) -> Any:
     return sc.Arg(arg.index, sc.MASKED_EQ, arg.mask, arg.value)
 
 
-def build_filter(sc: Any) -> Any:
-    """The worker's filter (not loaded): ``syscalls`` for this machine's architecture and this
-    process (``OWN_PROCESS`` calls name its pid)."""
+def build_filter(sc: Any, pid: int | None = None) -> Any:
+    """The worker's filter (not loaded): ``syscalls`` for this machine's architecture and the
+    process ``pid`` (default: this one; ``OWN_PROCESS`` calls name it)."""
+    own = os.getpid() if pid is None else pid
     flt = sc.SyscallFilter(sc.ERRNO(syscalls.UNLISTED_ERRNO))
     flt.set_attr(sc.Attr.ACT_BADARCH, sc.ERRNO(syscalls.UNLISTED_ERRNO))  # not libseccomp's kill
     flt.set_attr(sc.Attr.CTL_NNP, 1)
@@ -98,9 +114,103 @@ def build_filter(sc: Any) -> Any:
         for rule in cond.refuse:
             flt.add_rule(deny, name, *(_arg(sc, a) for a in rule))
     for name in sorted(syscalls.OWN_PROCESS):
-        flt.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, os.getpid()))
-        flt.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
+        flt.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, own))
+        flt.add_rule(deny, name, sc.Arg(0, sc.NE, own))
     return flt
+
+
+def export(flt: Any) -> bytes:
+    """The BPF program libseccomp loads for ``flt`` (its ``export_bpf``, read back through a pipe)."""
+    read_end, write_end = os.pipe()
+    try:
+        with os.fdopen(write_end, "wb", closefd=True) as out:
+            flt.export_bpf(out)
+        chunks = []
+        while chunk := os.read(read_end, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    return b"".join(chunks)
+
+
+class CompiledFilter:
+    """The worker's filter compiled once, for a worker forked later (``codemode_worker.template``).
+
+    The filter names the worker's own pid (``OWN_PROCESS``), which a template learns only after the
+    fork, and building it with libseccomp costs the worker about a millisecond of CPU. So the
+    template has libseccomp build the filter for two sentinel pids and compares the two programs:
+    they must be the same instruction for instruction except for the 32-bit constants that held the
+    sentinels, whose places are recorded. ``program(pid)`` is then libseccomp's program for ``pid``,
+    byte for byte (``tests/unit/test_worker_confinement.py`` compares it with a fresh build for many
+    pids); when the two programs differ in any other way it refuses (``ValueError``), and the worker
+    builds its filter itself.
+    """
+
+    SENTINELS: Final = (0x7FFF_FFF1, 0x7FFF_FFF3)
+    _INSN: Final = struct.Struct("=HBBI")
+
+    def __init__(self, sc: Any) -> None:
+        first, second = (export(build_filter(sc, pid)) for pid in self.SENTINELS)
+        size = self._INSN.size
+        if not first or len(first) != len(second) or len(first) % size:
+            raise ValueError("the filter's programs for two pids differ in length")
+        places = []
+        for at in range(0, len(first), size):
+            a, b = first[at : at + size], second[at : at + size]
+            if a == b:
+                continue
+            code_a, jt_a, jf_a, k_a = self._INSN.unpack(a)
+            code_b, jt_b, jf_b, k_b = self._INSN.unpack(b)
+            if (code_a, jt_a, jf_a) != (code_b, jt_b, jf_b) or (k_a, k_b) != self.SENTINELS:
+                raise ValueError("the filter's programs for two pids differ beyond the pid")
+            places.append(at + 4)  # the k field
+        if not places:
+            raise ValueError("the filter names no pid")
+        self._program = first
+        self._places = tuple(places)
+        self._seccomp = int(sc.resolve_syscall(sc.Arch.NATIVE, "seccomp"))
+
+    def program(self, pid: int) -> bytes:
+        """libseccomp's program of the worker's filter for ``pid``."""
+        if not 0 < pid < self.SENTINELS[0]:
+            raise ValueError("pid out of range")
+        program = bytearray(self._program)
+        for at in self._places:
+            struct.pack_into("=I", program, at, pid)
+        return bytes(program)
+
+    def load(self, pid: int) -> None:
+        """Load ``program(pid)`` into this process: ``PR_SET_NO_NEW_PRIVS``, then
+        ``seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC)`` (what libseccomp's ``load``
+        does with the attributes ``build_filter`` sets). ``OSError`` when the kernel refuses."""
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+        program = self.program(pid)
+        code = ctypes.create_string_buffer(program, len(program))
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        fprog = SockFprog(len(program) // self._INSN.size, ctypes.addressof(code))
+        if (
+            libc.syscall(
+                self._seccomp, _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(fprog)
+            )
+            != 0
+        ):
+            raise OSError(ctypes.get_errno(), "seccomp")
+
+
+def compile_filter() -> CompiledFilter | None:
+    """The worker's filter compiled for any pid, or None when that cannot be (then each worker builds
+    its own with ``prepare``)."""
+    try:
+        return CompiledFilter(binding())
+    except (ImportError, OSError, RuntimeError, ValueError):
+        return None
 
 
 def _fail(reason: str) -> SystemExit:
@@ -128,10 +238,14 @@ def _holds() -> bool:
 
 def confine(flt: Any) -> None:
     """Limits, NO_NEW_PRIVS and the prepared filter on every thread, checked; or
-    ``SystemExit(EXIT_CONFINEMENT)``."""
+    ``SystemExit(EXIT_CONFINEMENT)``. ``flt`` is a filter of ``prepare`` (or ``build_filter``), or a
+    ``CompiledFilter`` (loaded for this process's pid)."""
     try:
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-        flt.load()
+        if isinstance(flt, CompiledFilter):
+            flt.load(os.getpid())
+        else:
+            flt.load()
     except (OSError, RuntimeError, ValueError) as exc:
         raise _fail(str(exc)) from None
     if not _holds():

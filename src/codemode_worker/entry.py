@@ -39,7 +39,17 @@ from .interpreter import (
 from .privileges import drop_privileges
 from .protocol import MAX_HOST_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
-__all__ = ["EXIT_ABORTED", "EXIT_OK", "EXIT_PROTOCOL", "main", "run", "serve", "streams"]
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_OK",
+    "EXIT_PROTOCOL",
+    "exit_now",
+    "main",
+    "run",
+    "serve",
+    "serve_confined",
+    "streams",
+]
 
 EXIT_OK = 0
 EXIT_ABORTED = 1
@@ -99,6 +109,13 @@ def serve(inp: BinaryIO, out: BinaryIO) -> int:
     seccomp_filter = prepare()
     drop_privileges()  # before the first frame: no program runs with the starting uid
     confine(seccomp_filter)  # nor outside the filter
+    return serve_confined(inp, out)
+
+
+def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
+    """Serve one exchange in a process that is warm and confined already (``serve`` above, or a
+    worker forked from a warm template, ``codemode_worker.template``, or by the reuse mode's
+    ``codemode_worker.supervisor``); return the exit code."""
     while True:
         try:
             frame = read_frame(inp, MAX_HOST_FRAME_BYTES, _BEFORE_EXEC)
@@ -125,7 +142,11 @@ def main() -> int:
 
 def run() -> NoReturn:
     """``main()``, then exit at once (no interpreter teardown of a possibly huge heap)."""
-    code = main()
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush stderr and end the process with ``code`` at once (no interpreter teardown)."""
     for stream in (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:

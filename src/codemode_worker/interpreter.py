@@ -65,6 +65,7 @@ Threading
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -533,6 +534,18 @@ class _Executor:
 
 _EXECUTOR = _Executor()
 _RUN_LOCK = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    """A child forked from a warm process (``codemode_worker.template`` or the reuse mode's
+    ``codemode_worker.supervisor``) has only the forking
+    thread: the interpreter thread stayed in the parent, so the next run starts one of its own."""
+    global _EXECUTOR, _RUN_LOCK
+    _EXECUTOR = _Executor()
+    _RUN_LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def on_interpreter_thread(fn: Callable[[], T]) -> T:

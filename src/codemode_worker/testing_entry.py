@@ -24,14 +24,14 @@ import socket  # noqa: F401  (likewise)
 import sys
 import traceback
 from collections.abc import Collection
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import PROTOCOL_VERSION, protocol
 from .confinement import confine, prepare
 from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
 from .privileges import drop_privileges
 
-__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main"]
+__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main", "serve_confined"]
 
 ENABLE_VARIABLE = "CODEMODE_WORKER_TESTING"
 EXIT_DISABLED = 3
@@ -45,6 +45,12 @@ def main() -> int:
     seccomp_filter = prepare()
     drop_privileges()
     confine(seccomp_filter)
+    return serve_confined(inp, out)
+
+
+def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
+    """The probe/exec loop, in a process that has confined itself already (``main`` above, or a
+    worker forked by ``codemode_worker.template --testing`` or ``codemode_worker.supervisor --testing``)."""
 
     def send(frame: dict[str, Any]) -> None:
         out.write(protocol.encode_frame(frame))

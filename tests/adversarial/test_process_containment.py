@@ -24,7 +24,7 @@ import pytest
 
 import codemode
 from codemode.runtimes.ipc_cleanup import ipc_of
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
 
 from ..integration.helpers import ALICE, make_server
 from .kernel_probe import PROBE, not_refused
@@ -32,18 +32,27 @@ from .kernel_probe import PROBE, not_refused
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")
 
 TESTING = {"CODEMODE_WORKER_TESTING": "1"}
+#: Every test runs on both ways of making a worker: forked by the template (the default) and started.
+BOTH_SPAWNS = pytest.mark.parametrize("spawn", SPAWN_MODES, indirect=True)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[codemode.Server]:
-    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+def spawn(request: pytest.FixtureRequest) -> Spawn:
+    mode: Spawn = getattr(request, "param", "template")
+    return mode
+
+
+@pytest.fixture
+async def server(spawn: Spawn) -> AsyncIterator[codemode.Server]:
+    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING, spawn=spawn)
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     yield srv
     await srv.aclose()
 
 
-# The testing entry with the filter left out (never possible for a real worker: entry.serve has no
-# such switch). Imported modules are patched in the worker process only.
+# The testing entry with the filter left out (never possible for a real worker: neither entry.serve
+# nor the template has such a switch). Imported modules are patched in the worker (or template)
+# process only.
 UNCONFINED = (
     "from codemode_worker import testing_entry as t\n"
     "t.prepare = lambda: None\n"
@@ -53,12 +62,30 @@ UNCONFINED = (
     "sys.stderr.flush()\n"
     "os._exit(code)\n"
 )
+UNCONFINED_TEMPLATE = (
+    "from codemode_worker import confinement as c\n"
+    "c.prepare = lambda: None\n"
+    "c.confine = lambda _filter: None\n"
+    "c.compile_filter = lambda: None\n"
+    "import os, sys\n"
+    "from codemode_worker import template\n"
+    "code = template.main(sys.argv[1:])\n"
+    "sys.stderr.flush()\n"
+    "os._exit(code)\n"
+)
+
+
+def unconfined_runtime(spawn: Spawn, **kwargs: Any) -> ProcessRuntime:
+    """A process runtime whose workers run the testing entry without their filter."""
+    if spawn == "template":
+        command = [sys.executable, "-I", "-c", UNCONFINED_TEMPLATE, "--testing"]
+        return ProcessRuntime(template_argv=command, extra_env=TESTING, **kwargs)
+    return ProcessRuntime(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING, **kwargs)
 
 
 @pytest.fixture
-async def unconfined() -> AsyncIterator[codemode.Server]:
-    runtime = ProcessRuntime(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING)
-    srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
+async def unconfined(spawn: Spawn) -> AsyncIterator[codemode.Server]:
+    srv, _ = make_server(runtime=unconfined_runtime(spawn), max_execution_time=20.0)
     yield srv
     await srv.aclose()
 
@@ -103,6 +130,7 @@ final({"grandchild": pid, "uid": os.getuid()})
 """
 
 
+@BOTH_SPAWNS
 async def test_setsid_grandchild_dies_with_destroy(unconfined: codemode.Server) -> None:
     """Under the filter fork is refused (test_the_kernel_surface_is_the_filters); without it, a
     grandchild that left the session still dies with its worker's uid."""
@@ -129,6 +157,7 @@ final({"made": made, "uid": os.getuid()})
 """
 
 
+@BOTH_SPAWNS
 @pytest.mark.skipif(IPC_MAKER is None, reason="ipcmk (util-linux) not found")
 async def test_system_v_ipc_objects_die_with_destroy(unconfined: codemode.Server) -> None:
     """Shared memory, semaphores and message queues outlive processes. Under the filter none can be
@@ -155,6 +184,7 @@ final({"made": made, "refused": refused})
 """
 
 
+@BOTH_SPAWNS
 async def test_processes_are_bounded(server: codemode.Server) -> None:
     value = await run(server, FORK_BOMB)
     assert value["refused"] > 0
@@ -182,6 +212,7 @@ final(out)
 """
 
 
+@BOTH_SPAWNS
 async def test_the_kernel_surface_is_the_filters(server: codemode.Server) -> None:
     """Issue 19 §3: the worker's own seccomp filter refuses what the interpreter never needs
     (execve of anything, a memfd's ELF, new sockets, io_uring, ptrace, bpf, keys, namespaces, mounts,
@@ -191,6 +222,7 @@ async def test_the_kernel_surface_is_the_filters(server: codemode.Server) -> Non
     assert report["_seccomp"] == "2" and report["_no_new_privs"] == "1", report
 
 
+@BOTH_SPAWNS
 async def test_no_view_of_the_host(server: codemode.Server, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cret")
@@ -222,6 +254,7 @@ final(out)
 """
 
 
+@BOTH_SPAWNS
 async def test_a_worker_cannot_read_the_records_database(server: codemode.Server) -> None:
     """Issue 19 §4: the records database (and its WAL and SHM) in a directory other users can
     enter, as an operator sets CODEMODE_RECORDS_DB=/var/lib/..., was created 0644: a worker with a
@@ -244,6 +277,7 @@ async def test_a_worker_cannot_read_the_records_database(server: codemode.Server
     assert value == dict.fromkeys(paths, "PermissionError")
 
 
+@BOTH_SPAWNS
 async def test_each_live_worker_has_its_own_uid(server: codemode.Server) -> None:
     slow = "import os, time\ntime.sleep(0.5)\nfinal(os.getuid())\n"
     t0 = time.monotonic()

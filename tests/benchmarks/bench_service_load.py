@@ -1,7 +1,7 @@
 """Load run of the HTTP service (prints numbers; not a test).
 
-    python -m tests.benchmarks.bench_service_load [--runtime process|docker] [--pool N]
-        [--n 500] [--clients 20] [--slots 8] [--timeout 600]
+    python -m tests.benchmarks.bench_service_load [--runtime process|docker|kubernetes] [--pool N]
+        [--reuse N] [--n 500] [--clients 20] [--slots 8] [--timeout 600]
 
 Starts ``codemode.service`` in a subprocess on 127.0.0.1 (a free port, loopback only) with a token
 file of one subject per client, waits for ``/readyz``, then runs ``--n`` executes from ``--clients``
@@ -11,7 +11,11 @@ duplicated or mixed-up result is detected. Afterwards the server gets SIGTERM (g
 and, for Docker, the worker containers of that server process are counted (must be 0).
 
 Prints throughput (executes/s over the wall time of the load), client-side latency p50/p90/p99,
-the server's own execute counters, and the checks.
+the server's own execute counters, and the checks; beside them the floors of the same run
+(``load_floors``, ``--no-floors`` skips them): host CPU per execute and executes/s per core, the
+service path alone (``search_api`` through the same server and clients), and for the process
+runtime a fork of a pre-imported worker + trivial Starlark + reap per core. ``--process-spawn``
+picks how the process runtime makes workers.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from mcp.client.streamable_http import streamable_http_client
 import codemode
 from codemode import authz
 from codemode.ops.bench import EchoOut, aecho
+
+from . import load_floors, load_runtimes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -200,8 +206,8 @@ async def run(args: argparse.Namespace) -> int:
             "PYTHONPATH": str(ROOT),
         }
     )
-    if args.image:
-        env["CODEMODE_DOCKER_IMAGE"] = args.image
+    env.update(load_runtimes.server_env(args))  # --image, --reuse, the cluster
+    env.update(load_floors.server_env(args))  # --process-spawn
     server_log = open(tmp / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-c", "from codemode.service import serve; serve()"],
@@ -219,12 +225,16 @@ async def run(args: argparse.Namespace) -> int:
     outcome = Outcome(latencies=[], errors=Counter(), seen=set())
     wall = 0.0
     rc = 0
+    search = Outcome(latencies=[], errors=Counter(), seen=set())
+    search_wall = 0.0
     try:
         ready_s = await wait_ready(base, proc, args.timeout)
         print(f"ready after {ready_s:.2f} s")
         jobs: asyncio.Queue[str] = asyncio.Queue()
         for i in range(args.n):
             jobs.put_nowait(f"req-{i:04d}-{uuid.uuid4().hex}")
+        meter = load_floors.CpuMeter(proc.pid).start()
+        load_runtimes.mark(args, proc.pid)  # the load starts (bench_reuse meters its CPU)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(args.timeout):
@@ -238,9 +248,20 @@ async def run(args: argparse.Namespace) -> int:
             print(f"TIMEOUT after {args.timeout} s")
             rc = 1
         wall = time.perf_counter() - t0
+        cpu = meter.stop()
+        load_runtimes.mark(args, proc.pid)  # and ends
         while not jobs.empty():
             lost.append(jobs.get_nowait())
         server_counts = await scrape_executes(metrics_base)
+        if args.floors and args.mode == "execute":  # floor: the service path alone, same server
+            for i in range(args.n):
+                jobs.put_nowait(f"search-{i}")
+            t1 = time.perf_counter()
+            async with asyncio.timeout(args.timeout):
+                await asyncio.gather(
+                    *(client_loop(base + "/mcp", s, tokens[s], jobs, search, [], "search") for s in subjects)
+                )
+            search_wall = time.perf_counter() - t1
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -264,6 +285,15 @@ async def run(args: argparse.Namespace) -> int:
             f"latency (client)          p50={statistics.median(lat) * 1e3:.1f} ms  "
             f"p90={pct(lat, 90) * 1e3:.1f} ms  p99={pct(lat, 99) * 1e3:.1f} ms  max={max(lat) * 1e3:.1f} ms"
         )
+        load_floors.print_cpu(cpu, outcome.ok, wall)
+    if search.latencies:
+        p50, p99 = statistics.median(search.latencies) * 1e3, pct(search.latencies, 99) * 1e3
+        print(
+            f"floor: service path      {search.ok / search_wall:.1f} search_api calls/s  "
+            f"p50={p50:.1f} ms  p99={p99:.1f} ms  (same server and clients, no worker)"
+        )
+    if args.floors and args.runtime == "process" and args.mode == "execute":
+        load_floors.fork_floor(args.fork_n)
     print(f"server executes_total     {server_counts}")
     print(f"server exit code          {proc.returncode}")
     if args.runtime == "docker":
@@ -273,8 +303,21 @@ async def run(args: argparse.Namespace) -> int:
         print(f"all worker containers     before={containers_before} after={after} (other hosts' included)")
         if ours:
             rc = 1
+    pods = load_runtimes.leaked(args, proc.pid)
+    if pods is not None:
+        print(f"leaked pods (ours)        {pods}")
+        rc = 1 if pods else rc
     if lost or outcome.mixed or outcome.ok != args.n or proc.returncode not in (0, -signal.SIGTERM):
         rc = 1
+    args.summary = {  # for bench_reuse, which compares runs
+        "ok": outcome.ok,
+        "wall": wall,
+        "throughput": outcome.ok / wall if wall else 0.0,
+        "p50": statistics.median(lat) if lat else None,
+        "p99": pct(lat, 99) if lat else None,
+        "errors": dict(outcome.errors),
+        "rc": rc,
+    }
     print(f"server log: {tmp / 'server.log'}")
     print("RESULT", "PASS" if rc == 0 else "FAIL")
     return rc
@@ -282,14 +325,16 @@ async def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runtime", choices=["process", "docker"], default="process")
+    p.add_argument("--runtime", choices=load_runtimes.RUNTIMES, default="process")
     p.add_argument("--pool", type=int, default=0, help="warm pool size (default 0)")
     p.add_argument("--n", type=int, default=500, help="executes in total (default 500)")
     p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
     p.add_argument("--slots", type=int, default=8, help="max_concurrent_executions (default 8)")
     p.add_argument("--max-time", type=float, default=30.0, help="max_execution_time, s (default 30)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
-    p.add_argument("--image", help="worker image for --runtime docker")
+    p.add_argument("--image", help="worker image for --runtime docker or kubernetes")
+    load_runtimes.add_arguments(p)
+    load_floors.add_arguments(p)
     p.add_argument(
         "--mode",
         choices=["execute", "search"],

@@ -4,10 +4,12 @@ would run them (the README's are in test_readme_snippet.py and test_readme_clien
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from .support_mcp import child_env, cli_command
 from .test_readme_snippet import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +27,41 @@ def block_with(page: str, marker: str) -> str:
 @pytest.mark.timeout(120)
 def test_packs_page_from_python(tmp_path: Path) -> None:
     # The page says: run it from the repository root.
-    source = block_with("docs/packs.md", "load_pack(")
+    source = block_with("docs/packs.md", 'add_pack("./examples/notes_pack.py:pack")')
     assert run_script(source, tmp_path, "notes_demo.py", cwd=ROOT) == ["{'notes': ['hi']}"]
+
+
+@pytest.mark.timeout(120)
+def test_packs_page_lifecycle_pack_runs_as_a_script(tmp_path: Path) -> None:
+    source = block_with("docs/packs.md", "class VisitsPack")
+    assert run_script(source, tmp_path, "visits.py") == ["{'count': 2, 'page': '/'}", "None"]
+
+
+@pytest.mark.timeout(120)
+def test_packs_page_lifecycle_pack_serves_from_a_file_and_names_itself_when_it_cannot_open(
+    tmp_path: Path,
+) -> None:
+    """The page's command line, as written, in the folder of visits.py: the database file is made by
+    open() and kept after the server closed; a database that cannot be opened is one line, exit 2."""
+    (tmp_path / "visits.py").write_text(block_with("docs/packs.md", "class VisitsPack"), encoding="utf-8")
+    argv = cli_command(
+        "serve", "--stdio", "--allow-all", "--pack", "./visits.py:pack",
+        "--pack-option", "VISITS_DB=visits.db",
+    )  # fmt: skip
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), input="", capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "visits.db").is_file()
+    argv[-1] = "VISITS_DB=no/such/folder/visits.db"
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), input="", capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "codemode: --pack / CODEMODE_PACKS: pack './visits.py:pack': open failed: "
+        "OperationalError: unable to open database file"
+    ]
 
 
 @pytest.mark.timeout(120)

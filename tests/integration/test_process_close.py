@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from codemode.runtimes.process import ProcessRuntime
+import pytest
+
+from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
 
 
-async def test_close_input_then_destroy_reports_nothing_to_the_loop() -> None:
+@pytest.mark.parametrize("spawn", SPAWN_MODES)
+async def test_close_input_then_destroy_reports_nothing_to_the_loop(spawn: Spawn) -> None:
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
-    runtime = ProcessRuntime()
+    runtime = ProcessRuntime(spawn=spawn)
     try:
         for close_first in ("awaited", "racing", "no"):
             sandbox = await runtime.spawn()

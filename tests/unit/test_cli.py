@@ -157,6 +157,8 @@ def test_abbreviated_flags_are_not_accepted(capsys: pytest.CaptureFixture[str]) 
         ),
         (["bench", "--n", "0"], "--n must be positive"),
         (["bench", "--docker-image", "img:1"], "--docker-image / CODEMODE_DOCKER_IMAGE needs --runtime"),
+        (["bench", "--reuse", "10"], "--reuse needs --runtime docker or kubernetes"),
+        (["bench", "--runtime", "docker", "--reuse", "-1"], "--reuse needs --runtime docker or kubernetes"),
     ],
 )
 def test_operator_commands_reject_bad_input(

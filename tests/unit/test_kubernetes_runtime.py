@@ -932,6 +932,34 @@ async def test_create_refusals_are_classified(
     await rt.aclose()
 
 
+QUOTA_CONFLICT = (
+    'Operation cannot be fulfilled on resourcequotas "codemode-workers": the object has been modified; '
+    "please apply your changes to the latest version and try again"
+)
+
+
+async def test_a_quota_conflict_on_create_is_retried(cluster: FakeCluster) -> None:
+    # Concurrent creates in a namespace with a ResourceQuota race on the quota's usage; the API
+    # server refuses the loser with 409 although nothing is wrong (seen under the 20-client load).
+    cluster.api.errors["create_namespaced_pod"] = [api_error(409, "Conflict", QUOTA_CONFLICT)] * 2
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    assert len(cluster.api.called("create_namespaced_pod")) == 3
+    assert len(cluster.api.pods) == 1
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_a_lasting_quota_conflict_fails_the_spawn(cluster: FakeCluster) -> None:
+    cluster.api.errors["create_namespaced_pod"] = [api_error(409, "Conflict", QUOTA_CONFLICT)] * 10
+    rt = make_runtime(cluster)
+    with pytest.raises(SpawnFailed, match="resourcequotas"):
+        await rt.spawn()
+    assert len(cluster.api.called("create_namespaced_pod")) == kmod.CREATE_CONFLICT_RETRIES + 1
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
 async def test_attach_forbidden_is_runtime_unavailable_and_the_pod_deleted(cluster: FakeCluster) -> None:
     cluster.server.refuse = 403
     rt = make_runtime(cluster)

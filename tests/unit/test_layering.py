@@ -57,7 +57,7 @@ ALLOWED: dict[str, set[str]] = {
     "authz": {"authz", "common"},
     "runtimes": {"runtimes", "common", "worker"},
     "pack support": {"pack support", "catalog", "common", "worker"},
-    "execution": {"execution", "catalog", "authz", "runtimes", "common", "worker"},
+    "execution": {"execution", "pack support", "catalog", "authz", "runtimes", "common", "worker"},
     "api": CORE | {"worker"},
     "packs": {"packs", *CORE, "worker"},
     "config": {"config", *CORE},

@@ -205,3 +205,35 @@ def test_the_tracing_page_lists_every_span_and_attribute() -> None:
     text = (REFERENCE.parent / "tracing.md").read_text(encoding="utf-8")
     for name in (*tracing.SPAN_NAMES, *tracing.ATTRIBUTES):
         assert f"`{name}`" in text, name
+
+
+def test_the_pack_lifecycle_is_documented() -> None:
+    """python-api.md names every export of codemode.packs, Builder.add_pack's parameters, the two
+    lifecycle steps and the open failure's exact form (read off a real failure)."""
+    import asyncio
+    import inspect
+
+    import codemode
+    from codemode import packs
+    from codemode.packs.lifecycle import LoadedPack
+
+    text = flat("python-api.md")
+    for name in packs.__all__:
+        assert f"`{name}" in text, name
+    parameters = list(inspect.signature(codemode.Builder.add_pack).parameters)[1:]
+    assert parameters == ["pack", "settings", "name"]
+    assert "`Builder.add_pack(pack, settings=None, *, name=None)`" in text
+    assert {"open", "aclose"} <= set(dir(packs.Lifecycle))
+    assert "`async open()` and `async aclose()`" in text
+
+    class Failing:
+        async def open(self) -> None:
+            raise OSError("gone")
+
+    with pytest.raises(packs.PackOpenError) as caught:
+        asyncio.run(LoadedPack("pack 'db'", Failing(), []).open())
+    assert str(caught.value) == "pack 'db': open failed: OSError: gone"
+    assert "`pack '<name>': open failed: <type>: <text>`" in text
+    assert "open failed: OperationalError" in " ".join(
+        (REFERENCE.parent / "packs.md").read_text(encoding="utf-8").split()
+    )

@@ -33,7 +33,7 @@ def test_public_names_are_pinned() -> None:
             "CapabilityFailure", "CapabilityPack", "CodeModeError", "Description", "DockerRuntime",
             "ExecuteEvent", "ExecuteOutcome", "ExecuteResult", "ExitInfo", "Internal",
             "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "LedgerEntry",
-            "Limits", "NotFound", "NullObserver", "Observer",
+            "Limits", "NotFound", "NullObserver", "Observer", "PackOpenError",
             "PermissionDenied", "PolicyFailure", "ProcessRuntime", "ResourceLimit", "Runtime", "Sandbox",
             "SearchResponse", "Server", "Subject", "Tracing", "Unauthenticated", "WarmPool", "allow_all",
             "authz", "capability", "capability_of",

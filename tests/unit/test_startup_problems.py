@@ -77,7 +77,8 @@ async def test_the_runtime_check_is_one_line_naming_the_runtime_settings(tmp_pat
         "--runtime / CODEMODE_RUNTIME, --docker-* / CODEMODE_DOCKER_*: the docker runtime is not usable: "
         "docker: image 'x' not found; (build it)",
     )
-    assert (
-        await check_runtime(build_server(settings(tmp_path), runtime=codemode.ProcessRuntime()), docker)
-        is None
-    )
+    working = build_server(settings(tmp_path), runtime=codemode.ProcessRuntime())
+    try:
+        assert await check_runtime(working, docker) is None
+    finally:
+        await working.aclose()  # the check started the worker template

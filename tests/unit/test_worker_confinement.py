@@ -190,4 +190,66 @@ async def test_the_process_runtime_check_names_what_is_missing(tmp_path: Path) -
     fake.chmod(0o755)
     with pytest.raises(RuntimeUnavailable, match="python3-seccomp"):
         await ProcessRuntime(python=str(fake)).check()
-    await ProcessRuntime().check()  # the host's own Python has it
+    runtime = ProcessRuntime()
+    try:
+        await runtime.check()  # the host's own Python has it
+    finally:
+        await runtime.aclose()
+
+
+def test_the_compiled_filter_is_libseccomps_program_for_each_pid() -> None:
+    """The template compiles the filter once (``CompiledFilter``); the program a forked worker loads
+    must be byte for byte the one libseccomp builds for that worker's pid."""
+    import random
+
+    sc = confinement.binding()
+    compiled = confinement.CompiledFilter(sc)
+    pids = [1, 2, 4_194_304, *random.Random(21).sample(range(3, 4_194_304), 40)]
+    for pid in pids:
+        assert compiled.program(pid) == confinement.export(confinement.build_filter(sc, pid)), pid
+    with pytest.raises(ValueError):
+        compiled.program(0)
+
+
+def test_the_compiled_filter_refuses_programs_that_differ_beyond_the_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A libseccomp whose program for another pid differs in any other way (a different tree) is not
+    patched: the template then has each worker build its own filter."""
+    sc = confinement.binding()
+    real = confinement.build_filter
+
+    def other_tree(binding: object, pid: int | None = None) -> object:
+        flt = real(binding, pid)
+        if pid == confinement.CompiledFilter.SENTINELS[1]:
+            flt.add_rule(sc.ERRNO(1), "sync")  # one more rule: another program
+        return flt
+
+    monkeypatch.setattr(confinement, "build_filter", other_tree)
+    with pytest.raises(ValueError):
+        confinement.CompiledFilter(sc)
+    assert confinement.compile_filter() is None
+
+
+def test_a_compiled_filter_holds_in_a_forked_process() -> None:
+    """Loaded through ``confine``, the compiled program refuses what the filter refuses (the check of
+    ``confine`` and one denied call of each kind: ``confinement.main`` with the compiled filter)."""
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from codemode_worker import confinement
+        compiled = confinement.compile_filter()
+        assert compiled is not None
+        pid = os.fork()
+        if pid == 0:
+            confinement.prepare = lambda: compiled
+            code = confinement.main()
+            sys.stdout.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"seccomp filter holds" in done.stdout

@@ -52,8 +52,9 @@ class Subject:
 
 @dataclass(frozen=True, slots=True)
 class AuthorizationInput:
-    """What an authorizer decides on: the trusted subject, the capability's stable id and dotted name,
-    and the host's canonical, JSON-shaped argument map (a fresh copy for every call)."""
+    """What an authorizer decides on: ``subject`` (the trusted caller), ``capability_id`` (the stable
+    id) and ``capability_name`` (the dotted name), and ``arguments`` (the host's canonical,
+    JSON-shaped argument map, a fresh copy for every call)."""
 
     subject: Subject
     capability_id: str
@@ -89,7 +90,22 @@ class Authorizer(Protocol):
     fast; slow ones should be async (or offload their work, as the Rego adapter does).
     """
 
-    def authorize(self, ctx: Any, input: AuthorizationInput) -> Awaitable[None] | None: ...
+    def authorize(self, ctx: Any, input: AuthorizationInput) -> Awaitable[None] | None:
+        """Decide one bound call: return to allow, raise to deny.
+
+        Args:
+            ctx: the host's call context (``deadline``, ``cancelled``).
+            input: the subject, the capability's id and name, and the bound arguments.
+
+        Returns:
+            None (or an awaitable of None, for an async authorizer): the call is allowed.
+
+        Raises:
+            Denied: the call is not allowed (``permission denied``).
+            AskUser: the user decides (docs/reference/authorization.md, "Asking the user").
+            PolicyError: the policy could not decide (``authorization policy failure``).
+        """
+        ...
 
 
 class _AllowAll:
@@ -107,7 +123,11 @@ _ALLOW_ALL = _AllowAll()
 
 def allow_all() -> Authorizer:
     """The explicit choice to allow every bound call of every resolved subject (there is no implicit
-    allow: a server without an authorizer does not build)."""
+    allow: a server without an authorizer does not build).
+
+    Returns:
+        An authorizer that allows everything.
+    """
     return _ALLOW_ALL
 
 
@@ -120,6 +140,14 @@ async def run_authorizer(authorizer: Authorizer, ctx: Any, input: AuthorizationI
     Fail-closed: the only allowing outcome is a normal return of ``None``. An authorizer that returns
     a value (``False``, ``True``, a string, …) is a programming error that could otherwise read as an
     allow, so it raises :class:`PolicyError`.
+
+    Args:
+        authorizer: the authorizer.
+        ctx: the host's call context.
+        input: what it decides on.
+
+    Raises:
+        PolicyError: it returned something other than None.
     """
     result: object = authorizer.authorize(ctx, input)
     if inspect.isawaitable(result):
@@ -138,7 +166,17 @@ _current_subject: contextvars.ContextVar[Subject | None] = contextvars.ContextVa
 @contextmanager
 def with_subject(subject: Subject) -> Iterator[Subject]:
     """Make ``subject`` the current subject for the enclosed block (and every task or context copied
-    from it). Nesting restores the outer subject on exit. For authentication middleware only."""
+    from it). Nesting restores the outer subject on exit. For authentication middleware only.
+
+    Args:
+        subject: the authenticated subject.
+
+    Yields:
+        ``subject``, current inside the block.
+
+    Raises:
+        TypeError: ``subject`` is not a :class:`Subject`.
+    """
     if not isinstance(subject, Subject):
         raise TypeError(f"with_subject needs a Subject, got {type(subject).__name__}")
     token = _current_subject.set(subject)
@@ -149,5 +187,9 @@ def with_subject(subject: Subject) -> Iterator[Subject]:
 
 
 def current_subject() -> Subject | None:
-    """The subject set by the innermost enclosing :func:`with_subject`, or None."""
+    """The subject of the innermost enclosing :func:`with_subject`.
+
+    Returns:
+        That subject, or None outside every such block.
+    """
     return _current_subject.get()

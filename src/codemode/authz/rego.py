@@ -72,7 +72,15 @@ from ._rego_scan import (
     parse_decision,
 )
 
-__all__ = ["InvalidPolicy", "RegoAuthorizer", "UnknownDecision", "from_files"]
+__all__ = [
+    "ASK",
+    "WAIT_BUDGET",
+    "Decision",
+    "InvalidPolicy",
+    "RegoAuthorizer",
+    "UnknownDecision",
+    "from_files",
+]
 
 #: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
 WAIT_BUDGET = 0.002
@@ -384,18 +392,22 @@ def _compile_error_text(message: str, modules: Mapping[str, str]) -> str:
 
 
 class RegoAuthorizer:
-    """An :class:`~codemode.authz.Authorizer` that evaluates a Rego decision in process.
+    """An :class:`~codemode.authz.Authorizer` that evaluates a Rego decision in process. Safe for
+    concurrent use from any number of threads and asyncio tasks.
 
-    ``decision`` is one ground reference into ``data`` (``data.app.allow``, ``data.app["allow"]``).
-    ``modules`` maps filename → Rego v1 source; it comes from trusted configuration only. Invalid
-    input raises :class:`InvalidPolicy` (a ``ValueError``) naming the problem.
+    Args (of the constructor):
+        decision: one ground reference into ``data`` (``data.app.allow``, ``data.app["allow"]``).
+        modules: filename → Rego v1 source, from trusted configuration only.
+        max_workers: bounds the threads that evaluate for :meth:`authorize` (default 4).
+        wait_budget: how long (seconds) :meth:`authorize` may block the calling thread waiting for
+            an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
+        evaluate_inline: evaluate on the calling thread (no hand-off at all): only for policies
+            whose evaluation time is bounded whatever the input, since a running evaluation cannot
+            be stopped at the deadline.
 
-    ``max_workers`` bounds the threads that evaluate for :meth:`authorize` (default 4).
-    ``wait_budget`` is how long (seconds) :meth:`authorize` may block the calling thread waiting for
-    an evaluation before it yields to the event loop (default 2 ms; 0 never blocks).
-    ``evaluate_inline=True`` evaluates on the calling thread (no hand-off at all): only for policies
-    whose evaluation time is bounded whatever the input, since a running evaluation cannot be
-    stopped at the deadline. Safe for concurrent use from any number of threads and asyncio tasks.
+    Raises (the constructor):
+        InvalidPolicy: invalid input (a ``ValueError``), naming the problem.
+        UnknownDecision: the decision names no rule of the modules.
     """
 
     def __init__(
@@ -528,10 +540,17 @@ class RegoAuthorizer:
     # -- evaluation
 
     def decide(self, input: AuthorizationInput) -> Decision:
-        """Evaluate on the calling thread (blocking): True allows, False denies, ``"ask"`` asks the
-        user; PolicyError otherwise.
+        """Evaluate on the calling thread (blocking). Thread-safe: each calling thread uses its own
+        interpreter (built on first use).
 
-        Thread-safe: each calling thread uses its own interpreter (built on first use).
+        Args:
+            input: what the policy decides on (its ``input`` document).
+
+        Returns:
+            True allows, False denies, ``"ask"`` asks the user.
+
+        Raises:
+            PolicyError: the policy failed or answered anything else.
         """
         return self._evaluator().evaluate(_document(input))
 
@@ -588,6 +607,7 @@ class RegoAuthorizer:
 
     @property
     def decision(self) -> str:
+        """The decision this authorizer evaluates (``data.<package>.<rule>``)."""
         return self._decision
 
     def __repr__(self) -> str:
@@ -606,9 +626,18 @@ def from_files(
 ) -> RegoAuthorizer:
     """Read policy files (each file's path is its module name) and build the authorizer.
 
-    Raises :class:`InvalidPolicy` with ``cannot read Rego policy '<path>': <reason>`` or
-    ``Rego policy rejected: <problem>``, :class:`UnknownDecision` when the decision names no rule;
-    configuration front ends (CLI, service) wrap them.
+    Args:
+        decision: as for :class:`RegoAuthorizer`.
+        paths: the ``.rego`` files.
+        evaluate_inline: as for :class:`RegoAuthorizer`.
+
+    Returns:
+        The authorizer.
+
+    Raises:
+        InvalidPolicy: ``cannot read Rego policy '<path>': <reason>`` or ``Rego policy rejected:
+            <problem>`` (configuration front ends, CLI and service, wrap it).
+        UnknownDecision: the decision names no rule.
     """
     modules: dict[str, str] = {}
     for path in paths:

@@ -691,10 +691,11 @@ class UpstreamMCPPack:
                     cfg.name,
                 )
 
-    async def connect(self) -> None:
-        """Open the shared upstream sessions now (e.g. at server start) when discovery did not leave
-        them open, so the first call does not pay for starting the upstream. Failures are logged;
-        calls retry. Per-subject sessions start on each subject's first call."""
+    async def open(self) -> None:
+        """The pack's open step (the server awaits it at start): open the shared upstream sessions
+        that discovery did not leave open, so the first call does not pay for starting the upstream.
+        Failures are logged, never raised (an upstream that went away after discovery is not a
+        start-up problem; calls retry). Per-subject sessions start on each subject's first call."""
 
         async def connect_all() -> None:
             for cfg in self.configs:
@@ -705,6 +706,10 @@ class UpstreamMCPPack:
                     log.warning("upstream %r: cannot connect yet: %s", cfg.name, brief(exc))
 
         await self.loop.run(connect_all())
+
+    async def connect(self) -> None:
+        """The old name of :meth:`open`."""
+        await self.open()
 
     async def aclose(self) -> None:
         """Close every upstream session (and stop the pack's loop); a later call starts again."""

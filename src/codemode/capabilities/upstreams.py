@@ -54,12 +54,25 @@ def upstream_packs(
 
 
 class UpstreamsPack:
-    """The pack behind ``codemode.capabilities.upstreams:pack``."""
+    """The pack behind ``codemode.capabilities.upstreams:pack``: an upstream MCP pack and an OpenAPI
+    pack from the tables of one TOML file; its ``open()`` and ``aclose()`` are theirs."""
 
     def __init__(self) -> None:
         self.packs: tuple[UpstreamMCPPack, OpenAPIPack] | None = None
 
     def capabilities(self, settings: PackSettings) -> list[Capability]:
+        """Read the file the ``CODEMODE_UPSTREAMS_FILE`` option names and build both packs.
+
+        Args:
+            settings: the host's pack settings (the option, the data dir, the answer bounds).
+
+        Returns:
+            The upstream MCP tools' capabilities, then the OpenAPI operations'.
+
+        Raises:
+            PackError: no file, an unreadable file, invalid TOML or tables.
+            UpstreamBuildError: an upstream cannot be reached or listed.
+        """
         location = settings.get(FILE_OPTION)
         if not location:
             raise PackError(
@@ -78,9 +91,15 @@ class UpstreamsPack:
         self.packs = upstream_packs(data.get("upstream_mcp", []), data.get("openapi", []))
         return [*self.packs[0].capabilities(settings), *self.packs[1].capabilities(settings)]
 
-    async def aclose(self) -> None:
+    async def open(self) -> None:
+        """Open the upstream MCP servers' pack (the OpenAPI pack has no open step)."""
         if self.packs is not None:
-            for one in self.packs:
+            await self.packs[0].open()
+
+    async def aclose(self) -> None:
+        """Close both inner packs, the OpenAPI one first (the reverse of their order)."""
+        if self.packs is not None:
+            for one in reversed(self.packs):
                 await one.aclose()
 
 

@@ -54,7 +54,14 @@ Handler = Callable[..., Any | Awaitable[Any]]
 
 @dataclass
 class Capability:
-    """One host operation as registered by the application.
+    """One host operation as registered by the application (each field's rules:
+    docs/reference/capabilities.md).
+
+    ``name`` is the dotted name programs call (``records.get``); ``summary`` one line for search and
+    ``description`` the longer text of ``describe_api``; ``id`` the stable id policies and
+    ``disabled`` use (default: the name); ``search_terms`` extra words search matches;
+    ``handler`` the function run for each call; ``third_party`` marks texts written by someone other
+    than the operator (an upstream).
 
     Types come from the handler's annotations (``(ctx, subject, args: In) -> Out`` with dataclasses)
     unless ``input_shape`` and ``output_shape`` are both given: then they are record shapes (see

@@ -291,11 +291,18 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class SearchResponse:
+    """``search_api``'s answer: ``results`` (the ranked :class:`SearchResult` s, at most
+    ``max_search_results``) and ``truncated`` (more matched than fit the bounds)."""
+
     results: list[SearchResult]
     truncated: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """``search_api``'s answer: ``{results: [...], truncated}`` (docs/reference/search.md)."""
+        """``search_api``'s answer as JSON (docs/reference/search.md).
+
+        Returns:
+            ``{results: [{name, signature, summary}], truncated}``.
+        """
         return {"results": [r.to_dict() for r in self.results], "truncated": self.truncated}
 
 

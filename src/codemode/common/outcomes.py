@@ -57,20 +57,25 @@ def ledger_outcome(decision: str, outcome: str) -> str:
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One native call: the capability's dotted name and what became of the call."""
+    """One native call: ``capability`` (the dotted name) and ``outcome`` (what became of the call:
+    docs/reference/tools.md#the-call-ledger)."""
 
     capability: str
     outcome: str
 
     def to_dict(self) -> dict[str, str]:
-        """The entry as ``structuredContent.calls`` carries it: ``{capability, outcome}``."""
+        """The entry as ``structuredContent.calls`` carries it.
+
+        Returns:
+            ``{capability, outcome}``.
+        """
         return {"capability": self.capability, "outcome": self.outcome}
 
 
 @dataclass(frozen=True)
 class ExecuteResult:
-    """``Server.run``'s answer: ``main()``'s plain value, the call ledger, and the prints (``None``
-    when the server does not keep them: ``max_print_bytes`` is 0)."""
+    """``Server.run``'s answer: ``value`` (``main()``'s plain value), ``calls`` (the call ledger) and
+    ``prints`` (``None`` when the server does not keep them: ``max_print_bytes`` is 0)."""
 
     value: Any
     calls: tuple[LedgerEntry, ...] = ()

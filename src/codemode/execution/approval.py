@@ -61,7 +61,8 @@ def describe_arguments(arguments: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """One question for the user: which capability, with what (host-rendered, bounded)."""
+    """One question for the user: ``capability`` (the dotted name), ``summary`` (the catalog's) and
+    ``arguments`` (the host's bounded JSON rendering of the bound arguments)."""
 
     capability: str
     summary: str
@@ -87,4 +88,13 @@ class Approver(Protocol):
     asked.
     """
 
-    def approve(self, request: ApprovalRequest) -> Awaitable[ApprovalAnswer]: ...
+    def approve(self, request: ApprovalRequest) -> Awaitable[ApprovalAnswer]:
+        """Ask the user about one call (async).
+
+        Args:
+            request: the capability, its catalog summary, the bound arguments and the message to show.
+
+        Returns:
+            The answer word: ``"accept"`` runs the call; anything else declines it.
+        """
+        ...

@@ -13,7 +13,8 @@ __all__ = ["CallContext"]
 class CallContext:
     """Per-execute context.
 
-    ``deadline`` is a ``time.monotonic()`` instant; ``cancelled`` is set when the execution ends for
+    ``deadline`` is a ``time.monotonic()`` instant; ``worker_id`` the runtime's id of the execute's
+    worker (for logs); ``cancelled`` is set when the execution ends for
     any reason (success, failure, deadline, client cancellation). Handlers are cooperative: they
     should stop work when ``cancelled`` is set or ``remaining()`` reaches zero. The execute call
     does not wait for a handler that ignores both.
@@ -24,7 +25,11 @@ class CallContext:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     def remaining(self) -> float:
-        """Seconds until the deadline (never negative)."""
+        """Seconds until the deadline.
+
+        Returns:
+            The seconds left, never negative.
+        """
         return max(0.0, self.deadline - time.monotonic())
 
     @property

@@ -625,6 +625,8 @@ class Executor:
         self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
+        #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
+        self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(runtime, "spawn_for", None)
 
     def is_async(self, cap: CompiledCapability) -> bool:
         """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
@@ -717,6 +719,7 @@ class Executor:
             loop = asyncio.get_running_loop()
             sandbox: Sandbox | None = None
             session: _Session | None = None
+            reusable = False
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())) as clock:
                     await self._admit(subject.id, trace)
@@ -724,6 +727,7 @@ class Executor:
                     worker_id = ctx.worker_id = sandbox.worker_id
                     session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock)
                     value = await session.run(source)
+                    reusable = True
             except TimeoutError:
                 if sandbox is None:
                     # Still waiting for a slot when the deadline passed: the host was full.
@@ -746,7 +750,10 @@ class Executor:
             except WorkerMisbehaved as exc:
                 log.warning("worker %s misbehaved: %s", worker_id, exc)
                 raise Internal() from None
-            except CodeModeError:
+            except CodeModeError as exc:
+                # The program's own outcome (not a limit, not the host's fault): the worker ended
+                # or waits at a frame boundary, so a reusable sandbox may serve this subject again.
+                reusable = isinstance(exc, _PROGRAM_OUTCOMES)
                 raise
             except asyncio.CancelledError:
                 raise
@@ -758,6 +765,8 @@ class Executor:
                 if session is not None:
                     calls = session.calls
                 if sandbox is not None:
+                    if reusable:
+                        _mark_reusable(sandbox)
                     self._reap_later(sandbox, subject.id, trace)
             outcome = "ok"
             return value
@@ -799,7 +808,9 @@ class Executor:
         token = SPAWNED_WARM.set(None)
         sandbox: Sandbox | None = None
         try:
-            sandbox = await self.runtime.spawn()
+            sandbox = await (
+                self._spawn_for(subject_id) if self._spawn_for is not None else self.runtime.spawn()
+            )
             return sandbox
         except BaseException:
             self.slots.release(subject_id)
@@ -891,6 +902,18 @@ class Executor:
         pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+#: Outcomes after which a reusable sandbox may serve the same subject again (see ``_execute``).
+_PROGRAM_OUTCOMES = (InvalidProgram, InvalidArguments, PermissionDenied, PolicyFailure, CapabilityFailure)
+
+
+def _mark_reusable(sandbox: Sandbox) -> None:
+    """Tell a reusable sandbox (``codemode.runtimes.supervised.Lease``) that its execute ended
+    cleanly; any other sandbox has no such method and is single-use anyway."""
+    mark = getattr(sandbox, "reusable", None)
+    if mark is not None:
+        mark()
 
 
 def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:

@@ -60,9 +60,19 @@ UNITS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-execute budgets. ``max_execution_time`` is in seconds; every other field is a count or
-    bytes. ``max_execution_steps`` counts interpreter work in units of the worker's cancellation
-    checks (see ``codemode_worker.interpreter``)."""
+    """Per-execute budgets; a field left at 0 takes its default (units, defaults and where each is
+    enforced: docs/reference/limits.md).
+
+    The program: ``max_source_bytes`` (its source), ``max_execution_steps`` (interpreter work, in
+    the worker's ticks), ``max_execution_time`` (seconds of the whole execute), ``max_callstack``
+    (Starlark frames), ``max_print_bytes`` (prints kept; its default is 0: none). Its calls:
+    ``max_native_calls`` (per execute), ``max_value_depth`` and ``max_value_bytes`` (each argument
+    map, result and ``main()``'s value), ``max_intermediate_value_bytes`` (all results sent to the
+    worker). Search and describe: ``max_search_query_bytes``, ``max_search_results``,
+    ``max_search_response_bytes``, ``max_describe_response_bytes``. The server:
+    ``max_concurrent_executions`` (worker slots). Asking the user: ``max_approval_time`` (seconds a
+    question may stay open) and ``max_pending_approvals`` (questions one subject may have open).
+    """
 
     max_source_bytes: int = 0
     max_execution_steps: int = 0
@@ -82,7 +92,12 @@ class Limits:
     max_pending_approvals: int = 0
 
     def problems(self) -> list[str]:
-        """Negative values (and non-numbers) as build problems; prints larger than a value."""
+        """What ``Builder.build()`` refuses in these limits.
+
+        Returns:
+            One text per problem: a non-number, a negative or non-finite value, prints larger than a
+            value; empty when the limits are usable.
+        """
         out = []
         for f in fields(self):
             value = getattr(self, f.name)
@@ -99,7 +114,11 @@ class Limits:
         return out
 
     def resolved(self) -> Limits:
-        """A copy with every zero replaced by its default. Call after ``problems()`` is empty."""
+        """The limits as the server applies them. Call after ``problems()`` is empty.
+
+        Returns:
+            A copy with every zero replaced by its default.
+        """
         changes: dict[str, float] = {}
         for f in fields(self):
             if getattr(self, f.name) == 0:

@@ -50,7 +50,13 @@ ExecuteOutcome = Literal[
 @dataclass(frozen=True)
 class CallEvent:
     """One native call, recorded when the host is done with it (docs/reference/tools.md#the-call-ledger
-    maps ``decision``/``outcome`` to the ledger's outcome words)."""
+    maps ``decision``/``outcome`` to the ledger's outcome words).
+
+    ``subject_id`` and ``capability_id`` say who called what (``capability`` is the dotted name, as
+    the program and the ledger see it); ``authz_seconds`` and ``handler_seconds`` time the
+    authorizer and the handler; ``worker_id`` names the worker; ``approval`` is the user's answer
+    when the policy asked and ``approval_seconds`` how long the question was open.
+    """
 
     subject_id: str
     capability_id: str
@@ -66,7 +72,9 @@ class CallEvent:
 
 @dataclass(frozen=True)
 class ExecuteEvent:
-    """One finished execute, whatever ended it."""
+    """One finished execute, whatever ended it: ``subject_id``, ``outcome``, ``seconds`` (wall time),
+    ``native_calls`` (calls that reached the host), ``worker_id`` and ``oom_killed`` (the worker's
+    memory limit ended it)."""
 
     subject_id: str
     outcome: ExecuteOutcome
@@ -81,19 +89,35 @@ class Observer(Protocol):
     block or raise (a metrics registry, an audit log)."""
 
     def native_call(self, event: CallEvent) -> None:
-        """One native call, once the host is done with it."""
+        """One native call, once the host is done with it.
+
+        Args:
+            event: ids, decision, outcome and durations (never values).
+        """
         ...
 
     def execute(self, event: ExecuteEvent) -> None:
-        """One execute, once it has ended."""
+        """One execute, once it has ended.
+
+        Args:
+            event: its subject, outcome, duration and call count.
+        """
         ...
 
     def execute_started(self, subject_id: str) -> None:
-        """An execute of ``subject_id`` began (before it waits for a slot)."""
+        """An execute began (before it waits for a slot).
+
+        Args:
+            subject_id: whose execute.
+        """
         ...
 
     def execute_finished(self, subject_id: str) -> None:
-        """That execute ended (paired with :meth:`execute_started`)."""
+        """That execute ended (paired with :meth:`execute_started`).
+
+        Args:
+            subject_id: whose execute.
+        """
         ...
 
 

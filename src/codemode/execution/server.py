@@ -14,6 +14,8 @@ from ..catalog.capability import Capability, CompiledCapability, validate_catalo
 from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..common.outcomes import ExecuteResult
+from ..packs.lifecycle import Lifecycle, LoadedPack, close_now, close_reversed, load, load_spec
+from ..packs.loading import PackSettings
 from ..runtimes.base import Runtime
 from .approval import Approver
 from .execute import Executor
@@ -30,7 +32,9 @@ log = logging.getLogger("codemode.server")
 
 @dataclass(frozen=True)
 class Description:
-    """``describe_api``'s answer. The capability id is deliberately absent."""
+    """``describe_api``'s answer: ``name``, ``signature``, ``summary``, ``description`` and the
+    ``input`` and ``output`` fields (docs/reference/describe.md). The capability id is deliberately
+    absent."""
 
     name: str
     signature: str
@@ -94,7 +98,40 @@ class Builder:
         self._observer = observer
         self._tracing = tracing
         self._caps: list[Capability] = []
+        self._packs: list[LoadedPack] = []
         self._built = False
+
+    def add_pack(
+        self, pack: Any, settings: PackSettings | None = None, *, name: str | None = None
+    ) -> Builder:
+        """Add a pack's capabilities now and its lifecycle to the server (docs/packs.md, "A pack's
+        lifecycle"): the server awaits its ``open()`` at start and its ``aclose()`` when it closes;
+        a failed :meth:`build` closes it at once.
+
+        Args:
+            pack: a pack object (``codemode.packs``: a Pack, a list of capabilities, a factory) or a
+                spec string, ``module:object`` or ``path/to/file.py:object``.
+            settings: what the pack is given (default: the process environment, no options).
+            name: how messages name it (default: the spec, else the pack's ``name`` attribute or type).
+
+        Returns:
+            This builder, so calls chain.
+
+        Raises:
+            PackError: the pack cannot be imported or did not produce capabilities (it is closed).
+            InvalidRegistration: after :meth:`build`.
+        """
+        if self._built:
+            raise InvalidRegistration(["builder: add_pack() after build()"])
+        if isinstance(pack, str):
+            loaded = load_spec(pack, settings)
+            if name is not None:
+                loaded.label = f"pack {name!r}"
+        else:
+            loaded = load(pack, settings, label=None if name is None else f"pack {name!r}")
+        self._packs.append(loaded)
+        self._caps.extend(loaded.capabilities)
+        return self
 
     def register(self, *capabilities: Capability) -> Builder:
         """Add capabilities to the catalog being built (checked at :meth:`build`).
@@ -177,6 +214,7 @@ class Builder:
             for c in enabled:
                 problems += bounds.problems(c)
         if problems:
+            close_now(self._packs)
             raise InvalidRegistration(problems)
         assert self._authorizer is not None
         runtime = self._runtime
@@ -184,7 +222,7 @@ class Builder:
             from ..runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
-        return Server(
+        server = Server(
             enabled,
             self._authorizer,
             resolved,
@@ -194,6 +232,15 @@ class Builder:
             self._reserved_slots if self._reserved_slots is not None or self._subject_quota else 0,
             self._tracing,
         )
+        for pack in self._packs:
+            server.attach(pack)
+        return server
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a task's failure as seen (whoever awaited it got it; it may have been nobody)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _resolved_slots(limits: Limits) -> int:
@@ -217,6 +264,16 @@ class Server:
     Use it as ``async with server:`` (starts the runtime, closes everything on exit), or call
     :meth:`start` and :meth:`aclose` yourself. :meth:`search`, :meth:`describe` and :meth:`execute`
     are the three tools of docs/reference/tools.md.
+
+    Args (of the constructor, which :meth:`Builder.build` calls after validating each):
+        capabilities: the enabled, compiled capabilities.
+        authorizer: decides every native call.
+        limits: the resolved limits.
+        runtime: where workers run.
+        observer: hooks for metrics and audit, or None.
+        subject_quota: concurrent executes per subject (0: none).
+        reserved_slots: worker slots kept for subjects with nothing in flight.
+        tracing: OpenTelemetry traces, or None.
     """
 
     def __init__(
@@ -243,12 +300,20 @@ class Server:
         )
         self._started = False
         self._start_lock: asyncio.Lock | None = None
-        self._resources: list[Any] = []
+        self._resources: list[Lifecycle] = []
+        self._open_failure: Exception | None = None
+        self._opening: asyncio.Task[None] | None = None
 
-    def attach(self, resource: Any) -> None:
-        """Tie a pack's connections to this server: :meth:`start` awaits ``resource.connect()`` (when
-        it has one; a failure is logged, the pack reconnects on its next call) and :meth:`aclose`
-        awaits ``resource.aclose()`` after the workers are reaped."""
+    def attach(self, resource: Lifecycle) -> None:
+        """Tie a pack (or another resource) to this server's lifecycle (docs/packs.md, "A pack's
+        lifecycle"): :meth:`start` awaits ``resource.open()`` after the runtime started, in the order
+        attached; :meth:`aclose` awaits ``resource.aclose()`` after the workers are reaped, in
+        reverse order, once, whether or not it was opened.
+
+        Args:
+            resource: a :class:`~codemode.packs.lifecycle.Lifecycle` (``Builder.add_pack`` attaches
+                each pack it was given).
+        """
         self._resources.append(resource)
 
     @property
@@ -293,23 +358,43 @@ class Server:
         return Description(**describe_document(cap))
 
     async def start(self) -> None:
-        """Start the runtime (orphan clean-up, pool warm-up). ``execute`` calls it on first use."""
+        """Start the runtime (orphan clean-up, pool warm-up), then open every attached pack in order.
+        ``execute`` calls it on first use; a runtime that failed to start is tried again next time.
+
+        Raises:
+            PackOpenError: a pack's ``open()`` failed (one line naming it). Every attached pack is
+                closed then (the opened ones too, in reverse order) and the server cannot start again.
+            Exception: whatever the runtime's start raised.
+        """
         if self._started:
             return
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
+            if self._open_failure is not None:
+                raise self._open_failure
             if not self._started:
                 await self.runtime.start()
+                await self._open_resources()
                 self._started = True
-                for resource in self._resources:
-                    connect = getattr(resource, "connect", None)
-                    if connect is None:
-                        continue
-                    try:
-                        await connect()
-                    except Exception as exc:
-                        log.warning("%s: connecting at start failed: %s", type(resource).__name__, exc)
+
+    async def _open_resources(self) -> None:
+        """Open the packs in a task of their own: a start cut short (a readiness probe's timeout)
+        leaves the opens running, and the next start waits for the same task."""
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(self._open_all())
+            self._opening.add_done_callback(_retrieve)
+        await asyncio.shield(self._opening)
+
+    async def _open_all(self) -> None:
+        for resource in list(self._resources):
+            try:
+                await resource.open()
+            except Exception as exc:
+                self._open_failure = exc
+                resources, self._resources = self._resources, []
+                await close_reversed(resources)
+                raise
 
     async def execute(
         self,
@@ -359,6 +444,8 @@ class Server:
             An :class:`~codemode.ExecuteResult` (``value``, ``calls``, ``prints``).
 
         Raises:
+            Unauthenticated: ``subject`` is not a Subject with a non-empty id.
+            Internal: the runtime or a pack could not start (the detail is in the host log).
             CodeModeError: as :meth:`execute`.
         """
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
@@ -372,20 +459,27 @@ class Server:
         return await self._executor.execute(source, subject, trace_context, approver)
 
     async def aclose(self) -> None:
-        """Stop pools and reap every worker."""
+        """Stop pools, reap every worker, then close every attached pack (last attached first, each
+        once; a failure is logged and the rest still close)."""
         await self._executor.drain()
+        opening, self._opening = self._opening, None
+        if opening is not None and not opening.done():
+            opening.cancel()  # a pack still opening is closed like the others, once
+            await asyncio.gather(opening, return_exceptions=True)
         try:
             await self.runtime.aclose()
         finally:
-            for resource in reversed(self._resources):
-                try:
-                    await resource.aclose()
-                except Exception as exc:
-                    log.warning("%s: closing failed: %s", type(resource).__name__, exc)
+            resources, self._resources = self._resources, []
+            await close_reversed(resources)
 
     async def __aenter__(self) -> Server:
-        """``async with server:`` starts the runtime and closes everything on exit."""
-        await self.start()
+        """``async with server:`` starts the runtime and the packs, and closes everything on exit
+        (also when the start fails)."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

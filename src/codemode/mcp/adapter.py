@@ -67,18 +67,43 @@ class Resolver(Protocol):
     ``None`` when there is none. Raise (anything) or return an empty id to refuse the request.
     """
 
-    def resolve(self, request: Any) -> authz.Subject | Awaitable[authz.Subject]: ...
+    def resolve(self, request: Any) -> authz.Subject | Awaitable[authz.Subject]:
+        """The trusted subject of one MCP request.
+
+        Args:
+            request: the SDK's request context, or None.
+
+        Returns:
+            The subject (or an awaitable of it); an empty id refuses the request.
+        """
+        ...
 
 
 class StaticSubject:
     """Always the same subject: for a single-user stdio deployment only."""
 
     def __init__(self, id: str) -> None:
+        """Serve every request as one subject.
+
+        Args:
+            id: the subject id (non-empty).
+
+        Raises:
+            ValueError: an empty or non-string id.
+        """
         if not isinstance(id, str) or not id:
             raise ValueError("StaticSubject needs a non-empty subject id")
         self.id = id
 
     def resolve(self, request: Any) -> authz.Subject:
+        """The configured subject, whatever the request.
+
+        Args:
+            request: ignored.
+
+        Returns:
+            ``Subject(id)``.
+        """
         return authz.Subject(self.id)
 
     def __repr__(self) -> str:
@@ -92,6 +117,17 @@ class ContextSubject:
     """
 
     def resolve(self, request: Any) -> authz.Subject:
+        """The subject authentication stored for this request.
+
+        Args:
+            request: ignored (nothing in it can choose the subject).
+
+        Returns:
+            The authenticated subject.
+
+        Raises:
+            Unauthenticated: no subject was stored (``unauthenticated``).
+        """
         subject = authz.current_subject()
         if subject is None:
             raise Unauthenticated()
@@ -418,7 +454,11 @@ TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
 
 
 def tool_definitions() -> list[types.Tool]:
-    """The three tool definitions, as ``tools/list`` returns them."""
+    """The three tool definitions.
+
+    Returns:
+        ``search_api``, ``describe_api`` and ``execute``, as ``tools/list`` returns them.
+    """
     return [spec.to_tool() for spec in _TOOLS.values()]
 
 
@@ -592,8 +632,20 @@ def create_server(
 ) -> MCPLowLevelServer[Any]:
     """An official MCP SDK low-level server publishing exactly the three code-mode tools.
 
-    ``resolver`` is any object with ``resolve(request) -> Subject`` (sync or async). The caller owns
-    ``server``'s lifecycle (``await server.aclose()`` when done).
+    The caller owns ``server``'s lifecycle (``await server.aclose()`` when done).
+
+    Args:
+        server: the built :class:`~codemode.Server`.
+        resolver: any object with ``resolve(request) -> Subject`` (sync or async).
+        name: the server name the MCP handshake reports.
+        version: its version (default: codemode's).
+        instructions: the handshake's instructions for the model (None: none).
+
+    Returns:
+        The MCP server (run it on a transport: stdio, streamable HTTP).
+
+    Raises:
+        TypeError: ``server`` is not a built Server, or ``resolver`` has no ``resolve``.
     """
     if not isinstance(server, Server):
         raise TypeError("create_server needs a built codemode.Server")

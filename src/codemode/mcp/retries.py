@@ -124,6 +124,9 @@ class RetryingExecutes:
         if not task.cancelled():
             task.exception()  # retrieved here; a retry (or nobody) reads the result
 
+    async def open(self) -> None:
+        """Nothing to open (the server's lifecycle step, ``codemode.packs.Lifecycle``)."""
+
     async def aclose(self) -> None:
         """Cancel the executes still waiting (the server is closing)."""
         tasks = list(self.tasks)

@@ -11,8 +11,11 @@ from here): on the chosen runtime it times
 - the transport floor: probe → probe_ack echoes through the runtime's channel to a fresh worker,
 
 and prints p50/p99 of each, then the cost of one native call ((100 calls − one call) / 99) and its
-ratio to the floor. It registers only its own echo capability: no pack is loaded and nothing
-outside the process and the worker is touched.
+ratio to the floor. With ``--reuse N`` (Docker, Kubernetes) it adds the reuse mode
+(docs/reference/runtimes.md): a trivial execute in a reused sandbox of the same subject (a fresh,
+scrubbed worker process; the scrub is part of each sample), and the sustained rate of fresh
+sandboxes (the default) against reused ones, ``--pool`` subjects in flight. It registers only its
+own echo capability: no pack is loaded and nothing outside the process and the worker is touched.
 """
 
 from __future__ import annotations
@@ -200,6 +203,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pool", type=int, default=4, metavar="N", help="warm pool size for the warm series (default 4)"
     )
     p.add_argument("--n", type=int, default=30, metavar="N", help="samples per series (default 30)")
+    p.add_argument(
+        "--reuse",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure the reuse mode, N executes per sandbox (docker, kubernetes; default 0: skip)",
+    )
     p.add_argument("--docker-image", metavar="IMAGE", help="worker image (default codemode-worker:1)")
     p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
     p.add_argument("--docker-oci-runtime", metavar="NAME", help="OCI runtime such as runsc")
@@ -306,6 +316,8 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             echoes += await floor.prepare()
     finally:
         await floor.aclose()
+    if args.reuse > 0:
+        report["reuse"] = await _reuse_series(args, quiet)
     per_call_us = (hundred["p50"] - one["p50"]) / 99 * 1e3
     floor_us = statistics.median(echoes) * 1e6
     report["native_call"] = {
@@ -326,6 +338,58 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+async def _rate(server: Server, n: int, subjects: int) -> float:
+    """Executes per second of ``n`` trivial executes from ``subjects`` subjects in flight at once."""
+
+    async def one_subject(i: int) -> None:
+        subject = authz.Subject(f"bench-{i}")
+        for _ in range(n // subjects):
+            await server.execute(TRIVIAL, subject=subject)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one_subject(i) for i in range(subjects)))
+    return (n // subjects) * subjects / (time.perf_counter() - t0)
+
+
+async def _reuse_series(args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
+    """The reuse mode against fresh sandboxes: the warm series and the sustained rates."""
+    from ..runtimes.pool import WarmPool
+    from ..runtimes.reuse import ReusePool, SupervisingRuntime
+
+    inner = _make_runtime(args)
+    if not isinstance(inner, SupervisingRuntime):
+        raise ValueError(f"the {inner.name} runtime has no reuse mode (--reuse needs docker or kubernetes)")
+    subjects = max(1, args.pool)
+    out: dict[str, Any] = {"executes_per_sandbox": args.reuse, "subjects": subjects}
+    reuse = ReusePool(inner, subjects, max_executes=args.reuse)
+    server = build_server(reuse)
+    await server.start()
+    try:
+        await server.execute(TRIVIAL, subject=SUBJECT)  # its sandbox; not measured
+        warm = await timed(args.n, lambda: server.execute(TRIVIAL, subject=SUBJECT))
+        out["trivial_reused"] = line(f"trivial execute, reused (reuse {args.reuse})", warm, quiet=quiet)
+        await reuse.wait_warm(120)
+        out["rate_reused"] = round(await _rate(server, args.n * subjects, subjects), 2)
+    finally:
+        await server.aclose()
+    fresh = WarmPool(_make_runtime(args), args.pool)
+    server = build_server(fresh)
+    await server.start()
+    try:
+        await fresh.wait_warm(120)
+        out["rate_fresh"] = round(await _rate(server, args.n * subjects, subjects), 2)
+    finally:
+        await server.aclose()
+    if not quiet:
+        print(
+            f"{'executes/s, ' + str(subjects) + ' subjects in flight':<38} "
+            f"fresh sandboxes (pool {args.pool}) {out['rate_fresh']:.1f}/s, "
+            f"reused {out['rate_reused']:.1f}/s ({out['rate_reused'] / out['rate_fresh']:.1f}x)",
+            flush=True,
+        )
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """``codemode bench``: exit 0 on success, 1 when the runtime fails, 2 on bad arguments."""
     if args.n <= 0:
@@ -333,6 +397,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.pool < 0:
         print("codemode bench: --pool must not be negative", file=sys.stderr)
+        return 2
+    if args.reuse < 0 or (args.reuse and args.runtime == "process"):
+        print("codemode bench: --reuse needs --runtime docker or kubernetes and N >= 0", file=sys.stderr)
         return 2
     from ..startup.config import ConfigError
 

@@ -45,7 +45,12 @@ from collections.abc import Iterable
 
 from .redaction import Redactor, spellings
 
-__all__ = ["LOOK_AT", "MAX_UPSTREAM_ERROR", "upstream_error_text"]
+__all__ = [
+    "LOOK_AT",
+    "MAX_UPSTREAM_ERROR",
+    "MIN_SECRET",
+    "upstream_error_text",
+]
 
 #: Bytes of an upstream's error text a client may see (after the ``<upstream>: `` mark).
 MAX_UPSTREAM_ERROR = 160
@@ -211,10 +216,18 @@ def _bounded(text: str, limit: int) -> str:
 def upstream_error_text(
     upstream: str, text: str, *, secrets: Iterable[str] = (), limit: int = MAX_UPSTREAM_ERROR
 ) -> str:
-    """The part of an upstream's error text a client may see, marked as the upstream's:
-    ``<upstream>: <text>`` (the rule is in the module text); empty when nothing is left.
-    ``secrets`` are the configured credential values of that upstream (shorter ones than 4
-    characters are ignored)."""
+    """The part of an upstream's error text a client may see (the rule: docs/reference/errors.md).
+
+    Args:
+        upstream: the upstream's name.
+        text: its error text (only the head is read).
+        secrets: the configured credential values of that upstream (ones shorter than 4 characters
+            are ignored).
+        limit: the most characters of text kept.
+
+    Returns:
+        ``<upstream>: <text>``, or "" when nothing is left.
+    """
     forms = {form for secret in secrets for form in spellings(secret)}
     raw = sorted({s for s in forms if len(s) >= MIN_SECRET}, key=len, reverse=True)
     flat = sorted({f for s in raw if len(f := _flat(_normal(s))) >= MIN_SECRET}, key=len, reverse=True)

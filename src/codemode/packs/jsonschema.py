@@ -54,7 +54,15 @@ from codemode_worker.shapes import (
     validate_shape,
 )
 
-__all__ = ["Dialect", "Direction", "Unsupported", "compile_schema", "record_of"]
+__all__ = [
+    "MAX_SCHEMA_NODES",
+    "Dialect",
+    "Direction",
+    "Shape",
+    "Unsupported",
+    "compile_schema",
+    "record_of",
+]
 
 Dialect = Literal["2020-12", "openapi-3.0", "openapi-3.1"]
 Direction = Literal["input", "output"]
@@ -69,6 +77,12 @@ class Unsupported(Exception):
     """A schema (or part of one) the type model cannot represent exactly."""
 
     def __init__(self, pointer: str, reason: str) -> None:
+        """What cannot be represented, and where.
+
+        Args:
+            pointer: the JSON Pointer of the part (``""``: the whole schema).
+            reason: why.
+        """
         super().__init__(f"{pointer or '/'}: {reason}")
         self.pointer = pointer
         self.reason = reason
@@ -500,12 +514,23 @@ def compile_schema(
     pointer: str = "",
     omissions: list[Unsupported] | None = None,
 ) -> Shape:
-    """Compile ``schema`` to a shape; ``$ref`` resolves against ``document`` (default: ``schema``).
+    """Compile a JSON Schema to a shape. With ``direction="output"`` and an ``omissions`` list, an
+    object property that cannot be represented is left out of the record instead (the handler's
+    result is cut to the declared fields, so the type stays exact) and its reason is appended there.
 
-    Raises :class:`Unsupported` for anything the model cannot represent exactly. With
-    ``direction="output"`` and an ``omissions`` list, an object property that cannot be represented
-    is left out of the record instead (the handler's result is cut to the declared fields, so the
-    type stays exact) and its reason is appended to ``omissions``.
+    Args:
+        schema: the JSON Schema (a mapping, or a boolean schema).
+        document: what ``$ref`` resolves against (default: ``schema``).
+        dialect: ``2020-12``, ``openapi-3.0`` or ``openapi-3.1``.
+        direction: ``input`` (arguments) or ``output`` (results).
+        pointer: the schema's JSON Pointer in ``document``, for messages.
+        omissions: with ``direction="output"``, receives the reasons of the properties left out.
+
+    Returns:
+        The shape (``codemode_worker.shapes``).
+
+    Raises:
+        Unsupported: anything the type model cannot represent exactly.
     """
     compiler = _Compiler(document if document is not None else schema, dialect, direction, omissions)
     shape = compiler.compile(schema, pointer, 0)
@@ -527,7 +552,14 @@ def record_of(
 ) -> Shape:
     """Like :func:`compile_schema` but the result must be a record (a tool's arguments or result).
 
-    An absent schema, ``{}`` or ``{"type": "object"}`` is the empty record.
+    Args:
+        schema, document, dialect, direction, pointer, omissions: as for :func:`compile_schema`.
+
+    Returns:
+        The record shape; an absent schema, ``{}`` or ``{"type": "object"}`` is the empty record.
+
+    Raises:
+        Unsupported: not an object schema, or anything :func:`compile_schema` refuses.
     """
     if schema is None or schema == {} or schema is True:
         return {"t": "record", "fields": []}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +32,21 @@ from typing import Any, Protocol, runtime_checkable
 from ..catalog.answers import AnswerBounds
 from ..catalog.capability import Capability
 
-__all__ = ["Pack", "PackError", "PackSettings", "load_pack", "load_packs", "pack_capabilities", "split_specs"]
+__all__ = [
+    "Pack",
+    "PackError",
+    "PackSettings",
+    "build_capabilities",
+    "has_lifecycle",
+    "load_pack",
+    "load_packs",
+    "pack_capabilities",
+    "resolve_spec",
+    "spec_label",
+    "split_specs",
+]
+
+log = logging.getLogger("codemode.packs")
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,10 @@ class PackSettings:
     ``environ`` is a snapshot of the host's environment (packs read their own ``CODEMODE_<PACK>_*``
     variables from it); ``options`` holds ``KEY=VALUE`` pairs from ``--pack-option`` /
     ``CODEMODE_PACK_OPTIONS``. Both are trusted operator configuration, never client input.
+    ``data_dir`` is where packs keep state on disk (``--data-dir``; None: keep it in memory);
+    ``multi_tenant`` whether the host serves many subjects (``serve --http``) rather than one;
+    ``answer_bounds`` the server's search and describe response bounds (a pack converting someone
+    else's tools skips one whose answers would not fit).
     """
 
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
@@ -54,7 +73,15 @@ class PackSettings:
     answer_bounds: AnswerBounds = field(default_factory=AnswerBounds)
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        """An option if set, else the environment variable of that name, else ``default``."""
+        """One setting of the pack.
+
+        Args:
+            key: the option's (and environment variable's) name.
+            default: what to return when neither is set.
+
+        Returns:
+            The option if set, else the environment variable of that name, else ``default``.
+        """
         if key in self.options:
             return self.options[key]
         return self.environ.get(key, default)
@@ -64,7 +91,16 @@ class PackSettings:
 class Pack(Protocol):
     """A pack object: builds its capabilities from the host's settings."""
 
-    def capabilities(self, settings: PackSettings) -> Sequence[Capability]: ...
+    def capabilities(self, settings: PackSettings) -> Sequence[Capability]:
+        """The pack's capabilities, taken once while the server is built.
+
+        Args:
+            settings: the host's environment, ``--pack-option`` values, data dir and answer bounds.
+
+        Returns:
+            The capabilities, in the pack's order.
+        """
+        ...
 
 
 class PackError(Exception):
@@ -72,7 +108,14 @@ class PackError(Exception):
 
 
 def split_specs(values: Iterable[str]) -> list[str]:
-    """Flatten comma-separated pack specs, dropping blanks and duplicates (first one wins)."""
+    """Flatten comma-separated pack specs, dropping blanks and duplicates (first one wins).
+
+    Args:
+        values: specs, each possibly a comma-separated list.
+
+    Returns:
+        The specs, in order.
+    """
     out: list[str] = []
     for value in values:
         for part in value.split(","):
@@ -150,7 +193,18 @@ def _import_module(spec: str, module_name: str) -> Any:
             sys.path.remove(cwd)
 
 
-def _resolve_object(spec: str) -> Any:
+def resolve_spec(spec: str) -> Any:
+    """Import the object a pack spec names.
+
+    Args:
+        spec: ``module:object`` (``object`` may be a dotted path) or ``path/to/file.py:object``.
+
+    Returns:
+        The object.
+
+    Raises:
+        PackError: a malformed spec, a module or file that cannot be imported, a missing attribute.
+    """
     module_name, sep, attr_path = spec.rpartition(":")
     if not sep or not module_name or not attr_path:
         raise PackError(
@@ -187,12 +241,33 @@ def _call_factory(factory: Callable[..., Any], settings: PackSettings, label: st
 def pack_capabilities(
     obj: Any, settings: PackSettings | None = None, label: str = "pack"
 ) -> list[Capability]:
-    """The capabilities of one pack object (see the module docstring for the accepted forms)."""
+    """The capabilities of one pack object (see the module docstring for the accepted forms).
+
+    Args:
+        obj: the pack: a :class:`Pack`, a list or tuple of capabilities, one capability, or a
+            factory returning one of those.
+        settings: what the host hands the pack (default: the process environment, no options).
+        label: how error messages name the pack.
+
+    Returns:
+        The capabilities, in the pack's order.
+
+    Raises:
+        PackError: ``obj`` is none of the accepted forms, or did not produce capabilities.
+    """
+    return _produce(obj, settings, label, [])
+
+
+def _produce(obj: Any, settings: PackSettings | None, label: str, owners: list[Any]) -> list[Capability]:
+    """:func:`pack_capabilities`, appending to ``owners`` the object whose ``capabilities()`` runs
+    (the pack, or a factory's product; nothing for a list or a capability) before it runs: the one
+    whose lifecycle (``open``, ``aclose``) is the pack's, even when ``capabilities()`` raises."""
     settings = settings if settings is not None else PackSettings()
     if isinstance(obj, Capability):
         return [obj]
     method = getattr(obj, "capabilities", None)
     if callable(method) and not isinstance(obj, type):
+        owners.append(obj)
         produced = method(settings)
     elif isinstance(obj, list | tuple):
         produced = obj
@@ -200,7 +275,8 @@ def pack_capabilities(
         produced = _call_factory(obj, settings, label)
         inner = getattr(produced, "capabilities", None)
         if callable(inner) and not isinstance(produced, type):
-            produced = inner(settings)  # a factory (or class) that built a Pack
+            owners.append(produced)  # a factory (or class) that built a Pack
+            produced = inner(settings)
     else:
         raise PackError(
             f"{label}: expected a Pack (with capabilities(settings)), a list of Capability or a callable "
@@ -218,19 +294,94 @@ def pack_capabilities(
 
 
 def load_pack(spec: str, settings: PackSettings | None = None) -> list[Capability]:
-    """Import ``module:object`` and return its capabilities."""
-    obj = _resolve_object(spec)
+    """Import ``module:object`` and return its capabilities, without its lifecycle.
+
+    A pack with ``open()`` or ``aclose()`` (docs/packs.md, "A pack's lifecycle") is neither opened
+    nor closed this way (a warning says so): give it to ``Builder.add_pack`` instead.
+
+    Args:
+        spec: ``module:object`` or ``path/to/file.py:object``.
+        settings: what the host hands the pack (default: the process environment, no options).
+
+    Returns:
+        The pack's capabilities.
+
+    Raises:
+        PackError: one line naming the pack: it cannot be imported, or building its capabilities failed.
+    """
+    owners: list[Any] = []
+    caps = build_capabilities(resolve_spec(spec), settings, spec_label(spec), owners)
+    if any(has_lifecycle(owner) for owner in owners):
+        log.warning(
+            "pack %r has open()/aclose(): load_pack neither opens nor closes it; use Builder.add_pack", spec
+        )
+    return caps
+
+
+def spec_label(spec: str) -> str:
+    """How messages name the pack of a spec.
+
+    Args:
+        spec: the spec.
+
+    Returns:
+        ``pack 'module:object'``.
+    """
+    return f"pack {spec!r}"
+
+
+def has_lifecycle(obj: Any) -> bool:
+    """Whether a pack object has a lifecycle step.
+
+    Args:
+        obj: the pack object.
+
+    Returns:
+        True when it has an ``open()`` or ``aclose()``.
+    """
+    return any(callable(getattr(obj, step, None)) for step in ("open", "aclose"))
+
+
+def build_capabilities(
+    obj: Any, settings: PackSettings | None, label: str, owners: list[Any], *, wrap: bool = True
+) -> list[Capability]:
+    """:func:`pack_capabilities`, noting in ``owners`` the object whose lifecycle is the pack's.
+
+    Args:
+        obj: the pack (any accepted form).
+        settings: what the host hands the pack.
+        label: how messages name it.
+        owners: receives the object whose ``capabilities()`` runs, before it runs.
+        wrap: turn any failure into ``<label>: building its capabilities failed: <type>: <text>``.
+
+    Returns:
+        The capabilities.
+
+    Raises:
+        PackError: the pack did not produce capabilities (with ``wrap`` False, whatever it raised).
+    """
     try:
-        return pack_capabilities(obj, settings, label=f"pack {spec!r}")
+        return _produce(obj, settings, label, owners)
     except PackError:
         raise
     except Exception as exc:
+        if not wrap:
+            raise
         problem = f"{type(exc).__name__}: {exc}"
-        raise PackError(f"pack {spec!r}: building its capabilities failed: {problem}") from exc
+        raise PackError(f"{label}: building its capabilities failed: {problem}") from exc
 
 
 def load_packs(specs: Iterable[str], settings: PackSettings | None = None) -> list[Capability]:
-    """Load several packs in order (duplicates and comma lists are handled by :func:`split_specs`)."""
+    """:func:`load_pack` of several specs, in order (duplicates and comma lists are handled by
+    :func:`split_specs`).
+
+    Args:
+        specs: the specs.
+        settings: what the host hands the packs.
+
+    Returns:
+        Their capabilities, pack after pack.
+    """
     settings = settings if settings is not None else PackSettings()
     caps: list[Capability] = []
     for spec in split_specs(specs):

@@ -32,8 +32,15 @@ MIN_SECRET = 6
 
 
 def spellings(value: str) -> set[str]:
-    """The spellings of one configured credential a backend might echo (as configured, its
-    credential part after a scheme, for ``Basic`` the decoded ``user:password`` and password)."""
+    """The spellings of one configured credential a backend might echo.
+
+    Args:
+        value: the credential as configured (a header value such as ``Bearer <token>``).
+
+    Returns:
+        As configured, its credential part after a scheme, and for ``Basic`` the decoded
+        ``user:password`` and password.
+    """
     forms = {value.strip()}
     scheme, _, rest = value.strip().partition(" ")
     rest = rest.strip()
@@ -51,7 +58,11 @@ def spellings(value: str) -> set[str]:
 
 
 class Redactor:
-    """Replaces the given secret values (see the module docstring) in text and in JSON values."""
+    """Replaces the given secret values (see the module docstring) in text and in JSON values.
+
+    Args (of the constructor):
+        secrets: the configured credential values (None and "" are skipped).
+    """
 
     def __init__(self, secrets: Iterable[str | None]) -> None:
         plain: set[str] = set()
@@ -70,12 +81,26 @@ class Redactor:
         return self._pattern is not None
 
     def exact(self, text: str) -> str:
-        """``text`` with every whole spelling of a secret replaced."""
+        """Replace every whole spelling of a secret.
+
+        Args:
+            text: the text.
+
+        Returns:
+            It, each spelling replaced by the mark.
+        """
         return self._pattern.sub(MARK, text) if self._pattern is not None else text
 
     def text(self, text: str) -> str:
         """Like :meth:`exact`, and also any run of :data:`FRAGMENT` or more characters of a secret
-        (quadratic in the text's length: meant for short texts such as error reasons)."""
+        (quadratic in the text's length: meant for short texts such as error reasons).
+
+        Args:
+            text: the text.
+
+        Returns:
+            It, redacted.
+        """
         text = self.exact(text)
         if not self.fragments:
             return text
@@ -104,8 +129,14 @@ class Redactor:
         return best
 
     def value(self, value: Any) -> tuple[Any, int]:
-        """A JSON value with :meth:`exact` applied to every string (keys too), and how many strings
-        changed."""
+        """Apply :meth:`exact` to every string of a JSON value (keys too).
+
+        Args:
+            value: the value.
+
+        Returns:
+            The redacted value and how many strings changed.
+        """
         if self._pattern is None:
             return value, 0
         changed = 0

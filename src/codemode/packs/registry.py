@@ -48,7 +48,19 @@ def capability(
     description: str | None = None,
     search_terms: Sequence[str] = (),
 ) -> Callable[[F], F]:
-    """Mark a handler as the capability ``name`` (see the module docstring for the defaults)."""
+    """Mark a handler as the capability ``name``.
+
+    Args:
+        name: the dotted name programs call (``notes.add``).
+        id: the stable id for policies and ``disabled`` (default: the name).
+        summary: one line for search (default: the docstring's first paragraph).
+        description: the ``describe_api`` text (default: the whole docstring).
+        search_terms: extra words search matches.
+
+    Returns:
+        A decorator that records the :class:`~codemode.Capability` on the function and returns the
+        function unchanged.
+    """
 
     def mark(fn: F) -> F:
         doc_summary, doc_description = _docstring_parts(fn)
@@ -69,7 +81,17 @@ def capability(
 
 
 def capability_of(fn: Callable[..., Any]) -> Capability:
-    """The :class:`Capability` recorded on a function by :func:`capability`."""
+    """The :class:`Capability` recorded on a function by :func:`capability`.
+
+    Args:
+        fn: the marked function.
+
+    Returns:
+        Its capability.
+
+    Raises:
+        TypeError: ``fn`` is not marked.
+    """
     cap = getattr(fn, _MARK, None)
     if not isinstance(cap, Capability):
         raise TypeError(f"{getattr(fn, '__name__', fn)!r} is not marked with @codemode.capability(...)")
@@ -77,7 +99,11 @@ def capability_of(fn: Callable[..., Any]) -> Capability:
 
 
 class CapabilityPack:
-    """An ordered collection of capabilities; a pack in the sense of ``codemode.packs``."""
+    """An ordered collection of capabilities; a pack in the sense of ``codemode.packs``.
+
+    Args (of the constructor):
+        items: capabilities or marked functions, added in order.
+    """
 
     def __init__(self, *items: Capability | Callable[..., Any]) -> None:
         self._caps: list[Capability] = []
@@ -85,7 +111,14 @@ class CapabilityPack:
             self.add(item)
 
     def add(self, item: Capability | Callable[..., Any]) -> None:
-        """Add a ``Capability`` or a function marked with :func:`capability`."""
+        """Add one capability at the end.
+
+        Args:
+            item: a ``Capability`` or a function marked with :func:`capability`.
+
+        Raises:
+            TypeError: a function that is not marked.
+        """
         self._caps.append(item if isinstance(item, Capability) else capability_of(item))
 
     def capability(
@@ -97,7 +130,14 @@ class CapabilityPack:
         description: str | None = None,
         search_terms: Sequence[str] = (),
     ) -> Callable[[F], F]:
-        """:func:`capability`, also adding the result to this pack."""
+        """:func:`capability`, also adding the result to this pack.
+
+        Args:
+            name, id, summary, description, search_terms: as for :func:`capability`.
+
+        Returns:
+            A decorator that marks the function, adds it and returns it unchanged.
+        """
         mark = capability(name, id=id, summary=summary, description=description, search_terms=search_terms)
 
         def register(fn: F) -> F:

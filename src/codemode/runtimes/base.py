@@ -46,6 +46,11 @@ class CapacityExhausted(SpawnFailed, ResourceLimit):
     The host-log detail is ``reason``; ``str()`` is the coarse client text."""
 
     def __init__(self, reason: str) -> None:
+        """No room for this worker.
+
+        Args:
+            reason: what the operator should change (host log only).
+        """
         ResourceLimit.__init__(self, "concurrency")
         self.reason = reason
 
@@ -56,7 +61,9 @@ class SandboxClosed(Exception):
 
 @dataclass(frozen=True)
 class ExitInfo:
-    """How a worker ended, as far as the runtime can tell."""
+    """How a worker ended, as far as the runtime can tell: ``exit_code`` (None when unknown),
+    ``signal`` (the one that killed it), ``oom_killed`` (its memory limit), ``cpu_limited`` (its CPU
+    time limit) and ``stderr_tail`` (the bounded end of its stderr, for host logs)."""
 
     exit_code: int | None
     signal: int | None = None
@@ -80,20 +87,42 @@ class Sandbox(Protocol):
         ...
 
     async def write(self, data: bytes) -> None:
-        """Send bytes to the worker's stdin. Raises SandboxClosed if it can't."""
+        """Send bytes to the worker's stdin.
+
+        Args:
+            data: the bytes.
+
+        Raises:
+            SandboxClosed: the input is closed or the worker is gone.
+        """
 
     async def read(self, max_bytes: int) -> bytes:
-        """Up to ``max_bytes`` from the worker's stdout; ``b""`` at end of stream."""
+        """Read from the worker's stdout.
+
+        Args:
+            max_bytes: at most this many bytes.
+
+        Returns:
+            What arrived (at least one byte), or ``b""`` at end of stream.
+        """
 
     async def close_input(self) -> None:
         """Close the worker's stdin (idempotent)."""
 
     def alive(self) -> bool:
-        """Best-effort: the worker has not been seen to exit."""
+        """Whether the worker has not been seen to exit (best effort).
+
+        Returns:
+            False once it is known to have exited.
+        """
 
     async def destroy(self) -> ExitInfo:
         """Close streams, kill if still running, reap exactly once. Idempotent: later calls
-        return the same ExitInfo without touching the worker again."""
+        return the same ExitInfo without touching the worker again.
+
+        Returns:
+            How the worker ended.
+        """
 
 
 @runtime_checkable
@@ -109,10 +138,22 @@ class Runtime(Protocol):
         """One-time start-up work (e.g. removing orphans of a crashed host)."""
 
     async def spawn(self) -> Sandbox:
-        """A new started, warm worker. Raises SpawnFailed or RuntimeUnavailable."""
+        """Start a new worker and wait until it answered the probe.
+
+        Returns:
+            The started, warm sandbox.
+
+        Raises:
+            SpawnFailed: this worker could not start (``CapacityExhausted``: no room for it).
+            RuntimeUnavailable: the runtime cannot create workers at all.
+        """
 
     async def check(self) -> None:
-        """Readiness probe; raises RuntimeUnavailable with a precise host-log message."""
+        """Readiness probe.
+
+        Raises:
+            RuntimeUnavailable: with a precise host-log message.
+        """
 
     async def aclose(self) -> None:
         """Stop background work and destroy every sandbox this runtime still owns."""

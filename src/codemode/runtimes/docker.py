@@ -44,19 +44,23 @@ from typing import Any, ClassVar, Literal
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 
 from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
-from .seccomp_profile import docker_profile
+from .seccomp_profile import docker_profile, supervisor_profile
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
+from .supervised import Supervised, supervisor_command
 from .testing import TESTING_ENTRY, TESTING_ENV
 from .testing import WARNING as TESTING_WARNING
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "DEFAULT_LABEL_PREFIX",
+    "DEFAULT_MEMORY_BYTES",
     "IMAGE_PROTOCOL_LABEL",
     "IMAGE_ROLE_LABEL",
     "TESTING_ENTRY",
     "WORKER_USER",
+    "CleanupMode",
     "DockerRuntime",
     "DockerSandbox",
 ]
@@ -85,9 +89,11 @@ _READ_ONLY_TMPFS = {
 
 #: ``--security-opt seccomp=<json>`` of every worker container (the profile's text, not a path).
 _SECCOMP_OPT = "seccomp=" + json.dumps(docker_profile(), separators=(",", ":"))
+#: The same for a reusable sandbox (the reuse mode): its PID 1 supervisor forks, waits and scrubs.
+_SUPERVISOR_SECCOMP_OPT = "seccomp=" + json.dumps(supervisor_profile(), separators=(",", ":"))
 
 CleanupMode = Literal["dead", "all", "none"]
-RemoveOutcome = Literal["removed", "gone", "failed"]
+_RemoveOutcome = Literal["removed", "gone", "failed"]
 
 
 # ----------------------------------------------------------------------------------- owner identity
@@ -201,6 +207,14 @@ class DockerSandbox(ThreadedStreamSandbox["DockerRuntime"]):
         attach: Any,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        """One started worker container (made by :meth:`DockerRuntime.spawn`).
+
+        Args:
+            runtime: the runtime that owns it.
+            container_id: the container.
+            attach: the SDK's attach stream to its stdin/stdout.
+            loop: the event loop that reads it.
+        """
         self.container_id = container_id
         self._attach = attach  # keep the SDK object (and the response it pins) alive
         self._sock: socket.socket = getattr(attach, "_sock", attach)
@@ -436,6 +450,11 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         testing_entry: TEST ONLY. Runs ``codemode_worker.testing_entry`` with
             ``CODEMODE_WORKER_TESTING=1``: a worker that executes arbitrary Python. It exists to prove
             the container contains a compromised interpreter; never enable it in a deployment.
+        supervisor_entrypoint: the command of a reusable sandbox (``spawn_supervised``, the reuse
+            mode; default ``python3 -I -m codemode_worker.supervisor``, with ``--testing`` under
+            ``testing_entry``); tests only.
+        end_timeout: seconds a reusable sandbox's supervisor has to end an execute's worker, scrub
+            and verify before the sandbox is recycled instead.
     """
 
     def __init__(
@@ -459,6 +478,8 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         executor_threads: int = 32,
         entrypoint: Sequence[str] | None = None,
         testing_entry: bool = False,
+        supervisor_entrypoint: Sequence[str] | None = None,
+        end_timeout: float = 5.0,
     ) -> None:
         if memory_bytes < 6 * 1024 * 1024:
             raise ValueError("memory_bytes must be at least 6 MiB (Docker's minimum)")
@@ -489,6 +510,12 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
             self.entrypoint: list[str] | None = list(TESTING_ENTRY)
         else:
             self.entrypoint = list(entrypoint) if entrypoint is not None else None
+        self.supervisor_entrypoint = (
+            list(supervisor_entrypoint)
+            if supervisor_entrypoint is not None
+            else supervisor_command(testing_entry)
+        )
+        self.end_timeout = end_timeout
         #: Unique per runtime object; lets aclose() sweep this runtime's own containers.
         self.instance_id = uuid.uuid4().hex
         self._init_blocking(executor_threads, "codemode-docker")
@@ -503,13 +530,26 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
 
     @property
     def owner(self) -> str:
+        """The owner id in every worker's labels (this host process's, unless ``owner_id`` is set)."""
         return self.owner_id or _OWNER.id
 
     def label(self, key: str) -> str:
+        """The full name of one of this runtime's labels.
+
+        Args:
+            key: the label's own name (``role``, ``owner``, ...).
+
+        Returns:
+            ``<label_prefix>.<key>``.
+        """
         return f"{self.label_prefix}.{key}"
 
     def labels(self) -> dict[str, str]:
-        """The labels every worker container of this runtime gets."""
+        """The labels every worker container of this runtime gets.
+
+        Returns:
+            Role, owner and the owner's identity (pid, start time, host, boot, PID namespace).
+        """
         return {
             self.label("role"): "worker",
             self.label("owner"): self.owner,
@@ -551,7 +591,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
     def _unavailable(self, what: str, exc: BaseException) -> RuntimeUnavailable:
         return RuntimeUnavailable(f"docker: {what} at {self._endpoint()}: {_api_error_text(exc)}")
 
-    def _remove_blocking(self, cid: str) -> RemoveOutcome:
+    def _remove_blocking(self, cid: str) -> _RemoveOutcome:
         """Remove one container (killing it if it runs). Never raises.
 
         Returns ``"removed"`` (this call removed it), ``"gone"`` (it was not there any more) or
@@ -642,7 +682,14 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                 )
 
     def is_orphan(self, labels: Mapping[str, str]) -> bool:
-        """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?"""
+        """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?
+
+        Args:
+            labels: the container's labels.
+
+        Returns:
+            True for a worker of this label prefix whose owner process is gone.
+        """
         owner = labels.get(self.label("owner"), "")
         if labels.get(self.label("role")) != "worker" or owner == self.owner:
             return False
@@ -698,6 +745,25 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         cid, attach = await self._launch(None)
         return await self._adopt(DockerSandbox(self, cid, attach, loop), self.spawn_timeout)
 
+    async def spawn_supervised(self) -> Supervised:
+        """A reusable sandbox (the reuse mode, ``codemode.runtimes.reuse``): the same container,
+        with ``codemode_worker.supervisor`` as PID 1 and the supervisor's seccomp profile.
+
+        Returns:
+            The started container, its supervisor not yet greeted (``Supervised.started``).
+
+        Raises:
+            RuntimeUnavailable: the runtime is closed or the daemon cannot create containers.
+        """
+        if self._closed:
+            raise RuntimeUnavailable("docker runtime is closed")
+        loop = asyncio.get_running_loop()
+        cid, attach = await self._launch(None, True)
+        raw = DockerSandbox(self, cid, attach, loop)
+        box = Supervised(raw, end_timeout=self.end_timeout)
+        await self._adopt_with(raw, lambda: box.started(self.spawn_timeout))
+        return box
+
     def _log_spawn_failure(self, sandbox: DockerSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
         log.warning(
             "docker: worker %s failed to start: %s (exit %s, oom %s, stderr %r)",
@@ -712,7 +778,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         _close_attach(attach)
         self._remove_blocking(cid)
 
-    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
+    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
         """create -> attach -> start; removes the container again on any failure."""
         api = self._client()
         cid: str | None = None
@@ -726,7 +792,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                 nano_cpus=int(self.cpus * 1e9),
                 pids_limit=self.pids_limit,
                 cap_drop=["ALL"],
-                security_opt=["no-new-privileges", _SECCOMP_OPT],
+                security_opt=["no-new-privileges", _SUPERVISOR_SECCOMP_OPT if supervised else _SECCOMP_OPT],
                 ulimits=[
                     {"Name": "nofile", "Soft": self.nofile, "Hard": self.nofile},
                     {"Name": "core", "Soft": 0, "Hard": 0},
@@ -739,15 +805,19 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
             env = {WORKER_ENV_MARKER: "1"}
             if self.testing_entry:
                 env[TESTING_ENV] = "1"
+            entrypoint = self.supervisor_entrypoint if supervised else self.entrypoint
+            labels = self.labels()
+            if supervised:
+                labels[self.label("mode")] = "reuse"
             created = api.create_container(
                 self.image,
-                entrypoint=self.entrypoint,
-                command=[] if self.entrypoint is not None else None,
+                entrypoint=entrypoint,
+                command=[] if entrypoint is not None else None,
                 stdin_open=True,
                 tty=False,
                 user=WORKER_USER,
                 environment=env,
-                labels=self.labels(),
+                labels=labels,
                 working_dir="/",
                 hostname="worker",
                 network_disabled=True,

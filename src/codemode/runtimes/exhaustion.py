@@ -37,8 +37,14 @@ _ABORT_EXIT: Final = 128 + int(signal.SIGABRT)
 
 
 def memory_limited(runtime: object) -> bool:
-    """Whether ``runtime`` runs its workers under a memory limit of its own (an address-space
-    rlimit or a cgroup limit)."""
+    """Whether a runtime runs its workers under a memory limit of its own.
+
+    Args:
+        runtime: the runtime.
+
+    Returns:
+        True with an address-space rlimit or a cgroup memory limit.
+    """
     for attribute in ("address_space_bytes", "memory_bytes", "memory"):
         if getattr(runtime, attribute, None):
             return True
@@ -46,7 +52,15 @@ def memory_limited(runtime: object) -> bool:
 
 
 def exhaustion_kind(info: ExitInfo, runtime: object) -> str | None:
-    """The limit kind that ended the worker (``memory``, ``time``), or None for a crash."""
+    """The limit that ended a worker, read from how it ended.
+
+    Args:
+        info: how it ended.
+        runtime: the runtime that ran it (whether it sets a memory limit of its own).
+
+    Returns:
+        ``memory`` or ``time``, or None for a crash.
+    """
     if info.oom_killed:
         return "memory"
     if info.cpu_limited or info.signal == signal.SIGXCPU:

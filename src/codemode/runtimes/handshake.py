@@ -19,7 +19,15 @@ _ACK_FRAME_LIMIT = 4096
 
 
 async def probe(sandbox: Sandbox, timeout: float) -> None:
-    """Raise SpawnFailed unless the worker acknowledges the probe with our protocol version."""
+    """Send the probe and wait for the worker's acknowledgement.
+
+    Args:
+        sandbox: the started worker.
+        timeout: seconds to wait.
+
+    Raises:
+        SpawnFailed: the worker did not acknowledge the probe with our protocol version in time.
+    """
     decoder = FrameDecoder(_ACK_FRAME_LIMIT)
     try:
         async with asyncio.timeout(timeout):

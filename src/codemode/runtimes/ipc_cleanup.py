@@ -25,7 +25,15 @@ _ID_COLUMN = {"shm": "shmid", "sem": "semid", "msg": "msqid"}
 
 
 def ipc_of(uid: int, root: Path = SYSVIPC) -> list[tuple[str, int]]:
-    """(kind, id) of every System V IPC object owned or created by ``uid``."""
+    """Every System V IPC object owned or created by a uid.
+
+    Args:
+        uid: the user id.
+        root: where the kernel lists them (``/proc/sysvipc``).
+
+    Returns:
+        ``(kind, id)`` of each: kind ``shm``, ``sem`` or ``msg``.
+    """
     found = []
     for kind, id_column in _ID_COLUMN.items():
         try:
@@ -42,8 +50,14 @@ def ipc_of(uid: int, root: Path = SYSVIPC) -> list[tuple[str, int]]:
 
 
 def remove_ipc_of(uid: int) -> int:
-    """Remove every System V IPC object owned or created by ``uid``; the number removed (an object
-    already gone counts as removed)."""
+    """Remove every System V IPC object owned or created by a uid.
+
+    Args:
+        uid: the user id.
+
+    Returns:
+        The number removed (an object already gone counts as removed).
+    """
     objects = ipc_of(uid)
     if not objects:
         return 0

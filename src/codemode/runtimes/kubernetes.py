@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import random
 import re
 import socket
 import struct
@@ -72,11 +73,13 @@ from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
 from .streams import read_text as _read_text
+from .supervised import Supervised, supervisor_command
 from .testing import TESTING_ENTRY, TESTING_ENV
 from .testing import WARNING as TESTING_WARNING
 
 __all__ = [
     "CONTAINER_NAME",
+    "CREATE_CONFLICT_RETRIES",
     "DEFAULT_IMAGE",
     "DEFAULT_NAMESPACE",
     "INSTANCE_LABEL",
@@ -84,6 +87,7 @@ __all__ = [
     "OWNER_LABEL",
     "ROLE_LABEL",
     "WORKER_UID",
+    "CleanupMode",
     "KubernetesRuntime",
     "KubernetesSandbox",
 ]
@@ -105,6 +109,9 @@ _STDOUT, _STDERR, _ERROR, _CLOSE = 1, 2, 3, 255
 _V5 = "v5.channel.k8s.io"
 _OP_TEXT, _OP_BINARY, _OP_CLOSE = 0x1, 0x2, 0x8
 _RETRY_STATUSES = (409, 429, 500, 502, 503, 504)
+#: Creates retried when the API server refuses one with 409 for a race on the namespace's
+#: ResourceQuota usage (concurrent creates; nothing was created), after 20-80 ms each.
+CREATE_CONFLICT_RETRIES = 3
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -118,7 +125,7 @@ def _under_seccomp_root(path: str) -> bool:
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 CleanupMode = Literal["dead", "all", "none"]
-DeleteOutcome = Literal["deleted", "gone", "failed"]
+_DeleteOutcome = Literal["deleted", "gone", "failed"]
 
 
 # ----------------------------------------------------------------------------------- owner identity
@@ -279,6 +286,14 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
     def __init__(
         self, runtime: KubernetesRuntime, pod_name: str, stream: Any, loop: asyncio.AbstractEventLoop
     ):
+        """One started worker pod (made by :meth:`KubernetesRuntime.spawn`).
+
+        Args:
+            runtime: the runtime that owns it.
+            pod_name: the pod.
+            stream: the attach websocket to its stdin/stdout.
+            loop: the event loop the sandbox answers on.
+        """
         self.pod_name = pod_name
         self._stream = stream  # kubernetes.stream.ws_client.WSClient
         self._ws = stream.sock  # its websocket.WebSocket
@@ -397,8 +412,13 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         runtime_class: a RuntimeClass name (e.g. ``"gvisor"``), or None for the cluster default.
         seccomp_profile: a ``Localhost`` seccomp profile for the pods, relative to the kubelet's
             seccomp root (e.g. ``"codemode-worker.json"``, made with ``python -m
-            codemode.runtimes.seccomp_profile``), or None for ``RuntimeDefault``. The worker installs
-            its own filter on top either way.
+            codemode.runtimes.seccomp_profile``; in the reuse mode the supervisor's, ``--supervisor``),
+            or None for ``RuntimeDefault``. The worker installs its own filter on top either way.
+        supervisor_entrypoint: the command of a reusable pod (``spawn_supervised``, the reuse mode;
+            default ``python3 -I -m codemode_worker.supervisor``, ``--testing`` under
+            ``testing_entry``); tests only.
+        end_timeout: seconds a reusable pod's supervisor has to end an execute's worker, scrub and
+            verify before the pod is recycled instead.
         owner: this host's instance id, written to the ``io.codemode.owner`` label (default: random
             per host process, renewed after fork).
         api: a ``kubernetes.client.CoreV1Api``. Without it the client is configured, first match
@@ -461,6 +481,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         testing_entry: bool = False,
         entrypoint: Sequence[str] | None = None,
         seccomp_profile: str | None = None,
+        supervisor_entrypoint: Sequence[str] | None = None,
+        end_timeout: float = 5.0,
     ) -> None:
         if not _DNS_LABEL.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not a DNS label")
@@ -524,6 +546,12 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         if testing_entry and entrypoint is not None:
             raise ValueError("entrypoint and testing_entry exclude each other")
         self.entrypoint = list(TESTING_ENTRY) if testing_entry else (list(entrypoint) if entrypoint else None)
+        self.supervisor_entrypoint = (
+            list(supervisor_entrypoint)
+            if supervisor_entrypoint is not None
+            else supervisor_command(testing_entry)
+        )
+        self.end_timeout = end_timeout
         if testing_entry:
             log.warning(TESTING_WARNING, "kubernetes")
         #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
@@ -543,10 +571,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
 
     @property
     def owner(self) -> str:
+        """The owner id in every worker pod's labels (this host process's, unless ``owner_id`` is set)."""
         return self.owner_id or _OWNER.id
 
     def labels(self) -> dict[str, str]:
-        """The labels every worker pod of this runtime gets (the NetworkPolicy selects the role)."""
+        """The labels every worker pod of this runtime gets (the NetworkPolicy selects the role).
+
+        Returns:
+            Role, owner and the owner's identity.
+        """
         return {
             ROLE_LABEL: "worker",
             OWNER_LABEL: self.owner,
@@ -554,20 +587,31 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             PROTOCOL_LABEL: DEFAULT_IMAGE.rsplit(":", 1)[1],
         }
 
-    def pod_manifest(self, pod_name: str) -> k8s.V1Pod:
-        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``)."""
+    def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
+        """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``).
+
+        Args:
+            pod_name: the pod's name.
+            supervised: the reusable pod of ``spawn_supervised()`` instead (the supervisor as PID 1).
+
+        Returns:
+            The pod object.
+        """
+        labels = self.labels()
+        if supervised:
+            labels["io.codemode.mode"] = "reuse"
         return worker_pod(
             pod_name,
             namespace=self.namespace,
             image=self.image,
-            labels=self.labels(),
+            labels=labels,
             annotations=_OWNER.annotations(),
             sizing=self.sizing,
             runtime_class=self.runtime_class,
             seccomp_profile=self.seccomp_profile,
             max_lifetime=self.max_lifetime,
             image_pull_policy=self.image_pull_policy,
-            command=self.entrypoint,
+            command=self.supervisor_entrypoint if supervised else self.entrypoint,
             extra_env={TESTING_ENV: "1"} if self.testing_entry else None,
         )
 
@@ -625,7 +669,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             )
         return RuntimeUnavailable(f"kubernetes: {what}: {_api_error_text(exc)}{hint}")
 
-    def _delete_blocking(self, pod_name: str) -> DeleteOutcome:
+    def _delete_blocking(self, pod_name: str) -> _DeleteOutcome:
         """Delete one pod with grace period 0. Never raises.
 
         ``"deleted"`` (this call deleted it), ``"gone"`` (404: it was not there any more) or
@@ -797,6 +841,30 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
         return await self._adopt(KubernetesSandbox(self, pod_name, stream, loop), self.probe_timeout)
 
+    async def spawn_supervised(self) -> Supervised:
+        """A reusable pod (the reuse mode, ``codemode.runtimes.reuse``): the same pod, with
+        ``codemode_worker.supervisor`` as PID 1; one attach for the pod's whole life.
+
+        Returns:
+            The started pod, its supervisor not yet greeted (``Supervised.started``).
+
+        Raises:
+            RuntimeUnavailable: the runtime is closed or the API server cannot create pods.
+            SpawnFailed: this pod did not start in time.
+        """
+        if self._closed:
+            raise RuntimeUnavailable("kubernetes runtime is closed")
+        loop = asyncio.get_running_loop()
+        bound = self.spawn_timeout + self.api_timeout
+        try:
+            pod_name, stream = await self._launch(bound, True)
+        except TimeoutError:
+            raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
+        raw = KubernetesSandbox(self, pod_name, stream, loop)
+        box = Supervised(raw, end_timeout=self.end_timeout)
+        await self._adopt_with(raw, lambda: box.started(self.probe_timeout))
+        return box
+
     def _log_spawn_failure(self, sandbox: KubernetesSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
         log.warning(
             "kubernetes: worker %s failed to start: %s (exit %s, oom %s, stderr %r, error %r)",
@@ -812,7 +880,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         _hangup(stream)
         self._delete_blocking(pod_name)
 
-    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
+    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
         """create -> wait until running -> attach; deletes the pod again on any failure."""
         api = self._client()
         pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
@@ -823,9 +891,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self._created_any = True
         try:
             try:
-                api.create_namespaced_pod(
-                    self.namespace, self.pod_manifest(pod_name), _request_timeout=self.api_timeout
-                )
+                self._create_blocking(api, self.pod_manifest(pod_name, supervised), deadline)
                 created = True
                 phases["created"] = time.monotonic() - t0
             except k8s.ApiException as exc:
@@ -962,6 +1028,24 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             self.cpu_request,
             self.memory,
         )
+
+    def _create_blocking(self, api: Any, pod: k8s.V1Pod, deadline: float) -> None:
+        """Create the pod; a 409 for a race on the ResourceQuota's usage (not a name clash: the name
+        is random) is retried up to ``CREATE_CONFLICT_RETRIES`` times before the deadline."""
+        for attempt in range(CREATE_CONFLICT_RETRIES + 1):
+            try:
+                api.create_namespaced_pod(self.namespace, pod, _request_timeout=self.api_timeout)
+                return
+            except k8s.ApiException as exc:
+                pause = random.uniform(0.02, 0.08)
+                quota_race = exc.status == 409 and "resourcequotas" in _api_error_text(exc)
+                if (
+                    not quota_race
+                    or attempt == CREATE_CONFLICT_RETRIES
+                    or time.monotonic() + pause > deadline
+                ):
+                    raise
+                time.sleep(pause)
 
     def _launch_error(self, pod_name: str, exc: Exception) -> Exception:
         if isinstance(exc, RuntimeUnavailable | SpawnFailed):

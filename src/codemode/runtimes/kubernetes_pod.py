@@ -31,6 +31,7 @@ __all__ = [
     "PodSizing",
     "Progress",
     "progress",
+    "scheduled",
     "worker_pod",
     "worker_status",
 ]
@@ -56,7 +57,8 @@ Progress = Literal["running", "waiting", "unschedulable", "ended", "no-image"]
 
 @dataclass(frozen=True)
 class PodSizing:
-    """Resources of the worker container (Kubernetes quantities)."""
+    """Resources of the worker container (Kubernetes quantities): ``memory`` (request and limit),
+    ``cpu`` (limit), ``cpu_request`` and ``ephemeral_storage`` (request and limit)."""
 
     memory: str = "256Mi"
     cpu: str = "1"
@@ -64,9 +66,19 @@ class PodSizing:
     ephemeral_storage: str = "64Mi"
 
     def requests(self) -> dict[str, str]:
+        """The container's ``resources.requests``.
+
+        Returns:
+            ``{memory, cpu, ephemeral-storage}`` (``cpu`` is ``cpu_request``).
+        """
         return {"memory": self.memory, "cpu": self.cpu_request, "ephemeral-storage": self.ephemeral_storage}
 
     def limits(self) -> dict[str, str]:
+        """The container's ``resources.limits``.
+
+        Returns:
+            ``{memory, cpu, ephemeral-storage}``.
+        """
         return {"memory": self.memory, "cpu": self.cpu, "ephemeral-storage": self.ephemeral_storage}
 
 
@@ -86,9 +98,26 @@ def worker_pod(
     command: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> k8s.V1Pod:
-    """The exact pod ``KubernetesRuntime.spawn()`` submits (``command`` replaces the image's
-    entrypoint; only the test-only worker entry uses it; ``seccomp_profile``: a ``Localhost``
-    profile instead of ``RuntimeDefault``)."""
+    """The exact pod ``KubernetesRuntime.spawn()`` submits.
+
+    Args:
+        pod_name: the pod's name.
+        namespace: the workers' namespace.
+        image: the worker image.
+        labels: the pod's labels (role and owner).
+        annotations: the pod's annotations.
+        sizing: the worker container's resources.
+        runtime_class: the RuntimeClass (gVisor, Kata), or None.
+        max_lifetime: ``activeDeadlineSeconds``.
+        seccomp_profile: a ``Localhost`` profile instead of ``RuntimeDefault``, or None.
+        image_pull_policy: the container's ``imagePullPolicy``.
+        env_marker: the variable that tells the worker it runs in a worker pod.
+        command: replaces the image's entrypoint (only the test-only worker entry uses it).
+        extra_env: more variables for the worker.
+
+    Returns:
+        The pod object.
+    """
     env = [k8s.V1EnvVar(name=env_marker, value="1")]
     env += [k8s.V1EnvVar(name=name, value=value) for name, value in (extra_env or {}).items()]
     container = k8s.V1Container(
@@ -159,7 +188,14 @@ def worker_pod(
 
 
 def worker_status(pod: Any) -> Any:
-    """The worker container's status, or None."""
+    """The worker container's status in a pod.
+
+    Args:
+        pod: the pod as the API returned it.
+
+    Returns:
+        Its container status, or None.
+    """
     for cs in getattr(pod.status, "container_statuses", None) or []:
         if cs.name == CONTAINER_NAME:
             return cs
@@ -167,7 +203,14 @@ def worker_status(pod: Any) -> Any:
 
 
 def scheduled(pod: Any) -> bool:
-    """The scheduler has bound the pod to a node."""
+    """Whether the scheduler has bound a pod to a node.
+
+    Args:
+        pod: the pod as the API returned it.
+
+    Returns:
+        True once it has a node.
+    """
     if getattr(pod.spec, "node_name", None):
         return True
     return any(
@@ -176,7 +219,14 @@ def scheduled(pod: Any) -> bool:
 
 
 def progress(pod: Any) -> tuple[Progress, str]:
-    """Where a starting pod is, with a short description for host logs."""
+    """Where a starting pod is.
+
+    Args:
+        pod: the pod as the API returned it.
+
+    Returns:
+        The progress, and a short description for host logs.
+    """
     status = pod.status
     phase = getattr(status, "phase", None) or "Pending"
     cs = worker_status(pod)

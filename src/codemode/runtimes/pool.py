@@ -59,7 +59,16 @@ class _RefillOnDestroy:
 
 
 class WarmPool:
-    """Wraps a Runtime and is itself a Runtime."""
+    """Wraps a Runtime and is itself a Runtime: keeps ``size`` started workers ready.
+
+    Args (of the constructor):
+        runtime: the runtime that starts the workers.
+        size: how many ready workers to keep (0: none, every spawn starts one).
+        retry_delay: seconds between refills after a failed spawn.
+
+    Raises (the constructor):
+        ValueError: a negative size.
+    """
 
     def __init__(self, runtime: Runtime, size: int, *, retry_delay: float = 0.5) -> None:
         if size < 0:
@@ -95,11 +104,22 @@ class WarmPool:
         await self.inner.check()
 
     def warm(self) -> bool:
-        """The pool holds its target number of ready sandboxes."""
+        """Whether the pool holds its target number of ready sandboxes.
+
+        Returns:
+            True at target.
+        """
         return len(self._idle) >= self.size
 
     async def wait_warm(self, timeout: float = 30.0) -> None:
-        """Wait until the pool is at target (for tests, benchmarks and readiness)."""
+        """Wait until the pool is at target (for tests, benchmarks and readiness).
+
+        Args:
+            timeout: seconds to wait at most.
+
+        Raises:
+            TimeoutError: not at target in time.
+        """
         async with asyncio.timeout(timeout):
             while not self.warm():
                 await asyncio.sleep(0.01)

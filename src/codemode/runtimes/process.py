@@ -17,6 +17,13 @@ Without root there is no uid to drop to: descendants that leave the worker's ses
 ``destroy()`` and the worker reads what the host user can read. Either way this is not tenant
 isolation (same kernel, network, and a view of every world-readable file): use the Docker or
 Kubernetes runtime for untrusted tenants.
+
+How a worker process is made (``spawn``): by default (``"template"``) a worker template
+(``codemode_worker.template``, a pre-imported interpreter started like a worker) forks each worker
+from its warm state, and the worker confines itself after the fork (``codemode.runtimes.template``,
+``codemode.runtimes.forked``); ``"classic"`` starts ``python -I -m codemode_worker`` for every
+worker. Either way every execute gets a fresh process that is killed and reaped exactly once, with
+the same limits, uid and filter.
 """
 
 from __future__ import annotations
@@ -34,19 +41,41 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
+
+import psutil
 
 from codemode_worker import WORKER_ENV_MARKER
 from codemode_worker.privileges import UID_VARIABLE
 
 from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
+from .forked import ForkedSandbox
 from .handshake import probe
 from .ipc_cleanup import remove_ipc_of
+from .template import WorkerTemplate, drain_tail
 
-__all__ = ["DEFAULT_UID_BASE", "ProcessRuntime", "ProcessSandbox", "kill_uid"]
+__all__ = [
+    "CLOSE_INPUT_GRACE",
+    "CONFINEMENT_CHECK",
+    "DEFAULT_UID_BASE",
+    "ORPHAN_PIPE_GRACE",
+    "SPAWN_MODES",
+    "UID_LOCK_DIR",
+    "ZOMBIE_GRACE",
+    "ProcessRuntime",
+    "ProcessSandbox",
+    "Spawn",
+    "kill_uid",
+]
+
+Spawn = Literal["template", "classic"]
+#: How worker processes are made: forked from the worker template (default), or started one by one.
+SPAWN_MODES: tuple[Spawn, ...] = ("template", "classic")
+#: The worker modules the template can fork (the module's flag for the template).
+_TEMPLATE_ENTRIES = {"codemode_worker": (), "codemode_worker.testing_entry": ("--testing",)}
 
 log = logging.getLogger("codemode.runtimes.process")
 
-STDERR_TAIL = 8 * 1024
 #: First uid (and gid) handed to workers when the host runs as root; none is a real user.
 DEFAULT_UID_BASE = 1_000_000_000
 _PR_SET_NO_NEW_PRIVS = 38
@@ -60,6 +89,7 @@ ZOMBIE_GRACE = 1.0
 #: One lock file per worker uid in use, shared by every host on the machine.
 UID_LOCK_DIR = "/run/codemode/worker-uids"
 _ids = itertools.count(1)
+_DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 #: What ``check()`` runs with the worker's Python: the worker's own seccomp filter builds there.
 CONFINEMENT_CHECK = "from codemode_worker.confinement import prepare\nprepare()\n"
 
@@ -68,35 +98,27 @@ def _processes_of(uid: int, zombies: bool = False) -> list[int]:
     """Pids of every live process (thread group) whose real uid is ``uid``; zombies (dead, waiting
     to be reaped by their new parent) run nothing and are left out unless ``zombies``."""
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for proc in psutil.process_iter(["uids"], ad_value=None):
+        uids = proc.info["uids"]
+        if uids is None or uids.real != uid:
+            continue  # gone meanwhile, or not the uid's
         try:
-            with open(f"/proc/{name}/status", "rb") as status:
-                zombie = False
-                for line in status:
-                    if line.startswith(b"State:"):
-                        zombie = line.split()[1] in (b"Z", b"X")
-                    elif line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid and (zombies or not zombie):
-                            found.append(int(name))
-                        break
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+            if zombies or proc.status() not in _DEAD:
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
     return found
 
 
 def _uids_of(pid: int) -> tuple[int, int] | None:
-    """(every uid, every gid) of ``pid`` when its real, effective, saved and filesystem ids are
-    each one value; None otherwise or when it is gone."""
+    """(its uid, its gid) when ``pid``'s real, effective and saved uids are one value and so are its
+    gids (the worker drops them together with setresuid/setresgid, which set the filesystem ids to
+    the same); None otherwise or when it is gone."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            fields = {
-                line.split(b":", 1)[0]: line.split()[1:] for line in status if line[:4] in (b"Uid:", b"Gid:")
-            }
-        uids = {int(v) for v in fields[b"Uid"]}
-        gids = {int(v) for v in fields[b"Gid"]}
-    except (OSError, KeyError, ValueError):
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            uids, gids = set(proc.uids()), set(proc.gids())
+    except psutil.Error:
         return None
     if len(uids) != 1 or len(gids) != 1:
         return None
@@ -106,7 +128,14 @@ def _uids_of(pid: int) -> tuple[int, int] | None:
 def kill_uid(uid: int) -> bool:
     """SIGKILL every process whose real uid is ``uid`` until none is left (a worker's processes
     cannot change their real uid), then remove the System V IPC objects the uid left
-    (``ipc_cleanup``). True when no process is left; blocking (scans ``/proc``)."""
+    (``ipc_cleanup``). Blocking (scans ``/proc``).
+
+    Args:
+        uid: the worker's uid.
+
+    Returns:
+        True when no process is left.
+    """
     for _ in range(_KILL_ROUNDS):
         pids = _processes_of(uid)
         if not pids:
@@ -134,6 +163,14 @@ class ProcessSandbox:
         on_reaped: Callable[[ProcessSandbox], None] | None = None,
         uid: int | None = None,
     ) -> None:
+        """One started worker process (made by :meth:`ProcessRuntime.spawn`).
+
+        Args:
+            proc: the process.
+            worker_id: its id for host logs.
+            on_reaped: called once it has been reaped.
+            uid: the uid it runs as, when it has one of its own.
+        """
         self._proc = proc
         self._on_reaped = on_reaped
         self._id = worker_id
@@ -143,7 +180,8 @@ class ProcessSandbox:
         self._destroying: asyncio.Future[ExitInfo] | None = None
         self.contained = uid is None
         assert proc.stderr is not None
-        self._stderr_task = asyncio.get_running_loop().create_task(self._drain_stderr(proc.stderr))
+        # Keep only a bounded tail for host logs; reading it all keeps the pipe from filling.
+        self._stderr_task = asyncio.get_running_loop().create_task(drain_tail(proc.stderr, self._stderr))
 
     @property
     def worker_id(self) -> str:
@@ -151,17 +189,8 @@ class ProcessSandbox:
 
     @property
     def pid(self) -> int:
+        """The worker process's id."""
         return self._proc.pid
-
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        # Keep only a bounded tail for host logs; reading it all keeps the pipe from filling.
-        while True:
-            chunk = await stream.read(64 * 1024)
-            if not chunk:
-                return
-            self._stderr += chunk
-            if len(self._stderr) > STDERR_TAIL:
-                del self._stderr[: len(self._stderr) - STDERR_TAIL]
 
     async def write(self, data: bytes) -> None:
         stdin = self._proc.stdin
@@ -285,7 +314,8 @@ async def _discard(stream: asyncio.StreamReader | None) -> None:
 
 
 class ProcessRuntime:
-    """Spawns ``python -I -m codemode_worker`` children."""
+    """Makes one local worker process per execute: forked by the worker template (``spawn="template"``,
+    the default) or started as ``python -I -m codemode_worker`` (``spawn="classic"``)."""
 
     def __init__(
         self,
@@ -301,11 +331,49 @@ class ProcessRuntime:
         worker_uid_base: int | None = None,
         worker_uids: int = 4096,
         max_processes: int = 16,
+        spawn: Spawn | None = None,
+        template_argv: Sequence[str] | None = None,
     ) -> None:
-        """``worker_uid_base``: first of ``worker_uids`` uids given to live workers, one each;
-        None = ``DEFAULT_UID_BASE`` when the host runs as root, else no uid change; 0 = never
-        change uid. ``max_processes``: ``RLIMIT_NPROC`` of a worker's uid (processes and threads;
-        only with a uid of its own, the limit counts per uid)."""
+        """A runtime of local worker processes (docs/reference/runtimes.md).
+
+        Args:
+            python: the interpreter (default: the host's own).
+            address_space_bytes: ``RLIMIT_AS`` of each worker.
+            cpu_seconds: ``RLIMIT_CPU`` of each worker.
+            open_files: ``RLIMIT_NOFILE`` of each worker.
+            spawn_timeout: seconds a worker has to start and answer the probe.
+            module: the worker module ``python -I -m`` runs.
+            extra_env: variables added to the worker's minimal environment.
+            argv: replaces the whole command line (tests run fake workers this way).
+            worker_uid_base: first of ``worker_uids`` uids given to live workers, one each; None =
+                ``DEFAULT_UID_BASE`` when the host runs as root, else no uid change; 0 = never
+                change uid.
+            worker_uids: how many uids from ``worker_uid_base`` on.
+            max_processes: ``RLIMIT_NPROC`` of a worker's uid (processes and threads; only with a
+                uid of its own, the limit counts per uid).
+            spawn: ``"template"`` (default) or ``"classic"`` (the default when ``argv`` replaces the
+                worker's command: a command is started, not forked).
+            template_argv: replaces the template's command (tests only).
+
+        Raises:
+            ValueError: an unknown spawn mode, ``argv`` or a module the template cannot fork with
+                ``spawn="template"``, a negative base, no uids or processes, or a uid base on a
+                host not running as root.
+        """
+        if spawn is None:
+            spawn = "classic" if argv is not None else "template"
+        if spawn not in SPAWN_MODES:
+            raise ValueError(f"spawn must be one of {', '.join(SPAWN_MODES)}, not {spawn!r}")
+        if spawn == "template" and argv is not None:
+            raise ValueError("argv replaces the worker's command: it needs spawn='classic'")
+        if spawn == "template" and template_argv is None and module not in _TEMPLATE_ENTRIES:
+            raise ValueError(f"the worker template cannot fork module {module!r} (use spawn='classic')")
+        self.spawn_mode: Spawn = spawn
+        self.template_argv = list(template_argv) if template_argv is not None else None
+        self._template: WorkerTemplate | None = None
+        self._killer_uid: int | None = None
+        self._template_lock = asyncio.Lock()
+        self.templates_started = 0
         root = os.geteuid() == 0
         if worker_uid_base is None:
             worker_uid_base = DEFAULT_UID_BASE if root else 0
@@ -327,15 +395,25 @@ class ProcessRuntime:
         self.module = module
         self.extra_env = dict(extra_env or {})
         self.argv = list(argv) if argv is not None else None
-        self._live: set[ProcessSandbox] = set()
+        self._live: set[ProcessSandbox | ForkedSandbox] = set()
         self._confinement_checked = False
 
     @property
     def name(self) -> str:
         return "process"
 
+    @property
+    def concurrent_refill(self) -> bool:
+        """A forked worker costs the host a few system calls, not a fork of itself: a pool may start
+        several at once (``runtimes.pool``)."""
+        return self.spawn_mode == "template"
+
     def command(self) -> Sequence[str]:
-        """The worker command; ``argv`` replaces it entirely (tests run fake workers this way)."""
+        """The worker command; ``argv`` replaces it entirely (tests run fake workers this way).
+
+        Returns:
+            The command line.
+        """
         if self.argv is not None:
             return self.argv
         return [self.python, "-I", "-m", self.module]
@@ -366,8 +444,17 @@ class ProcessRuntime:
     async def check(self) -> None:
         """The worker can confine itself with this Python: libseccomp's binding loads and the filter
         builds (checked once; a worker without it exits before its probe). ``RuntimeUnavailable``
-        naming what is missing otherwise."""
-        if self._confinement_checked or self.argv is not None:
+        naming what is missing otherwise. With the template, also that it runs (started when it
+        does not: readiness then means the first worker is a fork away)."""
+        await self._check_confinement()
+        if self.spawn_mode == "template":
+            try:
+                await self.template()
+            except SpawnFailed as exc:
+                raise RuntimeUnavailable(f"process runtime: {exc}") from None
+
+    async def _check_confinement(self) -> None:
+        if self._confinement_checked or self.argv is not None or self.template_argv is not None:
             return
         proc = await asyncio.create_subprocess_exec(
             self.python,
@@ -385,6 +472,81 @@ class ProcessRuntime:
             reason = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
             raise RuntimeUnavailable(f"process runtime: {self.python} cannot run a worker: {reason[0]}")
         self._confinement_checked = True
+
+    def template_command(self) -> list[str]:
+        """The worker template's command (``--control FD`` follows).
+
+        Returns:
+            The worker's Python, the worker's limits, the module it forks.
+        """
+        if self.template_argv is not None:
+            return self.template_argv
+        cpu = max(1, math.ceil(self.cpu_seconds))
+        return [
+            self.python,
+            "-I",
+            "-m",
+            "codemode_worker.template",
+            "--cpu-seconds",
+            str(cpu),
+            "--address-space",
+            str(max(0, self.address_space_bytes)),
+            "--open-files",
+            str(self.open_files),
+            "--max-processes",
+            str(self.max_processes),
+            *_TEMPLATE_ENTRIES[self.module],
+        ]
+
+    def _template_preexec(self) -> None:  # runs in the template between fork and exec
+        prctl = getattr(self._libc, "prctl", None)
+        if prctl is not None:
+            prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    async def template(self) -> WorkerTemplate:
+        """The running worker template; a new one when there is none or it died.
+
+        Returns:
+            The template.
+        """
+        current = self._template
+        if current is not None and not current.gone:
+            return current
+        async with self._template_lock:
+            current = self._template
+            if current is not None and not current.gone:
+                return current
+            if current is not None:
+                log.warning("worker template %d died; starting a new one", current.pid)
+                await self._close_template()
+            env = {WORKER_ENV_MARKER: "1", **self.extra_env}
+            command = self.template_command()
+            if self.worker_uid_base:
+                # A uid nothing runs as, the template's real uid while it kills a worker's uid
+                # (codemode_worker.template.UidKiller): held as long as the template lives.
+                self._killer_uid = self._claim_uid()
+                command = [*command, "--killer-uid", str(self._killer_uid)]
+            try:
+                self._template = await WorkerTemplate.start(
+                    command, env, self._template_preexec, self.spawn_timeout
+                )
+            except BaseException:
+                self._release_killer_uid()
+                raise
+            self.templates_started += 1
+            return self._template
+
+    async def _close_template(self) -> None:
+        template, self._template = self._template, None
+        if template is not None:
+            await template.aclose()
+        self._release_killer_uid()
+
+    def _release_killer_uid(self) -> None:
+        if self._killer_uid is not None:
+            self._release_uid(self._killer_uid)
+            self._killer_uid = None
 
     def _claim_uid(self) -> int:
         """A worker uid no live worker of any host on this machine holds: the one whose lock file
@@ -409,7 +571,7 @@ class ProcessRuntime:
         if fd is not None:
             os.close(fd)
 
-    def _released(self, sandbox: ProcessSandbox) -> None:
+    def _released(self, sandbox: ProcessSandbox | ForkedSandbox) -> None:
         self._live.discard(sandbox)
         if sandbox.uid is not None:
             if sandbox.contained:
@@ -417,14 +579,67 @@ class ProcessRuntime:
             else:  # something of it may still run: keep the uid locked while this host lives
                 log.error("worker %s: processes of uid %d survived the kill", sandbox.worker_id, sandbox.uid)
 
-    async def spawn(self) -> ProcessSandbox:
+    async def _uid(self) -> int | None:
+        """A worker uid of its own for the next worker (None without root)."""
+        if not self.worker_uid_base:
+            return None
+        uid = self._claim_uid()
+        # Stray processes of an earlier holder (a host that died) must not share the uid.
+        if not await asyncio.to_thread(kill_uid, uid):
+            raise SpawnFailed(f"processes of worker uid {uid} cannot be killed")
+        return uid
+
+    async def spawn(self) -> ProcessSandbox | ForkedSandbox:
+        if self.spawn_mode == "template":
+            return await self._fork()
+        return await self._start()
+
+    async def _fork(self) -> ForkedSandbox:
+        # The template kills whatever of the uid an earlier holder (a host that died) left.
+        uid = self._claim_uid() if self.worker_uid_base else None
+        number = next(_ids)
+        worker_id = f"proc-{os.getpid()}-{number}"
+        ends: list[int] = []
+        try:
+            template = await self.template()
+            for _ in range(3):
+                ends.extend(os.pipe2(os.O_CLOEXEC))
+            stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w = ends
+            # The template gets its own copies of the worker's ends with the message; ours go at once.
+            forking = template.fork(number, uid or 0, (stdin_r, stdout_w, stderr_w))
+            try:
+                pid, pidfd = await forking
+            finally:
+                for fd in (stdin_r, stdout_w, stderr_w):
+                    os.close(fd)
+                    ends.remove(fd)
+        except BaseException as exc:
+            for fd in ends:
+                os.close(fd)
+            if uid is not None:
+                self._release_uid(uid)
+            if isinstance(exc, OSError):
+                raise SpawnFailed(f"cannot fork a worker: {exc}") from exc
+            raise
+        sandbox = ForkedSandbox(
+            template, number, pid, pidfd, (stdin_w, stdout_r, stderr_r), worker_id, self._released, uid
+        )
+        if uid is not None:
+            remove_ipc_of(uid)  # what an earlier holder's processes (killed by the template) left
+        self._live.add(sandbox)
+        try:
+            await probe(sandbox, self.spawn_timeout)
+            if uid is not None and _uids_of(pid) != (uid, uid):
+                raise SpawnFailed(f"worker {worker_id} did not drop to uid {uid}")
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        return sandbox
+
+    async def _start(self) -> ProcessSandbox:
         env = {WORKER_ENV_MARKER: "1", **self.extra_env}
-        uid: int | None = None
-        if self.worker_uid_base:
-            uid = self._claim_uid()
-            # Stray processes of an earlier holder (a host that died) must not share the uid.
-            if not await asyncio.to_thread(kill_uid, uid):
-                raise SpawnFailed(f"processes of worker uid {uid} cannot be killed")
+        uid = await self._uid()
+        if uid is not None:
             # The worker drops to it itself, after warming up and before it reads any frame (the
             # interpreter may live where only root can read); the host checks it after the probe.
             env[UID_VARIABLE] = str(uid)
@@ -457,3 +672,4 @@ class ProcessRuntime:
 
     async def aclose(self) -> None:
         await asyncio.gather(*(s.destroy() for s in list(self._live)), return_exceptions=True)
+        await self._close_template()

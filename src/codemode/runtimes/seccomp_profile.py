@@ -16,6 +16,14 @@ denied calls (sockets of every family, io_uring, ptrace, bpf, keys, namespaces, 
 (runsc) does not apply OCI profiles unless started with ``--oci-seccomp``; the worker's own filter
 holds there. Kubernetes operators can install it on the nodes as a ``Localhost`` profile
 (docs/kubernetes.md): ``python -m codemode.runtimes.seccomp_profile > codemode-worker.json``.
+
+``supervisor_profile()`` is the profile of a *reusable* sandbox (the reuse mode), whose PID 1 is
+``codemode_worker.supervisor``: the same, plus what the supervisor does between executes
+(``SUPERVISOR``: fork its workers (``clone`` without ``CLONE_THREAD``; namespace flags stay
+refused), wait for them, kill them and every other process, relay with pipes and ``splice``, remove
+what a worker left (files, their extended attributes, System V IPC objects) and read its own
+priority and scheduling). Every worker it forks installs the worker's own filter on top, which
+refuses all of that again (``python -m codemode.runtimes.seccomp_profile --supervisor`` prints it).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any, Final
 
 from codemode_worker import syscalls
 
-__all__ = ["STARTUP", "docker_profile"]
+__all__ = ["STARTUP", "SUPERVISOR", "docker_profile", "supervisor_profile"]
 
 #: Calls of the container's start-up (before the worker's own filter) that the worker's policy denies.
 STARTUP: Final = frozenset(
@@ -34,6 +42,37 @@ STARTUP: Final = frozenset(
 )
 #: Conditional calls the start-up makes in forms the worker's policy refuses: allowed in any form.
 _ANY_FORM: Final = frozenset({"open", "openat", "prlimit64", "fcntl", "ioctl"})
+#: What a reusable sandbox's supervisor calls besides the start-up (``supervisor_profile``).
+SUPERVISOR: Final = frozenset(
+    {
+        "wait4",
+        "waitid",
+        "kill",
+        "tgkill",
+        "pidfd_open",
+        "pidfd_send_signal",
+        "pipe2",
+        "splice",
+        "close_range",
+        "unlink",
+        "unlinkat",
+        "rmdir",
+        "chmod",
+        "fchmodat",
+        "truncate",
+        "ftruncate",
+        "llistxattr",
+        "lgetxattr",
+        "lremovexattr",
+        "shmctl",
+        "semctl",
+        "msgctl",
+        "getpriority",
+        "sched_getscheduler",
+        "sched_getparam",
+        "ioprio_get",
+    }
+)
 
 
 def _arg(arg: syscalls.Arg) -> dict[str, Any]:
@@ -45,18 +84,52 @@ def _arg(arg: syscalls.Arg) -> dict[str, Any]:
 
 
 def docker_profile() -> dict[str, Any]:
-    """The profile as a JSON-ready mapping (x86_64)."""
+    """The worker's Docker seccomp profile (x86_64).
+
+    Returns:
+        The profile as a JSON-ready mapping.
+    """
+    return _profile(STARTUP, processes=False)
+
+
+def supervisor_profile() -> dict[str, Any]:
+    """The profile of a reusable sandbox: ``docker_profile()`` plus ``SUPERVISOR`` and ``clone`` of
+    processes (still without a namespace flag).
+
+    Returns:
+        The profile as a JSON-ready mapping.
+    """
+    return _profile(STARTUP | SUPERVISOR, processes=True)
+
+
+def _profile(extra: frozenset[str], *, processes: bool) -> dict[str, Any]:
     # OWN_PROCESS (tgkill): the worker's pid is not known before the container starts.
-    allowed = sorted(syscalls.ALLOWED | syscalls.OWN_PROCESS | STARTUP | _ANY_FORM)
+    allowed = sorted(syscalls.ALLOWED | syscalls.OWN_PROCESS | extra | _ANY_FORM)
     rules: list[dict[str, Any]] = [{"names": allowed, "action": "SCMP_ACT_ALLOW"}]
     deny = {"action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.DENY_ERRNO}
-    rules.append({"names": sorted(syscalls.DENIED - STARTUP), **deny})
+    rules.append({"names": sorted(syscalls.DENIED - extra), **deny})
     # Also spelled out: an engine may ignore defaultErrnoRet (Docker 20.10 answers EPERM instead).
     rules.append(
-        {"names": sorted(syscalls.ABSENT), "action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.UNLISTED_ERRNO}
+        {
+            "names": sorted(syscalls.ABSENT - extra),
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": syscalls.UNLISTED_ERRNO,
+        }
     )
     for name, cond in sorted(syscalls.CONDITIONAL.items()):
         if name in _ANY_FORM:
+            continue
+        if name == "clone" and processes:
+            # Threads and processes; every namespace flag refused (each bit on its own).
+            rules.append(
+                {
+                    "names": [name],
+                    "action": "SCMP_ACT_ALLOW",
+                    "args": [_arg(syscalls.Arg(0, 0, syscalls.CLONE_NAMESPACES))],
+                }
+            )
+            for bit in (1 << i for i in range(64) if syscalls.CLONE_NAMESPACES >> i & 1):
+                rules.append({"names": [name], **deny, "args": [_arg(syscalls.Arg(0, bit, bit))]})
             continue
         for rule in cond.allow:
             rules.append({"names": [name], "action": "SCMP_ACT_ALLOW", "args": [_arg(a) for a in rule]})
@@ -73,5 +146,7 @@ def docker_profile() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    json.dump(docker_profile(), sys.stdout, indent=2)
+    json.dump(
+        supervisor_profile() if "--supervisor" in sys.argv[1:] else docker_profile(), sys.stdout, indent=2
+    )
     sys.stdout.write("\n")

@@ -27,7 +27,7 @@ import socket
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from .base import ExitInfo, SandboxClosed, SpawnFailed
@@ -37,6 +37,7 @@ __all__ = [
     "STDERR_TAIL",
     "STDOUT_BUFFER",
     "BlockingRuntime",
+    "CleanupMode",
     "HostIdentity",
     "LaunchHandoff",
     "ThreadedStreamSandbox",
@@ -61,6 +62,14 @@ _R = TypeVar("_R", bound="BlockingRuntime[Any]")
 
 
 def read_text(path: str) -> str:
+    """A small text file's stripped content ("" when it cannot be read).
+
+    Args:
+        path: the file (``/proc/...``).
+
+    Returns:
+        Its text, non-ASCII bytes replaced.
+    """
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read().strip()
@@ -69,10 +78,20 @@ def read_text(path: str) -> str:
 
 
 def boot_id() -> str:
+    """This machine's boot id ("" when unknown): a worker label that tells boots apart.
+
+    Returns:
+        The kernel's random boot id.
+    """
     return read_text("/proc/sys/kernel/random/boot_id")
 
 
 def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``; "" when unknown).
+
+    Returns:
+        The namespace link's target.
+    """
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -80,7 +99,14 @@ def pid_namespace() -> str:
 
 
 def process_start(pid: int) -> str:
-    """Start time of ``pid`` in clock ticks since boot ("" if there is no such process)."""
+    """When a process started.
+
+    Args:
+        pid: the process.
+
+    Returns:
+        Its start time in clock ticks since boot ("" if there is no such process).
+    """
     # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
     rest = read_text(f"/proc/{pid}/stat").rpartition(")")[2].split()
     return rest[19] if len(rest) > 19 else ""
@@ -93,6 +119,7 @@ class HostIdentity:
         self.refresh()
 
     def refresh(self) -> None:
+        """Take this process's identity anew (a new id; the pid, start time, host name and boot)."""
         self.id = uuid.uuid4().hex
         self.pid = os.getpid()
         self.start = process_start(self.pid)
@@ -137,7 +164,14 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
         self, runtime: _R, worker_id: str, loop: asyncio.AbstractEventLoop, reader_name: str
     ) -> None:
         """Set up the buffers and start reading (``_start_reading``; by default a reader thread that
-        runs ``_pump``): set the transport up before calling."""
+        runs ``_pump``): set the transport up before calling.
+
+        Args:
+            runtime: the runtime that owns the sandbox.
+            worker_id: its id for host logs.
+            loop: the event loop the sandbox answers on.
+            reader_name: the reader thread's name.
+        """
         self._runtime = runtime
         self._id = worker_id
         self._loop = loop
@@ -249,6 +283,7 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
 
     @property
     def stderr_tail(self) -> bytes:
+        """The bounded tail of the worker's stderr read so far (for host logs)."""
         with self._cond:
             return bytes(self._stderr)
 
@@ -346,8 +381,9 @@ class BlockingRuntime(ABC, Generic[_S]):
     # -- hooks -----------------------------------------------------------------------------------
 
     @abstractmethod
-    def _launch_blocking(self, handoff: LaunchHandoff) -> tuple[str, Any]:
-        """Start one worker and attach to it: (its name, its attached stream)."""
+    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
+        """Start one worker (``supervised``: a reusable sandbox whose PID 1 is the supervisor) and
+        attach to it: (its name, its attached stream)."""
 
     @abstractmethod
     def _discard_blocking(self, name: str, stream: Any, /) -> None:
@@ -382,21 +418,27 @@ class BlockingRuntime(ABC, Generic[_S]):
             self._live.discard(sandbox)
 
     def live_sandboxes(self) -> list[_S]:
+        """The sandboxes of this runtime not destroyed yet.
+
+        Returns:
+            A new list of them.
+        """
         with self._live_lock:
             return list(self._live)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Remove the orphans of a crashed host (``cleanup_orphans``), once, in the SDK's thread."""
         if self.cleanup_orphans == "none":
             return
         self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
 
-    async def _launch(self, timeout: float | None) -> tuple[str, Any]:
+    async def _launch(self, timeout: float | None, supervised: bool = False) -> tuple[str, Any]:
         """Run ``_launch_blocking`` (bounded by ``timeout`` if given); a launch that completes
         after this coroutine was cancelled or timed out is discarded, by its thread or here."""
         handoff = LaunchHandoff()
-        future = self._submit(self._launch_blocking, handoff)
+        future = self._submit(self._launch_blocking, handoff, supervised)
         with self._live_lock:
             self._launches.add(future)
         future.add_done_callback(self._launch_done)
@@ -418,16 +460,21 @@ class BlockingRuntime(ABC, Generic[_S]):
 
     async def _adopt(self, sandbox: _S, probe_timeout: float) -> _S:
         """Track a new sandbox and probe it; destroy it if the probe fails."""
+        await self._adopt_with(sandbox, lambda: probe(sandbox, probe_timeout))
+        return sandbox
+
+    async def _adopt_with(self, sandbox: _S, ready: Callable[[], Awaitable[None]]) -> None:
+        """Track a new sandbox and wait for ``ready()`` (the probe, or a supervisor's hello);
+        destroy it if that fails."""
         with self._live_lock:
             self._live.add(sandbox)
         try:
-            await probe(sandbox, probe_timeout)
+            await ready()
         except BaseException as exc:
             info = await sandbox.destroy()
             if isinstance(exc, SpawnFailed):
                 self._log_spawn_failure(sandbox, exc, info)
             raise
-        return sandbox
 
     async def _destroy_all(self, launch_wait: float) -> None:
         """Wait (up to ``launch_wait``) for launches in flight, then destroy every live sandbox."""

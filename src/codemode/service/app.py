@@ -51,6 +51,7 @@ from ..execution.observe import CallEvent, ExecuteEvent
 from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
+from ..runtimes.reuse import ReusePool
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
 from ..startup.config import ConfigError, Settings, load_settings, names
 from .audit import AuditLog, configure_audit_logger
@@ -131,7 +132,16 @@ class Readiness:
 
 class Service:
     """Everything one app instance owns: the built server, its pool, metrics, audit, authentication
-    and the MCP session manager."""
+    and the MCP session manager.
+
+    Args (of the constructor):
+        settings: the service's settings (the transport is always ``http``).
+        runtime: replaces the runtime the settings describe (embedding, tests).
+        authorizer: replaces the authorizer the settings describe.
+
+    Raises (the constructor):
+        ConfigError: an unusable configuration or a start-up problem, one line.
+    """
 
     def __init__(
         self,
@@ -169,8 +179,8 @@ class Service:
             observer=_Observer(self),
             problems=self.problems if settings.start_degraded else None,
         )
-        self.pool: WarmPool | None = (
-            self.server.runtime if isinstance(self.server.runtime, WarmPool) else None
+        self.pool: WarmPool | ReusePool | None = (
+            self.server.runtime if isinstance(self.server.runtime, WarmPool | ReusePool) else None
         )
         self.metrics = Metrics(self.pool)
         self.audit = AuditLog()
@@ -234,6 +244,12 @@ class Service:
 
     # ------------------------------------------------------------------ readiness
     async def readiness(self) -> Readiness:
+        """What ``/readyz`` answers: not while draining, the runtime's check, start-up problems, the
+        pool's warmth (docs/service.md).
+
+        Returns:
+            Ready or not, with the coarse reason.
+        """
         if self.draining:
             return Readiness(False, "shutting down")
         state = await self._runtime_readiness()
@@ -271,7 +287,11 @@ class Service:
     async def check_start(self) -> None:
         """The start-up rule's runtime half (docs/service.md, "Start-up problems"), once: start the
         runtime and run its check. A problem is a ``ConfigError`` (one line), unless
-        ``start_degraded``: then it is logged and shown on the metrics port, /readyz keeps checking."""
+        ``start_degraded``: then it is logged and shown on the metrics port, /readyz keeps checking.
+
+        Raises:
+            ConfigError: the runtime or a pack cannot start (without ``start_degraded``).
+        """
         if self._start_checked:
             return
         self._start_checked = True
@@ -291,6 +311,12 @@ class Service:
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
+        """Start what the service runs beside uvicorn: JWKS refresh, the start-up check, periodic
+        tasks, the metrics and health servers.
+
+        Raises:
+            ConfigError: a start-up problem (without ``start_degraded``), one line.
+        """
         if self.settings.runtime == "process":
             log.warning("runtime process is NOT tenant isolation: use --runtime docker (CODEMODE_RUNTIME)")
         if isinstance(self.authenticator, JWTAuthenticator):
@@ -355,6 +381,7 @@ class Service:
             log.warning("shutdown: cancelling %d execute(s) still running", self.inflight)
 
     async def shutdown(self) -> None:
+        """Close the server (workers, pool, packs), stop the periodic tasks and the side servers."""
         try:
             await self.server.aclose()
         finally:
@@ -416,10 +443,17 @@ def create_app(
 ) -> FastAPI:
     """The service's FastAPI application.
 
-    ``settings`` defaults to :func:`load_settings` (environment + ``CODEMODE_CONFIG``). ``runtime``
-    and ``authorizer`` replace the ones the settings describe (embedding and tests); a configured
-    pool still wraps the given runtime. Raises ``ConfigError`` for an unusable configuration. The
-    :class:`Service` is at ``app.state.codemode``.
+    Args:
+        settings: the settings (default: :func:`load_settings`, environment + ``CODEMODE_CONFIG``).
+        runtime: replaces the runtime the settings describe (embedding and tests); a configured
+            pool still wraps it.
+        authorizer: replaces the authorizer the settings describe.
+
+    Returns:
+        The app; its :class:`Service` is at ``app.state.codemode``.
+
+    Raises:
+        ConfigError: an unusable configuration (one line).
     """
     if settings is None:
         settings = load_settings()
@@ -458,7 +492,11 @@ def create_app(
 
 
 async def serve_async(settings: Settings | None = None) -> None:
-    """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM."""
+    """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM.
+
+    Args:
+        settings: the settings (default: :func:`load_settings`).
+    """
     if settings is None:
         settings = load_settings()
     # Once, for every server of this process (the metrics and health servers touch nothing).
@@ -478,7 +516,15 @@ async def serve_async(settings: Settings | None = None) -> None:
 def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
     """The uvicorn configuration :func:`serve` runs ``app`` (from :func:`create_app`) with: the
     guarded protocol of its :class:`Service` (header timeout, connection bounds), no proxy-header
-    handling of uvicorn's own (``trusted_proxies`` decides, see codemode.service.peers)."""
+    handling of uvicorn's own (``trusted_proxies`` decides, see codemode.service.peers).
+
+    Args:
+        app: an app from :func:`create_app`.
+        overrides: ``uvicorn.Config`` options that replace the service's (``host``, ``port``).
+
+    Returns:
+        The configuration.
+    """
     service: Service = app.state.codemode
     settings = service.settings
     options: dict[str, Any] = {
@@ -537,5 +583,9 @@ def subject_connection_limit(settings: Settings) -> int:
 
 
 def serve(settings: Settings | None = None) -> None:
-    """Blocking :func:`serve_async` (what ``codemode serve --http`` calls)."""
+    """Blocking :func:`serve_async` (what ``codemode serve --http`` calls).
+
+    Args:
+        settings: the settings (default: :func:`load_settings`).
+    """
     asyncio.run(serve_async(settings))

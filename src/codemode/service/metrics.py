@@ -18,6 +18,7 @@ from ..execution.observe import CallEvent, ExecuteEvent
 
 if TYPE_CHECKING:
     from ..runtimes.pool import WarmPool
+    from ..runtimes.reuse import ReusePool
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -30,7 +31,7 @@ SPAWN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 class Metrics:
     """The service's metric families. Thread-safe (prometheus-client is)."""
 
-    def __init__(self, pool: WarmPool | None = None) -> None:
+    def __init__(self, pool: WarmPool | ReusePool | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.executes = Counter(

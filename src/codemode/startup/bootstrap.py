@@ -21,10 +21,12 @@ from ..catalog.capability import Capability
 from ..common.errors import InvalidRegistration
 from ..execution.observe import Observer
 from ..execution.server import Builder, Server, answer_bounds
-from ..packs.loading import PackError, PackSettings, load_pack, load_packs, split_specs
+from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
+from ..packs.loading import PackError, PackSettings, split_specs
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
+from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from .config import SIZE_SETTINGS, ConfigError, Settings, names, parse_size
 
 __all__ = [
@@ -33,7 +35,6 @@ __all__ = [
     "build_runtime",
     "build_server",
     "check_runtime",
-    "load_capabilities",
     "upstream_packs",
     "with_pool",
 ]
@@ -110,13 +111,25 @@ def build_runtime(
         kwargs = {**_runtime_kwargs(settings), **extra}
         if worker_command is not None:
             kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
+            kwargs.pop("spawn", None)  # a command is started, never forked from the template
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
-    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0)."""
+    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0), or,
+    in the reuse mode (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to
+    ``settings.pool`` sandboxes idle."""
+    if settings.reuse_executes:
+        if not isinstance(runtime, SupervisingRuntime):
+            raise ConfigError(f"{names('reuse_executes')}: the {runtime.name} runtime has no reuse mode")
+        return ReusePool(
+            runtime,
+            settings.pool,
+            max_executes=settings.reuse_executes,
+            idle_seconds=settings.reuse_idle_seconds,
+        )
     return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
 
 
@@ -146,18 +159,7 @@ class _Unit:
 
     component: str
     setting: str
-    load: Callable[[PackSettings], list[Capability]]
-    resource: Any = None  # attached to the server (connect at start, close at the end)
-
-
-def load_capabilities(settings: Settings, environ: Mapping[str, str] | None = None) -> list[Capability]:
-    """The capabilities of every ``--pack`` (upstream tables: :func:`upstream_packs`)."""
-    try:
-        caps = load_packs(settings.packs, _pack_settings(settings, environ))
-    except PackError as exc:
-        raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
-    _warn_if_empty(settings)
-    return caps
+    load: Callable[[PackSettings], LoadedPack]
 
 
 def _warn_if_empty(settings: Settings) -> None:
@@ -185,8 +187,9 @@ _CONFIG = "--config / CODEMODE_CONFIG"
 
 
 def _units(settings: Settings) -> list[_Unit]:
+    packs = names("packs")
     out = [
-        _Unit(f"pack {spec}", names("packs"), functools.partial(load_pack, spec))
+        _Unit(f"pack {spec}", packs, functools.partial(load_spec, spec, setting=packs))
         for spec in split_specs(settings.packs)
     ]
     from ..capabilities.mcp_upstream import UpstreamMCPPack
@@ -194,35 +197,34 @@ def _units(settings: Settings) -> list[_Unit]:
     for pack in upstream_packs(settings):
         (config,) = pack.configs
         kind = "upstream_mcp" if isinstance(pack, UpstreamMCPPack) else "openapi"
-        out.append(_Unit(f"{kind} {config.name}", _CONFIG, pack.capabilities, pack))
+        component = f"{kind} {config.name}"
+        take = functools.partial(
+            load, pack, label=f"{kind} {config.name!r}", component=component, setting=_CONFIG, wrap=False
+        )
+        out.append(_Unit(component, _CONFIG, take))
     return out
 
 
-def _load_units(
-    settings: Settings, problems: list[StartupProblem] | None
-) -> tuple[list[Capability], list[Any]]:
-    """Every unit's capabilities and resources; a unit that fails raises ``ConfigError`` (strict,
-    ``problems`` None) or is left out with its problem appended."""
+def _load_units(settings: Settings, problems: list[StartupProblem] | None) -> list[LoadedPack]:
+    """Every unit, loaded; a unit that fails raises ``ConfigError`` (strict, ``problems`` None: the
+    units loaded before it are closed) or is left out with its problem appended."""
     pack_settings = _pack_settings(settings, None)
-    caps: list[Capability] = []
-    resources: list[Any] = []
+    loaded: list[LoadedPack] = []
     for unit in _units(settings):
         try:
-            caps += unit.load(pack_settings)
+            loaded.append(unit.load(pack_settings))
         except Exception as exc:
             text = _one_line(str(exc)) or type(exc).__name__
             if not isinstance(exc, PackError | UpstreamBuildError):
                 text = f"{type(exc).__name__}: {text}"
             detail = f"{unit.setting}: {text}"
             if problems is None:
+                close_now(loaded)
                 raise ConfigError(detail) from None
             log.error("start-up problem, %s left out (degraded start): %s", unit.component, detail)
             problems.append(StartupProblem(unit.component, detail))
-            continue
-        if unit.resource is not None:
-            resources.append(unit.resource)
     _warn_if_empty(settings)
-    return caps, resources
+    return loaded
 
 
 def build_server(
@@ -246,11 +248,24 @@ def build_server(
     tables, the catalog's own rules) are a ``ConfigError`` either way.
     """
     auth = authorizer if authorizer is not None else build_authorizer(settings)
-    upstreams: list[Any] = []
-    if capabilities is not None:
-        caps = list(capabilities)
-    else:
-        caps, upstreams = _load_units(settings, problems)
+    packs = _load_units(settings, problems) if capabilities is None else []
+    try:
+        return _build(settings, runtime, auth, observer, capabilities, packs, problems)
+    except BaseException:
+        close_now(packs)
+        raise
+
+
+def _build(
+    settings: Settings,
+    runtime: Runtime | None,
+    auth: authz.Authorizer,
+    observer: Observer | None,
+    capabilities: list[Capability] | None,
+    packs: list[LoadedPack],
+    problems: list[StartupProblem] | None,
+) -> Server:
+    caps = list(capabilities) if capabilities is not None else [c for p in packs for c in p.capabilities]
     disabled = list(settings.disable)
     if problems:
         # a disabled id of a capability that was left out is no problem of its own
@@ -280,7 +295,7 @@ def build_server(
         server = builder.build()
     except InvalidRegistration as exc:
         raise ConfigError(f"{names('packs')}: {_one_line(str(exc))}") from None
-    for pack in upstreams:
+    for pack in packs:
         server.attach(pack)
     if export is not None:
         server.attach(export)
@@ -297,6 +312,9 @@ async def check_runtime(
         async with asyncio.timeout(timeout):
             await server.start()
             await server.runtime.check()
+    except PackOpenError as exc:
+        component = exc.component or "pack"
+        return StartupProblem(component, f"{exc.setting}: {exc}" if exc.setting else str(exc))
     except TimeoutError:
         text = f"did not start and answer its check within {timeout:g} s"
     except Exception as exc:

@@ -253,7 +253,29 @@ class Settings(BaseSettings):
 
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
-    pool: int = Field(0, ge=0, description="warm workers kept ready (0 = none)")
+    pool: int = Field(
+        0,
+        ge=0,
+        description="warm workers kept ready (0 = none); in the reuse mode: sandboxes kept idle in all",
+    )
+    reuse_executes: int = Field(
+        0,
+        ge=0,
+        description="the reuse mode (docker, kubernetes; an operator's choice): a sandbox serves up to this "
+        "many executes of its one subject, a fresh scrubbed worker process each (0 = off: one fresh sandbox "
+        "per execute)",
+    )
+    reuse_idle_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="the reuse mode: seconds a sandbox is kept for its subject without an execute",
+    )
+    process_spawn: Literal["template", "classic"] | None = Field(
+        None,
+        description="how worker processes are made: template (default: forked from a pre-imported "
+        "worker template) or classic (python -I started for each worker)",
+    )
     process_memory: str | None = Field(
         None, description="worker address-space limit (RLIMIT_AS), bytes or 512m/2g (default 2g)"
     )
@@ -589,6 +611,17 @@ class Settings(BaseSettings):
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
+        if self.reuse_executes and self.runtime == "process":
+            out.append(f"{names('reuse_executes')} needs {names('runtime')} docker or kubernetes")
+        elif self.reuse_executes and not self.pool:
+            out.append(
+                f"{names('reuse_executes')} needs {names('pool')} > 0 "
+                "(the sandboxes kept idle for their subjects)"
+            )
+        if "reuse_idle_seconds" in self.model_fields_set and not self.reuse_executes:
+            out.append(
+                f"{names('reuse_idle_seconds')} applies to the reuse mode only ({names('reuse_executes')})"
+            )
         if self.max_print_bytes > self.max_value_bytes:
             out.append(f"{names('max_print_bytes')} must not exceed {names('max_value_bytes')}")
         for prefix in ("process", "docker", "kubernetes"):

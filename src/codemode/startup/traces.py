@@ -25,6 +25,9 @@ class TraceExport:
     def __init__(self, provider: Any) -> None:
         self.provider = provider
 
+    async def open(self) -> None:
+        """Nothing to open (the server's lifecycle step, ``codemode.packs.Lifecycle``)."""
+
     async def aclose(self) -> None:
         """Flush and shut down the provider (in a thread: the exporter's last send blocks)."""
         await asyncio.to_thread(self.provider.shutdown)

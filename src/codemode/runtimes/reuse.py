@@ -1,0 +1,416 @@
+"""The reuse mode: reusable sandboxes, each leased to one subject (an operator's choice).
+
+The default is one fresh sandbox per execute (the product's contract). With ``ReusePool`` a
+container or pod whose PID 1 is ``codemode_worker.supervisor`` serves several executes of **one
+subject**, one at a time, each in a fresh worker process that the supervisor forks; after each
+execute it kills every other process, removes what the worker left (files, IPC objects) and
+verifies the sandbox against the baseline it took before the first worker (see
+``codemode_worker.supervisor`` and ``codemode_worker.scrub``). The guarantee becomes "a fresh process
+in a scrubbed sandbox of the same subject" (docs/reference/runtimes.md).
+
+Rules (each has its test):
+
+* **one subject per sandbox, for its whole life**: a sandbox is bound to the subject of its first
+  lease and only ever leased to that subject again; nothing moves it to another one;
+* **recycled** (the container or pod removed) after ``max_executes`` executes, after
+  ``idle_seconds`` without one, after ``max_age`` seconds, and at once when an execute did not end
+  cleanly (a deadline, a limit, a worker that misbehaved or died: the executor marks a lease
+  ``reusable()`` only when its program ended with a result or a program error) or the supervisor
+  reports an anomaly, breaks the channel or does not finish within ``end_timeout``;
+* **bounded and fair**: at most ``size`` sandboxes are kept idle in all (bound to a subject or
+  warm, never leased yet), at most ``per_subject`` of them bound to one subject; when more come
+  back, the one idle longest is recycled, whoever it belongs to, so one subject's idle sandboxes never
+  keep another subject from having one. The warm ones are refilled in the background while the
+  sandboxes kept (idle, in use and starting) are fewer than ``size``; a subject that has no idle
+  sandbox takes a warm one, or starts one (under the slot the executor already holds: fair
+  admission decides who runs, ``codemode.execution.admission``). Live sandboxes never exceed
+  ``max_concurrent_executions + size``.
+
+``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
+reusable one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import Any, Protocol, runtime_checkable
+
+from .base import Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .handshake import probe
+from .supervised import Supervised
+
+__all__ = ["ReusePool", "SupervisingRuntime"]
+
+log = logging.getLogger("codemode.runtimes.reuse")
+
+
+@runtime_checkable
+class SupervisingRuntime(Runtime, Protocol):
+    """A runtime that can start reusable sandboxes (Docker, Kubernetes)."""
+
+    async def spawn_supervised(self) -> Supervised:
+        """A started reusable sandbox whose supervisor has said hello (its first worker is
+        starting).
+
+        Returns:
+            The sandbox.
+
+        Raises:
+            SpawnFailed: this sandbox did not start.
+            RuntimeUnavailable: the runtime cannot create sandboxes.
+        """
+
+
+class ReusePool:
+    """Reusable sandboxes leased per subject (see the module docstring); itself a Runtime.
+
+    Args (of the constructor):
+        runtime: the runtime whose ``spawn_supervised()`` makes the sandboxes.
+        size: how many sandboxes to keep started (idle or leased).
+        max_executes: executes one sandbox serves before it is recycled.
+        idle_seconds: how long a sandbox stays bound to its subject unused.
+        per_subject: sandboxes one subject may hold at once.
+        max_age: seconds a sandbox lives at most (default: 0.9 of the runtime's ``max_lifetime``).
+        probe_timeout: seconds a new worker in a sandbox has to answer the probe.
+        retry_delay: seconds between refills after a failed start.
+
+    Raises (the constructor):
+        ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive).
+    """
+
+    def __init__(
+        self,
+        runtime: SupervisingRuntime,
+        size: int,
+        *,
+        max_executes: int = 100,
+        idle_seconds: float = 60.0,
+        per_subject: int = 2,
+        max_age: float | None = None,
+        probe_timeout: float = 10.0,
+        retry_delay: float = 0.5,
+    ) -> None:
+        if size < 0 or max_executes < 1 or per_subject < 1 or idle_seconds <= 0:
+            raise ValueError("size >= 0, max_executes >= 1, per_subject >= 1 and idle_seconds > 0")
+        self.inner = runtime
+        self.size = size
+        self.max_executes = max_executes
+        self.idle_seconds = idle_seconds
+        self.per_subject = per_subject
+        lifetime = getattr(runtime, "max_lifetime", None)
+        if max_age is None and isinstance(lifetime, int | float):
+            max_age = 0.9 * lifetime  # before Kubernetes' activeDeadlineSeconds ends the pod
+        self.max_age = max_age
+        self.probe_timeout = probe_timeout
+        self.retry_delay = retry_delay
+        self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
+        #: Idle sandboxes bound to each subject (most recently used last).
+        self._idle: dict[str, list[Supervised]] = {}
+        #: Sandboxes of each subject leased right now.
+        self._busy: dict[str, set[Supervised]] = {}
+        #: Started sandboxes never leased yet (bound to nobody).
+        self._warm: collections.deque[Supervised] = collections.deque()
+        self._in_use = 0
+        self._starting = 0
+        self._closed = False
+        self._wake: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.last_error: str | None = None
+        #: Seconds each of the last 1000 sandbox starts took (the service's pool metrics).
+        self.refill_seconds: list[float] = []
+        #: Counters for benchmarks and logs.
+        self.leases = 0
+        self.reused = 0
+        self.cold = 0
+        self.recycled = 0
+
+    # -- Runtime protocol ------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}+reuse"
+
+    @property
+    def idle(self) -> int:
+        """Sandboxes ready right now (bound or warm)."""
+        return len(self._warm) + sum(len(v) for v in self._idle.values())
+
+    def warm(self) -> bool:
+        """Whether the pool keeps its target number of sandboxes (for readiness and benchmarks).
+
+        Returns:
+            True at target.
+        """
+        return self.idle + self._in_use >= self.size
+
+    async def wait_warm(self, timeout: float = 60.0) -> None:
+        """Wait until the pool is at target.
+
+        Args:
+            timeout: seconds to wait at most.
+
+        Raises:
+            TimeoutError: not at target in time.
+        """
+        async with asyncio.timeout(timeout):
+            while not self.warm():
+                await asyncio.sleep(0.02)
+
+    async def start(self) -> None:
+        await self.inner.start()
+        self._wake = asyncio.Event()
+        self._background(self._refill_loop())
+        self._background(self._sweep_loop())
+
+    async def check(self) -> None:
+        await self.inner.check()
+
+    async def spawn(self) -> Sandbox:
+        """A fresh single-use sandbox (callers without a subject): never a reusable one."""
+        if self._closed:
+            raise RuntimeUnavailable("reuse pool is closed")
+        return await self.inner.spawn()
+
+    async def spawn_for(self, subject: str) -> Sandbox:
+        """A worker in a sandbox of the subject's own (reused, warm or new).
+
+        Args:
+            subject: the subject id the sandbox is leased to.
+
+        Returns:
+            The probed worker.
+
+        Raises:
+            RuntimeUnavailable: the pool is closed or its runtime cannot create sandboxes.
+        """
+        if self._closed:
+            raise RuntimeUnavailable("reuse pool is closed")
+        while True:
+            box = self._take_own(subject)
+            if box is None and await self._ending(subject):
+                continue  # its sandbox came back (or was recycled): look again
+            if box is None:
+                box = self._take_warm()
+            cold = box is None
+            if box is None:
+                box = await self._new_box()
+                self.cold += 1
+            box.subject = subject
+            lease = box.new_lease(self._ended)
+            self._in_use += 1
+            self._busy.setdefault(subject, set()).add(box)
+            try:
+                await probe(lease, self.probe_timeout)
+            except BaseException as exc:
+                info = await lease.destroy()  # never marked reusable: the sandbox is recycled
+                if isinstance(exc, SpawnFailed):
+                    log.warning(
+                        "worker %s failed to start: %s (exit %s, signal %s, stderr %r)",
+                        lease.worker_id,
+                        exc,
+                        info.exit_code,
+                        info.signal,
+                        info.stderr_tail[-512:],
+                    )
+                if cold or not isinstance(exc, SpawnFailed):
+                    raise
+                continue
+            self.leases += 1
+            if box.executes:
+                self.reused += 1
+            return lease
+
+    async def aclose(self) -> None:
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        boxes = list(self._warm) + [b for v in self._idle.values() for b in v]
+        self._warm.clear()
+        self._idle.clear()
+        await asyncio.gather(*(b.destroy() for b in boxes), return_exceptions=True)
+        await self.inner.aclose()
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _take_own(self, subject: str) -> Supervised | None:
+        """The idle sandbox ``subject`` used last, if any."""
+        own = self._idle.get(subject)
+        while own:
+            box = own.pop()
+            if not own:
+                del self._idle[subject]
+            if self._fresh(box):
+                self._kick()
+                return box
+            self._recycle(box, "it died while idle")
+            own = self._idle.get(subject)
+        return None
+
+    def _take_warm(self) -> Supervised | None:
+        """A started sandbox nobody has used yet, if any."""
+        while self._warm:
+            box = self._warm.popleft()
+            if self._fresh(box):
+                self._kick()
+                return box
+            self._recycle(box, "it died while warm")
+        return None
+
+    async def _ending(self, subject: str) -> bool:
+        """Wait for a sandbox of ``subject`` whose lease is ending (its scrub takes milliseconds, a
+        new sandbox far longer): True when one ended, False when none is ending."""
+        ending = [
+            b.lease.ended for b in self._busy.get(subject, ()) if b.lease is not None and b.lease.ending
+        ]
+        if not ending:
+            return False
+        waits = [asyncio.ensure_future(event.wait()) for event in ending]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return True
+
+    def _fresh(self, box: Supervised) -> bool:
+        return box.usable() and (self.max_age is None or time.monotonic() - box.created < self.max_age)
+
+    def _ended(self, box: Supervised) -> None:
+        """A lease of ``box`` ended (its sandbox scrubbed and verified, or recycled already)."""
+        self._in_use -= 1
+        self._kick()
+        if box.subject is not None:
+            busy = self._busy.get(box.subject)
+            if busy is not None:
+                busy.discard(box)
+                if not busy:
+                    del self._busy[box.subject]
+        if box.broken is not None:
+            self.recycled += 1
+            return
+        if self._closed:
+            self._recycle(box, "the pool is closing", anomaly=False)
+        elif box.executes >= self.max_executes:
+            self._recycle(box, f"it served {box.executes} executes", anomaly=False)
+        elif not self._fresh(box):
+            self._recycle(box, "it reached its maximum age", anomaly=False)
+        else:
+            assert box.subject is not None
+            own = self._idle.setdefault(box.subject, [])
+            own.append(box)
+            while len(own) > self.per_subject:
+                self._recycle(own.pop(0), "its subject keeps enough idle sandboxes", anomaly=False)
+            self._trim()
+
+    def _trim(self) -> None:
+        """At most ``size`` idle sandboxes: recycle the one idle longest, whoever it belongs to."""
+        while self.idle > self.size:
+            candidates = [(b.idle_since, 0, b) for b in self._warm] + [
+                (b.idle_since, 1, b) for v in self._idle.values() for b in v
+            ]
+            _, _, oldest = min(candidates, key=lambda c: (c[0], c[1]))
+            if oldest in self._warm:
+                self._warm.remove(oldest)
+            else:
+                assert oldest.subject is not None
+                own = self._idle[oldest.subject]
+                own.remove(oldest)
+                if not own:
+                    del self._idle[oldest.subject]
+            self._recycle(oldest, "the pool keeps at most its size idle", anomaly=False)
+
+    def _recycle(self, box: Supervised, reason: str, *, anomaly: bool = True) -> None:
+        box.retire(reason, anomaly=anomaly)
+        self.recycled += 1
+        self._background(box.destroy())
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- starting sandboxes ----------------------------------------------------------------
+
+    async def _new_box(self, *, counted: bool = False) -> Supervised:
+        """Start a sandbox (``counted``: the caller counted it as starting already)."""
+        if not counted:
+            self._starting += 1
+        started = time.monotonic()
+        try:
+            box = await self.inner.spawn_supervised()
+        finally:
+            self._starting -= 1
+        self.refill_seconds.append(time.monotonic() - started)
+        del self.refill_seconds[:-1000]
+        return box
+
+    def _missing(self) -> int:
+        return self.size - (self.idle + self._in_use + self._starting)
+
+    async def _refill_loop(self) -> None:
+        assert self._wake is not None
+        while not self._closed:
+            missing = self._missing()
+            if missing <= 0:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.concurrent:  # starting one costs this host nothing (Kubernetes): all at once
+                for _ in range(missing):
+                    self._starting += 1
+                    self._background(self._refill_one())
+                self._wake.clear()
+                await self._wake.wait()
+            else:  # one at a time (Docker: the daemon on this host starts it)
+                self._starting += 1
+                await self._refill_one()
+
+    async def _refill_one(self) -> None:
+        """Start one warm sandbox (counted as starting by the caller)."""
+        try:
+            box = await self._new_box(counted=True)
+        except (SpawnFailed, RuntimeUnavailable) as exc:
+            self.last_error = str(getattr(exc, "reason", None) or exc)
+            log.warning("reuse pool refill failed: %s", self.last_error)
+            await asyncio.sleep(self.retry_delay)
+            self._kick()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("reuse pool refill failed unexpectedly")
+            await asyncio.sleep(self.retry_delay)
+            self._kick()
+            return
+        self.last_error = None
+        if self._closed:
+            await box.destroy()
+            return
+        self._warm.append(box)
+        self._trim()
+        self._kick()
+
+    async def _sweep_loop(self) -> None:
+        period = max(0.5, min(5.0, self.idle_seconds / 4))
+        while not self._closed:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for subject, own in list(self._idle.items()):
+                for box in [b for b in own if now - b.idle_since >= self.idle_seconds or not self._fresh(b)]:
+                    own.remove(box)
+                    self._recycle(box, f"idle for {now - box.idle_since:.0f} s", anomaly=False)
+                if not own:
+                    self._idle.pop(subject, None)
+            for box in [b for b in self._warm if not self._fresh(b)]:
+                self._warm.remove(box)
+                self._recycle(box, "it died or aged while warm", anomaly=False)

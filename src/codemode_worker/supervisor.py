@@ -1,0 +1,470 @@
+"""``python -I -m codemode_worker.supervisor``: PID 1 of a reusable sandbox (the reuse mode).
+
+In the reuse mode (an operator's choice, docs/reference/runtimes.md) a container or pod is leased
+to **one subject** and serves several of its executes, one at a time, each in a **fresh worker
+process**. This module is that sandbox's PID 1. It speaks ``codemode_worker.supervisor_channel`` on its
+stdin/stdout and, for each execute ("epoch"):
+
+1. forks a worker from its own warm, data-free state (it imported and warmed the interpreter before
+   the first execute and has relayed nothing into its memory since), with pipes of its own as
+   stdin/stdout/stderr and no other descriptor; the child raises its OOM score to the maximum,
+   sets ``RLIMIT_MSGQUEUE`` and ``RLIMIT_CORE`` to 0, builds and installs the worker's own seccomp
+   filter (``confinement``: after the fork, so it names the worker's own pid) and only then reads a
+   frame;
+2. relays the host's bytes to that worker and the worker's stdout and stderr back, tagged with the
+   epoch, with ``splice``: no byte of a program, a result or an output passes through the
+   supervisor's memory, so no later worker (a copy of that memory) can find one;
+3. on ``K`` (the execute is over) kills the worker, reaps it, reports how it ended (``X``), then
+   scrubs the sandbox (``scrub``: kill every other process, remove every file and IPC object a
+   worker added, verify everything against the baseline taken before the first worker) and reports
+   ``C``; clean, it forks the next epoch's worker; otherwise it exits and the host recycles the
+   sandbox.
+
+Out of the worker's reach, with every capability dropped, no-new-privileges and the same uid as the
+worker (a process without ``CAP_SETUID`` cannot start one under another uid):
+
+* **signals**: it is PID 1 of the sandbox's pid namespace and installs no handler; the kernel
+  delivers to a namespace's init only the signals it handles, so ``kill(1, ...)`` from the worker
+  does nothing (``SIGKILL`` and ``SIGSTOP`` included); the worker's filter refuses ``kill`` anyway;
+* **ptrace, /proc/1/mem, its fds, its environment**: it makes itself non-dumpable
+  (``PR_SET_DUMPABLE`` 0) before the first fork; a process without ``CAP_SYS_PTRACE`` then cannot
+  attach to it, read or write its memory, open ``/proc/1/fd/*``, ``/proc/1/environ`` or
+  ``/proc/1/mem``; its ``/proc`` files belong to root;
+* **its control channel**: the worker never holds the channel's descriptors (its 0/1/2 are its own
+  pipes; everything else is closed before the filter goes in) and cannot reach them through /proc;
+* **what the kernel lets a same-uid process change** (resource limits with ``prlimit``, nice
+  value, scheduling policy, CPU affinity, I/O priority): the worker's filter refuses each of those
+  calls, and the scrub compares them with the baseline after every execute (a change is an anomaly).
+
+Exit codes: 0 when the host closes the channel; 6 (``EXIT_NOT_INIT``) when it is not PID 1, is not
+alone in its pid namespace or cannot make itself non-dumpable (it refuses to serve: the guarantees
+above need all three); 7 (``EXIT_ANOMALY``) after reporting an anomaly; 2 on a channel violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import gc
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import termios
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
+
+from . import PROTOCOL_VERSION, scrub
+from . import supervisor_channel as channel
+
+__all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "Supervisor", "main"]
+
+EXIT_CHANNEL: Final = 2
+EXIT_NOT_INIT: Final = 6
+EXIT_ANOMALY: Final = 7
+#: A worker child that could not set itself up (before any frame).
+EXIT_WORKER_SETUP: Final = 5
+_PR_GET_DUMPABLE: Final = 3
+_PR_SET_DUMPABLE: Final = 4
+_F_SETPIPE_SZ: Final = 1031
+_F_GETPIPE_SZ: Final = 1032
+_SPLICE_CHUNK: Final = 1024 * 1024
+_IN, _OUT, _HUP = select.POLLIN, select.POLLOUT, select.POLLHUP | select.POLLERR
+#: Signals Python itself ignores at start-up (a worker gets the interpreter's usual dispositions).
+_PYTHON_IGNORES: Final = (signal.SIGPIPE, signal.SIGXFSZ)
+
+Child = Callable[[], int]
+
+
+def _dumpable(value: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(
+        libc.prctl(_PR_SET_DUMPABLE, value, 0, 0, 0) == 0
+        and libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == value
+    )
+
+
+def _raise_oom_score() -> None:
+    """The OOM killer takes the worker, never the supervisor. A non-dumpable process's /proc files
+    belong to root, so the child is dumpable just long enough to write its own score."""
+    if not _dumpable(1):
+        raise OSError("cannot make the worker dumpable")
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as fh:
+            fh.write("1000")
+    finally:
+        if not _dumpable(0):
+            raise OSError("cannot make the worker non-dumpable again")
+
+
+def _say(text: str) -> None:
+    """A line for the sandbox's stderr (host logs only)."""
+    os.write(2, f"codemode supervisor: {text}\n".encode(errors="replace"))
+
+
+def _fionread(fd: int) -> int:
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _splice_all(src: int, dst: int, count: int) -> None:
+    """Move exactly ``count`` bytes already waiting in pipe ``src`` to ``dst`` (blocking on ``dst``)."""
+    while count:
+        moved = os.splice(src, dst, count)
+        if moved <= 0:
+            raise OSError("splice moved nothing")
+        count -= moved
+
+
+@dataclass
+class _Epoch:
+    """One execute's worker."""
+
+    number: int
+    pid: int
+    pidfd: int
+    stdin: int
+    stdout: int
+    stderr: int
+    oom_before: int
+    status: int | None = None
+    reported: bool = False
+
+    def close(self, fd: int) -> int:
+        if fd >= 0:
+            os.close(fd)
+        return -1
+
+
+class Supervisor:
+    """The channel loop of one sandbox (see the module docstring)."""
+
+    def __init__(self, child: Child, baseline: scrub.Baseline) -> None:
+        self.child = child
+        self.baseline = baseline
+        self.devnull = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
+        #: A pipe where each relayed message is put together (header, then the worker's bytes
+        #: spliced in) so that it reaches the channel in one splice: one chunk for the engine's
+        #: attach stream to carry instead of two. Its capacity bounds one relayed payload.
+        self.stage_r, self.stage_w = os.pipe2(os.O_CLOEXEC)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self.stage_w, _F_SETPIPE_SZ, 2 * channel.MAX_RELAY)
+        self.relay_limit = min(
+            channel.MAX_RELAY, fcntl.fcntl(self.stage_w, _F_GETPIPE_SZ) - channel.HEADER.size
+        )
+        self.header = bytearray()
+        #: Bytes of the ``D`` message being read that are still on the channel, and its epoch.
+        self.payload = 0
+        self.payload_epoch = 0
+        #: The last splice of that payload stopped because the worker's stdin pipe was full.
+        self.worker_full = False
+        self.epoch: _Epoch | None = None
+
+    # -- channel ----------------------------------------------------------------------------
+
+    def send(self, kind: bytes, epoch: int, payload: bytes = b"") -> None:
+        _write_all(1, channel.encode(kind, epoch, payload))
+
+    def send_json(self, kind: bytes, epoch: int, value: dict[str, Any]) -> None:
+        self.send(kind, epoch, json.dumps(value, separators=(",", ":")).encode())
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def start(self, number: int) -> None:
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        oom_before = scrub.oom_kills()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            self._become_worker(in_r, out_w, err_w)
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        os.set_blocking(in_w, False)
+        self.epoch = _Epoch(number, pid, os.pidfd_open(pid), in_w, out_r, err_r, oom_before)
+
+    def _become_worker(self, stdin: int, stdout: int, stderr: int) -> NoReturn:
+        code = EXIT_WORKER_SETUP
+        try:
+            os.dup2(stdin, 0)
+            os.dup2(stdout, 1)
+            os.dup2(stderr, 2)
+            os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            _raise_oom_score()
+            code = self.child()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else EXIT_WORKER_SETUP
+        except BaseException as exc:  # the worker's stderr: host logs only
+            _say(f"worker set-up failed: {type(exc).__name__}: {exc}")
+            code = EXIT_WORKER_SETUP
+        finally:
+            from .entry import exit_now  # loaded by the template already
+
+            exit_now(code)
+
+    def relay(self, fd: int, kind: bytes) -> bool:
+        """Relay what waits in the worker's pipe ``fd``; False at its end. The header and the
+        bytes meet in the stage pipe (kernel buffers: the bytes never enter this process's memory)
+        and leave it in one piece."""
+        assert self.epoch is not None
+        waiting = _fionread(fd)
+        if waiting == 0:
+            return False
+        count = min(waiting, self.relay_limit)
+        _write_all(self.stage_w, channel.HEADER.pack(kind, self.epoch.number, count))
+        _splice_all(fd, self.stage_w, count)
+        _splice_all(self.stage_r, 1, channel.HEADER.size + count)
+        return True
+
+    def drain(self) -> None:
+        """Relay what the (dead) worker left in its pipes, without waiting for their end (a
+        descendant may still hold them)."""
+        ep = self.epoch
+        assert ep is not None
+        for attr, kind in (("stdout", channel.STDOUT), ("stderr", channel.STDERR)):
+            fd = getattr(ep, attr)
+            while fd >= 0 and self.relay(fd, kind):
+                pass
+
+    def reap(self, wait: bool) -> None:
+        """Collect the worker's exit (``wait``: kill it first) and report it once."""
+        ep = self.epoch
+        assert ep is not None
+        if ep.status is None:
+            if wait:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(ep.pidfd, signal.SIGKILL)
+            _, ep.status = os.waitpid(ep.pid, 0)
+        if not ep.reported:
+            if not wait:
+                self.drain()
+            ep.reported = True
+            code = os.waitstatus_to_exitcode(ep.status)
+            oom_after = scrub.oom_kills()
+            self.send_json(
+                channel.EXIT,
+                ep.number,
+                {
+                    "code": code if code >= 0 else None,
+                    "signal": -code if code < 0 else None,
+                    "oom": oom_after > ep.oom_before >= 0,
+                },
+            )
+        ep.stdin = ep.close(ep.stdin)
+        ep.pidfd = ep.close(ep.pidfd)
+
+    def end(self, number: int) -> int | None:
+        """``K``: kill, report, scrub, verify; start the next worker. An exit code when the
+        supervisor must stop."""
+        ep = self.epoch
+        assert ep is not None
+        self.reap(wait=True)
+        ep.stdout = ep.close(ep.stdout)
+        ep.stderr = ep.close(ep.stderr)
+        problem = scrub.scrub(self.baseline)
+        if problem is not None:
+            self.send_json(channel.CLEAN, number, {"ok": False, "anomaly": problem[:512]})
+            _say(f"anomaly after epoch {number}: {problem}")
+            return EXIT_ANOMALY
+        self.send_json(channel.CLEAN, number, {"ok": True})
+        self.start(number + 1)
+        return None
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        os.set_blocking(0, False)
+        os.set_blocking(1, True)
+        self.start(1)
+        poller = select.poll()
+        while True:
+            ep = self.epoch
+            assert ep is not None
+            watched: dict[int, int] = {}
+            if self.payload and self._payload_target() >= 0 and self.worker_full:
+                watched[self._payload_target()] = _OUT
+            else:
+                watched[0] = _IN
+            for fd in (ep.stdout, ep.stderr):
+                if fd >= 0:
+                    watched[fd] = watched.get(fd, 0) | _IN
+            if ep.pidfd >= 0:
+                watched[ep.pidfd] = watched.get(ep.pidfd, 0) | _IN
+            for fd, mask in watched.items():
+                poller.register(fd, mask)
+            try:
+                ready = dict(poller.poll())
+            finally:
+                for fd in watched:
+                    poller.unregister(fd)
+            if ep.stdout in ready and not self.relay(ep.stdout, channel.STDOUT):
+                ep.stdout = ep.close(ep.stdout)
+            if ep.stderr in ready and not self.relay(ep.stderr, channel.STDERR):
+                ep.stderr = ep.close(ep.stderr)
+            if ep.pidfd >= 0 and ep.pidfd in ready:
+                self.reap(wait=False)  # relays what it left, then its output ends
+                ep.stdout = ep.close(ep.stdout)
+                ep.stderr = ep.close(ep.stderr)
+            if 0 in ready or (self.payload and self._payload_target() in ready):
+                code = self.read_channel()
+                if code is not None:
+                    return code
+
+    def _payload_target(self) -> int:
+        """Where the pending ``D`` payload goes: the worker's stdin, or -1 (discarded)."""
+        ep = self.epoch
+        if ep is None or self.payload_epoch != ep.number or ep.stdin < 0:
+            return -1
+        return ep.stdin
+
+    def read_channel(self) -> int | None:
+        """Take what the channel has: payload bytes (spliced on) or a header (acted on)."""
+        if self.payload:
+            self._move_payload()
+            return None
+        try:
+            data = os.read(0, channel.HEADER.size - len(self.header))
+        except BlockingIOError:
+            return None
+        if not data:
+            scrub.kill_others(1.0)  # the host is gone: so is the sandbox
+            return 0
+        self.header += data
+        if len(self.header) < channel.HEADER.size:
+            return None
+        kind, number, length = channel.HEADER.unpack(self.header)
+        self.header.clear()
+        ep = self.epoch
+        assert ep is not None
+        if kind == channel.DATA:
+            self.payload, self.payload_epoch, self.worker_full = length, number, False
+            if length:
+                self._move_payload()
+            return None
+        if kind == channel.CLOSE_INPUT:
+            if number == ep.number:
+                ep.stdin = ep.close(ep.stdin)
+            return None
+        if kind == channel.END:
+            return self.end(number) if number == ep.number else None
+        if kind == channel.PING:
+            self.send_json(channel.HELLO, ep.number, {"v": PROTOCOL_VERSION, "epoch": ep.number})
+            return None
+        _say(f"unknown channel message {kind!r}")
+        return EXIT_CHANNEL
+
+    def _move_payload(self) -> None:
+        target = self._payload_target()
+        try:
+            if target < 0:
+                moved = os.splice(0, self.devnull, min(self.payload, _SPLICE_CHUNK))
+            else:
+                moved = os.splice(0, target, min(self.payload, _SPLICE_CHUNK), flags=os.SPLICE_F_NONBLOCK)
+        except BlockingIOError:
+            # Either side: nothing more on the channel yet, or the worker's stdin is full.
+            self.worker_full = target >= 0 and _fionread(0) > 0
+            return
+        except BrokenPipeError:  # the worker closed its stdin: the rest is discarded
+            ep = self.epoch
+            assert ep is not None
+            ep.stdin = ep.close(ep.stdin)
+            return
+        self.worker_full = False
+        self.payload -= moved
+
+
+# ----------------------------------------------------------------------------------- setting up
+
+
+def _harden() -> str | None:
+    """Make this process out of a worker's reach; the reason when it cannot be."""
+    if os.getpid() != 1:
+        return "not PID 1 of its pid namespace"
+    others = scrub.other_processes()
+    if others:
+        return f"not alone in its pid namespace ({len(others)} other processes)"
+    if not _dumpable(0):
+        return "cannot make itself non-dumpable"
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP) or sig in _PYTHON_IGNORES:
+            continue
+        try:
+            signal.signal(sig, signal.SIG_DFL)  # no handler: the kernel drops it for init
+        except (OSError, ValueError):
+            continue
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return None
+
+
+def _worker_child(testing: bool, unconfined: bool) -> Child:
+    """What a forked worker runs after its set-up, warmed up here, in the template. Each takes its
+    frame streams first (``entry.streams``: that needs ``dup2``), then installs the worker's filter
+    (after the fork: it names this pid), then serves."""
+    from . import confinement, entry
+
+    confinement.binding()  # loaded now: the child builds its filter without reading a file
+    if testing:
+        from . import testing_entry
+
+        def testing_child() -> int:
+            if os.environ.get(testing_entry.ENABLE_VARIABLE) != "1":
+                return testing_entry.EXIT_DISABLED
+            inp, out = entry.streams()
+            if not unconfined:
+                confinement.confine(confinement.prepare())
+            return testing_entry.serve_confined(inp, out)
+
+        return testing_child
+    from . import interpreter
+
+    interpreter.warm_up()
+
+    def worker_child() -> int:
+        inp, out = entry.streams()
+        confinement.confine(confinement.prepare())
+        return interpreter.on_interpreter_thread(lambda: entry.serve_confined(inp, out))
+
+    return worker_child
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="codemode_worker.supervisor")
+    parser.add_argument("--testing", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--testing-unconfined", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sys.stdout = sys.stderr  # fd 1 is the channel: nothing else may ever write to it
+    problem = _harden()
+    if problem is not None:
+        _say(f"refusing to serve: {problem}")
+        return EXIT_NOT_INIT
+    try:
+        child = _worker_child(args.testing, args.testing and args.testing_unconfined)
+        gc.collect()
+        gc.freeze()  # the template's warm state: shared by every forked worker, never collected
+        baseline = scrub.take()
+    except Exception as exc:
+        _say(f"cannot start: {type(exc).__name__}: {exc}")
+        return EXIT_NOT_INIT
+    try:
+        return Supervisor(child, baseline).run()
+    except OSError as exc:
+        _say(f"channel failed: {exc}")
+        return EXIT_CHANNEL
+
+
+if __name__ == "__main__":
+    code = main()
+    os._exit(code)
