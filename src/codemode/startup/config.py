@@ -411,6 +411,13 @@ class Settings(BaseSettings):
         description="open HTTP connections and requests the server accepts; more get 503 "
         "(default: half the file-descriptor limit, at most 1000)",
     )
+    max_connections_per_subject: int | None = Field(
+        None,
+        gt=0,
+        description="open HTTP connections of one subject (counted from its first authenticated "
+        "request; less than max_connections); more get 429 and are closed (default: 4 x "
+        "max_open_requests_per_subject, at most half of max_connections)",
+    )
     backlog: int = Field(128, gt=0, description="listen backlog of the main port")
     header_timeout: float = Field(
         5.0,
@@ -418,6 +425,13 @@ class Settings(BaseSettings):
         le=300,
         description="seconds a connection may take to send a complete request head (from accept, "
         "and from the first byte of each later request); slower connections are closed",
+    )
+    write_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="seconds an answer may wait unsent because the client does not read it (its "
+        "TCP window stays full); such connections are closed",
     )
     max_unauthenticated_connections_per_address: int = Field(
         32,
@@ -700,6 +714,15 @@ class Settings(BaseSettings):
             out.append(
                 f"{names('max_sessions_per_subject')}: must be less than {names('max_sessions')}, "
                 "so that one subject cannot hold every session"
+            )
+        if (
+            self.max_connections_per_subject is not None
+            and self.max_connections is not None
+            and self.max_connections_per_subject >= self.max_connections
+        ):
+            out.append(
+                f"{names('max_connections_per_subject')}: must be less than {names('max_connections')}, "
+                "so that one subject cannot hold every connection"
             )
         if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
