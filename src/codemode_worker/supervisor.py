@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-from . import PROTOCOL_VERSION, scrub
+from . import PROTOCOL_VERSION, STDERR_VARIABLE, scrub
 from . import supervisor_channel as channel
 
 __all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "Supervisor", "main"]
@@ -448,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--testing-unconfined", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sys.stdout = sys.stderr  # fd 1 is the channel: nothing else may ever write to it
+    # A worker forked here writes its stderr into a pipe the supervisor relays over the channel
+    # (tagged, to the host's bounded tail), never into the pod's log: it needs no stderr relay
+    # process of its own (confinement's bounded mode, which the pod's environment asks for).
+    os.environ.pop(STDERR_VARIABLE, None)
     problem = _harden()
     if problem is not None:
         _say(f"refusing to serve: {problem}")
