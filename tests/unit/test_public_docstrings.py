@@ -50,6 +50,7 @@ MODULES = (
     "codemode.packs.loading",
     "codemode.packs.redaction",
     "codemode.packs.registry",
+    "codemode.packs.upstream",
     "codemode.mcp",
     "codemode.service",
 )
