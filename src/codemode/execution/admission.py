@@ -27,7 +27,14 @@ __all__ = ["FairAdmission", "default_reserve"]
 
 def default_reserve(slots: int) -> int:
     """The reserve used when none is configured: a quarter of the slots, at least 1, always leaving
-    one slot a subject may take as its second (0 when there is a single slot)."""
+    one slot a subject may take as its second (0 when there is a single slot).
+
+    Args:
+        slots: the number of worker slots.
+
+    Returns:
+        The number of reserved slots.
+    """
     if slots <= 1:
         return 0
     return min(max(1, slots // 4), slots - 1)
@@ -45,6 +52,14 @@ class FairAdmission:
 
     ``fair=False`` gives plain first-come-first-served slots without a reserve (what an
     ``asyncio.Semaphore`` does); it exists so benchmarks can measure the difference in one run.
+
+    Args:
+        slots: the number of slots, at least 1.
+        reserved: slots kept for subjects that hold none (default: :func:`default_reserve`).
+        fair: whether the two rules apply (else first come, first served, no reserve).
+
+    Raises:
+        ValueError: ``slots`` is below 1, or ``reserved`` is negative or not below ``slots``.
     """
 
     def __init__(self, slots: int, reserved: int | None = None, *, fair: bool = True) -> None:
@@ -90,7 +105,11 @@ class FairAdmission:
             best.future.set_result(None)
 
     async def acquire(self, subject: str) -> None:
-        """Wait for a slot for ``subject``. Cancellation while waiting takes nothing."""
+        """Wait for a slot for ``subject``. Cancellation while waiting takes nothing.
+
+        Args:
+            subject: the subject id the slot is counted against.
+        """
         waiter = _Waiter(next(self._seq), subject, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._dispatch()
@@ -107,7 +126,14 @@ class FairAdmission:
             raise
 
     def release(self, subject: str) -> None:
-        """Return one slot ``subject`` holds."""
+        """Return one slot ``subject`` holds.
+
+        Args:
+            subject: the subject id.
+
+        Raises:
+            RuntimeError: the subject holds no slot.
+        """
         held = self.held.get(subject, 0)
         if held <= 0:
             raise RuntimeError("release() of a slot the subject does not hold")

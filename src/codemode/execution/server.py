@@ -23,8 +23,9 @@ from .limits import Limits
 from .observe import Observer
 from .tracing import Tracing
 
-__all__ = ["Builder", "Description", "Server", "answer_bounds"]
+__all__ = ["MIN_SEARCH_RESPONSE_BYTES", "Builder", "Description", "Server", "answer_bounds"]
 
+#: The smallest ``max_search_response_bytes`` a build accepts.
 MIN_SEARCH_RESPONSE_BYTES = 32
 
 log = logging.getLogger("codemode.server")
@@ -251,7 +252,14 @@ def _resolved_slots(limits: Limits) -> int:
 
 
 def answer_bounds(limits: Limits) -> AnswerBounds:
-    """The response bounds of resolved ``limits`` (what packs check their capabilities against)."""
+    """The response bounds of resolved ``limits`` (what packs check their capabilities against).
+
+    Args:
+        limits: resolved limits.
+
+    Returns:
+        Their search and describe response bounds.
+    """
     return AnswerBounds(
         max_search_response_bytes=limits.max_search_response_bytes,
         max_describe_response_bytes=limits.max_describe_response_bytes,
