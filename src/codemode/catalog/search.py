@@ -300,7 +300,7 @@ class SearchEntry:
         summary: its one-line summary.
         description: its longer text.
         search_terms: its extra search words.
-        third_party: see below.
+        third_party: whether an upstream wrote the texts (how that ranks: below).
     """
 
     name: str
