@@ -81,6 +81,11 @@ MODULES = (
     "codemode.packs.registry",
     "codemode.packs.upstream",
     "codemode.mcp",
+    "codemode.ops.bench",
+    "codemode.ops.image_audit",
+    "codemode.ops.image_rules",
+    "codemode.ops.quota_probes",
+    "codemode.ops.quotas",
     "codemode.service",
 )
 
