@@ -58,6 +58,11 @@ MODULES = (
     "codemode.catalog.capability",
     "codemode.catalog.search",
     "codemode.catalog.types",
+    "codemode.cli",
+    "codemode.cli.flags",
+    "codemode.cli.main",
+    "codemode.cli.serve",
+    "codemode.cli.token",
     "codemode.common.errors",
     "codemode.common.handoff",
     "codemode.common.outcomes",
@@ -81,6 +86,9 @@ MODULES = (
     "codemode.packs.registry",
     "codemode.packs.upstream",
     "codemode.mcp",
+    "codemode.mcp.adapter",
+    "codemode.mcp.approval",
+    "codemode.mcp.retries",
     "codemode.ops.bench",
     "codemode.ops.image_audit",
     "codemode.ops.image_rules",
@@ -130,7 +138,8 @@ def names_parameter(args: str, name: str) -> bool:
 
 def raised_names(fn: Callable[..., Any]) -> set[str]:
     """The exception classes a function's own body raises by name (not a bare re-raise, not in a
-    nested function)."""
+    nested function, not inside a ``try`` whose own handler catches that name: the function
+    answers those itself)."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -139,19 +148,43 @@ def raised_names(fn: Callable[..., Any]) -> set[str]:
     (top,) = tree.body
     out: set[str] = set()
 
-    def walk(node: ast.AST) -> None:
+    def name_of(node: ast.expr | None) -> str | None:
+        if isinstance(node, ast.Call):
+            node = node.func
+        if isinstance(node, ast.Name) and node.id[:1].isupper():
+            return node.id
+        if isinstance(node, ast.Attribute) and node.attr[:1].isupper():
+            return node.attr
+        return None
+
+    def caught_by(handlers: list[ast.ExceptHandler]) -> set[str]:
+        names: set[str] = set()
+        for handler in handlers:
+            kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+            names.update(n for k in kinds if (n := name_of(k)) is not None)
+        return names
+
+    def walk(node: ast.AST, caught: frozenset[str]) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
                 continue
             if isinstance(child, ast.Raise) and child.exc is not None:
-                exc = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
-                if isinstance(exc, ast.Name) and exc.id[:1].isupper():
-                    out.add(exc.id)
-                elif isinstance(exc, ast.Attribute) and exc.attr[:1].isupper():
-                    out.add(exc.attr)
-            walk(child)
+                name = name_of(child.exc)
+                if name is not None and name not in caught:
+                    out.add(name)
+            if isinstance(child, ast.Try):
+                for statement in child.body:
+                    walk_one(statement, caught | caught_by(child.handlers))
+                for part in (child.handlers, child.orelse, child.finalbody):
+                    for statement in part:
+                        walk_one(statement, caught)
+                continue
+            walk(child, caught)
 
-    walk(top)
+    def walk_one(node: ast.AST, caught: frozenset[str]) -> None:
+        walk(ast.Module(body=[node], type_ignores=[]) if isinstance(node, ast.stmt) else node, caught)
+
+    walk(top, frozenset())
     return out
 
 
@@ -334,7 +367,24 @@ def test_the_rule_catches_what_it_should() -> None:
             raise ValueError("negative")
         return x + y
 
+    def answers_itself(x: int) -> int:
+        """Answer.
+
+        Args:
+            x: one.
+
+        Returns:
+            0 for a negative ``x``.
+        """
+        try:
+            if x < 0:
+                raise ValueError("negative")
+        except ValueError:
+            return 0
+        return x
+
     assert problems_of_function("bare", bare) == ["bare: no docstring"]
+    assert problems_of_function("answers_itself", answers_itself) == []
     assert problems_of_function("half", half) == [
         "half: Args: does not name ['y']",
         "half: no Returns: section",
