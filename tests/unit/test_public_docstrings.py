@@ -95,6 +95,22 @@ MODULES = (
     "codemode.ops.quota_probes",
     "codemode.ops.quotas",
     "codemode.service",
+    "codemode.service.app",
+    "codemode.service.audit",
+    "codemode.service.auth",
+    "codemode.service.connections",
+    "codemode.service.edge",
+    "codemode.service.hosts",
+    "codemode.service.jsonrpc",
+    "codemode.service.listeners",
+    "codemode.service.logconfig",
+    "codemode.service.logfilter",
+    "codemode.service.metrics",
+    "codemode.service.peers",
+    "codemode.service.refusals",
+    "codemode.service.responses",
+    "codemode.service.sessions",
+    "codemode.service.tokens",
 )
 
 
@@ -266,8 +282,9 @@ def protocols() -> list[type]:
     from codemode import Observer, Runtime, Sandbox, authz
     from codemode.mcp import Resolver
     from codemode.packs import Lifecycle, Pack
+    from codemode.service.auth import Authenticator
 
-    return [Runtime, Sandbox, authz.Authorizer, Resolver, Observer, Pack, Lifecycle]
+    return [Runtime, Sandbox, authz.Authorizer, Resolver, Observer, Pack, Lifecycle, Authenticator]
 
 
 def inherited_doc(cls: type, name: str) -> str:

@@ -68,7 +68,18 @@ from .peers import ClientAddress, TrustedProxies
 from .refusals import RefusalSummary
 from .sessions import BoundedSessionManager
 
-__all__ = ["Service", "create_app", "serve", "serve_async", "server_config"]
+__all__ = [
+    "Readiness",
+    "Service",
+    "connection_limit",
+    "create_app",
+    "health_app",
+    "health_routes",
+    "metrics_app",
+    "serve",
+    "serve_async",
+    "server_config",
+]
 
 log = logging.getLogger("codemode.service")
 
@@ -126,6 +137,13 @@ class _Observer:
 
 @dataclass(frozen=True)
 class Readiness:
+    """What ``/readyz`` answers.
+
+    Attributes:
+        ready: whether the service can serve executes.
+        reason: why not (``ok`` when ready).
+    """
+
     ready: bool
     reason: str
 
@@ -393,7 +411,14 @@ class Service:
 
 
 def metrics_app(metrics: Metrics) -> Starlette:
-    """A tiny app serving only ``/metrics`` (for ``metrics_port``)."""
+    """A tiny app serving only ``/metrics`` (for ``metrics_port``).
+
+    Args:
+        metrics: the service's metrics.
+
+    Returns:
+        The app.
+    """
 
     async def endpoint(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -402,7 +427,14 @@ def metrics_app(metrics: Metrics) -> Starlette:
 
 
 def health_routes(service: Service) -> list[Route]:
-    """``/healthz`` and ``/readyz``: on the main port and on the health port."""
+    """``/healthz`` and ``/readyz``: on the main port and on the health port.
+
+    Args:
+        service: the service whose readiness ``/readyz`` answers.
+
+    Returns:
+        The two routes.
+    """
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
@@ -422,7 +454,14 @@ def health_routes(service: Service) -> list[Route]:
 
 
 def health_app(service: Service) -> Starlette:
-    """The health port's app: the probes and nothing else."""
+    """The health port's app: the probes and nothing else.
+
+    Args:
+        service: the service.
+
+    Returns:
+        The app.
+    """
     return Starlette(routes=health_routes(service))
 
 
@@ -549,7 +588,14 @@ def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
 
 def connection_limit(settings: Settings) -> int:
     """``max_connections``, or half the process's file-descriptor limit (at most 1000, at least 16):
-    the rest stays free for workers, the token file, the store and the metrics port."""
+    the rest stays free for workers, the token file, the store and the metrics port.
+
+    Args:
+        settings: the service settings.
+
+    Returns:
+        The bound on open connections.
+    """
     if settings.max_connections is not None:
         return settings.max_connections
     try:

@@ -73,24 +73,47 @@ _TOO_MANY = _canned(503, "Service Unavailable", "too many connections", "retry-a
 
 @dataclass(eq=False)
 class ConnectionGuard:
-    """The bounds of one listener and its table of unauthenticated connections per address."""
+    """The bounds of one listener and its table of unauthenticated connections per address.
+
+    Attributes:
+        max_connections: connections open at once (the total bound).
+        per_address: unauthenticated connections of one address.
+        header_timeout: seconds a connection has to deliver a complete request head.
+        proxies: the trusted proxies (their connections are not bounded per address).
+        on_event: called with ``address``, ``total`` or ``header_timeout`` for each connection
+            refused or closed.
+        access_log: whether uvicorn writes its access log for the listener.
+        unauthenticated: unauthenticated connections open, per address key.
+        open: connections open.
+    """
 
     max_connections: int
     per_address: int
     header_timeout: float
     proxies: TrustedProxies = field(default_factory=TrustedProxies)
-    #: Called with "address", "total" or "header_timeout" for each connection refused or closed.
     on_event: Callable[[str], None] | None = None
     access_log: bool = True
     unauthenticated: dict[str, int] = field(default_factory=dict)
     open: int = 0
 
     def note(self, event: str) -> None:
+        """Tell ``on_event``.
+
+        Args:
+            event: ``address``, ``total`` or ``header_timeout``.
+        """
         if self.on_event is not None:
             self.on_event(event)
 
     def admit(self, peer: str | None) -> tuple[_Connection | None, bytes]:
-        """A new connection from ``peer``: its record, or None with the answer that refuses it."""
+        """A new connection.
+
+        Args:
+            peer: its client address (None: unknown).
+
+        Returns:
+            Its record and ``b""``, or None and the canned answer (429 or 503) that refuses it.
+        """
         if self.open >= self.max_connections:
             self.note("total")
             return None, _TOO_MANY
@@ -105,11 +128,21 @@ class ConnectionGuard:
         return _Connection(key), b""
 
     def authenticated(self, conn: _Connection) -> None:
+        """A request on ``conn`` authenticated: it stops counting against its address.
+
+        Args:
+            conn: the connection's record.
+        """
         if not conn.authenticated:
             conn.authenticated = True
             self._release(conn)
 
     def closed(self, conn: _Connection) -> None:
+        """``conn`` closed.
+
+        Args:
+            conn: the connection's record.
+        """
         self.open -= 1
         if not conn.authenticated:
             self._release(conn)
@@ -205,5 +238,12 @@ class _GuardedProtocol(H11Protocol):
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
-    """A uvicorn ``http`` protocol class bound to ``guard`` (one per listener)."""
+    """A uvicorn ``http`` protocol class bound to ``guard`` (one per listener).
+
+    Args:
+        guard: the listener's bounds.
+
+    Returns:
+        The protocol class (an h11 protocol subclass).
+    """
     return type("GuardedH11Protocol", (_GuardedProtocol,), {"guard": guard})
