@@ -111,6 +111,9 @@ MODULES = (
     "codemode.service.responses",
     "codemode.service.sessions",
     "codemode.service.tokens",
+    "codemode.startup.bootstrap",
+    "codemode.startup.config",
+    "codemode.startup.traces",
 )
 
 
