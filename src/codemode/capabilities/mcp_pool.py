@@ -1,34 +1,12 @@
-"""The sessions of one upstream MCP server: one for every subject, or one per subject.
+"""The sessions of one upstream MCP server: one for every subject (``shared``), or one per subject.
 
-``shared``: the host's own session (the one that listed the tools) serves every call.
-
-``per_subject``: each subject gets a session of its own (for stdio a server process of its own,
-started with the configuration derived from that subject), created on its first call and never
-used for another subject. At most ``max_sessions`` live at once: a new subject takes the place of
-the least recently used idle one; when every one is in a call the new subject's call fails with
-``resource limit exceeded: concurrency``. A session unused for ``idle_timeout`` seconds is closed,
-and one older than ``max_session_seconds`` is closed as soon as it is idle (the next call starts a
-fresh one). The host's discovery session is closed after discovery, unless the configuration has
-nothing subject-specific (then the first subject takes it over: it has served nobody yet, and with
-a single subject, as ``serve --stdio`` has, per-subject and shared are the same one process).
-
-**Stuck sessions.** A call still unanswered at its ``timeout`` (also one whose caller left
-earlier: the execute ended) leaves the session under watch: it gets a ``ping``, and a session that
-does not answer it by ``timeout + stuck_grace`` seconds after that call was sent is stuck (a
-server whose only thread spins in a tenant's glob answers nothing, for anyone): the connection is
-stopped (stdio: the server process is terminated) and the next call starts a new one. A server
-that answers the ping is alive and keeps its session (the one call was slow).
-
-**Restarts are charged to subjects.** Every death of a session (the server ended the connection,
-a transport failure, stuck) is charged to the subject of the oldest call unanswered at that moment
-(else of the last call; per subject: the session's own subject), and every failed start to the
-subject whose call started it. A subject charged more than ``max_restarts`` times within a minute
-gets a plain ``capability failed`` on this upstream until the minute has passed; the others go on,
-so in shared mode one tenant's crashes or hangs do not deny everyone. A shared server that fails
-to start for reasons of its own (not a caller's deadline) is also charged to nobody in particular:
-past the same bound every subject is refused for the rest of the minute.
-
-Everything here runs on the pack's own event loop (``upstream_loop``).
+The rules are docs/packs.md: "Tenancy" (which session serves a call, the bounds on per-subject
+sessions, when the discovery session is taken over) and "Stuck and crashing servers" (the ping
+watch, and restarts charged to subjects). For the code reader: :class:`SessionPool` keeps the
+host's own session (discovery's; shared mode's only one) and an LRU table of per-subject ones, a
+janitor task that sweeps idle and old sessions, one watch task per unanswered call, and the
+restart charges per subject within :data:`RESTART_WINDOW` (a shared server's own failed starts are
+charged to ``None``). Everything here runs on the pack's own event loop (``upstream_loop``).
 """
 
 from __future__ import annotations

@@ -1,48 +1,12 @@
 """A SQLite-backed records store: the first real capability pack.
 
-Load it with ``--pack codemode.capabilities.records:pack``. Capabilities (id → model-facing name):
-
-=========================  ==================  ==============================================
-id                         name                what
-=========================  ==================  ==============================================
-``records.entry.create``   ``records.create``  create a record owned by the caller
-``records.entry.get``      ``records.get``     fetch one of the caller's records by id
-``records.entry.search``   ``records.search``  list the caller's records by text and/or tag
-``records.entry.update``   ``records.update``  change title/body/tags of one record
-``records.entry.delete``   ``records.delete``  delete one record
-=========================  ==================  ==============================================
-
-**Ownership.** Every record belongs to the subject that created it (``subject.id``, resolved by the
-host, never by the program). Get, search, update and delete only ever see the caller's own records;
-a missing record and another subject's record give the same ``AgentError("record N not found")``,
-so a program learns nothing about records it does not own.
-
-**Ids.** Record ids are numbered per subject (1, 2, 3, ... for each), never reused, so an id reveals
-nothing about other subjects' activity.
-
-**Storage.** ``CODEMODE_RECORDS_DB`` (or the pack option of that name) names the SQLite file;
-``:memory:`` asks for an in-memory database private to the host process (lost on exit). When it is
-unset, the store is ``records.sqlite3`` in the host's data directory (``PackSettings.data_dir``:
-``serve --http`` always has one, see ``--data-dir``), or in memory when the host has none
-(``serve --stdio`` without ``--data-dir``). A file is created if missing and may be shared by several
-host processes of the same user (WAL journal, 5 s busy timeout). A store of the earlier schema
-(global ids) is migrated in place on open; every record keeps its id.
-
-**File modes.** The database holds every subject's records, so it is created ``0600`` whatever the
-umask, and SQLite gives its WAL, shared-memory and journal files the database's mode. Opening a
-store whose files are readable by group or others (an earlier version created them ``0644``)
-takes those bits away; a file the host cannot change is logged as a warning.
-
-**Quotas.** Each subject may keep at most ``CODEMODE_RECORDS_MAX_RECORDS`` records (default
-1,000) holding at most ``CODEMODE_RECORDS_MAX_BYTES`` bytes of UTF-8 title, body and tags (default
-4 MiB); a create or update beyond either fails with ``storage quota exceeded`` and changes nothing.
-
-**Concurrency.** Sync handlers run in worker threads; each store has one connection guarded by a
-lock, so concurrent calls are serialized and safe.
-
-**Validation.** Every text input is bounded (title 1..200 characters, body ≤ 20,000 characters, at
-most 16 tags of 1..50 characters, search text ≤ 200 characters, search tag ≤ 50 characters, search
-limit 1..100); a violation is an ``AgentError`` naming the problem.
+Load it with ``--pack codemode.capabilities.records:pack``. What it offers (the five capabilities,
+ownership, per-subject ids, search, validation, quotas, storage, file modes) is docs/mcp.md, "The
+records pack". For the code reader: :class:`RecordStore` is the store (one connection guarded by a
+lock; every query filters by owner, so a missing record and another subject's read the same),
+:class:`RecordHandlers` binds it to the capabilities' handlers (sync: the host runs them in
+threads), :func:`capabilities` registers them, and :class:`RecordsPack` opens one store per built
+server from the pack options.
 """
 
 from __future__ import annotations
