@@ -369,6 +369,24 @@ def top_level_names(module: types.ModuleType) -> set[str]:
     return out
 
 
+def test_every_module_with_all_is_checked() -> None:
+    """A module of the package that declares ``__all__`` is public and listed above (a new one
+    cannot be left out by accident); private modules (``_rego_scan``) are the package's own."""
+    import pathlib
+
+    root = pathlib.Path(codemode.__file__).parent
+    declared = set()
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if any(p.startswith("_") for p in parts):
+            continue
+        if re.search(r"^__all__\b", path.read_text(encoding="utf-8"), re.M):
+            declared.add(".".join(parts))
+    assert sorted(declared - set(public_modules())) == []
+
+
 def test_the_rule_catches_what_it_should() -> None:
     """The check itself: an undocumented function, a missing parameter, return and raise."""
 
