@@ -54,13 +54,12 @@ def runtime(**kwargs: Any) -> KubernetesRuntime:
     return KubernetesRuntime(kubeconfig=KUBECONFIG, **kwargs)
 
 
-def server(rt: Any, *, time_limit: float = 30.0, observer: Any = None, steps: int = 0) -> Any:
+def server(rt: Any, *, time_limit: float = 30.0, observer: Any = None, steps: int | None = None) -> Any:
+    given = {} if steps is None else {"max_execution_steps": steps}  # left out: the default
     b = codemode.Builder(
         authorizer=authz.allow_all(),
         runtime=rt,
-        limits=codemode.Limits(
-            max_execution_time=time_limit, max_concurrent_executions=8, max_execution_steps=steps
-        ),
+        limits=codemode.Limits(max_execution_time=time_limit, max_concurrent_executions=8, **given),
         observer=observer,
     )
     b.register(codemode.Capability(name="util.echo", summary="Echo.", handler=aecho))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 import socket
 import threading
@@ -198,6 +199,29 @@ def settings(**overrides: Any) -> Settings:
     }
     base.update(overrides)
     return Settings(**base)
+
+
+# --------------------------------------------------------------------------------------------------
+# Log lines that pass a rate limiter
+# --------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def passed_records(logger: logging.Logger, limiter: logging.Filter) -> Iterator[list[logging.LogRecord]]:
+    """The records ``logger`` handles while the block runs that pass ``limiter``."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect()
+    handler.addFilter(limiter)
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
 
 
 # --------------------------------------------------------------------------------------------------

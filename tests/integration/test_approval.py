@@ -25,6 +25,7 @@ import codemode
 from codemode import authz
 from codemode.capabilities.records import RecordStore
 from codemode.capabilities.records import capabilities as record_caps
+from codemode.execution.admission import default_reserve
 from codemode.execution.approval import MAX_MESSAGE_BYTES
 from codemode.mcp import StaticSubject, create_server
 
@@ -53,8 +54,10 @@ class Events:
 
 def served(events: Events | None = None, **limits: Any) -> tuple[codemode.Server, RecordStore]:
     store = RecordStore()
+    slots = limits.get("max_concurrent_executions", 8)
+    quota = min(4, slots - default_reserve(slots))  # at most what one subject can ever hold
     builder = codemode.Builder(
-        authorizer=AskDeletes(), limits=codemode.Limits(**limits), observer=events, subject_quota=4
+        authorizer=AskDeletes(), limits=codemode.Limits(**limits), observer=events, subject_quota=quota
     )
     builder.register(*record_caps(store))
     return builder.build(), store

@@ -165,7 +165,7 @@ def test_quotas_tune_tiny_program(
     peak = max(s["memory_peak_bytes"] for s in report["samples"])
     memory = parse_size(rec["settings"]["docker_memory"])
     assert memory % (16 * 1024 * 1024) == 0 and memory >= peak * 1.5
-    assert rec["settings"]["docker_pids"] >= 16 and rec["settings"]["docker_cpus"] >= 0.25
+    assert rec["settings"]["docker_max_processes"] >= 16 and rec["settings"]["docker_cpus"] >= 0.25
     p99 = max(s["execute_s"] for s in report["samples"])
     assert rec["max_execution_time"] >= p99 * 2
     assert rec["max_execution_time_warm"] <= rec["max_execution_time"]

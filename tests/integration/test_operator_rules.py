@@ -215,10 +215,10 @@ def test_recommendation_arithmetic() -> None:
     rec = recommend(samples)
     assert rec is not None and rec.runtime == "docker"
     # 33 MiB x 1.5 = 49.5 -> 64 MiB; 0.30/0.41 = 0.73 x 1.25 = 0.91 -> 1.0; 2 x 3 = 6 -> floor 16
-    assert rec.settings == {"docker_memory": "64m", "docker_cpus": 1.0, "docker_pids": 16}
+    assert rec.settings == {"docker_memory": "64m", "docker_cpus": 1.0, "docker_max_processes": 16}
     assert rec.max_execution_time == 0.9  # p99 0.41 x 2 = 0.82 -> 0.9 (the failed run is left out)
     assert rec.max_execution_time_warm == 0.3  # execute - spawn: 0.05, 0.15; p99 0.15 x 2 = 0.3
-    assert rec.serve_flags()[-4:] == ["--docker-pids", "16", "--max-execution-time", "0.9"]
+    assert rec.serve_flags()[-4:] == ["--docker-max-processes", "16", "--max-execution-time", "0.9"]
     assert recommend([samples[2]]) is None
 
 

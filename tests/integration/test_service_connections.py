@@ -128,3 +128,41 @@ def test_repeated_log_lines_are_rate_limited() -> None:
     assert "a different message" in texts
     assert texts.count("audit line") == 10  # the audit log is never dropped
     assert texts[-1] == "accept failed: again [9997 similar message(s) suppressed]"
+
+
+async def test_one_subject_holds_at_most_its_connections_and_the_others_connect(tmp_path: Path) -> None:
+    """R19-E1, without stalls: keep-alive connections that read every answer and send a request
+    every second are never idle, so no timeout ends them. Before: one tenant held all of them."""
+    tokens = write_token_file(tmp_path, ["mallory", "alice"])
+    cfg = settings(
+        token_file=tokens.path, packs=[PACK_SPEC], max_connections=8, max_connections_per_subject=3
+    )
+    async with service(cfg) as srv:
+        port = int(srv.url.rsplit(":", 1)[1])
+        request = f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {tokens['mallory']}\r\n\r\n"
+        statuses: list[bytes] = []
+
+        async def keep_alive() -> None:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                while True:
+                    writer.write(request.encode())
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    statuses.append(head.split(b" ")[1])
+                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    await reader.readexactly(length)
+                    await asyncio.sleep(1)
+            finally:
+                writer.close()
+
+        tasks = [asyncio.create_task(keep_alive()) for _ in range(8)]
+        try:
+            await asyncio.sleep(3)
+            held = srv.service.edge.subjects.get("mallory", 0)
+            assert await execute(srv.mcp_url, tokens["alice"], ECHO) == {"result": "x"}
+        finally:
+            for task in tasks:
+                task.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert held == 3 and statuses.count(b"429") == 5, (held, statuses)
+    assert sum(isinstance(o, asyncio.IncompleteReadError) for o in outcomes) == 5  # closed after the 429

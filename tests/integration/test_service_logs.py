@@ -16,7 +16,7 @@ import pytest
 from codemode.service.logfilter import RepeatFilter
 
 from .support_process import service_process
-from .support_service import PACK_SPEC, service, settings, write_token_file
+from .support_service import PACK_SPEC, passed_records, service, settings, write_token_file
 
 ACCEPT = "application/json, text/event-stream"
 SDK_LOGGER = "mcp.server.streamable_http_manager"
@@ -25,22 +25,13 @@ SDK_LOGGER = "mcp.server.streamable_http_manager"
 @pytest.fixture
 def sdk_lines() -> Iterator[list[logging.LogRecord]]:
     """Records of the SDK's session manager that pass a rate limiter of 5 lines per 60 s."""
-    records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Collect()
-    handler.addFilter(RepeatFilter(window=60, burst=5))
     logger = logging.getLogger(SDK_LOGGER)
     level = logger.level
     logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
     try:
-        yield records
+        with passed_records(logger, RepeatFilter(window=60, burst=5)) as records:
+            yield records
     finally:
-        logger.removeHandler(handler)
         logger.setLevel(level)
 
 

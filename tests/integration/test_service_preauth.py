@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -295,3 +296,80 @@ async def test_a_window_summary_is_written_when_the_window_ends(tmp_path: Path) 
                 await asyncio.sleep(0.1)
     lines = _audit(audit)
     assert sum(1 if x["event"] == "auth_failure" else x["count"] for x in lines) == 6
+
+
+async def test_sockets_re_opened_as_fast_as_the_health_port_closes_them_do_not_fail_a_probe(
+    tmp_path: Path,
+) -> None:
+    """R19-E2, harder: the attacker keeps the health port's table full from 4 addresses, idle and
+    half-sent sockets, re-opening each one the port closes, while the probes run. Before: with the
+    table full every probe was refused (503)."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, packs=[PACK_SPEC])) as srv:
+        host, port = srv.service.health_address
+        opened = 0
+
+        async def attacker(source: str) -> None:
+            nonlocal opened
+            while True:
+                try:
+                    reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
+                except OSError:
+                    await asyncio.sleep(0.01)
+                    continue
+                opened += 1
+                if opened % 2:
+                    writer.write(b"GET /healthz HTTP/1.1\r\nHo")  # half a request head
+                _OPEN.append(writer)
+                # the next one at once when this one is closed, else after a breath
+                with contextlib.suppress(TimeoutError, OSError):
+                    async with asyncio.timeout(0.05):
+                        await reader.read(1)
+
+        tasks = [asyncio.create_task(attacker(f"127.0.0.{2 + i}")) for i in range(4)]
+        try:
+            async with asyncio.timeout(10):
+                while srv.service.health_address and opened < 64:
+                    await asyncio.sleep(0.05)
+            answers = []
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                async with httpx.AsyncClient(timeout=3) as probe:
+                    answers.append((await probe.get(srv.health_url + "/healthz")).status_code)
+                await asyncio.sleep(0.2)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    failed = [a for a in answers if a != 200]
+    assert opened > 64 and answers and not failed, (opened, len(answers), failed)
+
+
+async def test_connections_that_do_not_read_their_answers_do_not_fail_a_probe(tmp_path: Path) -> None:
+    """A connection that pipelines requests and never reads is in a request for ever from the
+    server's side; on the health port it counts as idle (waiting for its client), so it makes room
+    for a probe. Before the write timeout and that rule, 64 of them made every probe fail."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, packs=[PACK_SPEC])) as srv:
+        host, port = srv.service.health_address
+        pipelined = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 20_000
+        stalled = []
+        for i in range(64):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            sock.bind((f"127.0.0.{2 + i // 32}", 0))
+            sock.connect((host, port))
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.send(pipelined)
+            stalled.append(sock)
+        try:
+            await asyncio.sleep(1)  # their answers fill the buffers
+            answers = []
+            for _ in range(3):
+                async with httpx.AsyncClient(timeout=3) as probe:
+                    answers.append((await probe.get(srv.health_url + "/healthz")).status_code)
+        finally:
+            for sock in stalled:
+                sock.close()
+    assert answers == [200, 200, 200], answers

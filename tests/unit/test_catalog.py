@@ -321,11 +321,11 @@ def test_unsupported_handler_types_name_the_capability() -> None:
 def test_missing_authorizer_and_negative_limits() -> None:
     problems = problems_of(cap(), authorizer=None, limits=codemode.Limits(max_native_calls=-1))
     assert any(p.startswith("authorizer:") for p in problems)
-    assert any("max_native_calls must not be negative" in p for p in problems)
+    assert any("max_native_calls must be at least 1" in p for p in problems)
 
 
-def test_limits_zero_means_default() -> None:
-    server = build(cap(), limits=codemode.Limits(max_execution_time=2.0, max_native_calls=0))
+def test_limits_left_out_take_their_defaults() -> None:
+    server = build(cap(), limits=codemode.Limits(max_execution_time=2.0))
     assert server.limits.max_execution_time == 2.0
     assert server.limits.max_native_calls == 100
     assert server.limits.max_value_depth == 32

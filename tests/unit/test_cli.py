@@ -185,7 +185,7 @@ def test_defaults(config: Config) -> None:
     assert c.transport == "stdio"
     assert c.packs == [] and c.disable == [] and c.rego_policy == []
     assert c.runtime == "process" and c.pool == 0
-    assert c.limits.resolved() == codemode.Limits().resolved()
+    assert c.limits == codemode.Limits()
     # One static subject: no quota and no reserve, so it may use every slot.
     assert c.subject_quota == 0 and c.effective_reserved_slots == 0
     assert c.subject_id  # the OS user name

@@ -3,9 +3,12 @@ never forgets the live keys, suppressed counts always shown."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 from codemode import authz
+from codemode.service import peers
 from codemode.service.logfilter import RepeatFilter, template
 
 
@@ -19,6 +22,16 @@ class Clock:
 
 def _record(msg: str, *args: object, name: str = "t") -> logging.LogRecord:
     return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, args or None, None)
+
+
+@contextlib.contextmanager
+def _client(address: str) -> Iterator[None]:
+    """Records logged while serving a request of the client ``address``."""
+    token = peers._CLIENT.set(address)
+    try:
+        yield
+    finally:
+        peers._CLIENT.reset(token)
 
 
 def test_preformatted_messages_with_client_chosen_ids_share_a_template() -> None:
@@ -45,19 +58,59 @@ def test_keys_are_per_subject_so_one_tenant_does_not_hide_another() -> None:
         assert f.filter(_record("Invalid Host header: %s", "x"))
 
 
-def test_a_full_table_keeps_its_live_keys_and_shares_one_key_per_template() -> None:
+def test_a_full_table_keeps_the_flood_and_makes_room_for_a_new_client() -> None:
     clock = Clock()
     f = RepeatFilter(window=10, burst=2, max_keys=4, max_overflow=2, clock=clock)
-    assert [f.filter(_record("flood %s", 1)) for _ in range(3)] == [True, True, False]
-    for i in range(3):
-        assert f.filter(_record(f"other kind {'abcdefghij'[i]} %s", 1, name=f"l{i}"))
-    # The table is full (4 live keys): the flood's key is not forgotten (before: every key was
-    # cleared once 1,024 were seen, and the flood passed again).
-    assert not f.filter(_record("flood %s", 2))
-    # New keys share one key per template: 2 more lines of a new kind from many places pass.
-    results = [f.filter(_record("new kind %s", i, name="x")) for i in range(20)]
+    for i in range(4):  # four clients, one line each: the table is full of live, idle keys
+        with _client(f"10.1.0.{i}"):
+            assert f.filter(_record("Invalid Host header: %s", "x"))
+    with _client("10.2.0.1"):  # one more address floods
+        flood = [f.filter(_record("Invalid Host header: %s", "x")) for _ in range(20)]
+    assert flood.count(True) == 2
+    # A client that has logged nothing yet: its first lines pass (before: it shared one overflow
+    # key with the flood, which had used up that key's lines). It takes the place of the
+    # longest-idle key, not the flood's, which stays suppressed.
+    with _client("198.51.100.7"):
+        assert [f.filter(_record("Invalid Host header: %s", "y")) for _ in range(3)] == [True, True, False]
+    with _client("10.2.0.1"):
+        assert not f.filter(_record("Invalid Host header: %s", "x"))
+    assert [key[3] for key in f._live] == [
+        "client 10.1.0.2",
+        "client 10.1.0.3",
+        "client 10.2.0.1",
+        "client 198.51.100.7",
+    ]
+
+
+def test_a_replaced_key_keeps_its_suppressed_count() -> None:
+    f = RepeatFilter(window=10, burst=1, max_keys=2, clock=Clock())
+    with _client("10.1.0.1"):
+        assert [f.filter(_record("a %s", 1)) for _ in range(4)] == [True, False, False, False]
+    with _client("10.1.0.2"):
+        f.filter(_record("a %s", 1))
+    with _client("10.1.0.3"):  # replaces 10.1.0.1 (the longest idle), with its 3 suppressed lines
+        f.filter(_record("a %s", 1))
+    with _client("10.1.0.1"):  # back: a new window, which says what the replaced one suppressed
+        record = _record("a %s", 2)
+        assert f.filter(record) and record.getMessage() == "a 2 [3 similar message(s) suppressed]"
+
+
+def test_replacements_are_bounded_per_window_then_new_keys_share_one_per_template() -> None:
+    clock = Clock()
+    f = RepeatFilter(window=10, burst=2, max_keys=4, max_overflow=2, clock=clock)
+    for i in range(4):
+        assert f.filter(_record(f"kind {'abcd'[i]} %s", 1, name=f"l{i}"))
+    # Four more keys (max_keys per window) take the places of the four idle ones...
+    for i in range(4):
+        assert f.filter(_record(f"kind {'efgh'[i]} %s", 1, name=f"m{i}"))
+    # ...and past that, many addresses cycling through cannot lift the bound: new keys share one
+    # key per template (2 lines of a new kind from many places pass)...
+    results = []
+    for i in range(20):
+        with _client(f"10.3.0.{i}"):
+            results.append(f.filter(_record("new kind %s", i, name="x")))
     assert results.count(True) == 2
-    # Past max_overflow templates, one key for everything.
+    # ...and past max_overflow templates, one key for everything.
     everything = [f.filter(_record(f"kind {c} %s", 0, name="y")) for c in "klmnopqrstuvwxyz"]
     assert everything == [True, True, True] + [False] * 13  # one key of its own, then the shared one
     # When the windows end, live keys make room again.

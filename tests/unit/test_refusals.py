@@ -61,3 +61,16 @@ def test_addresses_past_the_table_share_one_overflow_line() -> None:
     assert len([x for x in lines if x["event"] == "auth_failures"]) == 4
     assert _total(lines, OVERFLOW) == 28
     assert sum(_total(lines, f"10.0.0.{i}") for i in range(3)) + _total(lines, OVERFLOW) == 40
+
+
+def test_an_ipv6_client_is_counted_by_its_64_so_it_takes_one_entry() -> None:
+    summary, lines, _ = _summary(max_clients=2)
+    for i in range(50):  # 50 addresses of one /64 (one host usually holds all of it)
+        summary.refused("unknown_token", f"2001:db8::{i + 1:x}", "/mcp")
+    summary.refused("unknown_token", "2001:db8:0:1::1", "/mcp")  # another /64: its own entry
+    summary.refused("missing_token", "198.51.100.7", "/mcp")  # the table is full: counted under "*"
+    summary.flush()
+    assert [x["client"] for x in lines if x["event"] == "auth_failure"] == ["2001:db8::1", "2001:db8:0:1::1"]
+    assert _total(lines, "2001:db8::/64") == 49
+    assert _total(lines, "2001:db8::1") == 1
+    assert _total(lines, OVERFLOW) == 1

@@ -8,8 +8,10 @@ import asyncio
 from typing import Any
 
 from codemode.authz import Subject, allow_all
+from codemode.execution.admission import Admission
 from codemode.execution.execute import Executor
 from codemode.execution.limits import Limits
+from codemode.execution.plan import Plan
 from codemode.runtimes.base import ExitInfo
 
 
@@ -50,7 +52,8 @@ class Runtime:
 
 async def test_cancel_during_the_reap_of_a_dead_worker_releases_once() -> None:
     limits = Limits(max_execution_time=10, max_concurrent_executions=2)
-    ex = Executor({}, allow_all(), limits.resolved(), Runtime(), reserved_slots=0)  # type: ignore[arg-type]
+    plan = Plan((), allow_all(), limits, Admission(2), Runtime())  # type: ignore[arg-type]
+    ex = Executor(plan)
     alice = Subject("alice")
     first = asyncio.create_task(ex.execute("def main():\n    return 1\n", alice))
     second = asyncio.create_task(ex.execute("def main():\n    return 1\n", alice))

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from ..startup.config import LIST_SETTINGS, ConfigError, Settings, env_var, flag
+from ..startup.config import LIST_SETTINGS, RENAMED, ConfigError, Settings, env_var, flag
 
 __all__ = ["HTTP_ONLY", "STDIO_ONLY", "Mode", "add_settings_flags", "overrides", "settings_table"]
 
@@ -49,8 +49,10 @@ HTTP_ONLY = frozenset(
         "stream_idle_timeout",
         "max_stream_seconds",
         "max_connections",
+        "max_connections_per_subject",
         "backlog",
         "header_timeout",
+        "write_timeout",
         "max_unauthenticated_connections_per_address",
         "trusted_proxies",
         "trusted_proxy_header",
@@ -65,6 +67,8 @@ STDIO_ONLY = frozenset({"subject"})
 #: environment).
 _NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
 _LISTS = frozenset(LIST_SETTINGS)
+#: Each setting's earlier names, still accepted (``--docker-pids`` for ``--docker-max-processes``).
+_EARLIER = {new: [old for old, n in RENAMED.items() if n == new] for new in RENAMED.values()}
 
 _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capabilities", ("packs", "pack_options", "disable")),
@@ -168,6 +172,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(
                 flag(name),
+                *(flag(old) for old in _EARLIER.get(name, ())),
                 dest=name,
                 type=kind,
                 default=None,
@@ -227,5 +232,9 @@ def settings_table() -> str:
             continue
         modes = "http" if name in HTTP_ONLY else "stdio" if name in STDIO_ONLY else "both"
         default = (_default_text(name, field) or "—").replace("|", "\\|")
-        rows.append(f"| `{flag(name)}` | `{env(name)}` | {default} | {modes} | {field.description} |")
+        flags, envs = f"`{flag(name)}`", f"`{env(name)}`"
+        for old in _EARLIER.get(name, ()):
+            flags += f" (earlier `{flag(old)}`)"
+            envs += f" (earlier `{env(old)}`)"
+        rows.append(f"| {flags} | {envs} | {default} | {modes} | {field.description} |")
     return "\n".join(rows)

@@ -1,4 +1,6 @@
-"""Fair admission to worker slots: which waiting execute gets the next free slot.
+"""Admission to worker slots: who may take one (:class:`Admission`: slots, per-subject quota,
+reserve, checked once in one wording) and which waiting execute gets the next free one
+(:class:`FairAdmission`).
 
 ``max_concurrent_executions`` slots are shared by every subject. Two rules decide who gets one
 (docs/service.md, "Fair slots"):
@@ -20,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["FairAdmission", "default_reserve"]
+from .limits import DEFAULT_SUBJECT_QUOTA
+
+__all__ = ["Admission", "FairAdmission", "default_quota", "default_reserve"]
 
 
 def default_reserve(slots: int) -> int:
@@ -38,6 +43,78 @@ def default_reserve(slots: int) -> int:
     if slots <= 1:
         return 0
     return min(max(1, slots // 4), slots - 1)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _given_or_derived(slots: int, subject_quota: object, reserved_slots: object) -> object:
+    """The library's reserve: as given, else derived when there is a quota, else none."""
+    if reserved_slots is None:
+        return default_reserve(slots) if subject_quota else 0
+    return reserved_slots
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Who may take a worker slot: ``slots`` (``max_concurrent_executions``), the executes one
+    subject may have in flight (``subject_quota``, 0 = no quota) and the slots kept for subjects with
+    nothing in flight (``reserved_slots``). Constructing one checks it (:meth:`problems_of`); the
+    library's ``Builder`` and the settings check with the same words, naming fields their own way.
+    """
+
+    slots: int
+    subject_quota: int = 0
+    reserved_slots: int = 0
+
+    def __post_init__(self) -> None:
+        problems = self.problems_of(self.slots, self.subject_quota, self.reserved_slots)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @staticmethod
+    def problems_of(
+        slots: int, subject_quota: object, reserved_slots: object, name: Callable[[str], str] = str
+    ) -> list[str]:
+        """What is wrong with this quota and reserve (``reserved_slots`` None: derived as in
+        :meth:`derive`); ``name`` renders a field's name (the settings give its flag and variable)."""
+        if not _whole(slots) or slots < 1:
+            return [f"{name('max_concurrent_executions')}: must be at least 1"]
+        if not _whole(subject_quota):
+            return [f"{name('subject_quota')}: must be a whole number, 0 or more (0 = no per-subject quota)"]
+        reserved_slots = _given_or_derived(slots, subject_quota, reserved_slots)
+        if not _whole(reserved_slots):
+            return [f"{name('reserved_slots')}: must be a whole number, 0 or more (None = derived)"]
+        assert isinstance(subject_quota, int) and isinstance(reserved_slots, int)  # for mypy
+        slots_name = name("max_concurrent_executions")
+        if reserved_slots >= slots:
+            return [
+                f"{name('reserved_slots')}: {reserved_slots} reserved of {slots} slots ({slots_name}): "
+                "must be fewer than the slots"
+            ]
+        usable = slots - reserved_slots
+        if subject_quota > usable:
+            return [
+                f"{name('subject_quota')}: {subject_quota} is more than one subject can ever hold: "
+                f"{slots} slots ({slots_name}) minus {reserved_slots} reserved for subjects with nothing "
+                f"in flight ({name('reserved_slots')}) leaves {usable}; lower the quota, raise the slots "
+                "or lower the reserve"
+            ]
+        return []
+
+    @classmethod
+    def derive(cls, slots: int, subject_quota: int = 0, reserved_slots: int | None = None) -> Admission:
+        """The library's rule: a reserve not given is derived (:func:`default_reserve`) only when
+        there is a quota; without one, one subject may use every slot."""
+        reserve = _given_or_derived(slots, subject_quota, reserved_slots)
+        return cls(slots, subject_quota, reserve)  # type: ignore[arg-type]  # checked on construction
+
+
+def default_quota(slots: int, reserved_slots: int) -> int:
+    """The HTTP service's quota when none is configured: :data:`DEFAULT_SUBJECT_QUOTA`, lowered so
+    that one subject can reach it (``slots - reserved_slots``), at least 1."""
+    return max(1, min(DEFAULT_SUBJECT_QUOTA, slots - reserved_slots))
 
 
 @dataclass(order=True)

@@ -30,7 +30,7 @@ from codemode_worker.protocol import ProtocolError, encode_frame, max_print_fram
 from codemode_worker.shapes import BindError, bind_arguments
 from codemode_worker.values import ValueLimitError, ValueTypeError, check_value
 
-from ..authz import AskUser, AuthorizationInput, Authorizer, Denied, Subject, run_authorizer
+from ..authz import AskUser, AuthorizationInput, Denied, Subject, run_authorizer
 from ..catalog.capability import CompiledCapability
 from ..catalog.types import OutputError, constructor, to_plain, without_defaults
 from ..common.errors import (
@@ -49,13 +49,12 @@ from ..common.errors import (
 )
 from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
-from ..runtimes.base import SPAWNED_WARM, ExitInfo, Runtime, Sandbox, SandboxClosed
+from ..runtimes.base import SPAWNED_WARM, ExitInfo, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
 from .admission import FairAdmission
 from .approval import ApprovalRequest, Approver, describe_arguments
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
-from .limits import Limits
 from .observe import (
     ApprovalAnswer,
     CallDecision,
@@ -63,11 +62,11 @@ from .observe import (
     CallOutcome,
     ExecuteEvent,
     ExecuteOutcome,
-    NullObserver,
     Observer,
 )
+from .plan import Plan
 from .report import PrintsRefused, Report
-from .tracing import NULL_TRACE, Trace, Tracer, Tracing
+from .tracing import NULL_TRACE, Trace, Tracer
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
 __all__ = [
@@ -595,27 +594,17 @@ class Executor:
         tracing: OpenTelemetry tracing settings (None: no spans).
     """
 
-    def __init__(
-        self,
-        capabilities: Mapping[str, CompiledCapability],
-        authorizer: Authorizer,
-        limits: Limits,
-        runtime: Runtime,
-        observer: Observer | None = None,
-        subject_quota: int = 0,
-        reserved_slots: int | None = None,
-        tracing: Tracing | None = None,
-    ) -> None:
-        self.by_name = dict(capabilities)
-        self.subject_quota = subject_quota
+    def __init__(self, plan: Plan) -> None:
+        self.by_name = {c.name: c for c in plan.capabilities}
+        self.subject_quota = plan.admission.subject_quota
         self.active: dict[str, int] = {}
         self.asking: dict[str, int] = {}  # open approval questions per subject
-        self.authorizer = authorizer
-        self.limits = limits
-        self.runtime = runtime
-        self.observer: Observer = observer or NullObserver()
+        self.authorizer = plan.authorizer
+        self.limits = plan.limits
+        self.runtime = plan.runtime
+        self.observer: Observer = plan.observer
         # Imports OpenTelemetry only when tracing is on (codemode.execution.tracing).
-        self.tracer = Tracer(tracing, runtime.name) if tracing is not None else None
+        self.tracer = Tracer(plan.tracing, plan.runtime.name) if plan.tracing is not None else None
         manifest: list[dict[str, Any]] = [
             {"name": c.name, "input": without_defaults(c.input_shape)} for c in self.by_name.values()
         ]
@@ -640,7 +629,7 @@ class Executor:
         self.limits_json = _json(self._wire_limits())
         self.argument_grammar = ArgumentGrammar({c.name: c.input_shape for c in self.by_name.values()})
         # Worker slots, shared fairly between subjects (codemode.execution.admission).
-        self.slots = FairAdmission(limits.max_concurrent_executions, reserved_slots)
+        self.slots = FairAdmission(plan.admission.slots, plan.admission.reserved_slots)
         self._async_handlers: dict[str, bool] = {}
         # Sync handlers run on a pool of their own (not the loop's default executor, which the
         # runtimes use too), each capability with its own cheap hand-off (codemode.common.handoff).
@@ -648,7 +637,7 @@ class Executor:
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
         #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
-        self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(runtime, "spawn_for", None)
+        self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(plan.runtime, "spawn_for", None)
 
     def is_async(self, cap: CompiledCapability) -> bool:
         """Whether ``cap``'s handler is a coroutine function (asked once per capability).

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..authz import Authorizer, Subject
-from ..catalog.answers import MIN_DESCRIBE_RESPONSE_BYTES, AnswerBounds, describe_document, search_entry
+from ..catalog.answers import AnswerBounds, describe_document, search_entry
 from ..catalog.capability import Capability, CompiledCapability, validate_catalog
 from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
@@ -17,16 +17,15 @@ from ..common.outcomes import ExecuteResult
 from ..packs.lifecycle import Lifecycle, LoadedPack, close_now, close_reversed, load, load_spec
 from ..packs.loading import PackSettings
 from ..runtimes.base import Runtime
+from .admission import Admission
 from .approval import Approver
 from .execute import Executor
 from .limits import Limits
-from .observe import Observer
+from .observe import NullObserver, Observer
+from .plan import Plan
 from .tracing import Tracing
 
-__all__ = ["MIN_SEARCH_RESPONSE_BYTES", "Builder", "Description", "Server", "answer_bounds"]
-
-#: The smallest ``max_search_response_bytes`` a build accepts.
-MIN_SEARCH_RESPONSE_BYTES = 32
+__all__ = ["Builder", "Description", "Server", "answer_bounds"]
 
 log = logging.getLogger("codemode.server")
 
@@ -66,7 +65,7 @@ class Builder:
 
     Args (of the constructor):
         authorizer: decides every native call (required: ``authz.allow_all()`` allows explicitly).
-        limits: the execution limits (:class:`~codemode.Limits`; fields left at 0 take defaults).
+        limits: the execution limits (:class:`~codemode.Limits`; fields left out take their defaults).
         disabled: capability ids removed at build time.
         runtime: where workers run (default: a :class:`~codemode.ProcessRuntime`).
         observer: hooks for metrics and audit (:class:`~codemode.Observer`).
@@ -89,7 +88,8 @@ class Builder:
     ) -> None:
         """``subject_quota`` and ``reserved_slots`` protect tenants from each other: set them (the
         HTTP service uses ``subject_quota=4`` and a derived reserve) when subjects come from requests.
-        By default one subject may use every slot; a reserve is derived only with a quota."""
+        By default one subject may use every slot; a reserve is derived only with a quota. The quota
+        may be at most the slots minus the reserve (``codemode.execution.admission.Admission``)."""
         self._authorizer = authorizer
         self._subject_quota = subject_quota
         self._reserved_slots = reserved_slots
@@ -173,22 +173,11 @@ class Builder:
             problems.append("limits: must be codemode.Limits")
             limits = Limits()
         else:
-            problems += self._limits.problems()
-            limits = self._limits
-        if (
-            isinstance(self._subject_quota, bool)
-            or not isinstance(self._subject_quota, int)
-            or (self._subject_quota < 0)
-        ):
-            problems.append("subject_quota: must be a non-negative int (0 = no per-subject quota)")
-        if self._reserved_slots is not None and (
-            isinstance(self._reserved_slots, bool)
-            or not isinstance(self._reserved_slots, int)
-            or not 0 <= self._reserved_slots < _resolved_slots(limits)
-        ):
-            problems.append(
-                "reserved_slots: must be an int from 0 to max_concurrent_executions - 1 (None = derived)"
-            )
+            limits_problems = self._limits.problems()
+            problems += limits_problems
+            limits = Limits() if limits_problems else self._limits
+        slots = limits.max_concurrent_executions
+        problems += Admission.problems_of(slots, self._subject_quota, self._reserved_slots)
         if self._tracing is not None and not isinstance(self._tracing, Tracing):
             problems.append("tracing: must be codemode.Tracing (or None: no traces)")
         elif self._tracing is not None and self._tracing.subject not in ("hash", "omit"):
@@ -200,20 +189,9 @@ class Builder:
             self._disabled = []
         enabled, cap_problems = validate_catalog(self._caps, self._disabled)
         problems += cap_problems
-        resolved = limits.resolved() if not limits.problems() else Limits().resolved()
-        bounds_ok = True
-        if resolved.max_search_response_bytes < MIN_SEARCH_RESPONSE_BYTES:
-            problems.append(f"limits: max_search_response_bytes must be at least {MIN_SEARCH_RESPONSE_BYTES}")
-            bounds_ok = False
-        if resolved.max_describe_response_bytes < MIN_DESCRIBE_RESPONSE_BYTES:
-            problems.append(
-                f"limits: max_describe_response_bytes must be at least {MIN_DESCRIBE_RESPONSE_BYTES}"
-            )
-            bounds_ok = False
-        if bounds_ok:
-            bounds = answer_bounds(resolved)
-            for c in enabled:
-                problems += bounds.problems(c)
+        bounds = answer_bounds(limits)
+        for c in enabled:
+            problems += bounds.problems(c)
         if problems:
             close_now(self._packs)
             raise InvalidRegistration(problems)
@@ -223,16 +201,16 @@ class Builder:
             from ..runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
-        server = Server(
-            enabled,
-            self._authorizer,
-            resolved,
-            runtime,
-            self._observer,
-            self._subject_quota,
-            self._reserved_slots if self._reserved_slots is not None or self._subject_quota else 0,
-            self._tracing,
+        plan = Plan(
+            capabilities=tuple(enabled),
+            authorizer=self._authorizer,
+            limits=limits,
+            admission=Admission.derive(slots, self._subject_quota, self._reserved_slots),
+            runtime=runtime,
+            observer=self._observer if self._observer is not None else NullObserver(),
+            tracing=self._tracing,
         )
+        server = Server(plan)
         for pack in self._packs:
             server.attach(pack)
         return server
@@ -244,18 +222,11 @@ def _retrieve(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
-def _resolved_slots(limits: Limits) -> int:
-    """``max_concurrent_executions`` of ``limits`` with its default applied."""
-    if isinstance(limits, Limits) and not limits.problems():
-        return int(limits.resolved().max_concurrent_executions)
-    return int(Limits().resolved().max_concurrent_executions)
-
-
 def answer_bounds(limits: Limits) -> AnswerBounds:
-    """The response bounds of resolved ``limits`` (what packs check their capabilities against).
+    """The response bounds of ``limits`` (what packs check their capabilities against).
 
     Args:
-        limits: resolved limits.
+        limits: the limits.
 
     Returns:
         Their search and describe response bounds.
@@ -273,39 +244,23 @@ class Server:
     :meth:`start` and :meth:`aclose` yourself. :meth:`search`, :meth:`describe` and :meth:`execute`
     are the three tools of docs/reference/tools.md.
 
-    Args (of the constructor, which :meth:`Builder.build` calls after validating each):
-        capabilities: the enabled, compiled capabilities.
-        authorizer: decides every native call.
-        limits: the resolved limits.
-        runtime: where workers run.
-        observer: hooks for metrics and audit, or None.
-        subject_quota: concurrent executes per subject (0: none).
-        reserved_slots: worker slots kept for subjects with nothing in flight.
-        tracing: OpenTelemetry traces, or None.
+    Args (of the constructor, which :meth:`Builder.build` calls after checking everything):
+        plan: the frozen :class:`~codemode.execution.plan.Plan` (capabilities, authorizer, limits,
+            admission, runtime, observer, tracing); the server keeps it as ``server.plan``.
     """
 
-    def __init__(
-        self,
-        capabilities: list[CompiledCapability],
-        authorizer: Authorizer,
-        limits: Limits,
-        runtime: Runtime,
-        observer: Observer | None = None,
-        subject_quota: int = 0,
-        reserved_slots: int | None = None,
-        tracing: Tracing | None = None,
-    ) -> None:
-        self.limits = limits
-        self.runtime = runtime
-        self._by_name = {c.name: c for c in capabilities}
+    def __init__(self, plan: Plan) -> None:
+        """Use :meth:`Builder.build`, which checks everything and makes the plan."""
+        self.plan = plan
+        self.limits = plan.limits
+        self.runtime = plan.runtime
+        self._by_name = {c.name: c for c in plan.capabilities}
         self._index = SearchIndex(
-            [search_entry(c) for c in capabilities],
-            max_results=limits.max_search_results,
-            max_response_bytes=limits.max_search_response_bytes,
+            [search_entry(c) for c in plan.capabilities],
+            max_results=plan.limits.max_search_results,
+            max_response_bytes=plan.limits.max_search_response_bytes,
         )
-        self._executor = Executor(
-            self._by_name, authorizer, limits, runtime, observer, subject_quota, reserved_slots, tracing
-        )
+        self._executor = Executor(plan)
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         self._resources: list[Lifecycle] = []

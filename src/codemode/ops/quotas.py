@@ -91,7 +91,11 @@ HOLD_ENTRYPOINT = tuple(hold_command())
 #: The measurement limits of each runtime: settings of the same name as ``serve``'s, with their
 #: generous defaults. A flag of another runtime than ``--runtime`` is refused.
 RUNTIME_FLAGS: dict[str, dict[str, Any]] = {
-    "docker": {"docker_memory": "1g", "docker_cpus": float(min(2, os.cpu_count() or 1)), "docker_pids": 256},
+    "docker": {
+        "docker_memory": "1g",
+        "docker_cpus": float(min(2, os.cpu_count() or 1)),
+        "docker_max_processes": 256,
+    },
     "kubernetes": {"kubernetes_memory": "1Gi", "kubernetes_cpu": "2", "kubernetes_cpu_request": "100m"},
     "process": {
         "process_memory": "4g",
@@ -237,7 +241,7 @@ def _docker_settings(good: list[RunSample], basis: dict[str, Any]) -> dict[str, 
     return {
         "docker_memory": _mebibytes(memory, "m"),
         "docker_cpus": round(cpus, 2),
-        "docker_pids": max(PIDS_FLOOR, PIDS_FACTOR * pids) if pids else 64,
+        "docker_max_processes": max(PIDS_FLOOR, PIDS_FACTOR * pids) if pids else 64,
     }
 
 
@@ -510,7 +514,7 @@ METHOD: dict[str, dict[str, str]] = {
     "docker": {
         "docker_memory": f"peak x {MEMORY_FACTOR}, rounded up to {MEMORY_STEP // MiB} MiB",
         "docker_cpus": f"max CPU utilisation x {CPU_FACTOR}, rounded up to {CPU_STEP}, at least {CPU_STEP}",
-        "docker_pids": f"max pids x {PIDS_FACTOR}, at least {PIDS_FLOOR}",
+        "docker_max_processes": f"max pids x {PIDS_FACTOR}, at least {PIDS_FLOOR}",
     },
     "kubernetes": {
         "kubernetes_memory": f"cgroup peak x {MEMORY_FACTOR}, rounded up to {MEMORY_STEP // MiB} Mi",
@@ -709,7 +713,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--docker-cpus", "--cpus", dest="docker_cpus", type=float, metavar="N", help="CPU quota (default 2)"
     )
     d.add_argument(
-        "--docker-pids", "--pids", dest="docker_pids", type=int, metavar="N", help="pids limit (default 256)"
+        "--docker-max-processes",
+        "--docker-pids",
+        "--pids",
+        dest="docker_max_processes",
+        type=int,
+        metavar="N",
+        help="processes and threads, the pids limit (default 256)",
     )
     d.add_argument("--docker-image", metavar="IMAGE", help="worker image (default codemode-worker:1)")
     d.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
@@ -747,7 +757,7 @@ def run(args: argparse.Namespace) -> int:
     if args.runs <= 0 or args.warmup < 0:
         print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
         return 2
-    positive = ("max_execution_time", "docker_cpus", "docker_pids", "process_cpu_seconds")
+    positive = ("max_execution_time", "docker_cpus", "docker_max_processes", "process_cpu_seconds")
     bad = [
         n
         for n in (*positive, "process_open_files", "process_max_processes")

@@ -53,7 +53,7 @@ from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
-from ..startup.config import ConfigError, Settings, load_settings
+from ..startup.config import ConfigError, Settings, load_settings, names
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .connections import RequestGuard
@@ -245,6 +245,8 @@ class Service:
             max_connections=connection_limit(settings),
             per_address=settings.max_unauthenticated_connections_per_address,
             header_timeout=settings.header_timeout,
+            per_subject=subject_connection_limit(settings),
+            write_timeout=settings.write_timeout,
             proxies=self.proxies,
             on_event=lambda event: self.metrics.connections_refused.labels(event).inc(),
         )
@@ -360,7 +362,9 @@ class Service:
             max_connections=SIDE_CONNECTIONS,
             per_address=settings.max_unauthenticated_connections_per_address,
             header_timeout=settings.header_timeout,
+            write_timeout=settings.write_timeout,
             access_log=False,
+            evict_idle=True,  # a probe is answered whatever idle sockets others hold
         )
         metrics = await start_side_server(
             metrics_app(self.metrics),
@@ -377,7 +381,7 @@ class Service:
             host=settings.health_host_address,
             port=settings.health_port,
             field="health_port",
-            guard=dataclasses.replace(side, unauthenticated={}),
+            guard=dataclasses.replace(side, unauthenticated={}, idle={}),
             what="health",
         )
         self._side.append(health)
@@ -607,6 +611,21 @@ def connection_limit(settings: Settings) -> int:
     if soft == resource.RLIM_INFINITY:
         return 1000
     return max(16, min(1000, soft // 2))
+
+
+def subject_connection_limit(settings: Settings) -> int:
+    """``max_connections_per_subject``, or 4 x ``max_open_requests_per_subject`` (a client's
+    requests in flight and its idle keep-alive connections), at most half of the connection limit."""
+    limit = connection_limit(settings)
+    per_subject = settings.max_connections_per_subject
+    if per_subject is None:
+        return max(1, min(4 * settings.max_open_requests_per_subject, limit // 2))
+    if per_subject >= limit:  # max_connections unset: its default is known only here
+        raise ConfigError(
+            f"{names('max_connections_per_subject')}: must be less than {names('max_connections')} "
+            f"({limit} by default here), so that one subject cannot hold every connection"
+        )
+    return per_subject
 
 
 def serve(settings: Settings | None = None) -> None:

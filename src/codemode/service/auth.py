@@ -509,7 +509,7 @@ class BearerAuthMiddleware:
         *,
         realm: str = "codemode",
         on_failure: FailureHook | None = None,
-        on_success: Callable[[], None] | None = None,
+        on_success: Callable[[authz.Subject], bool] | None = None,
         gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.app = app
@@ -546,8 +546,11 @@ class BearerAuthMiddleware:
                     log.exception("auth failure hook failed")
             await self._unauthorized(send, invalid=reason != "missing_token")
             return
-        if self.on_success is not None:
-            self.on_success()
+        if self.on_success is not None and not self.on_success(subject):
+            # The subject holds every connection it may (codemode.service.edge): this one closes.
+            headers = [(b"retry-after", b"1"), (b"connection", b"close")]
+            await plain_json(send, 429, {"error": "too many connections"}, headers)
+            return
         if self.gate is not None and not await self.gate():
             await plain_json(send, 503, {"error": "shutting down"}, [(b"retry-after", b"1")])
             return

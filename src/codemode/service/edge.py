@@ -17,8 +17,32 @@ h11 protocol) whose connections are bounded before any request is read:
   here: the proxy's address is every tenant's.
 - **Total bound.** At most ``max_connections`` connections are open; one more is answered ``503``
   and closed at once (instead of being held and answered 503 only when it sends a request).
+- **Per-subject bound.** A connection counts for the subject of its first authenticated request
+  until it closes; at most ``per_subject`` (less than ``max_connections``) connections count for one
+  subject. A request that would make one more is answered ``429`` and its connection closed
+  (:func:`connection_authenticated` says so), so one tenant cannot hold the whole table with
+  keep-alive connections. Connections from a trusted proxy carry many tenants' requests and are
+  not counted per subject.
+- **Write timeout.** An answer may wait unsent, because the client does not read it (its TCP
+  window stays full), for at most ``write_timeout`` seconds; then the connection is closed at once
+  (its unsent data discarded). The timer starts when the first byte of an answer cannot be handed
+  to the kernel and is not reset by partial progress, only by the backlog being handed over
+  entirely, so reading one byte a second does not keep a connection either. Without it, a client
+  that pipelined requests and never read the answers held its connection for ever, token or not.
 
 A refused connection costs an accept, one short write and a close.
+
+The side listeners (health and metrics ports) **make room instead of refusing** (``evict_idle``):
+a probe there must be answered whatever other clients hold. A connection is *idle* while it is not
+in the middle of a request its client waits for: before its request head is complete, between
+requests, while its client does not read the answer, or while more requests are pipelined behind
+the current one (no probe or scrape pipelines). When one
+address is at ``per_address``, a new connection of that address closes the address's longest-idle
+connection; when all ``max_connections`` are open, a new connection closes the longest-idle
+connection of the address holding the most idle ones. So idle or half-sent sockets, from however
+few addresses, never make a probe fail; only connections being answered count against it. A new
+connection is refused only when every connection of its address (or every connection) is in a
+request.
 """
 
 from __future__ import annotations
@@ -26,135 +50,52 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import fcntl
+import struct
+import termios
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.utils import get_remote_addr
 
-from .peers import TrustedProxies, address_key
+from .. import authz
+from .admission import Connection, ConnectionGuard
 
-__all__ = ["ConnectionGuard", "connection_authenticated", "guarded_protocol"]
+__all__ = ["ConnectionGuard", "connection_authenticated", "guarded_protocol", "undelivered"]
 
-
-@dataclass(eq=False)
-class _Connection:
-    key: str | None  # None: not bounded per address (a trusted proxy)
-    authenticated: bool = False
-
-
-_CONNECTION: contextvars.ContextVar[tuple[ConnectionGuard, _Connection] | None] = contextvars.ContextVar(
+_CONNECTION: contextvars.ContextVar[tuple[ConnectionGuard, Connection] | None] = contextvars.ContextVar(
     "codemode_connection", default=None
 )
 
 
-def connection_authenticated() -> None:
-    """The request being served authenticated: its connection stops counting as unauthenticated."""
+def connection_authenticated(subject: authz.Subject) -> bool:
+    """The request being served authenticated as ``subject``: its connection stops counting as
+    unauthenticated and counts for the subject. False: the subject holds all the connections it
+    may, refuse the request and close the connection."""
     current = _CONNECTION.get()
-    if current is not None:
-        current[0].authenticated(current[1])
+    return current is None or current[0].authenticated(current[1], subject.id)
 
 
-def _canned(status: int, reason: str, error: str, extra: str = "") -> bytes:
-    body = json.dumps({"error": error}).encode("utf-8")
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\ncache-control: no-store\r\nconnection: close\r\n{extra}\r\n"
-    )
-    return head.encode("ascii") + body
+#: Bytes of earlier answers a client may leave undelivered before its next pipelined request is
+#: started (more wait, under the write timeout).
+UNDELIVERED_LIMIT = 64 * 1024
+_DELIVERY_POLL = 0.05
 
 
-_TOO_MANY_FROM_ADDRESS = _canned(429, "Too Many Requests", "too many connections", "retry-after: 1\r\n")
-_TOO_MANY = _canned(503, "Service Unavailable", "too many connections", "retry-after: 1\r\n")
-
-
-@dataclass(eq=False)
-class ConnectionGuard:
-    """The bounds of one listener and its table of unauthenticated connections per address.
-
-    Attributes:
-        max_connections: connections open at once (the total bound).
-        per_address: unauthenticated connections of one address.
-        header_timeout: seconds a connection has to deliver a complete request head.
-        proxies: the trusted proxies (their connections are not bounded per address).
-        on_event: called with ``address``, ``total`` or ``header_timeout`` for each connection
-            refused or closed.
-        access_log: whether uvicorn writes its access log for the listener.
-        unauthenticated: unauthenticated connections open, per address key.
-        open: connections open.
-    """
-
-    max_connections: int
-    per_address: int
-    header_timeout: float
-    proxies: TrustedProxies = field(default_factory=TrustedProxies)
-    on_event: Callable[[str], None] | None = None
-    access_log: bool = True
-    unauthenticated: dict[str, int] = field(default_factory=dict)
-    open: int = 0
-
-    def note(self, event: str) -> None:
-        """Tell ``on_event``.
-
-        Args:
-            event: ``address``, ``total`` or ``header_timeout``.
-        """
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def admit(self, peer: str | None) -> tuple[_Connection | None, bytes]:
-        """A new connection.
-
-        Args:
-            peer: its client address (None: unknown).
-
-        Returns:
-            Its record and ``b""``, or None and the canned answer (429 or 503) that refuses it.
-        """
-        if self.open >= self.max_connections:
-            self.note("total")
-            return None, _TOO_MANY
-        key = None if self.proxies.trusts(peer) else address_key(peer)
-        if key is not None:
-            held = self.unauthenticated.get(key, 0)
-            if held >= self.per_address:
-                self.note("address")
-                return None, _TOO_MANY_FROM_ADDRESS
-            self.unauthenticated[key] = held + 1
-        self.open += 1
-        return _Connection(key), b""
-
-    def authenticated(self, conn: _Connection) -> None:
-        """A request on ``conn`` authenticated: it stops counting against its address.
-
-        Args:
-            conn: the connection's record.
-        """
-        if not conn.authenticated:
-            conn.authenticated = True
-            self._release(conn)
-
-    def closed(self, conn: _Connection) -> None:
-        """``conn`` closed.
-
-        Args:
-            conn: the connection's record.
-        """
-        self.open -= 1
-        if not conn.authenticated:
-            self._release(conn)
-
-    def _release(self, conn: _Connection) -> None:
-        if conn.key is None:
-            return
-        left = self.unauthenticated.get(conn.key, 0) - 1
-        if left > 0:
-            self.unauthenticated[conn.key] = left
-        else:
-            self.unauthenticated.pop(conn.key, None)
+def undelivered(transport: asyncio.Transport) -> int:
+    """Bytes of answers the client has not taken: the transport's buffer and, on Linux, the
+    kernel's send queue of the socket (``SIOCOUTQ``: not yet sent or not yet acknowledged)."""
+    size = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    request = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ's number on Linux
+    if sock is None or request is None:
+        return size
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), request, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return size
+    return size + int(queued)
 
 
 class _GuardedProtocol(H11Protocol):
@@ -165,8 +106,10 @@ class _GuardedProtocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._edge: _Connection | None = None
+        self._edge: Connection | None = None
         self._header_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._next_request: asyncio.TimerHandle | None = None  # a pipelined request, held back
         inner = self.app
         guard = self.guard
         if not guard.access_log:
@@ -190,11 +133,16 @@ class _GuardedProtocol(H11Protocol):
             transport.close()
             return
         self._edge = edge
+        edge.close = transport.abort  # made room for another: nothing of it is worth waiting for
         super().connection_made(transport)
+        # pause_writing as soon as one byte of an answer waits unsent (the write timeout's start);
+        # the kernel's socket buffer still holds what is in flight.
+        transport.set_write_buffer_limits(high=0)
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._write_done()
         if self._edge is not None:
             self.guard.closed(self._edge)
             self._edge = None
@@ -222,6 +170,54 @@ class _GuardedProtocol(H11Protocol):
             self.conn.send(h11.ConnectionClosed())
         self.transport.close()
 
+    # ------------------------------------------------------------------ write timeout
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._waiting_for_reader()
+
+    def resume_writing(self) -> None:
+        if self._next_request is None:
+            self._write_done()
+        super().resume_writing()
+        self._settle()
+
+    def _settle(self) -> None:
+        """Tell the guard whether the connection is busy: in a request that its client waits for.
+        One whose client does not read, or that has more requests pipelined behind the current one
+        (no probe or scrape does that), is as idle as one waiting for its client to write."""
+        if self._edge is None:
+            return
+        if (
+            self._in_request()
+            and not self.flow.write_paused
+            and self._next_request is None
+            and not self.conn.trailing_data[0]
+        ):
+            self.guard.went_busy(self._edge)
+        else:
+            self.guard.went_idle(self._edge)
+
+    def _waiting_for_reader(self) -> None:
+        if self._edge is None:
+            return
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.guard.write_timeout, self._write_timed_out)
+        # Waiting for its client to read: as idle as one waiting for its client to write.
+        self.guard.went_idle(self._edge)
+
+    def _write_done(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        if self._next_request is not None:
+            self._next_request.cancel()
+            self._next_request = None
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        self.guard.note("write_timeout")
+        self.transport.abort()
+
     def data_received(self, data: bytes) -> None:
         if self._edge is None:
             return  # refused: closing
@@ -230,20 +226,28 @@ class _GuardedProtocol(H11Protocol):
         super().data_received(data)
         if self._in_request():
             self._disarm()
+        self._settle()
 
     def on_response_complete(self) -> None:
+        self._next_request = None
+        if (
+            self._edge is not None
+            and self.conn.trailing_data[0]
+            and not self.transport.is_closing()
+            and undelivered(self.transport) > UNDELIVERED_LIMIT
+        ):
+            # A pipelined request waits while the client has not taken the answers before it.
+            self._waiting_for_reader()
+            self._next_request = self.loop.call_later(_DELIVERY_POLL, self.on_response_complete)
+            return
+        if not self.flow.write_paused:
+            self._write_done()
         super().on_response_complete()
         if self._in_request():
             self._disarm()  # a pipelined request was already waiting
+        self._settle()
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
-    """A uvicorn ``http`` protocol class bound to ``guard`` (one per listener).
-
-    Args:
-        guard: the listener's bounds.
-
-    Returns:
-        The protocol class (an h11 protocol subclass).
-    """
+    """A uvicorn ``http`` protocol class bound to ``guard`` (one per listener)."""
     return type("GuardedH11Protocol", (_GuardedProtocol,), {"guard": guard})

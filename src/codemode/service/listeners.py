@@ -105,7 +105,9 @@ async def start_side_server(
         ws="none",
         server_header=False,
         http=guarded_protocol(guard),
-        limit_concurrency=guard.max_connections + 1,
+        # The guard bounds the connections. uvicorn's own count would answer 503 to a probe
+        # while the connections closed to make room for it still wait for their connection_lost.
+        limit_concurrency=None,
         proxy_headers=False,
     )
     server = _EmbeddedServer(config)

@@ -13,11 +13,17 @@ after its first ``": "`` and has its digit and hex runs replaced by ``#``, so bo
 Within ``window`` seconds the first ``burst`` records of a key pass and the rest are dropped and
 counted. When a key's window ends its count is kept: the next record of that key that passes says
 ``[N similar message(s) suppressed]``, and :meth:`RepeatFilter.flush` (called by the service
-every window, and at shutdown) writes one line per key that has not had that chance. The key table
-holds at most ``max_keys`` live keys; when it is full, new keys share one key per template (and,
-past ``max_overflow`` templates, one key for everything): expired keys make room, live ones are
-never forgotten. The audit log is never filtered (each audit line is an event the operator must
-see; it bounds its refusal lines itself).
+every window, and at shutdown) writes one line per key that has not had that chance.
+
+The key table holds at most ``max_keys`` live keys. When it is full, a new key takes the place of
+the **longest-idle** key (the one whose last record is the oldest), whose suppressed count is kept
+like an ended window's: so one key's flood never hides a new client's first lines (before, new
+keys shared one overflow key per template, and a flood from one more address suppressed every other
+new client's lines of that template). At most ``max_keys`` keys are replaced per ``window``, so
+many addresses cycling through the table cannot lift the bound: past that, new keys share one key
+per template (and, past ``max_overflow`` templates, one key for everything) until the next window.
+Nothing is forgotten: a replaced key's count is shown like an ended one's. The audit log is never
+filtered (each audit line is an event the operator must see; it bounds its refusal lines itself).
 """
 
 from __future__ import annotations
@@ -115,7 +121,10 @@ class RepeatFilter(logging.Filter):
         self.max_overflow = max_overflow
         self.clock = clock
         self._live: OrderedDict[Key, _Window] = OrderedDict()  # oldest window first
+        self._idle: OrderedDict[Key, None] = OrderedDict()  # live own keys, longest idle first
         self._overflow = 0  # live overflow keys
+        self._replaced = 0  # own keys replaced in the replacement window that started at ...
+        self._replacing_since = clock()
         self._pending: dict[Key, int] = {}  # suppressed counts of ended windows, not yet shown
         self._pending_other = 0  # ... of keys past the pending table's bound
 
@@ -137,7 +146,7 @@ class RepeatFilter(logging.Filter):
         kind = template(record)
         key: Key = (record.name, record.levelno, kind, _who())
         state = self._live.get(key)
-        if state is None and len(self._live) - self._overflow >= self.max_keys:
+        if state is None and len(self._live) - self._overflow >= self.max_keys and not self._replace(now):
             key = (record.name, record.levelno, kind, OVERFLOW)
             state = self._live.get(key)
             if state is None and self._overflow >= self.max_overflow:
@@ -147,6 +156,9 @@ class RepeatFilter(logging.Filter):
                 self._overflow += 1
         if state is None:
             state = self._live[key] = _Window(now)
+        if key[3] != OVERFLOW:
+            self._idle[key] = None
+            self._idle.move_to_end(key)
         if state.passed >= self.burst:
             state.dropped += 1
             return False
@@ -156,19 +168,37 @@ class RepeatFilter(logging.Filter):
             record.msg = f"{record.msg} [{earlier} similar message(s) suppressed]"
         return True
 
+    def _replace(self, now: float) -> bool:
+        """Make room for a new key by ending the longest-idle own key's window early (False: this
+        window's replacements are used up)."""
+        if now - self._replacing_since >= self.window:
+            self._replacing_since, self._replaced = now, 0
+        if self._replaced >= self.max_keys or not self._idle:
+            return False
+        self._replaced += 1
+        key, _ = self._idle.popitem(last=False)
+        self._end(key, self._live.pop(key))
+        return True
+
     def _expire(self, now: float) -> None:
         while self._live:
             key, state = next(iter(self._live.items()))
             if now - state.started < self.window:
                 return
             del self._live[key]
-            if key[3] == OVERFLOW:
-                self._overflow -= 1
-            if state.dropped:
-                if key in self._pending or len(self._pending) < self.max_keys:
-                    self._pending[key] = self._pending.get(key, 0) + state.dropped
-                else:
-                    self._pending_other += state.dropped
+            self._end(key, state)
+
+    def _end(self, key: Key, state: _Window) -> None:
+        """A key's window is over (it ended, or the key was replaced): keep its suppressed count."""
+        if key[3] == OVERFLOW:
+            self._overflow -= 1
+        else:
+            self._idle.pop(key, None)
+        if state.dropped:
+            if key in self._pending or len(self._pending) < self.max_keys:
+                self._pending[key] = self._pending.get(key, 0) + state.dropped
+            else:
+                self._pending_other += state.dropped
 
     def flush(self, *, final: bool = False) -> None:
         """Write one line for each count of suppressed records whose window ended.

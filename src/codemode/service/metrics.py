@@ -90,8 +90,9 @@ class Metrics:
         )
         self.connections_refused = Counter(
             "codemode_connections_refused",
-            "Connections to the main port refused at accept (address, total) or closed for not "
-            "sending a request head in time (header_timeout).",
+            "Connections to the main port refused at accept (address, total), refused at their "
+            "subject's first request (subject), or closed for not sending a request head in time "
+            "(header_timeout) or not reading an answer in time (write_timeout).",
             ["reason"],
             registry=r,
         )

@@ -2,13 +2,17 @@
 
 Anyone can send requests without a valid token, as fast as the network allows; one audit line
 each let one client grow the log by about 10 GiB a day. :class:`RefusalSummary` counts refusals per
-client address in fixed windows of ``window`` seconds:
+client in fixed windows of ``window`` seconds. A client is its address's
+:func:`~codemode.service.peers.address_key`: an IPv4 address, or an IPv6 address's ``/64`` network
+(one host usually holds a whole ``/64``, so keying by the full address let one host take every entry
+of a window):
 
-- the first refusal of a client address in a window is written at once, as one ``auth_failure``
-  line (so an operator sees a new source immediately);
+- the first refusal of a client in a window is written at once, as one ``auth_failure`` line with
+  the full address (so an operator sees a new source immediately);
 - the later ones of that window are counted, by reason, and written as **one** ``auth_failures``
-  line per client address when the window ends (:meth:`flush`, called by a timer and at shutdown);
-- at most ``max_clients`` addresses are tracked per window; refusals from further addresses are
+  line per client when the window ends (:meth:`flush`, called by a timer and at shutdown), its
+  ``client`` the key (an IPv6 client's ``/64``, e.g. ``2001:db8::/64``);
+- at most ``max_clients`` clients are tracked per window; refusals from further clients are
   counted under the client ``"*"``.
 
 Every refusal is in exactly one line: its own ``auth_failure``, or the ``count`` of an
@@ -21,6 +25,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from .peers import address_key
 
 __all__ = ["OVERFLOW", "RefusalSummary"]
 
@@ -65,7 +71,7 @@ class RefusalSummary:
         now = self.clock()
         if now - self._started >= self.window:
             self.flush(now)
-        key = client or ""
+        key = address_key(client)
         later = self._seen.get(key)
         if later is not None:
             later[reason] += 1

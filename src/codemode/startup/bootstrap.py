@@ -27,7 +27,7 @@ from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
-from .config import SIZE_SETTINGS, ConfigError, Settings, names, parse_size
+from .config import ConfigError, Settings, names
 
 __all__ = [
     "StartupProblem",
@@ -76,26 +76,6 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
         raise ConfigError(f"{names('rego_policy')}: cannot read the policy: {exc}") from None
 
 
-def _runtime_kwargs(settings: Settings) -> dict[str, Any]:
-    """Constructor arguments of the chosen runtime: each ``<runtime>_<name>`` setting that is set,
-    under the runtime's own parameter name (a size such as ``256m`` in bytes)."""
-    renames = {
-        "process": {"memory": "address_space_bytes"},
-        "docker": {"memory": "memory_bytes", "pids": "pids_limit", "cpus": "cpus", "oci_runtime": "runtime"},
-        "kubernetes": {},
-    }[settings.runtime]
-    prefix = settings.runtime + "_"
-    out: dict[str, Any] = {}
-    for field in type(settings).model_fields:
-        value = getattr(settings, field)
-        if field.startswith(prefix) and value is not None:
-            name = field.removeprefix(prefix)
-            if field in SIZE_SETTINGS:
-                value = parse_size(value)
-            out[renames.get(name, name)] = value
-    return out
-
-
 #: The constructor parameter of each runtime that replaces the worker's command line.
 _COMMAND_PARAMETER = {"process": "argv", "docker": "entrypoint", "kubernetes": "entrypoint"}
 
@@ -129,7 +109,7 @@ def build_runtime(
     except ImportError as exc:
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
-        kwargs = {**_runtime_kwargs(settings), **extra}
+        kwargs = {**settings.runtime_options.runtime_kwargs(), **extra}
         if worker_command is not None:
             kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
             kwargs.pop("spawn", None)  # a command is started, never forked from the template
@@ -171,7 +151,7 @@ def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> Pac
         options=settings.pack_option_map,
         data_dir=settings.pack_data_dir,
         multi_tenant=settings.transport == "http",
-        answer_bounds=answer_bounds(settings.limits.resolved()),
+        answer_bounds=answer_bounds(settings.limits),
     )
 
 

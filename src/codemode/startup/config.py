@@ -39,8 +39,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from ..execution.admission import default_reserve
-from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, UNITS, Limits
+from ..execution.admission import Admission, default_quota, default_reserve
+from ..execution.limits import DEFAULT_SUBJECT_QUOTA, DEFAULTS, FLOAT_LIMITS, MINIMUMS, SUMMARIES, Limits
+from ..runtimes.options import OPTIONS, DockerOptions, KubernetesOptions, ProcessOptions, RuntimeOptions
 
 __all__ = [
     "CONFIG_ENV",
@@ -49,6 +50,7 @@ __all__ = [
     "LIMIT_FIELDS",
     "LIST_SETTINGS",
     "OTHER_VARIABLES",
+    "RENAMED",
     "SIZE_SETTINGS",
     "ConfigError",
     "Settings",
@@ -171,12 +173,11 @@ LIMIT_FIELDS = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 def _limit(name: str) -> Any:
-    default = DEFAULTS[name]
+    """The setting of the limit ``name``: its default, minimum and text come from ``Limits``."""
+    default, minimum = DEFAULTS[name], MINIMUMS[name]
     if name in FLOAT_LIMITS:
-        return Field(float(default), gt=0, description=UNITS[name])
-    if default == 0:  # off by default (max_print_bytes): 0 keeps it off
-        return Field(0, ge=0, description=UNITS[name])
-    return Field(int(default), gt=0, description=UNITS[name])
+        return Field(float(default), gt=minimum, description=SUMMARIES[name])
+    return Field(int(default), ge=minimum, description=SUMMARIES[name])
 
 
 #: Settings that hold a list (JSON or comma-separated in the environment, a repeatable flag).
@@ -193,6 +194,10 @@ LIST_SETTINGS = (
 
 #: Settings that hold a size (bytes, or ``256m``/``1g``); the runtimes take them in bytes.
 SIZE_SETTINGS = ("docker_memory", "process_memory")
+
+#: Earlier names of settings, still accepted as a flag, an environment variable, a TOML key or a
+#: keyword (one name per concept across runtimes: docs/configuration.md, "One name per setting").
+RENAMED = {"docker_pids": "docker_max_processes"}
 
 
 class Settings(BaseSettings):
@@ -342,7 +347,12 @@ class Settings(BaseSettings):
         None, description="worker memory (= memory+swap) limit, bytes or 256m/1g (default 256m)"
     )
     docker_cpus: float | None = Field(None, gt=0, description="worker CPU quota in CPUs (default 1)")
-    docker_pids: int | None = Field(None, gt=0, description="worker pids limit (default 64)")
+    docker_max_processes: int | None = Field(
+        None, gt=0, description="processes and threads per worker (pids limit, default 64)"
+    )
+    docker_open_files: int | None = Field(
+        None, gt=0, description="worker open files limit (RLIMIT_NOFILE, default 64)"
+    )
     docker_oci_runtime: str | None = Field(None, description="OCI runtime such as runsc (gVisor)")
     kubernetes_namespace: str | None = Field(
         None, description="namespace of worker pods (default codemode-workers)"
@@ -437,6 +447,13 @@ class Settings(BaseSettings):
         description="open HTTP connections and requests the server accepts; more get 503 "
         "(default: half the file-descriptor limit, at most 1000)",
     )
+    max_connections_per_subject: int | None = Field(
+        None,
+        gt=0,
+        description="open HTTP connections of one subject (counted from its first authenticated "
+        "request; less than max_connections); more get 429 and are closed (default: 4 x "
+        "max_open_requests_per_subject, at most half of max_connections)",
+    )
     backlog: int = Field(128, gt=0, description="listen backlog of the main port")
     header_timeout: float = Field(
         5.0,
@@ -444,6 +461,13 @@ class Settings(BaseSettings):
         le=300,
         description="seconds a connection may take to send a complete request head (from accept, "
         "and from the first byte of each later request); slower connections are closed",
+    )
+    write_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="seconds an answer may wait unsent because the client does not read it (its "
+        "TCP window stays full); such connections are closed",
     )
     max_unauthenticated_connections_per_address: int = Field(
         32,
@@ -491,12 +515,14 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _flatten_limits(cls, data: Any) -> Any:
-        """Accept ``limits = {...}`` / a ``[limits]`` table (or a ``codemode.Limits``) as flat fields."""
+        """Accept ``limits = {...}`` / a ``[limits]`` table (or a ``codemode.Limits``) as flat fields,
+        and likewise each runtime's table or options; earlier setting names as today's."""
         if isinstance(data, dict) and "limits" in data:
             data = dict(data)
             nested = data.pop("limits")
             if isinstance(nested, Limits):
-                nested = {k: v for k, v in dataclasses.asdict(nested).items() if v}
+                # the fields it changes: the others are left to the environment and the file
+                nested = {k: v for k, v in dataclasses.asdict(nested).items() if v != DEFAULTS[k]}
             if not isinstance(nested, dict):
                 raise ValueError("limits must be a table of limit values")
             unknown = sorted(set(nested) - set(LIMIT_FIELDS))
@@ -504,6 +530,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"limits: unknown limit(s) {unknown}")
             for key, value in nested.items():
                 data.setdefault(key, value)
+        if isinstance(data, dict):
+            # an earlier name left here came as a keyword (the other sources renamed their own): it wins
+            data = _flatten_runtimes(_renamed(dict(data), "settings", override=True))
         return data
 
     @field_validator(*LIST_SETTINGS, mode="before")
@@ -581,6 +610,36 @@ class Settings(BaseSettings):
         return Limits(**{name: getattr(self, name) for name in LIMIT_FIELDS})
 
     @property
+    def process(self) -> ProcessOptions:
+        """The process runtime's options (``--process-*``, ``[process]``)."""
+        return ProcessOptions(**self._options_of("process"))
+
+    @property
+    def docker(self) -> DockerOptions:
+        """The Docker runtime's options (``--docker-*``, ``[docker]``)."""
+        return DockerOptions(**self._options_of("docker"))
+
+    @property
+    def kubernetes(self) -> KubernetesOptions:
+        """The Kubernetes runtime's options (``--kubernetes-*``, ``[kubernetes]``)."""
+        return KubernetesOptions(**self._options_of("kubernetes"))
+
+    @property
+    def runtime_options(self) -> RuntimeOptions:
+        """The options of the chosen runtime (``runtime``)."""
+        options: RuntimeOptions = getattr(self, self.runtime)
+        return options
+
+    def _options_of(self, runtime: str) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(OPTIONS[runtime]):
+            value = getattr(self, f"{runtime}_{f.name}")
+            out[f.name] = (
+                parse_size(value) if value is not None and f"{runtime}_{f.name}" in SIZE_SETTINGS else value
+            )
+        return out
+
+    @property
     def pack_option_map(self) -> dict[str, str]:
         """``pack_options`` (``KEY=VALUE`` items) as a mapping; a later key replaces an earlier one."""
         out: dict[str, str] = {}
@@ -596,6 +655,11 @@ class Settings(BaseSettings):
             return self.reserved_slots
         return default_reserve(self.max_concurrent_executions)
 
+    @property
+    def admission(self) -> Admission:
+        """The slots, quota and reserve these settings describe (checked when they were loaded)."""
+        return Admission(self.max_concurrent_executions, self.subject_quota, self.effective_reserved_slots)
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         slots = self.max_concurrent_executions
@@ -606,8 +670,7 @@ class Settings(BaseSettings):
                     self.__dict__[name] = 0
         elif "subject_quota" not in self.model_fields_set and self.effective_reserved_slots < slots:
             # Not configured: the default quota, lowered so that one subject can reach it.
-            usable = slots - self.effective_reserved_slots
-            self.__dict__["subject_quota"] = max(1, min(DEFAULT_SUBJECT_QUOTA, usable))
+            self.__dict__["subject_quota"] = default_quota(slots, self.effective_reserved_slots)
         problems = self.problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -663,22 +726,11 @@ class Settings(BaseSettings):
         return out
 
     def _slot_problems(self) -> list[str]:
-        """Quota and slots are configured together (docs/service.md, "Fair slots")."""
-        slots, reserve = self.max_concurrent_executions, self.effective_reserved_slots
-        quota = self.subject_quota
-        if reserve >= slots:
-            return [
-                f"{names('reserved_slots')}: {reserve} reserved of {slots} slots "
-                f"({names('max_concurrent_executions')}): must be fewer than the slots"
-            ]
-        if quota > slots - reserve:
-            return [
-                f"{names('subject_quota')}: {quota} is more than one subject can ever hold: "
-                f"{slots} slots ({names('max_concurrent_executions')}) minus {reserve} reserved for "
-                f"subjects with nothing in flight ({names('reserved_slots')}) leaves {slots - reserve}; "
-                "lower the quota, raise the slots or lower the reserve"
-            ]
-        return []
+        """Quota and slots are configured together (docs/service.md, "Fair slots"), in the words of
+        the library's ``Builder`` (``codemode.execution.admission.Admission``)."""
+        return Admission.problems_of(
+            self.max_concurrent_executions, self.subject_quota, self.effective_reserved_slots, names
+        )
 
     def http_problems(self) -> list[str]:
         """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening.
@@ -708,6 +760,15 @@ class Settings(BaseSettings):
             out.append(
                 f"{names('max_sessions_per_subject')}: must be less than {names('max_sessions')}, "
                 "so that one subject cannot hold every session"
+            )
+        if (
+            self.max_connections_per_subject is not None
+            and self.max_connections is not None
+            and self.max_connections_per_subject >= self.max_connections
+        ):
+            out.append(
+                f"{names('max_connections_per_subject')}: must be less than {names('max_connections')}, "
+                "so that one subject cannot hold every connection"
             )
         if self.metrics_port != 0 and self.metrics_port == self.port:
             out.append(f"{names('metrics_port')}: must differ from {names('port')}")
@@ -759,7 +820,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _EarlierEnv(settings_cls, env_settings)]
         path = _config_file.get()
         if path is None:
             env_path = os.environ.get(CONFIG_ENV, "").strip()
@@ -774,6 +835,60 @@ class Settings(BaseSettings):
 _PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir")
 
 
+def _renamed(data: dict[str, Any], origin: str, *, override: bool = False) -> dict[str, Any]:
+    """``data`` with each earlier setting name (:data:`RENAMED`) under its name now; both given is
+    an error naming ``origin`` (unless the earlier one ``override``s)."""
+    for old, new in RENAMED.items():
+        if old in data:
+            if new in data and not override:
+                raise ConfigError(f"{origin}: {old!r} is the earlier name of {new!r}: give one of them")
+            data[new] = data.pop(old)
+    return data
+
+
+def _flatten_runtimes(data: dict[str, Any]) -> dict[str, Any]:
+    """Accept a ``[docker]`` (``[process]``, ``[kubernetes]``) table, a dict or an options object
+    (``codemode.runtimes.options``) as the flat ``docker_*`` settings; flat keys win."""
+    for runtime, options_type in OPTIONS.items():
+        if runtime not in data:
+            continue
+        nested = data.pop(runtime)
+        if isinstance(nested, options_type):
+            nested = {k: v for k, v in dataclasses.asdict(nested).items() if v is not None}
+        if not isinstance(nested, dict):
+            raise ValueError(f"{runtime} must be a table of {runtime} runtime options")
+        flat = _renamed({f"{runtime}_{k}": v for k, v in nested.items()}, f"[{runtime}]")
+        known = {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)}
+        unknown = sorted(k.removeprefix(runtime + "_") for k in set(flat) - known)
+        if unknown:
+            raise ValueError(f"{runtime}: unknown option(s) {unknown}")
+        for key, value in flat.items():
+            data.setdefault(key, value)
+    return data
+
+
+class _EarlierEnv(PydanticBaseSettingsSource):
+    """The environment source, also reading each setting's earlier variable (:data:`RENAMED`)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._inner = inner
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads through the inner source
+
+    def __call__(self) -> dict[str, Any]:
+        data = dict(self._inner())
+        for old, new in RENAMED.items():
+            value = os.environ.get(env_var(old))
+            if value is None:
+                continue
+            if new in data:
+                raise ConfigError(f"{env_var(old)} is the earlier name of {env_var(new)}: set one of them")
+            data[new] = value
+        return data
+
+
 class _TomlSource(TomlConfigSettingsSource):
     """A TOML file whose relative paths are relative to the file itself, not the working directory."""
 
@@ -786,6 +901,7 @@ class _TomlSource(TomlConfigSettingsSource):
             ) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"--config / {CONFIG_ENV}: cannot read {str(file_path)!r}: {exc}") from None
+        data = _renamed(data, f"--config / {CONFIG_ENV}: {str(file_path)!r}")
         base = Path(str(file_path)).resolve().parent
         for key in _PATH_KEYS:
             value = data.get(key)
@@ -923,7 +1039,7 @@ def misspelled_variables(environ: Mapping[str, str]) -> list[str]:
     Returns:
         The warnings.
     """
-    known = {env_var(field) for field in Settings.model_fields}
+    known = {env_var(field) for field in [*Settings.model_fields, *RENAMED]}
     out = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name in known or name in OTHER_VARIABLES:

@@ -1,0 +1,31 @@
+"""The plan of a server: everything ``Builder.build()`` checked, handed to ``Server`` (and on to the
+executor) as one frozen value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..authz import Authorizer
+from ..catalog.capability import CompiledCapability
+from ..runtimes.base import Runtime
+from .admission import Admission
+from .limits import Limits
+from .observe import NullObserver, Observer
+from .tracing import Tracing
+
+__all__ = ["Plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked server: the enabled capabilities (compiled, in registration order), the authorizer,
+    the limits, who may take a worker slot, where workers run, the observer and the tracing (None:
+    off). Made by ``Builder.build()``; nothing in it is checked again."""
+
+    capabilities: tuple[CompiledCapability, ...]
+    authorizer: Authorizer
+    limits: Limits
+    admission: Admission
+    runtime: Runtime
+    observer: Observer = field(default_factory=NullObserver)
+    tracing: Tracing | None = None

@@ -1,0 +1,115 @@
+"""The worker options of each runtime, one frozen type each, with one name per concept across
+runtimes (docs/reference/runtimes.md): ``memory`` (the worker's memory limit), ``max_processes``
+(processes and threads), ``open_files`` (descriptors), ``image``. The settings hold one of each
+(``settings.process``, ``settings.docker``, ``settings.kubernetes``: the ``--<runtime>-<name>`` flags,
+``CODEMODE_<RUNTIME>_<NAME>`` variables and ``[<runtime>]`` TOML tables). A field left None takes the
+runtime's own default; :meth:`runtime_kwargs` names the runtime's constructor parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["OPTIONS", "DockerOptions", "KubernetesOptions", "ProcessOptions", "RuntimeOptions"]
+
+
+def _given(options: object, parameters: dict[str, str]) -> dict[str, Any]:
+    """The fields of ``options`` that are set, under their constructor parameter names."""
+    return {
+        parameters.get(f.name, f.name): getattr(options, f.name)
+        for f in fields(options)  # type: ignore[arg-type]
+        if getattr(options, f.name) is not None
+    }
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """``ProcessRuntime``'s options: ``spawn`` how workers are made (``template`` or ``classic``),
+    ``memory`` the address-space limit in bytes (``RLIMIT_AS``), ``cpu_seconds`` the CPU time limit
+    (``RLIMIT_CPU``), ``open_files`` ``RLIMIT_NOFILE``, ``max_processes`` ``RLIMIT_NPROC`` of a
+    worker's uid, ``worker_uid_base`` and ``worker_uids`` the uids handed to live workers (host as
+    root)."""
+
+    spawn: Literal["template", "classic"] | None = None
+    memory: int | None = None
+    cpu_seconds: float | None = None
+    open_files: int | None = None
+    max_processes: int | None = None
+    worker_uid_base: int | None = None
+    worker_uids: int | None = None
+
+    def runtime_kwargs(self) -> dict[str, Any]:
+        """The constructor arguments of these options.
+
+        Returns:
+            ``ProcessRuntime(**kwargs)`` for the fields that are set, under its parameter names.
+        """
+        return _given(self, {"memory": "address_space_bytes"})
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """``DockerRuntime``'s options: ``image`` the worker image, ``base_url`` the Docker Engine
+    endpoint, ``memory`` memory+swap in bytes, ``cpus`` the CPU quota, ``max_processes`` the pids
+    limit, ``open_files`` ``RLIMIT_NOFILE``, ``oci_runtime`` the OCI runtime (e.g. ``runsc``)."""
+
+    image: str | None = None
+    base_url: str | None = None
+    memory: int | None = None
+    cpus: float | None = None
+    max_processes: int | None = None
+    open_files: int | None = None
+    oci_runtime: str | None = None
+
+    def runtime_kwargs(self) -> dict[str, Any]:
+        """The constructor arguments of these options.
+
+        Returns:
+            ``DockerRuntime(**kwargs)`` for the fields that are set, under its parameter names.
+        """
+        return _given(
+            self,
+            {
+                "memory": "memory_bytes",
+                "max_processes": "pids_limit",
+                "open_files": "nofile",
+                "oci_runtime": "runtime",
+            },
+        )
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """``KubernetesRuntime``'s options: ``namespace`` and ``image`` of the worker pods, ``memory``
+    the pod's memory request = limit as a Kubernetes quantity (``256Mi``), ``cpu``/``cpu_request``
+    its CPU limit and request (``500m``), ``runtime_class`` (e.g. ``gvisor``), ``seccomp_profile``
+    (a Localhost profile), ``kubeconfig`` and ``context`` (where the API server is)."""
+
+    namespace: str | None = None
+    image: str | None = None
+    memory: str | None = None
+    cpu: str | None = None
+    cpu_request: str | None = None
+    runtime_class: str | None = None
+    seccomp_profile: str | None = None
+    kubeconfig: Path | None = None
+    context: str | None = None
+
+    def runtime_kwargs(self) -> dict[str, Any]:
+        """The constructor arguments of these options.
+
+        Returns:
+            ``KubernetesRuntime(**kwargs)`` for the fields that are set, under its parameter names.
+        """
+        return _given(self, {})
+
+
+RuntimeOptions = ProcessOptions | DockerOptions | KubernetesOptions
+
+#: The options type of each runtime, by the name ``--runtime`` takes.
+OPTIONS: dict[str, type[ProcessOptions] | type[DockerOptions] | type[KubernetesOptions]] = {
+    "process": ProcessOptions,
+    "docker": DockerOptions,
+    "kubernetes": KubernetesOptions,
+}
