@@ -77,8 +77,17 @@ class Admission:
     def problems_of(
         slots: int, subject_quota: object, reserved_slots: object, name: Callable[[str], str] = str
     ) -> list[str]:
-        """What is wrong with this quota and reserve (``reserved_slots`` None: derived as in
-        :meth:`derive`); ``name`` renders a field's name (the settings give its flag and variable)."""
+        """What is wrong with this quota and reserve.
+
+        Args:
+            slots: ``max_concurrent_executions``.
+            subject_quota: the per-subject quota (0: none).
+            reserved_slots: the reserve (None: derived as in :meth:`derive`).
+            name: renders a field's name (the settings give its flag and variable).
+
+        Returns:
+            The problems, each naming its field (empty when there are none).
+        """
         if not _whole(slots) or slots < 1:
             return [f"{name('max_concurrent_executions')}: must be at least 1"]
         if not _whole(subject_quota):
@@ -106,14 +115,31 @@ class Admission:
     @classmethod
     def derive(cls, slots: int, subject_quota: int = 0, reserved_slots: int | None = None) -> Admission:
         """The library's rule: a reserve not given is derived (:func:`default_reserve`) only when
-        there is a quota; without one, one subject may use every slot."""
+        there is a quota; without one, one subject may use every slot.
+
+        Args:
+            slots: ``max_concurrent_executions``.
+            subject_quota: the per-subject quota (0: none).
+            reserved_slots: the reserve (None: derived).
+
+        Returns:
+            The admission (checked on construction).
+        """
         reserve = _given_or_derived(slots, subject_quota, reserved_slots)
         return cls(slots, subject_quota, reserve)  # type: ignore[arg-type]  # checked on construction
 
 
 def default_quota(slots: int, reserved_slots: int) -> int:
     """The HTTP service's quota when none is configured: :data:`DEFAULT_SUBJECT_QUOTA`, lowered so
-    that one subject can reach it (``slots - reserved_slots``), at least 1."""
+    that one subject can reach it (``slots - reserved_slots``), at least 1.
+
+    Args:
+        slots: ``max_concurrent_executions``.
+        reserved_slots: the reserve.
+
+    Returns:
+        The quota.
+    """
     return max(1, min(DEFAULT_SUBJECT_QUOTA, slots - reserved_slots))
 
 

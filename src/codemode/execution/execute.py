@@ -583,15 +583,8 @@ class Executor:
     """Runs programs for one built server.
 
     Args:
-        capabilities: the enabled capabilities by dotted name.
-        authorizer: asked about every native call.
-        limits: the resolved limits.
-        runtime: spawns the workers.
-        observer: told about executes and calls (default: none).
-        subject_quota: concurrent executes one subject may run (0: no per-subject quota).
-        reserved_slots: slots kept for subjects holding none (default:
-            :func:`~codemode.execution.admission.default_reserve`).
-        tracing: OpenTelemetry tracing settings (None: no spans).
+        plan: the checked server (capabilities, authorizer, limits, admission, runtime, observer,
+            tracing), taken whole.
     """
 
     def __init__(self, plan: Plan) -> None:

@@ -79,6 +79,7 @@ __all__ = [
     "serve",
     "serve_async",
     "server_config",
+    "subject_connection_limit",
 ]
 
 log = logging.getLogger("codemode.service")
@@ -615,7 +616,17 @@ def connection_limit(settings: Settings) -> int:
 
 def subject_connection_limit(settings: Settings) -> int:
     """``max_connections_per_subject``, or 4 x ``max_open_requests_per_subject`` (a client's
-    requests in flight and its idle keep-alive connections), at most half of the connection limit."""
+    requests in flight and its idle keep-alive connections), at most half of the connection limit.
+
+    Args:
+        settings: the service settings.
+
+    Returns:
+        The bound on connections counted for one subject.
+
+    Raises:
+        ConfigError: ``max_connections_per_subject`` is not below the connection limit.
+    """
     limit = connection_limit(settings)
     per_subject = settings.max_connections_per_subject
     if per_subject is None:
