@@ -1,37 +1,15 @@
-"""The in-process Rego authorizer on regopy (rego-cpp); the rules are in docs/reference/authorization.md.
+"""The in-process Rego authorizer on regopy (rego-cpp): the contract (input document, decision
+values, errors) is docs/reference/authorization.md; the design (what construction checks, thread
+safety, speed, deadlines, measurements) is docs/authz.md.
 
-``RegoAuthorizer(decision, modules)`` evaluates one ground ``data.`` reference against policy modules
-from trusted configuration, with the input document::
-
-    {"subject": {"id": ...}, "capability": {"id": ..., "name": ...}, "arguments": {...}}
-
-``true`` allows, ``false`` raises :class:`~codemode.authz.Denied`, the string ``"ask"`` raises
-:class:`~codemode.authz.AskUser` (the host asks the user); undefined, any other value, any
-evaluation error (builtin errors are strict) and a passed deadline raise
-:class:`~codemode.authz.PolicyError`.
-
-Design (see ``docs/authz.md``):
-
-- *Construction* validates everything once: the decision, the filenames, a lexical scan of every
-  module for forbidden or unknown builtins, remote ``$ref`` METADATA and non-v1 rule forms
-  (:mod:`codemode.authz._rego_scan`), compilation by rego-cpp, an audit of the builtins the compiled
-  plan actually links, and one probe evaluation that surfaces errors rego-cpp only reports when a
-  rule runs (unknown function, recursion).
-- *Thread safety*: a regopy ``Interpreter`` must never be used by two threads at once (it crashes the
-  process). Every thread that evaluates gets its own interpreter and its own compiled bundle, built
-  lazily from the validated sources and never shared.
-- *Speed*: the decision is compiled once per thread into a bundle with a plan for the decision's
-  entrypoint (about 14x faster than an ad-hoc query); the input document is handed to the C API
-  directly (about 2x faster than ``regopy.Input``). Both preserve the exact result: ``true``,
-  ``false``, undefined and other values stay distinct.
-- *A cheap hand-off*: :meth:`RegoAuthorizer.authorize` hands the evaluation to a small pool of
-  daemon threads and first waits for it on the calling thread, for at most ``wait_budget`` (and never
-  past the deadline): a decision back in time costs no trip through the event loop. Past the budget
-  it waits asynchronously, at most until the caller's deadline (``ctx.deadline``); past it the call
-  fails promptly and the evaluation finishes in the background. While evaluations keep running out
-  of the budget the calling thread stops blocking on them. ``evaluate_inline=True`` evaluates on the
-  calling thread instead (fastest; only for policies whose evaluation time is bounded whatever the
-  input, since rego-cpp cannot be stopped at a deadline).
+For the code reader: :class:`RegoAuthorizer` validates everything at construction (the lexical scan
+is :mod:`codemode.authz._rego_scan`, then compilation, the audit of the builtins the compiled plan
+links, and one probe evaluation). A regopy ``Interpreter`` must never be used by two threads at once
+(it crashes the process), so each evaluating thread builds its own interpreter and compiled bundle
+from the validated sources, lazily, never shared; the input goes to the C API directly
+(:mod:`codemode.authz._rego_direct`). :meth:`RegoAuthorizer.authorize` hands the evaluation to a
+small pool of daemon threads through ``codemode.common.handoff`` (``evaluate_inline=True``
+evaluates on the calling thread instead).
 """
 
 from __future__ import annotations

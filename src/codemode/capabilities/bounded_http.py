@@ -44,11 +44,20 @@ class _Capped(httpx2.AsyncByteStream):
             yield chunk
 
     async def aclose(self) -> None:
+        """Close the inner stream."""
         await self._inner.aclose()
 
 
 class BoundedBodies(httpx2.AsyncBaseTransport):
-    """Wraps ``inner`` (default: a plain ``httpx2.AsyncHTTPTransport``); see the module text."""
+    """Wraps ``inner``; see the module text.
+
+    Args:
+        limit: bytes of one response body, positive.
+        inner: the transport wrapped (default: a plain ``httpx2.AsyncHTTPTransport``).
+
+    Raises:
+        ValueError: ``limit`` is not positive.
+    """
 
     def __init__(self, limit: int, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         if limit <= 0:
@@ -57,6 +66,15 @@ class BoundedBodies(httpx2.AsyncBaseTransport):
         self._inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request`` through the inner transport and cap its response body.
+
+        Args:
+            request: the request.
+
+        Returns:
+            The response: an event stream as it is, any other body counted (and refused when
+            compressed).
+        """
         response = await self._inner.handle_async_request(request)
         sse = response.headers.get("content-type", "").lower().startswith("text/event-stream")
         if sse and 200 <= response.status_code < 300 and request.method in ("GET", "POST"):
@@ -74,4 +92,5 @@ class BoundedBodies(httpx2.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        """Close the inner transport."""
         await self._inner.aclose()

@@ -1,34 +1,12 @@
-"""The sessions of one upstream MCP server: one for every subject, or one per subject.
+"""The sessions of one upstream MCP server: one for every subject (``shared``), or one per subject.
 
-``shared``: the host's own session (the one that listed the tools) serves every call.
-
-``per_subject``: each subject gets a session of its own (for stdio a server process of its own,
-started with the configuration derived from that subject), created on its first call and never
-used for another subject. At most ``max_sessions`` live at once: a new subject takes the place of
-the least recently used idle one; when every one is in a call the new subject's call fails with
-``resource limit exceeded: concurrency``. A session unused for ``idle_timeout`` seconds is closed,
-and one older than ``max_session_seconds`` is closed as soon as it is idle (the next call starts a
-fresh one). The host's discovery session is closed after discovery, unless the configuration has
-nothing subject-specific (then the first subject takes it over: it has served nobody yet, and with
-a single subject, as ``serve --stdio`` has, per-subject and shared are the same one process).
-
-**Stuck sessions.** A call still unanswered at its ``timeout`` (also one whose caller left
-earlier: the execute ended) leaves the session under watch: it gets a ``ping``, and a session that
-does not answer it by ``timeout + stuck_grace`` seconds after that call was sent is stuck (a
-server whose only thread spins in a tenant's glob answers nothing, for anyone): the connection is
-stopped (stdio: the server process is terminated) and the next call starts a new one. A server
-that answers the ping is alive and keeps its session (the one call was slow).
-
-**Restarts are charged to subjects.** Every death of a session (the server ended the connection,
-a transport failure, stuck) is charged to the subject of the oldest call unanswered at that moment
-(else of the last call; per subject: the session's own subject), and every failed start to the
-subject whose call started it. A subject charged more than ``max_restarts`` times within a minute
-gets a plain ``capability failed`` on this upstream until the minute has passed; the others go on,
-so in shared mode one tenant's crashes or hangs do not deny everyone. A shared server that fails
-to start for reasons of its own (not a caller's deadline) is also charged to nobody in particular:
-past the same bound every subject is refused for the rest of the minute.
-
-Everything here runs on the pack's own event loop (``upstream_loop``).
+The rules are docs/packs.md: "Tenancy" (which session serves a call, the bounds on per-subject
+sessions, when the discovery session is taken over) and "Stuck and crashing servers" (the ping
+watch, and restarts charged to subjects). For the code reader: :class:`SessionPool` keeps the
+host's own session (discovery's; shared mode's only one) and an LRU table of per-subject ones, a
+janitor task that sweeps idle and old sessions, one watch task per unanswered call, and the
+restart charges per subject within :data:`RESTART_WINDOW` (a shared server's own failed starts are
+charged to ``None``). Everything here runs on the pack's own event loop (``upstream_loop``).
 """
 
 from __future__ import annotations
@@ -52,22 +30,38 @@ from .mcp_session import (
 )
 from .upstream_tenancy import subject_key
 
-__all__ = ["DEFAULT_STUCK_GRACE", "SessionPool"]
+__all__ = ["DEFAULT_STUCK_GRACE", "RESTART_WINDOW", "SessionPool"]
 
 log = logging.getLogger("codemode.capabilities.mcp_upstream")
 
 #: Seconds past a call's ``timeout`` a session gets to answer a ping before it counts as stuck.
 DEFAULT_STUCK_GRACE = 5.0
+#: Seconds within which restarts charged to one subject count against ``max_restarts``.
 RESTART_WINDOW = 60.0
 #: Seconds before the execute deadline a call waits for the verdict on its stuck session at most
 #: (the failure still has to reach the program before its deadline).
 _ANSWER_MARGIN = 0.5
 #: The charge key of a shared server's own failed starts (nobody's in particular).
-NOBODY: None = None
+_NOBODY: None = None
 
 
 class SessionPool:
-    """The sessions of one upstream (see the module text)."""
+    """The sessions of one upstream (see the module text).
+
+    Args:
+        upstream: the upstream's name.
+        tenancy: ``per_subject`` or ``shared``.
+        launcher: what to start for a subject (None: the host's own session).
+        adoptable: whether the first subject may take over the host's discovery session (nothing
+            in the configuration is subject-specific).
+        max_sessions: per-subject sessions at once.
+        idle_timeout: seconds before an idle per-subject session closes.
+        max_session_seconds: a session older than this closes once idle.
+        max_restarts: restarts charged to one subject within :data:`RESTART_WINDOW` before its
+            calls fail.
+        timeout: seconds per call.
+        stuck_grace: seconds past ``timeout`` an unanswered session gets to answer a ping.
+    """
 
     def __init__(
         self,
@@ -121,6 +115,11 @@ class SessionPool:
         return UpstreamSession(self._launcher(subject_id), owner, self._died)
 
     def host_session(self) -> UpstreamSession:
+        """The host's own session (made now if needed): discovery's, and shared mode's only one.
+
+        Returns:
+            The session.
+        """
         if self.host is None:
             self.host = self._session(None)
         return self.host
@@ -140,8 +139,14 @@ class SessionPool:
         return len(times)
 
     def charge(self, key: str | None, why: str) -> None:
+        """Charge a restart (or a failed start) to a subject, and log it.
+
+        Args:
+            key: the subject id (None: nobody in particular, a shared server's own failed start).
+            why: the reason, for the log.
+        """
         self.charges.setdefault(key, deque()).append(time.monotonic())
-        who = "a start of its own" if key is None else f"subject {subject_label(key)}"
+        who = "a start of its own" if key is None else f"subject {_subject_label(key)}"
         log.info("upstream %r: a restart charged to %s: %s", self.upstream, who, why)
 
     def _died(self, subjects: list[str | None], why: str) -> None:
@@ -151,10 +156,10 @@ class SessionPool:
 
     def _check_allowance(self, subject_id: str, cap_id: str) -> None:
         """Refuse the call of a subject that caused too many restarts within the last minute."""
-        for key in (subject_id, NOBODY) if self.tenancy == "shared" else (subject_id,):
+        for key in (subject_id, _NOBODY) if self.tenancy == "shared" else (subject_id,):
             recent = self._recent(key)
             if recent > self.max_restarts:
-                who = "its own failed starts" if key is None else f"subject {subject_label(key)}"
+                who = "its own failed starts" if key is None else f"subject {_subject_label(key)}"
                 log.warning(
                     "upstream %r: %s refused: %d restarts in the last minute charged to %s "
                     "(max_restarts_per_minute = %d)",
@@ -167,7 +172,15 @@ class SessionPool:
                 raise UpstreamUnavailable(self.upstream)
 
     async def discover(self, *, keep_open: bool) -> list[Any]:
-        """The tool list, from the host's session (started now if needed)."""
+        """The tool list, from the host's session (started now if needed).
+
+        Args:
+            keep_open: keep the host's session for the calls (per_subject: only when adoptable;
+                it is closed if no subject takes it over in time).
+
+        Returns:
+            The upstream's tools.
+        """
         session = self.host_session()
         try:
             return await session.list_tools()
@@ -185,7 +198,18 @@ class SessionPool:
             await self.host_session().client()
 
     def acquire(self, subject_id: str) -> UpstreamSession:
-        """The session that serves ``subject_id`` (made now if needed, never another's)."""
+        """The session that serves ``subject_id`` (made now if needed, never another's).
+
+        Args:
+            subject_id: the caller.
+
+        Returns:
+            Its session (shared: the one session).
+
+        Raises:
+            ResourceLimit: ``concurrency``: every one of ``max_sessions`` per-subject sessions is
+                in a call.
+        """
         if self.tenancy == "shared":
             return self.host_session()
         now = time.monotonic()
@@ -222,9 +246,25 @@ class SessionPool:
     async def call(
         self, subject_id: str, tool: str, arguments: Mapping[str, Any], deadline: float, cap_id: str
     ) -> tuple[Any, tuple[str, ...]]:
-        """``tools/call`` on the subject's session, bounded by ``timeout`` and ``deadline``
-        (monotonic): the result and the session's credential values. A transport failure marks
-        the session dead (the next call starts it again); an unanswered call puts it under watch."""
+        """``tools/call`` on the subject's session, bounded by ``timeout`` and ``deadline``. A
+        transport failure marks the session dead (the next call starts it again); an unanswered
+        call puts it under watch.
+
+        Args:
+            subject_id: the caller.
+            tool: the upstream tool name.
+            arguments: the arguments as the upstream names them.
+            deadline: the execute deadline (monotonic seconds).
+            cap_id: the capability id, for logs.
+
+        Returns:
+            The MCP call result and the session's credential values (to redact from its text).
+
+        Raises:
+            ResourceLimit: ``concurrency`` (see :meth:`acquire`).
+            UpstreamCallFailed: any other failure: over the restart bound, the subject's session
+                cannot be prepared, transport, protocol or timeout (logged).
+        """
         try:
             self._check_allowance(subject_id, cap_id)
             session = self.acquire(subject_id)
@@ -289,7 +329,7 @@ class SessionPool:
                 isinstance(exc, TimeoutError) and limit < session.launch.connect_timeout
             )
             if self.tenancy == "shared" and not caller_left:
-                self.charge(NOBODY, f"a start failed: {brief(exc)}")
+                self.charge(_NOBODY, f"a start failed: {brief(exc)}")
             if isinstance(exc, Exception):
                 log.warning("%s: %s: the server did not start: %s", session.label, cap_id, brief(exc))
                 raise UpstreamCallFailed(cap_id) from None
@@ -370,6 +410,7 @@ class SessionPool:
                 log.warning("upstream %r: sweeping sessions failed: %s", self.upstream, brief(exc))
 
     async def aclose(self) -> None:
+        """Close every session and stop the sweeping and watching tasks."""
         if self._janitor is not None:
             self._janitor.cancel()
             self._janitor = None
@@ -385,7 +426,7 @@ class SessionPool:
         )
 
 
-def subject_label(subject_id: str) -> str:
+def _subject_label(subject_id: str) -> str:
     """How logs name a subject: its key (ids may hold anything)."""
     return subject_key(subject_id)
 

@@ -30,6 +30,7 @@ from . import stdio_relay
 
 __all__ = [
     "MAX_LIST_PAGES",
+    "DeathHook",
     "Launch",
     "UpstreamCallFailed",
     "UpstreamSession",
@@ -41,6 +42,7 @@ __all__ = [
 
 log = logging.getLogger("codemode.capabilities.mcp_upstream")
 
+#: Pages of ``tools/list`` followed before the listing is refused.
 MAX_LIST_PAGES = 100
 #: The relay runs as a file in isolated mode: it imports only the standard library, so it needs no
 #: PYTHONPATH (the MCP client gives it only a minimal environment plus the configured one).
@@ -61,7 +63,15 @@ class UpstreamCallFailed(Exception):
 
 
 def transport_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` means the connection is gone (so the session must be started again)."""
+    """Whether ``exc`` means the connection is gone (so the session must be started again).
+
+    Args:
+        exc: what a call raised.
+
+    Returns:
+        True for an MCP "connection closed" error or any error other than a timeout, a build error
+        or the restart bound.
+    """
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
@@ -72,10 +82,28 @@ def transport_failure(exc: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything needed to open one session, resolved by the host (secrets included: never shown)."""
+    """Everything needed to open one session, resolved by the host (secrets included: never shown).
+
+    Attributes:
+        upstream: the upstream's name.
+        owner: ``host`` or the subject key: for logs.
+        max_message_bytes: the largest message read from the upstream.
+        connect_timeout: seconds to connect and initialize.
+        command: stdio: the program (None for HTTP).
+        args: stdio: its arguments.
+        env: stdio: its extra environment.
+        cwd: stdio: its working directory.
+        memory_bytes: stdio: RLIMIT_DATA of the server process (0: none).
+        file_bytes: stdio: RLIMIT_FSIZE (0: none).
+        cpu_seconds: stdio: RLIMIT_CPU (0: none).
+        tree_memory_bytes: stdio: resident memory of the server's process tree (0: no bound).
+        url: HTTP: the MCP endpoint.
+        headers: HTTP: the headers sent, secrets resolved.
+        secrets: the credential values this session sends (redacted from the upstream's text).
+    """
 
     upstream: str
-    owner: str  #: ``host`` or the subject key: for logs
+    owner: str
     max_message_bytes: int
     connect_timeout: float
     command: str | None = None
@@ -92,7 +120,11 @@ class Launch:
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def relay_argv(self) -> list[str]:
-        """The relay's arguments (``python`` + these): limit, flags, ``--``, the server's argv."""
+        """The relay's arguments (``python`` + these).
+
+        Returns:
+            The relay file, the message limit, its flags, ``--`` and the server's argv.
+        """
         assert self.command is not None
         # Python's locale coercion may add or change LC_CTYPE in the relay's own environment.
         lc_ctype = (self.env or {}).get("LC_CTYPE")
@@ -119,6 +151,11 @@ class UpstreamSession:
     evict it; ``connects`` counts starts that got through ``initialize``, ``attempts`` every
     start; ``generation`` names the connection now up (it grows with every connect). ``subject``
     is the subject it serves (None: the host's own, or a shared one).
+
+    Args:
+        launch: what to start.
+        subject: the subject it serves (None: the host's own, or a shared one).
+        on_death: called once per death of a connection with the subjects it is charged to.
     """
 
     def __init__(self, launch: Launch, subject: str | None = None, on_death: DeathHook | None = None) -> None:
@@ -143,25 +180,49 @@ class UpstreamSession:
 
     @property
     def label(self) -> str:
+        """``upstream '<name>' (<owner>)``, for logs."""
         return f"upstream {self.launch.upstream!r} ({self.launch.owner})"
 
     def sent(self, subject: str) -> int:
-        """A call of ``subject`` is being sent: its token for :meth:`settled`."""
+        """A call of ``subject`` is being sent.
+
+        Args:
+            subject: the caller.
+
+        Returns:
+            The call's token for :meth:`settled` and :meth:`sent_at`.
+        """
         token = next(self._ids)
         self._pending[token] = (time.monotonic(), subject)
         self.last_caller = subject
         return token
 
     def sent_at(self, token: int) -> float:
+        """When a call was sent.
+
+        Args:
+            token: the call's token from :meth:`sent`.
+
+        Returns:
+            Its monotonic send time (now, when it is settled already).
+        """
         pending = self._pending.get(token)
         return pending[0] if pending is not None else time.monotonic()
 
     def settled(self, token: int) -> None:
-        """The call is answered, or no longer watched."""
+        """The call is answered, or no longer watched.
+
+        Args:
+            token: the call's token from :meth:`sent`.
+        """
         self._pending.pop(token, None)
 
     def blamed(self) -> list[str | None]:
-        """Whom a death now is charged to (see the module text)."""
+        """Whom a death now is charged to (see the module text).
+
+        Returns:
+            The subject of the oldest unanswered call, else of the last call, else the session's.
+        """
         if self._pending:
             return [min(self._pending.values())[1]]
         return [self.last_caller if self.last_caller is not None else self.subject]
@@ -175,6 +236,11 @@ class UpstreamSession:
             self.on_death(self.blamed(), why)
 
     def alive(self) -> bool:
+        """Whether a connection is up.
+
+        Returns:
+            True while the client is connected and its owner task runs.
+        """
         return self._client is not None and self._owner is not None and not self._owner.done()
 
     def _transport(self, stack: AsyncExitStack) -> Any:
@@ -264,7 +330,11 @@ class UpstreamSession:
                 log.info("%s: connection ended: %s", self.label, brief(exc))
 
     async def client(self) -> Any:
-        """The connected MCP client (connecting now if needed)."""
+        """The connected MCP client (connecting now if needed, within ``connect_timeout``).
+
+        Returns:
+            The MCP client session.
+        """
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -297,15 +367,27 @@ class UpstreamSession:
             return client
 
     def mark_dead(self, why: str = "the connection failed") -> None:
-        """The connection is gone or unusable: report it (once) and let the next call start again."""
+        """The connection is gone or unusable: report it (once) and let the next call start again.
+
+        Args:
+            why: the reason, for the log and ``on_death``.
+        """
         self._died(why)
         self._client = None
         if self._stop is not None:
             self._stop.set()
 
     async def stop_if(self, generation: int, why: str) -> bool:
-        """Stop the connection ``generation`` (a stuck one: for stdio the server process is
-        terminated) and wait until it has ended; False when another one is up by now, or none."""
+        """Stop a connection (a stuck one: for stdio the server process is terminated) and wait
+        until it has ended.
+
+        Args:
+            generation: the connection to stop.
+            why: the reason, for the log and ``on_death``.
+
+        Returns:
+            True when it was stopped; False when another one is up by now, or none.
+        """
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -328,10 +410,18 @@ class UpstreamSession:
                 owner.cancel()
 
     async def aclose(self) -> None:
+        """Close the connection (waiting for it to end, at most 10 s); a later call starts again."""
         await self._close_owner()
 
     async def list_tools(self) -> list[Any]:
-        """Every tool, following ``nextCursor`` (at most 100 pages)."""
+        """Every tool, following ``nextCursor``.
+
+        Returns:
+            The MCP ``Tool`` objects of every page.
+
+        Raises:
+            UpstreamBuildError: the listing did not end within :data:`MAX_LIST_PAGES` pages.
+        """
         client = await self.client()
         tools: list[Any] = []
         cursor: str | None = None
@@ -347,9 +437,19 @@ class UpstreamSession:
 
 
 def check_command(command: str, path: str | None, cwd: str | None) -> None:
-    """Fail as starting ``command`` would: ``FileNotFoundError`` when no file of that name is found
-    (on ``path``, whose relative entries are taken from ``cwd`` like the process's own lookup, or
-    at ``cwd``/``command`` when it names a path), ``PermissionError`` when none found can run."""
+    """Fail as starting ``command`` would.
+
+    Args:
+        command: the program name or path.
+        path: the ``PATH`` the process gets (None: ``os.defpath``); relative entries are taken
+            from ``cwd`` like the process's own lookup.
+        cwd: its working directory (None: the host's).
+
+    Raises:
+        FileNotFoundError: no file of that name is found (on ``path``, or at ``cwd``/``command``
+            when it names a path).
+        PermissionError: none found can run.
+    """
     base = cwd or os.getcwd()
     if os.sep in command:
         candidates = [os.path.join(base, command)]
@@ -369,6 +469,14 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 def brief(exc: BaseException) -> str:
+    """One line for a host log about an error (the first of an exception group's).
+
+    Args:
+        exc: the error.
+
+    Returns:
+        ``<type>: <text>``, newlines made spaces and the text cut to 300 characters.
+    """
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]  # the task group's wrapper says nothing: name what failed
     text = str(exc).replace("\n", " ")

@@ -1,53 +1,17 @@
 """Upstream MCP servers as capabilities: codemode in front of tools you already have.
 
-Each :class:`UpstreamMCPConfig` names one server reached over stdio (``command`` + ``args``) or
-streamable HTTP (``url``). :func:`upstream_mcp_pack` builds a pack from a list of them; its
-``capabilities(settings)`` connects to every upstream with the official MCP client, lists the tools
-(all pages), compiles each input schema (``codemode.packs.jsonschema``) and registers one capability per
-tool:
+What the pack does for operators (ids and names, inputs and outputs, tenancy, per-subject bounds,
+error text, credentials) is docs/packs.md, "Upstream MCP servers". Here: :class:`UpstreamMCPConfig`
+is one ``[[upstream_mcp]]`` table, :func:`upstream_mcp_pack` builds the :class:`UpstreamMCPPack`,
+whose discovery lists each upstream's tools and compiles them (``codemode.packs.jsonschema``,
+naming and text rules of ``codemode.packs.upstream``); each tool's handler (``_Tool``) applies the
+subject's budget and directory bounds, then calls through the upstream's session pool.
 
-* id ``mcp:<upstream name>:<tool name>`` (for policies and ``disabled`` lists), name
-  ``<namespace>.<snake_case tool name>`` (``codemode.packs.upstream.capability_names``);
-* inputs: the tool's ``inputSchema``; top-level argument names that are not Starlark identifiers
-  are snake_cased (``codemode.packs.upstream.argument_names``) and mapped back on the way out;
-* output: the tool's ``outputSchema`` when present (its ``structuredContent`` is returned);
-  otherwise the record ``{text: str}``: the tool's text content blocks (and embedded text
-  resources) joined by newlines, other blocks shown as ``[image image/png]``-style notes.
-
-Tools whose schemas cannot be represented are skipped with one warning listing every reason, or
-stop the build with ``on_unsupported = "fail"``.
-
-**Tenancy** (``tenancy``, default ``per_subject``): every subject gets its own session, and for
-stdio its own server process started with the configuration derived from the subject
-(``{subject_dir}``, ``{subject_key}`` in ``env``/``args``/``cwd``; ``subject_headers`` for HTTP);
-``shared`` makes one session serve every subject (an operator's explicit choice, warned about at
-start when the host serves many subjects). The tool list comes from a session of the host's own
-(``mcp_pool``). Every session lives on the pack's own event loop (``upstream_loop``), so the session
-that listed the tools is the one that serves the calls.
-
-Calls: the host has already rebound and authorized the arguments (the authorizer sees the id and
-the arguments, so a Rego policy can allow one tool and deny another). Each subject's calls, bytes
-sent and bytes returned per minute are bounded (``resource limit exceeded: quota``). The handler
-sends ``tools/call`` bounded by ``timeout`` and by the execute deadline; when the execute ends first
-the request is abandoned and the MCP client sends ``notifications/cancelled`` upstream. A result
-with ``isError`` fails as ``capability failed: <upstream name>: <its text>`` (one short line,
-addresses and paths replaced, every credential value the session sends redacted:
-``codemode.packs.error_text``); anything else that goes wrong (transport, protocol, timeout, an
-output that does not fit) is a plain ``capability failed`` with the detail in the host log; after a
-transport failure the next call reconnects, and a session that answers no ping after an unanswered
-call is stopped as stuck (``mcp_pool``, where restarts are charged to subjects).
-
-With ``{subject_dir}``, the subject's directory is shown to its programs by that name in results
-and taken back from arguments (``upstream_tenancy.DirAlias``), and ``max_subject_dir_entries`` /
-``max_subject_dir_bytes`` are checked before each call (``upstream_disk.measure``, in a thread).
-
-Answers are bounded: no upstream message over ``max_message_bytes`` is buffered whole (stdio servers
-run behind ``stdio_relay``, which drops such a message and replaces invalid UTF-8; HTTP bodies go
-through ``bounded_http``); a larger one fails the call it answers.
-
-Credentials (``headers_from_env``, ``headers_from_file``, ``subject_headers_from_file``,
-``env_from_host``) are read by the host when it connects and go only to the upstream: never into
-capability text, errors or workers.
+The parts: sessions (``mcp_session``) pooled per subject or shared (``mcp_pool``, which also stops
+stuck sessions and charges restarts), all on the pack's own event loop (``upstream_loop``), so the
+session that listed the tools can serve the calls; per-subject configuration, directory aliases and
+call budgets (``upstream_tenancy``, ``upstream_disk``); bounded reads of what an upstream sends
+(``stdio_relay`` for stdio, ``bounded_http`` for HTTP).
 """
 
 from __future__ import annotations
@@ -131,7 +95,7 @@ DEFAULT_MAX_TOOLS = 1024
 #: Bytes of one upstream message (a stdio line, an HTTP JSON body or an SSE event); a larger one fails
 #: the call it answers.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-MIB = 1024 * 1024
+_MIB = 1024 * 1024
 _UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _TOOL_NAME = re.compile(r"[\x21-\x7e]{1,128}\Z")
 # Kept importable under the old private name (tests, embedders).
@@ -198,16 +162,16 @@ class UpstreamMCPConfig(BaseModel):
         default=600, ge=0, description="Calls per subject per minute (0: no bound)."
     )
     max_sent_bytes_per_minute: int = Field(
-        default=4 * MIB, ge=0, description="Argument bytes a subject sends per minute (0: no bound)."
+        default=4 * _MIB, ge=0, description="Argument bytes a subject sends per minute (0: no bound)."
     )
     max_returned_bytes_per_minute: int = Field(
-        default=64 * MIB, ge=0, description="Result bytes a subject receives per minute (0: no bound)."
+        default=64 * _MIB, ge=0, description="Result bytes a subject receives per minute (0: no bound)."
     )
     process_memory_bytes: int = Field(
-        default=1024 * MIB, ge=0, description="stdio: RLIMIT_DATA of the server process (0: none)."
+        default=1024 * _MIB, ge=0, description="stdio: RLIMIT_DATA of the server process (0: none)."
     )
     process_file_bytes: int = Field(
-        default=256 * MIB, ge=0, description="stdio: RLIMIT_FSIZE, largest file it may write (0: none)."
+        default=256 * _MIB, ge=0, description="stdio: RLIMIT_FSIZE, largest file it may write (0: none)."
     )
     process_tree_memory_bytes: int = Field(
         default=0,
@@ -293,6 +257,7 @@ class UpstreamMCPConfig(BaseModel):
 
     @property
     def resolved_namespace(self) -> str:
+        """The capability name prefix: ``namespace``, else the upstream name in snake_case."""
         return self.namespace if self.namespace is not None else snake_case(self.name)
 
     @property
@@ -308,12 +273,27 @@ class UpstreamMCPConfig(BaseModel):
         return bool(self.placeholders or self.subject_headers or self.subject_headers_from_file)
 
     def wanted(self, tool: str) -> bool:
+        """Whether ``include`` and ``exclude`` keep a tool.
+
+        Args:
+            tool: the upstream tool name.
+
+        Returns:
+            True when it matches an ``include`` glob (or there are none) and no ``exclude`` glob.
+        """
         if self.include and not any(fnmatch.fnmatchcase(tool, p) for p in self.include):
             return False
         return not any(fnmatch.fnmatchcase(tool, p) for p in self.exclude)
 
     def secret_headers(self) -> dict[str, str]:
-        """All HTTP headers with secrets resolved (host side only)."""
+        """All HTTP headers with secrets resolved (host side only).
+
+        Returns:
+            ``headers`` plus the values of ``headers_from_env`` and ``headers_from_file``.
+
+        Raises:
+            UpstreamBuildError: a variable is unset or a file cannot be read.
+        """
         out = dict(self.headers)
         for header, var in self.headers_from_env.items():
             value = os.environ.get(var)
@@ -327,8 +307,15 @@ class UpstreamMCPConfig(BaseModel):
         return out
 
     def secret_values(self, subject_id: str | None) -> tuple[str, ...]:
-        """Every credential value a session of ``subject_id`` (None: the host's) sends: redacted
-        from the upstream's error text (host side only)."""
+        """Every credential value a session sends: redacted from the upstream's error text (host
+        side only).
+
+        Args:
+            subject_id: the session's subject (None: the host's own session).
+
+        Returns:
+            The values of ``env_from_host`` (stdio), or of the secret and per-subject headers (HTTP).
+        """
         if self.command is not None:
             return tuple(self.child_env()[child] for child in self.env_from_host)
         headers = self.secret_headers()
@@ -338,9 +325,20 @@ class UpstreamMCPConfig(BaseModel):
         return tuple(values)
 
     def subject_header_values(self, subject_id: str) -> dict[str, str]:
-        """The per-subject headers of ``subject_id`` (host side only; read at each connect)."""
+        """The per-subject headers of ``subject_id`` (host side only; read at each connect).
+
+        Args:
+            subject_id: the subject.
+
+        Returns:
+            ``subject_headers`` with ``{subject}``/``{subject_key}`` filled in, and the subject's
+            value from each ``subject_headers_from_file`` table.
+
+        Raises:
+            UpstreamBuildError: a file cannot be read, is not JSON, or has no string for the subject.
+        """
         values = {"{subject}": subject_token(subject_id), "{subject_key}": subject_key(subject_id)}
-        out = {h: expand_header(t, values) for h, t in self.subject_headers.items()}
+        out = {h: _expand_header(t, values) for h, t in self.subject_headers.items()}
         for header, path in self.subject_headers_from_file.items():
             try:
                 table = json.loads(_read_secret(self.name, header, path))
@@ -358,6 +356,14 @@ class UpstreamMCPConfig(BaseModel):
         return out
 
     def child_env(self) -> dict[str, str]:
+        """The extra environment of a stdio server: ``env`` plus the values of ``env_from_host``.
+
+        Returns:
+            The variables, before placeholders are filled in.
+
+        Raises:
+            UpstreamBuildError: a host variable of ``env_from_host`` is unset.
+        """
         env = dict(self.env)
         for child, var in self.env_from_host.items():
             value = os.environ.get(var)
@@ -369,7 +375,7 @@ class UpstreamMCPConfig(BaseModel):
         return env
 
 
-def expand_header(template: str, values: Mapping[str, str]) -> str:
+def _expand_header(template: str, values: Mapping[str, str]) -> str:
     return re.sub(r"\{subject(?:_key)?\}", lambda m: values[m.group(0)], template)
 
 
@@ -524,11 +530,17 @@ def _compile_tools(
 
 
 class UpstreamMCPPack:
-    """A pack over several upstream MCP servers (see the module docstring).
+    """A pack over several upstream MCP servers (docs/packs.md).
 
-    ``data_dir`` is where per-subject directories live (``<data_dir>/upstreams/<name>/<subject
-    key>``); ``capabilities(settings)`` takes the host's (``--data-dir``) when none is given, and
-    without either a private temporary directory is used and removed by :meth:`aclose`.
+    Args:
+        configs: the upstreams (names must be unique).
+        data_dir: where per-subject directories live (``<data_dir>/upstreams/<name>/<subject
+            key>``); ``capabilities(settings)`` takes the host's (``--data-dir``) when none is
+            given, and without either a private temporary directory is used and removed by
+            :meth:`aclose`.
+
+    Raises:
+        UpstreamBuildError: two configs have the same name.
     """
 
     def __init__(self, configs: Sequence[UpstreamMCPConfig], *, data_dir: Path | None = None) -> None:
@@ -571,7 +583,16 @@ class UpstreamMCPPack:
         return self._temp_dir
 
     def launch(self, cfg: UpstreamMCPConfig, subject_id: str | None) -> Launch:
-        """What to start for ``subject_id`` (None: the host's own session, for discovery)."""
+        """What to start for a session.
+
+        Args:
+            cfg: the upstream.
+            subject_id: the session's subject (None: the host's own session, for discovery).
+
+        Returns:
+            The command, arguments, environment and process limits (stdio) or URL and headers (HTTP),
+            with the subject's placeholders and headers filled in.
+        """
         common = {
             "upstream": cfg.name,
             "owner": "host" if subject_id is None else subject_key(subject_id),
@@ -605,16 +626,32 @@ class UpstreamMCPPack:
         )
 
     def alias(self, cfg: UpstreamMCPConfig, subject_id: str) -> DirAlias:
-        """How the subject's own directory is shown to its programs (``{subject_dir}``), for an
-        upstream whose env/args/cwd use it (else a mapping that changes nothing)."""
+        """How the subject's own directory is shown to its programs (``{subject_dir}``).
+
+        Args:
+            cfg: the upstream.
+            subject_id: the subject.
+
+        Returns:
+            The alias, for an upstream whose env/args/cwd use ``{subject_dir}`` (else a mapping that
+            changes nothing).
+        """
         if "{subject_dir}" not in cfg.placeholders:
             return DirAlias(None)
         return DirAlias(SubjectDirs(self._root(), cfg.name).path_of(subject_id))
 
     async def check_disk(self, cfg: UpstreamMCPConfig, subject_id: str) -> None:
-        """``resource limit exceeded: quota`` when the subject's directory holds more than
-        ``max_subject_dir_bytes`` or ``max_subject_dir_entries`` (walked in a thread, stopping
-        past the bound)."""
+        """Refuse a call when the subject's directory holds too much (walked in a thread, stopping
+        past the bound).
+
+        Args:
+            cfg: the upstream.
+            subject_id: the subject.
+
+        Raises:
+            ResourceLimit: ``quota``: more than ``max_subject_dir_bytes`` or
+                ``max_subject_dir_entries``.
+        """
         where = SubjectDirs(self._root(), cfg.name).path_of(subject_id)
         usage = await asyncio.to_thread(
             measure, where, cfg.max_subject_dir_entries, cfg.max_subject_dir_bytes
@@ -656,15 +693,29 @@ class UpstreamMCPPack:
         return caps
 
     async def acapabilities(self, *, keep_open: bool = True) -> list[Capability]:
-        """Connect to every upstream, list and compile its tools. With ``keep_open`` the host's
-        sessions stay up for the calls (shared: the one session; per_subject: taken over by the
-        first subject when nothing in the configuration is subject-specific)."""
+        """Connect to every upstream, list and compile its tools.
+
+        Args:
+            keep_open: the host's sessions stay up for the calls (shared: the one session;
+                per_subject: taken over by the first subject when nothing in the configuration is
+                subject-specific).
+
+        Returns:
+            The capabilities (the skip reports are in ``reports``).
+        """
         return await self.loop.run(self._discover(keep_open))
 
     def capabilities(self, settings: PackSettings | None = None) -> list[Capability]:
         """The pack protocol (works from synchronous code): discovery on the pack's own loop, whose
         sessions then serve the calls. Warns about shared upstreams when the host serves many
-        subjects (``settings.multi_tenant``)."""
+        subjects (``settings.multi_tenant``).
+
+        Args:
+            settings: the host's pack settings (data dir, answer bounds, multi-tenancy), if any.
+
+        Returns:
+            The capabilities.
+        """
         if settings is not None and self.data_dir is None:
             self.data_dir = settings.data_dir
         if settings is not None:
@@ -728,7 +779,15 @@ class UpstreamMCPPack:
 def upstream_mcp_pack(
     configs: Sequence[UpstreamMCPConfig | Mapping[str, Any]], *, data_dir: Path | None = None
 ) -> UpstreamMCPPack:
-    """Build the pack from configs (models or plain mappings, e.g. ``[[upstream_mcp]]`` tables)."""
+    """Build the pack from configs.
+
+    Args:
+        configs: models or plain mappings (``[[upstream_mcp]]`` tables).
+        data_dir: see :class:`UpstreamMCPPack`.
+
+    Returns:
+        The pack.
+    """
     return UpstreamMCPPack(
         [c if isinstance(c, UpstreamMCPConfig) else UpstreamMCPConfig.model_validate(c) for c in configs],
         data_dir=data_dir,

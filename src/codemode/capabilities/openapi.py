@@ -56,10 +56,19 @@ from .openapi_calls import HTTP, Handler
 from .openapi_config import OpenAPIConfig
 from .openapi_operation import METHODS, Operation, compile_operation, resolve
 
-__all__ = ["OpenAPIConfig", "OpenAPIPack", "Operation", "openapi_pack"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "OpenAPIConfig",
+    "OpenAPIPack",
+    "Operation",
+    "compile_document",
+    "load_document",
+    "openapi_pack",
+]
 
 log = logging.getLogger("codemode.capabilities.openapi")
 
+#: Bytes of an OpenAPI document read at build.
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 _OPERATION_ID = re.compile(r"[\x21-\x7e]{1,200}\Z")
 _ID_SAFE = "/{}:@!$&'()*+,;="  # kept as they are in an id derived from a path (others %-encoded)
@@ -69,7 +78,20 @@ _ID_SAFE = "/{}:@!$&'()*+,;="  # kept as they are in an id derived from a path (
 
 
 def load_document(location: str, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> dict[str, Any]:
-    """Read a JSON or YAML document from a path or URL (once, at build)."""
+    """Read a JSON or YAML document from a path or URL (once, at build; a URL is fetched without
+    credentials, redirects followed).
+
+    Args:
+        location: a file path or an http(s) URL.
+        max_bytes: the bound on the document's bytes.
+
+    Returns:
+        The document.
+
+    Raises:
+        UpstreamBuildError: it cannot be read or fetched, is over ``max_bytes``, is neither JSON
+            nor YAML, or is not an OpenAPI 3.x document.
+    """
     if location.startswith(("http://", "https://")):
         try:
             with httpx.stream("GET", location, timeout=30.0, follow_redirects=True) as response:
@@ -193,7 +215,18 @@ def _multi_segment(config: OpenAPIConfig, entries: Sequence[_Entry]) -> dict[str
 def compile_document(
     config: OpenAPIConfig, doc: Mapping[str, Any], http: HTTP, bounds: AnswerBounds | None = None
 ) -> tuple[list[Capability], SkipReport]:
-    """Every wanted operation as a capability, plus the report of what was skipped and why."""
+    """Every wanted operation as a capability (the rules: docs/packs.md, "OpenAPI documents").
+
+    Args:
+        config: the API's configuration.
+        doc: its document.
+        http: the API's client, shared by the handlers.
+        bounds: the server's answer bounds (an operation whose answers would not fit is skipped).
+
+    Returns:
+        The capabilities, and the report of what was skipped and why (already finished: logged,
+        or raised with ``on_unsupported = "fail"``).
+    """
     report = SkipReport(config.name, config.on_unsupported)
     dialect: Dialect = "openapi-3.0" if str(doc.get("openapi")).startswith("3.0") else "openapi-3.1"
     every = _entries(doc, report)
@@ -261,7 +294,14 @@ def compile_document(
 
 
 class OpenAPIPack:
-    """A pack over several OpenAPI documents (see the module docstring)."""
+    """A pack over several OpenAPI documents (see the module docstring).
+
+    Args:
+        configs: the APIs (names must be unique).
+
+    Raises:
+        UpstreamBuildError: two configs have the same name.
+    """
 
     def __init__(self, configs: Sequence[OpenAPIConfig]) -> None:
         check_unique_names((cfg.name for cfg in configs), "api")
@@ -281,12 +321,20 @@ class OpenAPIPack:
         return caps
 
     async def aclose(self) -> None:
+        """Close each API's client."""
         for client in self.clients.values():
             await client.aclose()
 
 
 def openapi_pack(configs: Sequence[OpenAPIConfig | Mapping[str, Any]]) -> OpenAPIPack:
-    """Build the pack from configs (models or plain mappings, e.g. ``[[openapi]]`` tables)."""
+    """Build the pack from configs.
+
+    Args:
+        configs: models or plain mappings (``[[openapi]]`` tables).
+
+    Returns:
+        The pack.
+    """
     return OpenAPIPack(
         [c if isinstance(c, OpenAPIConfig) else OpenAPIConfig.model_validate(c) for c in configs]
     )

@@ -24,10 +24,11 @@ from .openapi_config import OpenAPIConfig
 from .openapi_operation import Operation
 from .openapi_paths import encode_path_value
 
-__all__ = ["HTTP", "CallFailed", "Handler"]
+__all__ = ["HTTP", "MAX_REASON", "CallFailed", "Handler", "reason"]
 
 log = logging.getLogger("codemode.capabilities.openapi")
 
+#: Characters of an error answer's reason a client may see (``HTTP <status>: <reason>``).
 MAX_REASON = 120
 #: Characters of an error body's message read before it is redacted and cut to MAX_REASON.
 _REASON_WINDOW = 4096
@@ -67,7 +68,11 @@ logging.getLogger("httpx").addFilter(_HTTPX_LOG)
 
 
 class HTTP:
-    """One ``httpx.AsyncClient`` per event loop, shared by every operation of an API."""
+    """One ``httpx.AsyncClient`` per event loop, shared by every operation of an API.
+
+    Args:
+        config: the API's configuration.
+    """
 
     def __init__(self, config: OpenAPIConfig) -> None:
         self.config = config
@@ -79,6 +84,11 @@ class HTTP:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def client(self) -> httpx.AsyncClient:
+        """The running loop's client (made now, reading the credential, when the loop changed).
+
+        Returns:
+            The client: ``base_url``, the configured headers and credential, no redirects followed.
+        """
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             self.redactor = Redactor([self.config.credential()])
@@ -95,10 +105,18 @@ class HTTP:
         return self._client
 
     def stays_under_base(self, url: httpx.URL) -> bool:
-        """The request goes to base_url's origin, under its path (the last guard of the credential)."""
+        """The request goes to base_url's origin, under its path (the last guard of the credential).
+
+        Args:
+            url: the request's URL.
+
+        Returns:
+            True when it does.
+        """
         return (url.scheme, url.host, url.port) == self.origin and url.raw_path.startswith(self.prefix)
 
     async def aclose(self) -> None:
+        """Close the client (when it belongs to the running loop) and forget it."""
         if self._client is not None and self._loop is asyncio.get_running_loop():
             await self._client.aclose()
         self._client = None
@@ -109,7 +127,16 @@ class CallFailed(Exception):
 
 
 def reason(response: httpx.Response, body: bytes, redactor: Redactor) -> str:
-    """The short, redacted reason of an error answer: its JSON message or its status phrase."""
+    """The short, redacted reason of an error answer: its JSON message or its status phrase.
+
+    Args:
+        response: the answer.
+        body: its body.
+        redactor: cuts the credential out.
+
+    Returns:
+        The reason: one line of printable text, at most :data:`MAX_REASON` characters.
+    """
     text = ""
     try:
         data = json.loads(body)
@@ -135,11 +162,27 @@ def _form(body: Mapping[str, Any]) -> dict[str, str | list[str]]:
 
 
 class Handler:
+    """The handler of one compiled operation: one HTTP request per call.
+
+    Args:
+        http: the API's client.
+        op: the operation.
+    """
+
     def __init__(self, http: HTTP, op: Operation) -> None:
         self.http = http
         self.op = op
 
     def request(self, args: Mapping[str, Any]) -> httpx.Request:
+        """The request for a call (path values checked and encoded: a refused one raises
+        ``InvalidArguments`` and nothing is sent).
+
+        Args:
+            args: the bound keyword arguments.
+
+        Returns:
+            The request, not yet sent.
+        """
         op = self.op
         path = op.path
         query: list[tuple[str, str | int | float | bool | None]] = []

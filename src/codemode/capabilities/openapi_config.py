@@ -88,10 +88,20 @@ class OpenAPIConfig(BaseModel):
 
     @property
     def resolved_namespace(self) -> str:
+        """The capability name prefix: ``namespace``, else the API name in snake_case."""
         return self.namespace if self.namespace is not None else snake_case(self.name)
 
     def wanted(self, key: str, method: str, tags: Sequence[str]) -> bool:
-        """Whether the filters keep an operation (``key``: its operationId, else ``METHOD /path``)."""
+        """Whether the filters keep an operation.
+
+        Args:
+            key: its operationId, else ``METHOD /path``.
+            method: its HTTP method.
+            tags: its tags.
+
+        Returns:
+            True when ``methods``, the operation globs and the tag lists all keep it.
+        """
         if self.methods and method.lower() not in {m.lower() for m in self.methods}:
             return False
         if self.include_operations and not any(fnmatch.fnmatchcase(key, p) for p in self.include_operations):
@@ -103,7 +113,14 @@ class OpenAPIConfig(BaseModel):
         return not set(tags) & set(self.exclude_tags)
 
     def credential(self) -> str | None:
-        """The credential's value (host side only), read from its variable or file."""
+        """The credential's value (host side only), read from its variable or file.
+
+        Returns:
+            The value (a file's trailing newline dropped), or None without a credential.
+
+        Raises:
+            UpstreamBuildError: the variable is unset or the file cannot be read.
+        """
         if self.auth_value_from_env:
             value = os.environ.get(self.auth_value_from_env)
             if value is None:
@@ -123,7 +140,11 @@ class OpenAPIConfig(BaseModel):
         return None
 
     def request_headers(self) -> dict[str, str]:
-        """Literal headers plus the credential when it goes in a header (host side only)."""
+        """Literal headers plus the credential when it goes in a header (host side only).
+
+        Returns:
+            Header name → value.
+        """
         out = dict(self.headers)
         value = self.credential()
         if self.auth_header is not None and value is not None:
@@ -131,11 +152,24 @@ class OpenAPIConfig(BaseModel):
         return out
 
     def request_params(self) -> dict[str, str]:
-        """The credential when it goes in the query string (host side only)."""
+        """The credential when it goes in the query string (host side only).
+
+        Returns:
+            ``{auth_query: value}``, or empty.
+        """
         value = self.credential()
         return {self.auth_query: value} if self.auth_query is not None and value is not None else {}
 
     def fixed(self, multi_segment: frozenset[str] = frozenset()) -> Fixed:
+        """What the host sets itself, so that an operation's own parameters cannot set it.
+
+        Args:
+            multi_segment: path parameters allowed to span segments (``path_multi_segment``).
+
+        Returns:
+            The configured header names (lower case, the credential's included), the credential's
+            query parameter, and ``multi_segment``.
+        """
         headers = [*self.headers, *([self.auth_header] if self.auth_header else [])]
         query = [self.auth_query] if self.auth_query else []
         return Fixed(frozenset(h.lower() for h in headers), frozenset(query), multi_segment)

@@ -15,10 +15,23 @@ from typing import Any, Literal, cast
 from codemode.packs.jsonschema import Dialect, Unsupported, compile_schema
 from codemode.packs.upstream import argument_names
 
-__all__ = ["METHODS", "Compiled", "Fixed", "Operation", "Param", "compile_operation", "resolve"]
+__all__ = [
+    "METHODS",
+    "BodyMedia",
+    "Compiled",
+    "Fixed",
+    "Operation",
+    "Param",
+    "Where",
+    "compile_operation",
+    "resolve",
+]
 
+#: The HTTP methods of a path item that are operations.
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+#: How a request body is sent: JSON, or ``application/x-www-form-urlencoded``.
 BodyMedia = Literal["json", "form"]
+#: Where an argument goes: a path, query or header parameter, a field of the body, or the body.
 Where = Literal["path", "query", "header", "body_field", "body"]
 
 _HOP_HEADERS = frozenset(
@@ -31,6 +44,15 @@ _SCALARS = ("str", "int", "float", "bool")
 
 @dataclass(frozen=True)
 class Param:
+    """One keyword argument of an operation and where it goes in the request.
+
+    Attributes:
+        keyword: the argument's keyword in programs.
+        name: its name in the document.
+        where: where it goes (:data:`Where`).
+        multi_segment: a path parameter whose value may span several segments.
+    """
+
     keyword: str
     name: str
     where: Where
@@ -39,7 +61,17 @@ class Param:
 
 @dataclass(frozen=True)
 class Operation:
-    """One compiled operation: how keyword arguments map to the HTTP request."""
+    """One compiled operation: how keyword arguments map to the HTTP request.
+
+    Attributes:
+        cap_id: the capability id.
+        method: the HTTP method.
+        path: the path template.
+        params: its keyword arguments.
+        wraps_result: the success body is not an object: the output is ``{result: <body>}``.
+        empty_result: the success response has no body (the output is ``{}``).
+        body_media: how the body is sent (``json`` or ``form``; None without a body).
+    """
 
     cap_id: str
     method: str
@@ -53,7 +85,13 @@ class Operation:
 @dataclass(frozen=True)
 class Fixed:
     """What the configuration sets, so a program never can: header names (lower case), query
-    parameter names, and the path parameters allowed to span several segments."""
+    parameter names, and the path parameters allowed to span several segments.
+
+    Attributes:
+        headers: header names (lower case).
+        query: query parameter names.
+        multi_segment: path parameters allowed to span several segments.
+    """
 
     headers: frozenset[str] = frozenset()
     query: frozenset[str] = frozenset()
@@ -62,6 +100,17 @@ class Fixed:
 
 @dataclass(frozen=True)
 class Compiled:
+    """What :func:`compile_operation` makes of an operation.
+
+    Attributes:
+        input_shape: the record of its keyword arguments.
+        output_shape: the record of its result.
+        params: its keyword arguments and where each goes.
+        wraps_result: the success body is not an object: the output is ``{result: <body>}``.
+        empty_result: the success response has no body (the output is ``{}``).
+        body_media: how the body is sent (``json`` or ``form``; None without a body).
+    """
+
     input_shape: dict[str, Any]
     output_shape: dict[str, Any]
     params: list[Param]
@@ -71,7 +120,19 @@ class Compiled:
 
 
 def resolve(doc: Mapping[str, Any], node: Any, depth: int = 0) -> Any:
-    """Follow a chain of local ``$ref`` (parameters, request bodies, responses)."""
+    """Follow a chain of local ``$ref`` (parameters, request bodies, responses).
+
+    Args:
+        doc: the document.
+        node: a node that may be a ``{"$ref": "#/..."}``.
+        depth: references already followed (at most 32 in all).
+
+    Returns:
+        The node the chain ends at.
+
+    Raises:
+        Unsupported: a reference is not local or does not resolve.
+    """
     while isinstance(node, Mapping) and "$ref" in node and depth < 32:
         ref = node["$ref"]
         if not isinstance(ref, str) or not ref.startswith("#/"):
@@ -179,8 +240,24 @@ def compile_operation(
     omissions: list[Unsupported] | None = None,
     fixed: Fixed = Fixed(),
 ) -> Compiled:
-    """The operation compiled, or :class:`Unsupported`. Header and query parameters that
-    ``fixed`` names, and hop-by-hop headers, are never inputs: a program cannot override them."""
+    """The operation compiled. Header and query parameters that ``fixed`` names, and hop-by-hop
+    headers, are never inputs: a program cannot override them.
+
+    Args:
+        doc: the document (for ``$ref``).
+        method: the HTTP method.
+        op: the operation object.
+        path_params: the path item's parameters (the operation's own take precedence).
+        dialect: the JSON Schema dialect of the document's schemas.
+        omissions: where output properties left out are reported (None: not reported).
+        fixed: what the configuration sets.
+
+    Returns:
+        The compiled operation.
+
+    Raises:
+        Unsupported: a part of the operation cannot be represented (the error names it).
+    """
     merged: dict[tuple[str, str], Mapping[str, Any]] = {}
     for raw in [*path_params, *(op.get("parameters") or [])]:
         p = resolve(doc, raw)

@@ -55,7 +55,20 @@ def _bad_text(text: str) -> bool:
 
 
 def encode_path_value(keyword: str, text: str, *, multi_segment: bool = False) -> str:
-    """``text`` percent-encoded for its place in the path, or :class:`InvalidArguments`."""
+    """``text`` percent-encoded for its place in the path (the rules: the module text).
+
+    Args:
+        keyword: the argument's keyword, for the diagnostic.
+        text: the value.
+        multi_segment: whether ``/`` may separate segments of it.
+
+    Returns:
+        The value percent-encoded segment by segment.
+
+    Raises:
+        InvalidArguments: the value or its NFKC form breaks the rules (the diagnostic names the
+            argument).
+    """
     forms = {text, unicodedata.normalize("NFKC", text)}
     for form in forms:
         segments = form.split("/")

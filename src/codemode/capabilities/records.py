@@ -1,48 +1,12 @@
 """A SQLite-backed records store: the first real capability pack.
 
-Load it with ``--pack codemode.capabilities.records:pack``. Capabilities (id → model-facing name):
-
-=========================  ==================  ==============================================
-id                         name                what
-=========================  ==================  ==============================================
-``records.entry.create``   ``records.create``  create a record owned by the caller
-``records.entry.get``      ``records.get``     fetch one of the caller's records by id
-``records.entry.search``   ``records.search``  list the caller's records by text and/or tag
-``records.entry.update``   ``records.update``  change title/body/tags of one record
-``records.entry.delete``   ``records.delete``  delete one record
-=========================  ==================  ==============================================
-
-**Ownership.** Every record belongs to the subject that created it (``subject.id``, resolved by the
-host, never by the program). Get, search, update and delete only ever see the caller's own records;
-a missing record and another subject's record give the same ``AgentError("record N not found")``,
-so a program learns nothing about records it does not own.
-
-**Ids.** Record ids are numbered per subject (1, 2, 3, ... for each), never reused, so an id reveals
-nothing about other subjects' activity.
-
-**Storage.** ``CODEMODE_RECORDS_DB`` (or the pack option of that name) names the SQLite file;
-``:memory:`` asks for an in-memory database private to the host process (lost on exit). When it is
-unset, the store is ``records.sqlite3`` in the host's data directory (``PackSettings.data_dir``:
-``serve --http`` always has one, see ``--data-dir``), or in memory when the host has none
-(``serve --stdio`` without ``--data-dir``). A file is created if missing and may be shared by several
-host processes of the same user (WAL journal, 5 s busy timeout). A store of the earlier schema
-(global ids) is migrated in place on open; every record keeps its id.
-
-**File modes.** The database holds every subject's records, so it is created ``0600`` whatever the
-umask, and SQLite gives its WAL, shared-memory and journal files the database's mode. Opening a
-store whose files are readable by group or others (an earlier version created them ``0644``)
-takes those bits away; a file the host cannot change is logged as a warning.
-
-**Quotas.** Each subject may keep at most ``CODEMODE_RECORDS_MAX_RECORDS`` records (default
-1,000) holding at most ``CODEMODE_RECORDS_MAX_BYTES`` bytes of UTF-8 title, body and tags (default
-4 MiB); a create or update beyond either fails with ``storage quota exceeded`` and changes nothing.
-
-**Concurrency.** Sync handlers run in worker threads; each store has one connection guarded by a
-lock, so concurrent calls are serialized and safe.
-
-**Validation.** Every text input is bounded (title 1..200 characters, body ≤ 20,000 characters, at
-most 16 tags of 1..50 characters, search text ≤ 200 characters, search tag ≤ 50 characters, search
-limit 1..100); a violation is an ``AgentError`` naming the problem.
+Load it with ``--pack codemode.capabilities.records:pack``. What it offers (the five capabilities,
+ownership, per-subject ids, search, validation, quotas, storage, file modes) is docs/mcp.md, "The
+records pack". For the code reader: :class:`RecordStore` is the store (one connection guarded by a
+lock; every query filters by owner, so a missing record and another subject's read the same),
+:class:`RecordHandlers` binds it to the capabilities' handlers (sync: the host runs them in
+threads), :func:`capabilities` registers them, and :class:`RecordsPack` opens one store per built
+server from the pack options.
 """
 
 from __future__ import annotations
@@ -63,11 +27,27 @@ from codemode.authz import Subject
 from codemode.packs.loading import PackSettings
 
 __all__ = [
+    "DB_ENV",
+    "DB_FILE",
+    "DEFAULT_LIMIT",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_RECORDS",
+    "MAX_BODY",
+    "MAX_BYTES_ENV",
+    "MAX_LIMIT",
+    "MAX_RECORDS_ENV",
+    "MAX_SEARCH_TEXT",
+    "MAX_TAG",
+    "MAX_TAGS",
+    "MAX_TITLE",
+    "QUOTA_EXCEEDED",
+    "SIDE_FILES",
     "CreateInput",
     "DeleteInput",
     "DeleteOutput",
     "GetInput",
     "Record",
+    "RecordHandlers",
     "RecordStore",
     "RecordsPack",
     "SearchInput",
@@ -79,26 +59,43 @@ __all__ = [
 
 log = logging.getLogger("codemode.capabilities.records")
 
+#: The pack options (or environment variables): the database, the two per-subject quotas.
 DB_ENV = "CODEMODE_RECORDS_DB"
 MAX_RECORDS_ENV = "CODEMODE_RECORDS_MAX_RECORDS"
 MAX_BYTES_ENV = "CODEMODE_RECORDS_MAX_BYTES"
+#: The database's name in the host's data directory.
 DB_FILE = "records.sqlite3"
 #: What SQLite keeps beside a database ``F``: ``F-wal``, ``F-shm`` (WAL mode), ``F-journal``.
 SIDE_FILES = ("-wal", "-shm", "-journal")
+#: Per-subject quotas: records, and UTF-8 bytes of their titles, bodies and tags.
 DEFAULT_MAX_RECORDS = 1_000
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
-MAX_SEARCH_TEXT = 200
+#: The ``AgentError`` text of a create or update over a quota.
 QUOTA_EXCEEDED = "storage quota exceeded"
+#: Input bounds, in characters (tags: per record).
+MAX_SEARCH_TEXT = 200
 MAX_TITLE = 200
 MAX_BODY = 20_000
 MAX_TAGS = 16
 MAX_TAG = 50
+#: ``records.search``'s ``limit``: when omitted, and at most.
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 
 
 @dataclass
 class Record:
+    """One record, as the capabilities return it.
+
+    Attributes:
+        id: its id, numbered per owner.
+        title: its title.
+        body: its body text.
+        tags: its tags, in the order given.
+        created_at: when it was created (UTC, ISO 8601 with microseconds and ``Z``).
+        updated_at: when it last changed (same form).
+    """
+
     id: int
     title: str
     body: str
@@ -109,6 +106,14 @@ class Record:
 
 @dataclass
 class CreateInput:
+    """``records.create``'s arguments.
+
+    Attributes:
+        title: 1 to 200 characters after trimming.
+        body: optional text of at most 20,000 characters.
+        tags: optional labels (at most 16 distinct, 1 to 50 characters each).
+    """
+
     title: str
     body: str | None = None
     tags: list[str] | None = None
@@ -116,11 +121,25 @@ class CreateInput:
 
 @dataclass
 class GetInput:
+    """``records.get``'s arguments.
+
+    Attributes:
+        id: the record's id.
+    """
+
     id: int
 
 
 @dataclass
 class SearchInput:
+    """``records.search``'s arguments.
+
+    Attributes:
+        text: matched in titles, bodies and tags (at most 200 characters).
+        tag: an exact tag (at most 50 characters).
+        limit: records returned, 1 to 100 (default 20).
+    """
+
     text: str | None = None
     tag: str | None = None
     limit: int | None = None
@@ -128,12 +147,28 @@ class SearchInput:
 
 @dataclass
 class SearchOutput:
+    """``records.search``'s result.
+
+    Attributes:
+        records: the matching records, by id.
+        truncated: whether more matched than ``limit``.
+    """
+
     records: list[Record] = field(default_factory=list)
     truncated: bool = False
 
 
 @dataclass
 class UpdateInput:
+    """``records.update``'s arguments (an omitted field keeps its value).
+
+    Attributes:
+        id: the record's id.
+        title: a new title.
+        body: a new body.
+        tags: new tags (replacing the old ones).
+    """
+
     id: int
     title: str | None = None
     body: str | None = None
@@ -142,11 +177,24 @@ class UpdateInput:
 
 @dataclass
 class DeleteInput:
+    """``records.delete``'s arguments.
+
+    Attributes:
+        id: the record's id.
+    """
+
     id: int
 
 
 @dataclass
 class DeleteOutput:
+    """``records.delete``'s result.
+
+    Attributes:
+        id: the deleted record's id.
+        deleted: always true (a missing record fails instead).
+    """
+
     id: int
     deleted: bool
 
@@ -276,8 +324,19 @@ def _tighten(target: str | int, path: str) -> None:
 
 
 class RecordStore:
-    """The SQLite store. ``path`` None or ``":memory:"`` is a private in-memory database.
-    ``max_records`` / ``max_bytes`` are per-subject quotas (0 = unlimited)."""
+    """The SQLite store (one connection, guarded by a lock). Opening it creates the schema and
+    migrates a store of the earlier schema in place.
+
+    In every method, ``owner`` is the subject id; a missing record and another owner's record both
+    fail with ``AgentError("record N not found")``, a bad input with an ``AgentError`` naming it,
+    and a create or update over a quota with ``AgentError(QUOTA_EXCEEDED)``, changing nothing.
+
+    Args:
+        path: the database file (created ``0600``); None or ``":memory:"``: a private in-memory
+            database.
+        max_records: records per owner (0: unlimited).
+        max_bytes: UTF-8 bytes of title, body and tags per owner (0: unlimited).
+    """
 
     def __init__(
         self,
@@ -316,6 +375,7 @@ class RecordStore:
                 raise
 
     def close(self) -> None:
+        """Close the connection."""
         with self._lock:
             self._conn.close()
 
@@ -372,6 +432,18 @@ class RecordStore:
     # -- operations ---------------------------------------------------------------------------------
 
     def create(self, owner: str, title: str, body: str | None, tags: Sequence[str] | None) -> Record:
+        """Create a record with the owner's next id.
+
+        Args:
+            owner: the subject id.
+            title: 1 to :data:`MAX_TITLE` characters after trimming.
+            body: at most :data:`MAX_BODY` characters (None: empty).
+            tags: at most :data:`MAX_TAGS` distinct tags of 1 to :data:`MAX_TAG` characters
+                (trimmed; duplicates dropped, order kept).
+
+        Returns:
+            The new record.
+        """
         title, body_text, tag_list = _check_title(title), _check_body(body), _check_tags(tags)
         size = _size(title, body_text, tag_list)
         now = _now()
@@ -393,10 +465,34 @@ class RecordStore:
             return self._row_to_record(self._owned(owner, next_id))
 
     def get(self, owner: str, record_id: int) -> Record:
+        """One of the owner's records.
+
+        Args:
+            owner: the subject id.
+            record_id: the record's id.
+
+        Returns:
+            The record.
+        """
         with self._lock:
             return self._row_to_record(self._owned(owner, record_id))
 
     def search(self, owner: str, text: str | None, tag: str | None, limit: int | None) -> SearchOutput:
+        """The owner's records matching ``text`` and ``tag``, by id.
+
+        Args:
+            owner: the subject id.
+            text: a substring of the title, body or a tag (trimmed; at most
+                :data:`MAX_SEARCH_TEXT` characters).
+            tag: an exact tag (at most :data:`MAX_TAG` characters).
+            limit: records returned, 1 to :data:`MAX_LIMIT` (None: :data:`DEFAULT_LIMIT`).
+
+        Returns:
+            The records and whether more matched.
+
+        Raises:
+            AgentError: ``limit`` or a search text is out of bounds.
+        """
         n = DEFAULT_LIMIT if limit is None else limit
         if not 1 <= n <= MAX_LIMIT:
             raise AgentError(f"limit must be between 1 and {MAX_LIMIT}")
@@ -432,6 +528,19 @@ class RecordStore:
         body: str | None,
         tags: Sequence[str] | None,
     ) -> Record:
+        """Change a record (a field given as None keeps its value; the quota is checked only
+        when the record grows).
+
+        Args:
+            owner: the subject id.
+            record_id: the record's id.
+            title: a new title.
+            body: a new body.
+            tags: new tags.
+
+        Returns:
+            The record as changed.
+        """
         new_title = _check_title(title) if title is not None else None
         new_body = _check_body(body) if body is not None else None
         new_tags = _check_tags(tags) if tags is not None else None
@@ -455,6 +564,15 @@ class RecordStore:
             return self._row_to_record(self._owned(owner, record_id))
 
     def delete(self, owner: str, record_id: int) -> DeleteOutput:
+        """Delete a record (its id is never reused).
+
+        Args:
+            owner: the subject id.
+            record_id: the record's id.
+
+        Returns:
+            The deleted id.
+        """
         with self._lock, self._transaction():
             row = self._owned(owner, record_id)
             self._conn.execute("DELETE FROM entries WHERE owner = ? AND id = ?", (owner, record_id))
@@ -479,29 +597,90 @@ class _Transaction:
 
 
 class RecordHandlers:
-    """The capability handlers bound to one store (sync: the host runs them in threads)."""
+    """The capability handlers bound to one store (sync: the host runs them in threads).
+
+    Args:
+        store: the store.
+    """
 
     def __init__(self, store: RecordStore) -> None:
         self.store = store
 
     def create(self, ctx: CallContext, subject: Subject, args: CreateInput) -> Record:
+        """``records.create``.
+
+        Args:
+            ctx: the call's context (unused).
+            subject: the caller: the records' owner.
+            args: the title, body and tags.
+
+        Returns:
+            The new record.
+        """
         return self.store.create(subject.id, args.title, args.body, args.tags)
 
     def get(self, ctx: CallContext, subject: Subject, args: GetInput) -> Record:
+        """``records.get``.
+
+        Args:
+            ctx: the call's context (unused).
+            subject: the caller: the records' owner.
+            args: the id.
+
+        Returns:
+            The record.
+        """
         return self.store.get(subject.id, args.id)
 
     def search(self, ctx: CallContext, subject: Subject, args: SearchInput) -> SearchOutput:
+        """``records.search``.
+
+        Args:
+            ctx: the call's context (unused).
+            subject: the caller: the records' owner.
+            args: the text, tag and limit.
+
+        Returns:
+            The matching records.
+        """
         return self.store.search(subject.id, args.text, args.tag, args.limit)
 
     def update(self, ctx: CallContext, subject: Subject, args: UpdateInput) -> Record:
+        """``records.update``.
+
+        Args:
+            ctx: the call's context (unused).
+            subject: the caller: the records' owner.
+            args: the id and the fields to change.
+
+        Returns:
+            The record as changed.
+        """
         return self.store.update(subject.id, args.id, args.title, args.body, args.tags)
 
     def delete(self, ctx: CallContext, subject: Subject, args: DeleteInput) -> DeleteOutput:
+        """``records.delete``.
+
+        Args:
+            ctx: the call's context (unused).
+            subject: the caller: the records' owner.
+            args: the id.
+
+        Returns:
+            The deleted id.
+        """
         return self.store.delete(subject.id, args.id)
 
 
 def capabilities(store: RecordStore) -> list[Capability]:
-    """The five capabilities over ``store``."""
+    """The five capabilities over ``store``.
+
+    Args:
+        store: the store.
+
+    Returns:
+        ``records.create``, ``get``, ``search``, ``update`` and ``delete``.
+    """
     h = RecordHandlers(store)
     return [
         Capability(

@@ -51,8 +51,9 @@ import sys
 import threading
 import time
 
-__all__ = ["EXIT_USAGE", "Relay", "descendants", "main", "resident_bytes"]
+__all__ = ["EXIT_USAGE", "Relay", "descendants", "main", "relay", "resident_bytes", "watch_tree"]
 
+#: The exit status for a usage error.
 EXIT_USAGE = 2
 _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
@@ -94,7 +95,11 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class Relay:
-    """Splits a byte stream into newline-delimited messages and decides what to pass on."""
+    """Splits a byte stream into newline-delimited messages and decides what to pass on.
+
+    Args:
+        limit: bytes of one message (newline excluded).
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -104,7 +109,15 @@ class Relay:
         self._skipping = False  # inside a dropped message, until its newline
 
     def feed(self, data: bytes) -> bytes:
-        """The bytes to pass on for ``data`` (whole messages only)."""
+        """The bytes to pass on for ``data`` (whole messages only).
+
+        Args:
+            data: the next bytes the server wrote.
+
+        Returns:
+            Every message completed in them that is passed on (over the limit: dropped, or a
+            JSON-RPC error in place of a response), invalid UTF-8 replaced.
+        """
         out = bytearray()
         *complete, tail = data.split(b"\n")
         for segment in complete:
@@ -124,7 +137,11 @@ class Relay:
         return bytes(out)
 
     def end(self) -> bytes:
-        """At end of input: a last message without a newline, as it was (when not over the limit)."""
+        """At end of input: a last message without a newline, as it was (when not over the limit).
+
+        Returns:
+            The bytes to pass on (none when inside a dropped message).
+        """
         rest, self._message = bytes(self._message), bytearray()
         return b"" if self._skipping else self._valid(rest, b"")
 
@@ -156,7 +173,14 @@ class Relay:
 
 def descendants(pid: int) -> list[int]:
     """``pid`` and every process below it (``/proc/<pid>/task/<tid>/children``; a process that is
-    gone meanwhile is skipped)."""
+    gone meanwhile is skipped).
+
+    Args:
+        pid: the root process.
+
+    Returns:
+        The pids, ``pid`` first.
+    """
     found, todo = [], [pid]
     while todo:
         current = todo.pop()
@@ -175,7 +199,14 @@ def descendants(pid: int) -> list[int]:
 
 
 def resident_bytes(pids: list[int]) -> int:
-    """The summed resident memory of ``pids`` (``/proc/<pid>/statm``)."""
+    """The summed resident memory of ``pids`` (``/proc/<pid>/statm``).
+
+    Args:
+        pids: the processes (one that is gone is skipped).
+
+    Returns:
+        Their resident bytes together (shared pages counted once per process).
+    """
     page, total = os.sysconf("SC_PAGE_SIZE"), 0
     for pid in pids:
         try:
@@ -187,7 +218,13 @@ def resident_bytes(pids: list[int]) -> int:
 
 
 def watch_tree(server: subprocess.Popen[bytes], limit: int) -> None:
-    """Until the server exits: kill its whole tree when its resident memory passes ``limit``."""
+    """Until the server exits: kill its whole tree when its resident memory passes ``limit``
+    (checked every 100 ms; said on stderr).
+
+    Args:
+        server: the server process.
+        limit: resident bytes its tree may hold together.
+    """
     while server.poll() is None:
         pids = descendants(server.pid)
         held = resident_bytes(pids)
@@ -206,7 +243,16 @@ def watch_tree(server: subprocess.Popen[bytes], limit: int) -> None:
 
 
 def relay(source: int, sink: int, limit: int) -> Relay:
-    """Pass ``source`` on to ``sink`` until end of file; the state (what was dropped, replaced)."""
+    """Pass ``source`` on to ``sink`` until end of file.
+
+    Args:
+        source: the server's output.
+        sink: the client's input.
+        limit: bytes of one message.
+
+    Returns:
+        The relay's state (what was dropped, replaced).
+    """
     state = Relay(limit)
     while data := os.read(source, _CHUNK):
         passed = state.feed(data)
@@ -228,6 +274,15 @@ _RLIMITS = {
 
 
 def main(argv: list[str]) -> int:
+    """Run the server behind the relay (the module text says how).
+
+    Args:
+        argv: ``LIMIT [FLAG...] -- COMMAND [ARGS...]``.
+
+    Returns:
+        The server's exit status (128 + the signal when killed by one), 127 when it cannot start,
+        :data:`EXIT_USAGE` for bad arguments.
+    """
     env = dict(os.environ)
     limits: dict[int, int] = {resource.RLIMIT_CORE: 0}
     tree_memory = 0

@@ -30,7 +30,13 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 
 @dataclass(frozen=True)
 class Usage:
-    """Entries and allocated bytes found (at least these many when ``over``)."""
+    """What :func:`measure` found.
+
+    Attributes:
+        entries: entries seen (at least these many when ``over``).
+        bytes: allocated bytes seen (``st_blocks``; at least these many when ``over``).
+        over: whether a bound was passed (the walk stopped there).
+    """
 
     entries: int
     bytes: int
@@ -46,7 +52,16 @@ def _open_dir(name: str | Path, parent: int | None) -> int | None:
 
 def measure(root: Path, max_entries: int = 0, max_bytes: int = 0) -> Usage:
     """Entries and allocated bytes (``st_blocks``) under ``root``; ``over`` as soon as more than
-    ``max_entries`` or ``max_bytes`` (0: no bound) are seen, and the walk stops there."""
+    ``max_entries`` or ``max_bytes`` are seen, and the walk stops there.
+
+    Args:
+        root: the directory (a missing or unreadable one holds nothing).
+        max_entries: the bound on entries (0: no bound).
+        max_bytes: the bound on allocated bytes (0: no bound).
+
+    Returns:
+        The usage found.
+    """
     fd = _open_dir(root, None)
     if fd is None:
         return Usage(0, 0, False)
@@ -91,8 +106,15 @@ def measure(root: Path, max_entries: int = 0, max_bytes: int = 0) -> Usage:
 
 
 def remove_tree(root: Path) -> int:
-    """Remove ``root`` and everything under it (bottom-up, any depth, links never followed).
-    Returns how many entries were left (0: all gone); never raises for what is inside."""
+    """Remove ``root`` and everything under it (bottom-up, any depth, links never followed);
+    never raises for what is inside.
+
+    Args:
+        root: the directory (a file is unlinked; a missing one is nothing to do).
+
+    Returns:
+        How many entries were left (0: all gone).
+    """
     try:
         info = os.lstat(root)
     except FileNotFoundError:

@@ -37,6 +37,8 @@ from codemode import ResourceLimit
 __all__ = [
     "ARG_PLACEHOLDERS",
     "HEADER_PLACEHOLDERS",
+    "HOST_DIR",
+    "SHOWN_DIR",
     "CallBudget",
     "DirAlias",
     "SubjectDirs",
@@ -50,45 +52,108 @@ __all__ = [
 ARG_PLACEHOLDERS = ("{subject_dir}", "{subject_key}")
 #: Placeholders in HTTP header templates.
 HEADER_PLACEHOLDERS = ("{subject}", "{subject_key}")
+#: The directory of the host's own discovery session, beside the subjects' ones.
 HOST_DIR = "host"
 _PLACEHOLDER = re.compile(r"\{subject(?:_dir|_key)?\}")
+#: What a program sees where its own directory's host path stood.
 SHOWN_DIR = "{subject_dir}"
 T = TypeVar("T")
 
 
 def subject_key(subject_id: str) -> str:
-    """32 lower-case hex digits: the start of the SHA-256 of the id's UTF-8 bytes."""
+    """A path-safe, collision-free name for a subject id.
+
+    Args:
+        subject_id: the subject id.
+
+    Returns:
+        32 lower-case hex digits: the start of the SHA-256 of the id's UTF-8 bytes.
+    """
     return hashlib.sha256(subject_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def subject_token(subject_id: str) -> str:
-    """The id as one header-safe token: every byte outside RFC 3986's unreserved set is %XX."""
+    """The id as one header-safe token (``{subject}``).
+
+    Args:
+        subject_id: the subject id.
+
+    Returns:
+        Its UTF-8 bytes with every byte outside RFC 3986's unreserved set as ``%XX``.
+    """
     return urllib.parse.quote(subject_id.encode("utf-8", "surrogatepass"), safe="")
 
 
 def placeholders_in(texts: Iterable[str]) -> set[str]:
+    """The subject placeholders used in some texts.
+
+    Args:
+        texts: configuration values (``env`` values, ``args``, ``cwd``).
+
+    Returns:
+        The placeholders among ``{subject}``, ``{subject_dir}`` and ``{subject_key}`` they hold.
+    """
     return {m.group(0) for text in texts for m in _PLACEHOLDER.finditer(text)}
 
 
 def expand(text: str, values: Mapping[str, str]) -> str:
-    """Each placeholder of ``values`` replaced (one pass: a value is never expanded again)."""
+    """Each placeholder of ``values`` replaced (one pass: a value is never expanded again).
+
+    Args:
+        text: a configuration value.
+        values: placeholder → value.
+
+    Returns:
+        The text; any other text, braces included, as written.
+    """
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(0), m.group(0)), text)
 
 
 class SubjectDirs:
-    """Per-subject directories of one upstream under ``root`` (see the module text)."""
+    """Per-subject directories of one upstream: ``<root>/upstreams/<upstream>/<subject key>``.
+
+    Args:
+        root: the data dir.
+        upstream: the upstream's name.
+    """
 
     def __init__(self, root: Path, upstream: str) -> None:
         self.base = root / "upstreams" / upstream
 
     def host(self) -> Path:
+        """The host's own directory (:data:`HOST_DIR`), created mode 0700 if needed.
+
+        Returns:
+            Its path.
+
+        Raises:
+            OSError: a part of the path is a symbolic link or not a directory.
+        """
         return self._make(HOST_DIR)
 
     def of(self, subject_id: str) -> Path:
+        """The subject's directory, created mode 0700 if needed.
+
+        Args:
+            subject_id: the subject.
+
+        Returns:
+            Its path.
+
+        Raises:
+            OSError: a part of the path is a symbolic link or not a directory.
+        """
         return self._make(subject_key(subject_id))
 
     def path_of(self, subject_id: str) -> Path:
-        """Where :meth:`of` puts the subject's directory (nothing is created)."""
+        """Where :meth:`of` puts the subject's directory (nothing is created).
+
+        Args:
+            subject_id: the subject.
+
+        Returns:
+            The path.
+        """
         return self.base / subject_key(subject_id)
 
     def _make(self, leaf: str) -> Path:
@@ -107,7 +172,11 @@ class SubjectDirs:
 class DirAlias:
     """Replaces the host path of one subject directory by ``{subject_dir}`` on the way out and
     back on the way in (every string of a JSON-like value; ``None``: nothing to replace). Both the
-    path as configured and its resolved form (a data dir reached through a link) are replaced."""
+    path as configured and its resolved form (a data dir reached through a link) are replaced.
+
+    Args:
+        path: the subject's directory (None: nothing to replace).
+    """
 
     def __init__(self, path: Path | None) -> None:
         forms = {str(path), os.path.realpath(path)} if path is not None else set()
@@ -124,6 +193,14 @@ class DirAlias:
         return value
 
     def outward(self, value: T) -> T:
+        """A result as the program sees it.
+
+        Args:
+            value: a JSON-like value from the upstream.
+
+        Returns:
+            The value with each form of the host path replaced by :data:`SHOWN_DIR`.
+        """
         if not self.forms:
             return value
 
@@ -135,6 +212,14 @@ class DirAlias:
         return self._map(value, swap)
 
     def inward(self, value: T) -> T:
+        """Arguments as the upstream gets them.
+
+        Args:
+            value: a JSON-like value from the program.
+
+        Returns:
+            The value with :data:`SHOWN_DIR` replaced by the host path.
+        """
         if self.path is None:
             return value
         path = self.path
@@ -144,7 +229,13 @@ class DirAlias:
 class CallBudget:
     """Token buckets per subject: each holds at most its per-minute amount and refills at that
     rate. A call needs one call token and the bytes it sends; what it returns is charged after it
-    (a bucket in debt refuses the next call until it has refilled). 0 means no bound."""
+    (a bucket in debt refuses the next call until it has refilled). 0 means no bound.
+
+    Args:
+        calls: calls per subject per minute.
+        sent: argument bytes per subject per minute.
+        returned: result bytes per subject per minute.
+    """
 
     def __init__(self, calls: int, sent: int, returned: int) -> None:
         self.capacity = (float(calls), float(sent), float(returned))
@@ -162,7 +253,15 @@ class CallBudget:
         return levels
 
     def spend(self, subject_id: str, sent: int) -> None:
-        """Before a call: raise ``ResourceLimit("quota")`` unless the subject may make it."""
+        """Before a call: take one call token and the bytes it sends.
+
+        Args:
+            subject_id: the caller.
+            sent: the bytes of its arguments.
+
+        Raises:
+            ResourceLimit: ``quota``: a bucket lacks them (or the returned bucket is in debt).
+        """
         with self._lock:
             levels = self._bucket(subject_id, time.monotonic())
             calls, bytes_sent, returned = self.capacity
@@ -176,6 +275,12 @@ class CallBudget:
             levels[1] -= sent if bytes_sent else 0
 
     def returned(self, subject_id: str, size: int) -> None:
+        """After a call: charge what it returned (the bucket may go into debt).
+
+        Args:
+            subject_id: the caller.
+            size: the bytes returned.
+        """
         if not self.capacity[2]:
             return
         with self._lock:

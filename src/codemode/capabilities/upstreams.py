@@ -25,6 +25,7 @@ from .openapi import OpenAPIConfig, OpenAPIPack
 
 __all__ = ["FILE_OPTION", "UpstreamsPack", "pack", "upstream_packs"]
 
+#: The pack option (or environment variable) naming the TOML file.
 FILE_OPTION = "CODEMODE_UPSTREAMS_FILE"
 _KEYS = ("upstream_mcp", "openapi")
 
@@ -32,7 +33,19 @@ _KEYS = ("upstream_mcp", "openapi")
 def upstream_packs(
     upstream_mcp: Sequence[Mapping[str, Any]] = (), openapi: Sequence[Mapping[str, Any]] = ()
 ) -> tuple[UpstreamMCPPack, OpenAPIPack]:
-    """Validate the tables (errors name the table: ``upstream_mcp[2].url: ...``) and build the packs."""
+    """Validate the tables and build the packs.
+
+    Args:
+        upstream_mcp: the ``[[upstream_mcp]]`` tables.
+        openapi: the ``[[openapi]]`` tables.
+
+    Returns:
+        The upstream MCP pack and the OpenAPI pack.
+
+    Raises:
+        PackError: a table is invalid (every problem listed, each naming its table:
+            ``upstream_mcp[2].url: ...``).
+    """
     problems: list[str] = []
 
     def validated(key: str, tables: Sequence[Mapping[str, Any]], model: type[Any]) -> list[Any]:

@@ -31,13 +31,27 @@ MIN_DESCRIBE_RESPONSE_BYTES = 1024
 
 
 def answer_bytes(value: object) -> int:
-    """UTF-8 bytes of ``value`` as compact JSON (the measure of both bounds)."""
+    """UTF-8 bytes of ``value`` as compact JSON (the measure of both bounds).
+
+    Args:
+        value: a JSON-serializable answer.
+
+    Returns:
+        The length in bytes of its compact UTF-8 JSON text.
+    """
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return len(text.encode("utf-8", "surrogatepass"))
 
 
 def describe_document(c: CompiledCapability) -> dict[str, Any]:
-    """``describe_api``'s answer for ``c`` (docs/reference/describe.md). The id is never in it."""
+    """``describe_api``'s answer for ``c`` (docs/reference/describe.md). The id is never in it.
+
+    Args:
+        c: the compiled capability.
+
+    Returns:
+        The document: name, signature, summary, description, input and output fields.
+    """
     return {
         "name": c.name,
         "signature": c.signature,
@@ -49,7 +63,14 @@ def describe_document(c: CompiledCapability) -> dict[str, Any]:
 
 
 def search_entry(c: CompiledCapability) -> SearchEntry:
-    """``c`` as the search index sees it."""
+    """``c`` as the search index sees it.
+
+    Args:
+        c: the compiled capability.
+
+    Returns:
+        Its search entry (name, signature, summary, description, search terms, third_party).
+    """
     return SearchEntry(
         name=c.name,
         signature=c.signature,
@@ -62,22 +83,48 @@ def search_entry(c: CompiledCapability) -> SearchEntry:
 
 @dataclass(frozen=True)
 class AnswerBounds:
-    """The two response bounds a capability's answers must fit (``Limits`` of the same names)."""
+    """The two response bounds a capability's answers must fit (``Limits`` of the same names).
+
+    Attributes:
+        max_search_response_bytes: the bound on a ``search_api`` response, in bytes.
+        max_describe_response_bytes: the bound on one ``describe_api`` answer, in bytes.
+    """
 
     max_search_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     max_describe_response_bytes: int = DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES
 
     def describe_overflow(self, c: CompiledCapability) -> int | None:
-        """The size of ``c``'s describe answer when it exceeds the bound, else None."""
+        """The size of ``c``'s describe answer when it exceeds the bound, else None.
+
+        Args:
+            c: the compiled capability.
+
+        Returns:
+            The answer's size in bytes when over ``max_describe_response_bytes``, else None.
+        """
         size = answer_bytes(describe_document(c))
         return size if size > self.max_describe_response_bytes else None
 
     def search_overflows(self, c: CompiledCapability) -> bool:
-        """True when ``c``'s single search result cannot fit a search response."""
+        """True when ``c``'s single search result cannot fit a search response.
+
+        Args:
+            c: the compiled capability.
+
+        Returns:
+            Whether its search entry alone exceeds ``max_search_response_bytes``.
+        """
         return bool(oversized_entries([search_entry(c)], self.max_search_response_bytes))
 
     def problems(self, c: CompiledCapability) -> list[str]:
-        """Registration problems of ``c`` (empty when both of its answers fit)."""
+        """Registration problems of ``c`` (empty when both of its answers fit).
+
+        Args:
+            c: the compiled capability.
+
+        Returns:
+            One message per answer that cannot fit its bound.
+        """
         out = []
         if self.search_overflows(c):
             out.append(f"capability {c.name!r}: its search result alone exceeds the response bound")

@@ -14,11 +14,26 @@ from codemode_worker.shapes import validate_shape
 
 from .types import HandlerTypes, PlainRecord, TypeProblem, handler_types, signature
 
-__all__ = ["MAX_CAPABILITIES", "RESERVED_ROOTS", "Capability", "CompiledCapability", "validate_catalog"]
+__all__ = [
+    "MAX_CAPABILITIES",
+    "MAX_DESCRIPTION_BYTES",
+    "MAX_ID_BYTES",
+    "MAX_SEARCH_TERMS",
+    "MAX_SEARCH_TERM_BYTES",
+    "MAX_SUMMARY_BYTES",
+    "RESERVED_ROOTS",
+    "Capability",
+    "CompiledCapability",
+    "Handler",
+    "validate_catalog",
+]
 
+#: Capabilities one catalog may register.
 MAX_CAPABILITIES = 4096
+#: Search terms of one capability, and their UTF-8 bytes together.
 MAX_SEARCH_TERMS = 16
 MAX_SEARCH_TERM_BYTES = 1024
+#: UTF-8 bytes of a capability's id, summary and description.
 MAX_ID_BYTES = 256
 MAX_SUMMARY_BYTES = 1024
 MAX_DESCRIPTION_BYTES = 16 * 1024
@@ -49,6 +64,7 @@ RESERVED_ROOTS = SURFACE_ROOTS | frozenset(
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
+#: A capability's handler: ``(ctx, subject, args) -> result``, plain or async.
 Handler = Callable[..., Any | Awaitable[Any]]
 
 
@@ -86,7 +102,23 @@ class Capability:
 
 @dataclass(frozen=True)
 class CompiledCapability:
-    """A validated capability with its compiled types."""
+    """A validated capability with its compiled types.
+
+    Attributes:
+        id: the stable id (the given one, else the name).
+        name: the dotted name programs call.
+        summary: the one-line summary.
+        description: the longer text (the summary when none was given).
+        search_terms: the extra words search matches.
+        handler: the function run for each call (a shape-declared one wrapped so its mapping
+            result is checked as a plain record).
+        input_shape: the record shape of the arguments.
+        output_shape: the record shape of the result.
+        input_type: the argument type (``dict`` for declared shapes).
+        output_type: the result type (``dict`` for declared shapes).
+        signature: the Starlark call signature ``describe_api`` and ``search_api`` show.
+        third_party: whether the texts were written by someone other than the operator.
+    """
 
     id: str
     name: str
@@ -254,7 +286,15 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
 def validate_catalog(
     caps: Sequence[Capability], disabled: Sequence[str]
 ) -> tuple[list[CompiledCapability], list[str]]:
-    """Compile every capability and collect every problem; returns the *enabled* capabilities."""
+    """Compile every capability and collect every problem; returns the *enabled* capabilities.
+
+    Args:
+        caps: the registered capabilities.
+        disabled: ids of capabilities to leave out of the catalog.
+
+    Returns:
+        The enabled compiled capabilities and every problem found (empty when the catalog is valid).
+    """
     problems: list[str] = []
     if len(caps) > MAX_CAPABILITIES:
         problems.append(f"at most {MAX_CAPABILITIES} capabilities may be registered (got {len(caps)})")

@@ -69,6 +69,9 @@ class SearchLimitError(Exception):
     """The query exceeded its byte cap or its distinct-token limit (→ ``resource limit exceeded``).
 
     ``str()`` is the coarse client text; the reason is in ``reason`` for host logs only.
+
+    Args:
+        reason: which limit the query exceeded, for host logs.
     """
 
     def __init__(self, reason: str) -> None:
@@ -209,7 +212,14 @@ def _normalize(text: str) -> str:
 
 
 def tokenize(text: str) -> list[str]:
-    """Split ``text`` into case-folded tokens (see the module docstring). Connectors are kept."""
+    """Split ``text`` into case-folded tokens (docs/reference/search.md). Connectors are kept.
+
+    Args:
+        text: any text (a query, a capability's name or summary).
+
+    Returns:
+        The tokens in order, duplicates included.
+    """
     out: list[str] = []
     for chunk in _CHUNK_RE.findall(_normalize(text)):
         out.extend(_chunk_tokens(chunk)[0])
@@ -233,9 +243,18 @@ def _utf8_len(text: str) -> int:
 def normalize_query(query: str, max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES) -> list[str]:
     """The distinct, non-connector query tokens in first-seen order.
 
-    Raises ``SearchLimitError`` when the raw query is longer than ``max_query_bytes`` UTF-8 bytes
-    (checked before anything else; padding counts) or has more than ``MAX_QUERY_TOKENS`` distinct
-    non-connector tokens.
+    Args:
+        query: the raw query.
+        max_query_bytes: the bound on its UTF-8 bytes (checked before anything else; padding
+            counts).
+
+    Returns:
+        The distinct non-connector tokens, first-seen order.
+
+    Raises:
+        ValueError: ``max_query_bytes`` is not positive.
+        SearchLimitError: the query is longer than ``max_query_bytes`` or has more than
+            ``MAX_QUERY_TOKENS`` distinct non-connector tokens.
     """
     if max_query_bytes < 1:
         raise ValueError("max_query_bytes must be positive")
@@ -253,7 +272,14 @@ def normalize_query(query: str, max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES) 
 
 
 def required_matches(q: int) -> int:
-    """Matched query tokens needed for eligibility: 1 of 1, 2 of 2, ceil(2q/3) of q ≥ 3."""
+    """Matched query tokens needed for eligibility: 1 of 1, 2 of 2, ceil(2q/3) of q ≥ 3.
+
+    Args:
+        q: the number of distinct query tokens.
+
+    Returns:
+        How many of them a capability must match.
+    """
     if q <= 2:
         return q
     return -(-2 * q // 3)
@@ -266,7 +292,16 @@ def required_matches(q: int) -> int:
 
 @dataclass(frozen=True)
 class SearchEntry:
-    """One enabled capability as search sees it."""
+    """One enabled capability as search sees it.
+
+    Attributes:
+        name: the dotted capability name.
+        signature: its call signature.
+        summary: its one-line summary.
+        description: its longer text.
+        search_terms: its extra search words.
+        third_party: whether an upstream wrote the texts (how that ranks: below).
+    """
 
     name: str
     signature: str
@@ -280,12 +315,24 @@ class SearchEntry:
 
 @dataclass(frozen=True)
 class SearchResult:
+    """One ranked result of ``search_api``.
+
+    Attributes:
+        name: the dotted capability name.
+        signature: its call signature.
+        summary: its one-line summary.
+    """
+
     name: str
     signature: str
     summary: str
 
     def to_dict(self) -> dict[str, str]:
-        """One result as ``search_api`` answers it: ``{name, signature, summary}``."""
+        """One result as ``search_api`` answers it.
+
+        Returns:
+            ``{name, signature, summary}``.
+        """
         return {"name": self.name, "signature": self.signature, "summary": self.summary}
 
 
@@ -318,7 +365,15 @@ def _result_bytes(entry: SearchEntry) -> int:
 def oversized_entries(
     entries: Iterable[SearchEntry], max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 ) -> list[str]:
-    """Names of entries whose single search result cannot fit a response of ``max_response_bytes``."""
+    """Names of entries whose single search result cannot fit a response of ``max_response_bytes``.
+
+    Args:
+        entries: the search entries.
+        max_response_bytes: the bound on a whole search response, in bytes.
+
+    Returns:
+        The names of the entries too large for it.
+    """
     return [e.name for e in entries if _EMPTY_RESPONSE_BYTES + _result_bytes(e) > max_response_bytes]
 
 
@@ -337,7 +392,16 @@ def _rarity(n: int, df: int) -> float:
 
 
 class SearchIndex:
-    """An immutable inverted index over the enabled capabilities."""
+    """An immutable inverted index over the enabled capabilities.
+
+    Args:
+        entries: the enabled capabilities as search sees them.
+        max_results: results per response, at least 1.
+        max_response_bytes: the bound on a response's compact JSON, in bytes.
+
+    Raises:
+        ValueError: ``max_results`` is below 1 or ``max_response_bytes`` below an empty response.
+    """
 
     def __init__(
         self,
@@ -417,6 +481,7 @@ class SearchIndex:
 
     @property
     def vocabulary_size(self) -> int:
+        """The number of distinct tokens indexed."""
         return len(self._vocab)
 
     def _token_groups(self, token: str) -> list[_Group]:
@@ -503,7 +568,15 @@ class SearchIndex:
         return scores
 
     def search(self, query: str, max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES) -> SearchResponse:
-        """Rank the enabled capabilities for ``query`` (see the module docstring)."""
+        """Rank the enabled capabilities for ``query`` (docs/reference/search.md).
+
+        Args:
+            query: the raw query.
+            max_query_bytes: the bound on its UTF-8 bytes.
+
+        Returns:
+            The ranked results that fit the bounds, and whether more matched.
+        """
         tokens = normalize_query(query, max_query_bytes)
         exact_docs = self._by_folded_name.get(query.strip().casefold(), ())
         if not tokens and not exact_docs:

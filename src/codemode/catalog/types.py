@@ -1,8 +1,8 @@
 """The type model: handler annotations compiled once into shapes.
 
-A :class:`TypeSpec` is compiled from a Python annotation (the table in docs/reference/capabilities.md) and can
+A Python annotation (the table in docs/reference/capabilities.md) is compiled into a serializable
+*shape* (``codemode_worker.shapes``, so the worker can bind without host code); from it this module can
 
-* give its serializable *shape* (``codemode_worker.shapes``) so the worker can bind without host code,
 * render the model-facing notation (inputs use ``T | None``; outputs use ``{field: T, opt?: U}``),
 * build the exact typed input (dataclass instances) from a canonical map,
 * convert a handler's output into a plain bounded value.
@@ -27,13 +27,20 @@ from codemode_worker.shapes import render as render_input
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "Construct",
+    "FieldDoc",
+    "HandlerTypes",
     "OutputError",
     "PlainRecord",
+    "Shape",
     "TypeProblem",
     "compile_type",
     "construct",
+    "constructor",
     "describe_fields",
+    "handler_types",
     "render_output",
+    "signature",
     "to_plain",
     "without_defaults",
 ]
@@ -41,6 +48,7 @@ __all__ = [
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
+#: A serializable type shape (``codemode_worker.shapes``): ``{"t": "record", "fields": [...]}``.
 Shape = dict[str, Any]
 
 
@@ -56,10 +64,21 @@ _SCALARS: dict[Any, str] = {str: "str", int: "int", bool: "bool", float: "float"
 
 
 def compile_type(tp: Any, _stack: tuple[type, ...] = (), *, inputs: bool = False) -> Shape:
-    """Compile an annotation into a shape; raises :class:`TypeProblem` naming what is unsupported.
+    """Compile an annotation into a shape.
 
-    ``inputs``: the type is a capability's input, where a field's default makes it optional (see
-    :func:`_field`); an output's defaults change nothing (the handler always produces the field)."""
+    Args:
+        tp: the annotation (a scalar, ``Literal`` of strings, ``T | None``, ``list``, ``dict`` with
+            ``str`` keys, or a dataclass of those).
+        _stack: the dataclasses being compiled around this one (recursion detection; internal).
+        inputs: the type is a capability's input, where a field's default makes it optional (see
+            :func:`_field`); an output's defaults change nothing (the handler always produces it).
+
+    Returns:
+        The shape.
+
+    Raises:
+        TypeProblem: the annotation is outside the type model (the message names what).
+    """
     if tp in _SCALARS:
         return {"t": _SCALARS[tp]}
     origin = typing.get_origin(tp)
@@ -126,7 +145,14 @@ def _field(tp: type, f: dataclasses.Field[Any], shape: Shape) -> dict[str, Any]:
 
 def without_defaults(shape: Shape) -> Shape:
     """``shape`` as the worker gets it: defaults are the host's to show and apply, so the wire
-    shape is the one the protocol always had (an omitted field is simply absent)."""
+    shape is the one the protocol always had (an omitted field is simply absent).
+
+    Args:
+        shape: a compiled shape, possibly with field defaults.
+
+    Returns:
+        The same shape with every ``default`` removed.
+    """
     t = shape["t"]
     if t == "record":
         fields = [{"name": f["name"], "shape": without_defaults(f["shape"])} for f in shape["fields"]]
@@ -155,10 +181,19 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def construct(tp: Any, value: Any) -> Any:
-    """Build the typed value for an already-bound canonical value (trusted: it came from ``bind``)."""
+    """Build the typed value for an already-bound canonical value (trusted: it came from ``bind``).
+
+    Args:
+        tp: the annotation the value was bound to.
+        value: the canonical value.
+
+    Returns:
+        The typed value (dataclass instances for records).
+    """
     return constructor(tp)(value)
 
 
+#: A planned constructor: canonical value in, typed value out.
 Construct = Callable[[Any], Any]
 
 _CONSTRUCTORS: dict[Any, Construct] = {}
@@ -174,7 +209,14 @@ def _to_float(value: Any) -> Any:
 
 def constructor(tp: Any) -> Construct:
     """``construct(tp, ·)`` planned once per type: the type is inspected here, not on every call.
-    A plan is published only once complete (another thread never sees one being built)."""
+    A plan is published only once complete (another thread never sees one being built).
+
+    Args:
+        tp: the annotation.
+
+    Returns:
+        The constructor for values of ``tp`` (cached, except for unhashable annotations).
+    """
     try:
         known = _CONSTRUCTORS.get(tp)
     except TypeError:  # an unhashable annotation: plan it every time
@@ -244,8 +286,20 @@ class PlainRecord(dict[str, Any]):
 def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False) -> Any:
     """Convert handler output into a plain JSON-shaped value following the output shape.
 
-    Raises :class:`OutputError` for anything that does not fit (wrong types, NaN/inf, ints outside
-    int64, missing required fields). Depth and byte bounds are checked afterwards by the caller.
+    Depth and byte bounds are checked afterwards by the caller.
+
+    Args:
+        shape: the output shape.
+        obj: the handler's value.
+        path: where ``obj`` is, for the error message (``result.items[2]``).
+        _plain: maps are accepted for records (below a :class:`PlainRecord`; internal).
+
+    Returns:
+        The plain value (``None`` optional record fields left out).
+
+    Raises:
+        OutputError: anything that does not fit (wrong types, NaN/inf, ints outside int64,
+            missing required fields, a string outside its enum).
     """
     kind = shape["t"]
     if kind == "opt":
@@ -307,7 +361,14 @@ def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False)
 
 
 def render_output(shape: Shape) -> str:
-    """Output notation: like inputs, but optional record fields read ``name?: T``."""
+    """Output notation: like inputs, but optional record fields read ``name?: T``.
+
+    Args:
+        shape: the output shape.
+
+    Returns:
+        Its notation (``{id: str, note?: str}``).
+    """
     kind = shape["t"]
     if kind == "opt":
         return f"{render_output(shape['of'])} | None"
@@ -332,12 +393,26 @@ _NO_DEFAULT: Any = object()
 
 @dataclass(frozen=True)
 class FieldDoc:
+    """One field of a ``describe_api`` answer's ``input`` or ``output`` list.
+
+    Attributes:
+        name: the field name.
+        type: its notation.
+        required: whether a call must give it (input) or it is always present (output).
+        default: the value used when an input omits it (absent when it has none).
+    """
+
     name: str
     type: str
     required: bool
     default: Any = _NO_DEFAULT
 
     def to_dict(self) -> dict[str, Any]:
+        """The field as ``describe_api`` answers it.
+
+        Returns:
+            ``{name, type, required}``, plus ``default`` when the field has one.
+        """
         out = {"name": self.name, "type": self.type, "required": self.required}
         if self.default is not _NO_DEFAULT:
             out["default"] = self.default
@@ -347,8 +422,16 @@ class FieldDoc:
 def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
     """Flat ``{name, type, required}`` items of a root record, in declaration order.
 
-    Inputs keep ``| None`` in the type of an optional field; outputs show the inner type and mark
-    optionality by ``required: false`` (nested optional output fields use ``name?:``).
+    Inputs keep ``| None`` in the type of an optional field (a field with a default shows its
+    inner type and the default); outputs show the inner type and mark optionality by
+    ``required: false`` (nested optional output fields use ``name?:``).
+
+    Args:
+        record: a root record shape.
+        output: whether it is an output (else an input).
+
+    Returns:
+        One :class:`FieldDoc` per field.
     """
     items = []
     for f in record["fields"]:
@@ -364,13 +447,23 @@ def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
 
 
 def signature(name: str, record: Shape) -> str:
-    """``records.lookup(*, key: str, limit: int | None)`` or ``records.status()``."""
+    """A capability's call signature: ``records.lookup(*, key: str, limit: int | None)`` or
+    ``records.status()``.
+
+    Args:
+        name: the dotted capability name.
+        record: its input record shape.
+
+    Returns:
+        The signature text (keyword-only parameters).
+    """
     if not record["fields"]:
         return f"{name}()"
     params = ", ".join(render_field(f) for f in record["fields"])
     return f"{name}(*, {params})"
 
 
+#: (input shape, output shape, input type, output type) of a handler.
 HandlerTypes = tuple[Shape, Shape, Any, Any]
 
 
@@ -379,6 +472,15 @@ def handler_types(handler: Callable[..., Any]) -> HandlerTypes:
 
     Handlers are ``(ctx, subject, args: In) -> Out``; a handler with only ``(ctx, subject)`` has no
     inputs. ``In`` and ``Out`` must be dataclasses.
+
+    Args:
+        handler: the capability's handler (a function, a method or a callable object).
+
+    Returns:
+        The shapes and types of its input (``None`` without one) and output.
+
+    Raises:
+        TypeProblem: the signature or an annotation is missing or outside the type model.
     """
     import inspect
 

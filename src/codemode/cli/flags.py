@@ -11,8 +11,9 @@ from typing import Any, Literal, get_args, get_origin
 
 from ..startup.config import LIST_SETTINGS, RENAMED, ConfigError, Settings, env_var, flag
 
-__all__ = ["HTTP_ONLY", "STDIO_ONLY", "add_settings_flags", "overrides", "settings_table"]
+__all__ = ["HTTP_ONLY", "STDIO_ONLY", "Mode", "add_settings_flags", "overrides", "settings_table"]
 
+#: The transport ``serve`` runs.
 Mode = Literal["stdio", "http"]
 
 #: Settings that only the HTTP service reads.
@@ -130,7 +131,11 @@ def _metavar(name: str, kind: Any) -> str:
 
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per settings field, grouped; every flag defaults to None (= not given)."""
+    """One flag per settings field, grouped; every flag defaults to None (= not given).
+
+    Args:
+        parser: the ``serve`` parser.
+    """
     groups: dict[str, Any] = {}
     for name, field in Settings.model_fields.items():
         if name in _NOT_FLAGS:
@@ -179,9 +184,21 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
 def overrides(
     args: argparse.Namespace, mode: Mode, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The settings given as flags; a flag that means nothing in ``mode`` is a :class:`ConfigError`.
+    """The settings given as flags. Repeatable flags add to the comma-separated lists of their
+    environment variables.
 
-    Repeatable flags add to the comma-separated lists of their environment variables."""
+    Args:
+        args: the parsed flags.
+        mode: the transport.
+        environ: the environment (None: ``os.environ``).
+
+    Returns:
+        Setting name → value, ``transport`` included.
+
+    Raises:
+        ConfigError: a flag means nothing in ``mode`` (an HTTP-only one with ``--stdio``, or the
+            other way round).
+    """
     environ = os.environ if environ is None else environ
     out: dict[str, Any] = {"transport": mode}
     for name in Settings.model_fields:
@@ -202,7 +219,11 @@ def overrides(
 
 
 def settings_table() -> str:
-    """The Markdown table of every setting (docs/configuration.md carries it; a test compares)."""
+    """The Markdown table of every setting (docs/configuration.md carries it; a test compares).
+
+    Returns:
+        The table: flag, environment variable, default, modes and meaning of each setting.
+    """
     from ..startup.config import env_var as env
 
     rows = ["| flag | environment | default | modes | meaning |", "|---|---|---|---|---|"]

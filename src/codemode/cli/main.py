@@ -81,6 +81,11 @@ def _add_operator_tools(sub: Any) -> dict[str, argparse.ArgumentParser]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``codemode`` command's parser, every subcommand included.
+
+    Returns:
+        The parser.
+    """
     parser, _ = _parsers()
     return parser
 
@@ -110,6 +115,14 @@ def _leaf(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``codemode`` command.
+
+    Args:
+        argv: the arguments (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 success, 1 a run-time failure, 2 a configuration or usage error.
+    """
     parser, leaves = _parsers()
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -19,6 +19,14 @@ log = logging.getLogger("codemode.cli")
 
 
 def add_serve(sub: Any) -> argparse.ArgumentParser:
+    """Add ``codemode serve`` and its flags (one per setting).
+
+    Args:
+        sub: the top-level parser's subparsers.
+
+    Returns:
+        The ``serve`` parser.
+    """
     p: argparse.ArgumentParser = sub.add_parser(
         "serve",
         help="serve MCP over stdio or HTTP",
@@ -47,7 +55,7 @@ def _mode(args: argparse.Namespace) -> Mode:
     raise ConfigError("choose a transport: serve --stdio or serve --http (or CODEMODE_TRANSPORT)")
 
 
-def configure_logging(level: str) -> None:
+def _configure_logging(level: str) -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ConfigError(f"--log-level / CODEMODE_LOG_LEVEL: unknown level {level!r}")
@@ -70,14 +78,14 @@ async def _serve_stdio(settings: Settings, server: Any) -> None:
         problem = await check_runtime(server, settings)
         if problem is not None:
             raise ConfigError(problem.detail)
-        print(f"codemode: {catalog_line(server)}", file=sys.stderr, flush=True)
+        print(f"codemode: {_catalog_line(server)}", file=sys.stderr, flush=True)
         async with stdio_server() as (read_stream, write_stream):
             await app.run(read_stream, write_stream, app.create_initialization_options())
     finally:
         await server.aclose()
 
 
-def catalog_line(server: Any) -> str:
+def _catalog_line(server: Any) -> str:
     """What the catalog holds, by namespace: ``serving 11 capabilities over stdio: records (5),
     time (2), memory (4)`` (stdout is the MCP stream; this goes to stderr at start)."""
     counts: dict[str, int] = {}
@@ -92,10 +100,18 @@ def catalog_line(server: Any) -> str:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    """``codemode serve``: load the settings, then serve over stdio or HTTP until stopped.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        The exit status: 0 when stopped, 1 when serving failed, 2 on a configuration error.
+    """
     try:
         mode = _mode(args)
         settings = load_settings(config_file=args.config, **overrides(args, mode))
-        configure_logging(settings.log_level if mode == "http" or args.log_level else "warning")
+        _configure_logging(settings.log_level if mode == "http" or args.log_level else "warning")
         if mode == "http":
             problems = settings.http_problems()
             if problems:

@@ -20,6 +20,14 @@ __all__ = ["add_token", "run_token"]
 
 
 def add_token(sub: Any) -> argparse.ArgumentParser:
+    """Add ``codemode token`` (``new``, ``list``, ``revoke``) and its flags.
+
+    Args:
+        sub: the top-level parser's subparsers.
+
+    Returns:
+        The ``token`` parser.
+    """
     p: argparse.ArgumentParser = sub.add_parser(
         "token",
         help="manage bearer tokens for serve --http",
@@ -51,6 +59,15 @@ def _path(args: argparse.Namespace) -> Path:
 
 
 def run_token(args: argparse.Namespace) -> int:
+    """``codemode token``: add a token (printed once), list the subjects, or revoke a subject's.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        The exit status: 0 on success, 1 when ``revoke`` found no token of the subject, 2 on a
+        usage, configuration or file error.
+    """
     from ..service.tokens import add_token as add
     from ..service.tokens import read_entries, revoke_subject
 

@@ -12,9 +12,11 @@ from .outcomes import LedgerEntry
 
 __all__ = [
     "LIMIT_KINDS",
+    "MAX_DISCLOSED_BYTES",
     "AgentError",
     "CapabilityFailure",
     "CodeModeError",
+    "ExecutionTimeout",
     "Internal",
     "InvalidArguments",
     "InvalidProgram",
@@ -28,6 +30,7 @@ __all__ = [
     "sanitize_disclosure",
 ]
 
+#: UTF-8 bytes of a disclosed ``AgentError`` message a client may see.
 MAX_DISCLOSED_BYTES = 256
 
 
@@ -148,7 +151,11 @@ class ResourceLimit(CodeModeError):
 
 class ExecutionTimeout(ResourceLimit, TimeoutError):
     """The execution deadline passed: a ``ResourceLimit`` (kind ``time``) that is also a
-    ``TimeoutError``."""
+    ``TimeoutError``.
+
+    Args:
+        kind: the limit kind (``time``; ``concurrency`` when the wait for a slot ran out).
+    """
 
     def __init__(self, kind: str | None = "time") -> None:
         super().__init__(kind)

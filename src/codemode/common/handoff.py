@@ -30,7 +30,12 @@ NOT_YET: Final[Any] = object()
 
 class HandOff:
     """The blocking-then-async wait described above. The slow count is shared by every caller of
-    one instance (racy across threads on purpose: a rough count is all it needs)."""
+    one instance (racy across threads on purpose: a rough count is all it needs).
+
+    Args:
+        budget: seconds one hand-off may block the calling thread.
+        slow_limit: net late results at which it stops blocking.
+    """
 
     def __init__(self, budget: float = DEFAULT_BUDGET, slow_limit: int = SLOW_LIMIT) -> None:
         self.budget = budget
@@ -38,9 +43,16 @@ class HandOff:
         self.slow = 0
 
     def block(self, job: concurrent.futures.Future[T], deadline: float | None = None) -> T:
-        """Wait for ``job`` on the calling thread for at most the budget (``deadline``: monotonic
-        seconds it never blocks past). Returns the result (or raises the job's exception), or
-        returns :data:`NOT_YET` when the job is not done: then await it, and call :meth:`waited`."""
+        """Wait for ``job`` on the calling thread for at most the budget.
+
+        Args:
+            job: the work handed to another thread.
+            deadline: monotonic seconds it never blocks past, if any.
+
+        Returns:
+            The job's result (or raises the job's exception), or :data:`NOT_YET` when the job is
+            not done: then await it, and call :meth:`waited`.
+        """
         limit = self.budget if self.slow < self.slow_limit else 0.0
         if deadline is not None:
             limit = min(limit, deadline - time.monotonic())
@@ -58,7 +70,11 @@ class HandOff:
         return result
 
     def waited(self, started: float) -> None:
-        """An asynchronous wait that began at ``started`` (monotonic) ended: a quick one counts as
-        a result back in time, so blocking resumes once work is quick again."""
+        """An asynchronous wait ended: a quick one counts as a result back in time, so blocking
+        resumes once work is quick again.
+
+        Args:
+            started: the monotonic time the wait began.
+        """
         if self.slow > 0 and time.monotonic() - started <= self.budget:
             self.slow -= 1

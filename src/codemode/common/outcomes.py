@@ -51,7 +51,15 @@ PRINTS_CUT_MARKER: Final = "\n[prints truncated]"
 
 
 def ledger_outcome(decision: str, outcome: str) -> str:
-    """The ledger word for an audit ``(decision, outcome)`` pair (``not run`` for any other)."""
+    """The ledger word for an audit ``(decision, outcome)`` pair (``not run`` for any other).
+
+    Args:
+        decision: the audit decision (``allow``, ``deny``, ...).
+        outcome: the audit outcome of the call.
+
+    Returns:
+        The call ledger's outcome word (docs/reference/tools.md#the-call-ledger).
+    """
     return AUDIT_OUTCOMES.get((decision, outcome), "not run")
 
 

@@ -32,7 +32,14 @@ __all__ = ["Admission", "FairAdmission", "default_quota", "default_reserve"]
 
 def default_reserve(slots: int) -> int:
     """The reserve used when none is configured: a quarter of the slots, at least 1, always leaving
-    one slot a subject may take as its second (0 when there is a single slot)."""
+    one slot a subject may take as its second (0 when there is a single slot).
+
+    Args:
+        slots: the number of worker slots.
+
+    Returns:
+        The number of reserved slots.
+    """
     if slots <= 1:
         return 0
     return min(max(1, slots // 4), slots - 1)
@@ -70,8 +77,17 @@ class Admission:
     def problems_of(
         slots: int, subject_quota: object, reserved_slots: object, name: Callable[[str], str] = str
     ) -> list[str]:
-        """What is wrong with this quota and reserve (``reserved_slots`` None: derived as in
-        :meth:`derive`); ``name`` renders a field's name (the settings give its flag and variable)."""
+        """What is wrong with this quota and reserve.
+
+        Args:
+            slots: ``max_concurrent_executions``.
+            subject_quota: the per-subject quota (0: none).
+            reserved_slots: the reserve (None: derived as in :meth:`derive`).
+            name: renders a field's name (the settings give its flag and variable).
+
+        Returns:
+            The problems, each naming its field (empty when there are none).
+        """
         if not _whole(slots) or slots < 1:
             return [f"{name('max_concurrent_executions')}: must be at least 1"]
         if not _whole(subject_quota):
@@ -99,14 +115,31 @@ class Admission:
     @classmethod
     def derive(cls, slots: int, subject_quota: int = 0, reserved_slots: int | None = None) -> Admission:
         """The library's rule: a reserve not given is derived (:func:`default_reserve`) only when
-        there is a quota; without one, one subject may use every slot."""
+        there is a quota; without one, one subject may use every slot.
+
+        Args:
+            slots: ``max_concurrent_executions``.
+            subject_quota: the per-subject quota (0: none).
+            reserved_slots: the reserve (None: derived).
+
+        Returns:
+            The admission (checked on construction).
+        """
         reserve = _given_or_derived(slots, subject_quota, reserved_slots)
         return cls(slots, subject_quota, reserve)  # type: ignore[arg-type]  # checked on construction
 
 
 def default_quota(slots: int, reserved_slots: int) -> int:
     """The HTTP service's quota when none is configured: :data:`DEFAULT_SUBJECT_QUOTA`, lowered so
-    that one subject can reach it (``slots - reserved_slots``), at least 1."""
+    that one subject can reach it (``slots - reserved_slots``), at least 1.
+
+    Args:
+        slots: ``max_concurrent_executions``.
+        reserved_slots: the reserve.
+
+    Returns:
+        The quota.
+    """
     return max(1, min(DEFAULT_SUBJECT_QUOTA, slots - reserved_slots))
 
 
@@ -122,6 +155,14 @@ class FairAdmission:
 
     ``fair=False`` gives plain first-come-first-served slots without a reserve (what an
     ``asyncio.Semaphore`` does); it exists so benchmarks can measure the difference in one run.
+
+    Args:
+        slots: the number of slots, at least 1.
+        reserved: slots kept for subjects that hold none (default: :func:`default_reserve`).
+        fair: whether the two rules apply (else first come, first served, no reserve).
+
+    Raises:
+        ValueError: ``slots`` is below 1, or ``reserved`` is negative or not below ``slots``.
     """
 
     def __init__(self, slots: int, reserved: int | None = None, *, fair: bool = True) -> None:
@@ -167,7 +208,11 @@ class FairAdmission:
             best.future.set_result(None)
 
     async def acquire(self, subject: str) -> None:
-        """Wait for a slot for ``subject``. Cancellation while waiting takes nothing."""
+        """Wait for a slot for ``subject``. Cancellation while waiting takes nothing.
+
+        Args:
+            subject: the subject id the slot is counted against.
+        """
         waiter = _Waiter(next(self._seq), subject, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._dispatch()
@@ -184,7 +229,14 @@ class FairAdmission:
             raise
 
     def release(self, subject: str) -> None:
-        """Return one slot ``subject`` holds."""
+        """Return one slot ``subject`` holds.
+
+        Args:
+            subject: the subject id.
+
+        Raises:
+            RuntimeError: the subject holds no slot.
+        """
         held = self.held.get(subject, 0)
         if held <= 0:
             raise RuntimeError("release() of a slot the subject does not hold")

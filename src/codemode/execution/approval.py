@@ -22,6 +22,7 @@ from .observe import ApprovalAnswer
 __all__ = [
     "MAX_ARGUMENTS_TEXT",
     "MAX_MESSAGE_BYTES",
+    "MAX_VALUE_TEXT",
     "ApprovalRequest",
     "Approver",
     "describe_arguments",
@@ -51,7 +52,15 @@ def _printable(text: str) -> str:
 
 
 def describe_arguments(arguments: dict[str, Any]) -> str:
-    """``id=7, title="Buy milk"``: the bound arguments as the host renders them (bounded)."""
+    """``id=7, title="Buy milk"``: the bound arguments as the host renders them (bounded).
+
+    Args:
+        arguments: the bound canonical arguments.
+
+    Returns:
+        ``key=<compact JSON>`` pairs, each value cut to :data:`MAX_VALUE_TEXT` bytes and the
+        whole to :data:`MAX_ARGUMENTS_TEXT` (``(none)`` without arguments).
+    """
     parts = []
     for key, value in arguments.items():
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

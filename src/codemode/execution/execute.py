@@ -69,15 +69,25 @@ from .report import PrintsRefused, Report
 from .tracing import NULL_TRACE, Trace, Tracer
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
-__all__ = ["Executor", "WorkerGone", "WorkerMisbehaved"]
+__all__ = [
+    "DEADLINE_EXIT_WAIT",
+    "FRAME_OVERHEAD",
+    "READ_CHUNK",
+    "SYNC_HANDLER_BUDGET",
+    "Executor",
+    "WorkerGone",
+    "WorkerMisbehaved",
+]
 
 log = logging.getLogger("codemode.execute")
 
+#: Bytes a worker frame may have beyond ``max_value_bytes`` (its envelope).
 FRAME_OVERHEAD = 64 * 1024
 #: Seconds the event loop's thread may wait for a sync handler before awaiting it (codemode.common.handoff).
 SYNC_HANDLER_BUDGET = 0.001
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Bytes read from a worker at a time.
 READ_CHUNK = 256 * 1024
 #: Seconds a deadline's answer waits for the exit of a worker the runtime already knows is dead (the
 #: host had not read the death yet, on a busy machine): one that died of its memory limit is
@@ -570,7 +580,12 @@ def _detached_done(task: asyncio.Task[Any]) -> None:
 
 
 class Executor:
-    """Runs programs for one built server."""
+    """Runs programs for one built server.
+
+    Args:
+        plan: the checked server (capabilities, authorizer, limits, admission, runtime, observer,
+            tracing), taken whole.
+    """
 
     def __init__(self, plan: Plan) -> None:
         self.by_name = {c.name: c for c in plan.capabilities}
@@ -618,7 +633,14 @@ class Executor:
         self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(plan.runtime, "spawn_for", None)
 
     def is_async(self, cap: CompiledCapability) -> bool:
-        """Whether ``cap``'s handler is a coroutine function (asked once per capability)."""
+        """Whether ``cap``'s handler is a coroutine function (asked once per capability).
+
+        Args:
+            cap: the capability.
+
+        Returns:
+            True for an async handler.
+        """
         known = self._async_handlers.get(cap.name)
         if known is None:
             handler = cap.handler
@@ -630,7 +652,14 @@ class Executor:
 
     def manifest_for(self, source: str) -> str:
         """The manifest JSON for one program: the namespaces whose root names its source mentions
-        (a superset: names in strings or comments count too)."""
+        (a superset: names in strings or comments count too).
+
+        Args:
+            source: the program.
+
+        Returns:
+            The JSON array text of the manifest entries it may reach.
+        """
         roots = self.manifest_by_root
         parts = [roots[name] for name in sorted(set(_IDENTIFIER.findall(source))) if name in roots]
         return "[" + ",".join(parts) + "]"
@@ -657,8 +686,20 @@ class Executor:
     ) -> ExecuteResult:
         """Run one program; enforces the per-subject quota around the whole execution. A
         ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``).
-        ``trace_context`` (W3C ``traceparent``/``tracestate``) parents the execute's span;
-        ``approver`` asks the user about calls the policy leaves to them (None: nobody to ask)."""
+
+        Args:
+            source: the program.
+            subject: the trusted subject it runs for.
+            trace_context: W3C ``traceparent``/``tracestate`` that parents the execute's span.
+            approver: asks the user about calls the policy leaves to them (None: nobody to ask).
+
+        Returns:
+            The program's result, call ledger and prints.
+
+        Raises:
+            ResourceLimit: ``quota``, when the subject already runs its quota of executes (any
+                other ``CodeModeError`` of the run passes through).
+        """
         trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
         held = self.active.get(subject.id, 0)
         if self.subject_quota and held >= self.subject_quota:
@@ -873,7 +914,15 @@ class Executor:
     def run_sync(
         self, cap: CompiledCapability, call: Callable[[], Any]
     ) -> tuple[concurrent.futures.Future[Any], HandOff]:
-        """Start a sync handler call on the handlers' pool; its hand-off to wait with."""
+        """Start a sync handler call on the handlers' pool.
+
+        Args:
+            cap: the capability (each has its own hand-off).
+            call: the handler call, bound to its arguments.
+
+        Returns:
+            The call's future, and the hand-off to wait for it with.
+        """
         if self._sync_pool is None:
             self._sync_pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="codemode-handler"

@@ -42,7 +42,14 @@ class FrameTooCostly(ProtocolError):
 
 
 def estimated_cost(body: bytes) -> int:
-    """Estimated host bytes of decoding ``body`` (a JSON document)."""
+    """Estimated host bytes of decoding ``body`` (a JSON document).
+
+    Args:
+        body: the frame body.
+
+    Returns:
+        Its length plus a fixed cost per container and per element outside strings.
+    """
     skeleton = _STRING.sub(b"", body)
     containers = skeleton.count(b"{") + skeleton.count(b"[")
     elements = skeleton.count(b",") + skeleton.count(b":")
@@ -51,7 +58,14 @@ def estimated_cost(body: bytes) -> int:
 
 class HostFrameDecoder(FrameDecoder):
     """The protocol's incremental reader (length cap before buffering, strict decoding), with the
-    memory budget checked before a body is decoded. Unusable after an error."""
+    memory budget checked before a body is decoded. Unusable after an error.
+
+    Args:
+        max_frame_bytes: the length cap of one frame.
+        memory_budget: host bytes decoding one body may cost (default: ``MEMORY_FACTOR`` times
+            ``max_frame_bytes``).
+        allowed_kinds: the frame kinds accepted.
+    """
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_SUBJECT_QUOTA",
     "FLOAT_LIMITS",
     "MINIMUMS",
+    "MIN_SEARCH_RESPONSE_BYTES",
     "PRINTS_OVER_VALUE",
     "SUMMARIES",
     "LimitSpec",

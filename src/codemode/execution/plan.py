@@ -20,7 +20,17 @@ __all__ = ["Plan"]
 class Plan:
     """A checked server: the enabled capabilities (compiled, in registration order), the authorizer,
     the limits, who may take a worker slot, where workers run, the observer and the tracing (None:
-    off). Made by ``Builder.build()``; nothing in it is checked again."""
+    off). Made by ``Builder.build()``; nothing in it is checked again.
+
+    Attributes:
+        capabilities: the enabled capabilities, compiled, in registration order.
+        authorizer: asked about every native call.
+        limits: the limits.
+        admission: who may take a worker slot (slots, quota, reserve).
+        runtime: where workers run.
+        observer: told about executes and calls.
+        tracing: the tracing settings (None: off).
+    """
 
     capabilities: tuple[CompiledCapability, ...]
     authorizer: Authorizer

@@ -24,7 +24,12 @@ class PrintsRefused(Exception):
 
 
 class Report:
-    """The ledger and prints of one execute (``max_print_bytes`` 0: prints are not kept)."""
+    """The ledger and prints of one execute.
+
+    Args:
+        max_print_bytes: UTF-8 bytes of prints kept (0: prints are not kept).
+        max_print_frames: print frames an honest worker sends at most.
+    """
 
     def __init__(self, max_print_bytes: int, max_print_frames: int = 0) -> None:
         self.budget = max_print_bytes
@@ -35,12 +40,31 @@ class Report:
         self._cut = False
 
     def record(self, capability: str, decision: str, outcome: str) -> str:
-        """Add the call's entry; its outcome word."""
+        """Add the call's entry to the ledger.
+
+        Args:
+            capability: the dotted capability name.
+            decision: the audit decision.
+            outcome: the audit outcome.
+
+        Returns:
+            The call's ledger outcome word.
+        """
         word = ledger_outcome(decision, outcome)
         self.calls.append(LedgerEntry(capability, word))
         return word
 
     def add_print(self, text: str, cut: bool) -> None:
+        """Keep one print frame's text.
+
+        Args:
+            text: the frame's text.
+            cut: whether the worker cut the output here (no frame may follow).
+
+        Raises:
+            PrintsRefused: the host keeps no prints, the output was already cut, the frame is
+                empty, or it is over the frame count or ``max_print_bytes``.
+        """
         if self.budget <= 0:
             raise PrintsRefused("print frame, but this host keeps no prints")
         if self._cut:
@@ -59,14 +83,27 @@ class Report:
 
     @property
     def prints(self) -> str | None:
+        """The prints so far (with the cut marker when cut), or None when none are kept."""
         if self.budget <= 0:
             return None
         return "".join(self._texts) + (PRINTS_CUT_MARKER if self._cut else "")
 
     def result(self, value: Any) -> ExecuteResult:
+        """The execute's result.
+
+        Args:
+            value: what the program's ``main()`` returned.
+
+        Returns:
+            The value with this ledger and the prints.
+        """
         return ExecuteResult(value, tuple(self.calls), self.prints)
 
     def attach(self, error: CodeModeError) -> None:
-        """Give ``error`` this execute's ledger and prints (``Server.execute`` raises it)."""
+        """Give ``error`` this execute's ledger and prints (``Server.execute`` raises it).
+
+        Args:
+            error: the error the execute ends with.
+        """
         error.calls = tuple(self.calls)
         error.prints = self.prints

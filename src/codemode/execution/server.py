@@ -223,7 +223,14 @@ def _retrieve(task: asyncio.Task[None]) -> None:
 
 
 def answer_bounds(limits: Limits) -> AnswerBounds:
-    """The response bounds of ``limits`` (what packs check their capabilities against)."""
+    """The response bounds of ``limits`` (what packs check their capabilities against).
+
+    Args:
+        limits: the limits.
+
+    Returns:
+        Their search and describe response bounds.
+    """
     return AnswerBounds(
         max_search_response_bytes=limits.max_search_response_bytes,
         max_describe_response_bytes=limits.max_describe_response_bytes,

@@ -24,9 +24,11 @@ from typing import Any, Literal
 
 __all__ = [
     "ATTRIBUTES",
+    "MAX_TRACE_HEADER_BYTES",
     "NULL_TRACE",
     "SPAN_NAMES",
     "ExecuteTrace",
+    "SubjectMode",
     "Trace",
     "Tracer",
     "Tracing",
@@ -62,6 +64,7 @@ ATTRIBUTES = (
     "codemode.approval.answer",
 )
 
+#: How an execute span names its subject: a hash of the id, or not at all.
 SubjectMode = Literal["hash", "omit"]
 
 #: Bytes of a ``traceparent`` / ``tracestate`` value read from a request; longer ones are ignored.
@@ -84,7 +87,14 @@ class Tracing:
 
 
 def subject_hash(subject_id: str) -> str:
-    """The pseudonym a trace carries for a subject (``codemode.subject``)."""
+    """The pseudonym a trace carries for a subject (``codemode.subject``).
+
+    Args:
+        subject_id: the subject id.
+
+    Returns:
+        The first 16 hex digits of the SHA-256 of its UTF-8 bytes.
+    """
     return hashlib.sha256(subject_id.encode("utf-8")).hexdigest()[:16]
 
 
@@ -129,7 +139,14 @@ NULL_TRACE = _NullTrace()
 
 class ExecuteTrace:
     """The spans of one execute. Each child is created when its step is over, with the step's
-    start time (``now()``, taken when it began), so an unfinished step leaves no open span."""
+    start time (``now()``, taken when it began), so an unfinished step leaves no open span.
+
+    Args:
+        tracer: the OpenTelemetry tracer the children are made with.
+        root: the execute span.
+        context: the context holding the root span (the children's parent).
+        trace_api: the ``opentelemetry.trace`` module.
+    """
 
     __slots__ = ("_api", "_context", "_root", "_tracer")
 
@@ -140,6 +157,11 @@ class ExecuteTrace:
         self._api = trace_api
 
     def now(self) -> int:
+        """The start time of a step.
+
+        Returns:
+            Nanoseconds since the epoch.
+        """
         return time.time_ns()
 
     def _child(self, name: str, start: int, attributes: Mapping[str, Any]) -> None:
@@ -147,9 +169,22 @@ class ExecuteTrace:
         span.end()
 
     def admission(self, start: int, granted: bool) -> None:
+        """The ``codemode.admission`` span: the wait for a worker slot.
+
+        Args:
+            start: the step's start (:meth:`now` when it began).
+            granted: whether a slot was granted.
+        """
         self._child("codemode.admission", start, {"codemode.admission.granted": granted})
 
     def acquire(self, start: int, acquired: bool, warm: bool) -> None:
+        """The ``codemode.sandbox.acquire`` span.
+
+        Args:
+            start: the step's start (:meth:`now` when it began).
+            acquired: whether a sandbox was acquired.
+            warm: whether it came warm from a pool (else it was spawned cold).
+        """
         self._child(
             "codemode.sandbox.acquire",
             start,
@@ -166,6 +201,17 @@ class ExecuteTrace:
         authz_seconds: float,
         handler_seconds: float,
     ) -> None:
+        """A ``codemode.native_call`` span.
+
+        Args:
+            start: the step's start (:meth:`now` when it began).
+            capability_id: the capability's id.
+            capability: its dotted name.
+            decision: the authorizer's decision.
+            outcome: the call's outcome word.
+            authz_seconds: seconds the authorizer took.
+            handler_seconds: seconds the handler took.
+        """
         self._child(
             "codemode.native_call",
             start,
@@ -180,12 +226,31 @@ class ExecuteTrace:
         )
 
     def approval(self, start: int, answer: str) -> None:
+        """The ``codemode.approval`` span: a question asked of the user.
+
+        Args:
+            start: the step's start (:meth:`now` when it began).
+            answer: the user's answer.
+        """
         self._child("codemode.approval", start, {"codemode.approval.answer": answer})
 
     def teardown(self, start: int) -> None:
+        """The ``codemode.teardown`` span (it may end after its parent).
+
+        Args:
+            start: the step's start (:meth:`now` when it began).
+        """
         self._child("codemode.teardown", start, {})
 
     def finish(self, outcome: str, limit: str | None, native_calls: int, worker_id: str) -> None:
+        """End the execute span (status ``ERROR`` unless the outcome is ``ok``; no description).
+
+        Args:
+            outcome: the execute's outcome word.
+            limit: the kind of the limit it exceeded, if any.
+            native_calls: the native calls it made.
+            worker_id: its worker's id (empty when it got none).
+        """
         trace_api = self._api
         root = self._root
         root.set_attribute("codemode.outcome", outcome)
@@ -205,7 +270,15 @@ Trace = ExecuteTrace | _NullTrace
 
 
 class Tracer:
-    """Starts the trace of each execute (made by the executor from a :class:`Tracing`)."""
+    """Starts the trace of each execute (made by the executor from a :class:`Tracing`).
+
+    Args:
+        tracing: the tracing settings.
+        runtime_name: the runtime's name, set on each execute span.
+
+    Raises:
+        ValueError: ``tracing.subject`` is neither ``hash`` nor ``omit``.
+    """
 
     def __init__(self, tracing: Tracing, runtime_name: str) -> None:
         from opentelemetry import trace as trace_api
@@ -221,7 +294,16 @@ class Tracer:
 
     def start(self, subject_id: str, carrier: Mapping[str, Any] | None) -> ExecuteTrace:
         """The execute span, child of the W3C trace context in ``carrier`` (``traceparent`` and
-        ``tracestate``, as an MCP client sends them in ``_meta``) when it holds a valid one."""
+        ``tracestate``, as an MCP client sends them in ``_meta``) when it holds a valid one.
+
+        Args:
+            subject_id: the subject id (hashed or left out as configured).
+            carrier: the request's trace context, if any (values over
+                :data:`MAX_TRACE_HEADER_BYTES` are ignored).
+
+        Returns:
+            The execute's trace.
+        """
         parent = None
         if carrier:
             headers = {

@@ -69,7 +69,15 @@ def _printable_and_bounded(message: str) -> bool:
 
 
 def accepted_program_message(message: Any, source: str) -> str | None:
-    """``message`` if it is a well-formed program diagnostic for ``source``, else None."""
+    """``message`` if it is a well-formed program diagnostic for ``source``, else None.
+
+    Args:
+        message: what the worker sent (hostile).
+        source: the program, whose lines and columns the position must fall in.
+
+    Returns:
+        The message, or None.
+    """
     if not _printable_and_bounded(message):
         return None
     match = _POSITION.match(message)
@@ -86,7 +94,14 @@ def accepted_program_message(message: Any, source: str) -> str | None:
 
 
 def accepted_limit_kind(message: Any) -> str | None:
-    """The limit kind a ``resource_limit`` frame names, if it is one a worker can observe."""
+    """The limit kind a ``resource_limit`` frame names, if it is one a worker can observe.
+
+    Args:
+        message: what the worker sent (hostile).
+
+    Returns:
+        The kind, or None.
+    """
     return message if isinstance(message, str) and message in WORKER_LIMIT_KINDS else None
 
 
@@ -99,7 +114,11 @@ def _subshapes(shape: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
 
 
 class ArgumentGrammar:
-    """Accepts the binder's diagnostics for the given capabilities' input shapes."""
+    """Accepts the binder's diagnostics for the given capabilities' input shapes.
+
+    Args:
+        inputs: the enabled capabilities' input shapes by dotted name.
+    """
 
     def __init__(self, inputs: Mapping[str, Mapping[str, Any]]) -> None:
         self.names: Collection[str] = frozenset(inputs)
@@ -121,7 +140,14 @@ class ArgumentGrammar:
         return True
 
     def accepted(self, message: Any) -> str | None:
-        """``message`` if it is a well-formed binding diagnostic, else None."""
+        """``message`` if it is a well-formed binding diagnostic, else None.
+
+        Args:
+            message: what the worker sent (hostile).
+
+        Returns:
+            The message, or None.
+        """
         if not _printable_and_bounded(message) or not self._known_path(message):
             return None
         if _FIXED.match(message):

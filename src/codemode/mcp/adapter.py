@@ -47,8 +47,16 @@ from .approval import ElicitingApprover, can_elicit
 from .retries import RetryingExecutes
 
 __all__ = [
+    "DESCRIBE_DESCRIPTION",
+    "DESCRIBE_OUTPUT_SCHEMA",
+    "EXECUTE_DESCRIPTION",
+    "EXECUTE_OUTPUT_SCHEMA",
+    "SEARCH_DESCRIPTION",
+    "SEARCH_OUTPUT_SCHEMA",
+    "SERVER_INSTRUCTIONS",
     "TOOL_NAMES",
     "ContextSubject",
+    "JSONObject",
     "Resolver",
     "StaticSubject",
     "create_server",
@@ -57,6 +65,7 @@ __all__ = [
 
 log = logging.getLogger("codemode.mcp")
 
+#: A JSON object (a tool's structured output).
 JSONObject = dict[str, Any]
 
 
@@ -141,6 +150,7 @@ class ContextSubject:
 # Tool definitions
 # --------------------------------------------------------------------------------------------------
 
+#: The three tools' descriptions, as ``tools/list`` gives them (docs/reference/tools.md).
 SEARCH_DESCRIPTION = """\
 Find the host capabilities (functions your execute program can call) that fit a task.
 
@@ -257,6 +267,7 @@ wait for your other calls to finish, then retry.
 - "unauthenticated" - do not retry, tell the user. "internal failure" - a host-side problem: retry \
 once later."""
 
+#: The server's ``instructions`` in its ``initialize`` answer.
 SERVER_INSTRUCTIONS = """\
 This server uses "code mode": instead of one tool per operation it offers three tools. \
 1) search_api: find capabilities with the words of your task. 2) describe_api: read the exact \
@@ -291,6 +302,7 @@ _FIELD_LIST: JSONObject = {
     "items": _object({"name": _STRING, "type": _STRING, "required": {"type": "boolean"}}),
 }
 
+#: The three tools' output schemas (their ``structuredContent``).
 SEARCH_OUTPUT_SCHEMA = _object(
     {
         "results": {
@@ -352,7 +364,7 @@ class _Request:
 
 
 #: A tool's work: the server, the trusted subject, the tool's one argument and its request.
-Runner = Callable[[Server, authz.Subject, str, _Request], Awaitable[JSONObject]]
+_Runner = Callable[[Server, authz.Subject, str, _Request], Awaitable[JSONObject]]
 
 
 async def _run_search(server: Server, subject: authz.Subject, query: str, request: _Request) -> JSONObject:
@@ -387,7 +399,7 @@ class _ToolSpec:
     description: str
     output_schema: JSONObject
     read_only: bool
-    run: Runner
+    run: _Runner
 
     @property
     def input_schema(self) -> JSONObject:
@@ -467,18 +479,18 @@ def tool_definitions() -> list[types.Tool]:
 # --------------------------------------------------------------------------------------------------
 
 
-def compact_json(value: Any) -> str:
+def _compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def success_result(value: JSONObject) -> types.CallToolResult:
+def _success_result(value: JSONObject) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=compact_json(value))],
+        content=[types.TextContent(type="text", text=_compact_json(value))],
         structured_content=value,
     )
 
 
-def error_result(text: str) -> types.CallToolResult:
+def _error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
@@ -488,22 +500,22 @@ def _text(text: str) -> types.TextContent:
 
 def _report_blocks(out: JSONObject) -> list[types.TextContent]:
     """The ledger block, and the prints block when there are prints."""
-    blocks = [_text(compact_json({"calls": out["calls"]}))]
+    blocks = [_text(_compact_json({"calls": out["calls"]}))]
     if out.get("prints"):
-        blocks.append(_text(compact_json({"prints": out["prints"]})))
+        blocks.append(_text(_compact_json({"prints": out["prints"]})))
     return blocks
 
 
-def execute_success(out: JSONObject) -> types.CallToolResult:
+def _execute_success(out: JSONObject) -> types.CallToolResult:
     """``execute``'s success: the whole output as ``structuredContent``; as text, ``{"result"}``
     first (the same block as before the ledger existed), then the ledger (and the prints)."""
     return types.CallToolResult(
-        content=[_text(compact_json({"result": out["result"]})), *_report_blocks(out)],
+        content=[_text(_compact_json({"result": out["result"]})), *_report_blocks(out)],
         structured_content=out,
     )
 
 
-def execute_error(server: Server, text: str, err: CodeModeError | None) -> types.CallToolResult:
+def _execute_error(server: Server, text: str, err: CodeModeError | None) -> types.CallToolResult:
     """``execute``'s error: the approved ``text`` alone in the first block; the ledger and prints of
     what ran before the failure in ``structuredContent`` and the blocks after it."""
     out: JSONObject = {"error": text, "calls": [c.to_dict() for c in (err.calls if err else ())]}
@@ -579,7 +591,7 @@ class _Handlers:
         try:
             subject = await _resolve(self.resolver, request)
             out = await spec.run(self.server, subject, value, _Request(meta, request))
-            return execute_success(out) if spec.name == "execute" else success_result(out)
+            return _execute_success(out) if spec.name == "execute" else _success_result(out)
         except CodeModeError as err:
             return self.failure(spec, client_text(err), err)
         except Exception as exc:  # CancelledError is a BaseException and propagates
@@ -609,7 +621,7 @@ class _Handlers:
                 )
             if isinstance(outcome, types.InputRequiredResult):
                 return outcome
-            return execute_success(_execute_output(self.server, outcome))
+            return _execute_success(_execute_output(self.server, outcome))
         except CodeModeError as err:
             return self.failure(spec, client_text(err), err)
         except MCPError:
@@ -619,7 +631,7 @@ class _Handlers:
             return self.failure(spec, Internal.text, None)
 
     def failure(self, spec: _ToolSpec, text: str, err: CodeModeError | None) -> types.CallToolResult:
-        return execute_error(self.server, text, err) if spec.name == "execute" else error_result(text)
+        return _execute_error(self.server, text, err) if spec.name == "execute" else _error_result(text)
 
 
 def create_server(

@@ -56,7 +56,14 @@ APPROVAL_SCHEMA: dict[str, Any] = {
 
 
 def can_elicit(session: Any) -> bool:
-    """The client declared form-mode elicitation (an empty ``elicitation`` object means form)."""
+    """The client declared form-mode elicitation (an empty ``elicitation`` object means form).
+
+    Args:
+        session: the MCP server session.
+
+    Returns:
+        Whether the user can be asked through it.
+    """
     capabilities = session.client_capabilities
     elicitation = capabilities.elicitation if capabilities is not None else None
     if elicitation is None:
@@ -65,13 +72,25 @@ def can_elicit(session: Any) -> bool:
 
 
 class ElicitingApprover:
-    """The :class:`~codemode.execution.approval.Approver` of one ``tools/call`` request."""
+    """The :class:`~codemode.execution.approval.Approver` of one ``tools/call`` request.
+
+    Args:
+        context: the SDK's request context (its session and request id).
+    """
 
     def __init__(self, context: Any) -> None:
         self.context = context
 
     async def approve(self, request: ApprovalRequest) -> ApprovalAnswer:
-        """Ask and read the answer (the execute pipeline bounds the wait)."""
+        """Ask and read the answer (the execute pipeline bounds the wait).
+
+        Args:
+            request: the question.
+
+        Returns:
+            ``accept``, ``decline`` or ``cancel``; ``unavailable`` when the client cannot be asked,
+            refuses, or answers malformed.
+        """
         session = getattr(self.context, "session", None)
         if session is None or not session.can_send_request or not can_elicit(session):
             return "unavailable"
@@ -100,7 +119,15 @@ INPUT_KEY = "approve"
 
 def read_answer(response: Any) -> ApprovalAnswer:
     """The answer word of an elicitation result (a retry's ``input_responses`` entry), read as
-    :meth:`ElicitingApprover.approve` reads a direct one."""
+    :meth:`ElicitingApprover.approve` reads a direct one.
+
+    Args:
+        response: the elicitation result.
+
+    Returns:
+        ``accept`` only for an accepted form that is exactly ``{approve: true}``; ``decline``,
+        ``cancel``, or ``unavailable`` for anything that is not an elicitation result.
+    """
     if not isinstance(response, types.ElicitResult):
         return "unavailable"
     if response.action == "accept":
@@ -110,7 +137,14 @@ def read_answer(response: Any) -> ApprovalAnswer:
 
 
 def elicitation(request: ApprovalRequest) -> types.ElicitRequest:
-    """The form-mode elicitation that asks ``request``."""
+    """The form-mode elicitation that asks ``request``.
+
+    Args:
+        request: the question.
+
+    Returns:
+        The elicitation: the question's message and :data:`APPROVAL_SCHEMA`.
+    """
     return types.ElicitRequest(
         params=types.ElicitRequestFormParams(message=request.message, requested_schema=APPROVAL_SCHEMA)
     )
@@ -119,7 +153,11 @@ def elicitation(request: ApprovalRequest) -> types.ElicitRequest:
 class RetryApprover:
     """The approver of one execute on a 2026-07-28 connection: a question is handed to the
     request handler (which answers the ``tools/call`` with an ``InputRequiredResult``) and waits
-    for the answer a retry of that call brings. The pipeline bounds the wait."""
+    for the answer a retry of that call brings. The pipeline bounds the wait.
+
+    Args:
+        can_elicit: whether the client declared form-mode elicitation.
+    """
 
     def __init__(self, can_elicit: bool) -> None:
         self.can_elicit = can_elicit
@@ -128,6 +166,14 @@ class RetryApprover:
         )
 
     async def approve(self, request: ApprovalRequest) -> ApprovalAnswer:
+        """Queue the question for the request handler and wait for the retry's answer.
+
+        Args:
+            request: the question.
+
+        Returns:
+            The answer the retry brings (``unavailable`` when the client cannot be asked).
+        """
         if not self.can_elicit:
             return "unavailable"
         answer: asyncio.Future[ApprovalAnswer] = asyncio.get_running_loop().create_future()

@@ -33,10 +33,11 @@ from ..execution.observe import ApprovalAnswer
 from ..execution.server import Server
 from .approval import INPUT_KEY, RetryApprover, elicitation, read_answer
 
-__all__ = ["RESULT_GRACE", "RetryingExecutes"]
+__all__ = ["RESULT_GRACE", "UNKNOWN_STATE", "RetryingExecutes"]
 
 #: Seconds a finished execute's result waits for a retry that comes after its question was closed.
 RESULT_GRACE = 30.0
+#: The JSON-RPC -32602 message of a retry whose request state is not one this subject may resume.
 UNKNOWN_STATE = "unknown or expired request state"
 
 
@@ -59,7 +60,19 @@ class RetryingExecutes:
     async def start(
         self, server: Server, subject: authz.Subject, source: str, meta: Any, can_elicit: bool
     ) -> ExecuteResult | types.InputRequiredResult:
-        """Run an execute; its result, or the question it asks first."""
+        """Run an execute; its result, or the question it asks first.
+
+        Args:
+            server: the built server.
+            subject: the trusted subject.
+            source: the program.
+            meta: the request's ``_meta`` (trace context).
+            can_elicit: whether the client declared form-mode elicitation.
+
+        Returns:
+            The execute's result, or an ``InputRequiredResult`` with its first question (the
+            execute's ``CodeModeError`` is raised).
+        """
         approver = RetryApprover(can_elicit)
         task = asyncio.get_running_loop().create_task(
             server.run(source, subject=subject, trace_context=meta, approver=approver)
@@ -71,7 +84,21 @@ class RetryingExecutes:
     async def resume(
         self, subject: authz.Subject, source: str, state: Any, responses: Any
     ) -> ExecuteResult | types.InputRequiredResult:
-        """A retry: answer the parked question, then the execute's result or its next question."""
+        """A retry: answer the parked question, then the execute's result or its next question.
+
+        Args:
+            subject: the trusted subject.
+            source: the program (must be the one that asked).
+            state: the retry's ``request_state``.
+            responses: the retry's ``input_responses``.
+
+        Returns:
+            The execute's result, or an ``InputRequiredResult`` with its next question.
+
+        Raises:
+            MCPError: ``-32602`` :data:`UNKNOWN_STATE`: the state is unknown, used, expired, or
+                another subject's or program's.
+        """
         parked = self.parked.get(state) if isinstance(state, str) else None
         if parked is None or parked.subject_id != subject.id or parked.source != source:
             raise MCPError(code=types.INVALID_PARAMS, message=UNKNOWN_STATE)

@@ -45,6 +45,7 @@ from ..runtimes.base import Runtime, Sandbox
 __all__ = [
     "HUNDRED",
     "ONE_CALL",
+    "SUBJECT",
     "TRIVIAL",
     "EchoFloor",
     "EchoIn",
@@ -60,7 +61,9 @@ __all__ = [
     "timed",
 ]
 
+#: The one subject every timed execute runs for.
 SUBJECT = authz.Subject("bench")
+#: The programs timed: a trivial one, one native call, 100 native calls.
 TRIVIAL = "def main():\n    return 1\n"
 ONE_CALL = "def main():\n    return util.echo(value='x')['value']\n"
 HUNDRED = (
@@ -71,27 +74,67 @@ HUNDRED = (
 
 @dataclass
 class EchoIn:
+    """The echo capability's arguments.
+
+    Attributes:
+        value: the text to echo.
+    """
+
     value: str
 
 
 @dataclass
 class EchoOut:
+    """The echo capability's result.
+
+    Attributes:
+        value: the text echoed.
+    """
+
     value: str
 
 
 def echo(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    """``util.secho``: the sync echo handler.
+
+    Args:
+        ctx: the call's context (unused).
+        subject: the caller (unused).
+        args: the text.
+
+    Returns:
+        The same text.
+    """
     return EchoOut(args.value)
 
 
 async def aecho(ctx: CallContext, subject: authz.Subject, args: EchoIn) -> EchoOut:
+    """``util.echo``: the async echo handler.
+
+    Args:
+        ctx: the call's context (unused).
+        subject: the caller (unused).
+        args: the text.
+
+    Returns:
+        The same text.
+    """
     return EchoOut(args.value)
 
 
 def build_server(
     runtime: Runtime, authorizer: authz.Authorizer | None = None, observer: Observer | None = None
 ) -> Server:
-    """A server with ``util.echo`` (async) and ``util.secho`` (sync), allow-all unless an
-    ``authorizer`` is given, default limits."""
+    """A server with ``util.echo`` (async) and ``util.secho`` (sync), default limits.
+
+    Args:
+        runtime: where workers run.
+        authorizer: the authorizer (default: ``allow_all()``).
+        observer: told about executes and calls, if given.
+
+    Returns:
+        The built server (not started).
+    """
     b = Builder(authorizer=authorizer or authz.allow_all(), runtime=runtime, observer=observer)
     b.register(Capability(name="util.echo", summary="Echo.", handler=aecho))
     b.register(Capability(name="util.secho", summary="Echo (sync).", handler=echo))
@@ -99,13 +142,30 @@ def build_server(
 
 
 def pct(xs: list[float], p: float) -> float:
-    """Nearest-rank percentile ``p`` (0..100) of ``xs`` (non-empty)."""
+    """Nearest-rank percentile.
+
+    Args:
+        xs: the samples (non-empty).
+        p: the percentile, 0 to 100.
+
+    Returns:
+        The sample at that rank.
+    """
     ordered = sorted(xs)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def line(label: str, xs: list[float], *, quiet: bool = False) -> dict[str, float]:
-    """Print (unless ``quiet``) and return p50/p99 of ``xs`` seconds, in milliseconds."""
+    """Print (unless ``quiet``) and return p50/p99 of ``xs`` seconds, in milliseconds.
+
+    Args:
+        label: the series' name on the printed line.
+        xs: the samples, in seconds.
+        quiet: print nothing.
+
+    Returns:
+        ``{"p50": ms, "p99": ms}``.
+    """
     p50, p99 = statistics.median(xs) * 1e3, pct(xs, 99) * 1e3
     if not quiet:
         print(f"{label:<38} n={len(xs):<5} p50={p50:8.3f} ms  p99={p99:8.3f} ms", flush=True)
@@ -113,7 +173,15 @@ def line(label: str, xs: list[float], *, quiet: bool = False) -> dict[str, float
 
 
 async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
-    """Wall time of ``n`` sequential awaits of ``fn()``, in seconds."""
+    """Wall time of ``n`` sequential awaits of ``fn()``, in seconds.
+
+    Args:
+        n: how many.
+        fn: what to await.
+
+    Returns:
+        One time per await.
+    """
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -134,6 +202,10 @@ class EchoFloor:
     framing on both sides (the worker reads and answers a probe exactly as it reads a
     ``native_result`` and sends a ``native_call``). ``spawn()`` then returns that worker, so an
     execute timed after ``prepare()`` is a warm execute on the worker whose floor was just measured.
+
+    Args:
+        runtime: the runtime wrapped.
+        rounds: probe round trips per worker.
     """
 
     def __init__(self, runtime: Runtime, rounds: int = 50) -> None:
@@ -153,7 +225,14 @@ class EchoFloor:
         await self.runtime.check()
 
     async def prepare(self) -> list[float]:
-        """Spawn the next worker and return its ``rounds`` echo times (seconds)."""
+        """Spawn the next worker and time its echoes.
+
+        Returns:
+            Its ``rounds`` echo times, in seconds.
+
+        Raises:
+            RuntimeError: the worker ended during the echo.
+        """
         if self._ready is not None:
             await self._ready.destroy()
         sandbox = await self.runtime.spawn()
@@ -193,6 +272,11 @@ class EchoFloor:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``codemode bench``'s flags.
+
+    Args:
+        p: the subcommand's parser.
+    """
     p.add_argument(
         "--runtime",
         choices=["process", "docker", "kubernetes"],
@@ -247,7 +331,14 @@ def _make_runtime(args: argparse.Namespace) -> Runtime:
 
 
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the three series; returns the JSON report (and prints lines unless ``args.json``)."""
+    """Run the series (and the reuse series with ``--reuse``), printing lines unless ``args.json``.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        The JSON report.
+    """
     from ..runtimes.pool import WarmPool
 
     quiet = bool(args.json)
@@ -391,7 +482,15 @@ async def _reuse_series(args: argparse.Namespace, quiet: bool) -> dict[str, Any]
 
 
 def run(args: argparse.Namespace) -> int:
-    """``codemode bench``: exit 0 on success, 1 when the runtime fails, 2 on bad arguments."""
+    """``codemode bench``.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        The exit status: 0 on success, 1 when the runtime fails, 2 on bad arguments, 130 when
+        interrupted.
+    """
     if args.n <= 0:
         print("codemode bench: --n must be positive", file=sys.stderr)
         return 2

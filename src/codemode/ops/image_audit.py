@@ -44,7 +44,17 @@ from .image_rules import (
     fs_entry,
 )
 
-__all__ = ["AuditError", "AuditReport", "Check", "add_arguments", "audit_image", "format_report", "run"]
+__all__ = [
+    "AuditError",
+    "AuditReport",
+    "Check",
+    "add_arguments",
+    "audit_image",
+    "export_entries",
+    "format_report",
+    "probe_check",
+    "run",
+]
 
 log = logging.getLogger("codemode.image_audit")
 
@@ -74,7 +84,16 @@ class _ChunkReader(io.RawIOBase):
 
 
 def export_entries(api: Any, image: str) -> list[FsEntry]:
-    """The flattened file system of ``image``: export a created (never started) container."""
+    """The flattened file system of ``image``: export a created (never started) container, then
+    remove it.
+
+    Args:
+        api: the Engine API client.
+        image: the image.
+
+    Returns:
+        One entry per tar member of the export.
+    """
     cid = api.create_container(
         image,
         entrypoint=["/codemode-audit-never-started"],
@@ -110,7 +129,17 @@ class _Capture(logging.Handler):
 
 
 async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | None, timeout: float) -> Check:
-    """Spawn one worker under the Docker runtime's hardening, wait for ``probe_ack``, destroy it."""
+    """Spawn one worker under the Docker runtime's hardening, wait for ``probe_ack``, destroy it.
+
+    Args:
+        image: the image.
+        base_url: the Docker daemon (None: the environment's).
+        oci_runtime: the OCI runtime to use (None: the daemon's default).
+        timeout: seconds the spawn may take.
+
+    Returns:
+        The ``protocol probe`` check: PASS with the time taken, or FAIL with why.
+    """
     from ..runtimes.docker import WORKER_USER, DockerRuntime
 
     name = "protocol probe"
@@ -184,8 +213,23 @@ async def audit_image(
     probe_timeout: float = 10.0,
     allow: Sequence[str] = (),
 ) -> AuditReport:
-    """Audit ``image`` (which must exist on the daemon: it is never pulled). ``allow`` names the
-    shells, package managers or test entries accepted on purpose (they warn instead of failing)."""
+    """Audit ``image`` (which must exist on the daemon: it is never pulled).
+
+    Args:
+        image: the image.
+        base_url: the Docker daemon (None: the environment's).
+        oci_runtime: the OCI runtime of the probe.
+        probe: whether to spawn a worker (the protocol probe).
+        probe_timeout: seconds the probe's spawn may take.
+        allow: the shells, package managers or test entries accepted on purpose (they warn
+            instead of failing).
+
+    Returns:
+        The report (a file system that cannot be read is a failed check).
+
+    Raises:
+        AuditError: the daemon is unreachable, or the image is missing or cannot be inspected.
+    """
     import docker.errors
 
     api = await asyncio.to_thread(_client, base_url)
@@ -230,6 +274,15 @@ def _size(n: int) -> str:
 
 
 def format_report(report: AuditReport) -> str:
+    """The report as a table: one line per check, the findings of those that did not pass (and of
+    the shell check), then the verdict.
+
+    Args:
+        report: the audit.
+
+    Returns:
+        The text.
+    """
     lines = [
         f"codemode image audit: {report.image}",
         f"id {report.image_id[:19]}  {report.platform}  size {_size(report.size_bytes)}  "
@@ -262,6 +315,11 @@ def format_report(report: AuditReport) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``codemode image audit``'s flags.
+
+    Args:
+        p: the subcommand's parser.
+    """
     p.add_argument("image", metavar="IMAGE", help="image reference on the daemon (never pulled)")
     p.add_argument("--json", action="store_true", help="print a machine-readable JSON report")
     p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
@@ -283,8 +341,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``codemode image audit``: exit 0 when no check fails, 1 when one does, 2 when the audit could
-    not be carried out (daemon unreachable, image missing, bad arguments)."""
+    """``codemode image audit``.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        The exit status: 0 when no check fails, 1 when one does, 2 when the audit could not be
+        carried out (daemon unreachable, image missing, bad arguments).
+    """
     if not args.probe_timeout > 0:
         print("codemode image audit: --probe-timeout must be positive", file=sys.stderr)
         return 2

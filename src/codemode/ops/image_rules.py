@@ -23,17 +23,34 @@ from codemode_worker import PROTOCOL_VERSION
 
 __all__ = [
     "ALLOWABLE",
+    "HARMLESS_ENV",
+    "HARMLESS_ENV_PREFIXES",
+    "MAX_FINDINGS",
+    "PACKAGE_MANAGERS",
+    "PROTOCOL_LABEL",
+    "ROLE_LABEL",
+    "RUNTIME_MOUNTS",
+    "RUNTIME_UID",
+    "SECRET_NAME",
+    "SHELLS",
+    "SHELL_DIRS",
+    "TABLE_FINDINGS",
+    "TEST_ENTRIES",
+    "TMP_LIKE",
     "AuditError",
     "AuditReport",
     "Check",
     "FsEntry",
+    "Status",
     "audit_config",
     "audit_filesystem",
     "fs_entry",
 ]
 
+#: A check's verdict: the audit passes when none is ``FAIL``.
 Status = Literal["PASS", "WARN", "FAIL"]
 
+#: The image labels the audit reads: the worker protocol version, and the image's role.
 PROTOCOL_LABEL = "io.codemode.protocol-version"
 ROLE_LABEL = "io.codemode.role"
 #: The uid the Docker runtime runs every worker as (``WORKER_USER``).
@@ -41,12 +58,14 @@ RUNTIME_UID = 65532
 #: Environment variables an image may set: harmless for the worker (``-I`` ignores ``PYTHON*``).
 HARMLESS_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ"})
 HARMLESS_ENV_PREFIXES = ("PYTHON", "LC_")
+#: A variable name that looks like a secret's.
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE", re.IGNORECASE)
 #: Places where a world-writable (sticky) directory is expected; the root file system is read-only
 #: at run time anyway.
 TMP_LIKE = ("/tmp", "/var/tmp", "/run/lock", "/var/lock", "/dev/shm")
 #: Replaced by the container runtime at run time (Docker mounts /dev, /proc, /sys over them).
 RUNTIME_MOUNTS = ("/dev", "/proc", "/sys")
+#: Shells, by name, looked for in SHELL_DIRS.
 SHELLS = ("sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox")
 SHELL_DIRS = ("/bin", "/usr/bin", "/sbin", "/usr/sbin", "/usr/local/bin")
 #: Package managers, by the name ``--allow`` takes: their programs (in SHELL_DIRS) and their state.
@@ -67,8 +86,9 @@ TEST_ENTRIES: dict[str, re.Pattern[str]] = {
 }
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _SHORT_FLAGS = set("bBdEhIOPqsSuv")  # flags without a value (no -c, -m handled apart)
-MAX_FINDINGS = 200  # per check in the JSON report
-TABLE_FINDINGS = 8  # per check in the table
+#: Findings listed per check in the JSON report, and in the table.
+MAX_FINDINGS = 200
+TABLE_FINDINGS = 8
 
 
 class AuditError(Exception):
@@ -77,12 +97,26 @@ class AuditError(Exception):
 
 @dataclass
 class Check:
+    """One check's verdict.
+
+    Attributes:
+        name: the check.
+        status: ``PASS``, ``WARN`` or ``FAIL``.
+        detail: one line saying why.
+        findings: the paths or names found.
+    """
+
     name: str
     status: Status
     detail: str
     findings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The check in the JSON report.
+
+        Returns:
+            Its fields, at most :data:`MAX_FINDINGS` findings and their total.
+        """
         return {
             "name": self.name,
             "status": self.status,
@@ -94,6 +128,16 @@ class Check:
 
 @dataclass
 class AuditReport:
+    """The audit of one image.
+
+    Attributes:
+        image: the image as named.
+        image_id: its id.
+        size_bytes: its size.
+        platform: its OS and architecture.
+        checks: every check's verdict.
+    """
+
     image: str
     image_id: str
     size_bytes: int
@@ -102,12 +146,23 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
+        """Whether no check failed."""
         return not any(c.status == "FAIL" for c in self.checks)
 
     def counts(self) -> dict[str, int]:
+        """How many checks have each verdict.
+
+        Returns:
+            ``{"PASS": n, "WARN": n, "FAIL": n}``.
+        """
         return {s: sum(1 for c in self.checks if c.status == s) for s in ("PASS", "WARN", "FAIL")}
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON report.
+
+        Returns:
+            The image, the protocol version, ``ok``, the counts and every check.
+        """
         return {
             "image": self.image,
             "image_id": self.image_id,
@@ -268,7 +323,14 @@ def _check_env(env: Sequence[str]) -> Check:
 
 
 def audit_config(config: Mapping[str, Any]) -> list[Check]:
-    """The checks that need only the image's ``Config`` (``docker image inspect``)."""
+    """The checks that need only the image's configuration.
+
+    Args:
+        config: the ``Config`` of ``docker image inspect``.
+
+    Returns:
+        The user, entrypoint, labels, environment, exposed ports, volumes and healthcheck checks.
+    """
     checks = [
         _check_user(str(config.get("User") or "")),
         _check_entrypoint(config.get("Entrypoint"), config.get("Cmd")),
@@ -315,11 +377,21 @@ def audit_config(config: Mapping[str, Any]) -> list[Check]:
 
 @dataclass(frozen=True)
 class FsEntry:
-    """One entry of the image's flattened file system."""
+    """One entry of the image's flattened file system.
 
-    path: str  # absolute, normalized: "/usr/bin/python3"
+    Attributes:
+        path: absolute, normalized: ``/usr/bin/python3``.
+        kind: file, dir, symlink, hardlink, char, block, fifo or other.
+        mode: permission bits including setuid/setgid/sticky.
+        uid: the owner.
+        gid: the group.
+        linkname: a link's target.
+        file_caps: whether it carries a ``security.capability`` xattr.
+    """
+
+    path: str
     kind: Literal["file", "dir", "symlink", "hardlink", "char", "block", "fifo", "other"]
-    mode: int  # permission bits including setuid/setgid/sticky
+    mode: int
     uid: int = 0
     gid: int = 0
     linkname: str = ""
@@ -390,7 +462,16 @@ def audit_filesystem(
 ) -> list[Check]:
     """setuid/setgid files, file capabilities, world-writable paths, device files, files owned by
     the worker user, and whether a shell, a package manager or a test entry exists (each FAILs
-    unless ``allow`` names it: a shell's name, ``dpkg``/``apt``/``pip``, ``testing_entry``)."""
+    unless ``allow`` names it: a shell's name, ``dpkg``/``apt``/``pip``, ``testing_entry``).
+
+    Args:
+        entries: the flattened file system.
+        image_uid: the image's USER uid, counted as a worker user besides :data:`RUNTIME_UID`.
+        allow: names from :data:`ALLOWABLE` whose presence passes.
+
+    Returns:
+        The file system checks.
+    """
     accepted = frozenset(allow)
     suid: list[str] = []
     caps: list[str] = []
@@ -490,6 +571,14 @@ def audit_filesystem(
 
 
 def fs_entry(member: tarfile.TarInfo) -> FsEntry:
+    """One tar member of an image export as an entry.
+
+    Args:
+        member: the member.
+
+    Returns:
+        The entry (path made absolute and normalized).
+    """
     kind: Any
     if member.isreg():
         kind = "file"

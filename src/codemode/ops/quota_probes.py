@@ -46,6 +46,7 @@ __all__ = [
     "parse_report",
 ]
 
+#: How the hold line starts (JSON follows).
 REPORT_PREFIX = "codemode-quotas-report "
 
 #: The image's worker, run in-process; then its own counters on stderr; then held until stdin closes.
@@ -100,12 +101,26 @@ os._exit(code)
 
 
 def hold_command(python: str = "python3") -> list[str]:
-    """The measured worker's command line (the image's ``python3``, or the host's for processes)."""
+    """The measured worker's command line.
+
+    Args:
+        python: the interpreter (the image's ``python3``, or the host's for processes).
+
+    Returns:
+        ``[python, "-I", "-c", <hold program>]``.
+    """
     return [python, "-I", "-c", _HOLD]
 
 
 def parse_report(stderr_tail: bytes) -> dict[str, Any]:
-    """The hold line's counters from a worker's stderr tail ({} when there is none)."""
+    """The hold line's counters from a worker's stderr tail.
+
+    Args:
+        stderr_tail: the end of the worker's stderr.
+
+    Returns:
+        The last hold line's JSON object ({} when there is none or it is not an object).
+    """
     for line in reversed(stderr_tail.decode("utf-8", "replace").splitlines()):
         if line.startswith(REPORT_PREFIX):
             try:
@@ -123,7 +138,21 @@ def _number(data: dict[str, Any], key: str) -> float | None:
 
 @dataclass
 class Reading:
-    """What one worker used, as far as its runtime can tell (None = not measured there)."""
+    """What one worker used, as far as its runtime can tell (None = not measured there).
+
+    Attributes:
+        memory_peak_bytes: its peak memory.
+        memory_method: how that peak was measured (``max_usage``, ``cgroup high-water mark``,
+            ``VmHWM (peak RSS)``, a sampled value...).
+        memory_rss_end_bytes: its resident memory at the end.
+        address_space_peak_bytes: its peak address space (process runtime).
+        cpu_s: CPU seconds it used.
+        throttled_periods: CFS periods it was throttled in (Docker).
+        pids_peak: the most processes it had (Docker).
+        threads_peak: the most threads it had.
+        fds_peak: the most open files it had (process runtime).
+        counters_final: whether the final reading was taken (else the counters may be short).
+    """
 
     memory_peak_bytes: int | None = None
     memory_method: str = ""
@@ -144,6 +173,17 @@ class Probe:
         """The program has finished and the worker holds: take the final reading (blocking)."""
 
     def reading(self, exit: ExitInfo) -> Reading:
+        """What the worker used.
+
+        Args:
+            exit: how the worker ended (its stderr tail holds the hold line).
+
+        Returns:
+            The reading.
+
+        Raises:
+            NotImplementedError: in this base class.
+        """
         raise NotImplementedError
 
 
@@ -151,7 +191,12 @@ class ReportProbe(Probe):
     """Kubernetes: the worker container's own cgroup, from its hold line.
 
     The line travels on the worker's stderr, which may arrive after its final frame: ``finish()``
-    waits for it (up to ``wait`` seconds) before the host closes the worker's stdin."""
+    waits for it (up to ``wait`` seconds) before the host closes the worker's stdin.
+
+    Args:
+        sandbox: the worker (its ``stderr_tail`` is read).
+        wait: seconds ``finish()`` waits for the hold line.
+    """
 
     def __init__(self, sandbox: Any, wait: float = 10.0) -> None:
         self._sandbox = sandbox
@@ -181,7 +226,12 @@ class ReportProbe(Probe):
 
 
 class ProcessProbe(Probe):
-    """The process runtime: psutil on the worker's pid, sampled, plus the worker's ``VmPeak``."""
+    """The process runtime: psutil on the worker's pid, sampled every :attr:`INTERVAL` seconds
+    in a thread, plus the worker's ``VmPeak``, ``VmHWM`` and open files from its hold line.
+
+    Args:
+        pid: the worker's pid.
+    """
 
     INTERVAL = 0.01
 
@@ -255,7 +305,12 @@ class ProcessProbe(Probe):
 
 
 class DockerProbe(Probe):
-    """Docker: ``container stats`` (one-shot) in a loop while the worker runs, once at the end."""
+    """Docker: ``container stats`` (one-shot) in a loop while the worker runs, once at the end.
+
+    Args:
+        api: the Engine API client.
+        container_id: the worker's container.
+    """
 
     def __init__(self, api: Any, container_id: str) -> None:
         self.api = api
@@ -272,6 +327,11 @@ class DockerProbe(Probe):
         self.thread.start()
 
     def sample(self) -> dict[str, Any]:
+        """One ``container stats`` reading, keeping the peaks of pids and memory usage.
+
+        Returns:
+            The Engine's stats ({} when it gave none).
+        """
         try:
             stats = self.api.stats(self.cid, stream=False, one_shot=True)
         except Exception:
@@ -378,7 +438,12 @@ class _MeasuredSandbox:
 
 
 class MeasuringRuntime:
-    """Wraps a runtime started with :func:`hold_command`; ``probe_for(sandbox)`` reads each worker."""
+    """Wraps a runtime started with :func:`hold_command`, timing each spawn.
+
+    Args:
+        inner: the runtime.
+        probe_for: makes the probe that reads a spawned worker (run in a thread).
+    """
 
     def __init__(self, inner: Any, probe_for: Callable[[Any], Probe]) -> None:
         self.inner = inner
@@ -415,5 +480,13 @@ class MeasuringRuntime:
 
 
 def measured(sandboxes: Sequence[_MeasuredSandbox], before: int) -> _MeasuredSandbox | None:
-    """The sandbox a run spawned (the first one after ``before``), if any."""
+    """The sandbox a run spawned (the first one after ``before``), if any.
+
+    Args:
+        sandboxes: every sandbox the measuring runtime spawned.
+        before: how many there were before the run.
+
+    Returns:
+        That sandbox, or None.
+    """
     return sandboxes[before] if len(sandboxes) > before else None

@@ -46,8 +46,21 @@ from .quota_probes import (
 )
 
 __all__ = [
+    "CPU_FACTOR",
+    "CPU_REQUEST_STEP",
+    "CPU_STEP",
     "HOLD_ENTRYPOINT",
+    "MEMORY_FACTOR",
+    "MEMORY_STEP",
+    "METHOD",
+    "OPEN_FILES_FLOOR",
+    "PIDS_FACTOR",
+    "PIDS_FLOOR",
+    "PROCESSES_FLOOR",
     "RUNTIME_FLAGS",
+    "TIME_FACTOR",
+    "TIME_STEP",
+    "MiB",
     "Recommendation",
     "RunSample",
     "TuneError",
@@ -59,6 +72,7 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
+#: The recommendation's factors and rounding steps (the module text; :data:`METHOD` says them).
 MEMORY_FACTOR = 1.5
 MEMORY_STEP = 16 * MiB
 CPU_FACTOR = 1.25
@@ -106,13 +120,30 @@ _PLACEMENT = {
 
 @dataclass
 class RunSample:
-    """What one measured run used (None: not measured on this runtime)."""
+    """What one measured run used (None: not measured on this runtime).
 
-    outcome: str  # "ok" or the coarse error text (e.g. "resource limit exceeded")
+    Attributes:
+        outcome: ``ok`` or the coarse error text (e.g. ``resource limit exceeded``).
+        execute_s: the execute's wall time (starting the worker included).
+        spawn_s: the worker's spawn time.
+        memory_peak_bytes: peak memory.
+        memory_method: how the peak was read (docs/operators.md).
+        memory_rss_end_bytes: resident memory at the end.
+        address_space_peak_bytes: peak address space (process runtime).
+        cpu_s: CPU seconds.
+        throttled_periods: CFS periods throttled (Docker).
+        pids_peak: the most processes (Docker).
+        threads_peak: the most threads.
+        fds_peak: the most open files.
+        oom_killed: whether the worker was killed for memory.
+        counters_final: False when the worker had exited before the final reading (lower bounds).
+    """
+
+    outcome: str
     execute_s: float
     spawn_s: float | None = None
     memory_peak_bytes: int | None = None
-    memory_method: str = ""  # how the peak was read: docs/operators.md
+    memory_method: str = ""
     memory_rss_end_bytes: int | None = None
     address_space_peak_bytes: int | None = None
     cpu_s: float | None = None
@@ -127,6 +158,7 @@ class RunSample:
 
     @property
     def cpu_utilisation(self) -> float | None:
+        """CPU time over execute wall time (None when either is unknown)."""
         if self.cpu_s is None or self.execute_s <= 0:
             return None
         return self.cpu_s / self.execute_s
@@ -134,7 +166,15 @@ class RunSample:
 
 @dataclass
 class Recommendation:
-    """Worker sizing for one runtime: ``settings`` maps ``serve`` settings to the values to use."""
+    """Worker sizing for one runtime.
+
+    Attributes:
+        runtime: the runtime measured.
+        settings: ``serve`` settings → the values to use.
+        max_execution_time: the deadline for a server without a warm pool (spawn included).
+        max_execution_time_warm: the deadline for a server with ``--pool`` (spawn excluded).
+        basis: the measured figures the recommendation comes from.
+    """
 
     runtime: str
     settings: dict[str, Any]
@@ -143,7 +183,11 @@ class Recommendation:
     basis: dict[str, Any] = field(default_factory=dict)
 
     def serve_flags(self) -> list[str]:
-        """``serve`` flags for a server without a warm pool (with ``--pool``, use the warm deadline)."""
+        """``serve`` flags for a server without a warm pool (with ``--pool``, use the warm deadline).
+
+        Returns:
+            ``--runtime``, each setting's flag, and ``--max-execution-time``.
+        """
         flags = ["--runtime", self.runtime]
         for name, value in self.settings.items():
             flags += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(value, float) else str(value)]
@@ -240,7 +284,15 @@ def _deadline(times: list[float]) -> float:
 
 
 def recommend(samples: list[RunSample], runtime: str = "docker") -> Recommendation | None:
-    """The worker sizing of ``runtime`` for ``samples`` (the successful ones count), or None."""
+    """The worker sizing of ``runtime`` for ``samples`` (the successful ones count).
+
+    Args:
+        samples: the measured runs.
+        runtime: ``docker``, ``kubernetes`` or ``process``.
+
+    Returns:
+        The recommendation, or None when no run succeeded.
+    """
     good = [s for s in samples if s.outcome == "ok"]
     if not good:
         return None
@@ -368,7 +420,19 @@ def _measuring_runtime(settings: Any) -> tuple[MeasuringRuntime, int | None, dic
 
 
 async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> dict[str, Any]:
-    """Run the measurement; returns the JSON report."""
+    """Run the measurement.
+
+    Args:
+        args: the parsed flags.
+        source: the program.
+        progress: print a line per run to stderr.
+
+    Returns:
+        The JSON report (runs, recommendation, method).
+
+    Raises:
+        TuneError: bad flags, settings or runtime configuration.
+    """
     from .. import authz
     from ..startup.bootstrap import build_server
     from ..startup.config import ConfigError
@@ -439,6 +503,7 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
     }
 
 
+#: How each recommended setting was derived, per runtime (``common``: every runtime), for the report.
 METHOD: dict[str, dict[str, str]] = {
     "common": {
         "max_execution_time": f"p99 execute wall time x {TIME_FACTOR}, rounded up to {TIME_STEP} s "
@@ -518,6 +583,14 @@ def _cell(value: Any, kind: str, width: int) -> str:
 
 
 def format_report(report: dict[str, Any]) -> str:
+    """The report as text: a table of the runs, then the recommendation and its method.
+
+    Args:
+        report: what :func:`tune` returned.
+
+    Returns:
+        The text.
+    """
     runtime = report["runtime"]
     columns = _COLUMNS[runtime]
     lines = [
@@ -581,6 +654,11 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``codemode quotas tune``'s flags.
+
+    Args:
+        p: the subcommand's parser.
+    """
     p.add_argument(
         "--program", required=True, metavar="FILE", help="Starlark program to measure (def main(): ...)"
     )
@@ -667,8 +745,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``codemode quotas tune``: 0 with a recommendation from all runs, 1 when a run failed or the
-    runtime is unavailable, 2 on bad arguments."""
+    """``codemode quotas tune``.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        The exit status: 0 with a recommendation from all runs, 1 when a run failed or the runtime
+        is unavailable, 2 on bad arguments, 130 when interrupted.
+    """
     if args.runs <= 0 or args.warmup < 0:
         print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
         return 2

@@ -45,6 +45,8 @@ from ..catalog.capability import (
 from .error_text import MAX_UPSTREAM_ERROR, upstream_error_text
 
 __all__ = [
+    "MAX_LOGGED_SKIPS",
+    "MAX_SUMMARY",
     "MAX_UPSTREAM_ERROR",
     "OnUnsupported",
     "SkipReport",
@@ -66,9 +68,12 @@ __all__ = [
 log = logging.getLogger("codemode.upstream")
 T = TypeVar("T")
 
+#: What happens to a tool whose schema cannot be represented: left out with a warning, or the build fails.
 OnUnsupported = Literal["skip", "fail"]
-MAX_SUMMARY = 200  # bytes: summaries are search-result lines, keep them short
-MAX_LOGGED_SKIPS = 50  # skip-report lines in one log record (a 4,096-tool list must not flood it)
+#: Bytes of an upstream summary: summaries are search-result lines, keep them short.
+MAX_SUMMARY = 200
+#: Skip-report lines in one log record (a 4,096-tool list must not flood it).
+MAX_LOGGED_SKIPS = 50
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\Z")
 
@@ -82,7 +87,15 @@ def _reserved(word: str) -> bool:
 
 
 def snake_case(text: str) -> str:
-    """``getTinyImage`` → ``get_tiny_image``, ``HTTPServer-list`` → ``http_server_list``."""
+    """``getTinyImage`` → ``get_tiny_image``, ``HTTPServer-list`` → ``http_server_list``.
+
+    Args:
+        text: an upstream name.
+
+    Returns:
+        Its snake_case form: ``op`` when nothing is left, ``op_`` before a leading digit, a
+        trailing ``_`` after a reserved word.
+    """
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text)
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
     s = re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
@@ -96,7 +109,15 @@ def snake_case(text: str) -> str:
 
 
 def check_unique_names(names: Iterable[str], what: str) -> None:
-    """Each configured upstream name once (``what`` says which kind, e.g. ``upstream`` or ``api``)."""
+    """Each configured upstream name once.
+
+    Args:
+        names: the configured names.
+        what: which kind of name, for the message (``upstream`` or ``api``).
+
+    Raises:
+        UpstreamBuildError: a name is configured twice.
+    """
     seen: set[str] = set()
     for name in names:
         if name in seen:
@@ -105,7 +126,15 @@ def check_unique_names(names: Iterable[str], what: str) -> None:
 
 
 def check_namespace(namespace: str) -> None:
-    """A namespace is lower-case dotted snake_case whose root is not reserved."""
+    """A namespace is lower-case dotted snake_case whose root is not reserved.
+
+    Args:
+        namespace: the configured namespace.
+
+    Raises:
+        UpstreamBuildError: it is not dotted snake_case, a segment is a reserved word, or its
+            root is a reserved name.
+    """
     if not _NAMESPACE.match(namespace):
         raise UpstreamBuildError(
             f"namespace {namespace!r} must be lower-case dotted snake_case (e.g. github)"
@@ -137,8 +166,17 @@ def _dedupe(bases: Mapping[str, str], taken: Iterable[str] = ()) -> dict[str, st
 
 
 def capability_names(namespace: str, originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
-    """``{original: "namespace.snake_name"}``, collision-free and independent of input order;
-    ``taken`` lists short names (without the namespace) already given to others."""
+    """Capability names for upstream names, collision-free and independent of input order
+    (the claim order: docs/packs.md).
+
+    Args:
+        namespace: the namespace the names go under (checked by :func:`check_namespace`).
+        originals: the upstream tool or operation names.
+        taken: short names (without the namespace) already given to others.
+
+    Returns:
+        ``{original: "namespace.snake_name"}``.
+    """
     check_namespace(namespace)
     short = _dedupe({o: snake_case(o) for o in set(originals)}, taken)
     return {o: f"{namespace}.{s}" for o, s in short.items()}
@@ -148,7 +186,17 @@ def unique_by_name(
     items: Iterable[T], name: Callable[[T], str], same: Callable[[T, T], bool], report: SkipReport
 ) -> list[T]:
     """``items`` with each name once: copies that are all ``same`` are kept once; a name listed
-    with different definitions is skipped (every copy), with the reason in ``report``."""
+    with different definitions is skipped (every copy), with the reason in ``report``.
+
+    Args:
+        items: the upstream's tools or operations.
+        name: an item's name.
+        same: whether two items are the same definition.
+        report: where skipped names go.
+
+    Returns:
+        The kept items, in first-seen name order.
+    """
     groups: dict[str, list[T]] = {}
     for item in items:
         groups.setdefault(name(item), []).append(item)
@@ -166,7 +214,16 @@ def unique_by_name(
 
 
 def argument_names(originals: Iterable[str], taken: Iterable[str] = ()) -> dict[str, str]:
-    """``{original: keyword}`` for top-level arguments; valid identifiers are kept as they are."""
+    """Keyword names for a tool's top-level arguments; valid, non-reserved identifiers are kept
+    as they are, the others snake_cased and deduplicated like :func:`capability_names`.
+
+    Args:
+        originals: the upstream argument names.
+        taken: keywords already in use.
+
+    Returns:
+        ``{original: keyword}``.
+    """
     keep: dict[str, str] = {}
     rename: dict[str, str] = {}
     for o in originals:
@@ -181,7 +238,16 @@ def argument_names(originals: Iterable[str], taken: Iterable[str] = ()) -> dict[
 
 def clean_text(text: str, limit: int, *, one_line: bool) -> str:
     """Control characters removed (newlines too when ``one_line``), whitespace runs squeezed,
-    at most ``limit`` UTF-8 bytes (cut on a character boundary with ``...``)."""
+    at most ``limit`` UTF-8 bytes (cut on a character boundary with ``...``).
+
+    Args:
+        text: upstream text.
+        limit: the bound in UTF-8 bytes.
+        one_line: whether newlines and tabs become spaces too.
+
+    Returns:
+        The cleaned text, stripped.
+    """
     allowed = "" if one_line else "\n\t"
     cleaned = "".join(ch if ch.isprintable() or ch in allowed else " " for ch in text)
     cleaned = re.sub(r"[ \t]+", " ", cleaned) if one_line else re.sub(r"\n{3,}", "\n\n", cleaned)
@@ -193,7 +259,15 @@ def clean_text(text: str, limit: int, *, one_line: bool) -> str:
 
 
 def summary_of(description: str | None, fallback: str) -> str:
-    """The first sentence or line of ``description`` (or ``fallback``), one line, ≤ 200 bytes."""
+    """The first sentence or line of ``description`` (or ``fallback``), one line, ≤ 200 bytes.
+
+    Args:
+        description: the upstream's description, if any.
+        fallback: the text used when it gives nothing (usually the upstream name).
+
+    Returns:
+        The summary (``Upstream operation.`` when both are empty).
+    """
     text = (description or "").strip()
     first = re.split(r"(?<=[.!?])\s|\n", text, maxsplit=1)[0] if text else ""
     out = clean_text(first, MAX_SUMMARY, one_line=True)
@@ -201,13 +275,27 @@ def summary_of(description: str | None, fallback: str) -> str:
 
 
 def description_of(*parts: str | None) -> str | None:
-    """Non-empty parts joined by blank lines, bounded to the description limit."""
+    """Non-empty parts joined by blank lines, bounded to the description limit.
+
+    Args:
+        parts: upstream texts (``None`` and blank ones skipped).
+
+    Returns:
+        The description, or None when nothing is left.
+    """
     text = "\n\n".join(p.strip() for p in parts if p and p.strip())
     return clean_text(text, MAX_DESCRIPTION_BYTES, one_line=False) or None
 
 
 def search_terms_of(*terms: str | None) -> list[str]:
-    """Distinct non-blank terms, one line each, within the search-term count and byte limits."""
+    """Distinct non-blank terms, one line each, within the search-term count and byte limits.
+
+    Args:
+        terms: candidate terms (each cut to 128 bytes; ``None`` and blank ones skipped).
+
+    Returns:
+        The terms kept, in order.
+    """
     out: list[str] = []
     total = 0
     for term in terms:
@@ -224,7 +312,15 @@ def search_terms_of(*terms: str | None) -> list[str]:
 
 def answer_problem(cap: Capability, bounds: AnswerBounds) -> str | None:
     """Why ``cap`` would be refused for the size of its answers, or None (also when it has other
-    problems: the builder names those)."""
+    problems: the builder names those).
+
+    Args:
+        cap: a converted capability.
+        bounds: the configured answer bounds.
+
+    Returns:
+        The reason, or None.
+    """
     compiled, problems = validate_catalog([cap], [])
     if problems or not compiled:
         return None
@@ -239,7 +335,15 @@ def answer_problem(cap: Capability, bounds: AnswerBounds) -> str | None:
 
 @dataclass
 class SkipReport:
-    """Tools/operations left out of one upstream, each with its reason."""
+    """Tools/operations left out of one upstream, each with its reason.
+
+    Attributes:
+        upstream: the upstream's configured name.
+        on_unsupported: ``skip`` (log the reasons) or ``fail`` (raise them) at :meth:`finish`.
+        converted: names of the items that became capabilities.
+        skipped: ``(item, reason)`` of each item left out.
+        omitted: ``(item, reason)`` of each output field left out of a converted item.
+    """
 
     upstream: str
     on_unsupported: OnUnsupported = "skip"
@@ -248,15 +352,31 @@ class SkipReport:
     omitted: list[tuple[str, str]] = field(default_factory=list)
 
     def skip(self, item: str, reason: str) -> None:
+        """An item left out (its schema cannot be represented, or it is listed inconsistently).
+
+        Args:
+            item: the tool or operation name.
+            reason: why.
+        """
         self.skipped.append((item, reason))
 
     def omit(self, item: str, reason: str) -> None:
-        """An output field left out of a converted item (its type cannot be represented)."""
+        """An output field left out of a converted item (its type cannot be represented).
+
+        Args:
+            item: the tool or operation name.
+            reason: which field, and why.
+        """
         self.omitted.append((item, reason))
 
     def finish(self) -> None:
         """Log what became capabilities (one line at start: ``upstream 'memory': 9 of 9 items ->
-        9 capabilities``), and log (``skip``) or raise (``fail``) the collected reasons."""
+        9 capabilities``), and log (``skip``) or raise (``fail``) the collected reasons (at most
+        :data:`MAX_LOGGED_SKIPS` of them shown).
+
+        Raises:
+            UpstreamBuildError: items were skipped and ``on_unsupported`` is ``fail``.
+        """
         total = len(self.converted) + len(self.skipped)
         log.info(
             "upstream %r: %d of %d item(s) -> %d capabilit%s%s",

@@ -1,38 +1,14 @@
 """The Kubernetes runtime: one hardened, single-use pod per execute, through the Kubernetes API.
 
-Every worker pod (see ``KubernetesRuntime.pod_manifest``) gets::
-
-    restartPolicy Never, no service account token, no service links, no host namespaces, a numeric
-    non-root user (65532), seccomp RuntimeDefault, readOnlyRootFilesystem, no privilege escalation,
-    all capabilities dropped, requests = limits (memory, CPU, ephemeral storage), an environment
-    holding only the worker marker, read-only empty /tmp and /dev/shm, activeDeadlineSeconds as a
-    backstop, the labels the deny-all NetworkPolicy selects, and optionally a RuntimeClass.
-
-The manifest and the reading of pod status are pure and live in ``kubernetes_pod``; this module
-does the API I/O.
-
-``spawn()`` = create the pod -> read it until its container runs (a tight poll, 25 ms growing to
-100 ms, bounded by ``spawn_timeout``) -> attach to its stdin/stdout/stderr through the API server (a
-websocket; ``kubernetes.stream``) -> ``probe``. The phases (created, scheduled, running, attached)
-are timed into ``last_phases`` and logged at debug level. A pod the scheduler cannot place for
-``unschedulable_grace`` seconds, and a create refused by the namespace's ResourceQuota, fail the
-spawn with ``CapacityExhausted`` (client text ``resource limit exceeded``) and an operator log that
-says what to change. The websocket carries channel-tagged binary messages (first byte: 0 stdin, 1 stdout,
-2 stderr, 3 error, 255 close on ``v5.channel.k8s.io``). A reader thread per sandbox reads them one
-message at a time straight off the client's websocket: stdout into a bounded buffer that ``read()``
-drains (a full buffer stops the reader: back-pressure to the worker), stderr into a bounded tail kept
-for host logs only. (``WSClient.update()`` is deliberately not used: it drains every frame already
-waiting and copies all output into an unbounded capture buffer.)
-
-``destroy()`` closes the stream, reads the container's terminated state when the worker had
-already exited (``OOMKilled`` -> ``ExitInfo.oom_killed``), and deletes the pod with
-``grace_period_seconds=0``, exactly once, whatever happened before; it never raises. ``start()``
-deletes worker pods orphaned by a dead host (see docs/kubernetes.md for the rule).
-
-All client calls block; they run on a small thread pool owned by the runtime, each with a request
-timeout, so an unreachable API server gives ``RuntimeUnavailable`` rather than a hang. Writes of up to
-4 KiB go out on the event loop's thread when the socket provably takes them (``_has_room``), the rest
-on that pool.
+What the pod gets, how a spawn and a destroy go, the streams and the orphan rule are
+docs/kubernetes.md ("The worker pod", "Streams", "Lifecycle and exit information", "Orphans: the
+rule"); the settings are docs/reference/runtimes.md. For the code reader: the manifest and the
+reading of pod status are pure and live in ``kubernetes_pod``; this module does the API I/O. Every
+client call blocks, so each runs on the runtime's small thread pool with a request timeout (an
+unreachable API server is ``RuntimeUnavailable``, never a hang). A reader thread per sandbox takes
+the attach websocket one message at a time into bounded buffers (never ``WSClient.update()``, which
+buffers without bound); small writes go out on the event loop's thread only when the socket provably
+takes them (``_has_room``).
 """
 
 from __future__ import annotations

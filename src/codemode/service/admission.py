@@ -19,13 +19,21 @@ __all__ = ["Connection", "ConnectionGuard"]
 
 @dataclass(eq=False)
 class Connection:
-    """One open connection, as the guard counts it."""
+    """One open connection, as the guard counts it.
 
-    key: str | None  # None: not bounded per address (a trusted proxy)
+    Attributes:
+        key: its address key (None: not bounded per address, a trusted proxy).
+        authenticated: whether a request on it authenticated.
+        subject: the subject it counts for.
+        gone: closed, or closed by the guard to make room: no longer counted.
+        close: what the guard calls to close it.
+    """
+
+    key: str | None
     authenticated: bool = False
-    subject: str | None = None  # the subject it counts for
-    gone: bool = False  # closed, or closed by the guard to make room: no longer counted
-    close: Callable[[], None] | None = None  # what the guard calls to close it
+    subject: str | None = None
+    gone: bool = False
+    close: Callable[[], None] | None = None
 
 
 def _canned(status: int, reason: str, error: str, extra: str = "") -> bytes:
@@ -43,33 +51,58 @@ _TOO_MANY = _canned(503, "Service Unavailable", "too many connections", "retry-a
 
 @dataclass(eq=False)
 class ConnectionGuard:
-    """The bounds of one listener and its table of unauthenticated connections per address."""
+    """The bounds of one listener and its table of unauthenticated connections per address.
+
+    Attributes:
+        max_connections: connections open at once (the total bound).
+        per_address: unauthenticated connections of one address.
+        header_timeout: seconds a connection has to deliver a complete request head.
+        per_subject: connections counted for one subject (None: not bounded).
+        write_timeout: seconds an answer may wait unsent because the client does not read.
+        proxies: the trusted proxies (their connections are not bounded per address).
+        on_event: called with ``address``, ``total``, ``subject``, ``header_timeout``,
+            ``write_timeout`` or ``evicted`` for each connection refused or closed.
+        access_log: whether uvicorn writes its access log for the listener.
+        evict_idle: make room by closing idle connections instead of refusing (the side
+            listeners; see above).
+        unauthenticated: unauthenticated connections open, per address key.
+        subjects: connections counted for each subject.
+        open: connections open.
+        idle: with ``evict_idle``, the idle connections per address key, longest idle first.
+    """
 
     max_connections: int
     per_address: int
     header_timeout: float
-    #: Connections counted for one subject (None: not bounded).
     per_subject: int | None = None
     write_timeout: float = 10.0
     proxies: TrustedProxies = field(default_factory=TrustedProxies)
-    #: Called with "address", "total", "subject", "header_timeout", "write_timeout" or "evicted"
-    #: for each connection refused or closed.
     on_event: Callable[[str], None] | None = None
     access_log: bool = True
-    #: Make room by closing idle connections instead of refusing (the side listeners; see above).
     evict_idle: bool = False
     unauthenticated: dict[str, int] = field(default_factory=dict)
     subjects: dict[str, int] = field(default_factory=dict)
     open: int = 0
-    #: evict_idle: the idle connections per address key, longest idle first.
     idle: dict[str | None, OrderedDict[Connection, None]] = field(default_factory=dict)
 
     def note(self, event: str) -> None:
+        """Tell ``on_event``.
+
+        Args:
+            event: what happened (see ``on_event``).
+        """
         if self.on_event is not None:
             self.on_event(event)
 
     def admit(self, peer: str | None) -> tuple[Connection | None, bytes]:
-        """A new connection from ``peer``: its record, or None with the answer that refuses it."""
+        """A new connection (with ``evict_idle``, an idle one may be closed to make room first).
+
+        Args:
+            peer: its client address (None: unknown).
+
+        Returns:
+            Its record and ``b""``, or None and the canned answer (429 or 503) that refuses it.
+        """
         key = None if self.proxies.trusts(peer) else address_key(peer)
         if self.evict_idle:
             if key is not None and self.unauthenticated.get(key, 0) >= self.per_address:
@@ -91,8 +124,16 @@ class ConnectionGuard:
         return conn, b""
 
     def authenticated(self, conn: Connection, subject: str) -> bool:
-        """An authenticated request of ``subject`` on ``conn``; False: refuse it (the subject holds
-        ``per_subject`` connections already)."""
+        """An authenticated request of ``subject`` on ``conn``: it stops counting against its address
+        and, on its first, counts for the subject.
+
+        Args:
+            conn: the connection's record.
+            subject: the subject id.
+
+        Returns:
+            False: refuse the request (the subject holds ``per_subject`` connections already).
+        """
         if conn.subject is None and conn.key is not None and self.per_subject is not None:
             held = self.subjects.get(subject, 0)
             if held >= self.per_subject:
@@ -106,16 +147,29 @@ class ConnectionGuard:
         return True
 
     def went_idle(self, conn: Connection) -> None:
-        """``conn`` is between requests (or has not completed its first request head)."""
+        """``conn`` is between requests (or has not completed its first request head).
+
+        Args:
+            conn: the connection's record.
+        """
         if self.evict_idle and not conn.gone:
             self.idle.setdefault(conn.key, OrderedDict())[conn] = None
 
     def went_busy(self, conn: Connection) -> None:
-        """``conn`` carries a request now: it is not closed to make room."""
+        """``conn`` carries a request now: it is not closed to make room.
+
+        Args:
+            conn: the connection's record.
+        """
         if self.evict_idle:
             self._not_idle(conn)
 
     def closed(self, conn: Connection) -> None:
+        """``conn`` closed (a second call does nothing).
+
+        Args:
+            conn: the connection's record.
+        """
         if conn.gone:
             return
         conn.gone = True

@@ -68,7 +68,19 @@ from .peers import ClientAddress, TrustedProxies
 from .refusals import RefusalSummary
 from .sessions import BoundedSessionManager
 
-__all__ = ["Service", "create_app", "serve", "serve_async", "server_config"]
+__all__ = [
+    "Readiness",
+    "Service",
+    "connection_limit",
+    "create_app",
+    "health_app",
+    "health_routes",
+    "metrics_app",
+    "serve",
+    "serve_async",
+    "server_config",
+    "subject_connection_limit",
+]
 
 log = logging.getLogger("codemode.service")
 
@@ -126,6 +138,13 @@ class _Observer:
 
 @dataclass(frozen=True)
 class Readiness:
+    """What ``/readyz`` answers.
+
+    Attributes:
+        ready: whether the service can serve executes.
+        reason: why not (``ok`` when ready).
+    """
+
     ready: bool
     reason: str
 
@@ -397,7 +416,14 @@ class Service:
 
 
 def metrics_app(metrics: Metrics) -> Starlette:
-    """A tiny app serving only ``/metrics`` (for ``metrics_port``)."""
+    """A tiny app serving only ``/metrics`` (for ``metrics_port``).
+
+    Args:
+        metrics: the service's metrics.
+
+    Returns:
+        The app.
+    """
 
     async def endpoint(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -406,7 +432,14 @@ def metrics_app(metrics: Metrics) -> Starlette:
 
 
 def health_routes(service: Service) -> list[Route]:
-    """``/healthz`` and ``/readyz``: on the main port and on the health port."""
+    """``/healthz`` and ``/readyz``: on the main port and on the health port.
+
+    Args:
+        service: the service whose readiness ``/readyz`` answers.
+
+    Returns:
+        The two routes.
+    """
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"}, headers={"cache-control": "no-store"})
@@ -426,7 +459,14 @@ def health_routes(service: Service) -> list[Route]:
 
 
 def health_app(service: Service) -> Starlette:
-    """The health port's app: the probes and nothing else."""
+    """The health port's app: the probes and nothing else.
+
+    Args:
+        service: the service.
+
+    Returns:
+        The app.
+    """
     return Starlette(routes=health_routes(service))
 
 
@@ -553,7 +593,14 @@ def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
 
 def connection_limit(settings: Settings) -> int:
     """``max_connections``, or half the process's file-descriptor limit (at most 1000, at least 16):
-    the rest stays free for workers, the token file, the store and the metrics port."""
+    the rest stays free for workers, the token file, the store and the metrics port.
+
+    Args:
+        settings: the service settings.
+
+    Returns:
+        The bound on open connections.
+    """
     if settings.max_connections is not None:
         return settings.max_connections
     try:
@@ -569,7 +616,17 @@ def connection_limit(settings: Settings) -> int:
 
 def subject_connection_limit(settings: Settings) -> int:
     """``max_connections_per_subject``, or 4 x ``max_open_requests_per_subject`` (a client's
-    requests in flight and its idle keep-alive connections), at most half of the connection limit."""
+    requests in flight and its idle keep-alive connections), at most half of the connection limit.
+
+    Args:
+        settings: the service settings.
+
+    Returns:
+        The bound on connections counted for one subject.
+
+    Raises:
+        ConfigError: ``max_connections_per_subject`` is not below the connection limit.
+    """
     limit = connection_limit(settings)
     per_subject = settings.max_connections_per_subject
     if per_subject is None:

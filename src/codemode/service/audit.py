@@ -34,12 +34,23 @@ def _ms(seconds: float) -> float:
 
 
 class AuditLog:
-    """Writes audit lines to the ``codemode.audit`` logger (or the one given)."""
+    """Writes audit lines to the ``codemode.audit`` logger (or the one given); it is the
+    :class:`~codemode.execution.observe.Observer` of the service.
+
+    Args:
+        logger: the logger (default: ``codemode.audit``).
+    """
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger(AUDIT_LOGGER)
 
     def emit(self, event: str, **fields: Any) -> None:
+        """Write one JSON line (when the logger is enabled for INFO).
+
+        Args:
+            event: the line's ``event``.
+            fields: the line's other fields (``ts`` is added).
+        """
         if not self.logger.isEnabledFor(logging.INFO):
             return
         record = {"ts": _ts(), "event": event, **fields}
@@ -92,6 +103,12 @@ def configure_audit_logger(destination: str) -> logging.Logger:
     Replaces a handler installed by an earlier call (so building several apps in one process does
     not duplicate lines) and leaves handlers installed by anybody else alone. With a destination of
     its own the logger stops propagating, so lines are not written twice.
+
+    Args:
+        destination: ``stderr``, ``stdout``, a file path, or ``none``.
+
+    Returns:
+        The ``codemode.audit`` logger.
     """
     logger = logging.getLogger(AUDIT_LOGGER)
     for handler in list(logger.handlers):

@@ -43,9 +43,13 @@ from .responses import plain_json
 from .tokens import hash_token, load_token_file, valid_subject
 
 __all__ = [
+    "MAX_JWKS_BYTES",
+    "MAX_TOKEN_BYTES",
+    "UNAUTHENTICATED_BODY",
     "AuthFailure",
     "Authenticator",
     "BearerAuthMiddleware",
+    "FailureHook",
     "JWTAuthenticator",
     "TokenFileAuthenticator",
     "build_authenticator",
@@ -57,13 +61,19 @@ log = logging.getLogger("codemode.service.auth")
 
 _HEX64_ANYWHERE = re.compile(r"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
+#: Bytes of a bearer token read from a request (a longer one fails as malformed).
 MAX_TOKEN_BYTES = 8 * 1024
+#: Bytes of a JWKS document, read from its file or URL.
 MAX_JWKS_BYTES = 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class AuthFailure(Exception):
-    """Authentication failed; ``reason`` is a short, non-secret label for logs and metrics."""
+    """Authentication failed; ``reason`` is a short, non-secret label for logs and metrics.
+
+    Args:
+        reason: the label (``unknown_token``, ``expired``, ...).
+    """
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -71,8 +81,20 @@ class AuthFailure(Exception):
 
 
 class Authenticator(Protocol):
+    """What :class:`BearerAuthMiddleware` asks about each request's bearer token."""
+
     async def authenticate(self, token: str) -> authz.Subject:
-        """The subject the token proves, or raise :class:`AuthFailure`."""
+        """The subject the token proves.
+
+        Args:
+            token: the bearer token.
+
+        Returns:
+            The trusted subject.
+
+        Raises:
+            AuthFailure: the token proves nothing (the reason says why, for logs and metrics).
+        """
         ...
 
 
@@ -82,7 +104,13 @@ class Authenticator(Protocol):
 
 
 class TokenFileAuthenticator:
-    """Opaque bearer tokens checked against a file of their SHA-256 digests."""
+    """Opaque bearer tokens checked against a file of their SHA-256 digests (compared in constant
+    time over every entry; the file is re-read when it changes).
+
+    Args:
+        path: the token file.
+        reload_interval: seconds between checks of the file for changes.
+    """
 
     def __init__(self, path: Path, *, reload_interval: float = 1.0) -> None:
         self.path = path
@@ -219,7 +247,23 @@ def _alg_fits(key: _Key, alg: str) -> bool:
 
 
 class JWTAuthenticator:
-    """JWTs signed by a key of a configured JWKS, for one issuer and audience."""
+    """JWTs signed by a key of a configured JWKS, for one issuer and audience (``exp``, ``iss``,
+    ``aud`` and ``sub`` required; ``sub`` must be a valid subject id).
+
+    Args:
+        issuer: the required ``iss``.
+        audience: the required ``aud``.
+        algorithms: the signing algorithms accepted.
+        jwks_file: the key set's file (exactly one of this and ``jwks_url``).
+        jwks_url: the key set's URL.
+        leeway: seconds of clock skew allowed on ``exp``/``nbf``.
+        cache_seconds: seconds a key set is kept before it is read again.
+        min_refresh_interval: least seconds between reads forced by an unknown key id.
+        fetch_timeout: seconds a URL fetch may take.
+
+    Raises:
+        ConfigError: not exactly one of ``jwks_file`` and ``jwks_url``, or the file is unusable.
+    """
 
     def __init__(
         self,
@@ -294,7 +338,14 @@ class JWTAuthenticator:
 
     async def refresh(self, *, force: bool = False) -> None:
         """Re-read the key set if it is stale (or ``force``), at most once per ``min_refresh_interval``
-        when forced by an unknown key id."""
+        when forced by an unknown key id. A failed re-read keeps the previous keys (logged).
+
+        Args:
+            force: read it even if it is not stale (an unknown key id).
+
+        Raises:
+            AuthFailure: ``jwks_unavailable``: the URL cannot be fetched and no keys were ever read.
+        """
         if not force and self._keys is not None and time.monotonic() - self._loaded_at < self.cache_seconds:
             return
         async with self._lock:
@@ -386,7 +437,14 @@ def _short(exc: BaseException) -> str:
 
 
 def build_authenticator(settings: Settings) -> TokenFileAuthenticator | JWTAuthenticator:
-    """The authenticator the settings describe; raises ``ConfigError``."""
+    """The authenticator the settings describe.
+
+    Args:
+        settings: the service settings (``auth_mode`` and its fields).
+
+    Returns:
+        A token-file or a JWT authenticator.
+    """
     if settings.auth_mode == "token_file":
         return TokenFileAuthenticator(settings.token_file_path)
     assert settings.jwt_issuer is not None and settings.jwt_audience is not None
@@ -405,6 +463,7 @@ def build_authenticator(settings: Settings) -> TokenFileAuthenticator | JWTAuthe
 # ASGI middleware
 # --------------------------------------------------------------------------------------------------
 
+#: Called with the failure's reason and the request's scope when a request is refused.
 FailureHook = Callable[[str, Scope], None]
 
 
@@ -430,7 +489,18 @@ def _bearer_token(scope: Scope) -> tuple[str | None, str]:
 
 
 class BearerAuthMiddleware:
-    """Pure ASGI: authenticate, then run the wrapped app inside ``with_subject(subject)``."""
+    """Pure ASGI: authenticate, then run the wrapped app inside ``with_subject(subject)``. A request
+    without a valid token gets 401 with :data:`UNAUTHENTICATED_BODY` and a ``WWW-Authenticate``
+    challenge; a websocket is closed (1008).
+
+    Args:
+        app: the wrapped app.
+        authenticator: checks each token.
+        realm: the challenge's realm.
+        on_failure: told about each refused request.
+        on_success: told about each authenticated one.
+        gate: asked after authentication; False answers 503 (shutting down).
+    """
 
     def __init__(
         self,

@@ -27,7 +27,17 @@ __all__ = ["RequestGuard"]
 
 
 class RequestGuard:
-    """Pure ASGI; run inside ``authz.with_subject`` (after bearer authentication)."""
+    """Pure ASGI; run inside ``authz.with_subject`` (after bearer authentication).
+
+    Args:
+        app: the MCP transport app.
+        stateless: whether the transport is stateless (a ``GET`` is answered 405).
+        per_subject: open ``/mcp`` requests one subject may hold.
+        total: open ``/mcp`` requests in all.
+        idle_timeout: seconds an event stream may send nothing before the host ends it.
+        max_stream_seconds: seconds after which every event stream ends.
+        on_refused: called with ``subject`` or ``total`` for each request refused with 429.
+    """
 
     def __init__(
         self,

@@ -62,7 +62,13 @@ from uvicorn.protocols.utils import get_remote_addr
 from .. import authz
 from .admission import Connection, ConnectionGuard
 
-__all__ = ["ConnectionGuard", "connection_authenticated", "guarded_protocol", "undelivered"]
+__all__ = [
+    "UNDELIVERED_LIMIT",
+    "ConnectionGuard",
+    "connection_authenticated",
+    "guarded_protocol",
+    "undelivered",
+]
 
 _CONNECTION: contextvars.ContextVar[tuple[ConnectionGuard, Connection] | None] = contextvars.ContextVar(
     "codemode_connection", default=None
@@ -71,8 +77,15 @@ _CONNECTION: contextvars.ContextVar[tuple[ConnectionGuard, Connection] | None] =
 
 def connection_authenticated(subject: authz.Subject) -> bool:
     """The request being served authenticated as ``subject``: its connection stops counting as
-    unauthenticated and counts for the subject. False: the subject holds all the connections it
-    may, refuse the request and close the connection."""
+    unauthenticated and counts for the subject.
+
+    Args:
+        subject: the authenticated subject.
+
+    Returns:
+        False: the subject holds all the connections it may, refuse the request and close the
+        connection (True outside a guarded connection).
+    """
     current = _CONNECTION.get()
     return current is None or current[0].authenticated(current[1], subject.id)
 
@@ -85,7 +98,14 @@ _DELIVERY_POLL = 0.05
 
 def undelivered(transport: asyncio.Transport) -> int:
     """Bytes of answers the client has not taken: the transport's buffer and, on Linux, the
-    kernel's send queue of the socket (``SIOCOUTQ``: not yet sent or not yet acknowledged)."""
+    kernel's send queue of the socket (``SIOCOUTQ``: not yet sent or not yet acknowledged).
+
+    Args:
+        transport: the connection's transport.
+
+    Returns:
+        The bytes.
+    """
     size = transport.get_write_buffer_size()
     sock = transport.get_extra_info("socket")
     request = getattr(termios, "TIOCOUTQ", None)  # SIOCOUTQ's number on Linux
@@ -249,5 +269,12 @@ class _GuardedProtocol(H11Protocol):
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
-    """A uvicorn ``http`` protocol class bound to ``guard`` (one per listener)."""
+    """A uvicorn ``http`` protocol class bound to ``guard`` (one per listener).
+
+    Args:
+        guard: the listener's bounds.
+
+    Returns:
+        The protocol class (an h11 protocol subclass).
+    """
     return type("GuardedH11Protocol", (_GuardedProtocol,), {"guard": guard})

@@ -41,7 +41,13 @@ def _listed(value: str, allowed: Sequence[str]) -> bool:
 
 
 class HostOriginCheck:
-    """Pure ASGI."""
+    """Pure ASGI.
+
+    Args:
+        app: the wrapped app.
+        allowed_hosts: the ``Host`` values accepted.
+        allowed_origins: the ``Origin`` values accepted.
+    """
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: Sequence[str], allowed_origins: Sequence[str]) -> None:
         self.app = app

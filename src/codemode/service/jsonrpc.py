@@ -60,7 +60,11 @@ async def _refuse(send: Send, code: int) -> None:
 
 
 class JSONRPCBodyCheck:
-    """Pure ASGI; behind a body-size limit (it reads the whole body)."""
+    """Pure ASGI; behind a body-size limit (it reads the whole body).
+
+    Args:
+        app: the wrapped app.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -33,7 +33,13 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class SideServer:
-    """A running side listener; :meth:`stop` ends it."""
+    """A running side listener; :meth:`stop` ends it.
+
+    Args:
+        server: the uvicorn server.
+        task: the task serving.
+        sock: the bound socket (its address is ``address``).
+    """
 
     def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], sock: socket.socket) -> None:
         self._server = server
@@ -43,6 +49,7 @@ class SideServer:
         self.address: tuple[str, int] = (str(addr[0]), int(addr[1]))
 
     async def stop(self) -> None:
+        """Stop serving (the task is cancelled after 5 s) and close the socket."""
         self._server.should_exit = True
         try:
             async with asyncio.timeout(5):
@@ -69,7 +76,22 @@ def _bind(host: str, port: int, field: str) -> socket.socket:
 async def start_side_server(
     app: Any, *, host: str, port: int, field: str, guard: ConnectionGuard, what: str
 ) -> SideServer:
-    """Listen on ``host:port`` (``field`` names the setting in errors) and serve ``app`` there."""
+    """Listen on ``host:port`` and serve ``app`` there (no lifespan, no access log).
+
+    Args:
+        app: the ASGI app.
+        host: the address to bind.
+        port: the port (0: any free one).
+        field: the setting that names the listener, for errors.
+        guard: the listener's connection bounds.
+        what: the listener's name, for logs.
+
+    Returns:
+        The running listener.
+
+    Raises:
+        RuntimeError: the server stopped during start-up (``ConfigError`` when it cannot bind).
+    """
     sock = _bind(host, port, field)
     config = uvicorn.Config(
         app,

@@ -26,7 +26,17 @@ __all__ = ["configure_logging", "log_level"]
 
 
 def log_level(name: str) -> int:
-    """The numeric level of ``log_level`` (raises ``ConfigError``)."""
+    """The numeric level of a ``log_level`` setting.
+
+    Args:
+        name: a level name (``info``, ``WARNING``, ...).
+
+    Returns:
+        Its number.
+
+    Raises:
+        ConfigError: it names no level (the message names the setting).
+    """
     level = logging.getLevelName(name.upper())
     if not isinstance(level, int):
         raise ConfigError(f"{names('log_level')}: unknown level {name!r}")
@@ -34,6 +44,18 @@ def log_level(name: str) -> int:
 
 
 def configure_logging(name: str) -> RepeatFilter:
+    """Configure logging once for the process: uvicorn's loggers at ``name``'s level, a root
+    handler when there is none, and the repeat filter on them.
+
+    Args:
+        name: the ``log_level`` setting.
+
+    Returns:
+        The process-wide repeat filter (the service flushes it every window).
+
+    Raises:
+        ConfigError: ``name`` names no level.
+    """
     level = log_level(name)
     config = copy.deepcopy(LOGGING_CONFIG)
     for logger in config["loggers"].values():

@@ -38,21 +38,41 @@ from dataclasses import dataclass
 from .. import authz
 from .peers import address_key, current_client
 
-__all__ = ["RepeatFilter", "install_repeat_filter"]
+__all__ = [
+    "AUDIT_LOGGER",
+    "OVERFLOW",
+    "SUMMARY_LOGGER",
+    "Key",
+    "RepeatFilter",
+    "install_repeat_filter",
+    "template",
+]
 
+#: The audit logger, never filtered.
 AUDIT_LOGGER = "codemode.audit"
+#: The logger of the ``[N similar message(s) suppressed]`` lines.
 SUMMARY_LOGGER = "codemode.service.logs"
+#: The "who" of keys that share one key per template once the table is full.
 OVERFLOW = "*"
 _DECIDED = "_codemode_repeat"
 _SUMMARY = "codemode_summary"
 
+#: A record's key: (logger, level, template, who).
 Key = tuple[str, int, str, str]
 
 _VARIABLE = re.compile(r"[0-9A-Fa-f]{8,}|[0-9A-Fa-f]+(?:-[0-9A-Fa-f]+){2,}|\d+")
 
 
 def template(record: logging.LogRecord) -> str:
-    """What records of one kind have in common (see the module docstring)."""
+    """What records of one kind have in common (see the module docstring).
+
+    Args:
+        record: the log record.
+
+    Returns:
+        Its format string (with arguments), or its message cut after the first ``": "`` with digit
+        and hex runs as ``#``; at most 200 characters.
+    """
     msg = record.msg if isinstance(record.msg, str) else type(record.msg).__name__
     if record.args:
         return msg[:200]
@@ -76,6 +96,16 @@ class _Window:
 
 
 class RepeatFilter(logging.Filter):
+    """The filter described in the module docstring.
+
+    Args:
+        window: seconds of one key's window.
+        burst: records of a key that pass within a window.
+        max_keys: live keys in the table.
+        max_overflow: templates sharing one key each when the table is full (then one key for all).
+        clock: monotonic seconds.
+    """
+
     def __init__(
         self,
         window: float = 10.0,
@@ -171,8 +201,11 @@ class RepeatFilter(logging.Filter):
                 self._pending_other += state.dropped
 
     def flush(self, *, final: bool = False) -> None:
-        """Write one line for each count of suppressed records whose window ended (``final``: of
-        every window, ended or not; at shutdown)."""
+        """Write one line for each count of suppressed records whose window ended.
+
+        Args:
+            final: of every window, ended or not (at shutdown).
+        """
         self._expire(self.clock() + (self.window if final else 0.0))
         pending, self._pending = self._pending, {}
         other, self._pending_other = self._pending_other, 0
@@ -199,7 +232,14 @@ def install_repeat_filter(
     names: tuple[str, ...] = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "codemode"),
 ) -> RepeatFilter:
     """Add the process-wide :class:`RepeatFilter` to the handlers of these loggers (idempotent).
-    The audit logger's own handler is left alone."""
+    The audit logger's own handler is left alone.
+
+    Args:
+        names: the loggers (``""``: the root).
+
+    Returns:
+        The process-wide filter.
+    """
     for name in names:
         for handler in logging.getLogger(name).handlers:
             if _FILTER not in handler.filters:

@@ -20,16 +20,21 @@ if TYPE_CHECKING:
     from ..runtimes.pool import WarmPool
     from ..runtimes.reuse import ReusePool
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "EXECUTE_BUCKETS", "SPAWN_BUCKETS", "Metrics"]
 
 log = logging.getLogger("codemode.service.metrics")
 
+#: Histogram buckets (seconds) of execute wall times, and of worker spawns.
 EXECUTE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SPAWN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class Metrics:
-    """The service's metric families. Thread-safe (prometheus-client is)."""
+    """The service's metric families. Thread-safe (prometheus-client is).
+
+    Args:
+        pool: the warm or reuse pool whose gauges are sampled for each scrape, if any.
+    """
 
     def __init__(self, pool: WarmPool | ReusePool | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -201,6 +206,11 @@ class Metrics:
             self.host_load.labels(minutes).set(load / cpus)
 
     def render(self) -> bytes:
+        """Sample the pool and the host, then render every family (a failed sample is logged).
+
+        Returns:
+            The Prometheus text exposition (:data:`CONTENT_TYPE_LATEST`).
+        """
         for sample in (self.sample_pool, self.sample_host):
             try:
                 sample()

@@ -26,16 +26,22 @@ from typing import Literal
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["ClientAddress", "TrustedProxies", "address_key", "current_client"]
+__all__ = ["Address", "ClientAddress", "Header", "TrustedProxies", "address_key", "current_client"]
 
+#: An IP address (an IPv4-mapped IPv6 address is read as its IPv4 address).
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: The header trusted proxies write the client chain in.
 Header = Literal["x-forwarded-for", "forwarded"]
 
 _CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("codemode_client", default=None)
 
 
 def current_client() -> str | None:
-    """The client address of the request being served (None outside a request)."""
+    """The client address of the request being served.
+
+    Returns:
+        It, or None outside a request.
+    """
     return _CLIENT.get()
 
 
@@ -50,7 +56,15 @@ def _ip(text: str) -> Address | None:
 
 
 def address_key(host: str | None) -> str:
-    """The key one client address is counted under (IPv6: its ``/64``)."""
+    """The key one client address is counted under (IPv6: its ``/64``).
+
+    Args:
+        host: the address (None or empty: unknown).
+
+    Returns:
+        The IPv4 address, the IPv6 ``/64`` network, the text as given when it is not an address,
+        or ``""`` for an unknown one.
+    """
     if not host:
         return ""
     address = _ip(host)
@@ -91,7 +105,12 @@ def _x_forwarded_for(values: Iterable[str]) -> list[str]:
 
 
 class TrustedProxies:
-    """The ``trusted_proxies`` networks and the header they write."""
+    """The ``trusted_proxies`` networks and the header they write.
+
+    Args:
+        entries: networks or addresses (``10.0.0.0/8``, ``::1``).
+        header: ``x-forwarded-for`` or ``forwarded``.
+    """
 
     def __init__(self, entries: Sequence[str] = (), header: Header = "x-forwarded-for") -> None:
         self.networks = [ipaddress.ip_network(e.strip(), strict=False) for e in entries]
@@ -102,13 +121,31 @@ class TrustedProxies:
         return bool(self.networks)
 
     def trusts(self, host: str | None) -> bool:
+        """Whether ``host`` is a trusted proxy.
+
+        Args:
+            host: an address.
+
+        Returns:
+            True when it is in one of the networks.
+        """
         if not self.networks or not host:
             return False
         address = _ip(host)
         return address is not None and any(address in net for net in self.networks)
 
     def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-        """The client address of a request from ``peer`` with these headers."""
+        """The client address of a request from ``peer`` with these headers: the chain is read from
+        the right, past trusted proxies, to the first address that is not one (a malformed entry
+        stops it at the last good address).
+
+        Args:
+            peer: the connection's address.
+            headers: the request's headers.
+
+        Returns:
+            The client address (``peer`` itself when it is not a trusted proxy).
+        """
         if not self.trusts(peer):
             return peer
         values = [v.decode("latin-1") for k, v in headers if k == self._name]
@@ -125,7 +162,12 @@ class TrustedProxies:
 
 
 class ClientAddress:
-    """Pure ASGI: ``scope["client"]`` becomes the client address (and :func:`current_client`)."""
+    """Pure ASGI: ``scope["client"]`` becomes the client address (and :func:`current_client`).
+
+    Args:
+        app: the wrapped app.
+        proxies: the trusted proxies.
+    """
 
     def __init__(self, app: ASGIApp, proxies: TrustedProxies) -> None:
         self.app = app

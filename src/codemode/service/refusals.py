@@ -35,6 +35,15 @@ OVERFLOW = "*"
 
 
 class RefusalSummary:
+    """The counter described in the module docstring.
+
+    Args:
+        emit: writes one audit line (``AuditLog.emit``: ``(event, **fields)``).
+        window: seconds of one window.
+        max_clients: client addresses tracked per window.
+        clock: monotonic seconds.
+    """
+
     def __init__(
         self,
         emit: Callable[..., None],
@@ -51,6 +60,14 @@ class RefusalSummary:
         self._seen: dict[str, Counter[str]] = {}  # client -> reasons of its later refusals
 
     def refused(self, reason: str, client: str | None, path: str) -> None:
+        """One refused request: written at once when it is its client's first in the window, else
+        counted.
+
+        Args:
+            reason: the refusal's reason.
+            client: the client address (None: unknown).
+            path: the request's path.
+        """
         now = self.clock()
         if now - self._started >= self.window:
             self.flush(now)
@@ -66,7 +83,11 @@ class RefusalSummary:
         self.emit("auth_failure", reason=reason, client=client, path=path)
 
     def flush(self, now: float | None = None) -> None:
-        """Write the summaries of the current window and start a new one."""
+        """Write the summaries of the current window and start a new one.
+
+        Args:
+            now: the clock's time (None: now).
+        """
         now = self.clock() if now is None else now
         seen, self._seen = self._seen, {}
         seconds = round(max(0.0, now - self._started), 3)

@@ -13,7 +13,14 @@ __all__ = ["plain_json"]
 async def plain_json(
     send: Send, status: int, body: Mapping[str, object], headers: list[tuple[bytes, bytes]]
 ) -> None:
-    """Send a complete JSON response with ``no-store`` caching and the extra ``headers``."""
+    """Send a complete JSON response with ``no-store`` caching and the extra ``headers``.
+
+    Args:
+        send: the ASGI send.
+        status: the HTTP status.
+        body: the JSON body.
+        headers: extra headers.
+    """
     payload = json.dumps(body).encode("utf-8")
     await send(
         {

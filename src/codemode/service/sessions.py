@@ -40,6 +40,16 @@ class _SessionRefused(Exception):
 
 
 class BoundedSessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager with the bounds described in the module docstring.
+
+    Args:
+        app: the MCP server.
+        per_subject: stateful sessions one subject may hold.
+        total: stateful sessions in the process.
+        on_refused: called with ``session_subject`` or ``session_total`` for each refused opening.
+        kwargs: the SDK manager's other arguments (its own ``max_sessions`` is replaced).
+    """
+
     def __init__(
         self,
         app: Any,

@@ -40,19 +40,41 @@ _WHERE = names("token_file")
 
 @dataclass(frozen=True)
 class TokenEntry:
+    """One line (or JSON entry) of a token file.
+
+    Attributes:
+        digest: the token's SHA-256 hex digest (lower case).
+        subject: the subject id it authenticates.
+        created: when it was made (ISO 8601), if the file says.
+    """
+
     digest: str
     subject: str
     created: str | None = None
 
 
 def hash_token(token: str) -> str:
-    """The SHA-256 hex digest stored in the token file for ``token``."""
+    """The digest stored in the token file for ``token``.
+
+    Args:
+        token: the bearer token.
+
+    Returns:
+        The SHA-256 hex digest of its UTF-8 bytes.
+    """
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def valid_subject(subject: Any) -> bool:
     """A usable subject id: a non-empty printable string (no control or format characters) of at
-    most 256 characters without surrounding spaces. Token files and JWT ``sub`` claims both obey it."""
+    most 256 characters without surrounding spaces. Token files and JWT ``sub`` claims both obey it.
+
+    Args:
+        subject: the candidate.
+
+    Returns:
+        Whether it is one.
+    """
     return (
         isinstance(subject, str)
         and bool(subject)
@@ -63,7 +85,18 @@ def valid_subject(subject: Any) -> bool:
 
 
 def read_entries(path: Path) -> list[TokenEntry]:
-    """Parse a token file; raises :class:`ConfigError` (never echoing content beyond line numbers)."""
+    """Parse a token file (JSON or lines: the module text).
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its entries, in file order.
+
+    Raises:
+        ConfigError: it cannot be read, is not UTF-8, is malformed, or holds a bad entry (every
+            problem listed; content is never echoed beyond line or entry numbers).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -121,7 +154,17 @@ def read_entries(path: Path) -> list[TokenEntry]:
 
 
 def load_token_file(path: Path) -> dict[str, str]:
-    """``{sha256 hex: subject id}`` of a token file; raises :class:`ConfigError`."""
+    """The digests of a token file and their subjects.
+
+    Args:
+        path: the file.
+
+    Returns:
+        ``{sha256 hex: subject id}``.
+
+    Raises:
+        ConfigError: as :func:`read_entries`.
+    """
     return {e.digest: e.subject for e in read_entries(path)}
 
 
@@ -138,8 +181,19 @@ def _write(path: Path, entries: list[TokenEntry]) -> None:
 
 
 def add_token(path: Path, subject: str) -> str:
-    """Create a random token for ``subject``, store its hash (and creation time) in ``path``, and
-    return the token (the only time it exists in clear)."""
+    """Create a random token for ``subject`` and store its hash (and creation time) in ``path``
+    (created mode 0600 if missing, replaced whole).
+
+    Args:
+        path: the token file.
+        subject: the subject id.
+
+    Returns:
+        The token (the only time it exists in clear).
+
+    Raises:
+        ConfigError: the subject is not a valid one (or the file cannot be read).
+    """
     if not valid_subject(subject):
         raise ConfigError("subject must be printable, non-empty, without surrounding spaces")
     entries = read_entries(path) if path.exists() else []
@@ -150,7 +204,18 @@ def add_token(path: Path, subject: str) -> str:
 
 
 def revoke_subject(path: Path, subject: str) -> int:
-    """Remove every token of ``subject``; returns how many were removed."""
+    """Remove every token of ``subject``.
+
+    Args:
+        path: the token file.
+        subject: the subject id.
+
+    Returns:
+        How many were removed (the file is rewritten only when some were).
+
+    Raises:
+        ConfigError: as :func:`read_entries`.
+    """
     entries = read_entries(path)
     kept = [e for e in entries if e.subject != subject]
     if len(kept) != len(entries):

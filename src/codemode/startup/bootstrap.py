@@ -43,7 +43,18 @@ log = logging.getLogger("codemode.bootstrap")
 
 
 def build_authorizer(settings: Settings) -> authz.Authorizer:
-    """``allow_all()`` or the Rego authorizer the settings name."""
+    """``allow_all()`` or the Rego authorizer the settings name.
+
+    Args:
+        settings: the settings.
+
+    Returns:
+        The authorizer.
+
+    Raises:
+        ConfigError: no authorizer is set, the decision names no rule, or the policy cannot be
+            read or is invalid (one line naming the setting).
+    """
     if settings.allow_all:
         return authz.allow_all()
     if not settings.rego_decision or not settings.rego_policy:
@@ -74,8 +85,18 @@ def build_runtime(
 ) -> Runtime:
     """The worker runtime the settings name, without a pool.
 
-    ``worker_command`` replaces the worker's command line and ``extra`` adds constructor arguments:
-    for operator tools that measure a worker (``codemode quotas tune``), never for serving.
+    Args:
+        settings: the settings.
+        worker_command: replaces the worker's command line (for operator tools that measure a
+            worker, ``codemode quotas tune``; never for serving).
+        extra: constructor arguments added (the same use).
+
+    Returns:
+        The runtime (not started).
+
+    Raises:
+        ConfigError: the runtime is not installed, or its settings are refused (naming the
+            runtime's flags and variables).
     """
     kind = settings.runtime
     try:
@@ -100,7 +121,18 @@ def build_runtime(
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
     """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0), or,
     in the reuse mode (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to
-    ``settings.pool`` sandboxes idle."""
+    ``settings.pool`` sandboxes idle.
+
+    Args:
+        runtime: the runtime.
+        settings: the settings (``pool``, ``reuse_executes``, ``reuse_idle_seconds``).
+
+    Returns:
+        The pool, or ``runtime`` itself.
+
+    Raises:
+        ConfigError: the reuse mode is asked of a runtime that has none.
+    """
     if settings.reuse_executes:
         if not isinstance(runtime, SupervisingRuntime):
             raise ConfigError(f"{names('reuse_executes')}: the {runtime.name} runtime has no reuse mode")
@@ -149,7 +181,17 @@ def _warn_if_empty(settings: Settings) -> None:
 
 def upstream_packs(settings: Settings) -> list[Any]:
     """One pack per ``[[upstream_mcp]]`` and ``[[openapi]]`` table (none when there are none), so
-    each upstream starts, or fails to, on its own. Invalid tables are a ``ConfigError``."""
+    each upstream starts, or fails to, on its own.
+
+    Args:
+        settings: the settings (their TOML tables).
+
+    Returns:
+        The packs, not loaded yet.
+
+    Raises:
+        ConfigError: a table is invalid (naming ``--config``).
+    """
     if not settings.upstream_mcp and not settings.openapi:
         return []
     from ..capabilities.mcp_upstream import UpstreamMCPPack
@@ -226,6 +268,17 @@ def build_server(
     line naming it and its setting), unless ``problems`` is a list: then the unit is left out, its
     :class:`StartupProblem` appended and logged (a degraded start). Configuration errors (settings,
     tables, the catalog's own rules) are a ``ConfigError`` either way.
+
+    Args:
+        settings: the settings.
+        runtime: replaces the runtime the settings describe.
+        authorizer: replaces the authorizer the settings describe.
+        observer: told about executes and calls.
+        capabilities: replace the packs' capabilities (no pack is loaded).
+        problems: where a degraded start puts the units left out (None: any is a ``ConfigError``).
+
+    Returns:
+        The server.
     """
     auth = authorizer if authorizer is not None else build_authorizer(settings)
     packs = _load_units(settings, problems) if capabilities is None else []
@@ -285,8 +338,17 @@ def _build(
 async def check_runtime(
     server: Server, settings: Settings, timeout: float | None = None
 ) -> StartupProblem | None:
-    """Start ``server``'s runtime and run its check (the start-up rule's runtime half): None when it
-    answers, else the problem, one line naming the runtime's settings."""
+    """Start ``server``'s runtime and run its check (the start-up rule's runtime half).
+
+    Args:
+        server: the built server.
+        settings: the settings (which runtime, for the message).
+        timeout: seconds the start and the check may take (None: no bound).
+
+    Returns:
+        None when it answers, else the problem: one line naming the runtime's settings (or the
+        pack whose open failed).
+    """
     kind = settings.runtime
     try:
         async with asyncio.timeout(timeout):

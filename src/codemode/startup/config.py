@@ -45,12 +45,16 @@ from ..runtimes.options import OPTIONS, DockerOptions, KubernetesOptions, Proces
 
 __all__ = [
     "CONFIG_ENV",
+    "ENV_PREFIX",
+    "FLAGS",
     "LIMIT_FIELDS",
     "LIST_SETTINGS",
+    "OTHER_VARIABLES",
     "RENAMED",
     "SIZE_SETTINGS",
     "ConfigError",
     "Settings",
+    "StrList",
     "default_data_dir",
     "default_token_file",
     "env_var",
@@ -61,7 +65,9 @@ __all__ = [
     "parse_size",
 ]
 
+#: The variable naming the TOML settings file (``--config``).
 CONFIG_ENV = "CODEMODE_CONFIG"
+#: The prefix of every setting's environment variable.
 ENV_PREFIX = "CODEMODE_"
 
 log = logging.getLogger("codemode.config")
@@ -88,23 +94,48 @@ FLAGS = {
 
 
 def flag(field: str) -> str:
-    """The command-line flag of a settings field."""
+    """The command-line flag of a settings field.
+
+    Args:
+        field: the field name.
+
+    Returns:
+        Its flag (``--max-execution-time``; the repeatable ones are singular, see :data:`FLAGS`).
+    """
     return FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
 def env_var(field: str) -> str:
-    """The environment variable of a settings field."""
+    """The environment variable of a settings field.
+
+    Args:
+        field: the field name.
+
+    Returns:
+        ``CODEMODE_`` and the name in upper case.
+    """
     return ENV_PREFIX + field.upper()
 
 
 def names(field: str) -> str:
-    """``--flag / CODEMODE_FIELD`` for a settings field (what every configuration error cites)."""
+    """``--flag / CODEMODE_FIELD`` for a settings field (what every configuration error cites).
+
+    Args:
+        field: the field name.
+
+    Returns:
+        The flag and the variable.
+    """
     return f"{flag(field)} / {env_var(field)}"
 
 
 def default_token_file() -> Path:
     """Where ``codemode token`` and ``serve --http`` look for the token file when none is named:
-    ``$XDG_CONFIG_HOME/codemode/codemode.tokens`` (``~/.config/...``), never the working directory."""
+    ``$XDG_CONFIG_HOME/codemode/codemode.tokens`` (``~/.config/...``), never the working directory.
+
+    Returns:
+        The path.
+    """
     base = os.environ.get("XDG_CONFIG_HOME", "").strip()
     root = Path(base) if base else Path.home() / ".config"
     return root / "codemode" / "codemode.tokens"
@@ -112,7 +143,11 @@ def default_token_file() -> Path:
 
 def default_data_dir() -> Path:
     """Where ``serve --http`` lets packs keep state when ``data_dir`` is not given:
-    ``$XDG_DATA_HOME/codemode`` (``~/.local/share/codemode``)."""
+    ``$XDG_DATA_HOME/codemode`` (``~/.local/share/codemode``).
+
+    Returns:
+        The path.
+    """
     base = os.environ.get("XDG_DATA_HOME", "").strip()
     root = Path(base) if base else Path.home() / ".local" / "share"
     return root / "codemode"
@@ -130,6 +165,7 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+#: A list setting: from the environment a JSON array or a comma-separated string.
 StrList = Annotated[list[str], NoDecode]
 
 
@@ -556,6 +592,7 @@ class Settings(BaseSettings):
 
     @property
     def docker_memory_bytes(self) -> int | None:
+        """``docker_memory`` in bytes (None when unset)."""
         return None if self.docker_memory is None else parse_size(self.docker_memory)
 
     @field_validator("pack_options")
@@ -604,6 +641,7 @@ class Settings(BaseSettings):
 
     @property
     def pack_option_map(self) -> dict[str, str]:
+        """``pack_options`` (``KEY=VALUE`` items) as a mapping; a later key replaces an earlier one."""
         out: dict[str, str] = {}
         for item in self.pack_options:
             key, _, value = item.partition("=")
@@ -639,7 +677,11 @@ class Settings(BaseSettings):
         return self
 
     def problems(self) -> list[str]:
-        """Cross-field configuration problems, each naming its flag and environment variable."""
+        """Cross-field configuration problems, each naming its flag and environment variable.
+
+        Returns:
+            The problems (empty when there are none).
+        """
         out: list[str] = []
         if self.allow_all and (self.rego_policy or self.rego_decision):
             out.append(f"choose one authorizer: {names('allow_all')} or {names('rego_policy')}, not both")
@@ -691,7 +733,11 @@ class Settings(BaseSettings):
         )
 
     def http_problems(self) -> list[str]:
-        """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening."""
+        """What ``serve --http`` needs beyond :meth:`problems`: authentication and listening.
+
+        Returns:
+            The problems (empty when there are none).
+        """
         out: list[str] = []
         if self.auth_mode == "token_file":
             path = self.token_file_path
@@ -874,7 +920,17 @@ _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
 def parse_size(text: str) -> int:
-    """Bytes of ``256m``/``1g``/``512k``/``1048576`` (binary units); raises ``ValueError``."""
+    """Bytes of ``256m``/``1g``/``512k``/``1048576`` (binary units).
+
+    Args:
+        text: the size (a trailing ``b``/``ib`` is accepted, case does not matter).
+
+    Returns:
+        The byte count.
+
+    Raises:
+        ValueError: it is not a positive byte count or size.
+    """
     match = _SIZE.match(text.strip().lower())
     if match is None or int(match.group(1)) <= 0:
         raise ValueError("must be a positive byte count or a size such as 256m")
@@ -910,8 +966,15 @@ def _using_config(path: Path | None) -> Iterator[None]:
 def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Settings from keyword overrides, the environment and a TOML file.
 
-    ``config_file`` takes the place of ``CODEMODE_CONFIG``. Raises :class:`ConfigError` with every
-    problem (never with a secret: there are none in the settings).
+    Args:
+        config_file: the TOML file; takes the place of ``CODEMODE_CONFIG``.
+        overrides: setting values that win over the environment and the file (the flags).
+
+    Returns:
+        The settings.
+
+    Raises:
+        ConfigError: every problem (never with a secret: there are none in the settings).
     """
     from pydantic import ValidationError
 
@@ -961,13 +1024,21 @@ def _unknown_setting(key: str) -> str:
 
 #: ``CODEMODE_*`` variables the host reads that are not settings (packs read their own
 #: ``CODEMODE_<PACK>_*`` variables; those are never compared with the settings).
+#: ``CODEMODE_*`` variables that are not settings but are read (never flagged as misspelled).
 OTHER_VARIABLES = frozenset({CONFIG_ENV, "CODEMODE_TRANSPORT"})
 _warned: set[str] = set()
 
 
 def misspelled_variables(environ: Mapping[str, str]) -> list[str]:
     """One warning per ``CODEMODE_*`` variable that is no setting but close to one (``did you
-    mean``); variables close to no setting (a pack's options, say) are left alone."""
+    mean``); variables close to no setting (a pack's options, say) are left alone.
+
+    Args:
+        environ: the environment.
+
+    Returns:
+        The warnings.
+    """
     known = {env_var(field) for field in [*Settings.model_fields, *RENAMED]}
     out = []
     for name in sorted(environ):

@@ -20,7 +20,11 @@ log = logging.getLogger("codemode.traces")
 
 
 class TraceExport:
-    """The SDK provider of one server: :meth:`aclose` exports what is queued and stops it."""
+    """The SDK provider of one server: :meth:`aclose` exports what is queued and stops it.
+
+    Args:
+        provider: the OpenTelemetry SDK ``TracerProvider``.
+    """
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
@@ -34,7 +38,17 @@ class TraceExport:
 
 
 def build_tracing(settings: Settings) -> tuple[Tracing, TraceExport]:
-    """The :class:`Tracing` for ``Builder(tracing=...)`` and the export to close with the server."""
+    """The :class:`Tracing` for ``Builder(tracing=...)`` and the export to close with the server.
+
+    Args:
+        settings: the settings (``trace_endpoint`` set, ``trace_service_name``, ``trace_subject``).
+
+    Returns:
+        The tracing (OTLP/HTTP through a batch processor) and its export.
+
+    Raises:
+        ConfigError: the OpenTelemetry SDK or its OTLP exporter is not installed.
+    """
     assert settings.trace_endpoint is not None
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
