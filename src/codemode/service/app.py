@@ -180,6 +180,9 @@ class Service:
         self.settings = settings
         self.inflight = 0
         self.draining = False
+        #: Whether the MCP listener accepts connections (set by :func:`serve_async`: the health port
+        #: starts first, during the lifespan, and must not say ready before the MCP port listens).
+        self.listening: Callable[[], bool] | None = None
         self.metrics_address: tuple[str, int] | None = None
         self.health_address: tuple[str, int] | None = None
         self._periodic: list[asyncio.Task[None]] = []
@@ -271,6 +274,8 @@ class Service:
         """
         if self.draining:
             return Readiness(False, "shutting down")
+        if self.listening is not None and not self.listening():
+            return Readiness(False, "starting")
         state = await self._runtime_readiness()
         if self.problems:
             # Coarse on purpose: the port is unauthenticated; the detail is in the log and on the
@@ -550,7 +555,9 @@ async def serve_async(settings: Settings | None = None) -> None:
     except BaseException:
         await service.shutdown()
         raise
-    await uvicorn.Server(server_config(app)).serve()
+    main = uvicorn.Server(server_config(app))
+    service.listening = lambda: main.started
+    await main.serve()
 
 
 def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:
