@@ -573,7 +573,9 @@ build_service_image() {
 }
 
 import_docker_image() { # image [socket marker-dir what]: into node 1's containerd by default
-    local sock="${2:-$SOCK}" dir="${3:-$STATE}" what="${4:-the cluster's containerd}" id want
+    local sock="${2:-$SOCK}" dir="${3:-$STATE}" what="${4:-}" id want
+    # (the default apart: a quote inside "${...:-...}" would open a string for bash)
+    [ -n "$what" ] || what="the cluster's containerd"
     id="$(docker image inspect -f '{{.Id}}' "$1")" || die "image $1 not in docker"
     want="$dir/imported-$(echo "$1" | tr '/:' '__')"
     if [ "$(cat "$want" 2>/dev/null)" = "$id" ] && ctr --address "$sock" -n k8s.io images ls -q | grep -q "$1"; then
