@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes cluster on this machine, offline, loopback only, for the e2e tests
-# and benchmarks (see docs/kubernetes.md). Idempotent; run as root.
+# A real Kubernetes cluster on this machine, one node or more, offline, loopback only, for the e2e
+# tests and benchmarks (see docs/kubernetes.md). Idempotent; run as root.
 #
 #   bash scripts/provision-kubernetes.sh [up]   build (cached), start, wait until ready, import images
-#   bash scripts/provision-kubernetes.sh down   delete every pod, stop what `up` started, unmount,
-#                                               restore the sysctls the kubelet changed
+#   bash scripts/provision-kubernetes.sh up --nodes 2   the same, plus node-2 (CODEMODE_K8S_NODES=2)
+#   bash scripts/provision-kubernetes.sh up-node 2      add node-2 to the running cluster
+#   bash scripts/provision-kubernetes.sh down-node 2    drain and stop node-2, remove every trace of
+#                                               it (processes, shims, cgroups, mounts, its
+#                                               /etc/hosts line, its node object); node 1 untouched
+#   bash scripts/provision-kubernetes.sh down   delete every pod, stop what `up` started (every
+#                                               node), unmount, restore the sysctls the kubelet changed
 #   bash scripts/provision-kubernetes.sh status one line per component
 #   bash scripts/provision-kubernetes.sh build  only build (or find cached) the binaries
 #
@@ -23,6 +28,9 @@
 #      containerd (own config, root, state, socket, runc root; never the one dockerd uses) -> kubelet
 #      (wait for the node to be Ready and the default service account to exist).
 #   6. Import the pause image, the worker image and the service image into that containerd.
+#   7. With --nodes N (CODEMODE_K8S_NODES): nodes node-2..node-N, each with its own containerd and
+#      kubelet (ports 10250+1000*(i-1) and 10248+1000*(i-1), cgroup root /codemode-node-<i>, pod
+#      logs in $LOG_DIR/node-<i>/pods, a loopback /etc/hosts line), the same images imported.
 #
 # Every process it starts is recorded in $RUN_DIR/<name>.pid; logs go to $LOG_DIR/<name>.log and on a
 # failure the tail of the failing component's log is printed.
@@ -37,7 +45,9 @@
 #   CODEMODE_TESTING_IMAGE    default codemode-worker-testing:1 (its test twin, imported when docker has it)
 #   CODEMODE_SERVICE_IMAGE    default codemode-service:e2e (built here from the top-level Dockerfile)
 #   CODEMODE_BASE_IMAGE       default codemode-base:bookworm (the offline base for the service image)
-#   CODEMODE_K8S_GVISOR       1: register Debian's runsc as handler "runsc" (experimental, see runsc_runtime)
+#   CODEMODE_K8S_GVISOR       1: register Debian's runsc as handler "runsc" (experimental, see runsc_runtime;
+#                             node 1 only)
+#   CODEMODE_K8S_NODES        default 1: how many nodes `up` runs (1..4; `up --nodes N` says the same)
 # The admin kubeconfig is $STATE/admin.kubeconfig.
 set -euo pipefail
 
@@ -50,6 +60,7 @@ WORKER_IMAGE="${CODEMODE_WORKER_IMAGE:-codemode-worker:1}"
 TESTING_IMAGE="${CODEMODE_TESTING_IMAGE:-codemode-worker-testing:1}"
 SERVICE_IMAGE="${CODEMODE_SERVICE_IMAGE:-codemode-service:e2e}"
 BASE_IMAGE="${CODEMODE_BASE_IMAGE:-codemode-base:bookworm}"
+NODES="${CODEMODE_K8S_NODES:-1}"
 RUN_DIR=/run/codemode-k8s
 BIN_DIR="$CACHE_DIR/kubernetes/v$K8S_VERSION/bin"
 GOCACHE_DIR="$CACHE_DIR/kubernetes/gocache"
@@ -370,22 +381,25 @@ wait_for() { # name seconds description command...
 
 api_ready() { curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:$API_PORT/readyz" >/dev/null; }
 
-write_configs() {
-    mkdir -p "$STATE/containerd" "$STATE/kubelet"
-    cat >"$STATE/containerd/config.toml" <<EOF
+containerd_config() { # root-dir state-dir socket runc-root with-runsc(0|1) [extra CRI line]
+    # One node's containerd: root (with opt/ beside it), state, socket and runc root all its own.
+    local runsc="" extra=""
+    [ "$5" = 1 ] && runsc="$(runsc_runtime)"
+    [ -n "${6:-}" ] && extra=$'\n'"  $6"
+    cat <<EOF
 version = 2
-root = "$STATE/containerd/root"
-state = "$RUN_DIR/containerd"
+root = "$1"
+state = "$2"
 [grpc]
-  address = "$SOCK"
+  address = "$3"
 [ttrpc]
-  address = "$RUN_DIR/containerd.sock.ttrpc"
+  address = "$3.ttrpc"
 [debug]
   address = ""
 [metrics]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$STATE/containerd/opt"
+  path = "$(dirname "$1")/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   # Root here lacks CAP_SYS_RESOURCE: runc must not lower oom_score_adj below its own.
@@ -393,7 +407,7 @@ state = "$RUN_DIR/containerd"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
-  disable_apparmor = true
+  disable_apparmor = true$extra
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -402,21 +416,24 @@ state = "$RUN_DIR/containerd"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "$(command -v runc)"
-        Root = "$RUN_DIR/runc"
-$(runsc_runtime)
+        Root = "$4"
+$runsc
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$STATE/cni/bin"
     conf_dir = "$STATE/cni/net.d"
 EOF
-    cat >"$STATE/kubelet/config.yaml" <<EOF
+}
+
+kubelet_config() { # port healthz-port socket serving-cert-name
+    cat <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
-port: 10250
+port: $1
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-containerRuntimeEndpoint: unix://$SOCK
+healthzPort: $2
+containerRuntimeEndpoint: unix://$3
 cgroupDriver: cgroupfs
 failSwapOn: false
 failCgroupV1: false
@@ -427,8 +444,8 @@ maxPods: 110
 podPidsLimit: 4096
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
+tlsCertFile: $PKI/$4.crt
+tlsPrivateKeyFile: $PKI/$4.key
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
@@ -440,6 +457,13 @@ evictionHard:
   nodefs.available: 2%
   imagefs.available: 2%
 EOF
+}
+
+write_configs() {
+    mkdir -p "$STATE/containerd" "$STATE/kubelet"
+    containerd_config "$STATE/containerd/root" "$RUN_DIR/containerd" "$SOCK" "$RUN_DIR/runc" 1 \
+        >"$STATE/containerd/config.toml"
+    kubelet_config 10250 10248 "$SOCK" kubelet-serving >"$STATE/kubelet/config.yaml"
 }
 
 gvisor_enabled() { [ "${CODEMODE_K8S_GVISOR:-0}" = 1 ] && command -v runsc >/dev/null; }
@@ -548,23 +572,29 @@ build_service_image() {
     rm -rf "$REPO/.build-wheels"
 }
 
-import_docker_image() { # image
-    local id want
+import_docker_image() { # image [socket marker-dir what]: into node 1's containerd by default
+    local sock="${2:-$SOCK}" dir="${3:-$STATE}" what="${4:-}" id want
+    # (the default apart: a quote inside "${...:-...}" would open a string for bash)
+    [ -n "$what" ] || what="the cluster's containerd"
     id="$(docker image inspect -f '{{.Id}}' "$1")" || die "image $1 not in docker"
-    want="$STATE/imported-$(echo "$1" | tr '/:' '__')"
-    if [ "$(cat "$want" 2>/dev/null)" = "$id" ] && ctr --address "$SOCK" -n k8s.io images ls -q | grep -q "$1"; then
+    want="$dir/imported-$(echo "$1" | tr '/:' '__')"
+    if [ "$(cat "$want" 2>/dev/null)" = "$id" ] && ctr --address "$sock" -n k8s.io images ls -q | grep -q "$1"; then
         return 0
     fi
-    log "importing $1 into the cluster's containerd"
-    docker save "$1" | ctr --address "$SOCK" -n k8s.io images import --no-unpack - >/dev/null ||
-        die "importing $1 into containerd failed"
+    log "importing $1 into $what"
+    docker save "$1" | ctr --address "$sock" -n k8s.io images import --no-unpack - >/dev/null ||
+        die "importing $1 into $what failed"
     echo "$id" >"$want"
 }
 
-import_images() {
-    ctr --address "$SOCK" -n k8s.io images ls -q | grep -qx "$PAUSE_IMAGE" ||
-        ctr --address "$SOCK" -n k8s.io images import "$CACHE_DIR/kubernetes/pause-oci.tar" >/dev/null ||
+import_pause_image() { # socket
+    ctr --address "$1" -n k8s.io images ls -q | grep -qx "$PAUSE_IMAGE" ||
+        ctr --address "$1" -n k8s.io images import "$CACHE_DIR/kubernetes/pause-oci.tar" >/dev/null ||
         die "importing the pause image failed"
+}
+
+import_images() {
+    import_pause_image "$SOCK"
     docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1 || die "worker image $WORKER_IMAGE missing: run scripts/provision-docker.sh first"
     import_docker_image "$WORKER_IMAGE"
     # The test twin (arbitrary Python; KubernetesRuntime(testing_entry=True)) for the containment
@@ -585,6 +615,202 @@ import_images() {
     fi
 }
 
+# ------------------------------------------------------------------------------------ more nodes
+# Node 2 (and up to MAX_NODE) beside node 1 (`localhost`) on this machine: its own containerd (own
+# socket, root, state and runc root) and its own kubelet (its own ports, root dir, certificates,
+# cgroup root and pod log directory), registered as node-<i>. What must not be shared (each of these
+# breaks a node or harms the other when shared): the cgroup root (each kubelet removes the pods it
+# finds under its root that it does not know of), the pod log directory (each kubelet deletes the
+# log directories of pods it does not know of), and the node's name must resolve, to loopback, for
+# the API server, which dials kubelets by name (--kubelet-preferred-address-types=Hostname): an
+# /etc/hosts line, removed again by down-node. The CNI is node 1's (its plugin keeps no state).
+MAX_NODE=4
+
+node_vars() { # i: sets N_NAME N_RUN N_STATE N_LOGS N_SOCK N_PORT N_HEALTHZ N_CGROUP N_HOSTS
+    [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -ge 2 ] && [ "$1" -le $MAX_NODE ] ||
+        die "node number must be 2..$MAX_NODE (node 1 is the cluster's own: up/down), not '$1'"
+    N_NAME="node-$1"
+    N_RUN="$RUN_DIR/$N_NAME"
+    N_STATE="$STATE/$N_NAME"
+    N_LOGS="$LOG_DIR/$N_NAME"
+    N_SOCK="$N_RUN/containerd.sock"
+    N_PORT=$((10250 + 1000 * ($1 - 1)))
+    N_HEALTHZ=$((10248 + 1000 * ($1 - 1)))
+    N_CGROUP="codemode-$N_NAME"
+    N_HOSTS="127.0.0.1 $N_NAME # codemode-k8s: $N_NAME's kubelet (scripts/provision-kubernetes.sh down-node ${1})"
+}
+
+cgroup_hierarchies() { # every mounted cgroup hierarchy (v1 controllers, name=systemd, unified)
+    awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/mounts
+}
+
+node_cgroups_create() {
+    local h
+    for h in $(cgroup_hierarchies); do
+        mkdir -p "$h/$N_CGROUP"
+        # A new v1 cpuset has no CPUs and no memory nodes: nothing could join it.
+        if [ -f "$h/cpuset.cpus" ]; then
+            [ -n "$(cat "$h/$N_CGROUP/cpuset.cpus")" ] || cat "$h/cpuset.cpus" >"$h/$N_CGROUP/cpuset.cpus"
+            [ -n "$(cat "$h/$N_CGROUP/cpuset.mems")" ] || cat "$h/cpuset.mems" >"$h/$N_CGROUP/cpuset.mems"
+        fi
+    done
+}
+
+node_cgroup_procs() { # the pids in the node's cgroups, in any hierarchy
+    local h
+    for h in $(cgroup_hierarchies); do
+        [ ! -d "$h/$N_CGROUP" ] || find "$h/$N_CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null || true
+    done | sort -u
+}
+
+node_cgroups_remove() {
+    # Killing a node's kubelet and containerd does not stop its containers: whatever still runs
+    # in its cgroups is killed, then every cgroup the kubelet made is removed, deepest first.
+    local i pid h
+    for i in $(seq 1 20); do
+        [ -z "$(node_cgroup_procs)" ] && break
+        for pid in $(node_cgroup_procs); do kill -KILL "$pid" 2>/dev/null || true; done
+        sleep 0.25
+    done
+    [ -z "$(node_cgroup_procs)" ] || log "WARNING: processes left in $N_NAME's cgroups: $(node_cgroup_procs | tr '\n' ' ')"
+    for h in $(cgroup_hierarchies); do
+        [ ! -d "$h/$N_CGROUP" ] || find "$h/$N_CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+        [ ! -d "$h/$N_CGROUP" ] || log "WARNING: could not remove $h/$N_CGROUP"
+    done
+    return 0
+}
+
+hosts_write() { # content: in place (in a container /etc/hosts is a bind mount: no rename)
+    printf '%s' "$1" >/etc/hosts
+}
+
+node_hosts_add() {
+    grep -qxF "$N_HOSTS" /etc/hosts && return 0
+    local have
+    have="$(getent hosts "$N_NAME" | awk '{print $1}' | head -n1 || true)"
+    if [ -n "$have" ]; then
+        [ "$have" = 127.0.0.1 ] || die "$N_NAME resolves to $have, not loopback: the API server could not reach its kubelet"
+        return 0
+    fi
+    [ -z "$(tail -c1 /etc/hosts)" ] || echo >>/etc/hosts
+    echo "$N_HOSTS" >>/etc/hosts
+    log "added '127.0.0.1 $N_NAME' to /etc/hosts (the API server dials kubelets by name)"
+}
+
+node_hosts_remove() {
+    grep -qxF "$N_HOSTS" /etc/hosts || return 0
+    hosts_write "$(grep -vxF "$N_HOSTS" /etc/hosts || true)"$'\n'
+    log "removed $N_NAME from /etc/hosts"
+}
+
+node_pki() {
+    make_cert "kubelet-client-$N_NAME" "system:node:$N_NAME" system:nodes
+    make_cert "kubelet-serving-$N_NAME" "$N_NAME" "" "IP:127.0.0.1,DNS:$N_NAME"
+    make_kubeconfig "$N_NAME/kubelet" "kubelet-client-$N_NAME"
+}
+
+node_write_configs() {
+    mkdir -p "$N_STATE/containerd" "$N_STATE/kubelet"
+    # netns_mounts_under_state_dir: its pods' network namespaces under its own state directory
+    # (not the shared /run/netns), where down-node finds whatever a killed containerd left.
+    containerd_config "$N_STATE/containerd/root" "$N_RUN/containerd" "$N_SOCK" "$N_RUN/runc" 0 \
+        "netns_mounts_under_state_dir = true" >"$N_STATE/containerd/config.toml"
+    {
+        kubelet_config "$N_PORT" "$N_HEALTHZ" "$N_SOCK" "kubelet-serving-$N_NAME"
+        echo "cgroupRoot: /$N_CGROUP"
+        echo "podLogsDir: $N_LOGS/pods"
+    } >"$N_STATE/kubelet/config.yaml"
+}
+
+node_running() { running "$N_NAME/kubelet" || running "$N_NAME/containerd"; }
+
+node_clean_stale() { # leftovers of a node whose processes were killed without down-node
+    node_running && return 0
+    kill_shims "$N_SOCK" "$N_RUN/runc"
+    unmount_under "$N_STATE" "$N_RUN"
+    return 0
+}
+
+node_ready() {
+    kubectl_ get node "$N_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+}
+
+up_node() { # i
+    node_vars "$1"
+    running kube-apiserver || die "the cluster is not running: bash $0 up first (node 1)"
+    docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1 || die "worker image $WORKER_IMAGE missing: run scripts/provision-docker.sh first"
+    mkdir -p "$N_RUN" "$N_LOGS/pods" "$N_STATE"
+    node_clean_stale
+    node_pki
+    node_write_configs
+    node_cgroups_create
+    node_hosts_add
+    start "$N_NAME/containerd" -- containerd --config "$N_STATE/containerd/config.toml"
+    wait_for "$N_NAME/containerd" 60 "socket up" ctr --address "$N_SOCK" version
+    # The images of node 1, from docker (never rebuilt here: the service image is node 1's build).
+    import_pause_image "$N_SOCK"
+    local image
+    for image in "$WORKER_IMAGE" "$TESTING_IMAGE" "$SERVICE_IMAGE"; do
+        if docker image inspect "$image" >/dev/null 2>&1; then
+            import_docker_image "$image" "$N_SOCK" "$N_STATE" "$N_NAME's containerd"
+        else
+            log "$image not in docker: not on $N_NAME"
+        fi
+    done
+    if ! running "$N_NAME/kubelet"; then
+        kubectl_ delete node "$N_NAME" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+    fi
+    local t0
+    t0=$(date +%s%N)
+    start "$N_NAME/kubelet" AWS_EC2_METADATA_DISABLED=true -- "$BIN_DIR/kubelet" \
+        --config="$N_STATE/kubelet/config.yaml" --kubeconfig="$N_STATE/kubelet.kubeconfig" \
+        --hostname-override="$N_NAME" --root-dir="$N_STATE/kubelet/root" --cert-dir="$N_STATE/kubelet/pki"
+    wait_for "$N_NAME/kubelet" 120 "node Ready" node_ready
+    log "$N_NAME Ready $((($(date +%s%N) - t0) / 1000000)) ms after its kubelet started (kubelet port $N_PORT, cgroup root /$N_CGROUP)"
+}
+
+down_node() { # i: stop node i and remove every trace of it but its state directory
+    node_vars "$1"
+    if running kube-apiserver && kubectl_ get node "$N_NAME" >/dev/null 2>&1; then
+        # Cordoned first: a controller's replacement pods go to the other nodes, not back here.
+        kubectl_ cordon "$N_NAME" >/dev/null 2>&1 || true
+        if running "$N_NAME/kubelet"; then
+            log "deleting the pods on $N_NAME"
+            kubectl_ delete pods --all-namespaces --field-selector "spec.nodeName=$N_NAME" \
+                --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+            local i
+            for i in $(seq 1 60); do
+                [ -z "$(ctr --address "$N_SOCK" -n k8s.io tasks ls -q 2>/dev/null)" ] && break
+                sleep 0.5
+            done
+        fi
+    fi
+    stop_pid "$N_NAME/kubelet"
+    stop_pid "$N_NAME/containerd"
+    kill_shims "$N_SOCK" "$N_RUN/runc"
+    node_cgroups_remove
+    unmount_under "$N_STATE" "$N_RUN"
+    if running kube-apiserver; then
+        kubectl_ delete pods --all-namespaces --field-selector "spec.nodeName=$N_NAME" \
+            --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+        kubectl_ delete node "$N_NAME" --ignore-not-found --wait=true >/dev/null 2>&1 &&
+            log "deleted node $N_NAME"
+    fi
+    node_hosts_remove
+    # The kubelet's links to its containers' logs (/var/log/containers is every kubelet's).
+    find /var/log/containers -maxdepth 1 -type l -lname "$N_LOGS/pods/*" -delete 2>/dev/null || true
+    rm -rf "$N_RUN"
+    log "$N_NAME stopped (state kept in $N_STATE; logs in $N_LOGS)"
+}
+
+extra_nodes() { # the numbers of the nodes up_node started (their run directories exist)
+    local d
+    for d in "$RUN_DIR"/node-*; do
+        [ -d "$d" ] && echo "${d##*/node-}"
+    done
+    return 0
+}
+
 # ------------------------------------------------------------------------------------ teardown
 stop_pid() { # name
     local name=$1 pid i
@@ -602,7 +828,28 @@ stop_pid() { # name
     rm -f "$RUN_DIR/$name.pid"
 }
 
+kill_shims() { # socket runc-root: a containerd's shims (each outlives its containerd) and containers
+    local shim c
+    for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $1( |\$)" || true); do
+        kill -KILL "$shim" 2>/dev/null || true
+    done
+    [ -d "$2" ] && for c in $(runc --root "$2" list -q 2>/dev/null); do
+        runc --root "$2" delete -f "$c" >/dev/null 2>&1 || true
+    done
+    return 0
+}
+
+unmount_under() { # dir...: every mount under them, deepest first
+    local IFS='|'
+    { awk '{print $2}' /proc/mounts | grep -E "^($*)/" || true; } | sort -r | while read -r m; do
+        umount -l "$m" 2>/dev/null || true
+    done
+}
+
 down() {
+    # The other nodes first (each drained, stopped and removed), then node 1 and the control plane.
+    local n
+    for n in $(extra_nodes); do down_node "$n"; done
     # No controller may recreate what is deleted: stop them first.
     stop_pid kube-controller-manager
     stop_pid kube-scheduler
@@ -620,18 +867,8 @@ down() {
     for c in "${COMPONENTS[@]}"; do
         stop_pid "$c"
     done
-    # containerd's shims (each a child of containerd that outlives it) and their containers.
-    local shim
-    for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
-        kill -KILL "$shim" 2>/dev/null || true
-    done
-    [ -d "$RUN_DIR/runc" ] && for c in $(runc --root "$RUN_DIR/runc" list -q 2>/dev/null); do
-        runc --root "$RUN_DIR/runc" delete -f "$c" >/dev/null 2>&1 || true
-    done
-    # Unmount everything under our directories (deepest first).
-    { awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" || true; } | sort -r | while read -r m; do
-        umount -l "$m" 2>/dev/null || true
-    done
+    kill_shims "$SOCK" "$RUN_DIR/runc"
+    unmount_under "$STATE" "$RUN_DIR"
     ip -o link show | sed -n 's/^[0-9]*: \(cm[0-9a-f]*\)@.*/\1/p' | while read -r l; do ip link del "$l" 2>/dev/null || true; done
     if [ -f "$STATE/sysctls.saved" ]; then
         while IFS= read -r kv; do sysctl -qw "$kv" || true; done <"$STATE/sysctls.saved"
@@ -657,6 +894,16 @@ status() {
     for c in "${COMPONENTS[@]}"; do
         if running "$c"; then echo "$c running (pid $(cat "$RUN_DIR/$c.pid"))"; else echo "$c stopped"; fi
     done
+    local n
+    for n in $(extra_nodes); do
+        for c in kubelet containerd; do
+            if running "node-$n/$c"; then
+                echo "node-$n/$c running (pid $(cat "$RUN_DIR/node-$n/$c.pid"))"
+            else
+                echo "node-$n/$c stopped"
+            fi
+        done
+    done
     echo "kubeconfig: $STATE/admin.kubeconfig  logs: $LOG_DIR  binaries: $BIN_DIR"
 }
 
@@ -665,13 +912,8 @@ clean_stale() {
     # session ended): shims and mounts of our containerd. Only when none of ours runs.
     local c
     for c in "${COMPONENTS[@]}"; do running "$c" && return 0; done
-    local shim
-    for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do
-        kill -KILL "$shim" 2>/dev/null || true
-    done
-    { awk '{print $2}' /proc/mounts | grep -E "^($STATE|$RUN_DIR)/" || true; } | sort -r | while read -r m; do
-        umount -l "$m" 2>/dev/null || true
-    done
+    kill_shims "$SOCK" "$RUN_DIR/runc"
+    unmount_under "$STATE" "$RUN_DIR"
     return 0
 }
 
@@ -687,15 +929,34 @@ up() {
     make_pki
     nat_rules add
     start_cluster
-    log "cluster ready: KUBECONFIG=$STATE/admin.kubeconfig $BIN_DIR/kubectl get nodes"
+    local n
+    for n in $(seq 2 "$NODES"); do up_node "$n"; done
+    log "cluster ready ($NODES node(s)): KUBECONFIG=$STATE/admin.kubeconfig $BIN_DIR/kubectl get nodes"
 }
 
 # Sourced with CODEMODE_K8S_SOURCE_ONLY=1: define the functions only (for debugging).
 [ "${CODEMODE_K8S_SOURCE_ONLY:-}" = 1 ] && return 0
 
-case "${1:-up}" in
+command="${1:-up}"
+[ $# -gt 0 ] && shift
+if [ "$command" = up ] && [ "${1:-}" = --nodes ]; then
+    NODES="${2:-}"
+    shift 2 || true
+fi
+[[ "$NODES" =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le $MAX_NODE ] ||
+    die "--nodes / CODEMODE_K8S_NODES must be 1..$MAX_NODE, not '$NODES'"
+
+case "$command" in
 up) up ;;
 down) down ;;
+up-node)
+    [ "$(id -u)" = 0 ] || die "run as root"
+    up_node "${1:-2}"
+    ;;
+down-node)
+    [ "$(id -u)" = 0 ] || die "run as root"
+    down_node "${1:-2}"
+    ;;
 status) status ;;
 build)
     install_packages
@@ -708,5 +969,5 @@ prepare) # everything but the build and the processes (for debugging the script)
     write_cni
     make_pki
     ;;
-*) die "usage: $0 [up|down|status|build]" ;;
+*) die "usage: $0 [up [--nodes N]|down|up-node N|down-node N|status|build]" ;;
 esac

@@ -19,9 +19,12 @@ import pytest
 
 K8S_VERSION = os.environ.get("CODEMODE_K8S_VERSION", "1.34.4")
 _STATE = os.environ.get("CODEMODE_K8S_STATE", "/var/lib/codemode-k8s")
-#: The node's kubelet seccomp root (``--root-dir`` of scripts/provision-kubernetes.sh + /seccomp):
-#: where a ``Localhost`` profile lives. The cluster's one node is this machine.
+_LOGS = os.environ.get("CODEMODE_K8S_LOGS", "/var/log/codemode-k8s")
+#: Node 1's kubelet seccomp root (``--root-dir`` of scripts/provision-kubernetes.sh + /seccomp):
+#: where a ``Localhost`` profile lives. Every node of the cluster runs on this machine.
 KUBELET_SECCOMP_ROOT = Path(os.environ.get("CODEMODE_KUBELET_SECCOMP_ROOT", f"{_STATE}/kubelet/root/seccomp"))
+#: Node 1's pod log directory (the kubelet's default ``podLogsDir``).
+POD_LOGS = Path("/var/log/pods")
 KUBECONFIG = os.environ.get("CODEMODE_KUBECONFIG", "/var/lib/codemode-k8s/admin.kubeconfig")
 _CACHE = os.environ.get("CODEMODE_CACHE_DIR", "/var/cache/codemode")
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +95,29 @@ def server_version() -> tuple[int, int]:
 
     info = client.VersionApi(client.ApiClient(configuration())).get_code()
     return int(info.major), int("".join(ch for ch in info.minor if ch.isdigit()))
+
+
+def ready_nodes() -> list[str]:
+    """The names of the cluster's Ready, schedulable nodes."""
+    names = []
+    for node in core_api().list_node().items:
+        conditions = {c.type: c.status for c in node.status.conditions or []}
+        if conditions.get("Ready") == "True" and not node.spec.unschedulable:
+            names.append(node.metadata.name)
+    return sorted(names)
+
+
+def kubelet_seccomp_roots() -> list[Path]:
+    """The seccomp root of every node ``scripts/provision-kubernetes.sh`` runs here: node 1's and
+    those of the nodes ``up --nodes N`` / ``up-node N`` added (``$STATE/node-<i>/kubelet/root``)."""
+    extra = sorted(p / "seccomp" for p in Path(_STATE).glob("node-*/kubelet/root") if p.is_dir())
+    return [KUBELET_SECCOMP_ROOT, *extra]
+
+
+def pod_log_dirs() -> list[Path]:
+    """The pod log directory of every node here: node 1's and the added nodes' own
+    (``$CODEMODE_K8S_LOGS/node-<i>/pods``, each kubelet's ``podLogsDir``)."""
+    return [POD_LOGS, *sorted(p for p in Path(_LOGS).glob("node-*/pods") if p.is_dir())]
 
 
 def worker_pods() -> list[Any]:

@@ -30,7 +30,7 @@ from codemode_worker import PROTOCOL_VERSION
 from ..adversarial import review_probes, write_probe
 from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
 from ..adversarial.kernel_probe import not_refused
-from .support import KUBECONFIG, KUBELET_SECCOMP_ROOT, WORKERS, core_api
+from .support import KUBECONFIG, KUBELET_SECCOMP_ROOT, WORKERS, core_api, kubelet_seccomp_roots, pod_log_dirs
 
 pytestmark = pytest.mark.kubernetes
 
@@ -157,20 +157,24 @@ final({"filters": int(status["Seccomp_filters"]), "seccomp": status["Seccomp"].s
 
 async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> None:
     """docs/kubernetes.md: the profile `python -m codemode.runtimes.seccomp_profile` prints, installed
-    in the node's kubelet seccomp root and named by --kubernetes-seccomp-profile, is accepted by
-    Pod Security restricted and the node's containerd; the worker's own filter stacks on it and the
-    kernel-surface probe is refused as with RuntimeDefault."""
+    in the kubelet seccomp root of every node (a worker may land on any) and named by
+    --kubernetes-seccomp-profile, is accepted by Pod Security restricted and the node's containerd;
+    the worker's own filter stacks on it and the kernel-surface probe is refused as with
+    RuntimeDefault."""
     if not KUBELET_SECCOMP_ROOT.parent.is_dir():
         pytest.fail(f"no kubelet root at {KUBELET_SECCOMP_ROOT.parent} (CODEMODE_KUBELET_SECCOMP_ROOT)")
     name = f"codemode-e2e-{uuid.uuid4().hex[:8]}.json"
-    KUBELET_SECCOMP_ROOT.mkdir(mode=0o755, exist_ok=True)
-    path = KUBELET_SECCOMP_ROOT / name
-    path.write_text(json.dumps(docker_profile()))
+    paths = []
+    for root in kubelet_seccomp_roots():
+        root.mkdir(mode=0o755, exist_ok=True)
+        paths.append(root / name)
+        paths[-1].write_text(json.dumps(docker_profile()))
     try:
         rt, found = await run_in_a_pod(FILTERS, seccomp_profile=name)
         _, report = await run_in_a_pod(KERNEL_PROBE, seccomp_profile=name)
     finally:
-        path.unlink()
+        for path in paths:
+            path.unlink()
     assert rt.pod_manifest("p").spec.security_context.seccomp_profile.type == "Localhost"
     assert found == {"filters": 2, "seccomp": "2"}, found  # the pod's profile, then the worker's
     assert not_refused(report) == {}, report
@@ -197,27 +201,28 @@ async def test_a_worker_pod_takes_no_pseudo_terminal(cluster: None) -> None:
 #: Bytes of two-byte lines the log test writes: over the worker's ephemeral-storage limit once the
 #: container runtime has prefixed each line (about 14 times over).
 LOG_FLOOD = review_probes.STDERR_FLOOD.replace(str(review_probes.STDERR_FLOOD_BYTES), str(16 << 20))
-POD_LOGS = "/var/log/pods"
 
 
 async def test_a_workers_container_log_stays_within_its_ephemeral_storage(cluster: None) -> None:
     """docs/kubernetes.md: container logs count towards ``ephemeral-storage`` and a worker over it is
     evicted. The kubelet looks only every few seconds, and the runtime stores each two-byte line as
     a ~28-byte record: the node's disk holds several times the limit first. The test reads the
-    pod's log directory on this (single) node while the worker writes."""
-    if not os.path.isdir(POD_LOGS):
-        pytest.fail(f"no {POD_LOGS} on this machine (the cluster's one node)")
-    before = set(os.listdir(POD_LOGS))
+    pod's log directory on the node (every node runs on this machine) while the worker writes."""
+    dirs = pod_log_dirs()
+    if not dirs[0].is_dir():
+        pytest.fail(f"no {dirs[0]} on this machine (the cluster's first node)")
+    before = {d / name for d in dirs for name in os.listdir(d)}
     peak: dict[str, int] = {}
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
-            for name in set(os.listdir(POD_LOGS)) - before:
-                if not name.startswith(WORKERS + "_"):
+            for path in {d / name for d in dirs for name in os.listdir(d)} - before:
+                if not path.name.startswith(WORKERS + "_"):
                     continue
                 size = 0
-                for root, _, files in os.walk(os.path.join(POD_LOGS, name)):
+                name = path.name
+                for root, _, files in os.walk(path):
                     for f in files:
                         with contextlib.suppress(OSError):  # rotated or gone meanwhile
                             size += os.path.getsize(os.path.join(root, f))

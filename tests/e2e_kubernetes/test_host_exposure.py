@@ -5,8 +5,9 @@ applied.
 
 What one node cannot show: this cluster's CNI (scripts/provision-kubernetes.sh's codemode-cni)
 does not implement NetworkPolicy (it isolates worker pods by construction), so the policies are
-proven accepted and selecting, not enforced; and the spread over nodes and zones needs more than
-one node (docs/kubernetes.md, "What was and was not verified")."""
+proven accepted and selecting, not enforced; the replicas on different nodes are proven on two
+nodes by test_nodes.py, and the spread over zones needs zones (docs/kubernetes.md, "What was and
+was not verified")."""
 
 from __future__ import annotations
 

@@ -444,6 +444,15 @@ def expected_pod_spec(runtime_class: str | None = None) -> dict[str, Any]:
         },
         "shareProcessNamespace": False,
         "terminationGracePeriodSeconds": 1,
+        # Spread over the nodes by count, every worker of the namespace; never a reason to wait.
+        "topologySpreadConstraints": [
+            {
+                "labelSelector": {"matchLabels": {"io.codemode.role": "worker"}},
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
+        ],
         "volumes": [{"emptyDir": {"medium": "Memory", "sizeLimit": "4Ki"}, "name": "empty"}],
     }
     if runtime_class is not None:

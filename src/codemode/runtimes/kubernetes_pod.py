@@ -8,6 +8,11 @@ burn, default 1 CPU). The pod's QoS class is therefore ``Burstable``; with ``cpu
 it is ``Guaranteed``. Workers have no network: ``dnsPolicy: None`` with an empty resolver list (no
 cluster DNS warning, nothing to resolve with), and the deny-all NetworkPolicy of k8s/ where a CNI
 enforces it. (``dnsPolicy: None`` requires one nameserver: 127.0.0.1, where nothing listens.)
+
+Spread (docs/kubernetes.md, "Several nodes"): one ``topologySpreadConstraint`` on
+``kubernetes.io/hostname`` over every worker pod of the namespace (``io.codemode.role=worker``, all
+replicas' workers: they share the nodes), ``maxSkew: 1``, ``whenUnsatisfiable: ScheduleAnyway``. It
+is a scoring preference, so a full or lone node never leaves a worker Pending because of it.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ __all__ = [
     "OWNER_LABEL",
     "PROTOCOL_LABEL",
     "ROLE_LABEL",
+    "SPREAD_TOPOLOGY_KEY",
     "WORKER_UID",
     "PodSizing",
     "Progress",
     "progress",
     "scheduled",
+    "spread",
     "worker_pod",
     "worker_status",
 ]
@@ -45,6 +52,8 @@ ROLE_LABEL = "io.codemode.role"
 OWNER_LABEL = "io.codemode.owner"
 INSTANCE_LABEL = "io.codemode.runtime-instance"
 PROTOCOL_LABEL = "io.codemode.protocol-version"
+#: The topology the worker pods spread over: the node.
+SPREAD_TOPOLOGY_KEY = "kubernetes.io/hostname"
 #: Oldest Kubernetes the runtime and k8s/ support: Pod Security admission (``restricted`` on the
 #: workers' namespace) is GA from 1.25. Proven on 1.34 (docs/kubernetes.md).
 MIN_KUBERNETES = (1, 25)
@@ -80,6 +89,33 @@ class PodSizing:
             ``{memory, cpu, ephemeral-storage}``.
         """
         return {"memory": self.memory, "cpu": self.cpu, "ephemeral-storage": self.ephemeral_storage}
+
+
+def spread(role: str) -> list[k8s.V1TopologySpreadConstraint]:
+    """The worker pods' spread over the nodes (a preference, never a reason to stay Pending).
+
+    Worker pods belong to no Service or ReplicaSet, so the scheduler's built-in default spread
+    does not apply to them, and its resource scores alone send a burst of workers to the node
+    with the most free requests. A ``topologySpreadConstraint`` states the intent (balance the
+    counts per node, ``maxSkew: 1``) rather than a preferred pod anti-affinity, which says
+    "avoid sharing a node" (workers share nodes by the dozen) and is the costlier rule to
+    schedule: pods are created at the execute rate. ``ScheduleAnyway``: one node, or room on a
+    single node only, still schedules every worker at once.
+
+    Args:
+        role: the value of the workers' ``io.codemode.role`` label.
+
+    Returns:
+        The pod's ``topologySpreadConstraints``.
+    """
+    return [
+        k8s.V1TopologySpreadConstraint(
+            max_skew=1,
+            topology_key=SPREAD_TOPOLOGY_KEY,
+            when_unsatisfiable="ScheduleAnyway",
+            label_selector=k8s.V1LabelSelector(match_labels={ROLE_LABEL: role}),
+        )
+    ]
 
 
 def worker_pod(
@@ -170,6 +206,7 @@ def worker_pod(
             active_deadline_seconds=max_lifetime,
             termination_grace_period_seconds=1,
             runtime_class_name=runtime_class,
+            topology_spread_constraints=spread(labels[ROLE_LABEL]),
             security_context=k8s.V1PodSecurityContext(
                 run_as_non_root=True,
                 run_as_user=WORKER_UID,
