@@ -378,27 +378,51 @@ def test_a_same_uid_worker_cannot_read_the_hosts_memory() -> None:
         (work / "host.py").write_text(SAME_UID_HOST)
         for path in (work, *work.rglob("*")):
             path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o644)
-        out = subprocess.run(
-            [
-                "setpriv",
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
-                str(venv / "bin" / "python"),
-                str(work / "host.py"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd="/",
-        )
+        # uid 65534 must reach this tree and its venv: a checkout under a 0700 directory (a CI clone
+        # in mkdtemp, /root) gets o+x on those ancestors for the test's run only.
+        opened = _traversable([Path(p) for p in paths])
+        try:
+            out = _run_as_nobody(venv, work)
+        finally:
+            for directory, mode in opened:
+                directory.chmod(mode)
     finally:
         shutil.rmtree(work)
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["scanned"] == 0 and found["found"] is None, found
+
+
+def _traversable(paths: list[Path]) -> list[tuple[Path, int]]:
+    """Give others search (x) permission on every ancestor of ``paths`` that lacks it; return the
+    directories changed with their modes before."""
+    changed: list[tuple[Path, int]] = []
+    for path in paths:
+        for directory in reversed(path.resolve().parents):
+            mode = directory.stat().st_mode & 0o7777
+            if not mode & 0o001 and directory not in {d for d, _ in changed}:
+                directory.chmod(mode | 0o001)
+                changed.append((directory, mode))
+    return changed
+
+
+def _run_as_nobody(venv: Path, work: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "setpriv",
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            str(venv / "bin" / "python"),
+            str(work / "host.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
 
 
 async def test_a_worker_takes_no_pseudo_terminal(server: codemode.Server) -> None:
