@@ -954,7 +954,7 @@ async def test_dropped_authorizer_stops_its_threads() -> None:
         return {t for t in threading.enumerate() if t.name.startswith("codemode-rego-")}
 
     before = rego_threads()
-    a = make("allow := true", max_workers=2)
+    a = make("allow := true", max_workers=2, bounded_inline=False)
     await a.authorize(None, inp())
     mine = rego_threads() - before
     assert len(mine) == 2 and all(t.daemon for t in mine)
