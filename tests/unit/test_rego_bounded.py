@@ -143,6 +143,16 @@ def test_small_input_counts_values_and_characters() -> None:
     assert not bounded.small_input([[[[]]]] * bounded.MAX_INLINE_VALUES)
 
 
+def test_the_authorizers_count_is_the_whole_documents() -> None:
+    """authorize() walks only the arguments and adds the fixed part: the same answer as counting the
+    whole document, at and around both caps."""
+    for n in range(bounded.MAX_INLINE_VALUES - 12, bounded.MAX_INLINE_VALUES - 2):
+        for width in (0, 60, 66, 70):
+            for subject in ("a", "s" * 300):
+                document = rego_module._document(inp(subject, tags=["t" * width] * n))
+                assert rego_module._small(document) == bounded.small_input(document), (n, width)
+
+
 # -- where the evaluation runs, and what it decides --------------------------------------------------
 
 

@@ -174,18 +174,18 @@ def _indexes(prev: Token) -> bool:
     return prev.kind in (IDENT, STRING) and prev.value not in KEYWORDS
 
 
-def small_input(document: Any) -> bool:
+def small_input(document: Any, values: int = 0, chars: int = 0) -> bool:
     """Whether ``document`` has at most :data:`MAX_INLINE_VALUES` values and
     :data:`MAX_INLINE_CHARS` characters of strings (stops counting as soon as it has more).
 
     Args:
-        document: the input document (plain JSON values).
+        document: the input document (plain JSON values), or a part of it.
+        values: values already counted (the rest of the document).
+        chars: characters already counted.
 
     Returns:
         True when it is small enough to evaluate inline.
     """
-    values = 0
-    chars = 0
     stack = [document]
     while stack:
         value = stack.pop()
