@@ -74,6 +74,7 @@ UNBOUNDED = {
     "with": ("r if input.arguments.n == 1\nallow if r with input.arguments.n as 1", "keyword with"),
     "range": ("allow if count(numbers.range(1, input.arguments.n)) > 0", "call to numbers.range"),
     "regex": ('allow if regex.match("a+", input.arguments.key)', "call to regex.match"),
+    "indexof": ("allow if indexof(input.arguments.key, input.arguments.part) >= 0", "call to indexof"),
     "glob": ('allow if glob.match("*", [], input.arguments.key)', "call to glob.match"),
     "walk": ("allow if walk(input, [p, v])", "composite literal"),
     "user function": ("f(x) := x\nallow if f(input.arguments.n) == 1", "call to f"),
