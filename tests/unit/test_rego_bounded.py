@@ -18,30 +18,14 @@ from codemode.authz import _rego_bounded as bounded
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
 
+from ..benchmarks import bench_authz
+from .support_loop import ticks_while
+
 HEAD = "package app\nimport rego.v1\n\ndefault allow := false\n\n"
 
-REALISTIC = (
-    HEAD
-    + """admins := {"alice", "carol"}
-
-read_only := {"records.lookup", "records.search"}
-
-allow if input.subject.id in admins
-
-allow if {
-	input.capability.name in read_only
-	not startswith(input.arguments.key, "secret/")
-	count(input.arguments.tags) <= 8
-}
-
-allow if {
-	input.capability.name == "records.update"
-	input.arguments.owner == input.subject.id
-}
-
-allow := "ask" if input.capability.name == "records.delete"
-"""
-)
+#: The benchmark's three-rule policy, and a rule that leaves deletes to the user.
+REALISTIC = bench_authz.POLICY + '\nallow := "ask" if input.capability.name == "records.delete"\n'
+DECISION = "data.codemode.authz.allow"
 
 BOUNDED = {
     "realistic": REALISTIC,
@@ -115,7 +99,8 @@ async def outcome(authorizer: RegoAuthorizer, item: AuthorizationInput) -> str:
 @pytest.mark.parametrize("source", BOUNDED.values(), ids=BOUNDED.keys())
 def test_bounded_policies(source: str) -> None:
     assert bounded.unbounded_reason({"p.rego": source}) is None
-    RegoAuthorizer("data.app.allow", {"p.rego": source})  # and each is a valid policy
+    decision = DECISION if source is REALISTIC else "data.app.allow"
+    RegoAuthorizer(decision, {"p.rego": source})  # and each is a valid policy
 
 
 @pytest.mark.parametrize(("body", "reason"), UNBOUNDED.values(), ids=UNBOUNDED.keys())
@@ -159,7 +144,7 @@ def test_the_authorizers_count_is_the_whole_documents() -> None:
 
 async def test_a_bounded_policy_decides_on_the_loop_thread_without_a_hand_off() -> None:
     before = rego_threads()
-    a = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC})
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC})
     assert await outcome(a, inp("alice")) == "allowed"
     assert await outcome(a, inp("bob", key="secret/x", tags=[])) == "denied"
     assert await outcome(a, inp("bob", "records.delete")) == "ask"
@@ -171,8 +156,8 @@ async def test_decisions_are_the_pools_on_every_input() -> None:
     """The same outcome (allow, deny, ask, or the same failure) inline and on the pool, over random
     inputs, including inputs the evaluator refuses."""
     rng = random.Random(7)
-    fast = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC})
-    pooled = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC}, bounded_inline=False)
+    fast = RegoAuthorizer(DECISION, {"p.rego": REALISTIC})
+    pooled = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, bounded_inline=False)
     names = ["records.lookup", "records.search", "records.update", "records.delete", "records.other"]
     for i in range(300):
         subject = rng.choice(["alice", "bob", "dave"])
@@ -191,7 +176,7 @@ async def test_decisions_are_the_pools_on_every_input() -> None:
 
 async def test_a_large_input_goes_to_the_pool() -> None:
     before = rego_threads()
-    a = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC}, max_workers=1)
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
     big = inp("bob", key="a/b", tags=list(range(bounded.MAX_INLINE_VALUES)))
     assert await outcome(a, big) == "denied"
     assert len(rego_threads() - before) == 1
@@ -200,7 +185,7 @@ async def test_a_large_input_goes_to_the_pool() -> None:
 
 async def test_a_deadline_closer_than_the_budget_goes_to_the_pool() -> None:
     before = rego_threads()
-    a = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC}, max_workers=1)
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
     try:
         await a.authorize(Ctx(time.monotonic() + INLINE_BUDGET / 2), inp("alice"))
     except PolicyError as exc:
@@ -210,7 +195,7 @@ async def test_a_deadline_closer_than_the_budget_goes_to_the_pool() -> None:
 
 
 async def test_deadline_cancellation_and_close_on_the_bounded_path() -> None:
-    a = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC})
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC})
     with pytest.raises(PolicyError, match="deadline"):
         await a.authorize(Ctx(time.monotonic() - 1), inp("alice"))
     ctx = Ctx(time.monotonic() + 30)
@@ -228,7 +213,7 @@ async def test_evaluations_that_keep_overrunning_the_budget_go_to_the_pool(
     """The measured guard behind the lexical one: a machine (or a policy) slower than the budget stops
     the inline evaluations."""
     before = rego_threads()
-    a = RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC}, max_workers=1)
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
     monkeypatch.setattr(rego_module, "INLINE_BUDGET", -1.0)  # every evaluation overruns it
     for _ in range(rego_module._SLOW_LIMIT):
         assert await outcome(a, inp("alice")) == "allowed"
@@ -240,31 +225,10 @@ async def test_evaluations_that_keep_overrunning_the_budget_go_to_the_pool(
 
 def test_bounded_inline_must_be_a_bool() -> None:
     with pytest.raises(rego_module.InvalidPolicy, match="bounded_inline"):
-        RegoAuthorizer("data.app.allow", {"p.rego": REALISTIC}, bounded_inline=1)  # type: ignore[arg-type]
+        RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, bounded_inline=1)  # type: ignore[arg-type]
 
 
 # -- the event loop keeps running ----------------------------------------------------------------------
-
-
-async def ticks_while(awaitable: Any) -> tuple[int, Any]:
-    """How many times another task ran while ``awaitable`` was awaited, and its outcome."""
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    before = ticks
-    try:
-        result: Any = await awaitable
-    except Exception as exc:
-        result = exc
-    task.cancel()
-    return ticks - before, result
 
 
 async def test_a_tenant_cannot_hold_the_loop_with_a_large_input() -> None:
