@@ -665,7 +665,11 @@ def _is_set(event: Any) -> bool:
 
 
 def from_files(
-    decision: str, paths: Iterable[str | os.PathLike[str]], *, evaluate_inline: bool = False
+    decision: str,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    evaluate_inline: bool = False,
+    bounded_inline: bool = True,
 ) -> RegoAuthorizer:
     """Read policy files (each file's path is its module name) and build the authorizer.
 
@@ -673,6 +677,7 @@ def from_files(
         decision: as for :class:`RegoAuthorizer`.
         paths: the ``.rego`` files.
         evaluate_inline: as for :class:`RegoAuthorizer`.
+        bounded_inline: as for :class:`RegoAuthorizer`.
 
     Returns:
         The authorizer.
@@ -691,7 +696,9 @@ def from_files(
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             raise InvalidPolicy(f"cannot read Rego policy {str(path)!r}: {reason}") from None
     try:
-        return RegoAuthorizer(decision, modules, evaluate_inline=evaluate_inline)
+        return RegoAuthorizer(
+            decision, modules, evaluate_inline=evaluate_inline, bounded_inline=bounded_inline
+        )
     except UnknownDecision:
         raise
     except Exception as exc:
