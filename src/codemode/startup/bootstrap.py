@@ -66,7 +66,10 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
 
     try:
         return from_files(
-            settings.rego_decision, settings.rego_policy, evaluate_inline=settings.rego_evaluate_inline
+            settings.rego_decision,
+            settings.rego_policy,
+            evaluate_inline=settings.rego_evaluate_inline,
+            bounded_inline=settings.rego_bounded_inline,
         )
     except UnknownDecision as exc:
         raise ConfigError(f"{names('rego_decision')}: {_one_line(str(exc))}") from None

@@ -291,6 +291,13 @@ class Settings(BaseSettings):
             "whose evaluation time is bounded whatever the input: it cannot be stopped at a deadline)"
         ),
     )
+    rego_bounded_inline: bool = Field(
+        True,
+        description=(
+            "evaluate a bounded Rego policy (nothing in it can iterate, docs/authz.md) on the event "
+            "loop's thread when the input is small; off: every decision goes to an evaluation thread"
+        ),
+    )
 
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
