@@ -107,6 +107,22 @@ async def test_readiness_waits_for_the_pool_and_pool_metrics(tmp_path: Path) -> 
     assert pool.idle == 0  # drained at shutdown
 
 
+async def test_a_demand_sized_pool_exposes_its_target_and_measured_demand(tmp_path: Path) -> None:
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, pool=1, pool_max=6)) as srv:
+        pool = srv.service.pool
+        assert isinstance(pool, codemode.WarmPool) and (pool.minimum, pool.maximum) == (1, 6)
+        await pool.wait_warm(30)
+        idle = await scrape(srv.metrics_url)
+        assert metric(idle, "codemode_pool_arrival_rate") == 0
+        for i in range(4):
+            assert await execute(srv.mcp_url, tokens["alice"], ECHO % str(i)) == {"result": str(i)}
+        after = await scrape(srv.metrics_url)
+        assert metric(after, "codemode_pool_arrival_rate") > 0
+        assert metric(after, "codemode_pool_spawn_seconds") > 0
+        assert 1 <= metric(after, "codemode_pool_target_workers") <= 6
+
+
 # --------------------------------------------------------------------------------------------------
 # metrics
 # --------------------------------------------------------------------------------------------------
