@@ -106,9 +106,43 @@ def test_a_burst_raises_the_target_then_it_falls_back() -> None:
     assert demand.target() == 1
 
 
+def test_the_target_grows_at_once_and_holds_its_peak_before_it_shrinks() -> None:
+    clock = Clock()
+    demand = Demand(1, 16, window=2.0, hold=10.0, headroom=2.0, clock=clock)
+    demand.spawned(0.5)
+    for _ in range(40):  # a burst: 40 arrivals in 0.4 s
+        clock.now += 0.01
+        demand.arrival()
+    peak = demand.target()
+    assert peak == demand.want() == 16  # ~20/s x 0.5 s x 2, clamped: grown during the burst
+    clock.now += 5.0  # the rate has decayed (want is small) but the hold keeps the size
+    assert demand.want() < peak and demand.target() == peak
+    clock.now += 5.0  # ten seconds after the peak was last seen: it may shrink
+    assert demand.target() == demand.want() < peak
+    clock.now += 60.0
+    assert demand.target() == 1
+
+
+def test_without_a_hold_the_target_follows_the_rate() -> None:
+    clock = Clock()
+    demand = Demand(0, 16, window=2.0, hold=0.0, clock=clock)
+    demand.spawned(0.5)
+    steady(demand, clock, rate=8.0, seconds=20.0)
+    high = demand.target()
+    clock.now += 4.0
+    assert demand.target() == demand.want() < high
+
+
 @pytest.mark.parametrize(
     ("minimum", "maximum", "kw"),
-    [(-1, 0, {}), (3, 2, {}), (0, 1, {"window": 0}), (0, 1, {"headroom": 0}), (0, 1, {"alpha": 1.5})],
+    [
+        (-1, 0, {}),
+        (3, 2, {}),
+        (0, 1, {"window": 0}),
+        (0, 1, {"hold": -1}),
+        (0, 1, {"headroom": 0}),
+        (0, 1, {"alpha": 1.5}),
+    ],
 )
 def test_bad_bounds_are_refused(minimum: int, maximum: int, kw: dict[str, float]) -> None:
     with pytest.raises(ValueError):

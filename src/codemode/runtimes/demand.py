@@ -9,11 +9,18 @@
 * the **spawn time**: seconds one worker takes to start, as an exponentially weighted moving average
   of the starts seen (weight ``alpha`` for the newest).
 
-``target = clamp(ceil(rate × spawn_time × headroom), minimum, maximum)``: by Little's law
+``want = clamp(ceil(rate × spawn_time × headroom), minimum, maximum)``: by Little's law
 ``rate × spawn_time`` workers are asked for while one replacement starts, so a pool that holds that
 many (times the headroom for bursts) has a warm worker for each of them. Before the first start is
-measured the target is ``minimum``. Nothing here sleeps or reads a clock of its own: the clock is
-injected (tests drive it by hand).
+measured it is ``minimum``.
+
+The target grows at once and shrinks late: it rises with ``want`` at once, and falls (to ``want``
+then) only once ``want`` has stayed below it for ``hold`` seconds. The rate window is short so that
+a burst raises the target while it is still arriving; the hold keeps the pool at that size through
+the gaps between bursts, and gives the workers back only after ``hold`` seconds of lower demand
+(measured: ``tests/benchmarks/pool_burst.py``).
+
+Nothing here sleeps or reads a clock of its own: the clock is injected (tests drive it by hand).
 
 ``Shares`` keeps one subject from taking every warm worker: a subject that took ``cap`` warm workers
 the pool has not yet replaced takes no more until the refills catch up (it gets a cold start; the
@@ -37,13 +44,14 @@ class Demand:
         minimum: the smallest target (the operator's ``--pool``).
         maximum: the largest target (``--pool-max``; equal to ``minimum``: a fixed pool).
         window: seconds over which the arrival rate is measured (its decay time constant).
+        hold: seconds the target stays at its highest recent value before it may shrink.
         headroom: factor on ``rate × spawn_time`` for bursts.
         alpha: weight of the newest spawn time in its moving average.
         clock: seconds from a monotonic clock.
 
     Raises (the constructor):
-        ValueError: a negative minimum, a maximum below it, or a non-positive window, headroom or
-            alpha (or alpha above 1).
+        ValueError: a negative minimum, a maximum below it, a negative hold, or a non-positive
+            window, headroom or alpha (or alpha above 1).
     """
 
     def __init__(
@@ -51,24 +59,28 @@ class Demand:
         minimum: int,
         maximum: int,
         *,
-        window: float = 10.0,
+        window: float = 2.0,
+        hold: float = 10.0,
         headroom: float = 2.0,
         alpha: float = 0.3,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if minimum < 0 or maximum < minimum:
             raise ValueError("pool bounds: 0 <= minimum <= maximum")
-        if window <= 0 or headroom <= 0 or not 0 < alpha <= 1:
-            raise ValueError("pool demand: window > 0, headroom > 0 and 0 < alpha <= 1")
+        if window <= 0 or hold < 0 or headroom <= 0 or not 0 < alpha <= 1:
+            raise ValueError("pool demand: window > 0, hold >= 0, headroom > 0 and 0 < alpha <= 1")
         self.minimum = minimum
         self.maximum = maximum
         self.window = window
+        self.hold = hold
         self.headroom = headroom
         self.alpha = alpha
         self._clock = clock
         self._count = 0.0
         self._at = clock()
         self._spawn: float | None = None
+        self._peak = minimum
+        self._peak_at = self._at
 
     @property
     def fixed(self) -> bool:
@@ -107,8 +119,8 @@ class Demand:
         """
         return self._spawn
 
-    def target(self) -> int:
-        """How many idle workers the pool should hold now.
+    def want(self) -> int:
+        """The size the demand measured right now asks for.
 
         Returns:
             ``clamp(ceil(rate × spawn_time × headroom), minimum, maximum)``.
@@ -118,6 +130,20 @@ class Demand:
         # A tiny epsilon keeps an exact product (2.0000000001 from float error) from rounding up.
         want = math.ceil(self.rate() * self._spawn * self.headroom - 1e-9)
         return max(self.minimum, min(self.maximum, want))
+
+    def target(self) -> int:
+        """How many idle workers the pool should hold now: :meth:`want` when it is at least the
+        target so far, or when it has stayed below that for ``hold`` seconds; else the target so far
+        (the pool asks on every arrival and every half second).
+
+        Returns:
+            The target.
+        """
+        want = self.want()
+        now = self._clock()
+        if want >= self._peak or now - self._peak_at >= self.hold:
+            self._peak, self._peak_at = want, now
+        return self._peak
 
     def _decayed(self, now: float) -> float:
         elapsed = max(0.0, now - self._at)

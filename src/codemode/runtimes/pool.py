@@ -59,6 +59,7 @@ class WarmPool:
         subject_share: the fraction of the target one subject may hold taken and not yet replaced
             (1: no cap).
         window: seconds over which the arrival rate is measured.
+        hold: seconds the target stays at its highest recent value before it shrinks.
         headroom: factor on ``rate × spawn_time``.
         retry_delay: seconds between refills after a failed spawn.
         clock: seconds from a monotonic clock (the demand measurement's).
@@ -76,7 +77,8 @@ class WarmPool:
         maximum: int | None = None,
         refill_concurrency: int | None = None,
         subject_share: float = 0.5,
-        window: float = 10.0,
+        window: float = 2.0,
+        hold: float = 10.0,
         headroom: float = 2.0,
         retry_delay: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
@@ -91,7 +93,7 @@ class WarmPool:
         self.inner = runtime
         self.minimum = size
         self.maximum = maximum
-        self.demand = Demand(size, maximum, window=window, headroom=headroom, clock=clock)
+        self.demand = Demand(size, maximum, window=window, hold=hold, headroom=headroom, clock=clock)
         self.shares = Shares(subject_share)
         self.retry_delay = retry_delay
         self.concurrent = bool(getattr(runtime, "concurrent_refill", False))

@@ -303,8 +303,9 @@ class Settings(BaseSettings):
     pool_max: int | None = Field(
         None,
         ge=0,
-        description="the most warm workers the measured demand may keep ready: the pool follows arrival "
-        "rate x spawn time x 2 between --pool and this (unset: the pool stays at --pool)",
+        description="the most warm workers the measured demand may keep ready: between --pool and this, "
+        "the pool keeps arrival rate (over 2 s) x spawn time x 2, its peak held 10 s (unset: the pool "
+        "stays at --pool)",
     )
     pool_refill_concurrency: int | None = Field(
         None,
