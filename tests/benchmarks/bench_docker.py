@@ -302,7 +302,7 @@ def main() -> None:
     if args.burst_pattern:
         args.window = args.window or [2.0]
         image, oci = args.image, args.runtime
-        found = asyncio.run(pool_burst.compare(lambda: DockerRuntime(image=image, runtime=oci), args))
+        found = asyncio.run(pool_burst.run_all(lambda: DockerRuntime(image=image, runtime=oci), args))
         if args.json:
             json.dump([vars(r) for r in found], sys.stdout, indent=2)
             print()

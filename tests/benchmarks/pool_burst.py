@@ -47,10 +47,12 @@ class Result:
     idle_worker_seconds: float
     started: int
     target_peak: int
+    later_p50_ms: float
 
     def line(self) -> str:
         return (
-            f"{self.name:<24} burst p50 {self.p50_ms:8.1f} ms  p99 {self.p99_ms:8.1f} ms  "
+            f"{self.name:<24} burst p50 {self.p50_ms:7.1f} ms  p99 {self.p99_ms:7.1f} ms  "
+            f"(bursts after the first: p50 {self.later_p50_ms:7.1f} ms)  "
             f"warm {self.warm_share * 100:5.1f} %  idle after burst {self.idle_after_burst:2d}  "
             f"idle at end {self.idle_at_end:2d}  idle worker-s {self.idle_worker_seconds:7.1f}  "
             f"started {self.started:3d}  peak target {self.target_peak:2d}"
@@ -80,10 +82,14 @@ async def run_pattern(name: str, pool: codemode.WarmPool, args: argparse.Namespa
             peak = max(peak, pool.size)
             last = now
 
-    async def one(subject: authz.Subject) -> None:
+    later: list[float] = []
+
+    async def one(subject: authz.Subject, burst: int) -> None:
         t0 = time.perf_counter()
         await server.run(TRIVIAL, subject=subject)
         latencies.append(time.perf_counter() - t0)
+        if burst:
+            later.append(latencies[-1])
 
     async with server:
         await pool.wait_warm(300)
@@ -91,7 +97,7 @@ async def run_pattern(name: str, pool: codemode.WarmPool, args: argparse.Namespa
         for b in range(args.bursts):
             if b:
                 await asyncio.sleep(args.gap)
-            await asyncio.gather(*(one(subjects[i % len(subjects)]) for i in range(args.burst)))
+            await asyncio.gather(*(one(subjects[i % len(subjects)], b) for i in range(args.burst)))
         idle_after = pool.idle
         await asyncio.sleep(args.idle)
         idle_end = pool.idle
@@ -109,6 +115,7 @@ async def run_pattern(name: str, pool: codemode.WarmPool, args: argparse.Namespa
         idle_seconds,
         started,
         peak,
+        statistics.median(later) * 1e3 if later else float("nan"),
     )
 
 
@@ -116,18 +123,25 @@ async def compare(make: Callable[[], Any], args: argparse.Namespace) -> list[Res
     """The three pools on the runtime ``make()`` builds (a new one for each), printed."""
     print(
         f"burst pattern: {args.bursts} bursts of {args.burst} executes over {args.subjects} subjects, "
-        f"{args.gap} s apart, then {args.idle} s idle; slots {args.slots}"
+        f"{args.gap} s apart, then {args.idle} s idle; slots {args.slots}; subject share {args.share}"
     )
+    share = args.share
     configs = [
-        (f"fixed pool {args.min}", codemode.WarmPool(make(), args.min)),
-        (f"fixed pool {args.max}", codemode.WarmPool(make(), args.max)),
+        (f"fixed pool {args.min}", codemode.WarmPool(make(), args.min, subject_share=share)),
+        (f"fixed pool {args.max}", codemode.WarmPool(make(), args.max, subject_share=share)),
     ]
     for window in args.window:
         configs.append(
             (
                 f"demand {args.min}..{args.max} w={window:g}s",
                 codemode.WarmPool(
-                    make(), args.min, maximum=args.max, window=window, hold=args.hold, headroom=args.headroom
+                    make(),
+                    args.min,
+                    maximum=args.max,
+                    window=window,
+                    hold=args.hold,
+                    headroom=args.headroom,
+                    subject_share=share,
                 ),
             )
         )
@@ -137,6 +151,27 @@ async def compare(make: Callable[[], Any], args: argparse.Namespace) -> list[Res
         print(result.line(), flush=True)
         results.append(result)
     return results
+
+
+async def fill_times(make: Callable[[], Any], size: int, concurrencies: list[int]) -> dict[int, float]:
+    """Seconds an empty pool of ``size`` takes to fill at each refill concurrency, printed."""
+    out: dict[int, float] = {}
+    for concurrency in concurrencies:
+        pool = codemode.WarmPool(make(), size, refill_concurrency=concurrency)
+        t0 = time.perf_counter()
+        await pool.start()
+        try:
+            await pool.wait_warm(300)
+            out[concurrency] = time.perf_counter() - t0
+        finally:
+            await pool.aclose()
+        print(
+            f"fill an empty pool of {size}, refill concurrency {concurrency}: {out[concurrency]:6.2f} s "
+            f"({size / out[concurrency]:5.1f} workers/s; x{out[concurrencies[0]] / out[concurrency]:.2f} "
+            f"against concurrency {concurrencies[0]})",
+            flush=True,
+        )
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -154,7 +189,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="the demand pool's rate window, s (repeat to compare several; default: the pool's, 2)",
     )
+    p.add_argument("--share", type=float, default=0.5, help="every pool's subject share (default 0.5)")
     p.add_argument("--hold", type=float, default=10.0, help="the demand pool's hold, s (default 10)")
+    p.add_argument(
+        "--fill",
+        type=int,
+        action="append",
+        help="also time filling an empty pool of --max at this refill concurrency (repeat)",
+    )
     p.add_argument("--headroom", type=float, default=2.0, help="the demand pool's headroom (default 2)")
 
 
@@ -169,9 +211,16 @@ def main() -> None:
         from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
 
         image = args.image or DEFAULT_IMAGE
-        asyncio.run(compare(lambda: DockerRuntime(image=image), args))
+        asyncio.run(run_all(lambda: DockerRuntime(image=image), args))
     else:
-        asyncio.run(compare(lambda: codemode.ProcessRuntime(spawn="classic"), args))
+        asyncio.run(run_all(lambda: codemode.ProcessRuntime(spawn="classic"), args))
+
+
+async def run_all(make: Callable[[], Any], args: argparse.Namespace) -> list[Result]:
+    """``--fill`` (if asked), then :func:`compare`."""
+    if args.fill:
+        await fill_times(make, args.max, args.fill)
+    return await compare(make, args) if args.bursts else []
 
 
 if __name__ == "__main__":

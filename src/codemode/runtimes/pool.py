@@ -138,21 +138,22 @@ class WarmPool:
         await self.inner.check()
 
     def warm(self) -> bool:
-        """Whether the pool holds its target number of ready sandboxes.
+        """Whether the pool holds at least its minimum (``size``) of ready sandboxes: the readiness
+        of a starting service (a fixed pool's minimum is its target).
 
         Returns:
-            True at target.
+            True at or above the minimum.
         """
-        return len(self._idle) >= self.size
+        return len(self._idle) >= self.minimum
 
     async def wait_warm(self, timeout: float = 30.0) -> None:
-        """Wait until the pool is at target (for tests, benchmarks and readiness).
+        """Wait until the pool holds its minimum (for tests, benchmarks and readiness).
 
         Args:
             timeout: seconds to wait at most.
 
         Raises:
-            TimeoutError: not at target in time.
+            TimeoutError: not warm in time.
         """
         async with asyncio.timeout(timeout):
             while not self.warm():
