@@ -1,18 +1,21 @@
 """One tenant's burst must not keep the warm pool empty for the others (issue 21, pool sizing).
 
-A real ``WarmPool`` of real worker processes (the classic spawn: ``python -I`` per worker, so a cold
-spawn costs what it costs in production), one flooding subject whose executes hold their workers, and
-one victim. The victim's executes must get warm workers while the flood holds its own: a subject
-takes at most its share of the pool's warm workers until the pool has refilled them
-(``docs/reference/runtimes.md``, Warm pool). Whether a worker was warm is read from the execute's
-``codemode.sandbox.acquire`` span (the same flag operators see in traces), never from a timing.
+A real ``WarmPool`` of real workers (processes with the classic spawn: ``python -I`` per worker, so a
+cold spawn costs what it costs in production; and Docker containers: run it under the engines lock),
+one flooding subject whose executes hold their workers, and one victim. The victim's executes must
+get warm workers while the flood holds its own: a subject takes at most its share of the pool's warm
+workers until the pool has refilled them (``docs/reference/runtimes.md``, Warm pool). Whether a
+worker was warm is read from the execute's ``codemode.sandbox.acquire`` span (the same flag
+operators see in traces), never from a timing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,6 +33,16 @@ class HoldOut:
     value: str
 
 
+@pytest.fixture(params=["process", "docker"])
+def make_runtime(request: pytest.FixtureRequest) -> Callable[[], codemode.Runtime]:
+    if request.param == "docker":
+        request.getfixturevalue("docker_api")  # skips without an engine (fails under CI=true)
+        from codemode.runtimes.docker import DockerRuntime
+
+        return DockerRuntime
+    return lambda: codemode.ProcessRuntime(spawn="classic")
+
+
 def _warm_by_subject(exporter: InMemorySpanExporter) -> dict[str, list[bool]]:
     spans = list(exporter.get_finished_spans())
     executes = {
@@ -45,7 +58,9 @@ def _warm_by_subject(exporter: InMemorySpanExporter) -> dict[str, list[bool]]:
     return out
 
 
-async def test_a_flooding_subject_cannot_drain_the_pool_for_another() -> None:
+async def test_a_flooding_subject_cannot_drain_the_pool_for_another(
+    make_runtime: Callable[[], codemode.Runtime],
+) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -58,7 +73,7 @@ async def test_a_flooding_subject_cannot_drain_the_pool_for_another() -> None:
         await gate.wait()
         return HoldOut(value="done")
 
-    pool = codemode.WarmPool(codemode.ProcessRuntime(spawn="classic"), POOL)
+    pool = codemode.WarmPool(make_runtime(), POOL)
     builder = codemode.Builder(
         authorizer=authz.allow_all(),
         limits=codemode.Limits(max_concurrent_executions=FLOOD + 4, max_execution_time=120),
