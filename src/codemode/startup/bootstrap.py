@@ -122,13 +122,15 @@ def build_runtime(
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
-    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0), or,
-    in the reuse mode (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to
-    ``settings.pool`` sandboxes idle.
+    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers, growing with demand up to
+    ``settings.pool_max`` (unchanged when both are 0 or unset), or, in the reuse mode
+    (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to ``settings.pool`` sandboxes
+    idle.
 
     Args:
         runtime: the runtime.
-        settings: the settings (``pool``, ``reuse_executes``, ``reuse_idle_seconds``).
+        settings: the settings (``pool``, ``pool_max``, ``pool_refill_concurrency``,
+            ``pool_subject_share``, ``reuse_executes``, ``reuse_idle_seconds``).
 
     Returns:
         The pool, or ``runtime`` itself.
@@ -144,8 +146,17 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
             settings.pool,
             max_executes=settings.reuse_executes,
             idle_seconds=settings.reuse_idle_seconds,
+            refill_concurrency=settings.pool_refill_concurrency,
         )
-    return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
+    if settings.pool == 0 and not settings.pool_max:
+        return runtime
+    return WarmPool(
+        runtime,
+        settings.pool,
+        maximum=settings.pool_max,
+        refill_concurrency=settings.pool_refill_concurrency,
+        subject_share=settings.effective_pool_subject_share,
+    )
 
 
 def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> PackSettings:
