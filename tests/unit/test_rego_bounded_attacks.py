@@ -16,6 +16,7 @@ import pytest
 
 from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz import _rego_bounded as bounded
+from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
 
 from .support_loop import ticks_while
@@ -150,6 +151,46 @@ async def test_an_inline_decision_keeps_its_deadline_and_the_loop() -> None:
         a.close()
 
 
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+def median_decide(a: RegoAuthorizer, item: AuthorizationInput, rounds: int = 41) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        a.decide(item)
+        times.append(time.perf_counter() - started)
+    return sorted(times)[rounds // 2]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="R21-B4: the value cap does not bound the input's cost: 56 nested objects (within 64 values) "
+    "take ~0.6 ms to build on rego-cpp's input stack (quadratic in depth), ~9-17x a flat input at both caps",
+)
+def test_an_input_within_the_caps_costs_about_what_a_flat_one_does() -> None:
+    """Attack (a tenant, any capability with a free-form object argument): the inline caps count
+    values and characters, and the documented inline bound is measured on flat inputs. Building a
+    nested object on rego-cpp's input stack costs more per level the deeper it is, so a chain of
+    objects within the value cap costs several times a flat input at both caps, for a one-rule
+    policy that never reads it (ratio in one run, so the machine's speed cancels out)."""
+    a = RegoAuthorizer(DECISION, {"p.rego": HEAD + 'allow if input.subject.id == "alice"\n'})
+    try:
+        deep = inp(l=nested(bounded.MAX_INLINE_VALUES - 8))
+        flat = inp(l=["x" * 70] * (bounded.MAX_INLINE_VALUES - 9))
+        assert rego_module._small(rego_module._document(deep))
+        assert rego_module._small(rego_module._document(flat))
+        median_decide(a, deep, 5)  # warm up
+        ratio = median_decide(a, deep) / median_decide(a, flat)
+        assert ratio < 3, f"a nested input within the caps costs {ratio:.1f}x a flat one at the caps"
+    finally:
+        a.close()
+
+
 # -- attacks that held ------------------------------------------------------------------------------
 
 
@@ -168,7 +209,6 @@ def test_rule_references_are_evaluated_once() -> None:
     a.close()
 
 
-#: Sources that hide an unbounded form from a line-based reading; each is refused or unbounded.
 #: A rule that iterates, put where a line-based reading might not see it.
 ITERATES = "allow if { some t in input.arguments.tags; t == 1 }\n"
 HIDDEN = {
