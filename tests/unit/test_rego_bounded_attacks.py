@@ -222,6 +222,26 @@ async def test_concurrent_quick_decisions_do_not_hold_the_loop_turn_after_turn()
         a.close()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="R21-B6: an authorizer built off the loop (asyncio.to_thread, to keep construction off it) "
+    "builds the loop thread's interpreter inside its first decision, untimed: 66 ms for 400 rules, "
+    "290 ms for 1,000",
+)
+async def test_an_authorizer_built_off_the_loop_does_not_build_on_it() -> None:
+    """Attack (an operator's careful choice): building a large policy's authorizer in a thread so
+    the loop is not held. The loop's thread then has no interpreter, and the first bounded decision
+    builds one there, outside the timed evaluation, so neither the budget nor the guard sees it.
+    The loop must keep running while an interpreter is built (the decision takes the hand-off)."""
+    a = await asyncio.to_thread(RegoAuthorizer, DECISION, {"p.rego": deny_list(400)}, max_workers=1)
+    try:
+        ticks, result = await ticks_while(a.authorize(Ctx(time.monotonic() + 30), inp(sql="x")))
+        assert result is None, result
+        assert ticks > 0, "the loop ran nothing else while its interpreter was built"
+    finally:
+        a.close()
+
+
 # -- attacks that held ------------------------------------------------------------------------------
 
 
