@@ -7,19 +7,18 @@ tests pin attacks that held."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import threading
 import time
 from typing import Any
 
 import pytest
 
-from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
+from codemode.authz import AuthorizationInput, PolicyError, Subject
 from codemode.authz import _rego_bounded as bounded
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
 
 from .support_loop import ticks_while
+from .test_rego_bounded import Ctx, outcome, rego_threads
 
 HEAD = "package app\nimport rego.v1\n\ndefault allow := false\n\n"
 DECISION = "data.app.allow"
@@ -56,28 +55,6 @@ def gated_checks(patterns: int) -> str:
 
 def inp(name: str = "db.query", subject: str = "bob", **arguments: Any) -> AuthorizationInput:
     return AuthorizationInput(Subject(subject), name + ".v1", name, arguments)
-
-
-@dataclasses.dataclass
-class Ctx:
-    deadline: float
-    cancelled: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-
-
-def rego_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("codemode-rego-")}
-
-
-async def outcome(authorizer: RegoAuthorizer, item: AuthorizationInput, seconds: float = 30) -> str:
-    try:
-        await authorizer.authorize(Ctx(time.monotonic() + seconds), item)
-    except Denied:
-        return "denied"
-    except AskUser:
-        return "ask"
-    except PolicyError as exc:
-        return f"failure: {exc}"
-    return "allowed"
 
 
 # -- findings ---------------------------------------------------------------------------------------
