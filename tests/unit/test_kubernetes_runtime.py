@@ -1543,6 +1543,11 @@ def test_the_api_servers_dial_errors_mean_an_unreachable_kubelet() -> None:
         'Handshake status 500 Internal Server Error -+-+- {} -+-+- b\'{"message":"error dialing backend:'
         " dial tcp 127.0.0.1:11250: connect: connection refused\"}'"
     )
+    assert kubelet_unreachable(
+        '{"metadata":{},"status":"Failure","message":"Internal error occurred: error sending request: Post'
+        ' \\"https://node-2:11250/attach/codemode-workers/codemode-worker-43b5febf0a144d5f/worker?error=1\\":'
+        ' dial tcp 127.0.0.1:11250: connect: connection refused","reason":"InternalError"}'
+    )
     assert kubelet_unreachable("No agent available")
     # What the kubelet itself answers is no evidence against the node.
     assert not kubelet_unreachable('container "worker" in pod "p" is not running')
@@ -1671,14 +1676,15 @@ async def test_a_worker_whose_node_is_unreachable_is_lost_not_killed(
     cluster.server.refuse_in_handshake = in_handshake
     cluster.server.refuse_without_stdin = (
         500,
-        "error dialing backend: dial tcp 127.0.0.1:11250: connect: connection refused",
+        'Internal error occurred: error sending request: Post "https://node-2:11250/attach/'
+        f'{NS}/{sandbox.pod_name}/worker?error=1": dial tcp 127.0.0.1:11250: connect: connection refused',
     )
     t0 = time.monotonic()
     info = await sandbox.destroy()
     assert time.monotonic() - t0 < 5.0  # not exit_wait
     assert info.lost and (info.exit_code, info.signal, info.oom_killed) == (None, None, False)
     assert f"worker pod {sandbox.pod_name} lost with its node node-2" in caplog.text
-    assert "error dialing backend" in caplog.text and "not killed by this host" in caplog.text
+    assert "dial tcp 127.0.0.1:11250" in caplog.text and "not killed by this host" in caplog.text
     assert cluster.api.pods == {}  # deleted from the API all the same
     assert rt.quarantine.nodes() == ["node-2"]
     probe = cluster.server.requests[-1]

@@ -196,6 +196,18 @@ def _maybe_sent(exc: BaseException) -> bool:
     return not isinstance(reason, u.NewConnectionError | u.ConnectTimeoutError | u.SSLError)
 
 
+def _status_message(text: str) -> str:
+    """The ``message`` of the Status object in an API error's text (the text itself without one),
+    at most 400 characters, for host logs."""
+    start = text.find("{")
+    if start >= 0:
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(text[start:].rstrip("'")).get("message")
+            if isinstance(message, str) and message:
+                text = message
+    return text[:400]
+
+
 def _close_reason(frame: Any) -> str:
     """A websocket close frame's status code and reason, for host logs."""
     data = getattr(frame, "data", b"") or b""
@@ -794,7 +806,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             )
         except Exception as exc:
             text = _api_error_text(exc)
-            return text[:300] if kubelet_unreachable(text) else None
+            return _status_message(text) if kubelet_unreachable(text) else None
         error = bytearray()
         ws: Any = getattr(stream, "sock", None)
         deadline = time.monotonic() + _LOST_CHECK_WAIT
@@ -812,7 +824,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         finally:
             _hangup(stream)
         text = error.decode("utf-8", "replace")
-        return text[:300] if kubelet_unreachable(text) else None
+        return _status_message(text) if kubelet_unreachable(text) else None
 
     def _log_lost(self, pod_name: str, node: str, stream_end: str, unreachable: str) -> None:
         first = self.quarantine.suspect(node)
