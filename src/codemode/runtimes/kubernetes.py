@@ -789,20 +789,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         refuse the handshake). Returns that dial error, or None when the kubelet answered (the
         attach holds, or the kubelet reported an error of its own, such as a stopped container) or
         nothing could be told."""
-        attach = self._attach or _default_attach()
         try:
-            stream = attach(
-                self._attach_method(self._client()),
-                pod_name,
-                self.namespace,
-                container=CONTAINER_NAME,
-                stdin=False,
-                stdout=False,
-                stderr=True,
-                tty=False,
-                binary=True,
-                _preload_content=False,
-                _request_timeout=min(self.api_timeout, 5.0),
+            stream = self._open_attach(
+                self._client(), pod_name, stdin=False, _request_timeout=min(self.api_timeout, 5.0)
             )
         except Exception as exc:
             text = _api_error_text(exc)
@@ -1051,19 +1040,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 created = _maybe_sent(exc)  # a timeout or lost response: the pod may exist
                 raise
             self._wait_running_blocking(api, pod_name, deadline, handoff, t0, phases, bool(avoided))
-            attach = self._attach or _default_attach()
-            stream = attach(
-                self._attach_method(api),
-                pod_name,
-                self.namespace,
-                container=CONTAINER_NAME,
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                binary=True,
-                _preload_content=False,
-            )
+            stream = self._open_attach(api, pod_name, stdin=True)
             if getattr(stream, "sock", None) is None:
                 _hangup(stream)
                 raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
@@ -1086,6 +1063,24 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         # The spawning coroutine was cancelled meanwhile: nobody will use this pod.
         self._discard_blocking(pod_name, stream)
         raise SpawnFailed("spawn cancelled")
+
+    def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, **extra: Any) -> Any:
+        """Attach to the worker container: stdin, stdout and stderr (the worker's channel), or its
+        stderr only (``stdin=False``: the node check, which reads the error channel alone)."""
+        attach = self._attach or _default_attach()
+        return attach(
+            self._attach_method(api),
+            pod_name,
+            self.namespace,
+            container=CONTAINER_NAME,
+            stdin=stdin,
+            stdout=stdin,
+            stderr=True,
+            tty=False,
+            binary=True,
+            _preload_content=False,
+            **extra,
+        )
 
     @staticmethod
     def _attach_method(api: Any) -> Callable[..., Any]:
