@@ -1656,6 +1656,21 @@ def _stream_drops(conn: WorkerConn) -> None:
     return None  # the attach connection drops; the API still says the container runs
 
 
+async def _dropped_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, node: str, exit_wait: float
+) -> tuple[KubernetesRuntime, KubernetesSandbox]:
+    """A started worker on ``node`` whose attach stream has ended while its container runs."""
+    import codemode.runtimes.kubernetes as kubernetes_runtime
+
+    monkeypatch.setattr(kubernetes_runtime, "_LOST_CHECK_AFTER", 0.05)
+    cluster.nodes = [node]
+    cluster.behavior = probing_worker(_stream_drops)
+    rt = make_runtime(cluster, exit_wait=exit_wait)
+    sandbox = await rt.spawn()
+    assert await asyncio.wait_for(sandbox.read(10), 5) == b""
+    return rt, sandbox
+
+
 @pytest.mark.parametrize("in_handshake", [False, True])
 async def test_a_worker_whose_node_is_unreachable_is_lost_not_killed(
     cluster: FakeCluster,
@@ -1665,14 +1680,7 @@ async def test_a_worker_whose_node_is_unreachable_is_lost_not_killed(
 ) -> None:
     # The node died mid-execute: its kubelet took the attach stream with it. Before: destroy
     # waited exit_wait, then reported exit 137 / SIGKILL for a worker nobody killed.
-    import codemode.runtimes.kubernetes as kubernetes_runtime
-
-    monkeypatch.setattr(kubernetes_runtime, "_LOST_CHECK_AFTER", 0.05)
-    cluster.nodes = ["node-2"]
-    cluster.behavior = probing_worker(_stream_drops)
-    rt = make_runtime(cluster, exit_wait=30.0)
-    sandbox = await rt.spawn()
-    assert await asyncio.wait_for(sandbox.read(10), 5) == b""
+    rt, sandbox = await _dropped_worker(cluster, monkeypatch, "node-2", exit_wait=30.0)
     cluster.server.refuse_in_handshake = in_handshake
     cluster.server.refuse_without_stdin = (
         500,
@@ -1695,15 +1703,10 @@ async def test_a_worker_whose_node_is_unreachable_is_lost_not_killed(
 async def test_a_worker_whose_node_answers_is_not_lost(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The stream ended but the node's kubelet answers (the attach is taken): not a node loss.
-    import codemode.runtimes.kubernetes as kubernetes_runtime
-
-    monkeypatch.setattr(kubernetes_runtime, "_LOST_CHECK_AFTER", 0.05)
-    cluster.nodes = ["node-1"]
-    cluster.behavior = probing_worker(_stream_drops)
-    rt = make_runtime(cluster, exit_wait=0.5)
-    sandbox = await rt.spawn()
-    assert await asyncio.wait_for(sandbox.read(10), 5) == b""
+    # A worker that ends its own stream and keeps running (a compromised interpreter) while its
+    # node's kubelet answers (the check's attach is taken) is no node loss: its node is not
+    # suspected, so no tenant can move every tenant's workers off a node.
+    rt, sandbox = await _dropped_worker(cluster, monkeypatch, "node-1", exit_wait=0.5)
     info = await sandbox.destroy()
     assert not info.lost and (info.exit_code, info.signal) == (137, 9)
     assert len(cluster.server.requests) == 2  # the worker's attach and the node check
