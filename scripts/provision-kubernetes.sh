@@ -8,6 +8,10 @@
 #   bash scripts/provision-kubernetes.sh down-node 2    drain and stop node-2, remove every trace of
 #                                               it (processes, shims, cgroups, mounts, its
 #                                               /etc/hosts line, its node object); node 1 untouched
+#   bash scripts/provision-kubernetes.sh kill-node 2    node-2 dies abruptly (SIGKILL to its kubelet,
+#                                               containerd, shims and everything in its cgroups; no
+#                                               cordon, no API call: its node object and pods stay,
+#                                               as after a power loss); up-node 2 brings it back
 #   bash scripts/provision-kubernetes.sh down   delete every pod, stop what `up` started (every
 #                                               node), unmount, restore the sysctls the kubelet changed
 #   bash scripts/provision-kubernetes.sh status one line per component
@@ -757,7 +761,11 @@ up_node() { # i
             log "$image not in docker: not on $N_NAME"
         fi
     done
-    if ! running "$N_NAME/kubelet"; then
+    if [ -f "$N_RUN/killed" ]; then
+        # Back from kill-node: the node returns under its old node object, as a real one would (its
+        # kubelet removes the containers of pods the API no longer has).
+        rm -f "$N_RUN/killed"
+    elif ! running "$N_NAME/kubelet"; then
         kubectl_ delete node "$N_NAME" --ignore-not-found --wait=true >/dev/null 2>&1 || true
     fi
     local t0
@@ -801,6 +809,30 @@ down_node() { # i: stop node i and remove every trace of it but its state direct
     find /var/log/containers -maxdepth 1 -type l -lname "$N_LOGS/pods/*" -delete 2>/dev/null || true
     rm -rf "$N_RUN"
     log "$N_NAME stopped (state kept in $N_STATE; logs in $N_LOGS)"
+}
+
+kill_node() { # i: node i dies abruptly, as in a power loss: everything of it SIGKILLed at once
+    node_vars "$1"
+    [ -d "$N_RUN" ] || die "$N_NAME is not up (up-node $1 first)"
+    touch "$N_RUN/killed"
+    local name shim i pid
+    for name in kubelet containerd; do
+        [ ! -f "$N_RUN/$name.pid" ] || kill -KILL "$(cat "$N_RUN/$name.pid")" 2>/dev/null || true
+    done
+    # Its containers outlive its kubelet and containerd (a looping worker kept a core busy): their
+    # shims and every process in the node's cgroups die too. No cordon, no pod deletion, no node
+    # object deletion: the API server learns of it only from the missing heartbeats.
+    for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $N_SOCK( |\$)" || true); do
+        kill -KILL "$shim" 2>/dev/null || true
+    done
+    for i in $(seq 1 40); do
+        [ -z "$(node_cgroup_procs)" ] && break
+        for pid in $(node_cgroup_procs); do kill -KILL "$pid" 2>/dev/null || true; done
+        sleep 0.05
+    done
+    rm -f "$N_RUN/kubelet.pid" "$N_RUN/containerd.pid"
+    [ -z "$(node_cgroup_procs)" ] || log "WARNING: processes left in $N_NAME's cgroups: $(node_cgroup_procs | tr '\n' ' ')"
+    log "$N_NAME killed (kubelet, containerd, shims, containers); its node object stays: up-node $1 brings it back"
 }
 
 extra_nodes() { # the numbers of the nodes up_node started (their run directories exist)
@@ -957,6 +989,10 @@ down-node)
     [ "$(id -u)" = 0 ] || die "run as root"
     down_node "${1:-2}"
     ;;
+kill-node)
+    [ "$(id -u)" = 0 ] || die "run as root"
+    kill_node "${1:-2}"
+    ;;
 status) status ;;
 build)
     install_packages
@@ -969,5 +1005,5 @@ prepare) # everything but the build and the processes (for debugging the script)
     write_cni
     make_pki
     ;;
-*) die "usage: $0 [up [--nodes N]|down|up-node N|down-node N|status|build]" ;;
+*) die "usage: $0 [up [--nodes N]|down|up-node N|down-node N|kill-node N|status|build]" ;;
 esac

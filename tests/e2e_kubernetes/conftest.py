@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from .support import OVERLAY, SERVICE_NS, kubectl, require_cluster, worker_pods
+from .support import OVERLAY, SERVICE_NS, kubectl, ready_nodes, require_cluster, worker_pods
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +32,20 @@ def deployed(cluster: None) -> Iterator[None]:
     kubectl("rollout", "restart", "-n", SERVICE_NS, "deployment/codemode")
     kubectl("rollout", "status", "-n", SERVICE_NS, "deployment/codemode", "--timeout=180s", timeout=200)
     yield
+
+
+@pytest.fixture
+def two_nodes() -> list[str]:
+    """The Ready nodes, at least two; checked before any fixture changes the cluster. On one node
+    the test skips, saying so, unless CI=true and CODEMODE_K8S_NODES=2: then it fails."""
+    require_cluster()
+    nodes = ready_nodes()
+    if len(nodes) >= 2:
+        return nodes
+    reason = (
+        f"needs two Ready nodes, the cluster has {len(nodes)} ({', '.join(nodes) or 'none'}): "
+        "sudo bash scripts/provision-kubernetes.sh up-node 2 (or up --nodes 2; docs/kubernetes.md)"
+    )
+    if os.environ.get("CI", "").lower() == "true" and os.environ.get("CODEMODE_K8S_NODES") == "2":
+        pytest.fail(f"CODEMODE_K8S_NODES=2 in CI: {reason}")
+    pytest.skip(reason)

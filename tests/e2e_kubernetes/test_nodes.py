@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from codemode.ops.bench import aecho
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode.runtimes.kubernetes_pod import SPREAD_TOPOLOGY_KEY
 
-from .support import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl, ready_nodes, require_cluster
+from .support import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl
 
 pytestmark = pytest.mark.kubernetes
 
@@ -34,22 +33,6 @@ ONE_CALL = "def main():\n    return util.echo(value='on some node')['value']\n"
 HOST_SELECTOR = "app.kubernetes.io/name=codemode"
 #: How many workers each test starts at once: two per node on a two-node cluster.
 BURST = 4
-
-
-@pytest.fixture
-def two_nodes() -> list[str]:
-    """The Ready nodes, at least two; checked before any fixture changes the cluster."""
-    require_cluster()
-    nodes = ready_nodes()
-    if len(nodes) >= 2:
-        return nodes
-    reason = (
-        f"needs two Ready nodes, the cluster has {len(nodes)} ({', '.join(nodes) or 'none'}): "
-        "sudo bash scripts/provision-kubernetes.sh up-node 2 (or up --nodes 2; docs/kubernetes.md)"
-    )
-    if os.environ.get("CI", "").lower() == "true" and os.environ.get("CODEMODE_K8S_NODES") == "2":
-        pytest.fail(f"CODEMODE_K8S_NODES=2 in CI: {reason}")
-    pytest.skip(reason)
 
 
 class Workers(NullObserver):

@@ -153,6 +153,10 @@ class AttachServer:
         self.port = self.listener.getsockname()[1]
         self.requests: list[WorkerConn] = []
         self.refuse: int | None = None  # HTTP status to refuse the upgrade with
+        #: (status, Status message) refusing attaches without stdin (the runtime's node check),
+        #: as the API server does when it cannot dial the node's kubelet.
+        self.refuse_without_stdin: tuple[int, str] | None = None
+        self.refuse_in_handshake = False  # as API servers before 1.30 do
         self.subprotocol = "v5.channel.k8s.io"
         self.conns: dict[str, WorkerConn] = {}
         threading.Thread(target=self._accept, daemon=True).start()
@@ -182,6 +186,18 @@ class AttachServer:
             sock.sendall(f"HTTP/1.1 {self.refuse} Forbidden\r\nContent-Length: 0\r\n\r\n".encode())
             sock.close()
             return
+        refusal = self.refuse_without_stdin
+        check = conn.query.get("stdin", ["false"])[0].lower() != "true"
+        if check and refusal is not None and self.refuse_in_handshake:
+            body = json.dumps(
+                {"kind": "Status", "status": "Failure", "message": refusal[1], "code": refusal[0]}
+            )
+            sock.sendall(
+                f"HTTP/1.1 {refusal[0]} Internal Server Error\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+            )
+            sock.close()
+            return
         accept = base64.b64encode(
             hashlib.sha1(
                 (headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()
@@ -193,6 +209,13 @@ class AttachServer:
                 f"Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: {self.subprotocol}\r\n\r\n"
             ).encode()
         )
+        if check and refusal is not None:
+            # The API server (1.30+) takes the websocket, then reports its failure to dial the
+            # node's kubelet on the error channel (measured on 1.34 with the kubelet killed).
+            status = {"metadata": {}, "status": "Failure", "message": refusal[1], "code": refusal[0]}
+            conn.send(3, json.dumps(status).encode())
+            conn.close()
+            return
         pod = url.path.split("/")[-2]
         self.conns[pod] = conn
         try:
@@ -308,6 +331,10 @@ class FakeCluster:
         self.waiting_reason = "ContainerCreating"
         self.reads: dict[str, int] = {}
         self.crash_on_read: tuple[int, str] | None = None  # the container exits before it runs
+        #: The nodes pods are bound to, first one a pod's affinity allows (empty: pods get no node).
+        self.nodes: list[str] = []
+        #: Nodes whose kubelet is gone: pods bound there are never acknowledged (no startTime).
+        self.silent_nodes: set[str] = set()
         self.server = AttachServer(self)
         self.api = FakeCoreV1Api(self, f"http://127.0.0.1:{self.server.port}")
 
@@ -317,6 +344,8 @@ class FakeCluster:
         name = pod.metadata.name or ""
         self.reads[name] = self.reads.get(name, 0) + 1
         if pod.status.phase != "Pending":
+            return
+        if self.nodes and not self._bind(pod):
             return
         if self.crash_on_read is not None:
             self._set_terminated(pod, *self.crash_on_read)
@@ -338,6 +367,36 @@ class FakeCluster:
                 state=state,
             )
         ]
+
+    def _bind(self, pod: k8s.V1Pod) -> bool:
+        """The scheduler and the node's kubelet: False while the pod is not taken on."""
+        assert pod.spec is not None and pod.status is not None
+        if pod.spec.node_name is None:
+            avoided: list[str] = []
+            if pod.spec.affinity is not None:
+                (term,) = (
+                    pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+                )
+                ((off,),) = [term.match_fields]
+                assert (off.key, off.operator) == ("metadata.name", "NotIn")
+                avoided = off.values
+            allowed = [n for n in self.nodes if n not in avoided]
+            if not allowed:
+                pod.status.conditions = [
+                    k8s.V1PodCondition(
+                        type="PodScheduled",
+                        status="False",
+                        reason="Unschedulable",
+                        message="0/2 nodes are available: 2 node(s) didn't match Pod's node affinity",
+                    )
+                ]
+                return False
+            pod.spec.node_name = allowed[0]
+            pod.status.conditions = None
+        if pod.spec.node_name in self.silent_nodes:
+            return False
+        pod.status.start_time = pod.status.start_time or datetime.datetime.now(datetime.UTC)
+        return True
 
     def terminate(self, pod_name: str, exit_code: int, reason: str) -> None:
         with self.api.lock:
@@ -1472,3 +1531,184 @@ def test_progress_and_scheduled_read_the_pod_status() -> None:
     )
     assert progress(_pod(node="n1", container_statuses=[waiting]))[0] == "no-image"
     assert progress(_pod("Failed", node="n1", reason="DeadlineExceeded"))[0] == "ended"
+
+
+# ----------------------------------------------------------------------------------- node loss
+
+
+def test_the_api_servers_dial_errors_mean_an_unreachable_kubelet() -> None:
+    from codemode.runtimes.kubernetes_nodes import kubelet_unreachable
+
+    assert kubelet_unreachable(
+        'Handshake status 500 Internal Server Error -+-+- {} -+-+- b\'{"message":"error dialing backend:'
+        " dial tcp 127.0.0.1:11250: connect: connection refused\"}'"
+    )
+    assert kubelet_unreachable(
+        '{"metadata":{},"status":"Failure","message":"Internal error occurred: error sending request: Post'
+        ' \\"https://node-2:11250/attach/codemode-workers/codemode-worker-43b5febf0a144d5f/worker?error=1\\":'
+        ' dial tcp 127.0.0.1:11250: connect: connection refused","reason":"InternalError"}'
+    )
+    assert kubelet_unreachable("No agent available")
+    # What the kubelet itself answers is no evidence against the node.
+    assert not kubelet_unreachable('container "worker" in pod "p" is not running')
+    assert not kubelet_unreachable("Handshake status 403 Forbidden")
+
+
+def test_a_suspected_node_is_avoided_for_the_quarantine_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from codemode.runtimes import kubernetes_nodes
+
+    now = [100.0]
+    monkeypatch.setattr(kubernetes_nodes.time, "monotonic", lambda: now[0])
+    q = kubernetes_nodes.NodeQuarantine(60.0)
+    assert q.suspect("node-2") is True
+    assert q.suspect("node-2") is False  # already suspected: no second operator log
+    assert q.suspect("node-3") is True
+    assert q.nodes() == ["node-2", "node-3"]
+    now[0] += 59.0
+    q.suspect("node-3")  # fresh evidence renews it
+    now[0] += 2.0
+    assert q.nodes() == ["node-3"]
+    q.forget(["node-3"])
+    assert q.nodes() == []
+    off = kubernetes_nodes.NodeQuarantine(0.0)
+    assert off.suspect("node-2") is False and off.nodes() == []
+
+
+@pytest.mark.parametrize("version", ["1.30", "latest"])
+def test_a_pod_that_avoids_nodes_has_a_required_node_affinity(version: str) -> None:
+    import kubernetes_validate
+
+    if version == "latest":
+        version = kubernetes_validate.utils.latest_version()
+    rt = KubernetesRuntime(api=object())
+    assert serialized(rt.pod_manifest("p"))["spec"].get("affinity") is None
+    pod = serialized(rt.pod_manifest("codemode-worker-x", avoided_nodes=["node-2"]))
+    assert pod["spec"]["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-2"]}]}
+                ]
+            }
+        }
+    }
+    kubernetes_validate.validate(pod, version, strict=True)
+
+
+async def test_a_spawn_bound_to_a_silent_node_goes_to_another_node_at_once(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # node-2 died but still reads Ready: the scheduler binds the pod there, its kubelet never
+    # takes it on. Before: the spawn waited the whole spawn_timeout and failed.
+    cluster.nodes = ["node-2", "node-1"]
+    cluster.silent_nodes = {"node-2"}
+    rt = make_runtime(cluster, spawn_timeout=30.0, node_ack_timeout=0.3)
+    t0 = time.monotonic()
+    sandbox = await rt.spawn()
+    assert time.monotonic() - t0 < 5.0  # the ack timeout and a second start, not the spawn timeout
+    first, second = cluster.created
+    assert first.spec.affinity is None
+    assert second.spec.affinity.node_affinity is not None
+    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-1"
+    assert (NS, first.metadata.name) not in cluster.api.pods  # the stuck pod was deleted
+    assert "node node-2 did not take on worker pod" in caplog.text and "suspecting it dead" in caplog.text
+    assert rt.quarantine.nodes() == ["node-2"]
+    # The next spawns avoid node-2 from the start: no wait at all.
+    again = await rt.spawn()
+    assert cluster.created[-1].spec.affinity is not None
+    assert cluster.api.pods[(NS, again.pod_name)].spec.node_name == "node-1"
+    await sandbox.destroy()
+    await again.destroy()
+    await rt.aclose()
+
+
+async def test_when_only_suspected_nodes_can_take_a_pod_the_hint_is_dropped(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster.nodes = ["node-1"]
+    rt = make_runtime(cluster, spawn_timeout=30.0, unschedulable_grace=10.0)
+    rt.quarantine.suspect("node-1")  # a false suspicion of the only node
+    t0 = time.monotonic()
+    sandbox = await rt.spawn()
+    assert time.monotonic() - t0 < 5.0  # not the unschedulable grace
+    avoiding, plain = cluster.created
+    assert avoiding.spec.affinity is not None and plain.spec.affinity is None
+    assert rt.quarantine.nodes() == []
+    assert "trying the suspected node(s) node-1 again" in caplog.text
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_a_silent_node_on_every_attempt_fails_the_spawn_within_the_spawn_timeout(
+    cluster: FakeCluster,
+) -> None:
+    cluster.nodes = ["node-2", "node-3", "node-4", "node-1"]
+    cluster.silent_nodes = {"node-2", "node-3", "node-4"}
+    rt = make_runtime(cluster, spawn_timeout=30.0, node_ack_timeout=0.2)
+    with pytest.raises(SpawnFailed, match="node-4, whose kubelet did not acknowledge it"):
+        await rt.spawn()
+    assert len(cluster.created) == 3
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+def _stream_drops(conn: WorkerConn) -> None:
+    return None  # the attach connection drops; the API still says the container runs
+
+
+async def _dropped_worker(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, node: str, exit_wait: float
+) -> tuple[KubernetesRuntime, KubernetesSandbox]:
+    """A started worker on ``node`` whose attach stream has ended while its container runs."""
+    import codemode.runtimes.kubernetes as kubernetes_runtime
+
+    monkeypatch.setattr(kubernetes_runtime, "_LOST_CHECK_AFTER", 0.05)
+    cluster.nodes = [node]
+    cluster.behavior = probing_worker(_stream_drops)
+    rt = make_runtime(cluster, exit_wait=exit_wait)
+    sandbox = await rt.spawn()
+    assert await asyncio.wait_for(sandbox.read(10), 5) == b""
+    return rt, sandbox
+
+
+@pytest.mark.parametrize("in_handshake", [False, True])
+async def test_a_worker_whose_node_is_unreachable_is_lost_not_killed(
+    cluster: FakeCluster,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    in_handshake: bool,
+) -> None:
+    # The node died mid-execute: its kubelet took the attach stream with it. Before: destroy
+    # waited exit_wait, then reported exit 137 / SIGKILL for a worker nobody killed.
+    rt, sandbox = await _dropped_worker(cluster, monkeypatch, "node-2", exit_wait=30.0)
+    cluster.server.refuse_in_handshake = in_handshake
+    cluster.server.refuse_without_stdin = (
+        500,
+        'Internal error occurred: error sending request: Post "https://node-2:11250/attach/'
+        f'{NS}/{sandbox.pod_name}/worker?error=1": dial tcp 127.0.0.1:11250: connect: connection refused',
+    )
+    t0 = time.monotonic()
+    info = await sandbox.destroy()
+    assert time.monotonic() - t0 < 5.0  # not exit_wait
+    assert info.lost and (info.exit_code, info.signal, info.oom_killed) == (None, None, False)
+    assert f"worker pod {sandbox.pod_name} lost with its node node-2" in caplog.text
+    assert "dial tcp 127.0.0.1:11250" in caplog.text and "not killed by this host" in caplog.text
+    assert cluster.api.pods == {}  # deleted from the API all the same
+    assert rt.quarantine.nodes() == ["node-2"]
+    probe = cluster.server.requests[-1]
+    assert {k: v[0].lower() for k, v in probe.query.items()}["stdin"] == "false"
+    await rt.aclose()
+
+
+async def test_a_worker_whose_node_answers_is_not_lost(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker that ends its own stream and keeps running (a compromised interpreter) while its
+    # node's kubelet answers (the check's attach is taken) is no node loss: its node is not
+    # suspected, so no tenant can move every tenant's workers off a node.
+    rt, sandbox = await _dropped_worker(cluster, monkeypatch, "node-1", exit_wait=0.5)
+    info = await sandbox.destroy()
+    assert not info.lost and (info.exit_code, info.signal) == (137, 9)
+    assert len(cluster.server.requests) == 2  # the worker's attach and the node check
+    assert rt.quarantine.nodes() == []
+    await rt.aclose()

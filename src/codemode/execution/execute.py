@@ -775,7 +775,15 @@ class Executor:
                     if kind == "memory" and not oom:
                         log.info("worker %s ran out of memory: %s", worker_id, info)
                     raise ResourceLimit(kind) from None
-                log.warning("worker %s ended without a result: %s", worker_id, info)
+                if info.lost:
+                    log.warning(
+                        "worker %s lost mid-execute: its stream broke while it was still running"
+                        " (its node lost or unreachable); how it ended is unknown (the runtime's"
+                        " log says what it found)",
+                        worker_id,
+                    )
+                else:
+                    log.warning("worker %s ended without a result: %s", worker_id, info)
                 raise Internal() from None
             except WorkerMisbehaved as exc:
                 log.warning("worker %s misbehaved: %s", worker_id, exc)

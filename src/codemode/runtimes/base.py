@@ -63,13 +63,17 @@ class SandboxClosed(Exception):
 class ExitInfo:
     """How a worker ended, as far as the runtime can tell: ``exit_code`` (None when unknown),
     ``signal`` (the one that killed it), ``oom_killed`` (its memory limit), ``cpu_limited`` (its CPU
-    time limit) and ``stderr_tail`` (the bounded end of its stderr, for host logs)."""
+    time limit), ``stderr_tail`` (the bounded end of its stderr, for host logs) and ``lost`` (the
+    host lost the worker before it ended: its stream broke while the worker was, as far as anyone
+    could tell, still running, e.g. its node died; how it ended is unknown, so ``exit_code`` and
+    ``signal`` are None)."""
 
     exit_code: int | None
     signal: int | None = None
     oom_killed: bool = False
     cpu_limited: bool = False
     stderr_tail: bytes = b""
+    lost: bool = False
 
     @property
     def resource_killed(self) -> bool:

@@ -35,6 +35,7 @@ from kubernetes import client as k8s
 
 from .base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
 from .base import SandboxClosed as SandboxClosed
+from .kubernetes_nodes import NodeQuarantine, kubelet_unreachable
 from .kubernetes_pod import CONTAINER_NAME as CONTAINER_NAME
 from .kubernetes_pod import DEFAULT_IMAGE as DEFAULT_IMAGE
 from .kubernetes_pod import INSTANCE_LABEL as INSTANCE_LABEL
@@ -43,7 +44,7 @@ from .kubernetes_pod import OWNER_LABEL as OWNER_LABEL
 from .kubernetes_pod import PROTOCOL_LABEL as PROTOCOL_LABEL
 from .kubernetes_pod import ROLE_LABEL as ROLE_LABEL
 from .kubernetes_pod import WORKER_UID as WORKER_UID
-from .kubernetes_pod import PodSizing, progress, scheduled, worker_pod
+from .kubernetes_pod import PodSizing, acknowledged, progress, scheduled, worker_pod
 from .kubernetes_pod import worker_status as _worker_status
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
@@ -102,6 +103,24 @@ _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 CleanupMode = Literal["dead", "all", "none"]
 _DeleteOutcome = Literal["deleted", "gone", "failed"]
+#: Pods one spawn may make when the first ones land on silent nodes (each on another node).
+_NODE_ATTEMPTS = 3
+#: Seconds a worker whose stream ended must still read as running before its node is checked, and
+#: how long the check waits for the API server's word on the node's kubelet.
+_LOST_CHECK_AFTER = 1.0
+_LOST_CHECK_WAIT = 1.0
+
+
+class _NodeSilent(SpawnFailed):
+    """The pod was bound to a node whose kubelet never acknowledged it (``node_ack_timeout``)."""
+
+    def __init__(self, node: str, detail: str) -> None:
+        super().__init__(detail)
+        self.node = node
+
+
+class _Unplaceable(SpawnFailed):
+    """A pod kept off suspected nodes is unschedulable: no other node can take it."""
 
 
 # ----------------------------------------------------------------------------------- owner identity
@@ -175,6 +194,29 @@ def _maybe_sent(exc: BaseException) -> bool:
 
     reason = exc.reason if isinstance(exc, u.MaxRetryError) else exc
     return not isinstance(reason, u.NewConnectionError | u.ConnectTimeoutError | u.SSLError)
+
+
+def _status_message(text: str) -> str:
+    """The ``message`` of the Status object in an API error's text (the text itself without one),
+    at most 400 characters, for host logs."""
+    start = text.find("{")
+    if start >= 0:
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(text[start:].rstrip("'")).get("message")
+            if isinstance(message, str) and message:
+                text = message
+    return text[:400]
+
+
+def _close_reason(frame: Any) -> str:
+    """A websocket close frame's status code and reason, for host logs."""
+    data = getattr(frame, "data", b"") or b""
+    if isinstance(data, str):
+        data = data.encode()
+    if len(data) < 2:
+        return "no status"
+    reason = data[2:200].decode("utf-8", "replace")
+    return f"status {int.from_bytes(data[:2], 'big')}{': ' + reason if reason else ''}"
 
 
 def _hangup(stream: Any) -> None:
@@ -277,6 +319,8 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
         self._error = bytearray()
         #: The pod was deleted (by this sandbox) or found gone.
         self.deleted = False
+        #: How the attach stream ended, for host logs ("" while it runs).
+        self.stream_end = ""
         super().__init__(runtime, f"k8s-{pod_name}", loop, f"codemode-k8s-{pod_name}")
 
     # -- extras ----------------------------------------------------------------------------------
@@ -314,6 +358,13 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
                 await self._runtime._run_blocking(self._stream.close_channel, 0)
 
     def _pump(self) -> None:
+        try:
+            self.stream_end = self._pump_frames()
+        except Exception as exc:
+            self.stream_end = f"broke: {type(exc).__name__}: {str(exc)[:200]}"
+            raise
+
+    def _pump_frames(self) -> str:
         while True:
             with self._cond:
                 # Bounded: a worker flooding stdout waits until the host reads (TCP back-pressure
@@ -321,7 +372,7 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
                 self._wait_for_room()
             opcode, frame = self._ws.recv_data_frame(True)
             if opcode == _OP_CLOSE:
-                return
+                return f"closed by the API server ({_close_reason(frame)})"
             if opcode not in (_OP_BINARY, _OP_TEXT):
                 continue  # ping/pong
             data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
@@ -331,7 +382,7 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
             if channel == _STDOUT:
                 self._push_stdout(payload)  # discarded while being destroyed
             elif channel == _CLOSE and payload[:1] == bytes([_STDOUT]):
-                return
+                return "the worker's stdout closed"
             elif channel in (_STDERR, _ERROR):
                 self._push_tail(self._stderr if channel == _STDERR else self._error, payload)
 
@@ -345,9 +396,11 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
         """Close the stream, read how the worker ended, delete the pod. Runs once, on the pool.
 
         A worker whose output stream had already ended has exited (or is exiting): read its
-        terminated state (bounded wait), then delete the pod. A worker still running is being
-        killed by the host: delete it at once (grace period 0) and report SIGKILL (137) without
-        another round trip.
+        terminated state (bounded wait), then delete the pod. If its container still runs and the
+        API server cannot reach its node's kubelet, the worker is **lost** (``ExitInfo.lost``,
+        exit unknown: its node died or is cut off), said so in the log and its node suspected. A
+        worker still running is being killed by the host: delete it at once (grace period 0) and
+        report SIGKILL (137) without another round trip.
         """
         rt = self._runtime
         exited = self._begin_destroy()
@@ -357,7 +410,7 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
         oom = False
         found = "running"
         if exited:
-            found, term = rt._terminated_blocking(self.pod_name)
+            found, term = rt._terminated_blocking(self.pod_name, self.stream_end or "ended")
             if term is not None:
                 exit_code = term.exit_code
                 sig = term.signal
@@ -366,7 +419,7 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
         self.deleted = outcome != "failed"
         if found == "running" and outcome == "deleted":
             exit_code, sig = 128 + 9, 9
-        return self._finish_destroy(exit_code, sig, oom)
+        return self._finish_destroy(exit_code, sig, oom, found == "lost")
 
 
 # ----------------------------------------------------------------------------------- runtime
@@ -409,6 +462,10 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         spawn_timeout: seconds from pod creation until its container runs and is attached.
         unschedulable_grace: seconds a pod may stay unschedulable (no node has room) before the
             spawn fails with ``CapacityExhausted``.
+        node_ack_timeout: seconds a pod bound to a node may wait for that node's kubelet to
+            acknowledge it; then the node is suspected dead, the pod deleted and the spawn tried
+            again on another node (docs/kubernetes.md, "A node lost mid-execute").
+        node_quarantine: seconds new pods avoid a node suspected dead (0: never avoid one).
         probe_timeout: seconds for the attached worker to answer the probe.
         api_timeout: seconds for one API call.
         check_timeout: seconds for ``check()`` as a whole.
@@ -446,6 +503,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         cleanup_orphans: CleanupMode = "dead",
         spawn_timeout: float = 60.0,
         unschedulable_grace: float = 2.0,
+        node_ack_timeout: float = 5.0,
+        node_quarantine: float = 60.0,
         probe_timeout: float = 10.0,
         api_timeout: float = 30.0,
         check_timeout: float = 5.0,
@@ -487,6 +546,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             raise ValueError(f"cpu_request {cpu_request!r} exceeds the cpu limit {cpu!r}")
         if unschedulable_grace < 0:
             raise ValueError("unschedulable_grace must not be negative")
+        if node_ack_timeout <= 0 or node_quarantine < 0:
+            raise ValueError("node_ack_timeout must be positive and node_quarantine not negative")
         if cleanup_orphans not in ("dead", "all", "none"):
             raise ValueError("cleanup_orphans must be 'dead', 'all' or 'none'")
         if max_lifetime <= 0 or spawn_timeout <= 0 or probe_timeout <= 0:
@@ -503,6 +564,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self.kubeconfig = os.fspath(kubeconfig) if kubeconfig is not None else None
         self.context = context
         self.unschedulable_grace = unschedulable_grace
+        self.node_ack_timeout = node_ack_timeout
+        #: The nodes suspected dead, which new pods avoid (``kubernetes_nodes``).
+        self.quarantine = NodeQuarantine(node_quarantine)
         #: Seconds from the start of the last successful launch to each phase it reached
         #: (created, scheduled, running, attached); for benchmarks and debugging.
         self.last_phases: dict[str, float] = {}
@@ -563,12 +627,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             PROTOCOL_LABEL: DEFAULT_IMAGE.rsplit(":", 1)[1],
         }
 
-    def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
+    def pod_manifest(
+        self, pod_name: str, supervised: bool = False, avoided_nodes: list[str] | None = None
+    ) -> k8s.V1Pod:
         """The exact pod ``spawn()`` submits (built by ``kubernetes_pod.worker_pod``).
 
         Args:
             pod_name: the pod's name.
             supervised: the reusable pod of ``spawn_supervised()`` instead (the supervisor as PID 1).
+            avoided_nodes: nodes the pod must not run on (``spawn()`` passes the suspected ones).
 
         Returns:
             The pod object.
@@ -589,6 +656,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             image_pull_policy=self.image_pull_policy,
             command=self.supervisor_entrypoint if supervised else self.entrypoint,
             extra_env={TESTING_ENV: "1"} if self.testing_entry else None,
+            avoided_nodes=avoided_nodes,
         )
 
     # -- blocking plumbing -----------------------------------------------------------------------
@@ -672,9 +740,18 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 log.error("kubernetes: could not delete worker pod %s: %s", pod_name, _api_error_text(exc))
                 return "failed"
 
-    def _terminated_blocking(self, pod_name: str) -> tuple[Literal["terminated", "running", "gone"], Any]:
-        """The worker container's terminated state, waiting up to ``exit_wait`` for the kubelet."""
-        deadline = time.monotonic() + self.exit_wait
+    def _terminated_blocking(
+        self, pod_name: str, stream_end: str = "ended"
+    ) -> tuple[Literal["terminated", "running", "gone", "lost"], Any]:
+        """The worker container's terminated state, waiting up to ``exit_wait`` for the kubelet.
+
+        A container that still reads as running ``_LOST_CHECK_AFTER`` seconds after its stream
+        ended (``stream_end`` says how) has its node checked (``_kubelet_unreachable_blocking``):
+        unreachable means ``"lost"`` at once (logged, the node suspected).
+        """
+        start = time.monotonic()
+        deadline = start + self.exit_wait
+        checked = False
         while True:
             try:
                 pod = self._client().read_namespaced_pod(
@@ -692,9 +769,65 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             term = getattr(state, "terminated", None)
             if term is not None:
                 return "terminated", term
+            node = getattr(pod.spec, "node_name", None) or ""
+            now = time.monotonic()
+            if not checked and node and now >= min(start + _LOST_CHECK_AFTER, deadline):
+                checked = True
+                unreachable = self._kubelet_unreachable_blocking(pod_name)
+                if unreachable is not None:
+                    self._log_lost(pod_name, node, stream_end, unreachable)
+                    return "lost", None
             if time.monotonic() >= deadline:
                 return "running", None
             time.sleep(0.1)
+
+    def _kubelet_unreachable_blocking(self, pod_name: str) -> str | None:
+        """Whether the API server can reach the kubelet of a pod's node: one attach to its
+        container's stderr (``pods/attach``, which the host has; nodes it may not read), read for
+        at most ``_LOST_CHECK_WAIT`` seconds, then closed. The API server accepts the websocket
+        first and reports a failure to dial the kubelet on the error channel (1.30+; older ones
+        refuse the handshake). Returns that dial error, or None when the kubelet answered (the
+        attach holds, or the kubelet reported an error of its own, such as a stopped container) or
+        nothing could be told."""
+        try:
+            stream = self._open_attach(
+                self._client(), pod_name, stdin=False, _request_timeout=min(self.api_timeout, 5.0)
+            )
+        except Exception as exc:
+            text = _api_error_text(exc)
+            return _status_message(text) if kubelet_unreachable(text) else None
+        error = bytearray()
+        ws: Any = getattr(stream, "sock", None)
+        deadline = time.monotonic() + _LOST_CHECK_WAIT
+        try:
+            while ws is not None and (left := deadline - time.monotonic()) > 0:
+                ws.settimeout(left)
+                opcode, frame = ws.recv_data_frame(True)
+                if opcode == _OP_CLOSE:
+                    break
+                data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+                if data[:1] == bytes([_ERROR]):
+                    error += data[1:1024]
+        except Exception:
+            pass  # the wait ran out with the attach holding (or the socket broke): no dial error
+        finally:
+            _hangup(stream)
+        text = error.decode("utf-8", "replace")
+        return _status_message(text) if kubelet_unreachable(text) else None
+
+    def _log_lost(self, pod_name: str, node: str, stream_end: str, unreachable: str) -> None:
+        first = self.quarantine.suspect(node)
+        log.warning(
+            "kubernetes: worker pod %s lost with its node %s: its attach stream %s while the API still"
+            " says its container runs, and the API server cannot reach the node's kubelet (%s). How"
+            " the worker ended is unknown (not killed by this host); its pod is deleted from the API,"
+            " and the node's kubelet removes the container when the node is back.%s",
+            pod_name,
+            node,
+            stream_end,
+            unreachable,
+            f" New worker pods avoid {node} for {self.quarantine.seconds}s." if first else "",
+        )
 
     # -- Runtime protocol ------------------------------------------------------------------------
 
@@ -857,17 +990,47 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self._delete_blocking(pod_name)
 
     def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
-        """create -> wait until running -> attach; deletes the pod again on any failure."""
+        """create -> wait until running -> attach, on another node when the first pod's node turns
+        out silent (up to ``_NODE_ATTEMPTS`` pods, all within ``spawn_timeout``)."""
+        deadline = time.monotonic() + self.spawn_timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            avoided = self.quarantine.nodes()
+            try:
+                return self._launch_once(handoff, supervised, deadline, avoided)
+            except _NodeSilent as exc:
+                if self.quarantine.suspect(exc.node):
+                    log.warning(
+                        "kubernetes: node %s did not take on worker pod within %ss (%s): suspecting it"
+                        " dead; new worker pods avoid it for %ss",
+                        exc.node,
+                        self.node_ack_timeout,
+                        exc,
+                        self.quarantine.seconds,
+                    )
+                if attempt >= _NODE_ATTEMPTS or time.monotonic() >= deadline:
+                    raise
+            except _Unplaceable as exc:
+                # Only the suspected nodes could take it: a hint must never cost the spawn.
+                log.warning("kubernetes: %s; trying the suspected node(s) %s again", exc, ", ".join(avoided))
+                self.quarantine.forget(avoided)
+                if attempt >= _NODE_ATTEMPTS or time.monotonic() >= deadline:
+                    raise SpawnFailed(str(exc)) from exc
+
+    def _launch_once(
+        self, handoff: LaunchHandoff, supervised: bool, deadline: float, avoided: list[str]
+    ) -> tuple[str, Any]:
+        """One pod: create -> wait until running -> attach; deletes the pod again on any failure."""
         api = self._client()
         pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
         t0 = time.monotonic()
-        deadline = t0 + self.spawn_timeout
         phases: dict[str, float] = {}
         created = False
         self._created_any = True
         try:
             try:
-                self._create_blocking(api, self.pod_manifest(pod_name, supervised), deadline)
+                self._create_blocking(api, self.pod_manifest(pod_name, supervised, avoided), deadline)
                 created = True
                 phases["created"] = time.monotonic() - t0
             except k8s.ApiException as exc:
@@ -876,20 +1039,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             except Exception as exc:
                 created = _maybe_sent(exc)  # a timeout or lost response: the pod may exist
                 raise
-            self._wait_running_blocking(api, pod_name, deadline, handoff, t0, phases)
-            attach = self._attach or _default_attach()
-            stream = attach(
-                self._attach_method(api),
-                pod_name,
-                self.namespace,
-                container=CONTAINER_NAME,
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                binary=True,
-                _preload_content=False,
-            )
+            self._wait_running_blocking(api, pod_name, deadline, handoff, t0, phases, bool(avoided))
+            stream = self._open_attach(api, pod_name, stdin=True)
             if getattr(stream, "sock", None) is None:
                 _hangup(stream)
                 raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
@@ -912,6 +1063,24 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         # The spawning coroutine was cancelled meanwhile: nobody will use this pod.
         self._discard_blocking(pod_name, stream)
         raise SpawnFailed("spawn cancelled")
+
+    def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, **extra: Any) -> Any:
+        """Attach to the worker container: stdin, stdout and stderr (the worker's channel), or its
+        stderr only (``stdin=False``: the node check, which reads the error channel alone)."""
+        attach = self._attach or _default_attach()
+        return attach(
+            self._attach_method(api),
+            pod_name,
+            self.namespace,
+            container=CONTAINER_NAME,
+            stdin=stdin,
+            stdout=stdin,
+            stderr=True,
+            tty=False,
+            binary=True,
+            _preload_content=False,
+            **extra,
+        )
 
     @staticmethod
     def _attach_method(api: Any) -> Callable[..., Any]:
@@ -938,17 +1107,22 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         handoff: LaunchHandoff,
         t0: float | None = None,
         phases: dict[str, float] | None = None,
+        avoiding: bool = False,
     ) -> None:
         """Read the pod until its container runs: 25 ms apart, growing to 100 ms.
 
         Records when it was first seen scheduled and running in ``phases``. A pod the scheduler
-        reports Unschedulable for ``unschedulable_grace`` seconds is given up (``CapacityExhausted``).
+        reports Unschedulable for ``unschedulable_grace`` seconds is given up (``CapacityExhausted``;
+        at once, ``_Unplaceable``, when it is ``avoiding`` suspected nodes). A pod bound to a node
+        whose kubelet does not acknowledge it within ``node_ack_timeout`` is given up
+        (``_NodeSilent``).
         """
         t0 = time.monotonic() if t0 is None else t0
         phases = {} if phases is None else phases
         delay = 0.025
         detail = "not read yet"
         unschedulable_since: float | None = None
+        bound_since: float | None = None
         while True:
             if handoff.abandoned or self._closed:
                 if unschedulable_since is not None:
@@ -966,6 +1140,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 now = time.monotonic()
                 if "scheduled" not in phases and scheduled(pod):
                     phases["scheduled"] = now - t0
+                node = getattr(pod.spec, "node_name", None)
+                if node and not acknowledged(pod):
+                    bound_since = bound_since or now
+                    if now - bound_since >= self.node_ack_timeout:
+                        raise _NodeSilent(
+                            node,
+                            f"kubernetes: worker pod {pod_name} bound to node {node}, whose kubelet did"
+                            f" not acknowledge it within {self.node_ack_timeout}s",
+                        )
                 where, detail = progress(pod)
                 if where == "running":
                     phases["running"] = now - t0
@@ -975,6 +1158,11 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 if where == "no-image":
                     raise RuntimeUnavailable(f"kubernetes: worker image {self.image!r} unavailable: {detail}")
                 if where == "unschedulable":
+                    if avoiding:
+                        raise _Unplaceable(
+                            f"kubernetes: worker pod {pod_name} kept off the suspected nodes is"
+                            f" unschedulable: {detail}"
+                        )
                     unschedulable_since = unschedulable_since or now
                     if now - unschedulable_since >= self.unschedulable_grace:
                         self._log_unschedulable(pod_name, detail)

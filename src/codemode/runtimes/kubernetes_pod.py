@@ -13,6 +13,10 @@ Spread (docs/kubernetes.md, "Several nodes"): one ``topologySpreadConstraint`` o
 ``kubernetes.io/hostname`` over every worker pod of the namespace (``io.codemode.role=worker``, all
 replicas' workers: they share the nodes), ``maxSkew: 1``, ``whenUnsatisfiable: ScheduleAnyway``. It
 is a scoring preference, so a full or lone node never leaves a worker Pending because of it.
+
+Avoided nodes (docs/kubernetes.md, "A node lost mid-execute"): while the runtime suspects a node
+dead, its new pods carry a required node affinity ``metadata.name NotIn [...]`` (``avoid_nodes``);
+otherwise the pod has no affinity at all.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ __all__ = [
     "WORKER_UID",
     "PodSizing",
     "Progress",
+    "acknowledged",
+    "avoid_nodes",
     "progress",
     "scheduled",
     "spread",
@@ -118,6 +124,27 @@ def spread(role: str) -> list[k8s.V1TopologySpreadConstraint]:
     ]
 
 
+def avoid_nodes(nodes: list[str]) -> k8s.V1Affinity | None:
+    """A required node affinity that keeps a pod off these nodes (by node name, not by a label a
+    node might not carry).
+
+    Args:
+        nodes: the node names to avoid.
+
+    Returns:
+        The pod's ``affinity``, or None when there is nothing to avoid.
+    """
+    if not nodes:
+        return None
+    off = k8s.V1NodeSelectorRequirement(key="metadata.name", operator="NotIn", values=list(nodes))
+    term = k8s.V1NodeSelectorTerm(match_fields=[off])
+    return k8s.V1Affinity(
+        node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(node_selector_terms=[term])
+        )
+    )
+
+
 def worker_pod(
     pod_name: str,
     *,
@@ -133,6 +160,7 @@ def worker_pod(
     env_marker: str = WORKER_ENV_MARKER,
     command: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
+    avoided_nodes: list[str] | None = None,
 ) -> k8s.V1Pod:
     """The exact pod ``KubernetesRuntime.spawn()`` submits.
 
@@ -150,6 +178,7 @@ def worker_pod(
         env_marker: the variable that tells the worker it runs in a worker pod.
         command: replaces the image's entrypoint (only the test-only worker entry uses it).
         extra_env: more variables for the worker.
+        avoided_nodes: nodes the pod must not run on (suspected dead), or None.
 
     Returns:
         The pod object.
@@ -207,6 +236,7 @@ def worker_pod(
             termination_grace_period_seconds=1,
             runtime_class_name=runtime_class,
             topology_spread_constraints=spread(labels[ROLE_LABEL]),
+            affinity=avoid_nodes(avoided_nodes or []),
             security_context=k8s.V1PodSecurityContext(
                 run_as_non_root=True,
                 run_as_user=WORKER_UID,
@@ -255,6 +285,18 @@ def scheduled(pod: Any) -> bool:
     return any(
         c.type == "PodScheduled" and c.status == "True" for c in getattr(pod.status, "conditions", None) or []
     )
+
+
+def acknowledged(pod: Any) -> bool:
+    """Whether the kubelet of the pod's node has accepted it (it sets ``status.startTime`` then).
+
+    Args:
+        pod: the pod as the API returned it.
+
+    Returns:
+        True once the node's kubelet has taken the pod on.
+    """
+    return getattr(pod.status, "start_time", None) is not None
 
 
 def progress(pod: Any) -> tuple[Progress, str]:

@@ -346,11 +346,15 @@ class ThreadedStreamSandbox(ABC, Generic[_R]):
         self._notify()
         return exited
 
-    def _finish_destroy(self, exit_code: int | None, sig: int | None, oom: bool) -> ExitInfo:
+    def _finish_destroy(
+        self, exit_code: int | None, sig: int | None, oom: bool, lost: bool = False
+    ) -> ExitInfo:
         self._runtime._forget(self)
         if sig is None and exit_code is not None and exit_code > 128:
             sig = exit_code - 128
-        info = ExitInfo(exit_code=exit_code, signal=sig, oom_killed=oom, stderr_tail=self.stderr_tail)
+        info = ExitInfo(
+            exit_code=exit_code, signal=sig, oom_killed=oom, stderr_tail=self.stderr_tail, lost=lost
+        )
         self.exit_info = info
         if oom:
             self._log.info("%s: worker %s was OOM-killed", self._kind, self._id)
