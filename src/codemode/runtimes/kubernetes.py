@@ -69,6 +69,7 @@ __all__ = [
     "CleanupMode",
     "KubernetesRuntime",
     "KubernetesSandbox",
+    "not_running_yet",
 ]
 
 log = logging.getLogger("codemode.runtimes.kubernetes")
