@@ -1168,12 +1168,18 @@ async def test_an_unknown_refusal_of_a_running_pod_fails_the_spawn(cluster: Fake
     await rt.aclose()
 
 
-async def test_a_pod_that_ends_while_refused_fails_the_spawn(cluster: FakeCluster) -> None:
+async def spawn_while_refused(cluster: FakeCluster, form: str) -> tuple[KubernetesRuntime, Any]:
+    """A spawn whose attaches are refused ("not running yet") for ever, after its second attempt."""
     starting(cluster, None)
-    refusals(cluster, "channel", 10_000)
+    refusals(cluster, form, 10_000)
     rt = make_runtime(cluster, spawn_timeout=30)
     task = asyncio.create_task(rt.spawn())
     await wait_until(lambda: len(cluster.server.requests) >= 2)
+    return rt, task
+
+
+async def test_a_pod_that_ends_while_refused_fails_the_spawn(cluster: FakeCluster) -> None:
+    rt, task = await spawn_while_refused(cluster, "channel")
     cluster.crash_on_read = (1, "Error")
     with pytest.raises(SpawnFailed, match=r"ended before attach: phase Failed, container exited 1"):
         await task
@@ -1183,11 +1189,7 @@ async def test_a_pod_that_ends_while_refused_fails_the_spawn(cluster: FakeCluste
 
 
 async def test_a_spawn_cancelled_while_refused_deletes_its_pod_once(cluster: FakeCluster) -> None:
-    starting(cluster, None)
-    refusals(cluster, "handshake", 10_000)
-    rt = make_runtime(cluster, spawn_timeout=30)
-    task = asyncio.create_task(rt.spawn())
-    await wait_until(lambda: len(cluster.server.requests) >= 2)
+    rt, task = await spawn_while_refused(cluster, "handshake")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
