@@ -2,9 +2,19 @@
 scripts/provision-kubernetes.sh (admin kubeconfig, worker image imported) and, for the figures
 beside them, the Docker engine with codemode-worker:1.
 
-    python -m tests.benchmarks.bench_kubernetes [--n 10] [--skip-docker]
+    python -m tests.benchmarks.bench_kubernetes [--n 10] [--skip-docker] [--node localhost]
+        [--cold-only] [--no-shadow-variant]
 
 Measured in one run, so the ratios are meaningful on a noisy machine:
+- ``cold vs bare pod`` (first): on one node (``--node``; the cluster may have several), interleaved
+  sample by sample, each at a random phase of the kubelet's 1 s relist: a bare pod's create ->
+  Running as the API reports it (``bench_reuse``: the worker image, read every 10 ms), the cold
+  execute as the runtime does it (``attach_early``: attach as soon as the kubelet runs the
+  container) and the cold execute the previous way (``attach_early=False``: attach once the API
+  reports Running), each with its phases (p50, ms from create) and its ratio to the bare pod;
+  with ``--no-shadow-variant`` also the cold execute of a worker pod without its read-only
+  ``emptyDir`` over /tmp and /dev/shm (an experiment, not the runtime's pod: the kubelet waits
+  for a pod's volumes in 300 ms polls);
 - ``kubectl run --rm -i``: the naive baseline, one ``kubectl run`` of the worker image whose stdin
   is closed at once (the worker starts, sees EOF, exits; kubectl deletes the pod);
 - ``execute cold``: a trivial execute through codemode.Server on KubernetesRuntime (a pod per
@@ -20,15 +30,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kubernetes import client as k8s
+
 from codemode.runtimes.kubernetes import KubernetesRuntime
 
 from .bench_docker import ONE_CALL, TRIVIAL, build_server
+from .bench_reuse import bare_pod_once
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -91,6 +105,104 @@ async def sustained(server: Any, subject: Any, concurrency: int, total: int) -> 
     return total / (time.perf_counter() - t0)
 
 
+class PinnedRuntime(KubernetesRuntime):
+    """The runtime's own pods, on one node (``node``), optionally without the read-only emptyDir."""
+
+    def __init__(self, *, node: str, shadow: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.node = node
+        self.shadow = shadow
+
+    def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
+        pod = super().pod_manifest(pod_name, supervised)
+        assert pod.spec is not None
+        pod.spec.node_selector = {"kubernetes.io/hostname": self.node}
+        if not self.shadow:
+            pod.spec.volumes = None
+            pod.spec.containers[0].volume_mounts = None
+        return pod
+
+
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000
+
+
+async def cold_vs_bare(args: argparse.Namespace) -> dict[str, Any]:
+    """A bare pod's create -> Running and the cold execute, same node, interleaved, in one run."""
+    from kubernetes import config
+
+    from codemode import authz
+
+    configuration = k8s.Configuration()
+    config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    api = k8s.CoreV1Api(k8s.ApiClient(configuration))
+    subject = authz.Subject("bench")
+    kinds = {"early": {"attach_early": True}, "old": {"attach_early": False}}
+    if args.no_shadow_variant:
+        kinds["early, no emptyDir"] = {"attach_early": True, "shadow": False}
+    runtimes = {
+        kind: PinnedRuntime(
+            node=args.node, kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image, **kw
+        )
+        for kind, kw in kinds.items()
+    }
+    servers = {kind: build_server(rt) for kind, rt in runtimes.items()}
+    bare: list[float] = []
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    phases: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    attempts: dict[str, list[int]] = {kind: [] for kind in kinds}
+    try:
+        for srv in servers.values():  # warm the host side (imports, clients) once
+            await srv.execute(TRIVIAL, subject=subject)
+        for _ in range(args.n):
+            # Each sample starts at a random phase of the kubelet's 1 s relist: back to back, a
+            # sample would start right after the previous one's Running report (a relist), and
+            # every bare pod would wait for almost a whole period (~1 s), or none would.
+            await asyncio.sleep(random.uniform(0, 1.0))
+            bare.append(
+                await asyncio.to_thread(bare_pod_once, api, args.bare_namespace, args.image, True, args.node)
+            )
+            for kind, srv in servers.items():
+                await asyncio.sleep(random.uniform(0, 1.0))
+                t0 = time.perf_counter()
+                await srv.execute(TRIVIAL, subject=subject)
+                times[kind].append(time.perf_counter() - t0)
+                phases[kind].append(dict(runtimes[kind].last_phases))
+                attempts[kind].append(runtimes[kind].last_attach_attempts)
+    finally:
+        for srv in servers.values():
+            await srv.aclose()
+        api.api_client.close()
+    out: dict[str, Any] = {"node": args.node, "bare_running_p50_ms": p50(bare)}
+    print(
+        f"cold vs bare pod on node {args.node}, n={args.n}, interleaved; bare pod create->Running "
+        f"(API, read every 10 ms): p50 {p50(bare):.0f} ms (min {min(bare) * 1000:.0f})"
+    )
+    for kind in kinds:
+        keys = ("created", "scheduled", "running", "attached")
+        ph = {
+            k: round(p50([p[k] for p in phases[kind] if k in p]))
+            for k in keys
+            if any(k in p for p in phases[kind])
+        }
+        ratio = p50(times[kind]) / p50(bare)
+        out[kind] = {
+            "p50_ms": p50(times[kind]),
+            "ratio_to_bare": ratio,
+            "phases_p50_ms": ph,
+            "attach_attempts_p50": statistics.median(attempts[kind]),
+            "saw_running": sum("running" in p for p in phases[kind]),
+        }
+        print(
+            f"  cold execute, {kind:<20} p50 {p50(times[kind]):6.0f} ms = {ratio:.2f}x the bare pod;"
+            f" phases p50 {ph}; attach attempts p50 {statistics.median(attempts[kind]):.0f};"
+            f" API said Running before the attach in {out[kind]['saw_running']}/{args.n}"
+        )
+    old, early = out["old"]["p50_ms"], out["early"]["p50_ms"]
+    print(f"  early attach vs the previous path: {old:.0f} -> {early:.0f} ms ({early / old:.2f}x)")
+    return out
+
+
 async def runtime_figures(label: str, make: Callable[[], Any], args: argparse.Namespace) -> dict[str, Any]:
     import codemode
     from codemode import authz
@@ -140,6 +252,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     print(
         f"kubernetes kubeconfig {args.kubeconfig}, namespace {args.namespace}, image {args.image}, n={args.n}"
     )
+    results["cold_vs_bare"] = await cold_vs_bare(args)
+    if args.cold_only:
+        return results
     bare = [
         await asyncio.to_thread(
             kubectl_run_once, args.kubectl, args.kubeconfig, args.bare_namespace, args.image, i
@@ -179,6 +294,13 @@ def main() -> None:
     p.add_argument("--bare-namespace", default="default", help="namespace of the kubectl run baseline")
     p.add_argument("--image", default="codemode-worker:1")
     p.add_argument("--skip-docker", action="store_true")
+    p.add_argument("--node", default="localhost", help="the node of the cold vs bare pod comparison")
+    p.add_argument("--cold-only", action="store_true", help="only the cold vs bare pod comparison")
+    p.add_argument(
+        "--no-shadow-variant",
+        action="store_true",
+        help="also measure a worker pod without its read-only emptyDir (an experiment)",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = p.parse_args()
     results = asyncio.run(bench(args))

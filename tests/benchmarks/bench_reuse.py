@@ -138,10 +138,10 @@ def docker_floor(image: str, n: int) -> dict[str, float]:
     }
 
 
-def _bare_pod(api: Any, namespace: str, image: str) -> Any:
+def _bare_pod(api: Any, namespace: str, image: str, node: str | None = None) -> Any:
     from kubernetes import client as k8s
 
-    return k8s.V1Pod(
+    pod = k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(
             name=f"codemode-bare-{uuid.uuid4().hex[:12]}", labels={"io.codemode.role": "bench-bare"}
         ),
@@ -154,11 +154,17 @@ def _bare_pod(api: Any, namespace: str, image: str) -> Any:
             ],
         ),
     )
+    if node is not None:
+        pod.spec.node_selector = {"kubernetes.io/hostname": node}
+    return pod
 
 
-def bare_pod_once(api: Any, namespace: str, image: str, delete: bool = True) -> float:
-    """Seconds from create to the API reporting phase Running (read every 10 ms)."""
-    pod = _bare_pod(api, namespace, image)
+def bare_pod_once(
+    api: Any, namespace: str, image: str, delete: bool = True, node: str | None = None
+) -> float:
+    """Seconds from create to the API reporting phase Running (read every 10 ms), on ``node`` if
+    given."""
+    pod = _bare_pod(api, namespace, image, node)
     t0 = time.perf_counter()
     api.create_namespaced_pod(namespace, pod)
     try:

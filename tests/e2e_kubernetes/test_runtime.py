@@ -103,7 +103,8 @@ async def test_trivial_program_and_a_native_call_on_a_real_node(cold: Kubernetes
         assert await srv.execute(TRIVIAL, subject=ALICE) == 1
         assert await srv.execute(ONE_CALL, subject=ALICE) == "across the node"
         phases = cold.last_phases
-        assert list(phases) == ["created", "scheduled", "running", "attached"], phases
+        # "running" only when a read saw the API report it before the attach succeeded.
+        assert [k for k in phases if k != "running"] == ["created", "scheduled", "attached"], phases
         record("cold_start_phases_ms", {k: round(v * 1000) for k, v in phases.items()})
     finally:
         await srv.aclose()

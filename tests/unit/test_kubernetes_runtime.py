@@ -144,6 +144,19 @@ def probing_worker(after: Callable[[WorkerConn], tuple[int, str] | None] | None 
     return run
 
 
+def _until_eof(sock: socket.socket) -> bool:
+    """Whether the client closes its side within 5 s (everything it sends is discarded)."""
+    sock.settimeout(5.0)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
 class AttachServer:
     """A local websocket endpoint for ``.../pods/<name>/attach`` (what the API server proxies)."""
 
@@ -157,6 +170,12 @@ class AttachServer:
         #: as the API server does when it cannot dial the node's kubelet.
         self.refuse_without_stdin: tuple[int, str] | None = None
         self.refuse_in_handshake = False  # as API servers before 1.30 do
+        #: Refusals for the next attaches, in order: ("handshake", body) answers the upgrade with
+        #: 500 and that body (an API server proxying to the kubelet); ("channel", message) accepts
+        #: it and sends a Failure Status with that message on the error channel (the API server's
+        #: websocket translator, 1.30+). Each refused client must close its socket (``hung_up``).
+        self.refusals: list[tuple[str, str]] = []
+        self.hung_up: list[bool] = []
         self.subprotocol = "v5.channel.k8s.io"
         self.conns: dict[str, WorkerConn] = {}
         threading.Thread(target=self._accept, daemon=True).start()
@@ -186,17 +205,34 @@ class AttachServer:
             sock.sendall(f"HTTP/1.1 {self.refuse} Forbidden\r\nContent-Length: 0\r\n\r\n".encode())
             sock.close()
             return
-        refusal = self.refuse_without_stdin
+        node_refusal = self.refuse_without_stdin
         check = conn.query.get("stdin", ["false"])[0].lower() != "true"
-        if check and refusal is not None and self.refuse_in_handshake:
+        if check and node_refusal is not None and self.refuse_in_handshake:
             body = json.dumps(
-                {"kind": "Status", "status": "Failure", "message": refusal[1], "code": refusal[0]}
+                {"kind": "Status", "status": "Failure", "message": node_refusal[1], "code": node_refusal[0]}
             )
             sock.sendall(
-                f"HTTP/1.1 {refusal[0]} Internal Server Error\r\nContent-Type: application/json\r\n"
+                f"HTTP/1.1 {node_refusal[0]} Internal Server Error\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
             )
             sock.close()
+            return
+        refusal = self.refusals.pop(0) if self.refusals and not check else None
+        silent = self._node_of(url.path) in self.cluster.silent_nodes
+        if refusal is None and silent:
+            # A worker attach to a pod on a dead node: the API server cannot dial its kubelet.
+            refusal = (
+                "channel",
+                f'error sending request: Post "https://node:11250/attach": dial tcp: {url.path}',
+            )
+        if refusal is not None and refusal[0] == "handshake":
+            body = refusal[1].encode()
+            sock.sendall(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            self.hung_up.append(_until_eof(sock))
             return
         accept = base64.b64encode(
             hashlib.sha1(
@@ -209,12 +245,25 @@ class AttachServer:
                 f"Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: {self.subprotocol}\r\n\r\n"
             ).encode()
         )
-        if check and refusal is not None:
+        if check and node_refusal is not None:
             # The API server (1.30+) takes the websocket, then reports its failure to dial the
             # node's kubelet on the error channel (measured on 1.34 with the kubelet killed).
-            status = {"metadata": {}, "status": "Failure", "message": refusal[1], "code": refusal[0]}
+            status = {
+                "metadata": {},
+                "status": "Failure",
+                "message": node_refusal[1],
+                "code": node_refusal[0],
+            }
             conn.send(3, json.dumps(status).encode())
             conn.close()
+            return
+        if refusal is not None:
+            for channel in (1, 2, 3):  # the channels' opening messages, then the Status
+                conn.send(channel, b"")
+            status = {"metadata": {}, "status": "Failure", "message": refusal[1], "code": 500}
+            conn.send(3, json.dumps(status).encode())
+            sock.sendall(bytes([0x88, 2]) + (1000).to_bytes(2, "big"))
+            self.hung_up.append(_until_eof(sock))
             return
         pod = url.path.split("/")[-2]
         self.conns[pod] = conn
@@ -228,6 +277,12 @@ class AttachServer:
 
     def close(self) -> None:
         self.listener.close()
+
+    def _node_of(self, path: str) -> str | None:
+        """The node the pod an attach names is bound to (None: not bound, or no such pod)."""
+        with self.cluster.api.lock:
+            pod = self.cluster.api.pods.get((NS, path.split("/")[-2]))
+            return None if pod is None or pod.spec is None else pod.spec.node_name
 
 
 # ----------------------------------------------------------------------------------- fake REST API
@@ -335,6 +390,7 @@ class FakeCluster:
         self.nodes: list[str] = []
         #: Nodes whose kubelet is gone: pods bound there are never acknowledged (no startTime).
         self.silent_nodes: set[str] = set()
+        self.node_name: str | None = None  # set: the pod is bound to this node from the first read
         self.server = AttachServer(self)
         self.api = FakeCoreV1Api(self, f"http://127.0.0.1:{self.server.port}")
 
@@ -347,6 +403,10 @@ class FakeCluster:
             return
         if self.nodes and not self._bind(pod):
             return
+        if self.node_name is not None:
+            assert pod.spec is not None
+            pod.spec.node_name = self.node_name
+            pod.status.start_time = pod.status.start_time or datetime.datetime.now()  # the kubelet has it
         if self.crash_on_read is not None:
             self._set_terminated(pod, *self.crash_on_read)
             return
@@ -931,7 +991,7 @@ async def test_unschedulable_pod_is_a_resource_limit_with_an_operator_log(
     t0 = time.monotonic()
     with pytest.raises(CapacityExhausted) as info:
         await rt.spawn()
-    assert time.monotonic() - t0 < 5.0  # the grace, not the spawn timeout
+    assert time.monotonic() - t0 < 15.0  # the grace (0.2 s), not the spawn timeout (30 s)
     assert isinstance(info.value, SpawnFailed) and isinstance(info.value, ResourceLimit)
     assert str(info.value) == "resource limit exceeded"
     assert client_text(info.value) == "resource limit exceeded: concurrency"
@@ -1037,6 +1097,207 @@ async def test_attach_forbidden_is_runtime_unavailable_and_the_pod_deleted(clust
     with pytest.raises(RuntimeUnavailable, match="cannot attach"):
         await rt.spawn()
     assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+# ----------------------------------------------------------------------------------- early attach
+
+POD = "codemode-worker-0123456789abcdef"
+# The exact texts measured on Kubernetes 1.34.4 (docs/kubernetes.md, "Start-up phases").
+NOT_FOUND = f"container worker not found in pod {POD}_{NS}"
+TRANSLATED = f"Internal error occurred: unable to upgrade connection: {NOT_FOUND}"
+HANDSHAKE = (
+    "Handshake status 500 Internal Server Error -+-+- {'content-type': 'text/plain'} -+-+- "
+    f"unable to upgrade connection: {NOT_FOUND}"
+)
+UNSCHEDULED = (
+    "Handshake status 400 Bad Request -+-+- {} -+-+- "
+    f'{{"kind":"Status","message":"pod {POD} does not have a host assigned","code":400}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "retried"),
+    [
+        (TRANSLATED, True),  # the kubelet, through the API server's websocket translator
+        (HANDSHAKE, True),  # the kubelet's answer as the handshake's body
+        (UNSCHEDULED, True),  # the API server, before the scheduler bound the pod
+        ("Internal error occurred: unable to upgrade connection: pod does not exist", True),
+        # Anything else is not "not running yet":
+        (f"unable to upgrade connection: container sidecar not found in pod {POD}_{NS}", False),
+        (f"unable to upgrade connection: container worker not found in pod {POD}x_{NS}", False),
+        (f"unable to upgrade connection: container worker not found in pod other_{NS}", False),
+        (f"unable to upgrade connection: container worker not found in pod {POD}_default", False),
+        ("pod codemode-worker-other does not have a host assigned", False),
+        ("Handshake status 403 Forbidden", False),
+        ("unable to upgrade connection: Forbidden (user=system:anonymous)", False),
+        (
+            "Internal error occurred: error attaching to container: container is in CONTAINER_EXITED state",
+            False,
+        ),
+        ("", False),
+    ],
+)
+def test_only_the_exact_not_running_yet_refusals_are_retried(refusal: str, retried: bool) -> None:
+    assert kmod.not_running_yet(refusal, POD, NS) is retried
+
+
+def starting(cluster: FakeCluster, reads_until_running: int | None) -> None:
+    """The pod is bound to a node at once; the API reports it Running only after that many reads."""
+    cluster.node_name = "node-1"
+    cluster.run_after_reads = reads_until_running
+
+
+def refusals(cluster: FakeCluster, form: str, n: int) -> None:
+    """The next ``n`` attaches are refused with the kubelet's "not running yet" for the pod created
+    (its name is known only at create)."""
+    make = cluster.api.create_namespaced_pod
+
+    def create(namespace: str, body: k8s.V1Pod, **kwargs: Any) -> k8s.V1Pod:
+        pod = make(namespace, body, **kwargs)
+        assert pod.metadata is not None
+        text = f"unable to upgrade connection: container worker not found in pod {pod.metadata.name}_{NS}"
+        if form == "channel":
+            text = f"Internal error occurred: {text}"
+        cluster.server.refusals = [(form, text)] * n
+        return pod
+
+    cluster.api.create_namespaced_pod = create  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("form", ["channel", "handshake"])
+async def test_attach_starts_before_the_api_reports_running_and_loses_no_frame(
+    cluster: FakeCluster, form: str
+) -> None:
+    starting(cluster, None)  # the API never reports Running: only the attach can find the container
+    refusals(cluster, form, 3)
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    name = sandbox.pod_name
+    assert rt.last_attach_attempts == 4  # three refusals, then the container
+    assert len(cluster.server.requests) == 4
+    assert cluster.server.hung_up == [True, True, True]  # every refused websocket closed
+    assert list(rt.last_phases) == ["created", "scheduled", "attached"]
+    assert cluster.api.pods[(NS, name)].status.phase == "Pending"  # type: ignore[union-attr]
+    # The worker got the probe once (it asserts its first frame is the probe) and nothing else:
+    # what the host writes next is exactly what comes back.
+    await sandbox.write(b"after the probe")
+    got = b""
+    while len(got) < 15:
+        got += await asyncio.wait_for(sandbox.read(100), 5)
+    assert got == b"after the probe"
+    await sandbox.destroy()
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def test_without_attach_early_the_attach_waits_for_running(cluster: FakeCluster) -> None:
+    starting(cluster, 3)
+    rt = make_runtime(cluster, attach_early=False)
+    sandbox = await rt.spawn()
+    assert rt.last_attach_attempts == 1
+    assert cluster.reads[sandbox.pod_name] == 4
+    assert list(rt.last_phases) == ["created", "scheduled", "running", "attached"]
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_refusals_that_never_end_fail_at_the_spawn_timeout(cluster: FakeCluster) -> None:
+    starting(cluster, None)
+    refusals(cluster, "channel", 10_000)
+    rt = make_runtime(cluster, spawn_timeout=0.6)
+    t0 = time.monotonic()
+    with pytest.raises(SpawnFailed, match=r"not running after 0\.6s: attach refused: .*not found in pod"):
+        await rt.spawn()
+    assert time.monotonic() - t0 < 3.0
+    assert 2 <= rt.last_attach_attempts <= 30  # one per read, 25-100 ms apart
+    await wait_until(lambda: len(cluster.server.hung_up) == rt.last_attach_attempts)
+    assert all(cluster.server.hung_up)
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def test_an_unknown_refusal_of_a_starting_pod_waits_for_running(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    starting(cluster, 3)
+    cluster.server.refusals = [("channel", "Internal error occurred: something new")]
+    rt = make_runtime(cluster)
+    sandbox = await rt.spawn()
+    assert rt.last_attach_attempts == 2  # the refused one, then one once the API said Running
+    assert "running" in rt.last_phases
+    assert "attaching once it runs" in caplog.text and "something new" in caplog.text
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_an_unknown_refusal_of_a_running_pod_fails_the_spawn(cluster: FakeCluster) -> None:
+    starting(cluster, 0)
+    cluster.server.refusals = [("channel", "Internal error occurred: something new")]
+    rt = make_runtime(cluster)
+    with pytest.raises(SpawnFailed, match="was refused: Internal error occurred: something new"):
+        await rt.spawn()
+    assert rt.last_attach_attempts == 1
+    assert cluster.server.hung_up == [True]
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def spawn_while_refused(cluster: FakeCluster, form: str) -> tuple[KubernetesRuntime, Any]:
+    """A spawn whose attaches are refused ("not running yet") for ever, after its second attempt."""
+    starting(cluster, None)
+    refusals(cluster, form, 10_000)
+    rt = make_runtime(cluster, spawn_timeout=30)
+    task = asyncio.create_task(rt.spawn())
+    await wait_until(lambda: len(cluster.server.requests) >= 2)
+    return rt, task
+
+
+async def test_a_pod_that_ends_while_refused_fails_the_spawn(cluster: FakeCluster) -> None:
+    rt, task = await spawn_while_refused(cluster, "channel")
+    cluster.crash_on_read = (1, "Error")
+    with pytest.raises(SpawnFailed, match=r"ended before attach: phase Failed, container exited 1"):
+        await task
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+async def test_a_spawn_cancelled_while_refused_deletes_its_pod_once(cluster: FakeCluster) -> None:
+    rt, task = await spawn_while_refused(cluster, "handshake")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: not cluster.api.pods)
+    attempts = len(cluster.server.requests)
+    await asyncio.sleep(0.3)
+    assert len(cluster.server.requests) == attempts  # no attempt after the cancel was noticed
+    await wait_until(lambda: len(cluster.server.hung_up) == attempts)
+    assert all(cluster.server.hung_up)
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
+    await rt.aclose()
+
+
+async def test_a_worker_that_never_answers_the_attach_fails_within_the_probe_timeout(
+    cluster: FakeCluster,
+) -> None:
+    starting(cluster, None)
+
+    def silent(conn: WorkerConn) -> None:
+        while conn.recv_stdin() is not None:
+            pass
+
+    cluster.behavior = silent  # type: ignore[assignment]
+    rt = make_runtime(cluster, probe_timeout=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(SpawnFailed, match=r"did not answer within 0\.5s"):
+        await rt.spawn()
+    assert time.monotonic() - t0 < 3.0
+    assert rt.last_attach_attempts == 1  # the attach may have reached it: never retried
+    assert len(cluster.api.called("delete_namespaced_pod")) == 1
     await rt.aclose()
 
 

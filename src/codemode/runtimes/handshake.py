@@ -13,17 +13,21 @@ from codemode_worker.protocol import FrameDecoder, ProtocolError, encode_frame
 
 from .base import Sandbox, SandboxClosed, SpawnFailed
 
-__all__ = ["probe"]
+__all__ = ["PROBE", "probe"]
 
 _ACK_FRAME_LIMIT = 4096
+#: The probe frame, as the host sends it.
+PROBE = encode_frame({"k": "probe", "v": PROTOCOL_VERSION})
 
 
-async def probe(sandbox: Sandbox, timeout: float) -> None:
+async def probe(sandbox: Sandbox, timeout: float, *, sent: bool = False) -> None:
     """Send the probe and wait for the worker's acknowledgement.
 
     Args:
         sandbox: the started worker.
         timeout: seconds to wait.
+        sent: the launch has sent ``PROBE`` already (the Kubernetes runtime's early attach proves
+            its stream with it): only wait for the answer.
 
     Raises:
         SpawnFailed: the worker did not acknowledge the probe with our protocol version in time.
@@ -31,7 +35,8 @@ async def probe(sandbox: Sandbox, timeout: float) -> None:
     decoder = FrameDecoder(_ACK_FRAME_LIMIT)
     try:
         async with asyncio.timeout(timeout):
-            await sandbox.write(encode_frame({"k": "probe", "v": PROTOCOL_VERSION}))
+            if not sent:
+                await sandbox.write(PROBE)
             while True:
                 data = await sandbox.read(_ACK_FRAME_LIMIT)
                 if not data:

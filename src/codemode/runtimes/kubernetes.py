@@ -22,6 +22,7 @@ import math
 import os
 import random
 import re
+import select
 import socket
 import struct
 import termios
@@ -29,12 +30,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from kubernetes import client as k8s
 
 from .base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
 from .base import SandboxClosed as SandboxClosed
+from .handshake import PROBE, probe
 from .kubernetes_nodes import NodeQuarantine, kubelet_unreachable
 from .kubernetes_pod import CONTAINER_NAME as CONTAINER_NAME
 from .kubernetes_pod import DEFAULT_IMAGE as DEFAULT_IMAGE
@@ -50,7 +53,7 @@ from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
 from .streams import read_text as _read_text
-from .supervised import Supervised, supervisor_command
+from .supervised import PING, Supervised, supervisor_command
 from .testing import TESTING_ENTRY, TESTING_ENV
 from .testing import WARNING as TESTING_WARNING
 
@@ -67,6 +70,7 @@ __all__ = [
     "CleanupMode",
     "KubernetesRuntime",
     "KubernetesSandbox",
+    "not_running_yet",
 ]
 
 log = logging.getLogger("codemode.runtimes.kubernetes")
@@ -280,6 +284,63 @@ def _has_room(sock: Any, size: int) -> bool:
         return False
 
 
+#: What an attach to a pod whose worker container does not run yet is refused with, and by whom:
+#: the API server before the pod is scheduled (HTTP 400); the kubelet before it has admitted the
+#: pod (404) and until the container runtime lists the container as running (the kubelet asks it
+#: directly, not through the PLEG cache the pod's status comes from). Through the API server's
+#: websocket translator (1.30+) the kubelet's answer arrives as a Status on the error channel
+#: ("unable to upgrade connection: <the kubelet's text>"); without it, as the handshake's status
+#: and body. ``{pod}``/``{namespace}`` are the pod's; nothing else is ever retried.
+_NOT_RUNNING_YET = (
+    "pod {pod} does not have a host assigned",
+    "unable to upgrade connection: container " + CONTAINER_NAME + " not found in pod {pod}_{namespace}",
+    "unable to upgrade connection: pod does not exist",
+)
+
+
+def not_running_yet(refusal: str, pod: str, namespace: str) -> bool:
+    """Whether an attach refusal says only that the pod's worker container does not run yet.
+
+    Args:
+        refusal: the API server's message: an error-channel Status message, or the handshake
+            failure's text (status line, headers and body).
+        pod: the pod attached to.
+        namespace: its namespace.
+
+    Returns:
+        True when the refusal is one of the exact "not running yet" answers for this pod (worth
+        retrying while the pod is starting); False for anything else.
+    """
+    return any(form.format(pod=pod, namespace=namespace) in refusal for form in _NOT_RUNNING_YET)
+
+
+class _Refused(Exception):
+    """One attach attempt was refused before it reached the worker container (``text``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+@dataclass
+class _Attached:
+    """A launched pod's attach stream, with what the worker sent before the sandbox took it over."""
+
+    stream: Any
+    early: list[bytes] = field(default_factory=list)
+
+
+def _error_status(payload: bytes) -> tuple[str, str]:
+    """``(status, message)`` of a Status sent on the error channel (``("", raw text)`` if it is
+    not one)."""
+    text = payload.decode("utf-8", "replace")
+    with contextlib.suppress(ValueError, AttributeError):
+        body = json.loads(text)
+        status, message = body.get("status"), body.get("message")
+        return (status if isinstance(status, str) else ""), (message if isinstance(message, str) else "")
+    return "", text
+
+
 def _default_attach() -> Callable[..., Any]:
     from kubernetes.stream import stream
 
@@ -302,7 +363,12 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
     _kind = "kubernetes"
 
     def __init__(
-        self, runtime: KubernetesRuntime, pod_name: str, stream: Any, loop: asyncio.AbstractEventLoop
+        self,
+        runtime: KubernetesRuntime,
+        pod_name: str,
+        stream: Any,
+        loop: asyncio.AbstractEventLoop,
+        early: Sequence[bytes] = (),
     ):
         """One started worker pod (made by :meth:`KubernetesRuntime.spawn`).
 
@@ -311,8 +377,10 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
             pod_name: the pod.
             stream: the attach websocket to its stdin/stdout.
             loop: the event loop the sandbox answers on.
+            early: the stream's messages the launch read already (the worker's first answer).
         """
         self.pod_name = pod_name
+        self._early = list(early)
         self._stream = stream  # kubernetes.stream.ws_client.WSClient
         self._ws = stream.sock  # its websocket.WebSocket
         self._v5 = getattr(stream, "subprotocol", None) == _V5
@@ -365,6 +433,9 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
             raise
 
     def _pump_frames(self) -> str:
+        for data in self._early:  # read by the launch (small: the worker's first answer)
+            self._take(data)
+        self._early = []
         while True:
             with self._cond:
                 # Bounded: a worker flooding stdout waits until the host reads (TCP back-pressure
@@ -376,15 +447,19 @@ class KubernetesSandbox(ThreadedStreamSandbox["KubernetesRuntime"]):
             if opcode not in (_OP_BINARY, _OP_TEXT):
                 continue  # ping/pong
             data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
-            if not data:
-                continue
-            channel, payload = data[0], data[1:]
-            if channel == _STDOUT:
-                self._push_stdout(payload)  # discarded while being destroyed
-            elif channel == _CLOSE and payload[:1] == bytes([_STDOUT]):
+            if data and not self._take(data):
                 return "the worker's stdout closed"
-            elif channel in (_STDERR, _ERROR):
-                self._push_tail(self._stderr if channel == _STDERR else self._error, payload)
+
+    def _take(self, data: bytes) -> bool:
+        """Dispatch one channel message; False when it closes stdout."""
+        channel, payload = data[0], data[1:]
+        if channel == _STDOUT:
+            self._push_stdout(payload)  # discarded while being destroyed
+        elif channel == _CLOSE and payload[:1] == bytes([_STDOUT]):
+            return False
+        elif channel in (_STDERR, _ERROR):
+            self._push_tail(self._stderr if channel == _STDERR else self._error, payload)
+        return True
 
     def _close_stream(self) -> None:
         self._input_closed = True
@@ -460,13 +535,17 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         cleanup_orphans: what ``start()`` deletes: ``"dead"`` (worker pods whose owner is provably
             dead), ``"all"`` (every worker pod not owned by this instance), ``"none"``.
         spawn_timeout: seconds from pod creation until its container runs and is attached.
+        attach_early: attach from the moment the pod is scheduled, retrying the exact "not
+            running yet" refusals, rather than once the API reports it Running (up to a second
+            later: the kubelet's relist); False only to measure or to rule it out.
         unschedulable_grace: seconds a pod may stay unschedulable (no node has room) before the
             spawn fails with ``CapacityExhausted``.
         node_ack_timeout: seconds a pod bound to a node may wait for that node's kubelet to
             acknowledge it; then the node is suspected dead, the pod deleted and the spawn tried
             again on another node (docs/kubernetes.md, "A node lost mid-execute").
         node_quarantine: seconds new pods avoid a node suspected dead (0: never avoid one).
-        probe_timeout: seconds for the attached worker to answer the probe.
+        probe_timeout: seconds for the attached worker to answer the probe (counted from the
+            attach that reached it).
         api_timeout: seconds for one API call.
         check_timeout: seconds for ``check()`` as a whole.
         exit_wait: seconds ``destroy()`` waits for an exited worker's terminated state.
@@ -518,6 +597,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         seccomp_profile: str | None = None,
         supervisor_entrypoint: Sequence[str] | None = None,
         end_timeout: float = 5.0,
+        attach_early: bool = True,
     ) -> None:
         if not _DNS_LABEL.fullmatch(namespace):
             raise ValueError(f"namespace {namespace!r} is not a DNS label")
@@ -592,6 +672,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             else supervisor_command(testing_entry)
         )
         self.end_timeout = end_timeout
+        self.attach_early = attach_early
+        #: Attach attempts of the last launch (refused ones included); for benchmarks and debugging.
+        self.last_attach_attempts = 0
         if testing_entry:
             log.warning(TESTING_WARNING, "kubernetes")
         #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
@@ -942,13 +1025,19 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         if self._closed:
             raise RuntimeUnavailable("kubernetes runtime is closed")
         loop = asyncio.get_running_loop()
-        # The launch bounds its own wait for the pod; this also bounds a hung create or attach.
-        bound = self.spawn_timeout + self.api_timeout
+        # The launch bounds its own wait for the pod and the worker's answer; this also bounds a
+        # hung create or attach.
+        bound = self._launch_bound()
         try:
-            pod_name, stream = await self._launch(bound)
+            pod_name, attached = await self._launch(bound)
         except TimeoutError:
             raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
-        return await self._adopt(KubernetesSandbox(self, pod_name, stream, loop), self.probe_timeout)
+        sandbox = KubernetesSandbox(self, pod_name, attached.stream, loop, attached.early)
+        await self._adopt_with(sandbox, lambda: probe(sandbox, self.probe_timeout, sent=True))
+        return sandbox
+
+    def _launch_bound(self) -> float:
+        return self.spawn_timeout + self.api_timeout + self.probe_timeout
 
     async def spawn_supervised(self) -> Supervised:
         """A reusable pod (the reuse mode, ``codemode.runtimes.reuse``): the same pod, with
@@ -964,14 +1053,14 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         if self._closed:
             raise RuntimeUnavailable("kubernetes runtime is closed")
         loop = asyncio.get_running_loop()
-        bound = self.spawn_timeout + self.api_timeout
+        bound = self._launch_bound()
         try:
-            pod_name, stream = await self._launch(bound, True)
+            pod_name, attached = await self._launch(bound, True)
         except TimeoutError:
             raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
-        raw = KubernetesSandbox(self, pod_name, stream, loop)
+        raw = KubernetesSandbox(self, pod_name, attached.stream, loop, attached.early)
         box = Supervised(raw, end_timeout=self.end_timeout)
-        await self._adopt_with(raw, lambda: box.started(self.probe_timeout))
+        await self._adopt_with(raw, lambda: box.started(self.probe_timeout, sent=True))
         return box
 
     def _log_spawn_failure(self, sandbox: KubernetesSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
@@ -985,12 +1074,12 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             sandbox.error_channel[-512:],
         )
 
-    def _discard_blocking(self, pod_name: str, stream: Any) -> None:
-        _hangup(stream)
+    def _discard_blocking(self, pod_name: str, attached: Any) -> None:
+        _hangup(attached.stream)
         self._delete_blocking(pod_name)
 
-    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, Any]:
-        """create -> wait until running -> attach, on another node when the first pod's node turns
+    def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, _Attached]:
+        """create -> attach -> the worker's first answer, on another node when the first pod's node turns
         out silent (up to ``_NODE_ATTEMPTS`` pods, all within ``spawn_timeout``)."""
         deadline = time.monotonic() + self.spawn_timeout
         attempt = 0
@@ -1020,8 +1109,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
 
     def _launch_once(
         self, handoff: LaunchHandoff, supervised: bool, deadline: float, avoided: list[str]
-    ) -> tuple[str, Any]:
-        """One pod: create -> wait until running -> attach; deletes the pod again on any failure."""
+    ) -> tuple[str, _Attached]:
+        """One pod: create -> attach (as soon as the container runs) -> the worker's first answer;
+        deletes the pod again on any failure."""
         api = self._client()
         pod_name = f"codemode-worker-{uuid.uuid4().hex[:16]}"
         t0 = time.monotonic()
@@ -1039,18 +1129,17 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             except Exception as exc:
                 created = _maybe_sent(exc)  # a timeout or lost response: the pod may exist
                 raise
-            self._wait_running_blocking(api, pod_name, deadline, handoff, t0, phases, bool(avoided))
-            stream = self._open_attach(api, pod_name, stdin=True)
-            if getattr(stream, "sock", None) is None:
-                _hangup(stream)
-                raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
-            phases["attached"] = time.monotonic() - t0
+            greeting = PING if supervised else PROBE
+            attached = self._start_blocking(
+                api, pod_name, deadline, handoff, greeting, t0, phases, bool(avoided)
+            )
             self.last_phases = phases
             log.debug(
-                "kubernetes: worker pod %s %s (%s)",
+                "kubernetes: worker pod %s %s (%s, %d attach attempts)",
                 pod_name,
                 " ".join(f"{k} {v * 1000:.0f}ms" for k, v in phases.items()),
-                getattr(stream, "subprotocol", None) or "?",
+                getattr(attached.stream, "subprotocol", None) or "?",
+                self.last_attach_attempts,
             )
         except Exception as exc:
             if created:
@@ -1059,9 +1148,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         with handoff.lock:
             if not handoff.abandoned:
                 handoff.delivered = True
-                return pod_name, stream
+                return pod_name, attached
         # The spawning coroutine was cancelled meanwhile: nobody will use this pod.
-        self._discard_blocking(pod_name, stream)
+        self._discard_blocking(pod_name, attached)
         raise SpawnFailed("spawn cancelled")
 
     def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, **extra: Any) -> Any:
@@ -1099,30 +1188,39 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             )
         return method
 
-    def _wait_running_blocking(
+    def _start_blocking(
         self,
         api: Any,
         pod_name: str,
         deadline: float,
         handoff: LaunchHandoff,
-        t0: float | None = None,
-        phases: dict[str, float] | None = None,
+        greeting: bytes,
+        t0: float,
+        phases: dict[str, float],
         avoiding: bool = False,
-    ) -> None:
-        """Read the pod until its container runs: 25 ms apart, growing to 100 ms.
+    ) -> _Attached:
+        """Read the pod and attach to it as soon as its container runs: 25 ms apart, growing to
+        100 ms (``attach_early``: from the moment it is scheduled, else once the API reports it
+        Running).
 
-        Records when it was first seen scheduled and running in ``phases``. A pod the scheduler
-        reports Unschedulable for ``unschedulable_grace`` seconds is given up (``CapacityExhausted``;
-        at once, ``_Unplaceable``, when it is ``avoiding`` suspected nodes). A pod bound to a node
-        whose kubelet does not acknowledge it within ``node_ack_timeout`` is given up
-        (``_NodeSilent``).
+        The pod's status reaches the API only after the kubelet's next relist (up to a second
+        after the container started), but the kubelet serves an attach as soon as the container
+        runtime runs the container. So an attempt is made on every read of a scheduled, starting
+        pod; a refusal that says exactly "not running yet" (``not_running_yet``) is retried on
+        the next read, anything else ends the spawn. A refused attempt never reached the
+        container (the kubelet found none to attach to), so the ``stdinOnce`` stdin is untouched
+        and no byte of the greeting was delivered. Records when the pod was first seen scheduled
+        and running in ``phases``. A pod the scheduler reports Unschedulable for
+        ``unschedulable_grace`` seconds is given up (``CapacityExhausted``; at once,
+        ``_Unplaceable``, when it is ``avoiding`` suspected nodes). A pod bound to a node whose
+        kubelet does not acknowledge it within ``node_ack_timeout`` is given up (``_NodeSilent``).
         """
-        t0 = time.monotonic() if t0 is None else t0
-        phases = {} if phases is None else phases
         delay = 0.025
         detail = "not read yet"
         unschedulable_since: float | None = None
         bound_since: float | None = None
+        self.last_attach_attempts = 0
+        early = self.attach_early
         while True:
             if handoff.abandoned or self._closed:
                 if unschedulable_since is not None:
@@ -1151,8 +1249,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                         )
                 where, detail = progress(pod)
                 if where == "running":
-                    phases["running"] = now - t0
-                    return
+                    phases.setdefault("running", now - t0)
                 if where == "ended":
                     raise SpawnFailed(f"kubernetes: worker pod {pod_name} ended before attach: {detail}")
                 if where == "no-image":
@@ -1169,6 +1266,16 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                         raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
                 else:
                     unschedulable_since = None
+                if where == "running" or (early and where == "waiting" and "scheduled" in phases):
+                    try:
+                        attached = self._attach_blocking(api, pod_name, greeting, handoff)
+                    except _Refused as refused:
+                        known = self._known_refusal(pod_name, refused.text, where == "running")
+                        early = early and known
+                        detail = f"attach refused: {refused.text}"
+                    else:
+                        phases["attached"] = time.monotonic() - t0
+                        return attached
             left = deadline - time.monotonic()
             if left <= 0:
                 if unschedulable_since is not None:
@@ -1179,6 +1286,91 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 )
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
+
+    def _known_refusal(self, pod_name: str, text: str, running: bool) -> bool:
+        """Whether a refused attach says exactly "not running yet" (then retried). Any other
+        refusal of a pod the API reports running ends the spawn; of a starting pod, it makes
+        the launch attach only once the API reports it running (as without ``attach_early``)."""
+        if not_running_yet(text, pod_name, self.namespace):
+            return True
+        if running:
+            raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} was refused: {text}")
+        log.warning(
+            "kubernetes: attach to starting worker pod %s refused (%s); attaching once it runs",
+            pod_name,
+            text,
+        )
+        return False
+
+    def _attach_blocking(self, api: Any, pod_name: str, greeting: bytes, handoff: LaunchHandoff) -> _Attached:
+        """One attach attempt: open the stream, send ``greeting`` and read until the worker's first
+        stdout bytes (which prove the stream reaches it), for at most ``probe_timeout``.
+
+        Raises:
+            _Refused: the API server or kubelet refused the attach before it reached the container
+                (the websocket handshake failed, or a Status came on the error channel first).
+            SpawnFailed: the stream ended, or nothing came in time, after the attach may have
+                reached the container (its stdin is then closed: ``stdinOnce``).
+        """
+        self.last_attach_attempts += 1
+        try:
+            stream = self._open_attach(api, pod_name, stdin=True)
+        except k8s.ApiException as exc:
+            if exc.status == 0 and "Handshake status 403" not in str(exc.reason):
+                raise _Refused(str(exc.reason)) from None  # the handshake's status line and body
+            raise
+        handed_over = False
+        try:
+            ws = getattr(stream, "sock", None)
+            if ws is None:
+                raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
+            attached = _Attached(stream)
+            stream.write_stdin(greeting)
+            answer_by = time.monotonic() + self.probe_timeout
+            while not self._answered(ws, attached, answer_by, handoff):
+                pass
+            handed_over = True
+            return attached
+        finally:
+            if not handed_over:
+                _hangup(stream)
+
+    def _answered(self, ws: Any, attached: _Attached, answer_by: float, handoff: LaunchHandoff) -> bool:
+        """Read one message of a fresh attach stream (waiting at most until ``answer_by``; a
+        cancelled spawn is noticed within 100 ms): True once it carried stdout bytes."""
+        while True:
+            if handoff.abandoned or self._closed:
+                raise SpawnFailed("spawn cancelled")
+            left = answer_by - time.monotonic()
+            if left <= 0:
+                raise SpawnFailed(f"kubernetes: worker did not answer within {self.probe_timeout}s")
+            sock = ws.sock
+            pending = getattr(sock, "pending", None)
+            if (pending is not None and pending()) or select.select([sock], [], [], min(left, 0.1))[0]:
+                break
+        ws.sock.settimeout(max(left, 0.1))
+        try:
+            opcode, frame = ws.recv_data_frame(True)
+        finally:
+            with contextlib.suppress(OSError):
+                ws.sock.settimeout(None)
+        if opcode == _OP_CLOSE:
+            raise SpawnFailed("kubernetes: the attach stream ended before the worker answered")
+        if opcode not in (_OP_BINARY, _OP_TEXT):
+            return False
+        data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+        if len(data) < 2:
+            return False  # a channel's opening message
+        channel, payload = data[0], data[1:]
+        if channel == _ERROR:
+            status, message = _error_status(payload)
+            if status == "Success":  # the attach reached the container, which has ended
+                raise SpawnFailed("kubernetes: the worker ended before it answered")
+            raise _Refused(message)
+        if channel == _CLOSE:
+            raise SpawnFailed("kubernetes: the attach stream ended before the worker answered")
+        attached.early.append(data)
+        return channel == _STDOUT
 
     def _log_unschedulable(self, pod_name: str, detail: str) -> None:
         log.error(

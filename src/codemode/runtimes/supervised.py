@@ -32,13 +32,15 @@ from codemode_worker import supervisor_channel as channel
 from .base import ExitInfo, Sandbox, SandboxClosed, SpawnFailed
 from .streams import STDERR_TAIL
 
-__all__ = ["SUPERVISOR_ENTRY", "Lease", "Supervised", "supervisor_command"]
+__all__ = ["PING", "SUPERVISOR_ENTRY", "Lease", "Supervised", "supervisor_command"]
 
 log = logging.getLogger("codemode.runtimes.reuse")
 
 #: The command of a reusable sandbox's PID 1 (the worker image's interpreter).
 SUPERVISOR_ENTRY: Final = ("python3", "-I", "-m", "codemode_worker.supervisor")
 _READ: Final = 256 * 1024
+#: The greeting a reusable sandbox's supervisor answers with its hello.
+PING: Final = channel.encode(channel.PING, 0)
 
 
 def supervisor_command(testing_entry: bool) -> list[str]:
@@ -128,18 +130,21 @@ class Supervised:
                 self.retire(f"supervisor channel: {exc}")
                 return None
 
-    async def started(self, timeout: float) -> None:
+    async def started(self, timeout: float, *, sent: bool = False) -> None:
         """Ping the supervisor and wait for its hello.
 
         Args:
             timeout: seconds to wait.
+            sent: the launch has sent ``PING`` already (the Kubernetes runtime's early attach):
+                only wait for the hello.
 
         Raises:
             SpawnFailed: the hello did not come in time.
         """
         try:
             async with asyncio.timeout(timeout):
-                await self.raw.write(channel.encode(channel.PING, 0))
+                if not sent:
+                    await self.raw.write(PING)
                 message = await self.next_message()
         except TimeoutError:
             raise SpawnFailed(f"supervisor of {self.worker_id} did not start in {timeout}s") from None
