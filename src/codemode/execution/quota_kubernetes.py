@@ -298,7 +298,7 @@ class KubernetesQuota:
 
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=8, thread_name_prefix="codemode-quota"
+                max_workers=16, thread_name_prefix="codemode-quota"
             )
         where = (self.namespace,) if name is None else (name, self.namespace)
         call = functools.partial(
@@ -327,7 +327,7 @@ class KubernetesQuota:
 
                 configuration = _configuration(self.kubeconfig, self.context)
                 configuration.retries = False  # fail fast; the execute fails closed
-                configuration.connection_pool_maxsize = 8
+                configuration.connection_pool_maxsize = 16
                 self._api = k8s.CoordinationV1Api(k8s.ApiClient(configuration))
             return self._api
 
