@@ -98,3 +98,13 @@ async def test_an_unreachable_api_fails_closed_quickly(tmp_path: Path) -> None:
         await store.acquire("alice", 2)
     assert time.monotonic() - started < 5.0  # refused at once: no wait for the timeout
     await store.aclose()
+
+
+def test_the_documented_settings_load(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text(encoding="utf-8")
+    block = next(b for b in doc.split("```toml\n")[1:] if b.startswith('quota_store = "kubernetes"'))
+    path = tmp_path / "codemode.toml"
+    path.write_text(block.split("```")[0] + "allow_all = true\n", encoding="utf-8")
+    settings = load_settings(path)
+    assert (settings.quota_store, settings.effective_quota_namespace) == ("kubernetes", "codemode")
+    assert (settings.quota_lease_seconds, settings.quota_store_timeout) == (15, 2.0)
