@@ -51,11 +51,16 @@ async def main(clients: int, rounds: int, kubeconfig: str) -> None:
     configuration = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     core = client.CoreV1Api(client.ApiClient(configuration))
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
+    while True:  # one left terminating by an earlier run refuses new Leases: wait until it is gone
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+            break
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        if core.read_namespace(NAMESPACE).status.phase != "Terminating":
+            break
+        time.sleep(0.5)
     try:
         print(f"{clients} clients x {rounds} acquire+release pairs")
         print(

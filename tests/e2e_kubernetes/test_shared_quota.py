@@ -71,8 +71,18 @@ def namespace() -> Iterator[str]:
     from kubernetes.client.rest import ApiException
 
     api = core_api()
-    with contextlib.suppress(ApiException):
-        api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    deadline = time.monotonic() + 120
+    while True:  # one left terminating by an earlier run refuses new Leases: wait until it is gone
+        try:
+            api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+            break
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        if api.read_namespace(NS).status.phase != "Terminating":
+            break
+        assert time.monotonic() < deadline, f"namespace {NS} still terminating"
+        time.sleep(0.5)
     yield NS
     api.delete_namespace(NS)
 

@@ -78,21 +78,48 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_an_unreachable_api_fails_closed_quickly(tmp_path: Path) -> None:
+def kubeconfig_for(port: int, tmp_path: Path) -> Path:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed_port()}"}}],
+                "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
                 "users": [{"name": "u", "user": {"token": "t"}}],
                 "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
                 "current-context": "x",
             }
         )
     )
-    store = codemode.KubernetesQuota("ns", kubeconfig=kubeconfig, timeout=5.0)
+    return kubeconfig
+
+
+async def test_a_hung_api_fails_closed_after_the_timeout(tmp_path: Path) -> None:
+    # A listener that accepts and never answers: the store is slow, not down.
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await reader.read()
+
+    listener = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    store = codemode.KubernetesQuota("ns", kubeconfig=kubeconfig_for(port, tmp_path), timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(QuotaUnavailable, match=r"no answer within 1\.0 s"):
+        await store.acquire("alice", 2)
+    assert time.monotonic() - started >= 1.0
+    await store.aclose()
+    listener.close()
+    for writer in accepted:
+        writer.transport.abort()
+    await listener.wait_closed()
+    await asyncio.sleep(0)  # the aborted transports finish closing
+
+
+async def test_an_unreachable_api_fails_closed_quickly(tmp_path: Path) -> None:
+    store = codemode.KubernetesQuota("ns", kubeconfig=kubeconfig_for(closed_port(), tmp_path), timeout=5.0)
     started = time.monotonic()
     with pytest.raises(QuotaUnavailable, match="Kubernetes API Leases in namespace ns"):
         await store.acquire("alice", 2)
