@@ -5,8 +5,14 @@ nothing. Measures, on one realistic policy:
 
 - ``decide()`` on the calling thread (the evaluation itself: input conversion, compiled-entrypoint
   evaluation, result classification), single-threaded and from T threads at once;
-- ``authorize()`` from asyncio (adds the hop to an evaluation thread and back), one at a time and with
-  many tasks in flight;
+- ``authorize()`` from asyncio, one at a time, on every path in the same run, each with its ratio to
+  ``decide()``: the default (a bounded policy with a small input evaluates on the loop's thread), the
+  previous default (``bounded_inline=False``: the evaluation thread with a bounded wait), the plain
+  asynchronous wait (``wait_budget=0``) and ``evaluate_inline=True``; then the default with many tasks
+  in flight;
+- the hand-off's own floor: an empty job through a daemon thread, waited for blocking and awaited;
+- the inline bound: ``decide()`` on the largest input a bounded policy still evaluates inline
+  (``codemode.authz._rego_bounded``: values and characters at their caps), against ``INLINE_BUDGET``;
 - for comparison, the same evaluation through regopy's public API only, and an ad-hoc query.
 """
 
@@ -14,18 +20,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import os
+import queue
 import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import regopy
 
 from codemode.authz import AuthorizationInput, Denied, Subject
+from codemode.authz import _rego_bounded as bounded
 from codemode.authz import rego as rego_module
-from codemode.authz.rego import RegoAuthorizer
+from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
 
 POLICY = """package codemode.authz
 
@@ -87,7 +97,7 @@ def pct(samples: list[float], p: float) -> float:
 
 
 def report(label: str, count: int, elapsed: float, lat_ns: list[float] | None = None) -> None:
-    line = f"{label:<44} {count / elapsed:>10,.0f} decisions/s"
+    line = f"{label:<60} {count / elapsed:>10,.0f} decisions/s"
     if lat_ns:
         line += (
             f"   p50 {pct(lat_ns, 50) / 1000:7.1f} µs   p90 {pct(lat_ns, 90) / 1000:7.1f} µs"
@@ -167,6 +177,63 @@ async def bench_async_concurrent(authz: RegoAuthorizer, inputs: list[Authorizati
     return time.perf_counter() - start
 
 
+def bench_handoff_floor(n: int) -> tuple[list[float], list[float]]:
+    """An empty job through a daemon thread: waited for on the calling thread, and awaited (the
+    future posted back through the loop's self-pipe). What any hand-off costs before evaluating."""
+    jobs: queue.SimpleQueue[concurrent.futures.Future[bool] | None] = queue.SimpleQueue()
+
+    def worker() -> None:
+        while (fut := jobs.get()) is not None:
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(True)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    clock = time.perf_counter_ns
+    blocking: list[float] = []
+    for _ in range(n):
+        t0 = clock()
+        fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        jobs.put(fut)
+        fut.result(1.0)
+        blocking.append(clock() - t0)
+
+    async def awaited() -> list[float]:
+        lat: list[float] = []
+        for _ in range(n):
+            t0 = clock()
+            fut: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            jobs.put(fut)
+            await asyncio.wrap_future(fut)
+            lat.append(clock() - t0)
+        return lat
+
+    asynchronous = asyncio.run(awaited())
+    jobs.put(None)
+    thread.join()
+    return blocking, asynchronous
+
+
+def largest_inline_input() -> AuthorizationInput:
+    """An input at both caps of ``small_input`` (one value and a few characters under each)."""
+    keys = 4  # subject, capability (id, name), arguments: the document's own objects and strings
+    room = bounded.MAX_INLINE_VALUES - 3 - keys - 3  # the document, its two objects, the tags list
+    per = (bounded.MAX_INLINE_CHARS - 200) // room
+    item = AuthorizationInput(
+        Subject("dave"),
+        "records.entry.lookup",
+        "records.lookup",
+        {"key": "a/b", "tags": ["t" * per for _ in range(room)]},
+    )
+    document = {
+        "subject": {"id": item.subject.id},
+        "capability": {"id": item.capability_id, "name": item.capability_name},
+        "arguments": item.arguments,
+    }
+    assert bounded.small_input(document), "the largest input must still be evaluated inline"
+    return item
+
+
 def bench_adhoc(inputs: list[AuthorizationInput], n: int) -> tuple[float, list[float]]:
     interp = regopy.Interpreter()
     interp.log_level = regopy.LogLevel.NONE
@@ -193,7 +260,7 @@ def bench_adhoc(inputs: list[AuthorizationInput], n: int) -> tuple[float, list[f
 def timed(label: str, fn: Callable[[], RegoAuthorizer]) -> RegoAuthorizer:
     t0 = time.perf_counter()
     a = fn()
-    print(f"{label:<44} {(time.perf_counter() - t0) * 1000:10.1f} ms")
+    print(f"{label:<60} {(time.perf_counter() - t0) * 1000:10.1f} ms")
     return a
 
 
@@ -208,6 +275,14 @@ def main() -> None:
     print(f"regopy {regopy.__version__}, {os.cpu_count()} CPUs, {n:,} decisions per run")
     print(f"direct C-API path available: {rego_module._DIRECT is not None}")
     p50s: dict[str, float] = {}
+    ratios: dict[tuple[str, str], float] = {}
+
+    def new(source: str, **options: Any) -> RegoAuthorizer:
+        return RegoAuthorizer("data.codemode.authz.allow", {"policy.rego": source}, **options)
+
+    blocking, awaited = bench_handoff_floor(n // 2)
+    print(f"hand-off floor (empty job): blocking wait p50 {pct(blocking, 50) / 1000:.1f} µs, ", end="")
+    print(f"awaited p50 {pct(awaited, 50) / 1000:.1f} µs")
     for label, source in (("simple", SIMPLE_POLICY), ("realistic", POLICY)):
         print(f"\n== {label} policy")
         authz = timed(
@@ -221,15 +296,38 @@ def main() -> None:
         elapsed, lat = bench_sync(authz, inputs, n)
         report("decide(), 1 thread", n, elapsed, lat)
         p50s[label] = pct(lat, 50) / 1000
+        decide_p50 = pct(lat, 50)
 
         elapsed, lat = bench_threads(authz, inputs, n, args.threads)
         report(f"decide(), {args.threads} threads", n - n % args.threads, elapsed, lat)
 
-        elapsed, lat = asyncio.run(bench_async_sequential(authz, inputs, n // 2))
-        report("authorize() from asyncio, one at a time", n // 2, elapsed, lat)
+        paths = {
+            "default": authz,
+            "previous default (bounded_inline=False)": new(source, bounded_inline=False),
+            "async wait only (wait_budget=0)": new(source, bounded_inline=False, wait_budget=0),
+            "evaluate_inline=True": new(source, evaluate_inline=True),
+        }
+        # Round robin in slices, so a change in the machine's load affects every path alike.
+        lats: dict[str, list[float]] = {key: [] for key in paths}
+        for _ in range(10):
+            for key, path in paths.items():
+                lats[key] += asyncio.run(bench_async_sequential(path, inputs, n // 20))[1]
+        for key, samples in lats.items():
+            ratio = pct(samples, 50) / decide_p50
+            report(f"authorize() one at a time, {key}", len(samples), sum(samples) / 1e9, samples)
+            print(f"{'':<60} ratio to decide() p50 {ratio:5.2f} (goal <= 1.50)")
+            ratios[(label, key)] = ratio
         elapsed = asyncio.run(bench_async_concurrent(authz, inputs, n))
         report("authorize() from asyncio, 64 in flight", n, elapsed)
-        authz.close()
+        largest = largest_inline_input()
+        elapsed, lat = bench_sync(authz, [largest], n // 20)
+        report("decide(), largest input evaluated inline", n // 20, elapsed, lat)
+        print(
+            f"{'':<60} inline bound: p99 {pct(lat, 99) / 1000:.1f} µs"
+            f" of a {INLINE_BUDGET * 1e6:.0f} µs budget"
+        )
+        for path in paths.values():
+            path.close()
 
     print("\n== comparisons (realistic policy)")
     saved = rego_module._DIRECT
@@ -248,6 +346,9 @@ def main() -> None:
     for label, p50 in p50s.items():
         verdict = "met" if p50 <= 100 else "NOT met"
         print(f"goal p50 ≤ 100 µs (decide, 1 thread, {label} policy): {verdict} ({p50:.1f} µs)")
+    for (label, key), ratio in ratios.items():
+        verdict = "met" if ratio <= 1.5 else "NOT met"
+        print(f"goal authorize() ≤ 1.5x decide() ({label} policy, {key}): {verdict} ({ratio:.2f}x)")
 
 
 if __name__ == "__main__":

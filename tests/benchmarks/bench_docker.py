@@ -1,6 +1,7 @@
 """Docker runtime benchmarks (prints numbers; not a test). Needs a Docker engine and codemode-worker:1.
 
     python -m tests.benchmarks.bench_docker [--n 30] [--runtime runsc] [--skip-execute]
+    python -m tests.benchmarks.bench_docker --burst-pattern [--min 2 --max 8 --bursts 3 --idle 20]
 
 Measured in one run on the same image, so the ratios are meaningful on a noisy machine:
 
@@ -16,6 +17,9 @@ Measured in one run on the same image, so the ratios are meaningful on a noisy m
 - ``one native call`` (warm);
 - ``sustained``: executes/s with fresh containers, ``--concurrency`` at a time, no pool, next to the
   raw Engine rate.
+
+``--burst-pattern`` runs only ``pool_burst`` on Docker instead: bursts then idle time, against a
+fixed pool at ``--min``, a fixed pool at ``--max`` and a demand-sized pool between them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from typing import Any
 
 from codemode.ops.bench import aecho
 from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerRuntime
+
+from . import pool_burst
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -288,7 +294,19 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4, help="in-flight executes for the sustained rate")
     p.add_argument("--skip-execute", action="store_true", help="only engine/runtime numbers")
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
+    p.add_argument(
+        "--burst-pattern", action="store_true", help="only fixed against demand-sized pools (pool_burst)"
+    )
+    pool_burst.add_arguments(p)
     args = p.parse_args()
+    if args.burst_pattern:
+        args.window = args.window or [2.0]
+        image, oci = args.image, args.runtime
+        found = asyncio.run(pool_burst.run_all(lambda: DockerRuntime(image=image, runtime=oci), args))
+        if args.json:
+            json.dump([vars(r) for r in found], sys.stdout, indent=2)
+            print()
+        return
     results = asyncio.run(bench(args))
     if args.json:
         json.dump(results, sys.stdout, indent=2)

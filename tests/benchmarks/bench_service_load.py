@@ -1,7 +1,7 @@
 """Load run of the HTTP service (prints numbers; not a test).
 
     python -m tests.benchmarks.bench_service_load [--runtime process|docker|kubernetes] [--pool N]
-        [--reuse N] [--n 500] [--clients 20] [--slots 8] [--timeout 600]
+        [--pool-max M] [--reuse N] [--n 500] [--clients 20] [--slots 8] [--timeout 600]
 
 Starts ``codemode.service`` in a subprocess on 127.0.0.1 (a free port, loopback only) with a token
 file of one subject per client, waits for ``/readyz``, then runs ``--n`` executes from ``--clients``
@@ -197,6 +197,7 @@ async def run(args: argparse.Namespace) -> int:
             "CODEMODE_PACKS": PACK_SPEC,
             "CODEMODE_RUNTIME": args.runtime,
             "CODEMODE_POOL": str(args.pool),
+            **({"CODEMODE_POOL_MAX": str(args.pool_max)} if args.pool_max is not None else {}),
             "CODEMODE_SUBJECT_QUOTA": "2",
             "CODEMODE_MAX_CONCURRENT_EXECUTIONS": str(args.slots),
             "CODEMODE_MAX_EXECUTION_TIME": str(args.max_time),
@@ -218,6 +219,7 @@ async def run(args: argparse.Namespace) -> int:
     )
     print(
         f"server pid {proc.pid} on {base}  mode={args.mode} runtime={args.runtime} pool={args.pool} "
+        f"pool_max={args.pool_max} "
         f"slots={args.slots} clients={args.clients}"
     )
     containers_before = docker_count("label=io.codemode.role=worker") if args.runtime == "docker" else None
@@ -327,6 +329,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runtime", choices=load_runtimes.RUNTIMES, default="process")
     p.add_argument("--pool", type=int, default=0, help="warm pool size (default 0)")
+    p.add_argument("--pool-max", type=int, default=None, help="a demand-sized pool between --pool and this")
     p.add_argument("--n", type=int, default=500, help="executes in total (default 500)")
     p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
     p.add_argument("--slots", type=int, default=8, help="max_concurrent_executions (default 8)")

@@ -96,7 +96,8 @@ async def test_the_warm_pool_fills_every_node_and_each_node_serves_executes(
     two_nodes: list[str], cluster: None
 ) -> None:
     rt = runtime()
-    pool = codemode.WarmPool(rt, BURST)
+    # One subject takes every pooled pod here: no per-subject share (this test is about the nodes).
+    pool = codemode.WarmPool(rt, BURST, subject_share=1.0)
     seen = Workers()
     b = codemode.Builder(
         authorizer=authz.allow_all(),

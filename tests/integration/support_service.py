@@ -369,3 +369,13 @@ async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 
 def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """Everything the server sent on a raw connection until it closed it (TimeoutError if it did
+    not within ``seconds``)."""
+    data = b""
+    async with asyncio.timeout(seconds):
+        while chunk := await reader.read(65536):
+            data += chunk
+    return data

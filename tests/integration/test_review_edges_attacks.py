@@ -22,7 +22,15 @@ import pytest
 
 from codemode.service.logfilter import RepeatFilter
 
-from .support_service import PACK_SPEC, execute, passed_records, service, settings, write_token_file
+from .support_service import (
+    PACK_SPEC,
+    closed_within,
+    execute,
+    passed_records,
+    service,
+    settings,
+    write_token_file,
+)
 
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
 ACCEPT = "application/json, text/event-stream"
@@ -159,7 +167,7 @@ async def test_one_tenant_cannot_hold_every_connection_of_the_service(tmp_path: 
                 "127.0.0.1", _port(srv.url), local_addr=("127.0.0.21", 0)
             )
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            other = (await _closed_within(reader, 10)).split(b"\r\n")[0]
+            other = (await closed_within(reader, 10)).split(b"\r\n")[0]
             writer.close()
         finally:
             for task in pingers:
@@ -269,14 +277,6 @@ async def test_a_full_log_key_table_does_not_let_one_client_hide_another(tmp_pat
 # --------------------------------------------------------------------------------------------------
 
 
-async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
-    data = b""
-    async with asyncio.timeout(seconds):
-        while chunk := await reader.read(65536):
-            data += chunk
-    return data
-
-
 @pytest.mark.parametrize(
     "head",
     [
@@ -313,7 +313,7 @@ async def test_a_body_or_second_request_nobody_reads_does_not_keep_a_connection(
 
         dripping = asyncio.create_task(drip())
         try:
-            await _closed_within(reader, 15)
+            await closed_within(reader, 15)
         finally:
             dripping.cancel()
             writer.close()
@@ -328,7 +328,7 @@ async def test_an_authenticated_connection_that_goes_idle_is_closed(tmp_path: Pa
         )
         writer.write(_authenticated_post(tokens["alice"]) + b"GET /mcp HTTP/1.1\r\nHost")  # then idle
         started = time.monotonic()
-        data = await _closed_within(reader, 15)
+        data = await closed_within(reader, 15)
         writer.close()
         assert data.startswith(b"HTTP/1.1 200")
         assert time.monotonic() - started < 8

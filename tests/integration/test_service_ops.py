@@ -14,6 +14,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.execution.observe import ExecuteEvent
+from codemode.runtimes.base import Sandbox
 from codemode.service import create_app
 from codemode.startup.config import ConfigError, load_settings
 
@@ -105,6 +106,55 @@ async def test_readiness_waits_for_the_pool_and_pool_metrics(tmp_path: Path) -> 
                 await asyncio.sleep(0.05)
         await pool.wait_warm(30)
     assert pool.idle == 0  # drained at shutdown
+
+
+async def test_a_pool_drained_by_load_keeps_the_instance_ready(tmp_path: Path) -> None:
+    # One tenant's burst empties the pool; the instance must stay in rotation for the others (the
+    # pool gates readiness only until it is warm once).
+    class Gated(ToggleRuntime):
+        """Refills wait while ``gate`` is clear: the pool stays as empty as the burst left it."""
+
+        gate = asyncio.Event()
+
+        async def spawn(self) -> Sandbox:
+            await self.gate.wait()
+            return await self.inner.spawn()
+
+    tokens = write_token_file(tmp_path, ["alice"])
+    runtime = Gated(codemode.ProcessRuntime())
+    runtime.gate.set()
+    async with service(settings(token_file=tokens.path, pool=2), runtime=runtime) as srv:
+        pool = srv.service.pool
+        assert isinstance(pool, codemode.WarmPool)
+        async with asyncio.timeout(30):
+            while (await http_get(srv.url + "/readyz")).status_code != 200:
+                await asyncio.sleep(0.05)
+        runtime.gate.clear()
+        held = [await pool.spawn() for _ in range(2)]  # what a burst holds
+        try:
+            assert pool.idle == 0
+            resp = await http_get(srv.url + "/readyz")
+            assert resp.status_code == 200, resp.text
+        finally:
+            runtime.gate.set()
+            for sandbox in held:
+                await sandbox.destroy()
+
+
+async def test_a_demand_sized_pool_exposes_its_target_and_measured_demand(tmp_path: Path) -> None:
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, pool=1, pool_max=6)) as srv:
+        pool = srv.service.pool
+        assert isinstance(pool, codemode.WarmPool) and (pool.minimum, pool.maximum) == (1, 6)
+        await pool.wait_warm(30)
+        idle = await scrape(srv.metrics_url)
+        assert metric(idle, "codemode_pool_arrival_rate") == 0
+        for i in range(4):
+            assert await execute(srv.mcp_url, tokens["alice"], ECHO % str(i)) == {"result": str(i)}
+        after = await scrape(srv.metrics_url)
+        assert metric(after, "codemode_pool_arrival_rate") > 0
+        assert metric(after, "codemode_pool_spawn_seconds") > 0
+        assert 1 <= metric(after, "codemode_pool_target_workers") <= 6
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .support_service import PACK_SPEC, Running, execute, service, settings, write_token_file
+from .support_service import PACK_SPEC, Running, closed_within, execute, service, settings, write_token_file
 
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
 ACCEPT = "application/json, text/event-stream"
@@ -45,15 +45,6 @@ async def _close_sockets() -> AsyncIterator[None]:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
-
-
-async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
-    """Everything the server sent until it closed the connection (TimeoutError if it did not)."""
-    data = b""
-    async with asyncio.timeout(seconds):
-        while chunk := await reader.read(4096):
-            data += chunk
-    return data
 
 
 def _request(path: str, *, method: str = "GET", token: str | None = None, body: bytes = b"") -> bytes:
@@ -96,7 +87,7 @@ async def test_a_connection_without_a_complete_request_head_is_closed(tmp_path: 
         dripping = asyncio.create_task(drip())
         try:
             for reader, _ in (idle, half, trickle):
-                assert await _closed_within(reader, 8) == b""
+                assert await closed_within(reader, 8) == b""
         finally:
             dripping.cancel()
         assert time.monotonic() - t0 < 8
@@ -122,7 +113,7 @@ async def test_unauthenticated_connections_are_bounded_per_client_address(tmp_pa
         await asyncio.sleep(0.2)
         # One more from the same address: refused at once, with a status a client can read.
         reader, _ = await _open(srv, "127.0.0.2")
-        refused = await _closed_within(reader, 5)
+        refused = await closed_within(reader, 5)
         assert refused.startswith(b"HTTP/1.1 429") and b'"too many connections"' in refused
         # Another address is not affected.
         other = await _open(srv, "127.0.0.3")
@@ -133,7 +124,7 @@ async def test_unauthenticated_connections_are_bounded_per_client_address(tmp_pa
         held[0][1].write(_request("/mcp", method="POST", token="wrong", body=body))
         assert (await _answer(held[0][0])).startswith(b"HTTP/1.1 401")
         reader, _ = await _open(srv, "127.0.0.2")
-        assert (await _closed_within(reader, 5)).startswith(b"HTTP/1.1 429")
+        assert (await closed_within(reader, 5)).startswith(b"HTTP/1.1 429")
         # ...a good one does: the address may open one more.
         held[1][1].write(_request("/mcp", method="POST", token=tokens["alice"], body=body))
         assert (await _answer(held[1][0])).startswith(b"HTTP/1.1 200")
@@ -177,7 +168,7 @@ async def test_a_full_connection_table_refuses_new_connections_and_the_probes_st
             await asyncio.sleep(0.2)
             assert srv.service.edge.open == 6
             reader, _ = await _open(srv, "127.0.0.9")
-            refused = await _closed_within(reader, 5)
+            refused = await closed_within(reader, 5)
             assert refused.startswith(b"HTTP/1.1 503") and b'"too many connections"' in refused
             # The connection that is already open keeps working (uvicorn's 503 for all is gone).
             assert (await tenant.post(srv.mcp_url, json=LIST, headers=headers)).status_code == 200

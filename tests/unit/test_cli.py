@@ -383,6 +383,15 @@ def test_rego_authorizer_is_built(config: Config, tmp_path: Path) -> None:
         {"CODEMODE_REGO_EVALUATE_INLINE": "true"},
     )
     assert build_server(inline)._executor.authorizer._inline is True  # type: ignore[attr-defined]
+    assert server._executor.authorizer._bounded is True  # a bounded policy: decided on the loop's thread
+    rego_flags = ["--rego-policy", str(policy), "--rego-decision", "data.x.allow"]
+    handed_off = config(["--stdio", "--pack", RECORDS, *rego_flags, "--no-rego-bounded-inline"])
+    assert build_server(handed_off)._executor.authorizer._bounded is False  # type: ignore[attr-defined]
+    from_env = config(
+        ["--stdio", "--pack", RECORDS, "--rego-policy", str(policy), "--rego-decision", "data.x.allow"],
+        {"CODEMODE_REGO_BOUNDED_INLINE": "false"},
+    )
+    assert build_server(from_env)._executor.authorizer._bounded is False  # type: ignore[attr-defined]
     with pytest.raises(
         ConfigError,
         match="--rego-evaluate-inline / CODEMODE_REGO_EVALUATE_INLINE applies to the Rego authorizer only",

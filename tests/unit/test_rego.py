@@ -22,6 +22,8 @@ from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Sub
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, UnknownDecision, from_files
 
+from .support_loop import ticks_while
+
 ALLOW_ALICE = """package app
 import rego.v1
 
@@ -678,20 +680,8 @@ async def test_slow_evaluations_stop_blocking_the_event_loop() -> None:
         await a.authorize(ctx, inp(arguments={"n": 100_000}))  # ~0.3 s: far over the budget
     assert a._handoff.slow == rego_module._SLOW_LIMIT
     # From now on the loop is never blocked: other tasks run while an evaluation is in flight.
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    before = ticks
-    await a.authorize(ctx, inp(arguments={"n": 100_000}))
-    task.cancel()
-    assert ticks > before + 10
+    ticks, result = await ticks_while(a.authorize(ctx, inp(arguments={"n": 100_000})))
+    assert result is None and ticks > 10
     # Quick evaluations bring the blocking wait back.
     for _ in range(rego_module._SLOW_LIMIT + 1):
         await a.authorize(ctx, inp(arguments={"n": 10}))
@@ -954,7 +944,7 @@ async def test_dropped_authorizer_stops_its_threads() -> None:
         return {t for t in threading.enumerate() if t.name.startswith("codemode-rego-")}
 
     before = rego_threads()
-    a = make("allow := true", max_workers=2)
+    a = make("allow := true", max_workers=2, bounded_inline=False)
     await a.authorize(None, inp())
     mine = rego_threads() - before
     assert len(mine) == 2 and all(t.daemon for t in mine)

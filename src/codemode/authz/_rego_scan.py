@@ -32,6 +32,7 @@ __all__ = [
     "check_modules",
     "defined_rules",
     "forbidden_reason",
+    "module_body",
     "parse_decision",
     "tokenize",
 ]
@@ -696,6 +697,13 @@ def _statement_starts(tokens: Sequence[Token], start: int) -> Iterable[int]:
             depth += 1
         elif tok.kind == PUNCT and tok.value in ")]}":
             depth -= 1
+
+
+def module_body(source: str, filename: str) -> list[Token]:
+    """The module's tokens after its package statement; raises :class:`ScanError` like the scan."""
+    info = ModuleInfo(filename, *tokenize(source, filename))
+    _structure(info)
+    return info.tokens[info.package_end :]
 
 
 def defined_rules(modules: Mapping[str, str]) -> dict[str, set[str]]:

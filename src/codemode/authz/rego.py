@@ -34,6 +34,7 @@ import regopy
 
 from ..common.handoff import NOT_YET, HandOff
 from . import AskUser, AuthorizationInput, Denied, PolicyError, Subject
+from ._rego_bounded import small_input, unbounded_reason
 from ._rego_direct import DIRECT as _DIRECT
 from ._rego_direct import INT64_MAX as _INT64_MAX
 from ._rego_direct import INT64_MIN as _INT64_MIN
@@ -52,6 +53,7 @@ from ._rego_scan import (
 
 __all__ = [
     "ASK",
+    "INLINE_BUDGET",
     "WAIT_BUDGET",
     "Decision",
     "InvalidPolicy",
@@ -65,6 +67,10 @@ WAIT_BUDGET = 0.002
 #: Net evaluations over the budget (over-budget ones minus quick ones) at which ``authorize()``
 #: stops blocking the calling thread.
 _SLOW_LIMIT = 4
+#: Seconds a bounded policy's evaluation on the calling thread is meant to take at most: a decision
+#: with less time left before its deadline goes to the pool, and once evaluations keep taking longer
+#: (net ``_SLOW_LIMIT`` of them) the authorizer stops evaluating on the calling thread.
+INLINE_BUDGET: Final = 0.001
 
 
 log = logging.getLogger("codemode.authz.rego")
@@ -274,9 +280,12 @@ class _Pool:
         self._lock = threading.Lock()
         self._closed = False
 
-    def submit(self, document: dict[str, Any]) -> concurrent.futures.Future[Decision]:
+    def check_open(self) -> None:
         if self._closed:
             raise PolicyError("rego: the authorizer is closed")
+
+    def submit(self, document: dict[str, Any]) -> concurrent.futures.Future[Decision]:
+        self.check_open()
         if len(self._threads) < self._size:
             self._start_threads()
         fut: concurrent.futures.Future[Decision] = concurrent.futures.Future()
@@ -340,6 +349,15 @@ def _document(input: AuthorizationInput) -> dict[str, Any]:
     }
 
 
+def _small(document: dict[str, Any]) -> bool:
+    """:func:`small_input` of a document from :func:`_document`, walking only its arguments: the
+    rest is six values (the document, ``subject``, its id, ``capability``, its id and name) and 34
+    characters of keys besides the three strings."""
+    subject, capability = document["subject"], document["capability"]
+    known = len(subject["id"]) + len(capability["id"]) + len(capability["name"]) + 34
+    return small_input(document["arguments"], 6, known)
+
+
 def _position(source: str, offset: int) -> tuple[int, int]:
     data = source.encode("utf-8")[:offset]
     text = data.decode("utf-8", errors="ignore")
@@ -382,6 +400,9 @@ class RegoAuthorizer:
         evaluate_inline: evaluate on the calling thread (no hand-off at all): only for policies
             whose evaluation time is bounded whatever the input, since a running evaluation cannot
             be stopped at the deadline.
+        bounded_inline: evaluate on the calling thread when the policy is bounded (nothing in it
+            iterates, see docs/authz.md) and the input is small, with more than
+            :data:`INLINE_BUDGET` left before the deadline (default True; False always hands off).
 
     Raises (the constructor):
         InvalidPolicy: invalid input (a ``ValueError``), naming the problem.
@@ -396,6 +417,7 @@ class RegoAuthorizer:
         max_workers: int = 4,
         wait_budget: float = WAIT_BUDGET,
         evaluate_inline: bool = False,
+        bounded_inline: bool = True,
     ) -> None:
         try:
             segments = parse_decision(decision)
@@ -424,6 +446,8 @@ class RegoAuthorizer:
             raise InvalidPolicy("wait_budget must be a finite number of seconds >= 0")
         if not isinstance(evaluate_inline, bool):
             raise InvalidPolicy("evaluate_inline must be a bool")
+        if not isinstance(bounded_inline, bool):
+            raise InvalidPolicy("bounded_inline must be a bool")
         self._handoff = HandOff(float(wait_budget), _SLOW_LIMIT)
         self._inline = evaluate_inline
 
@@ -451,6 +475,13 @@ class RegoAuthorizer:
                     f"policy does not compile: {_compile_error_text(str(exc), sources)}"
                 ) from None
         self._audit_plan()
+        self._bounded = False
+        self._inline_slow = 0
+        if bounded_inline and not evaluate_inline:
+            reason = unbounded_reason(sources)
+            self._bounded = reason is None
+            if reason is not None:
+                log.debug("rego: evaluations go to the pool (unbounded policy: %s)", reason)
 
         # This thread's evaluator doubles as the probe.
         self._local = threading.local()
@@ -543,10 +574,12 @@ class RegoAuthorizer:
     async def authorize(self, ctx: Any, input: AuthorizationInput) -> None:
         """Allow (return), deny (:class:`~codemode.authz.Denied`) or fail (:class:`PolicyError`).
 
-        Evaluates on the pool (or inline, see ``evaluate_inline``) and returns by ``ctx.deadline``
-        (monotonic seconds) at the latest: it blocks the calling thread at most ``wait_budget``, then
-        waits asynchronously. If ``ctx.cancelled`` is set or the calling task is cancelled, an
-        evaluation that has not started yet never runs.
+        A bounded policy with a small input and more than :data:`INLINE_BUDGET` left is evaluated
+        on the calling thread (``bounded_inline``). Anything else is evaluated on the pool (or
+        inline, see ``evaluate_inline``) and returns by ``ctx.deadline`` (monotonic seconds) at the
+        latest: it blocks the calling thread at most ``wait_budget``, then waits asynchronously.
+        If ``ctx.cancelled`` is set or the calling task is cancelled, an evaluation that has not
+        started yet never runs.
         """
         document = _document(input)
         cancelled = getattr(ctx, "cancelled", None)
@@ -564,6 +597,10 @@ class RegoAuthorizer:
                 raise PolicyError("rego: evaluation did not finish before the deadline")
             _answer(allowed)
             return
+        if self._bounded and (timeout is None or timeout > INLINE_BUDGET) and _small(document):
+            self._pool.check_open()
+            _answer(self._evaluate_bounded(document, float(deadline) if timeout is not None else None))
+            return
         started = time.monotonic()
         job = self._pool.submit(document)
         allowed = self._handoff.block(job, None if timeout is None else started + timeout)
@@ -578,6 +615,35 @@ class RegoAuthorizer:
                 raise PolicyError("rego: evaluation did not finish before the deadline") from None
             self._handoff.waited(started)
         _answer(allowed)
+
+    def _evaluate_bounded(self, document: dict[str, Any], deadline: float | None) -> Decision:
+        """A bounded policy's evaluation on the calling thread, timed (:meth:`_timed`)."""
+        evaluator = self._evaluator()  # built once per thread (milliseconds): not part of the timing
+        started = time.monotonic()
+        try:
+            decision = evaluator.evaluate(document)
+        finally:
+            ended = time.monotonic()
+            self._timed(ended - started)
+        if deadline is not None and ended >= deadline:
+            raise PolicyError("rego: evaluation did not finish before the deadline")
+        return decision
+
+    def _timed(self, seconds: float) -> None:
+        """Count an inline evaluation over (or back within) :data:`INLINE_BUDGET`: once they keep
+        overrunning it (the machine, or a policy slower than its form suggests), later decisions go
+        to the pool."""
+        if seconds <= INLINE_BUDGET:
+            if self._inline_slow > 0:
+                self._inline_slow -= 1
+            return
+        self._inline_slow += 1
+        if self._inline_slow >= _SLOW_LIMIT and self._bounded:
+            self._bounded = False
+            log.warning(
+                "rego: evaluations on the event loop keep taking over %.1f ms: they go to the pool now",
+                INLINE_BUDGET * 1e3,
+            )
 
     def close(self) -> None:
         """Stop the evaluation threads (idempotent). Later :meth:`authorize` calls fail."""
@@ -600,7 +666,11 @@ def _is_set(event: Any) -> bool:
 
 
 def from_files(
-    decision: str, paths: Iterable[str | os.PathLike[str]], *, evaluate_inline: bool = False
+    decision: str,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    evaluate_inline: bool = False,
+    bounded_inline: bool = True,
 ) -> RegoAuthorizer:
     """Read policy files (each file's path is its module name) and build the authorizer.
 
@@ -608,6 +678,7 @@ def from_files(
         decision: as for :class:`RegoAuthorizer`.
         paths: the ``.rego`` files.
         evaluate_inline: as for :class:`RegoAuthorizer`.
+        bounded_inline: as for :class:`RegoAuthorizer`.
 
     Returns:
         The authorizer.
@@ -626,7 +697,9 @@ def from_files(
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             raise InvalidPolicy(f"cannot read Rego policy {str(path)!r}: {reason}") from None
     try:
-        return RegoAuthorizer(decision, modules, evaluate_inline=evaluate_inline)
+        return RegoAuthorizer(
+            decision, modules, evaluate_inline=evaluate_inline, bounded_inline=bounded_inline
+        )
     except UnknownDecision:
         raise
     except Exception as exc:

@@ -76,7 +76,7 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "authorization (exactly one: --allow-all, or --rego-policy with --rego-decision)",
         ("allow_all", "rego_policy", "rego_decision"),
     ),
-    ("runtime", ("runtime", "pool", "docker_", "kubernetes_")),
+    ("runtime", ("runtime", "pool", "pool_", "docker_", "kubernetes_")),
     ("limits", ("max_", "subject_quota", "reserved_slots", "quota_")),
     ("stdio only", tuple(STDIO_ONLY)),
     ("HTTP only (see docs/service.md)", tuple(HTTP_ONLY)),

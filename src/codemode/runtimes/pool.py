@@ -1,15 +1,27 @@
 """A warm pool for any runtime: sandboxes started ahead of time, each waiting for its one program.
 
 Each sandbox is still used exactly once and destroyed by the execute pipeline; the pool only moves
-start latency off the request path. It keeps at most ``size`` idle sandboxes (the execute semaphore
-bounds the ones in use, so live workers never exceed ``max_concurrent_executions + size``), refills
-in the background, never hands out a sandbox that died while waiting, and drains on ``aclose()``.
+start latency off the request path. It never hands out a sandbox that died while waiting, and drains
+on ``aclose()``.
 
-Refill strategy: a runtime whose workers cost this host nothing to start (a remote one such as
-Kubernetes) declares ``concurrent_refill = True``; the pool then starts every missing sandbox at
-once, as soon as one is handed out. Otherwise (the process runtime forks this host; Docker) it
-refills one at a time and only after the used sandbox is destroyed, so starting a worker never
-stalls the execution the pooled one is serving.
+**Size from demand.** The pool keeps ``target`` idle sandboxes, where ``target`` follows the measured
+arrival rate and spawn time within the operator's bounds (``codemode.runtimes.demand``):
+``clamp(ceil(rate × spawn_time × headroom), size, maximum)``. Without a ``maximum`` (or with one equal
+to ``size``) the pool is the fixed pool of ``size`` it always was. When demand falls, idle sandboxes
+above the target are destroyed (each exactly once: it leaves the pool before it is destroyed). Live
+workers never exceed ``max_concurrent_executions + maximum`` (the execute semaphore bounds the ones in
+use).
+
+**Refill, concurrent and bounded, on every runtime.** As soon as a sandbox is handed out (or the
+target rises) the pool starts the missing ones, at most ``refill_concurrency`` at a time: by default
+the target's worth at once on a runtime whose workers cost this host little to start
+(``concurrent_refill``: Kubernetes, the process runtime's template), and one per CPU otherwise (the
+classic process spawn forks Python; Docker's daemon runs on this host).
+
+**One subject cannot drain it for the others.** ``spawn_for(subject)`` (the execute pipeline's path)
+hands a subject a warm sandbox only while it has fewer than ``max(1, floor(target × subject_share))``
+warm ones taken and not yet replaced by a refill; past that it gets a cold start, and the warm
+sandboxes stay for the other subjects. ``spawn()`` (no subject: operator tools) is not capped.
 """
 
 from __future__ import annotations
@@ -18,73 +30,90 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from .base import SPAWNED_WARM, ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import SPAWNED_WARM, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .demand import Demand, Shares
 
 __all__ = ["WarmPool"]
 
 log = logging.getLogger("codemode.pool")
 
-
-class _RefillOnDestroy:
-    """A pooled sandbox that wakes the refill loop when it is destroyed."""
-
-    def __init__(self, inner: Sandbox, on_destroy: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_destroy = on_destroy
-
-    @property
-    def worker_id(self) -> str:
-        return self._inner.worker_id
-
-    async def write(self, data: bytes) -> None:
-        await self._inner.write(data)
-
-    async def read(self, max_bytes: int) -> bytes:
-        return await self._inner.read(max_bytes)
-
-    async def close_input(self) -> None:
-        await self._inner.close_input()
-
-    def alive(self) -> bool:
-        return self._inner.alive()
-
-    async def destroy(self) -> ExitInfo:
-        try:
-            return await self._inner.destroy()
-        finally:
-            self._on_destroy()
+#: Seconds between target checks while the target may still move (it decays with time).
+_TICK = 0.5
 
 
 class WarmPool:
-    """Wraps a Runtime and is itself a Runtime: keeps ``size`` started workers ready.
+    """Wraps a Runtime and is itself a Runtime: keeps ``target`` started workers ready.
 
     Args (of the constructor):
         runtime: the runtime that starts the workers.
-        size: how many ready workers to keep (0: none, every spawn starts one).
+        size: the smallest number of ready workers to keep (0: none when idle); the fixed size when
+            ``maximum`` is None.
+        maximum: the largest target the measured demand may give (None: ``size``, a fixed pool).
+        refill_concurrency: workers the refill starts at once at most (None: the runtime's default,
+            see the module docstring).
+        subject_share: the fraction of the target one subject may hold taken and not yet replaced
+            (1: no cap).
+        window: seconds over which the arrival rate is measured.
+        hold: seconds the target stays at its highest recent value before it shrinks.
+        headroom: factor on ``rate × spawn_time``.
         retry_delay: seconds between refills after a failed spawn.
+        clock: seconds from a monotonic clock (the demand measurement's).
 
     Raises (the constructor):
-        ValueError: a negative size.
+        ValueError: a negative size, a maximum below it, a refill concurrency below 1, or a share
+            outside (0, 1].
     """
 
-    def __init__(self, runtime: Runtime, size: int, *, retry_delay: float = 0.5) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        size: int,
+        *,
+        maximum: int | None = None,
+        refill_concurrency: int | None = None,
+        subject_share: float = 0.5,
+        window: float = 2.0,
+        hold: float = 10.0,
+        headroom: float = 2.0,
+        retry_delay: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if size < 0:
             raise ValueError("pool size must not be negative")
+        maximum = size if maximum is None else maximum
+        if maximum < size:
+            raise ValueError("pool maximum must not be below the pool size")
+        if refill_concurrency is not None and refill_concurrency < 1:
+            raise ValueError("pool refill concurrency must be at least 1")
         self.inner = runtime
-        self.size = size
+        self.minimum = size
+        self.maximum = maximum
+        self.demand = Demand(size, maximum, window=window, hold=hold, headroom=headroom, clock=clock)
+        self.shares = Shares(subject_share)
         self.retry_delay = retry_delay
+        self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
+        if refill_concurrency is None:
+            refill_concurrency = max(1, maximum if self.concurrent else (os.cpu_count() or 1))
+        self.refill_concurrency = refill_concurrency
         self._idle: collections.deque[Sandbox] = collections.deque()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.refill_seconds: list[float] = []
-        self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
         self._starting = 0
-        self._spawns: set[asyncio.Task[None]] = set()
+        #: Refill starts (cancelled on close) and destroys of idle sandboxes given back (awaited).
+        self._spawns: set[asyncio.Task[Any]] = set()
+        self._destroys: set[asyncio.Task[Any]] = set()
         self.last_error: str | None = None
+        #: Counters for benchmarks and logs: warm and cold hand-outs, idle sandboxes given back.
+        self.warm_taken = 0
+        self.cold_taken = 0
+        self.shrunk = 0
 
     @property
     def name(self) -> str:
@@ -95,6 +124,11 @@ class WarmPool:
         """Sandboxes ready right now."""
         return len(self._idle)
 
+    @property
+    def size(self) -> int:
+        """The target number of ready sandboxes now (``size`` ≤ target ≤ ``maximum``)."""
+        return self.demand.target()
+
     async def start(self) -> None:
         await self.inner.start()
         self._wake = asyncio.Event()
@@ -104,101 +138,106 @@ class WarmPool:
         await self.inner.check()
 
     def warm(self) -> bool:
-        """Whether the pool holds its target number of ready sandboxes.
+        """Whether the pool holds at least its minimum (``size``) of ready sandboxes: the readiness
+        of a starting service (a fixed pool's minimum is its target).
 
         Returns:
-            True at target.
+            True at or above the minimum.
         """
-        return len(self._idle) >= self.size
+        return len(self._idle) >= self.minimum
 
     async def wait_warm(self, timeout: float = 30.0) -> None:
-        """Wait until the pool is at target (for tests, benchmarks and readiness).
+        """Wait until the pool holds its minimum (for tests, benchmarks and readiness).
 
         Args:
             timeout: seconds to wait at most.
 
         Raises:
-            TimeoutError: not at target in time.
+            TimeoutError: not warm in time.
         """
         async with asyncio.timeout(timeout):
             while not self.warm():
                 await asyncio.sleep(0.01)
 
     async def spawn(self) -> Sandbox:
+        """A warm sandbox if one is ready, else a cold one (no subject: never capped)."""
+        return await self._take(None)
+
+    async def spawn_for(self, subject: str) -> Sandbox:
+        """A warm sandbox unless none is ready or ``subject`` holds its share, else a cold one.
+
+        Args:
+            subject: the subject id the execute runs for.
+
+        Returns:
+            The started sandbox.
+
+        Raises:
+            SpawnFailed: a cold start failed.
+            RuntimeUnavailable: the pool is closed or its runtime cannot create workers.
+        """
+        return await self._take(subject)
+
+    async def _take(self, subject: str | None) -> Sandbox:
         if self._closed:
             raise RuntimeUnavailable("pool is closed")
-        while self._idle:
-            sandbox = self._idle.popleft()
-            if sandbox.alive():
-                SPAWNED_WARM.set(True)
-                if self.concurrent:
+        self.demand.arrival()
+        target = self.demand.target()
+        if subject is None or self.shares.may_take(subject, target):
+            while self._idle:
+                sandbox = self._idle.popleft()
+                if sandbox.alive():
+                    if subject is not None:
+                        self.shares.took(subject)
+                    self.warm_taken += 1
+                    SPAWNED_WARM.set(True)
                     self._kick()
                     return sandbox
-                # Refill once this sandbox is destroyed, not now: starting a worker forks the host
-                # process, which would stall the very execution this sandbox is about to serve.
-                return _RefillOnDestroy(sandbox, self._kick)
-            log.warning("pooled worker %s died while waiting; replacing it", sandbox.worker_id)
-            await sandbox.destroy()
+                log.warning("pooled worker %s died while waiting; replacing it", sandbox.worker_id)
+                await sandbox.destroy()
         self._kick()
         SPAWNED_WARM.set(False)
-        return await self.inner.spawn()
+        self.cold_taken += 1
+        started = time.monotonic()
+        sandbox = await self.inner.spawn()
+        self.demand.spawned(time.monotonic() - started)
+        return sandbox
 
     def _kick(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
+    def _background(self, coro: Coroutine[Any, Any, Any], tasks: set[asyncio.Task[Any]]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
     async def _refill_loop(self) -> None:
-        if self.concurrent:
-            await self._refill_concurrently()
-            return
         assert self._wake is not None
         while not self._closed:
-            if len(self._idle) >= self.size:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            t0 = time.monotonic()
-            try:
-                sandbox = await self.inner.spawn()
-            except (SpawnFailed, RuntimeUnavailable) as exc:
-                self.last_error = str(exc)
-                log.warning("pool refill failed: %s", exc)
-                await asyncio.sleep(self.retry_delay)
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("pool refill failed unexpectedly")
-                await asyncio.sleep(self.retry_delay)
-                continue
-            if not await self._keep(sandbox, t0):
-                return
-
-    async def _keep(self, sandbox: Sandbox, started: float) -> bool:
-        """A refill spawned ``sandbox``: record it, and keep it idle unless the pool has closed
-        meanwhile (then destroy it and return False)."""
-        self.last_error = None
-        self.refill_seconds.append(time.monotonic() - started)
-        del self.refill_seconds[:-1000]
-        if self._closed:
-            await sandbox.destroy()
-            return False
-        self._idle.append(sandbox)
-        return True
-
-    async def _refill_concurrently(self) -> None:
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            missing = self.size - len(self._idle) - self._starting
-            for _ in range(max(missing, 0)):
+            target = self.demand.target()
+            if len(self._idle) >= target:
+                self.shares.clear()  # full: nothing is owed
+            self._shrink(target)
+            missing = target - len(self._idle) - self._starting
+            room = self.refill_concurrency - self._starting
+            for _ in range(max(0, min(missing, room))):
                 self._starting += 1
-                task = loop.create_task(self._spawn_one())
-                self._spawns.add(task)
-                task.add_done_callback(self._spawns.discard)
+                self._background(self._spawn_one(), self._spawns)
             self._wake.clear()
-            await self._wake.wait()
+            if self.demand.fixed:
+                await self._wake.wait()
+            else:  # the target decays with time: look again now and then
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), _TICK)
+
+    def _shrink(self, target: int) -> None:
+        """Demand fell: destroy idle sandboxes above the target, the one idle longest first. Each
+        leaves the pool before its destroy starts, so nothing else can hand it out or destroy it."""
+        while len(self._idle) > target:
+            sandbox = self._idle.popleft()
+            self.shrunk += 1
+            self._background(sandbox.destroy(), self._destroys)
 
     async def _spawn_one(self) -> None:
         t0 = time.monotonic()
@@ -218,18 +257,28 @@ class WarmPool:
             self._kick()
             return
         self._starting -= 1
-        await self._keep(sandbox, t0)
+        seconds = time.monotonic() - t0
+        self.last_error = None
+        self.refill_seconds.append(seconds)
+        del self.refill_seconds[:-1000]
+        self.demand.spawned(seconds)
+        if self._closed:
+            await sandbox.destroy()
+            return
+        self._idle.append(sandbox)
+        self.shares.replaced()
+        self._kick()
 
     async def aclose(self) -> None:
         self._closed = True
-        spawns = list(self._spawns)
-        for task in spawns:
-            task.cancel()
-        await asyncio.gather(*spawns, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        spawns = list(self._spawns)
+        for task in spawns:
+            task.cancel()
+        await asyncio.gather(*spawns, *self._destroys, return_exceptions=True)
         idle = list(self._idle)
         self._idle.clear()
         await asyncio.gather(*(s.destroy() for s in idle), return_exceptions=True)

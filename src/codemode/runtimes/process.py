@@ -406,8 +406,8 @@ class ProcessRuntime:
 
     @property
     def concurrent_refill(self) -> bool:
-        """A forked worker costs the host a few system calls, not a fork of itself: a pool may start
-        several at once (``runtimes.pool``)."""
+        """A forked worker costs the host a few system calls, not a fork of itself: a pool starts
+        every missing one at once (``runtimes.pool``; the classic spawn: one per CPU at a time)."""
         return self.spawn_mode == "template"
 
     def command(self) -> Sequence[str]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 from typing import Any, Protocol, runtime_checkable
 
@@ -76,9 +77,12 @@ class ReusePool:
         max_age: seconds a sandbox lives at most (default: 0.9 of the runtime's ``max_lifetime``).
         probe_timeout: seconds a new worker in a sandbox has to answer the probe.
         retry_delay: seconds between refills after a failed start.
+        refill_concurrency: warm sandboxes started at once at most (None: ``size`` on a runtime
+            with ``concurrent_refill`` (Kubernetes), one per CPU otherwise (Docker)).
 
     Raises (the constructor):
-        ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive).
+        ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive, a refill
+            concurrency below 1).
     """
 
     def __init__(
@@ -92,9 +96,12 @@ class ReusePool:
         max_age: float | None = None,
         probe_timeout: float = 10.0,
         retry_delay: float = 0.5,
+        refill_concurrency: int | None = None,
     ) -> None:
         if size < 0 or max_executes < 1 or per_subject < 1 or idle_seconds <= 0:
             raise ValueError("size >= 0, max_executes >= 1, per_subject >= 1 and idle_seconds > 0")
+        if refill_concurrency is not None and refill_concurrency < 1:
+            raise ValueError("refill_concurrency >= 1")
         self.inner = runtime
         self.size = size
         self.max_executes = max_executes
@@ -107,6 +114,10 @@ class ReusePool:
         self.probe_timeout = probe_timeout
         self.retry_delay = retry_delay
         self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
+        if refill_concurrency is None:  # as codemode.runtimes.pool: all at once, or one per CPU
+            refill_concurrency = max(1, size if self.concurrent else (os.cpu_count() or 1))
+        self.refill_concurrency = refill_concurrency
+        self._refilling = 0
         #: Idle sandboxes bound to each subject (most recently used last).
         self._idle: dict[str, list[Supervised]] = {}
         #: Sandboxes of each subject leased right now.
@@ -359,23 +370,22 @@ class ReusePool:
     async def _refill_loop(self) -> None:
         assert self._wake is not None
         while not self._closed:
-            missing = self._missing()
-            if missing <= 0:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            if self.concurrent:  # starting one costs this host nothing (Kubernetes): all at once
-                for _ in range(missing):
-                    self._starting += 1
-                    self._background(self._refill_one())
-                self._wake.clear()
-                await self._wake.wait()
-            else:  # one at a time (Docker: the daemon on this host starts it)
+            for _ in range(max(0, min(self._missing(), self.refill_concurrency - self._refilling))):
                 self._starting += 1
-                await self._refill_one()
+                self._refilling += 1
+                self._background(self._refill_one())
+            self._wake.clear()
+            await self._wake.wait()
 
     async def _refill_one(self) -> None:
-        """Start one warm sandbox (counted as starting by the caller)."""
+        """Start one warm sandbox (counted as starting and refilling by the caller)."""
+        try:
+            await self._refill()
+        finally:
+            self._refilling -= 1
+            self._kick()
+
+    async def _refill(self) -> None:
         try:
             box = await self._new_box(counted=True)
         except (SpawnFailed, RuntimeUnavailable) as exc:

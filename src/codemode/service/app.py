@@ -201,6 +201,7 @@ class Service:
             observer=_Observer(self),
             problems=self.problems if settings.start_degraded else None,
         )
+        self._pool_warmed = False
         self.pool: WarmPool | ReusePool | None = (
             self.server.runtime if isinstance(self.server.runtime, WarmPool | ReusePool) else None
         )
@@ -298,8 +299,13 @@ class Service:
             log.warning("readiness: runtime check failed: %s: %s", type(exc).__name__, exc)
             return Readiness(False, "runtime check failed")
         self._runtime_recovered()
-        if self.pool is not None and not self.pool.warm():
-            return Readiness(False, f"pool warming ({self.pool.idle}/{self.pool.size})")
+        if self.pool is not None and not self._pool_warmed:
+            # Only until the pool is warm once: a pool that load drains later is doing its job, and
+            # gating on it would let one tenant's burst take the whole instance out of rotation.
+            if not self.pool.warm():
+                floor = self.pool.minimum if isinstance(self.pool, WarmPool) else self.pool.size
+                return Readiness(False, f"pool warming ({self.pool.idle}/{floor})")
+            self._pool_warmed = True
         return Readiness(True, "ok")
 
     def _runtime_recovered(self) -> None:

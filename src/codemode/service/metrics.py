@@ -100,7 +100,21 @@ class Metrics:
             "codemode_pool_idle_workers", "Warm workers ready in the pool right now.", registry=r
         )
         self.pool_target = Gauge(
-            "codemode_pool_target_workers", "The pool's target size (0 = no pool).", registry=r
+            "codemode_pool_target_workers",
+            "The pool's target size now (0 = no pool); a demand-sized pool moves it between its bounds.",
+            registry=r,
+        )
+        self.pool_arrival_rate = Gauge(
+            "codemode_pool_arrival_rate",
+            "Workers asked of the warm pool per second, as the pool measures it for its target "
+            "(decayed over its window; 0 = no demand-sized pool).",
+            registry=r,
+        )
+        self.pool_spawn_seconds = Gauge(
+            "codemode_pool_spawn_seconds",
+            "The warm pool's moving average of one worker's start time, used for its target "
+            "(0 = not measured yet, or no demand-sized pool).",
+            registry=r,
         )
         self.pool_refill_seconds = Histogram(
             "codemode_pool_refill_duration_seconds",
@@ -174,11 +188,17 @@ class Metrics:
 
     # ------------------------------------------------------------------ pool sampling
     def sample_pool(self) -> None:
-        """Copy the pool's idle count and any refill times not seen yet into the metrics."""
+        """Copy the pool's idle count, its target now, its measured demand and any refill times not
+        seen yet into the metrics."""
         pool = self._pool
         if pool is None:
             return
         self.pool_idle.set(pool.idle)
+        self.pool_target.set(pool.size)
+        demand = getattr(pool, "demand", None)  # a WarmPool's (codemode.runtimes.demand.Demand)
+        if demand is not None:
+            self.pool_arrival_rate.set(demand.rate())
+            self.pool_spawn_seconds.set(demand.spawn_seconds() or 0.0)
         times = pool.refill_seconds
         if not times:
             return

@@ -68,7 +68,10 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
 
     try:
         return from_files(
-            settings.rego_decision, settings.rego_policy, evaluate_inline=settings.rego_evaluate_inline
+            settings.rego_decision,
+            settings.rego_policy,
+            evaluate_inline=settings.rego_evaluate_inline,
+            bounded_inline=settings.rego_bounded_inline,
         )
     except UnknownDecision as exc:
         raise ConfigError(f"{names('rego_decision')}: {_one_line(str(exc))}") from None
@@ -145,13 +148,15 @@ def build_quota_store(settings: Settings) -> QuotaStore | None:
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
-    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers (unchanged when 0), or,
-    in the reuse mode (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to
-    ``settings.pool`` sandboxes idle.
+    """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers, growing with demand up to
+    ``settings.pool_max`` (unchanged when both are 0 or unset), or, in the reuse mode
+    (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to ``settings.pool`` sandboxes
+    idle.
 
     Args:
         runtime: the runtime.
-        settings: the settings (``pool``, ``reuse_executes``, ``reuse_idle_seconds``).
+        settings: the settings (``pool``, ``pool_max``, ``pool_refill_concurrency``,
+            ``pool_subject_share``, ``reuse_executes``, ``reuse_idle_seconds``).
 
     Returns:
         The pool, or ``runtime`` itself.
@@ -167,8 +172,17 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
             settings.pool,
             max_executes=settings.reuse_executes,
             idle_seconds=settings.reuse_idle_seconds,
+            refill_concurrency=settings.pool_refill_concurrency,
         )
-    return WarmPool(runtime, settings.pool) if settings.pool > 0 else runtime
+    if settings.pool == 0 and not settings.pool_max:
+        return runtime
+    return WarmPool(
+        runtime,
+        settings.pool,
+        maximum=settings.pool_max,
+        refill_concurrency=settings.pool_refill_concurrency,
+        subject_share=settings.effective_pool_subject_share,
+    )
 
 
 def _pack_settings(settings: Settings, environ: Mapping[str, str] | None) -> PackSettings:

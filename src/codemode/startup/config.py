@@ -294,13 +294,43 @@ class Settings(BaseSettings):
             "whose evaluation time is bounded whatever the input: it cannot be stopped at a deadline)"
         ),
     )
+    rego_bounded_inline: bool = Field(
+        True,
+        description=(
+            "evaluate a bounded Rego policy (nothing in it can iterate, docs/authz.md) on the event "
+            "loop's thread when the input is small; off: every decision goes to an evaluation thread"
+        ),
+    )
 
     # ---------------------------------------------------------------------------- runtime
     runtime: Literal["process", "docker", "kubernetes"] = Field("process", description="where workers run")
     pool: int = Field(
         0,
         ge=0,
-        description="warm workers kept ready (0 = none); in the reuse mode: sandboxes kept idle in all",
+        description="warm workers kept ready (0 = none); with --pool-max: the fewest kept; in the reuse "
+        "mode: sandboxes kept idle in all",
+    )
+    pool_max: int | None = Field(
+        None,
+        ge=0,
+        description="the most warm workers the measured demand may keep ready: between --pool and this, "
+        "the pool keeps arrival rate (over 2 s) x spawn time x 2, its peak held 10 s (unset: the pool "
+        "stays at --pool)",
+    )
+    pool_refill_concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="warm workers (reuse mode: sandboxes) the pool starts at once at most (unset: all "
+        "missing at once on kubernetes and the process template, one per CPU otherwise)",
+    )
+    pool_subject_share: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="the fraction of the warm pool one subject may take before the pool has refilled it; "
+        "past it that subject's executes start cold (1 = no cap; unset: 0.5, or 1 with --stdio, which "
+        "serves one subject)",
     )
     reuse_executes: int = Field(
         0,
@@ -733,6 +763,7 @@ class Settings(BaseSettings):
                 f"{names('reuse_executes')} needs {names('pool')} > 0 "
                 "(the sandboxes kept idle for their subjects)"
             )
+        out += self._pool_problems()
         if "reuse_idle_seconds" in self.model_fields_set and not self.reuse_executes:
             out.append(
                 f"{names('reuse_idle_seconds')} applies to the reuse mode only ({names('reuse_executes')})"
@@ -766,6 +797,21 @@ class Settings(BaseSettings):
         if self.effective_quota_namespace is None:
             return [f"{names('quota_store')} kubernetes needs {names('quota_namespace')} outside a pod"]
         return []
+
+    def _pool_problems(self) -> list[str]:
+        """The demand-sized warm pool's bounds (docs/reference/runtimes.md, "Warm pool")."""
+        out: list[str] = []
+        given = self.model_fields_set
+        if self.pool_max is not None and self.pool_max < self.pool:
+            out.append(f"{names('pool_max')} must be at least {names('pool')} ({self.pool})")
+        for name in ("pool_max", "pool_subject_share"):
+            if name in given and self.reuse_executes:
+                out.append(
+                    f"{names(name)} applies to the warm pool, not the reuse mode ({names('reuse_executes')})"
+                )
+        if "pool_refill_concurrency" in given and not self.pool and not self.pool_max:
+            out.append(f"{names('pool_refill_concurrency')} needs {names('pool')} or {names('pool_max')} > 0")
+        return out
 
     def _slot_problems(self) -> list[str]:
         """Quota and slots are configured together (docs/service.md, "Fair slots"), in the words of
@@ -819,6 +865,13 @@ class Settings(BaseSettings):
                 f"{names('health_port')}: must differ from {names('port')} and {names('metrics_port')}"
             )
         return out
+
+    @property
+    def effective_pool_subject_share(self) -> float:
+        """``pool_subject_share``, else 1 (no cap) for stdio, which serves one subject, else 0.5."""
+        if self.pool_subject_share is not None:
+            return self.pool_subject_share
+        return 1.0 if self.transport == "stdio" else 0.5
 
     @property
     def pack_data_dir(self) -> Path | None:
