@@ -41,6 +41,8 @@ from .execution.observe import (
     NullObserver,
     Observer,
 )
+from .execution.quota import LocalQuota, QuotaStore
+from .execution.quota_kubernetes import KubernetesQuota
 from .execution.server import Builder, Description, Server
 from .execution.tracing import Tracing
 from .packs.lifecycle import PackOpenError
@@ -79,9 +81,11 @@ __all__ = [
     "InvalidArguments",
     "InvalidProgram",
     "InvalidRegistration",
+    "KubernetesQuota",
     "KubernetesRuntime",
     "LedgerEntry",
     "Limits",
+    "LocalQuota",
     "NotFound",
     "NullObserver",
     "Observer",
@@ -89,6 +93,7 @@ __all__ = [
     "PermissionDenied",
     "PolicyFailure",
     "ProcessRuntime",
+    "QuotaStore",
     "ResourceLimit",
     "Runtime",
     "Sandbox",

@@ -74,6 +74,8 @@ MODULES = (
     "codemode.execution.limits",
     "codemode.execution.observe",
     "codemode.execution.plan",
+    "codemode.execution.quota",
+    "codemode.execution.quota_kubernetes",
     "codemode.execution.report",
     "codemode.execution.server",
     "codemode.execution.tracing",

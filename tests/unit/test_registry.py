@@ -32,9 +32,10 @@ def test_public_names_are_pinned() -> None:
             "CallDecision", "CallEvent", "CallOutcome", "Capability",
             "CapabilityFailure", "CapabilityPack", "CodeModeError", "Description", "DockerRuntime",
             "ExecuteEvent", "ExecuteOutcome", "ExecuteResult", "ExitInfo", "Internal",
-            "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesRuntime", "LedgerEntry",
-            "Limits", "NotFound", "NullObserver", "Observer", "PackOpenError",
-            "PermissionDenied", "PolicyFailure", "ProcessRuntime", "ResourceLimit", "Runtime", "Sandbox",
+            "InvalidArguments", "InvalidProgram", "InvalidRegistration", "KubernetesQuota",
+            "KubernetesRuntime", "LedgerEntry", "Limits", "LocalQuota", "NotFound", "NullObserver",
+            "Observer", "PackOpenError", "PermissionDenied", "PolicyFailure", "ProcessRuntime",
+            "QuotaStore", "ResourceLimit", "Runtime", "Sandbox",
             "SearchResponse", "Server", "Subject", "Tracing", "Unauthenticated", "WarmPool", "allow_all",
             "authz", "capability", "capability_of",
         ]

@@ -77,7 +77,7 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("allow_all", "rego_policy", "rego_decision"),
     ),
     ("runtime", ("runtime", "pool", "pool_", "docker_", "kubernetes_")),
-    ("limits", ("max_", "subject_quota", "reserved_slots")),
+    ("limits", ("max_", "subject_quota", "reserved_slots", "quota_")),
     ("stdio only", tuple(STDIO_ONLY)),
     ("HTTP only (see docs/service.md)", tuple(HTTP_ONLY)),
 )

@@ -16,6 +16,10 @@ subjects' second and later executes, and each subject holds at most one "first" 
 can be busy only while at least ``reserved + 1`` distinct subjects hold slots. Fewer than
 ``reserved`` greedy subjects never make a newcomer wait at all; more of them make it wait at most
 until the next slot frees.
+
+Behind several replicas with a shared quota store (``codemode.execution.quota``), "holds" counts
+the subject's executes on the other replicas too, as the store saw them at admission: a subject
+busy elsewhere is no newcomer here.
 """
 
 from __future__ import annotations
@@ -148,6 +152,7 @@ class _Waiter:
     seq: int
     subject: str = field(compare=False)
     future: asyncio.Future[None] = field(compare=False)
+    elsewhere: int = field(default=0, compare=False)
 
 
 class FairAdmission:
@@ -184,10 +189,14 @@ class FairAdmission:
         """Executes waiting for a slot."""
         return len(self._waiting)
 
-    def _may_take(self, subject: str) -> bool:
+    def _busy(self, waiter: _Waiter) -> int:
+        """The slots a waiter's subject holds, here and (as its store saw at admission) elsewhere."""
+        return self.held.get(waiter.subject, 0) + waiter.elsewhere
+
+    def _may_take(self, waiter: _Waiter) -> bool:
         if self.free <= 0:
             return False
-        return self.held.get(subject, 0) == 0 or self.free > self.reserved
+        return self._busy(waiter) == 0 or self.free > self.reserved
 
     def _grant(self, subject: str) -> None:
         self.free -= 1
@@ -197,23 +206,25 @@ class FairAdmission:
         """Hand free slots to waiters, best first, while someone may take one."""
         while self.free > 0 and self._waiting:
             if self.fair:
-                candidates = [w for w in self._waiting if self._may_take(w.subject)]
+                candidates = [w for w in self._waiting if self._may_take(w)]
                 if not candidates:
                     return
-                best = min(candidates, key=lambda w: (self.held.get(w.subject, 0), w.seq))
+                best = min(candidates, key=lambda w: (self._busy(w), w.seq))
             else:
                 best = self._waiting[0]
             self._waiting.remove(best)
             self._grant(best.subject)
             best.future.set_result(None)
 
-    async def acquire(self, subject: str) -> None:
+    async def acquire(self, subject: str, elsewhere: int = 0) -> None:
         """Wait for a slot for ``subject``. Cancellation while waiting takes nothing.
 
         Args:
             subject: the subject id the slot is counted against.
+            elsewhere: the subject's executes in flight on other replicas (a shared quota store
+                says; 0 with the local one): the two rules count them as slots it holds.
         """
-        waiter = _Waiter(next(self._seq), subject, asyncio.get_running_loop().create_future())
+        waiter = _Waiter(next(self._seq), subject, asyncio.get_running_loop().create_future(), elsewhere)
         self._waiting.append(waiter)
         self._dispatch()
         if waiter.future.done():

@@ -65,6 +65,7 @@ from .observe import (
     Observer,
 )
 from .plan import Plan
+from .quota import Hold, QuotaStore, QuotaUnavailable
 from .report import PrintsRefused, Report
 from .tracing import NULL_TRACE, Trace, Tracer
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
@@ -590,7 +591,8 @@ class Executor:
     def __init__(self, plan: Plan) -> None:
         self.by_name = {c.name: c for c in plan.capabilities}
         self.subject_quota = plan.admission.subject_quota
-        self.active: dict[str, int] = {}
+        self.quota: QuotaStore = plan.quota_store
+        self._quota_down = False  # the store failed last time (logged once per outage)
         self.asking: dict[str, int] = {}  # open approval questions per subject
         self.authorizer = plan.authorizer
         self.limits = plan.limits
@@ -701,37 +703,62 @@ class Executor:
                 other ``CodeModeError`` of the run passes through).
         """
         trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
-        held = self.active.get(subject.id, 0)
-        if self.subject_quota and held >= self.subject_quota:
-            self.observer.execute(ExecuteEvent(subject.id, "resource_limit", 0.0, 0, ""))
-            trace.finish("resource_limit", "quota", 0, "")
-            raise ResourceLimit("quota")
-        self.active[subject.id] = held + 1
+        hold = await self._hold(subject.id, trace) if self.subject_quota else None
         self.observer.execute_started(subject.id)
         try:
-            return await self._execute(source, subject, trace, approver)
+            return await self._execute(source, subject, trace, approver, hold)
         finally:
-            left = self.active[subject.id] - 1
-            if left:
-                self.active[subject.id] = left
-            else:
-                del self.active[subject.id]
+            if hold is not None:
+                self.quota.release(hold)
             self.observer.execute_finished(subject.id)
 
+    async def _hold(self, subject_id: str, trace: Trace) -> Hold:
+        """Count the execute against its subject's quota (``quota`` when it is at it; ``internal
+        failure`` when the store cannot answer: fail closed, logged once per outage)."""
+        try:
+            hold = await self.quota.acquire(subject_id, self.subject_quota)
+        except QuotaUnavailable as exc:
+            if not self._quota_down:
+                log.error(
+                    "quota store %r unavailable (%s); executes fail closed with internal failure until it "
+                    "answers (--quota-store / CODEMODE_QUOTA_STORE, --quota-store-timeout / "
+                    "CODEMODE_QUOTA_STORE_TIMEOUT)",
+                    self.quota.name,
+                    exc,
+                )
+            self._quota_down = True
+            self.observer.execute(ExecuteEvent(subject_id, "internal", 0.0, 0, ""))
+            trace.finish("internal", None, 0, "")
+            raise Internal() from None
+        if self._quota_down:
+            self._quota_down = False
+            log.warning("quota store %r answers again", self.quota.name)
+        if hold is None:
+            self.observer.execute(ExecuteEvent(subject_id, "resource_limit", 0.0, 0, ""))
+            trace.finish("resource_limit", "quota", 0, "")
+            raise ResourceLimit("quota")
+        return hold
+
     async def _execute(
-        self, source: str, subject: Subject, trace: Trace, approver: Approver | None
+        self, source: str, subject: Subject, trace: Trace, approver: Approver | None, hold: Hold | None
     ) -> ExecuteResult:
         limits = self.limits
         frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
         report = Report(limits.max_print_bytes, frames)
         try:
-            return report.result(await self._run(source, subject, report, trace, approver))
+            return report.result(await self._run(source, subject, report, trace, approver, hold))
         except CodeModeError as exc:
             report.attach(exc)
             raise
 
     async def _run(
-        self, source: str, subject: Subject, report: Report, trace: Trace, approver: Approver | None
+        self,
+        source: str,
+        subject: Subject,
+        report: Report,
+        trace: Trace,
+        approver: Approver | None,
+        hold: Hold | None,
     ) -> Any:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
@@ -752,7 +779,7 @@ class Executor:
             reusable = False
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())) as clock:
-                    await self._admit(subject.id, trace)
+                    await self._admit(subject.id, trace, hold.elsewhere if hold is not None else 0)
                     sandbox = await self._acquire(subject.id, trace)
                     worker_id = ctx.worker_id = sandbox.worker_id
                     session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock)
@@ -829,12 +856,13 @@ class Executor:
             )
             trace.finish(outcome, limit, calls, worker_id)
 
-    async def _admit(self, subject_id: str, trace: Trace) -> None:
-        """Wait for a worker slot (fair admission), traced."""
+    async def _admit(self, subject_id: str, trace: Trace, elsewhere: int) -> None:
+        """Wait for a worker slot (fair admission; ``elsewhere``: the subject's executes on other
+        replicas), traced."""
         started = trace.now()
         granted = False
         try:
-            await self.slots.acquire(subject_id)
+            await self.slots.acquire(subject_id, elsewhere)
             granted = True
         finally:
             trace.admission(started, granted)

@@ -11,6 +11,7 @@ from ..runtimes.base import Runtime
 from .admission import Admission
 from .limits import Limits
 from .observe import NullObserver, Observer
+from .quota import LocalQuota, QuotaStore
 from .tracing import Tracing
 
 __all__ = ["Plan"]
@@ -30,6 +31,7 @@ class Plan:
         runtime: where workers run.
         observer: told about executes and calls.
         tracing: the tracing settings (None: off).
+        quota_store: where the per-subject quota is counted (default: this process alone).
     """
 
     capabilities: tuple[CompiledCapability, ...]
@@ -39,3 +41,4 @@ class Plan:
     runtime: Runtime
     observer: Observer = field(default_factory=NullObserver)
     tracing: Tracing | None = None
+    quota_store: QuotaStore = field(default_factory=LocalQuota)

@@ -23,6 +23,7 @@ from .execute import Executor
 from .limits import Limits
 from .observe import NullObserver, Observer
 from .plan import Plan
+from .quota import LocalQuota, QuotaStore
 from .tracing import Tracing
 
 __all__ = ["Builder", "Description", "Server", "answer_bounds"]
@@ -73,6 +74,8 @@ class Builder:
         reserved_slots: worker slots kept for subjects with nothing in flight (None: derived).
         tracing: OpenTelemetry traces of every execute (:class:`~codemode.Tracing`; None: off, and
             OpenTelemetry is never imported).
+        quota_store: where ``subject_quota`` is counted (None: in this process alone; a
+            :class:`~codemode.KubernetesQuota` shares it between replicas, docs/service.md).
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class Builder:
         subject_quota: int = 0,
         reserved_slots: int | None = None,
         tracing: Tracing | None = None,
+        quota_store: QuotaStore | None = None,
     ) -> None:
         """``subject_quota`` and ``reserved_slots`` protect tenants from each other: set them (the
         HTTP service uses ``subject_quota=4`` and a derived reserve) when subjects come from requests.
@@ -98,6 +102,7 @@ class Builder:
         self._runtime = runtime
         self._observer = observer
         self._tracing = tracing
+        self._quota_store = quota_store
         self._caps: list[Capability] = []
         self._packs: list[LoadedPack] = []
         self._built = False
@@ -184,6 +189,8 @@ class Builder:
             problems.append('tracing: subject must be "hash" or "omit"')
         elif self._tracing is not None and not callable(getattr(self._tracing.provider, "get_tracer", None)):
             problems.append("tracing: provider must be an OpenTelemetry TracerProvider")
+        if self._quota_store is not None and not isinstance(self._quota_store, QuotaStore):
+            problems.append("quota_store: must have acquire(subject_id, quota) and release(hold)")
         if isinstance(self._disabled, str):
             problems.append("disabled: must be a list of ids")
             self._disabled = []
@@ -209,8 +216,11 @@ class Builder:
             runtime=runtime,
             observer=self._observer if self._observer is not None else NullObserver(),
             tracing=self._tracing,
+            quota_store=self._quota_store if self._quota_store is not None else LocalQuota(),
         )
         server = Server(plan)
+        if callable(getattr(plan.quota_store, "aclose", None)):
+            server.attach(plan.quota_store)  # type: ignore[arg-type]  # open()/aclose(): a Lifecycle
         for pack in self._packs:
             server.attach(pack)
         return server

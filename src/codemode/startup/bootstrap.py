@@ -20,6 +20,7 @@ from .. import authz
 from ..catalog.capability import Capability
 from ..common.errors import InvalidRegistration
 from ..execution.observe import Observer
+from ..execution.quota import QuotaStore
 from ..execution.server import Builder, Server, answer_bounds
 from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
 from ..packs.loading import PackError, PackSettings, split_specs
@@ -32,6 +33,7 @@ from .config import ConfigError, Settings, names
 __all__ = [
     "StartupProblem",
     "build_authorizer",
+    "build_quota_store",
     "build_runtime",
     "build_server",
     "check_runtime",
@@ -119,6 +121,30 @@ def build_runtime(
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
+
+
+def build_quota_store(settings: Settings) -> QuotaStore | None:
+    """Where the settings count ``subject_quota`` (docs/service.md, "Several replicas: a shared
+    quota").
+
+    Args:
+        settings: the settings (``quota_store`` and its ``quota_*`` options).
+
+    Returns:
+        None for ``local`` (the server counts in its own process), else the shared store.
+    """
+    if settings.quota_store == "local":
+        return None
+    from ..execution.quota_kubernetes import KubernetesQuota
+
+    namespace = settings.effective_quota_namespace
+    assert namespace is not None  # checked with the settings
+    return KubernetesQuota(
+        namespace,
+        kubeconfig=settings.quota_kubeconfig,
+        lease_seconds=settings.quota_lease_seconds,
+        timeout=settings.quota_store_timeout,
+    )
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
@@ -336,6 +362,7 @@ def _build(
         subject_quota=settings.subject_quota,
         reserved_slots=settings.effective_reserved_slots,
         tracing=tracing,
+        quota_store=build_quota_store(settings),
     )
     builder.register(*caps)
     try:

@@ -50,6 +50,7 @@ __all__ = [
     "LIMIT_FIELDS",
     "LIST_SETTINGS",
     "OTHER_VARIABLES",
+    "POD_NAMESPACE_FILE",
     "RENAMED",
     "SIZE_SETTINGS",
     "ConfigError",
@@ -69,6 +70,8 @@ __all__ = [
 CONFIG_ENV = "CODEMODE_CONFIG"
 #: The prefix of every setting's environment variable.
 ENV_PREFIX = "CODEMODE_"
+#: A pod's own namespace (the default of ``quota_namespace`` in a cluster).
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 log = logging.getLogger("codemode.config")
 
@@ -441,6 +444,26 @@ class Settings(BaseSettings):
         ),
     )
 
+    quota_store: Literal["local", "kubernetes"] = Field(
+        "local",
+        description=(
+            "where subject_quota is counted: local (each replica alone) or kubernetes "
+            "(Lease objects shared by every replica; fails closed when the API is unreachable)"
+        ),
+    )
+    quota_namespace: str | None = Field(
+        None, description="namespace of the quota Leases (default in a pod: its own namespace)"
+    )
+    quota_kubeconfig: Path | None = Field(
+        None, description="kubeconfig of the quota store (default: in-cluster, else $KUBECONFIG)"
+    )
+    quota_lease_seconds: int = Field(
+        15, ge=3, le=3600, description="seconds a dead replica's quota holds outlive its last renewal"
+    )
+    quota_store_timeout: float = Field(
+        2.0, gt=0, le=60, description="seconds the quota store may take to admit an execute"
+    )
+
     # ---------------------------------------------------------------------------- MCP transport (http)
     mcp_stateless: bool = Field(True, description="stateless streamable HTTP (no server-side session)")
     mcp_json_response: bool = Field(False, description="answer with JSON instead of an event stream")
@@ -732,6 +755,7 @@ class Settings(BaseSettings):
             if problem:
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
+        out += self._quota_problems()
         if self.reuse_executes and self.runtime == "process":
             out.append(f"{names('reuse_executes')} needs {names('runtime')} docker or kubernetes")
         elif self.reuse_executes and not self.pool:
@@ -755,6 +779,24 @@ class Settings(BaseSettings):
             if given and self.runtime != prefix:
                 out.append(f"{names(given[0])} needs {names('runtime')} {prefix}")
         return out
+
+    @property
+    def effective_quota_namespace(self) -> str | None:
+        """``quota_namespace``, or in a pod its own namespace (None: neither)."""
+        if self.quota_namespace is not None:
+            return self.quota_namespace
+        try:
+            return POD_NAMESPACE_FILE.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+
+    def _quota_problems(self) -> list[str]:
+        if self.quota_store == "local":
+            given = [f for f in ("quota_namespace", "quota_kubeconfig") if getattr(self, f) is not None]
+            return [f"{names(given[0])} needs {names('quota_store')} kubernetes"] if given else []
+        if self.effective_quota_namespace is None:
+            return [f"{names('quota_store')} kubernetes needs {names('quota_namespace')} outside a pod"]
+        return []
 
     def _pool_problems(self) -> list[str]:
         """The demand-sized warm pool's bounds (docs/reference/runtimes.md, "Warm pool")."""
@@ -885,7 +927,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
-_PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir")
+_PATH_KEYS = ("token_file", "jwks_file", "audit_log", "data_dir", "quota_kubeconfig")
 
 
 def _renamed(data: dict[str, Any], origin: str, *, override: bool = False) -> dict[str, Any]:
