@@ -112,6 +112,7 @@ MODULES = (
     "codemode.service.refusals",
     "codemode.service.responses",
     "codemode.service.sessions",
+    "codemode.service.stopping",
     "codemode.service.tokens",
     "codemode.startup.bootstrap",
     "codemode.startup.config",

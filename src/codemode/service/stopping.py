@@ -43,6 +43,13 @@ class AnnouncedStopServer(uvicorn.Server):
         self._close_at: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """The signal handler: the first signal announces the stop (and, without a delay, closes at
+        once); a later one is uvicorn's (close now; a second SIGINT forces the exit).
+
+        Args:
+            sig: the signal number.
+            frame: the interrupted frame.
+        """
         if self._close_at is None and not self.should_exit:
             self._announce()
             self._close_at = time.monotonic() + self.drain_delay
@@ -57,6 +64,14 @@ class AnnouncedStopServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s), which also closes the listener once the delay is over.
+
+        Args:
+            counter: uvicorn's tick counter.
+
+        Returns:
+            Whether to stop serving.
+        """
         if self._close_at is not None and not self.should_exit and time.monotonic() >= self._close_at:
             log.info("shutdown: drain delay over: closing the listener")
             self.should_exit = True
