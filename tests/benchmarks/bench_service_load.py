@@ -36,6 +36,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,9 +118,54 @@ class Outcome:
     seen: set[str] | None = None
 
 
+def expected(nonce: str, subject: str) -> object:
+    """What :data:`PROGRAM` returns for ``nonce`` run by ``subject``."""
+    return {"nonce": nonce, "who": subject}
+
+
 async def client_loop(
-    url: str, subject: str, token: str, jobs: asyncio.Queue[str], out: Outcome, lost: list[str], mode: str
+    url: str,
+    subject: str,
+    token: str,
+    jobs: asyncio.Queue[str],
+    out: Outcome,
+    lost: list[str],
+    mode: str,
+    *,
+    program: str = PROGRAM,
+    expect: Callable[[str, str], object] = expected,
 ) -> None:
+    """One official MCP client running ``jobs`` until the queue is empty: each nonce is one execute
+    of ``program % nonce``; a result other than ``expect(nonce, subject)`` (or a nonce seen twice)
+    is mixed up; a call that raises (a transport error: reset, closed before the answer) or returns
+    an error result is **lost**. No call is retried. After a lost call whose transport failed the
+    client opens a new MCP client (a new connection) for its next nonce; a client that cannot
+    connect or initialize has sent no execute and tries again (the load's timeout bounds it). The
+    HTTP client itself reopens a kept-alive connection the server closed only when it notices
+    before it sends."""
+    assert out.errors is not None and out.seen is not None
+    while not jobs.empty():
+        broken = False
+        try:
+            broken = await _session(url, subject, token, jobs, out, lost, mode, program, expect)
+        except Exception:  # the transport's own error, raised when the client closes
+            broken = True
+        if broken:
+            await asyncio.sleep(0.1)
+
+
+async def _session(
+    url: str,
+    subject: str,
+    token: str,
+    jobs: asyncio.Queue[str],
+    out: Outcome,
+    lost: list[str],
+    mode: str,
+    program: str,
+    expect: Callable[[str, str], object],
+) -> bool:
+    """One MCP client's part of :func:`client_loop`: True when its transport failed."""
     assert out.errors is not None and out.seen is not None
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)
@@ -129,7 +175,7 @@ async def client_loop(
             try:
                 nonce = jobs.get_nowait()
             except asyncio.QueueEmpty:
-                return
+                return False
             t0 = time.perf_counter()
             if mode == "search":  # the HTTP + auth + MCP path alone, no worker
                 found = await client.call_tool("search_api", {"query": "bench echo"})
@@ -141,18 +187,22 @@ async def client_loop(
                     out.mixed += 1
                 continue
             try:
-                result = await client.call_tool("execute", {"source": PROGRAM % nonce})
-            except Exception as exc:
+                result = await client.call_tool("execute", {"source": program % nonce})
+            except BaseException as exc:
+                # A failed transport cancels the call (CancelledError from the client's task
+                # group; its own error comes when the client closes): lost all the same.
                 out.errors[f"client: {type(exc).__name__}"] += 1
                 lost.append(nonce)
-                continue
+                if isinstance(exc, Exception):
+                    return True
+                raise
             out.latencies.append(time.perf_counter() - t0)
             if result.is_error:
                 out.errors[result.content[0].text] += 1  # type: ignore[union-attr]
                 lost.append(nonce)
                 continue
             value = (result.structured_content or {}).get("result")
-            if value != {"nonce": nonce, "who": subject} or nonce in out.seen:
+            if value != expect(nonce, subject) or nonce in out.seen:
                 out.mixed += 1
             else:
                 out.ok += 1

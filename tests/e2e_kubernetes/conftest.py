@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import OVERLAY, SERVICE_NS, kubectl, ready_nodes, require_cluster, worker_pods
+from .support import OVERLAY, SERVICE_IMAGE, SERVICE_NS, kubectl, ready_nodes, require_cluster, worker_pods
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +16,8 @@ def cluster() -> Iterator[None]:
     """The reachable cluster with k8s/ (plus the e2e overlay) applied: namespaces, RBAC, quota..."""
     require_cluster()
     kubectl("apply", "-k", str(OVERLAY))
+    if SERVICE_IMAGE:  # a service image of one's own (the overlay's is the shared e2e tag)
+        kubectl("set", "image", "-n", SERVICE_NS, "deployment/codemode", f"codemode={SERVICE_IMAGE}")
     yield
     # No worker pod may outlive the suite (pods being deleted are given a moment to go).
     deadline = time.monotonic() + 30

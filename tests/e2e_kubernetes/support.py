@@ -35,6 +35,9 @@ SERVICE_ACCOUNT = f"system:serviceaccount:{SERVICE_NS}:codemode-host"
 #: The overlay's test token (its sha256 is in overlay/kustomization.yaml); loopback cluster only.
 TOKEN = "codemode-e2e-loopback-only"
 WORKER_SELECTOR = "io.codemode.role=worker"
+#: ``CODEMODE_E2E_SERVICE_IMAGE``: run the Deployment with this service image instead of the
+#: overlay's ``codemode-service:e2e`` (e.g. one built from a branch and imported into every node).
+SERVICE_IMAGE = os.environ.get("CODEMODE_E2E_SERVICE_IMAGE", "")
 
 
 def kubectl_path() -> str:

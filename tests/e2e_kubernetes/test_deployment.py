@@ -23,6 +23,7 @@ from .support import (
     KUBECONFIG,
     REPO,
     SERVICE_ACCOUNT,
+    SERVICE_IMAGE,
     SERVICE_NS,
     TOKEN,
     WORKER_SELECTOR,
@@ -77,7 +78,10 @@ def test_the_deployment_runs_the_local_service_image(deployed: None) -> None:
     pod = running[0]
     assert pod.spec.service_account_name == "codemode-host"
     (container,) = pod.spec.containers
-    assert container.image == "codemode-service:e2e" and container.image_pull_policy == "Never"
+    assert (
+        container.image == (SERVICE_IMAGE or "codemode-service:e2e")
+        and container.image_pull_policy == "Never"
+    )
     assert all(cs.ready for cs in pod.status.container_statuses)
 
 

@@ -1511,6 +1511,65 @@ async def test_start_deletes_only_pods_whose_owner_is_provably_dead(cluster: Fak
     await rt.aclose()
 
 
+def at(hms: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(f"2026-12-01T{hms}+00:00")
+
+
+def running(name: str, since: str) -> k8s.V1ContainerStatus:
+    state = k8s.V1ContainerState(running=k8s.V1ContainerStateRunning(started_at=at(since)))
+    return k8s.V1ContainerStatus(name=name, image="i", image_id="", ready=True, restart_count=0, state=state)
+
+
+def waiting(name: str) -> k8s.V1ContainerStatus:
+    state = k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason="CrashLoopBackOff"))
+    return k8s.V1ContainerStatus(name=name, image="i", image_id="", ready=False, restart_count=1, state=state)
+
+
+async def test_another_replica_judges_a_restarted_host_container_dead(cluster: FakeCluster, me: Any) -> None:
+    # A host container SIGKILLed and restarted by the kubelet: the same pod (same uid), but no
+    # container of it can be the process that made the worker pod (it started at owner-started).
+    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "h"}
+    cases = {
+        # name: (containers of the owner pod, owner-started of the worker pod, deleted?)
+        "restarted": ([running("host", "10:00:05")], "2026-12-01T10:00:01Z", True),
+        "same-instance": ([running("host", "10:00:01")], "2026-12-01T10:00:01Z", False),
+        "crash-looping": ([waiting("host")], "2026-12-01T10:00:01Z", True),
+        "sidecar-restarted": (
+            [running("host", "10:00:00"), running("proxy", "10:00:09")],
+            "2026-12-01T10:00:01Z",
+            False,
+        ),
+        "older-host": ([running("host", "10:00:05")], "", False),  # no owner-started: can't tell
+        "no-status-yet": ([], "2026-12-01T10:00:01Z", False),
+    }
+    pods = cluster.api.pods
+    for i, (name, (containers, started, _)) in enumerate(cases.items()):
+        owner = host_pod(f"owner-{i}", f"ou{i}")
+        owner.status.container_statuses = containers  # type: ignore[union-attr]
+        pods[(HOST_NS, f"owner-{i}")] = owner
+        extra = {"started": started} if started else {}
+        w = worker_pod(name, f"o{i}", pod=f"{HOST_NS}/owner-{i}", pod_uid=f"ou{i}", **other_ns, **extra)
+        pods[(NS, name)] = w
+    rt = make_runtime(cluster)
+    assert await rt.remove_orphans() == 2
+    left = {name for ns, name in pods if ns == NS}
+    assert left == {name for name, (_, _, deleted) in cases.items() if not deleted}
+    await rt.aclose()
+
+
+def test_the_owner_started_annotation_is_at_or_after_this_process_start(me: Any) -> None:
+    # The rule's soundness: a container running this process started no later than it says.
+    ann = kmod._OWNER.annotations()
+    started = datetime.datetime.strptime(ann["io.codemode.owner-started"], "%Y-%m-%dT%H:%M:%SZ")
+    btime = next(
+        int(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime")
+    )
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    process_start = btime + ticks / os.sysconf("SC_CLK_TCK")
+    assert started.replace(tzinfo=datetime.UTC).timestamp() >= process_start - 1  # btime: whole seconds
+    assert started.replace(tzinfo=datetime.UTC).timestamp() <= time.time() + 1
+
+
 async def test_cleanup_all_and_none(cluster: FakeCluster, me: Any) -> None:
     seed_orphans(cluster, me)
     rt = make_runtime(cluster, cleanup_orphans="none")

@@ -114,6 +114,7 @@ MODULES = (
     "codemode.service.refusals",
     "codemode.service.responses",
     "codemode.service.sessions",
+    "codemode.service.stopping",
     "codemode.service.tokens",
     "codemode.startup.bootstrap",
     "codemode.startup.config",

@@ -59,6 +59,8 @@ HTTP_ONLY = frozenset(
         "ready_check_timeout",
         "start_degraded",
         "shutdown_timeout",
+        "drain_delay",
+        "orphan_sweep_interval",
     }
 )
 #: Settings that only ``serve --stdio`` reads.

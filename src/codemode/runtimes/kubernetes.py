@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import fcntl
 import json
 import logging
@@ -76,7 +77,7 @@ __all__ = [
 log = logging.getLogger("codemode.runtimes.kubernetes")
 
 DEFAULT_NAMESPACE = "codemode-workers"
-_OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start")
+_OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start", "started")
 
 _WRITE_CHUNK = 64 * 1024
 #: Frames up to this size may be sent on the event loop's thread (``KubernetesSandbox._send_now``).
@@ -153,9 +154,23 @@ class _Owner(HostIdentity):
     def refresh(self) -> None:
         super().refresh()
         self.pod, self.pod_uid = _own_pod()
+        #: Wall-clock time (UTC, whole seconds, rounded up) at or after this process started: a
+        #: container of the owner pod that started later cannot be this process's (the orphan rule).
+        self.started = datetime.datetime.fromtimestamp(math.ceil(time.time()), datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
 
     def annotations(self) -> dict[str, str]:
-        values = (self.pod, self.pod_uid, self.host, self.boot, self.pidns, str(self.pid), self.start)
+        values = (
+            self.pod,
+            self.pod_uid,
+            self.host,
+            self.boot,
+            self.pidns,
+            str(self.pid),
+            self.start,
+            self.started,
+        )
         return {f"io.codemode.owner-{k}": v for k, v in zip(_OWNER_ANNOTATIONS, values, strict=True)}
 
 
@@ -165,6 +180,30 @@ os.register_at_fork(after_in_child=_OWNER.refresh)
 
 
 # ----------------------------------------------------------------------------------- helpers
+
+
+def _restarted_since(pod: Any, started: str) -> bool:
+    """Whether no container of the live owner pod ``pod`` can run the owner process, which
+    started at or before ``started`` (its ``owner-started`` annotation): every container is not
+    running or started later (the restart of a SIGKILLed host container). Both times are the
+    owner node's clock. No ``started`` (a pod made by an older host) or no statuses: False."""
+    try:
+        when = datetime.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return False
+    status = getattr(pod, "status", None)
+    statuses = [*(getattr(status, "container_statuses", None) or [])]
+    statuses += getattr(status, "init_container_statuses", None) or []
+    if not statuses:
+        return False
+    for container in statuses:
+        running = getattr(getattr(container, "state", None), "running", None)
+        if running is None:
+            continue
+        begun = getattr(running, "started_at", None)
+        if not isinstance(begun, datetime.datetime) or begun <= when:
+            return False
+    return True
 
 
 def _status(exc: BaseException) -> int | None:
@@ -1002,11 +1041,15 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             key = (ann["pod"], ann["pod-uid"])
             if key not in owners:
                 owners[key] = self._owner_pod_gone(*key)
-            return owners[key] is True
+            if owners[key] is None:
+                return False
+            return owners[key] is True or _restarted_since(owners[key], ann["started"])
         # 3. Outside Kubernetes: the same host name in another boot or pid namespace was restarted.
         return bool(ann["host"]) and ann["host"] == me.host and not me.pod
 
-    def _owner_pod_gone(self, ref: str, uid: str) -> bool | None:
+    def _owner_pod_gone(self, ref: str, uid: str) -> bool | Any | None:
+        """True: the owner pod is gone (404, another uid, ended); None: can't tell; else the live
+        pod object (its containers tell whether the owner process still runs)."""
         namespace, _, name = ref.partition("/")
         try:
             pod = self._client().read_namespaced_pod(name, namespace, _request_timeout=self.api_timeout)
@@ -1019,7 +1062,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             return None
         if uid and getattr(pod.metadata, "uid", None) != uid:
             return True  # another pod of the same name (e.g. a StatefulSet replacement)
-        return getattr(pod.status, "phase", None) in ("Succeeded", "Failed")
+        if getattr(pod.status, "phase", None) in ("Succeeded", "Failed"):
+            return True
+        return pod
 
     async def spawn(self) -> KubernetesSandbox:
         if self._closed:

@@ -434,9 +434,22 @@ class BlockingRuntime(ABC, Generic[_S]):
 
     async def start(self) -> None:
         """Remove the orphans of a crashed host (``cleanup_orphans``), once, in the SDK's thread."""
+        await self.remove_orphans()
+
+    async def remove_orphans(self) -> int:
+        """Apply the orphan rule now (``start()`` does once; the service repeats it every
+        ``orphan_sweep_interval``, so a replica removes the workers of another that died).
+
+        Returns:
+            How many workers were removed (also in ``orphans_removed``).
+
+        Raises:
+            RuntimeUnavailable: the engine or API server cannot list the workers.
+        """
         if self.cleanup_orphans == "none":
-            return
+            return 0
         self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
+        return self.orphans_removed
 
     async def _launch(self, timeout: float | None, supervised: bool = False) -> tuple[str, Any]:
         """Run ``_launch_blocking`` (bounded by ``timeout`` if given); a launch that completes

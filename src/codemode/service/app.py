@@ -20,10 +20,13 @@ connection bounds before authentication); the client address is resolved by
 Lifespan: start the runtime (orphan clean-up, pool warm-up) and run its check; a failure stops the
 start with one line naming it (``ConfigError``), unless ``start_degraded``: then it is logged, shown
 on the metrics port and retried by ``/readyz`` and the first execute (the start-up rule,
-docs/service.md). Then the MCP session manager and the metrics and health servers. On shutdown:
-refuse new MCP requests (503), wait up to ``shutdown_timeout`` for in-flight executes, stop the
-session manager (which cancels what is left: a cancelled execute kills and reaps its worker), then
-``server.aclose()`` drains the pool.
+docs/service.md). Then the MCP session manager and the metrics and health servers. At SIGTERM:
+not ready, ``Connection: close`` on every response, still serving for ``drain_delay``
+(:mod:`codemode.service.stopping`); then uvicorn closes the listener and waits for open requests;
+then the lifespan ends: refuse new MCP requests (503), wait up to ``shutdown_timeout`` for
+in-flight executes, stop the session manager (which cancels what is left: a cancelled execute
+kills and reaps its worker), then ``server.aclose()`` drains the pool. While serving, the orphan
+rule runs every ``orphan_sweep_interval`` (the workers of a replica that died).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool
+from ..runtimes.streams import BlockingRuntime
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
 from ..startup.config import ConfigError, Settings, load_settings, names
 from .audit import AuditLog, configure_audit_logger
@@ -67,6 +71,7 @@ from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .peers import ClientAddress, TrustedProxies
 from .refusals import RefusalSummary
 from .sessions import BoundedSessionManager
+from .stopping import AnnouncedStopServer, CloseWhenStopping
 
 __all__ = [
     "Readiness",
@@ -98,6 +103,17 @@ async def _every(seconds: float, job: Callable[[], None], what: str) -> None:
             job()
         except Exception:
             log.exception("%s failed", what)
+
+
+async def _sweep(runtime: BlockingRuntime[Any], seconds: float) -> None:
+    """The orphan rule every ``seconds`` (``orphan_sweep_interval``) until cancelled; a failure is
+    logged and the next run happens."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await runtime.remove_orphans()
+        except Exception as exc:
+            log.warning("orphan sweep failed: %s: %s", type(exc).__name__, exc)
 
 
 class _Observer:
@@ -179,6 +195,10 @@ class Service:
             settings = settings.model_copy(update={"transport": "http"})
         self.settings = settings
         self.inflight = 0
+        #: Set at the first SIGTERM (codemode.service.stopping): not ready, responses close their
+        #: connection, requests are still served for ``drain_delay``.
+        self.stopping = False
+        #: Set when the lifespan ends (the listener is closed): new MCP requests are refused.
         self.draining = False
         #: Whether the MCP listener accepts connections (set by :func:`serve_async`: the health port
         #: starts first, during the lifespan, and must not say ready before the MCP port listens).
@@ -190,6 +210,7 @@ class Service:
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
         base = runtime if runtime is not None else build_runtime(settings)
+        self.base_runtime = base
         #: Packs and upstreams left out at a degraded start (--start-degraded); /readyz fails while any.
         self.problems: list[StartupProblem] = []
         self.runtime_problem: StartupProblem | None = None
@@ -273,7 +294,7 @@ class Service:
         Returns:
             Ready or not, with the coarse reason.
         """
-        if self.draining:
+        if self.stopping or self.draining:
             return Readiness(False, "shutting down")
         if self.listening is not None and not self.listening():
             return Readiness(False, "starting")
@@ -366,6 +387,9 @@ class Service:
         self._periodic.append(
             loop.create_task(_every(logs.window, logs.flush, "writing suppressed-line counts"))
         )
+        sweep = self.settings.orphan_sweep_interval
+        if sweep and isinstance(self.base_runtime, BlockingRuntime):
+            self._periodic.append(loop.create_task(_sweep(self.base_runtime, sweep)))
         await self._start_side_servers()
 
     async def _start_side_servers(self) -> None:
@@ -398,6 +422,13 @@ class Service:
         )
         self._side.append(health)
         self.health_address = health.address
+
+    def announce_stop(self) -> None:
+        """The first step of a stop (SIGTERM): stop saying ready, close each connection after its
+        response; keep serving (docs/service.md, "Shutdown")."""
+        if not self.stopping:
+            self.stopping = True
+            self.metrics.ready.set(0)
 
     async def drain(self) -> None:
         """Refuse new MCP requests and wait (bounded) for in-flight executes."""
@@ -539,11 +570,13 @@ def create_app(
     app.router.routes.extend(health_routes(service))
     app.router.routes.append(Route("/mcp", endpoint=service.mcp_endpoint))
     app.add_middleware(ClientAddress, proxies=service.proxies)
+    app.add_middleware(CloseWhenStopping, stopping=lambda: service.stopping or service.draining)
     return app
 
 
 async def serve_async(settings: Settings | None = None) -> None:
-    """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM.
+    """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM
+    (the announced stop of :mod:`codemode.service.stopping`: ``drain_delay``, then uvicorn's own).
 
     Args:
         settings: the settings (default: :func:`load_settings`).
@@ -561,7 +594,9 @@ async def serve_async(settings: Settings | None = None) -> None:
     except BaseException:
         await service.shutdown()
         raise
-    main = uvicorn.Server(server_config(app))
+    main = AnnouncedStopServer(
+        server_config(app), drain_delay=settings.drain_delay, announce=service.announce_stop
+    )
     service.listening = lambda: main.started
     await main.serve()
 

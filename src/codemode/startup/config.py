@@ -564,6 +564,24 @@ class Settings(BaseSettings):
         ),
     )
     shutdown_timeout: float = Field(30.0, ge=0, description="seconds to drain in-flight executes at shutdown")
+    orphan_sweep_interval: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "seconds between runs of the orphan rule while serving (docker and kubernetes runtimes): "
+            "a replica removes the workers of another host that provably died; 0 = at start only"
+        ),
+    )
+    drain_delay: float = Field(
+        0.0,
+        ge=0,
+        le=300,
+        description=(
+            "seconds between SIGTERM and closing the listener: /readyz answers 503 and every response "
+            "says Connection: close, while new requests are still served, so a load balancer (a "
+            "Kubernetes Service) stops sending before the port closes; then shutdown_timeout applies"
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
