@@ -38,8 +38,10 @@ class HeldPod(KubernetesRuntime):
     """Worker pods with an init container that holds them for ``HOLD`` seconds: scheduled, the
     worker container not running yet (what every attach meets in the first ~0.5 s of a pod)."""
 
-    def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
-        pod = super().pod_manifest(pod_name, supervised)
+    def pod_manifest(
+        self, pod_name: str, supervised: bool = False, avoided_nodes: list[str] | None = None
+    ) -> k8s.V1Pod:
+        pod = super().pod_manifest(pod_name, supervised, avoided_nodes)
         assert pod.spec is not None
         worker = pod.spec.containers[0]
         pod.spec.init_containers = [

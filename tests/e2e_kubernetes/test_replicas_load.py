@@ -182,8 +182,10 @@ async def test_a_rolling_update_under_load_loses_no_execute(two_replicas: None) 
         # No connection met a closed port: each old replica still listened until its endpoint was gone.
         assert not proxy.refused, dict(proxy.refused)
         assert new.isdisjoint(old) and len(new) == 2
-        # Both new replicas served (the Service follows the update), and the old ones left no worker.
-        assert all(proxy.connections[p] > 0 for p in new), dict(proxy.connections)
+        # The new replicas took over the load (the Service follows the update; which of them got
+        # the reconnecting clients is the proxy's choice: clients keep their connections, so the
+        # replica that became ready last may get none), and the old ones left no worker.
+        assert sum(proxy.connections[p] for p in new) > 0, dict(proxy.connections)
         await until("no worker of the old replicas", lambda: not workers_of(old), timeout=60)
     finally:
         await proxy.aclose()

@@ -267,11 +267,13 @@ class Proxy:
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        assert self.server is not None
+        if self.server is None:
+            return
         self.server.close()
         for w in list(self.links):
             w.transport.abort()
         await self.server.wait_closed()
+        self.server = None
 
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
@@ -309,19 +311,22 @@ async def test_store_down_fails_closed_with_internal_failure(
     erin = authz.Subject("erin-store-down")
     shared = store(kubeconfig=kubeconfig_through(proxy, tmp_path), timeout=2.0)
     caplog.set_level(logging.WARNING, logger="codemode.execute")
-    async with replica(gate, shared, subject_quota=QUOTA) as server:
-        assert await server.execute(HOLD, subject=erin) == erin.id
-        await proxy.stop()
-        for _ in range(2):  # each execute fails closed; the log says it once per outage
-            started = time.monotonic()
-            with pytest.raises(codemode.Internal) as info:
-                await server.execute(HOLD, subject=erin)
-            assert str(info.value) == "internal failure"
-            assert time.monotonic() - started < 30
-        down = [r.getMessage() for r in caplog.records if "quota store" in r.getMessage()]
-        assert len(down) == 1, down
-        assert "--quota-store / CODEMODE_QUOTA_STORE" in down[0] and "fail closed" in down[0], down
-        assert "erin" not in down[0]
-        await proxy.start()  # the same port: the store is back
-        assert await server.execute(HOLD, subject=erin) == erin.id
+    try:
+        async with replica(gate, shared, subject_quota=QUOTA) as server:
+            assert await server.execute(HOLD, subject=erin) == erin.id
+            await proxy.stop()
+            for _ in range(2):  # each execute fails closed; the log says it once per outage
+                started = time.monotonic()
+                with pytest.raises(codemode.Internal) as info:
+                    await server.execute(HOLD, subject=erin)
+                assert str(info.value) == "internal failure"
+                assert time.monotonic() - started < 30
+            down = [r.getMessage() for r in caplog.records if "quota store" in r.getMessage()]
+            assert len(down) == 1, down
+            assert "--quota-store / CODEMODE_QUOTA_STORE" in down[0] and "fail closed" in down[0], down
+            assert "erin" not in down[0]
+            await proxy.start()  # the same port: the store is back
+            assert await server.execute(HOLD, subject=erin) == erin.id
+    finally:
+        await proxy.stop()  # its listener and the links still open (closed, not left to the collector)
     assert any("answers again" in r.getMessage() for r in caplog.records)

@@ -183,6 +183,10 @@ class KubernetesQuota:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        with self._api_lock:
+            api, self._api = self._api, None
+        if api is not None:
+            api.api_client.close()  # its connections to the API server
 
     # -- acquiring ---------------------------------------------------------------------------------
 
