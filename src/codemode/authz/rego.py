@@ -626,7 +626,7 @@ class RegoAuthorizer:
             # build one here, for as long as the policy takes to compile: the pool's threads do that.
             evaluator: _Evaluator | None = getattr(self._local, "evaluator", None)
             until = float(deadline) if timeout is not None else None
-            if evaluator is not None and await _turn_free(ctx, until):
+            if evaluator is not None and (_TURN.current() < INLINE_BUDGET or await _turn_free(ctx, until)):
                 _answer(self._evaluate_bounded(evaluator, document, until))
                 return
             if timeout is not None:
