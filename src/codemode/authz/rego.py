@@ -9,7 +9,9 @@ links, and one probe evaluation). A regopy ``Interpreter`` must never be used by
 from the validated sources, lazily, never shared; the input goes to the C API directly
 (:mod:`codemode.authz._rego_direct`). :meth:`RegoAuthorizer.authorize` hands the evaluation to a
 small pool of daemon threads through ``codemode.common.handoff`` (``evaluate_inline=True``
-evaluates on the calling thread instead).
+evaluates on the calling thread instead), or evaluates a bounded policy (``_rego_bounded``, whose
+cost ``_rego_calibrate`` measured at construction) on the calling thread, under a guard and a
+per-loop-turn budget.
 """
 
 from __future__ import annotations
@@ -408,8 +410,10 @@ class RegoAuthorizer:
             whose evaluation time is bounded whatever the input, since a running evaluation cannot
             be stopped at the deadline.
         bounded_inline: evaluate on the calling thread when the policy is bounded (nothing in it
-            iterates, see docs/authz.md) and the input is small, with more than
-            :data:`INLINE_BUDGET` left before the deadline (default True; False always hands off).
+            iterates, and its cost measured at construction on its worst inputs is small, see
+            docs/authz.md), the input is small, more than :data:`INLINE_BUDGET` is left before the
+            deadline, the calling thread already has its interpreter and the guard has not tripped
+            (default True; False always hands off).
 
     Raises (the constructor):
         InvalidPolicy: invalid input (a ``ValueError``), naming the problem.
@@ -598,11 +602,12 @@ class RegoAuthorizer:
         """Allow (return), deny (:class:`~codemode.authz.Denied`) or fail (:class:`PolicyError`).
 
         A bounded policy with a small input and more than :data:`INLINE_BUDGET` left is evaluated
-        on the calling thread (``bounded_inline``). Anything else is evaluated on the pool (or
-        inline, see ``evaluate_inline``) and returns by ``ctx.deadline`` (monotonic seconds) at the
-        latest: it blocks the calling thread at most ``wait_budget``, then waits asynchronously.
-        If ``ctx.cancelled`` is set or the calling task is cancelled, an evaluation that has not
-        started yet never runs.
+        on the calling thread (``bounded_inline``; once the loop's turn has spent
+        :data:`INLINE_BUDGET` on such evaluations, it first yields to the loop). Anything else is
+        evaluated on the pool (or inline, see ``evaluate_inline``) and returns by ``ctx.deadline``
+        (monotonic seconds) at the latest: it blocks the calling thread at most ``wait_budget``,
+        then waits asynchronously. If ``ctx.cancelled`` is set or the calling task is cancelled, an
+        evaluation that has not started yet never runs.
         """
         document = _document(input)
         cancelled = getattr(ctx, "cancelled", None)
