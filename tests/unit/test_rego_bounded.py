@@ -260,6 +260,34 @@ async def test_an_evaluation_past_its_deadline_trips_the_guard() -> None:
     a.close()
 
 
+async def test_a_thread_without_its_interpreter_hands_off() -> None:
+    """R21-B6 for a policy that passes calibration: built on another thread, the authorizer has no
+    interpreter on the loop's thread, and builds none there (the decision goes to the pool)."""
+    before = rego_threads()
+    a = await asyncio.to_thread(RegoAuthorizer, DECISION, {"p.rego": REALISTIC}, max_workers=1)
+    try:
+        assert await outcome(a, inp("alice")) == "allowed"
+        assert len(rego_threads() - before) == 1
+        assert await asyncio.to_thread(a.decide, inp("alice")) is True  # and it is a bounded policy
+    finally:
+        a.close()
+
+
+async def test_a_policy_that_fails_calibration_hands_off_with_a_quick_input() -> None:
+    """R21-B1: calibration classifies by what the policy costs on its worst inputs, not on the one at
+    hand: a slow deny list takes the hand-off even for a one-character argument."""
+    rules = "".join(f'deny contains "p{i}" if contains(input.arguments.key, "x{i}")\n' for i in range(400))
+    source = HEAD + rules + "allow if count(deny) == 0\n"
+    assert bounded.unbounded_reason({"p.rego": source}) is None
+    before = rego_threads()
+    a = RegoAuthorizer("data.app.allow", {"p.rego": source}, max_workers=1)
+    try:
+        assert await outcome(a, inp("bob", key="k")) == "allowed"
+        assert len(rego_threads() - before) == 1
+    finally:
+        a.close()
+
+
 def test_bounded_inline_must_be_a_bool() -> None:
     with pytest.raises(rego_module.InvalidPolicy, match="bounded_inline"):
         RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, bounded_inline=1)  # type: ignore[arg-type]
