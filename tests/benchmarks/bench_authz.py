@@ -12,7 +12,9 @@ nothing. Measures, on one realistic policy:
   in flight;
 - the hand-off's own floor: an empty job through a daemon thread, waited for blocking and awaited;
 - the inline bound: ``decide()`` on the largest input a bounded policy still evaluates inline
-  (``codemode.authz._rego_bounded``: values and characters at their caps), against ``INLINE_BUDGET``;
+  (``codemode.authz._rego_bounded``: values and characters at their caps) and on the costliest nesting
+  (chains at the depth cap), against ``INLINE_BUDGET``; and what the construction's calibration measured
+  (``codemode.authz._rego_calibrate``: the most the policy adds over its worst inputs);
 - for comparison, the same evaluation through regopy's public API only, and an ad-hoc query.
 """
 
@@ -34,6 +36,7 @@ import regopy
 
 from codemode.authz import AuthorizationInput, Denied, Subject
 from codemode.authz import _rego_bounded as bounded
+from codemode.authz import _rego_calibrate as calibrate
 from codemode.authz import rego as rego_module
 from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
 
@@ -234,6 +237,19 @@ def largest_inline_input() -> AuthorizationInput:
     return item
 
 
+def costliest_nested_input() -> AuthorizationInput:
+    """Chains of objects at ``MAX_INLINE_DEPTH`` filling the value cap: the costliest nesting still
+    evaluated inline (a deeper chain takes the hand-off)."""
+    chain = bounded.MAX_INLINE_DEPTH - 2  # the document and `arguments` are the first two levels
+    arguments: dict[str, Any] = {}
+    for i in range((bounded.MAX_INLINE_VALUES - 6) // (chain + 1)):
+        value: Any = 1
+        for _ in range(chain):
+            value = {"k": value}
+        arguments[f"c{i}"] = value
+    return AuthorizationInput(Subject("dave"), "records.entry.lookup", "records.lookup", arguments)
+
+
 def bench_adhoc(inputs: list[AuthorizationInput], n: int) -> tuple[float, list[float]]:
     interp = regopy.Interpreter()
     interp.log_level = regopy.LogLevel.NONE
@@ -286,7 +302,7 @@ def main() -> None:
     for label, source in (("simple", SIMPLE_POLICY), ("realistic", POLICY)):
         print(f"\n== {label} policy")
         authz = timed(
-            "construction (validate, compile, audit, probe)",
+            "construction (validate, compile, audit, probe, calibrate)",
             lambda source=source: RegoAuthorizer("data.codemode.authz.allow", {"policy.rego": source}),
         )
         allowed = sum(authz.decide(i) for i in inputs)
@@ -325,6 +341,16 @@ def main() -> None:
         print(
             f"{'':<60} inline bound: p99 {pct(lat, 99) / 1000:.1f} µs"
             f" of a {INLINE_BUDGET * 1e6:.0f} µs budget"
+        )
+        elapsed, lat = bench_sync(authz, [costliest_nested_input()], n // 20)
+        report("decide(), costliest nesting evaluated inline", n // 20, elapsed, lat)
+        inputs_ = calibrate.worst_inputs(bounded.input_paths({"policy.rego": source}))
+        evaluate, baseline = authz._evaluator().evaluate, rego_module._baseline().evaluate
+        # A limit of 0 makes it measure the policy's own part of every input (it stops at the first).
+        added = max(calibrate.worst_case(evaluate, baseline, [d], 0.0) for d in inputs_)
+        print(
+            f"{'':<60} calibration: the policy adds {added * 1e6:.0f} µs at most over {len(inputs_)} worst"
+            f" inputs (limit {INLINE_BUDGET / 4 * 1e6:.0f} µs)"
         )
         for path in paths.values():
             path.close()

@@ -235,3 +235,24 @@ def test_the_pack_lifecycle_is_documented() -> None:
     assert "open failed: OperationalError" in " ".join(
         (REFERENCE.parent / "packs.md").read_text(encoding="utf-8").split()
     )
+
+
+def test_authorization_md_states_the_bounded_paths_limits() -> None:
+    """authorization.md: the inline caps, the calibration limit, the per-turn budget and the guard's
+    trip points are the code's (codemode.authz.rego, codemode.authz._rego_bounded)."""
+    from codemode.authz import _rego_bounded as bounded
+    from codemode.authz import rego
+
+    text = flat("authorization.md")
+    budget_ms = rego.INLINE_BUDGET * 1e3
+    assert (
+        f"at most {bounded.MAX_INLINE_VALUES} values, {bounded.MAX_INLINE_CHARS:,} characters and "
+        f"{bounded.MAX_INLINE_DEPTH} levels of nesting" in text
+    )
+    assert f"stays within {rego.INLINE_BUDGET / 4 * 1e3:g} ms over a one-rule policy's" in text
+    assert f"more than {budget_ms:g} ms left before the deadline" in text
+    assert f"One loop turn spends at most {budget_ms:g} ms on such evaluations" in text
+    assert (
+        f"one inline evaluation over {2 * budget_ms:g} ms of CPU time or past its deadline, or "
+        f"{rego._SLOW_LIMIT} over {budget_ms:g} ms within {rego._SLOW_WINDOW:g} s" in text
+    )

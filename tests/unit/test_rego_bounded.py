@@ -207,20 +207,85 @@ async def test_deadline_cancellation_and_close_on_the_bounded_path() -> None:
         await a.authorize(None, inp("alice"))
 
 
-async def test_evaluations_that_keep_overrunning_the_budget_go_to_the_pool(
+async def test_an_evaluation_over_twice_the_budget_sends_later_ones_to_the_pool(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The measured guard behind the lexical one: a machine (or a policy) slower than the budget stops
-    the inline evaluations."""
+    """The measured guard behind the lexical one and the calibration: one inline evaluation over
+    twice the budget (here every one is: a machine, or a policy, slower than the budget) is enough."""
     before = rego_threads()
     a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
-    monkeypatch.setattr(rego_module, "INLINE_BUDGET", -1.0)  # every evaluation overruns it
-    for _ in range(rego_module._SLOW_LIMIT):
-        assert await outcome(a, inp("alice")) == "allowed"
-    assert rego_threads() == before
+    monkeypatch.setattr(rego_module, "INLINE_BUDGET", 1e-9)
     assert await outcome(a, inp("alice")) == "allowed"
+    assert rego_threads() == before
+    for _ in range(3):
+        assert await outcome(a, inp("alice")) == "allowed"
     assert len(rego_threads() - before) == 1
     a.close()
+
+
+async def _goes_to_the_pool(a: RegoAuthorizer) -> bool:
+    before = rego_threads()
+    assert await outcome(a, inp("alice")) == "allowed"
+    return len(rego_threads() - before) == 1
+
+
+@pytest.mark.parametrize("quick_between", [0, 50])
+async def test_repeated_overruns_trip_the_guard_whatever_comes_between(quick_between: int) -> None:
+    """_SLOW_LIMIT overruns (each under twice the budget) within _SLOW_WINDOW trip the guard; quick
+    evaluations in between never take one back (R21-B2)."""
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
+    over = INLINE_BUDGET * 1.5
+    for i in range(rego_module._SLOW_LIMIT - 1):
+        a._timed(over, now=100.0 + i)
+        for _ in range(quick_between):
+            a._timed(INLINE_BUDGET / 10, now=100.0 + i)
+    assert not await _goes_to_the_pool(a)
+    a._timed(over, now=100.0 + rego_module._SLOW_LIMIT)
+    assert await _goes_to_the_pool(a)
+    a.close()
+
+
+async def test_overruns_spread_over_more_than_the_window_do_not_trip_the_guard() -> None:
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
+    for i in range(3 * rego_module._SLOW_LIMIT):
+        a._timed(INLINE_BUDGET * 1.5, now=i * rego_module._SLOW_WINDOW / (rego_module._SLOW_LIMIT - 1.5))
+    assert not await _goes_to_the_pool(a)
+    a.close()
+
+
+async def test_an_evaluation_past_its_deadline_trips_the_guard() -> None:
+    a = RegoAuthorizer(DECISION, {"p.rego": REALISTIC}, max_workers=1)
+    a._timed(0.0, late=True)
+    assert await _goes_to_the_pool(a)
+    a.close()
+
+
+async def test_a_thread_without_its_interpreter_hands_off() -> None:
+    """R21-B6 for a policy that passes calibration: built on another thread, the authorizer has no
+    interpreter on the loop's thread, and builds none there (the decision goes to the pool)."""
+    before = rego_threads()
+    a = await asyncio.to_thread(RegoAuthorizer, DECISION, {"p.rego": REALISTIC}, max_workers=1)
+    try:
+        assert await outcome(a, inp("alice")) == "allowed"
+        assert len(rego_threads() - before) == 1
+        assert await asyncio.to_thread(a.decide, inp("alice")) is True  # and it is a bounded policy
+    finally:
+        a.close()
+
+
+async def test_a_policy_that_fails_calibration_hands_off_with_a_quick_input() -> None:
+    """R21-B1: calibration classifies by what the policy costs on its worst inputs, not on the one at
+    hand: a slow deny list takes the hand-off even for a one-character argument."""
+    rules = "".join(f'deny contains "p{i}" if contains(input.arguments.key, "x{i}")\n' for i in range(400))
+    source = HEAD + rules + "allow if count(deny) == 0\n"
+    assert bounded.unbounded_reason({"p.rego": source}) is None
+    before = rego_threads()
+    a = RegoAuthorizer("data.app.allow", {"p.rego": source}, max_workers=1)
+    try:
+        assert await outcome(a, inp("bob", key="k")) == "allowed"
+        assert len(rego_threads() - before) == 1
+    finally:
+        a.close()
 
 
 def test_bounded_inline_must_be_a_bool() -> None:

@@ -12,6 +12,9 @@ runs once per decision (rego-cpp evaluates a rule once per query), and its work 
 input (the caller also caps the input: :func:`small_input`). Anything the list does not name
 makes the policy unbounded: being wrong that way costs speed (the decision goes to an evaluation
 thread), never the loop.
+
+The forms bound the work per rule, not the number of rules: a bounded policy's cost is measured at
+construction (:mod:`codemode.authz._rego_calibrate`, on inputs built from :func:`input_paths`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,15 @@ from ._rego_scan import (
     refs,
 )
 
-__all__ = ["LINEAR_BUILTINS", "MAX_INLINE_CHARS", "MAX_INLINE_VALUES", "small_input", "unbounded_reason"]
+__all__ = [
+    "LINEAR_BUILTINS",
+    "MAX_INLINE_CHARS",
+    "MAX_INLINE_DEPTH",
+    "MAX_INLINE_VALUES",
+    "input_paths",
+    "small_input",
+    "unbounded_reason",
+]
 
 #: Builtins whose time is at most linear in their arguments (and whose result is no larger).
 #: ``indexof`` is not one: rego-cpp's search is quadratic (two 4,096-character inputs: ~1 ms).
@@ -72,6 +83,11 @@ _IMPORTS_OK: Final = ("rego.v1", "future.keywords")
 MAX_INLINE_VALUES: Final = 64
 #: At most this many characters of strings (keys included) in an input evaluated inline.
 MAX_INLINE_CHARS: Final = 4096
+#: At most this many containers around any value of an input evaluated inline (the document is one,
+#: its ``arguments`` two): rego-cpp's cost of building a nested input grows with the square of its
+#: depth (a chain of 56 objects costs 8-14 times a flat input of as many values; chains at this cap
+#: filling the value cap about 2.3 times, about what any objects cost against strings).
+MAX_INLINE_DEPTH: Final = 6
 
 
 def unbounded_reason(modules: Mapping[str, str]) -> str | None:
@@ -113,6 +129,28 @@ def _module_reason(tokens: list[Token]) -> str | None:
         if ref.is_call and ref.name not in LINEAR_BUILTINS:
             return f"line {body[ref.start].line}: call to {ref.name}"
     return None
+
+
+def input_paths(modules: Mapping[str, str]) -> set[tuple[str, ...]]:
+    """The static paths under ``input`` that a bounded policy refers to (``input.arguments.key`` →
+    ``("arguments", "key")``; a bare ``input`` → ``()``).
+
+    Args:
+        modules: filename → Rego source of a policy :func:`unbounded_reason` accepted (so no
+            reference to the input has a computed part).
+
+    Returns:
+        The paths, without the leading ``input``.
+    """
+    paths: set[tuple[str, ...]] = set()
+    for filename, source in modules.items():
+        body = _without_imports(module_body(source, filename))
+        if isinstance(body, str):
+            continue
+        for ref in refs(body):
+            if ref.segments[0] == "input" and not ref.is_call:
+                paths.add(ref.segments[1:])
+    return paths
 
 
 def _without_imports(tokens: list[Token]) -> list[Token] | str:
@@ -174,33 +212,38 @@ def _indexes(prev: Token) -> bool:
     return prev.kind in (IDENT, STRING) and prev.value not in KEYWORDS
 
 
-def small_input(document: Any, values: int = 0, chars: int = 0) -> bool:
-    """Whether ``document`` has at most :data:`MAX_INLINE_VALUES` values and
-    :data:`MAX_INLINE_CHARS` characters of strings (stops counting as soon as it has more).
+def small_input(document: Any, values: int = 0, chars: int = 0, depth: int = 0) -> bool:
+    """Whether ``document`` has at most :data:`MAX_INLINE_VALUES` values, :data:`MAX_INLINE_CHARS`
+    characters of strings and :data:`MAX_INLINE_DEPTH` containers around any value (stops counting
+    as soon as it has more).
 
     Args:
         document: the input document (plain JSON values), or a part of it.
         values: values already counted (the rest of the document).
         chars: characters already counted.
+        depth: containers around ``document`` (0 for the whole document).
 
     Returns:
         True when it is small enough to evaluate inline.
     """
-    stack = [document]
+    stack = [(document, depth)]
     while stack:
-        value = stack.pop()
+        value, level = stack.pop()
         values += 1
         if values > MAX_INLINE_VALUES:
             return False
         if isinstance(value, str):
             chars += len(value)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                if isinstance(key, str):
-                    chars += len(key)
-                stack.append(item)
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
+        elif isinstance(value, dict | list | tuple):
+            if level >= MAX_INLINE_DEPTH and value:
+                return False  # its items would be more deeply nested than the cap
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(key, str):
+                        chars += len(key)
+                    stack.append((item, level + 1))
+            else:
+                stack.extend((item, level + 1) for item in value)
         if chars > MAX_INLINE_CHARS:
             return False
     return True

@@ -9,7 +9,9 @@ links, and one probe evaluation). A regopy ``Interpreter`` must never be used by
 from the validated sources, lazily, never shared; the input goes to the C API directly
 (:mod:`codemode.authz._rego_direct`). :meth:`RegoAuthorizer.authorize` hands the evaluation to a
 small pool of daemon threads through ``codemode.common.handoff`` (``evaluate_inline=True``
-evaluates on the calling thread instead).
+evaluates on the calling thread instead), or evaluates a bounded policy (``_rego_bounded``, whose
+cost ``_rego_calibrate`` measured at construction) on the calling thread, under a guard and a
+per-loop-turn budget.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
@@ -34,7 +37,8 @@ import regopy
 
 from ..common.handoff import NOT_YET, HandOff
 from . import AskUser, AuthorizationInput, Denied, PolicyError, Subject
-from ._rego_bounded import small_input, unbounded_reason
+from ._rego_bounded import input_paths, small_input, unbounded_reason
+from ._rego_calibrate import worst_case, worst_inputs
 from ._rego_direct import DIRECT as _DIRECT
 from ._rego_direct import INT64_MAX as _INT64_MAX
 from ._rego_direct import INT64_MIN as _INT64_MIN
@@ -68,9 +72,14 @@ WAIT_BUDGET = 0.002
 #: stops blocking the calling thread.
 _SLOW_LIMIT = 4
 #: Seconds a bounded policy's evaluation on the calling thread is meant to take at most: a decision
-#: with less time left before its deadline goes to the pool, and once evaluations keep taking longer
-#: (net ``_SLOW_LIMIT`` of them) the authorizer stops evaluating on the calling thread.
+#: with less time left before its deadline goes to the pool, a policy that takes more than a quarter
+#: of it on the worst inputs built at construction is never evaluated inline, and the guard
+#: (:meth:`RegoAuthorizer._timed`) stops inline evaluation for good once one takes more than twice
+#: it, or ``_SLOW_LIMIT`` take more within ``_SLOW_WINDOW``. It is also the inline evaluation time
+#: one event-loop turn may spend: past it, an inline decision first yields the loop.
 INLINE_BUDGET: Final = 0.001
+#: Seconds within which ``_SLOW_LIMIT`` inline evaluations over the budget stop inline evaluation.
+_SLOW_WINDOW: Final = 60.0
 
 
 log = logging.getLogger("codemode.authz.rego")
@@ -355,7 +364,7 @@ def _small(document: dict[str, Any]) -> bool:
     characters of keys besides the three strings."""
     subject, capability = document["subject"], document["capability"]
     known = len(subject["id"]) + len(capability["id"]) + len(capability["name"]) + 34
-    return small_input(document["arguments"], 6, known)
+    return small_input(document["arguments"], 6, known, 1)
 
 
 def _position(source: str, offset: int) -> tuple[int, int]:
@@ -401,8 +410,10 @@ class RegoAuthorizer:
             whose evaluation time is bounded whatever the input, since a running evaluation cannot
             be stopped at the deadline.
         bounded_inline: evaluate on the calling thread when the policy is bounded (nothing in it
-            iterates, see docs/authz.md) and the input is small, with more than
-            :data:`INLINE_BUDGET` left before the deadline (default True; False always hands off).
+            iterates, and its cost measured at construction on its worst inputs is small, see
+            docs/authz.md), the input is small, more than :data:`INLINE_BUDGET` is left before the
+            deadline, the calling thread already has its interpreter and the guard has not tripped
+            (default True; False always hands off).
 
     Raises (the constructor):
         InvalidPolicy: invalid input (a ``ValueError``), naming the problem.
@@ -476,12 +487,10 @@ class RegoAuthorizer:
                 ) from None
         self._audit_plan()
         self._bounded = False
-        self._inline_slow = 0
-        if bounded_inline and not evaluate_inline:
-            reason = unbounded_reason(sources)
-            self._bounded = reason is None
-            if reason is not None:
-                log.debug("rego: evaluations go to the pool (unbounded policy: %s)", reason)
+        self._overruns: deque[float] = deque(maxlen=_SLOW_LIMIT)
+        reason = unbounded_reason(sources) if bounded_inline and not evaluate_inline else "not asked for"
+        if reason is not None:
+            log.debug("rego: evaluations go to the pool (unbounded policy: %s)", reason)
 
         # This thread's evaluator doubles as the probe.
         self._local = threading.local()
@@ -495,6 +504,8 @@ class RegoAuthorizer:
             raise InvalidPolicy(f"policy does not compile: {exc}") from None
         self._local.evaluator = evaluator
         self._probe(evaluator)
+        if reason is None:
+            self._bounded = self._calibrate(evaluator)
 
         # The factory must not reference self, or the worker threads would keep the authorizer alive.
         self._pool = _Pool(max_workers, functools.partial(_Evaluator, sources, self._entrypoint, self._query))
@@ -546,6 +557,22 @@ class RegoAuthorizer:
                     f"policy does not compile: {text.removeprefix('rego: evaluation error: ')}"
                 ) from None
 
+    def _calibrate(self, evaluator: _Evaluator) -> bool:
+        """Whether the policy adds at most a quarter of :data:`INLINE_BUDGET` to the evaluation of
+        each of its worst inline inputs (:mod:`codemode.authz._rego_calibrate`): a bounded form is not
+        a bounded cost (a long deny list of allowed forms is slow)."""
+        limit = INLINE_BUDGET / 4
+        inputs = worst_inputs(input_paths(self._modules))
+        worst = worst_case(evaluator.evaluate, _baseline().evaluate, inputs, limit)
+        if worst > limit:
+            log.info(
+                "rego: evaluations go to the pool (the policy adds %.2f ms on a large input, over %.2f ms)",
+                worst * 1e3,
+                limit * 1e3,
+            )
+            return False
+        return True
+
     # -- evaluation
 
     def decide(self, input: AuthorizationInput) -> Decision:
@@ -575,11 +602,12 @@ class RegoAuthorizer:
         """Allow (return), deny (:class:`~codemode.authz.Denied`) or fail (:class:`PolicyError`).
 
         A bounded policy with a small input and more than :data:`INLINE_BUDGET` left is evaluated
-        on the calling thread (``bounded_inline``). Anything else is evaluated on the pool (or
-        inline, see ``evaluate_inline``) and returns by ``ctx.deadline`` (monotonic seconds) at the
-        latest: it blocks the calling thread at most ``wait_budget``, then waits asynchronously.
-        If ``ctx.cancelled`` is set or the calling task is cancelled, an evaluation that has not
-        started yet never runs.
+        on the calling thread (``bounded_inline``; once the loop's turn has spent
+        :data:`INLINE_BUDGET` on such evaluations, it first yields to the loop). Anything else is
+        evaluated on the pool (or inline, see ``evaluate_inline``) and returns by ``ctx.deadline``
+        (monotonic seconds) at the latest: it blocks the calling thread at most ``wait_budget``,
+        then waits asynchronously. If ``ctx.cancelled`` is set or the calling task is cancelled, an
+        evaluation that has not started yet never runs.
         """
         document = _document(input)
         cancelled = getattr(ctx, "cancelled", None)
@@ -599,8 +627,17 @@ class RegoAuthorizer:
             return
         if self._bounded and (timeout is None or timeout > INLINE_BUDGET) and _small(document):
             self._pool.check_open()
-            _answer(self._evaluate_bounded(document, float(deadline) if timeout is not None else None))
-            return
+            # A thread without its interpreter yet (an authorizer built on another thread) would
+            # build one here, for as long as the policy takes to compile: the pool's threads do that.
+            evaluator: _Evaluator | None = getattr(self._local, "evaluator", None)
+            until = float(deadline) if timeout is not None else None
+            if evaluator is not None and (_TURN.current() < INLINE_BUDGET or await _turn_free(ctx, until)):
+                _answer(self._evaluate_bounded(evaluator, document, until))
+                return
+            if timeout is not None:
+                timeout = float(deadline) - time.monotonic()
+                if timeout <= 0:
+                    raise PolicyError("rego: the deadline passed before evaluation")
         started = time.monotonic()
         job = self._pool.submit(document)
         allowed = self._handoff.block(job, None if timeout is None else started + timeout)
@@ -616,33 +653,52 @@ class RegoAuthorizer:
             self._handoff.waited(started)
         _answer(allowed)
 
-    def _evaluate_bounded(self, document: dict[str, Any], deadline: float | None) -> Decision:
-        """A bounded policy's evaluation on the calling thread, timed (:meth:`_timed`)."""
-        evaluator = self._evaluator()  # built once per thread (milliseconds): not part of the timing
-        started = time.monotonic()
+    def _evaluate_bounded(
+        self, evaluator: _Evaluator, document: dict[str, Any], deadline: float | None
+    ) -> Decision:
+        """A bounded policy's evaluation on the calling thread, timed (:meth:`_timed`) and charged to
+        the loop's turn (:func:`_turn_free`)."""
+        started, started_cpu = time.monotonic(), time.thread_time()
         try:
             decision = evaluator.evaluate(document)
         finally:
             ended = time.monotonic()
-            self._timed(ended - started)
-        if deadline is not None and ended >= deadline:
+            _TURN.spend(ended - started)
+            late = deadline is not None and ended >= deadline
+            self._timed(time.thread_time() - started_cpu, late)
+        if late:
             raise PolicyError("rego: evaluation did not finish before the deadline")
         return decision
 
-    def _timed(self, seconds: float) -> None:
-        """Count an inline evaluation over (or back within) :data:`INLINE_BUDGET`: once they keep
-        overrunning it (the machine, or a policy slower than its form suggests), later decisions go
-        to the pool."""
-        if seconds <= INLINE_BUDGET:
-            if self._inline_slow > 0:
-                self._inline_slow -= 1
+    def _timed(self, cpu: float, late: bool = False, now: float | None = None) -> None:
+        """The guard: an inline evaluation that took more than twice :data:`INLINE_BUDGET` of CPU
+        time or ended past its deadline, or the ``_SLOW_LIMIT``-th over the budget within
+        ``_SLOW_WINDOW`` seconds, sends every later decision to the pool (quick evaluations in
+        between do not count against them). CPU time, not wall time: a preempted evaluation is the
+        machine's, not the policy's.
+
+        Args:
+            cpu: the evaluation's CPU seconds on the calling thread.
+            late: it ended past its deadline.
+            now: monotonic seconds (default: now).
+        """
+        if cpu <= INLINE_BUDGET and not late:
             return
-        self._inline_slow += 1
-        if self._inline_slow >= _SLOW_LIMIT and self._bounded:
+        when = time.monotonic() if now is None else now
+        self._overruns.append(when)
+        tripped = (
+            late
+            or cpu > 2 * INLINE_BUDGET
+            or (len(self._overruns) == _SLOW_LIMIT and when - self._overruns[0] <= _SLOW_WINDOW)
+        )
+        if tripped and self._bounded:
             self._bounded = False
             log.warning(
-                "rego: evaluations on the event loop keep taking over %.1f ms: they go to the pool now",
+                "rego: an evaluation on the event loop took %.1f ms (budget %.1f ms%s): decisions go to "
+                "the pool from now on",
+                cpu * 1e3,
                 INLINE_BUDGET * 1e3,
+                ", past its deadline" if late else "",
             )
 
     def close(self) -> None:
@@ -656,6 +712,67 @@ class RegoAuthorizer:
 
     def __repr__(self) -> str:
         return f"RegoAuthorizer({self._decision!r}, modules={sorted(self._modules)!r})"
+
+
+class _Turn(threading.local):
+    """The inline evaluation time spent in the current turn of the calling thread's event loop."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.spent = 0.0
+
+    def current(self) -> float:
+        """Seconds spent in this turn (0 in a loop other than the last one charged)."""
+        if self.loop is not asyncio.get_running_loop():
+            self.loop, self.spent = None, 0.0
+        return self.spent
+
+    def spend(self, seconds: float) -> None:
+        """Charge an evaluation to this turn; the next turn starts at 0."""
+        if self.loop is None:
+            try:
+                self.loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self.spent = 0.0
+            self.loop.call_soon(self._reset)  # runs at the start of the next turn
+        self.spent += seconds
+
+    def _reset(self) -> None:
+        self.loop, self.spent = None, 0.0
+
+
+#: Shared by every authorizer: the loop's turn is held by all of them together.
+_TURN = _Turn()
+
+
+async def _turn_free(ctx: Any, deadline: float | None) -> bool:
+    """Wait (yielding the loop) for a turn with inline time left; False when the deadline comes too
+    close first (the decision takes the hand-off then). Raises PolicyError when the call is
+    cancelled meanwhile."""
+    while _TURN.current() >= INLINE_BUDGET:
+        await asyncio.sleep(0)
+        cancelled = getattr(ctx, "cancelled", None)
+        if cancelled is not None and _is_set(cancelled):
+            raise PolicyError("rego: the call was cancelled")
+        if deadline is not None and deadline - time.monotonic() <= INLINE_BUDGET:
+            return False
+    return True
+
+
+_BASELINES = threading.local()
+
+
+def _baseline() -> _Evaluator:
+    """The calling thread's evaluator of a one-rule policy that reads nothing (calibration's measure
+    of what an input costs by itself)."""
+    evaluator: _Evaluator | None = getattr(_BASELINES, "evaluator", None)
+    if evaluator is None:
+        evaluator = _Evaluator(
+            {"baseline.rego": "package baseline\n\nallow := true\n"}, "baseline/allow", None
+        )
+        _BASELINES.evaluator = evaluator
+    return evaluator
 
 
 def _is_set(event: Any) -> bool:
