@@ -233,6 +233,7 @@ async def load(args: argparse.Namespace, runtime: str, pool: int, reuse: int) ->
     ns = argparse.Namespace(
         runtime=runtime,
         pool=pool,
+        pool_max=None,
         reuse=reuse,
         n=args.n,
         clients=args.clients,
