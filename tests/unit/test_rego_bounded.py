@@ -317,11 +317,16 @@ async def test_a_slow_policy_keeps_its_deadline_and_leaves_the_loop_free() -> No
         max_workers=1,
     )
     started = time.monotonic()
-    ticks, result = await ticks_while(a.authorize(Ctx(time.monotonic() + 0.3), inp("bob", n=50_000_000)))
+    # n = 2,000,000 takes ~3.5 s and ~1.6 GB here; far larger n keeps evaluating (and allocating) on
+    # the pool thread long after the test: 50,000,000 grew the suite's memory past 15 GB.
+    ticks, result = await ticks_while(a.authorize(Ctx(time.monotonic() + 0.3), inp("bob", n=2_000_000)))
     assert isinstance(result, PolicyError) and "deadline" in str(result)
-    assert time.monotonic() - started < 5.0  # the evaluation itself takes far longer
+    assert time.monotonic() - started < 2.5  # the evaluation itself takes longer
     assert ticks > 10
+    threads = rego_threads()
     a.close()
+    for thread in threads:  # let the abandoned evaluation end here, not during later tests
+        await asyncio.to_thread(thread.join, 60)
 
 
 async def test_task_cancellation_on_the_pool_still_propagates() -> None:
@@ -335,4 +340,7 @@ async def test_task_cancellation_on_the_pool_still_propagates() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    threads = rego_threads()
     a.close()
+    for thread in threads:  # the abandoned evaluation ends here, not during later tests
+        await asyncio.to_thread(thread.join, 60)
