@@ -1573,6 +1573,21 @@ async def test_another_replica_judges_a_restarted_host_container_dead(cluster: F
     await rt.aclose()
 
 
+def owned_by_a_live_pod(
+    cluster: FakeCluster, me: Any, containers: list[k8s.V1ContainerStatus], started: str
+) -> k8s.V1Pod:
+    """Worker pod "w", made at ``started`` by a host in the live pod codemode/owner (uid ou, in
+    another pid namespace) whose containers are ``containers``; returns that owner pod."""
+    owner = host_pod("owner", "ou")
+    owner.status.container_statuses = containers  # type: ignore[union-attr]
+    cluster.api.pods[(HOST_NS, "owner")] = owner
+    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "h"}
+    when = f"2026-12-01T{started}Z"
+    w = worker_pod("w", "o1", pod=f"{HOST_NS}/owner", pod_uid="ou", started=when, **other_ns)
+    cluster.api.pods[(NS, "w")] = w
+    return owner
+
+
 @pytest.mark.parametrize(
     "status",
     [
@@ -1589,18 +1604,11 @@ async def test_another_replica_judges_a_restarted_host_container_dead(cluster: F
 async def test_a_live_owner_whose_status_lags_keeps_its_workers(
     cluster: FakeCluster, me: Any, status: k8s.V1ContainerStatus
 ) -> None:
-    owner = host_pod("owner", "ou")
-    owner.status.container_statuses = [status]  # type: ignore[union-attr]
-    cluster.api.pods[(HOST_NS, "owner")] = owner
-    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "h"}
-    busy = worker_pod(
-        "busy", "o1", pod=f"{HOST_NS}/owner", pod_uid="ou", started="2026-12-01T10:00:03Z", **other_ns
-    )
-    cluster.api.pods[(NS, "busy")] = busy
+    owned_by_a_live_pod(cluster, me, [status], started="10:00:03")
     rt = make_runtime(cluster)
     try:
         assert await rt.remove_orphans() == 0
-        assert (NS, "busy") in cluster.api.pods
+        assert (NS, "w") in cluster.api.pods
     finally:
         await rt.aclose()
 
@@ -1610,19 +1618,12 @@ async def test_a_finished_init_container_does_not_keep_a_dead_owner_alive(
 ) -> None:
     # Init containers that ran to completion before the host container never run again: only the
     # pod's containers and its restartable (sidecar) init containers can be the owner.
-    owner = host_pod("owner", "ou")
+    owner = owned_by_a_live_pod(cluster, me, [running("host", "10:00:05")], started="10:00:01")
     owner.spec.init_containers = [  # type: ignore[union-attr]
         k8s.V1Container(name="setup", image="i"),
         k8s.V1Container(name="proxy", image="i", restart_policy="Always"),
     ]
-    owner.status.container_statuses = [running("host", "10:00:05")]  # type: ignore[union-attr]
     owner.status.init_container_statuses = [terminated("setup", "09:59:30"), running("proxy", "09:59:31")]  # type: ignore[union-attr]
-    cluster.api.pods[(HOST_NS, "owner")] = owner
-    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "h"}
-    w = worker_pod(
-        "w", "o1", pod=f"{HOST_NS}/owner", pod_uid="ou", started="2026-12-01T10:00:01Z", **other_ns
-    )
-    cluster.api.pods[(NS, "w")] = w
     rt = make_runtime(cluster)
     try:
         # The sidecar still runs since before owner-started: it may be the owner (left alone).
