@@ -290,10 +290,12 @@ async def test_a_sigkilled_replica_costs_only_its_in_flight_executes(two_replica
         judge = KubernetesRuntime(kubeconfig=KUBECONFIG, namespace=WORKERS)
         try:
             for meta in orphans.values():
-                assert judge._is_orphan(meta.labels, meta.annotations, {})
+                assert judge._is_orphan(meta.labels, meta.annotations, {}, proven_only=True)
             for w in worker_pods():
                 if (w.metadata.annotations or {}).get("io.codemode.owner-pod", "").endswith("/" + other):
-                    assert not judge._is_orphan(w.metadata.labels, w.metadata.annotations, {})
+                    assert not judge._is_orphan(
+                        w.metadata.labels, w.metadata.annotations, {}, proven_only=True
+                    )
         finally:
             await judge.aclose()
     finally:

@@ -44,6 +44,7 @@ from codemode.runtimes.kubernetes import (
     KubernetesRuntime,
     KubernetesSandbox,
 )
+from codemode.service.app import _sweep as app_sweep
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import FrameDecoder, encode_frame
 
@@ -1520,9 +1521,22 @@ def running(name: str, since: str) -> k8s.V1ContainerStatus:
     return k8s.V1ContainerStatus(name=name, image="i", image_id="", ready=True, restart_count=0, state=state)
 
 
-def waiting(name: str) -> k8s.V1ContainerStatus:
-    state = k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason="CrashLoopBackOff"))
-    return k8s.V1ContainerStatus(name=name, image="i", image_id="", ready=False, restart_count=1, state=state)
+def waiting(name: str, reason: str = "CrashLoopBackOff", ended: str | None = None) -> k8s.V1ContainerStatus:
+    """Not running; ``ended``: the previous instance's end (``lastState.terminated.finishedAt``)."""
+    state = k8s.V1ContainerState(waiting=k8s.V1ContainerStateWaiting(reason=reason))
+    last = None
+    if ended is not None:
+        done = k8s.V1ContainerStateTerminated(exit_code=137, started_at=at("09:59:00"), finished_at=at(ended))
+        last = k8s.V1ContainerState(terminated=done)
+    return k8s.V1ContainerStatus(
+        name=name, image="i", image_id="", ready=False, restart_count=1, state=state, last_state=last
+    )
+
+
+def terminated(name: str, ended: str) -> k8s.V1ContainerStatus:
+    done = k8s.V1ContainerStateTerminated(exit_code=137, started_at=at("09:59:00"), finished_at=at(ended))
+    state = k8s.V1ContainerState(terminated=done)
+    return k8s.V1ContainerStatus(name=name, image="i", image_id="", ready=False, restart_count=0, state=state)
 
 
 async def test_another_replica_judges_a_restarted_host_container_dead(cluster: FakeCluster, me: Any) -> None:
@@ -1533,7 +1547,9 @@ async def test_another_replica_judges_a_restarted_host_container_dead(cluster: F
         # name: (containers of the owner pod, owner-started of the worker pod, deleted?)
         "restarted": ([running("host", "10:00:05")], "2026-12-01T10:00:01Z", True),
         "same-instance": ([running("host", "10:00:01")], "2026-12-01T10:00:01Z", False),
-        "crash-looping": ([waiting("host")], "2026-12-01T10:00:01Z", True),
+        # Not running, and the instance that ended did so at or after owner-started: the owner.
+        "crash-looping": ([waiting("host", ended="10:00:04")], "2026-12-01T10:00:01Z", True),
+        "ended": ([terminated("host", "10:00:01")], "2026-12-01T10:00:01Z", True),
         "sidecar-restarted": (
             [running("host", "10:00:00"), running("proxy", "10:00:09")],
             "2026-12-01T10:00:01Z",
@@ -1551,10 +1567,128 @@ async def test_another_replica_judges_a_restarted_host_container_dead(cluster: F
         w = worker_pod(name, f"o{i}", pod=f"{HOST_NS}/owner-{i}", pod_uid=f"ou{i}", **other_ns, **extra)
         pods[(NS, name)] = w
     rt = make_runtime(cluster)
-    assert await rt.remove_orphans() == 2
+    assert await rt.remove_orphans() == 3
     left = {name for ns, name in pods if ns == NS}
     assert left == {name for name, (_, _, deleted) in cases.items() if not deleted}
     await rt.aclose()
+
+
+def owned_by_a_live_pod(
+    cluster: FakeCluster, me: Any, containers: list[k8s.V1ContainerStatus], started: str
+) -> k8s.V1Pod:
+    """Worker pod "w", made at ``started`` by a host in the live pod codemode/owner (uid ou, in
+    another pid namespace) whose containers are ``containers``; returns that owner pod."""
+    owner = host_pod("owner", "ou")
+    owner.status.container_statuses = containers  # type: ignore[union-attr]
+    cluster.api.pods[(HOST_NS, "owner")] = owner
+    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "h"}
+    when = f"2026-12-01T{started}Z"
+    w = worker_pod("w", "o1", pod=f"{HOST_NS}/owner", pod_uid="ou", started=when, **other_ns)
+    cluster.api.pods[(NS, "w")] = w
+    return owner
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        # First start: the kubelet has not reported the container running yet (its relist and
+        # status manager lag the container's real start by ~1 s, more on a loaded node).
+        waiting("host", reason="ContainerCreating"),
+        # The previous instance's crash, still what the API shows, while the new instance (the
+        # owner, started after that crash) already runs and has made worker pods.
+        waiting("host", ended="10:00:00"),
+        terminated("host", "10:00:00"),
+    ],
+    ids=["first-start", "restart", "stale-terminated"],
+)
+async def test_a_live_owner_whose_status_lags_keeps_its_workers(
+    cluster: FakeCluster, me: Any, status: k8s.V1ContainerStatus
+) -> None:
+    owned_by_a_live_pod(cluster, me, [status], started="10:00:03")
+    rt = make_runtime(cluster)
+    try:
+        assert await rt.remove_orphans() == 0
+        assert (NS, "w") in cluster.api.pods
+    finally:
+        await rt.aclose()
+
+
+async def test_a_finished_init_container_does_not_keep_a_dead_owner_alive(
+    cluster: FakeCluster, me: Any
+) -> None:
+    # Init containers that ran to completion before the host container never run again: only the
+    # pod's containers and its restartable (sidecar) init containers can be the owner.
+    owner = owned_by_a_live_pod(cluster, me, [running("host", "10:00:05")], started="10:00:01")
+    owner.spec.init_containers = [  # type: ignore[union-attr]
+        k8s.V1Container(name="setup", image="i"),
+        k8s.V1Container(name="proxy", image="i", restart_policy="Always"),
+    ]
+    owner.status.init_container_statuses = [terminated("setup", "09:59:30"), running("proxy", "09:59:31")]  # type: ignore[union-attr]
+    rt = make_runtime(cluster)
+    try:
+        # The sidecar still runs since before owner-started: it may be the owner (left alone).
+        assert await rt.remove_orphans() == 0
+        owner.status.init_container_statuses[1] = running("proxy", "10:00:06")  # type: ignore[index, union-attr]
+        assert await rt.remove_orphans() == 1  # the finished "setup" container is no owner
+        assert (NS, "w") not in cluster.api.pods
+    finally:
+        await rt.aclose()
+
+
+async def test_replicas_without_the_downward_api_sharing_a_host_name_keep_each_others_workers(
+    cluster: FakeCluster, me: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without POD_NAME/POD_UID a host knows its pod only by its host name: with spec.hostname set
+    # (every replica the same name) or hostNetwork (the node's name, no such pod: 404) that name
+    # proves nothing, so a worker pod recorded without an owner uid is never judged by its pod.
+    monkeypatch.setattr(me, "pod", f"{HOST_NS}/codemode")  # spec.hostname: codemode
+    monkeypatch.setattr(me, "pod_uid", "")
+    monkeypatch.setattr(me, "host", "codemode")
+    other_ns = {"boot": me.boot, "pidns": "pid:[1]", "host": "codemode"}
+    live = {"started": "2026-12-01T10:00:03Z", **other_ns}
+    pods = cluster.api.pods
+    pods[(NS, "peer-busy")] = worker_pod("peer-busy", "o1", pod=f"{HOST_NS}/codemode", pod_uid="", **live)
+    pods[(NS, "peer-hostnet")] = worker_pod("peer-hostnet", "o2", pod=f"{HOST_NS}/node-2", pod_uid="", **live)
+    # The judge has no uid, the owner had one: its pod is looked up and found alive.
+    pods[(HOST_NS, "codemode")] = host_pod("codemode", "u7")
+    pods[(HOST_NS, "codemode")].status.container_statuses = [running("host", "10:00:00")]  # type: ignore[union-attr]
+    pods[(NS, "peer-uid")] = worker_pod("peer-uid", "o3", pod=f"{HOST_NS}/codemode", pod_uid="u7", **live)
+    # A provably dead owner with a uid is still removed, and the same-pid-namespace rule still works.
+    pods[(NS, "dead-uid")] = worker_pod("dead-uid", "o4", pod=f"{HOST_NS}/gone", pod_uid="u8", **live)
+    pods[(NS, "dead-pid")] = worker_pod(
+        "dead-pid", "o5", boot=me.boot, pidns=me.pidns, pid="999999999", start="1"
+    )
+    rt = make_runtime(cluster)
+    try:
+        for sweep in (rt.start, lambda: rt.remove_orphans(proven_only=True)):
+            await sweep()
+            assert sorted(n for ns, n in pods if ns == NS) == ["peer-busy", "peer-hostnet", "peer-uid"]
+    finally:
+        await rt.aclose()
+
+
+async def test_the_host_name_rule_runs_at_start_only(
+    cluster: FakeCluster, me: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Outside Kubernetes, "the same host name in another pid namespace" means "this host was
+    # restarted" only at this host's start; a live peer with the same host name (host networking)
+    # would otherwise lose its worker pods to every periodic sweep (service/app.py _sweep).
+    monkeypatch.setattr(me, "pod", "")
+    monkeypatch.setattr(me, "pod_uid", "")
+    peer = {"boot": me.boot, "pidns": "pid:[4026539999]", "host": me.host, "pid": "1", "start": "5"}
+    cluster.api.pods[(NS, "peer")] = worker_pod("peer", "o1", **peer)
+    rt = make_runtime(cluster)
+    try:
+        sweeping = asyncio.create_task(app_sweep(rt, 0.01))
+        await wait_until(lambda: len(cluster.api.called("list_namespaced_pod")) >= 3)
+        sweeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeping
+        assert (NS, "peer") in cluster.api.pods
+        await rt.start()  # the restarted host's own start-up: the documented guess applies
+        assert (NS, "peer") not in cluster.api.pods
+    finally:
+        await rt.aclose()
 
 
 def test_the_owner_started_annotation_is_at_or_after_this_process_start(me: Any) -> None:

@@ -687,11 +687,13 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                     f"(has: {', '.join(sorted(runtimes)) or 'none'})"
                 )
 
-    def is_orphan(self, labels: Mapping[str, str]) -> bool:
+    def is_orphan(self, labels: Mapping[str, str], *, proven_only: bool = False) -> bool:
         """The orphan rule (docs/docker.md): may ``start()`` remove a container with these labels?
 
         Args:
             labels: the container's labels.
+            proven_only: skip the host-name rule, a guess that holds only at this host's start
+                (the periodic sweep: ``remove_orphans(proven_only=True)``).
 
         Returns:
             True for a worker of this label prefix whose owner process is gone.
@@ -718,10 +720,12 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
             now = _process_start(pid)
             return not now or (bool(start) and now != start)
         # The same host name in another boot or pid namespace: this host was restarted (a rebooted
-        # machine, a restarted host container or pod keeps its name), so the old owner is dead.
-        return bool(host) and host == _OWNER.host
+        # machine, a restarted host container or pod keeps its name), so the old owner is dead. A
+        # guess that only this host's start may make: a live peer can share the host name (host
+        # networking, a set hostname), and this host can't see into its pid namespace.
+        return not proven_only and bool(host) and host == _OWNER.host
 
-    def _remove_orphans_blocking(self) -> int:
+    def _remove_orphans_blocking(self, proven_only: bool) -> int:
         api = self._client()
         try:
             found = api.containers(all=True, filters={"label": [f"{self.label('role')}=worker"]})
@@ -730,7 +734,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         removed = 0
         for c in found:
             labels = c.get("Labels") or {}
-            if not self.is_orphan(labels):
+            if not self.is_orphan(labels, proven_only=proven_only):
                 continue
             cid = c["Id"]
             log.warning(

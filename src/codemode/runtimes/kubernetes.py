@@ -135,7 +135,9 @@ def _own_pod() -> tuple[str, str]:
     """("namespace/name", uid) of the pod this host runs in, ("", "") outside Kubernetes.
 
     From the downward API (``POD_NAMESPACE``, ``POD_NAME``, ``POD_UID``: k8s/base/deployment.yaml sets
-    them); inside a pod without them, the service account namespace and the host name.
+    them); inside a pod without them, the service account namespace and the host name, with no
+    uid: recorded for the operator, but the orphan rule never judges an owner pod without a uid
+    (that name may be every replica's, with ``spec.hostname``, or the node's, with hostNetwork).
     """
     name = os.environ.get("POD_NAME", "")
     namespace = os.environ.get("POD_NAMESPACE", "")
@@ -183,27 +185,46 @@ os.register_at_fork(after_in_child=_OWNER.refresh)
 
 
 def _restarted_since(pod: Any, started: str) -> bool:
-    """Whether no container of the live owner pod ``pod`` can run the owner process, which
-    started at or before ``started`` (its ``owner-started`` annotation): every container is not
-    running or started later (the restart of a SIGKILLed host container). Both times are the
-    owner node's clock. No ``started`` (a pod made by an older host) or no statuses: False."""
+    """Whether no container of the live owner pod ``pod`` can still run the owner process, which
+    started at or before ``started`` (its ``owner-started`` annotation). Each container (and each
+    restartable init container: a sidecar; an init container that ran to completion before the
+    others started is no owner) must provably have ended an instance at or after ``started``: it
+    runs an instance that started later, or its current or last instance ended at or after it.
+    Anything else may still be the owner: a container waiting without such an end (the kubelet
+    has not reported the first start yet) or showing an end from before ``started`` (a previous
+    instance's crash, not yet replaced by the running one in the status). Both times are the owner
+    node's clock. No ``started`` (a pod made by an older host) or no statuses: False."""
     try:
         when = datetime.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
     except ValueError:
         return False
-    status = getattr(pod, "status", None)
+    spec, status = getattr(pod, "spec", None), getattr(pod, "status", None)
+    sidecars = {
+        c.name
+        for c in getattr(spec, "init_containers", None) or []
+        if getattr(c, "restart_policy", None) == "Always"
+    }
     statuses = [*(getattr(status, "container_statuses", None) or [])]
-    statuses += getattr(status, "init_container_statuses", None) or []
-    if not statuses:
-        return False
-    for container in statuses:
-        running = getattr(getattr(container, "state", None), "running", None)
-        if running is None:
-            continue
+    statuses += [c for c in getattr(status, "init_container_statuses", None) or [] if c.name in sidecars]
+    return bool(statuses) and all(_ended_since(container, when) for container in statuses)
+
+
+def _ended_since(container: Any, when: datetime.datetime) -> bool:
+    """Whether the container provably ran no instance from before ``when`` to now (its times are
+    whole seconds, rounded down: an end in ``when``'s second counts, a start must be later)."""
+    state = getattr(container, "state", None)
+    running = getattr(state, "running", None)
+    if running is not None:
         begun = getattr(running, "started_at", None)
-        if not isinstance(begun, datetime.datetime) or begun <= when:
-            return False
-    return True
+        return isinstance(begun, datetime.datetime) and begun > when
+    for ended in (
+        getattr(state, "terminated", None),
+        getattr(getattr(container, "last_state", None), "terminated", None),
+    ):
+        finished = getattr(ended, "finished_at", None)
+        if isinstance(finished, datetime.datetime) and finished >= when:
+            return True
+    return False
 
 
 def _status(exc: BaseException) -> int | None:
@@ -973,7 +994,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         except Exception as exc:
             raise self._unavailable(f"cannot list pods in namespace {self.namespace}", exc) from exc
 
-    def _remove_orphans_blocking(self) -> int:
+    def _remove_orphans_blocking(self, proven_only: bool) -> int:
         api = self._client()
         pods: list[Any] = []
         token: str | None = None
@@ -998,7 +1019,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         removed = 0
         for pod in pods:
             meta = pod.metadata
-            if not self._is_orphan(meta.labels or {}, meta.annotations or {}, owners):
+            if not self._is_orphan(meta.labels or {}, meta.annotations or {}, owners, proven_only):
                 continue
             log.warning(
                 "kubernetes: deleting orphaned worker pod %s (owner %s, pod %s, pid %s on %s)",
@@ -1017,8 +1038,10 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         labels: Mapping[str, str],
         annotations: Mapping[str, str],
         owners: dict[tuple[str, str], bool | None],
+        proven_only: bool = False,
     ) -> bool:
-        """The orphan rule (docs/kubernetes.md): may ``start()`` delete a pod with these labels?"""
+        """The orphan rule (docs/kubernetes.md): may ``start()`` delete a pod with these labels?
+        ``proven_only`` (the periodic sweep): without the host-name rule, a start-time guess."""
         if labels.get(ROLE_LABEL) != "worker" or labels.get(OWNER_LABEL, "") == self.owner:
             return False
         if self.cleanup_orphans != "dead":
@@ -1034,9 +1057,13 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             now = _process_start(pid)
             return not now or (bool(ann["start"]) and now != ann["start"])
         if ann["pod"]:
-            # 2. The owner ran in a pod. Our own pod in another pid namespace: our container was
-            # restarted, the old process is gone. Another pod: dead iff it no longer exists.
-            if ann["pod"] == me.pod and (not ann["pod-uid"] or ann["pod-uid"] == me.pod_uid):
+            # 2. The owner ran in a pod. Only a pod known by its uid (the downward API) can be
+            # checked: a name from the host-name fallback may be shared (spec.hostname) or no pod's
+            # (hostNetwork: the node's name). Our own pod in another pid namespace: our container
+            # was restarted, the old process is gone. Another pod: dead iff it no longer exists.
+            if not ann["pod-uid"]:
+                return False
+            if ann["pod"] == me.pod and ann["pod-uid"] == me.pod_uid:
                 return True
             key = (ann["pod"], ann["pod-uid"])
             if key not in owners:
@@ -1044,8 +1071,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             if owners[key] is None:
                 return False
             return owners[key] is True or _restarted_since(owners[key], ann["started"])
-        # 3. Outside Kubernetes: the same host name in another boot or pid namespace was restarted.
-        return bool(ann["host"]) and ann["host"] == me.host and not me.pod
+        # 3. Outside Kubernetes: the same host name in another boot or pid namespace was restarted
+        # (a guess only this host's start may make: later it may be a live peer with that name).
+        return not proven_only and bool(ann["host"]) and ann["host"] == me.host and not me.pod
 
     def _owner_pod_gone(self, ref: str, uid: str) -> bool | Any | None:
         """True: the owner pod is gone (404, another uid, ended); None: can't tell; else the live

@@ -394,8 +394,9 @@ class BlockingRuntime(ABC, Generic[_S]):
         """Close the stream of a launched worker nobody will use, and remove the worker."""
 
     @abstractmethod
-    def _remove_orphans_blocking(self) -> int:
-        """Remove the workers the orphan rule allows; return how many."""
+    def _remove_orphans_blocking(self, proven_only: bool) -> int:
+        """Remove the workers the orphan rule allows (``proven_only``: only those whose owner is
+        provably dead, no start-time guess); return how many."""
 
     @abstractmethod
     def _log_spawn_failure(self, sandbox: _S, exc: SpawnFailed, info: ExitInfo) -> None:
@@ -436,9 +437,15 @@ class BlockingRuntime(ABC, Generic[_S]):
         """Remove the orphans of a crashed host (``cleanup_orphans``), once, in the SDK's thread."""
         await self.remove_orphans()
 
-    async def remove_orphans(self) -> int:
+    async def remove_orphans(self, *, proven_only: bool = False) -> int:
         """Apply the orphan rule now (``start()`` does once; the service repeats it every
         ``orphan_sweep_interval``, so a replica removes the workers of another that died).
+
+        Args:
+            proven_only: apply only the parts of the rule that prove the owner dead, never the
+                host-name rule (the same host name in another pid namespace means "this host was
+                restarted" only at this host's own start: later it may be a live peer with the
+                same name). The periodic sweep passes True.
 
         Returns:
             How many workers were removed (also in ``orphans_removed``).
@@ -448,7 +455,7 @@ class BlockingRuntime(ABC, Generic[_S]):
         """
         if self.cleanup_orphans == "none":
             return 0
-        self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking)
+        self.orphans_removed = await self._run_blocking(self._remove_orphans_blocking, proven_only)
         return self.orphans_removed
 
     async def _launch(self, timeout: float | None, supervised: bool = False) -> tuple[str, Any]:

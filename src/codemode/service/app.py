@@ -106,12 +106,13 @@ async def _every(seconds: float, job: Callable[[], None], what: str) -> None:
 
 
 async def _sweep(runtime: BlockingRuntime[Any], seconds: float) -> None:
-    """The orphan rule every ``seconds`` (``orphan_sweep_interval``) until cancelled; a failure is
-    logged and the next run happens."""
+    """The orphan rule every ``seconds`` (``orphan_sweep_interval``) until cancelled, only its parts
+    that prove an owner dead (a live replica's workers are never touched); a failure is logged and
+    the next run happens."""
     while True:
         await asyncio.sleep(seconds)
         try:
-            await runtime.remove_orphans()
+            await runtime.remove_orphans(proven_only=True)
         except Exception as exc:
             log.warning("orphan sweep failed: %s: %s", type(exc).__name__, exc)
 
