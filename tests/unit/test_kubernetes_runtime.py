@@ -1177,6 +1177,7 @@ async def test_attach_starts_before_the_api_reports_running_and_loses_no_frame(
     name = sandbox.pod_name
     assert rt.last_attach_attempts == 4  # three refusals, then the container
     assert len(cluster.server.requests) == 4
+    await wait_until(lambda: len(cluster.server.hung_up) >= 3, timeout=10)  # the server sees the close
     assert cluster.server.hung_up == [True, True, True]  # every refused websocket closed
     assert list(rt.last_phases) == ["created", "scheduled", "attached"]
     assert cluster.api.pods[(NS, name)].status.phase == "Pending"  # type: ignore[union-attr]
@@ -1241,6 +1242,7 @@ async def test_an_unknown_refusal_of_a_running_pod_fails_the_spawn(cluster: Fake
     with pytest.raises(SpawnFailed, match="was refused: Internal error occurred: something new"):
         await rt.spawn()
     assert rt.last_attach_attempts == 1
+    await wait_until(lambda: len(cluster.server.hung_up) >= 1, timeout=10)  # the server sees the close
     assert cluster.server.hung_up == [True]
     assert len(cluster.api.called("delete_namespaced_pod")) == 1
     assert cluster.api.pods == {}
