@@ -230,25 +230,18 @@ async def kubernetes_cold(args: argparse.Namespace, n: int) -> dict[str, Any]:
 
 
 async def load(args: argparse.Namespace, runtime: str, pool: int, reuse: int) -> dict[str, Any]:
-    ns = argparse.Namespace(
-        runtime=runtime,
-        pool=pool,
-        pool_max=None,
-        reuse=reuse,
-        n=args.n,
-        clients=args.clients,
-        slots=args.slots,
-        max_time=30.0,
-        timeout=900.0,
-        image=args.image,
-        mode="execute",
-        kubeconfig=args.kubeconfig,
-        namespace=args.namespace,
-        cpu_request=args.cpu_request,
-        process_spawn=None,
-        floors=True,  # the service path alone (search_api through the same server) after each load
-        fork_n=0,
+    # The load benchmark's own defaults, so an option it gains needs nothing here.
+    ns = bench_service_load.parser().parse_args([])
+    ns.runtime, ns.pool, ns.reuse = runtime, pool, reuse
+    ns.n, ns.clients, ns.slots, ns.timeout = args.n, args.clients, args.slots, 900.0
+    ns.image, ns.kubeconfig, ns.namespace, ns.cpu_request = (
+        args.image,
+        args.kubeconfig,
+        args.namespace,
+        args.cpu_request,
     )
+    ns.floors = True  # the service path alone (search_api through the same server) after each load
+    ns.fork_n = 0
     meter = CpuMeter(runtime)
     ns.on_load = meter.mark
     await bench_service_load.run(ns)

@@ -375,7 +375,8 @@ async def run(args: argparse.Namespace) -> int:
     return rc
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
+    """The benchmark's options (``bench_reuse`` starts its load runs from their defaults)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runtime", choices=load_runtimes.RUNTIMES, default="process")
     p.add_argument("--pool", type=int, default=0, help="warm pool size (default 0)")
@@ -394,6 +395,11 @@ def main() -> int:
         default="execute",
         help="execute (default) or search: search_api calls only, to measure the HTTP/MCP path",
     )
+    return p
+
+
+def main() -> int:
+    p = parser()
     args = p.parse_args()
     if not (1 <= args.n <= 5000 and 1 <= args.clients <= 100):
         p.error("--n must be 1..5000 and --clients 1..100")
