@@ -13,7 +13,9 @@ more list and write.
 A replica that dies stops renewing: its Leases expire ``lease_seconds`` after their last renewal
 (``renewTime`` + ``leaseDurationSeconds``, judged by the reader's clock: keep the replicas' clocks
 within a small part of ``lease_seconds``) and are taken over. The Kubernetes client is blocking: its
-calls run on this store's own threads, each bounded by ``timeout``.
+calls run on this store's own threads, each bounded by ``timeout``. So that one subject cannot
+occupy them, a subject at its quota by this replica's own holds is refused without a call, and a
+subject's acquires reach the API one at a time; renewals run a bounded number at once.
 """
 
 from __future__ import annotations
