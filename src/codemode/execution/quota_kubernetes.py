@@ -13,7 +13,9 @@ more list and write.
 A replica that dies stops renewing: its Leases expire ``lease_seconds`` after their last renewal
 (``renewTime`` + ``leaseDurationSeconds``, judged by the reader's clock: keep the replicas' clocks
 within a small part of ``lease_seconds``) and are taken over. The Kubernetes client is blocking: its
-calls run on this store's own threads, each bounded by ``timeout``.
+calls run on this store's own threads, each bounded by ``timeout``. So that one subject cannot
+occupy them, a subject at its quota by this replica's own holds is refused without a call, and a
+subject's acquires reach the API one at a time; renewals run a bounded number at once.
 """
 
 from __future__ import annotations
@@ -69,12 +71,29 @@ def lease_name(subject_id: str, index: int) -> str:
     return f"codemode-quota-{subject_digest(subject_id)}-{index}"
 
 
+#: Of the store's threads, how many the renewer may use at once (the rest stay for acquires).
+_RENEWALS_AT_ONCE = 8
+#: Expired slot Leases deleted at once (seen in lists; the rest wait for a later list).
+_SWEEPS_AT_ONCE = 4
+_THREADS = 16
+
+
 @dataclass(eq=False)
 class _Slot:
     """A slot Lease this replica holds: its latest object (its resourceVersion is the next CAS)."""
 
     lease: Any
+    subject_id: str = ""
     released: bool = False
+
+
+@dataclass(eq=False)
+class _Subject:
+    """The acquires of one subject in progress here: one at a time reaches the API, so a subject
+    occupies one of the store's threads however many executes it sends."""
+
+    lock: asyncio.Lock
+    users: int = 0
 
 
 class _Conflict(Exception):
@@ -123,6 +142,8 @@ class KubernetesQuota:
         self._api_lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._held: dict[str, _Slot] = {}  # by Lease name
+        self._subjects: dict[str, _Subject] = {}  # acquires in progress, by subject id
+        self._sweeping: set[str] = set()  # expired Lease names being deleted
         self._renewer: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         #: Writes sent to the API (creates, replaces, deletes; for the measurements in the docs).
@@ -144,11 +165,29 @@ class KubernetesQuota:
             QuotaUnavailable: the API did not answer within ``timeout`` (fail closed).
         """
         self._start_renewer()
+        if self._mine(subject_id) >= quota:
+            return None  # at its quota by this replica's own holds: no API call
+        turn = self._subjects.get(subject_id)
+        if turn is None:
+            turn = self._subjects[subject_id] = _Subject(asyncio.Lock())
+        turn.users += 1
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._acquire(subject_id, quota)
+                async with turn.lock:  # one acquire of a subject at a time reaches the API
+                    if self._mine(subject_id) >= quota:
+                        return None
+                    return await self._acquire(subject_id, quota)
         except TimeoutError:
+            if turn.users > 1:
+                raise QuotaUnavailable(
+                    f"{self._where()}: no answer within {self.timeout} s "
+                    f"({turn.users} acquires of this subject queued here, one at a time)"
+                ) from None
             raise QuotaUnavailable(f"{self._where()}: no answer within {self.timeout} s") from None
+        finally:
+            turn.users -= 1
+            if not turn.users:
+                del self._subjects[subject_id]
 
     def release(self, hold: Hold) -> None:
         """Give ``hold`` back: its Lease is deleted in the background (should that fail, it expires after
@@ -161,9 +200,7 @@ class KubernetesQuota:
         if slot is None:
             return
         slot.released = True
-        task = asyncio.get_running_loop().create_task(self._delete(slot))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background_task(self._delete(slot))
 
     async def open(self) -> None:
         """Start renewing (``Server.attach``'s lifecycle); nothing is checked here: an execute
@@ -178,8 +215,9 @@ class KubernetesQuota:
             self._renewer = None
         for name in list(self._held):
             self.release(Hold("", key=name))
-        if self._background:
-            await asyncio.wait(set(self._background), timeout=self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while self._background and (left := deadline - time.monotonic()) > 0:
+            await asyncio.wait(set(self._background), timeout=left)  # a landed write adds its delete
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
@@ -204,6 +242,9 @@ class KubernetesQuota:
             by_name = {lease.metadata.name: lease for lease in leases}
             free = [i for i in range(quota) if lease_name(subject_id, i) not in live]
             name = lease_name(subject_id, random.choice(free))  # spreads contenders over the slots
+            self._sweep(
+                lease for lease in leases if lease.metadata.name not in live and lease.metadata.name != name
+            )
             holder = f"{self.replica}/{secrets.token_hex(4)}"
             expired = by_name.get(name)
             meta = k8s.V1ObjectMeta(name=name, labels={**_MANAGED, SUBJECT_LABEL: digest})
@@ -217,14 +258,20 @@ class KubernetesQuota:
                     renew_time=now,
                 ),
             )
+            if expired is not None:
+                write = self._background_task(self._write("replace_namespaced_lease", body, name=name))
+            else:
+                write = self._background_task(self._write("create_namespaced_lease", body))
             try:
-                if expired is not None:
-                    lease = await self._write("replace_namespaced_lease", body, name=name)
-                else:
-                    lease = await self._write("create_namespaced_lease", body)
+                # Shielded: a caller cancelled (or timed out) while the write is on the wire must
+                # not leave a live Lease no one renews; the write's own callback gives it back.
+                lease = await asyncio.shield(write)
             except _Conflict:
                 continue  # another execute took this slot first: count again
-            self._held[name] = _Slot(lease)
+            except asyncio.CancelledError:
+                write.add_done_callback(functools.partial(self._give_back, subject_id))
+                raise
+            self._held[name] = _Slot(lease, subject_id)
             elsewhere = sum(1 for other in live.values() if not _holder(other).startswith(self.replica + "/"))
             return Hold(subject_id, elsewhere, name)
         log.info("quota: slot Leases of one subject kept changing under us; counted as at its quota")
@@ -232,17 +279,82 @@ class KubernetesQuota:
 
     # -- renewing and releasing --------------------------------------------------------------------
 
+    def _mine(self, subject_id: str) -> int:
+        """The holds of ``subject_id`` this replica has."""
+        return sum(1 for slot in self._held.values() if slot.subject_id == subject_id)
+
+    def _background_task(self, work: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def _give_back(self, subject_id: str, write: asyncio.Future[Any]) -> None:
+        """The write of an acquire whose caller went away landed: delete the Lease it made."""
+        if write.cancelled() or write.exception() is not None:
+            return  # nothing written (the exception is retrieved here)
+        slot = _Slot(write.result(), subject_id, released=True)
+        log.info(
+            "quota: acquire cancelled while its Lease was written; deleting %s", slot.lease.metadata.name
+        )
+        self._background_task(self._delete(slot))
+
+    def _sweep(self, expired: Any) -> None:
+        """Delete expired slot Leases seen in a list (each once, only if unchanged since read)."""
+        for lease in expired:
+            name = lease.metadata.name
+            if name in self._sweeping or name in self._held:
+                continue
+            if len(self._sweeping) >= _SWEEPS_AT_ONCE:
+                return  # the rest at a later list: the sweep never crowds out acquires
+            self._sweeping.add(name)
+            self._background_task(self._delete_expired(name, lease.metadata.resource_version))
+
+    async def _delete_expired(self, name: str, version: str) -> None:
+        from kubernetes import client as k8s
+
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=version))
+        try:
+            await self._write("delete_namespaced_lease", name=name, body=options)
+        except _Conflict:
+            pass  # taken over or deleted meanwhile
+        except QuotaUnavailable as exc:
+            log.info("quota: deleting expired Lease %s failed (%s); left for a later list", name, exc)
+        finally:
+            self._sweeping.discard(name)
+
     def _start_renewer(self) -> None:
         if self._renewer is None or self._renewer.done():
             self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
 
     async def _renew_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            for name, slot in list(self._held.items()):
+        period = self.lease_seconds / 3
+        at_once = asyncio.Semaphore(_RENEWALS_AT_ONCE)
+
+        async def bounded(name: str, slot: _Slot) -> None:
+            async with at_once:
                 await self._renew(name, slot)
 
+        spent = 0.0
+        while True:
+            await asyncio.sleep(max(0.0, period - spent))
+            started = time.monotonic()
+            held = list(self._held.items())
+            await asyncio.gather(*(bounded(name, slot) for name, slot in held))
+            spent = time.monotonic() - started
+            if spent > period:
+                log.warning(
+                    "quota: a renewal round of %d Leases took %.1f s, more than a third of "
+                    "quota_lease_seconds (%s s): the Kubernetes API is slow; held Leases may expire "
+                    "and be taken over while their executes run",
+                    len(held),
+                    spent,
+                    self.lease_seconds,
+                )
+
     async def _renew(self, name: str, slot: _Slot) -> None:
+        if slot.released or self._held.get(name) is not slot:
+            return  # released while the round waited
         lease = slot.lease
         lease.spec.renew_time = datetime.datetime.now(datetime.UTC)
         try:
@@ -302,7 +414,7 @@ class KubernetesQuota:
 
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=16, thread_name_prefix="codemode-quota"
+                max_workers=_THREADS, thread_name_prefix="codemode-quota"
             )
         where = (self.namespace,) if name is None else (name, self.namespace)
         call = functools.partial(
@@ -331,7 +443,7 @@ class KubernetesQuota:
 
                 configuration = _configuration(self.kubeconfig, self.context)
                 configuration.retries = False  # fail fast; the execute fails closed
-                configuration.connection_pool_maxsize = 16
+                configuration.connection_pool_maxsize = _THREADS
                 self._api = k8s.CoordinationV1Api(k8s.ApiClient(configuration))
             return self._api
 
