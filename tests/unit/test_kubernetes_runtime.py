@@ -1932,6 +1932,8 @@ async def test_a_spawn_bound_to_a_silent_node_goes_to_another_node_at_once(
     assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-1"
     assert (NS, first.metadata.name) not in cluster.api.pods  # the stuck pod was deleted
     assert "node node-2 did not take on worker pod" in caplog.text and "suspecting it dead" in caplog.text
+    assert "cannot be reached (error sending request" in caplog.text  # the node check's evidence
+    assert node_checks(cluster) == 1
     assert rt.quarantine.nodes() == ["node-2"]
     # The next spawns avoid node-2 from the start: no wait at all.
     again = await rt.spawn()
@@ -1969,6 +1971,65 @@ async def test_a_silent_node_on_every_attempt_fails_the_spawn_within_the_spawn_t
         await rt.spawn()
     assert len(cluster.created) == 3
     assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+def slow_kubelet(cluster: FakeCluster, node: str, seconds: float | None) -> None:
+    """Pods bound to ``node`` are taken on (``status.startTime``) only ``seconds`` after they were
+    first bound (None: never), while its kubelet answers attaches all along: a loaded node."""
+    first_seen: dict[str, float] = {}
+    real_bind = cluster._bind
+
+    def bind(pod: k8s.V1Pod) -> bool:
+        if not real_bind(pod):
+            return False
+        assert pod.spec is not None and pod.status is not None and pod.metadata is not None
+        if pod.spec.node_name == node:
+            since = first_seen.setdefault(pod.metadata.name or "", time.monotonic())
+            if seconds is None or time.monotonic() - since < seconds:
+                pod.status.start_time = None
+                return False
+        return True
+
+    cluster._bind = bind  # type: ignore[method-assign]
+
+
+def node_checks(cluster: FakeCluster) -> int:
+    """How many attaches were the runtime's node check (stderr only, no stdin)."""
+    return sum(1 for c in cluster.server.requests if c.query.get("stdin", ["false"])[0].lower() != "true")
+
+
+async def test_a_slow_but_reachable_kubelet_is_waited_for_not_quarantined(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Review attack: node-2's kubelet answers attaches but writes startTime 1 s late (a burst of
+    # pod creates on a loaded node). Before: suspected on the ack timer alone, its pod deleted and
+    # the node quarantined for 60 s for every execute of this replica.
+    cluster.nodes = ["node-2", "node-1"]
+    slow_kubelet(cluster, "node-2", 1.0)
+    # (attach_early off: the fake's attach reaches a pod the kubelet has not taken on.)
+    rt = make_runtime(cluster, spawn_timeout=30.0, node_ack_timeout=0.3, attach_early=False)
+    sandbox = await rt.spawn()
+    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-2"
+    assert len(cluster.created) == 1  # the pod was waited for, not made again elsewhere
+    assert node_checks(cluster) >= 1  # the node was checked, and its kubelet answered
+    assert rt.quarantine.nodes() == []
+    assert "suspecting it dead" not in caplog.text
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_a_reachable_kubelet_that_never_takes_the_pod_on_fails_at_the_spawn_timeout(
+    cluster: FakeCluster,
+) -> None:
+    cluster.nodes = ["node-2", "node-1"]
+    slow_kubelet(cluster, "node-2", None)
+    rt = make_runtime(cluster, spawn_timeout=2.5, node_ack_timeout=0.3, attach_early=False)
+    with pytest.raises(SpawnFailed, match="bound to node node-2, whose kubelet answers but has not taken"):
+        await rt.spawn()
+    assert len(cluster.created) == 1 and cluster.api.pods == {}  # one pod, deleted
+    assert node_checks(cluster) >= 2  # checked again while waiting
+    assert rt.quarantine.nodes() == []
     await rt.aclose()
 
 

@@ -117,7 +117,8 @@ _LOST_CHECK_WAIT = 1.0
 
 
 class _NodeSilent(SpawnFailed):
-    """The pod was bound to a node whose kubelet never acknowledged it (``node_ack_timeout``)."""
+    """The pod was bound to a node whose kubelet never acknowledged it (``node_ack_timeout``) and
+    that the API server cannot reach."""
 
     def __init__(self, node: str, detail: str) -> None:
         super().__init__(detail)
@@ -580,8 +581,10 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         unschedulable_grace: seconds a pod may stay unschedulable (no node has room) before the
             spawn fails with ``CapacityExhausted``.
         node_ack_timeout: seconds a pod bound to a node may wait for that node's kubelet to
-            acknowledge it; then the node is suspected dead, the pod deleted and the spawn tried
-            again on another node (docs/kubernetes.md, "A node lost mid-execute").
+            acknowledge it before the node is checked (and again every ``node_ack_timeout``):
+            when the API server cannot reach the kubelet, the node is suspected dead, the pod
+            deleted and the spawn tried again on another node; a kubelet that answers is only
+            slow, and the pod is waited for (docs/kubernetes.md, "A node lost mid-execute").
         node_quarantine: seconds new pods avoid a node suspected dead (0: never avoid one).
         probe_timeout: seconds for the attached worker to answer the probe (counted from the
             attach that reached it).
@@ -1258,12 +1261,17 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         and running in ``phases``. A pod the scheduler reports Unschedulable for
         ``unschedulable_grace`` seconds is given up (``CapacityExhausted``; at once,
         ``_Unplaceable``, when it is ``avoiding`` suspected nodes). A pod bound to a node whose
-        kubelet does not acknowledge it within ``node_ack_timeout`` is given up (``_NodeSilent``).
+        kubelet has not acknowledged it within ``node_ack_timeout`` has its node checked, and again
+        every ``node_ack_timeout`` (``_check_silent_node``): given up (``_NodeSilent``) only when
+        the API server cannot reach that kubelet; a kubelet that answers is only slow, and the pod
+        is waited for (up to ``spawn_timeout``).
         """
         delay = 0.025
         detail = "not read yet"
         unschedulable_since: float | None = None
         bound_since: float | None = None
+        check_at: float | None = None  # when the unacknowledged pod's node is checked (next)
+        node_answered = False  # a check found its kubelet reachable
         self.last_attach_attempts = 0
         early = self.attach_early
         while True:
@@ -1284,15 +1292,16 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 if "scheduled" not in phases and scheduled(pod):
                     phases["scheduled"] = now - t0
                 node = getattr(pod.spec, "node_name", None)
-                if node and not acknowledged(pod):
+                waiting_for_node = bool(node) and not acknowledged(pod)
+                if node and waiting_for_node:
                     bound_since = bound_since or now
-                    if now - bound_since >= self.node_ack_timeout:
-                        raise _NodeSilent(
-                            node,
-                            f"kubernetes: worker pod {pod_name} bound to node {node}, whose kubelet did"
-                            f" not acknowledge it within {self.node_ack_timeout}s",
-                        )
+                    check_at = check_at or bound_since + self.node_ack_timeout
+                    if now >= check_at:
+                        check_at = self._check_silent_node(pod_name, node) + self.node_ack_timeout
+                        node_answered = True
                 where, detail = progress(pod)
+                if waiting_for_node and node_answered:
+                    detail = f"bound to node {node}, whose kubelet answers but has not taken it on ({detail})"
                 if where == "running":
                     phases.setdefault("running", now - t0)
                 if where == "ended":
@@ -1331,6 +1340,38 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 )
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
+
+    def _check_silent_node(self, pod_name: str, node: str) -> float:
+        """The node check (``_kubelet_unreachable_blocking``) for a pod whose node's kubelet has
+        not acknowledged it within ``node_ack_timeout``.
+
+        A loaded node's kubelet can be slow to write ``status.startTime`` (its status writes are
+        rate limited, its pod workers share the node's CPU), so the timer alone proves nothing:
+        only the API server's failure to dial the kubelet does. Anything else (the kubelet's own
+        refusal, such as "container worker not found", an attach that holds, or no word within the
+        check's wait) suspects nothing.
+
+        Raises:
+            _NodeSilent: the API server cannot reach the node's kubelet.
+
+        Returns:
+            When the check ended (monotonic clock): the next one is due ``node_ack_timeout`` later.
+        """
+        unreachable = self._kubelet_unreachable_blocking(pod_name)
+        if unreachable is not None:
+            raise _NodeSilent(
+                node,
+                f"kubernetes: worker pod {pod_name} bound to node {node}, whose kubelet did not"
+                f" acknowledge it within {self.node_ack_timeout}s and cannot be reached ({unreachable})",
+            )
+        log.debug(
+            "kubernetes: node %s has not taken on worker pod %s within %ss, but its kubelet answers:"
+            " waiting (the node is not suspected)",
+            node,
+            pod_name,
+            self.node_ack_timeout,
+        )
+        return time.monotonic()
 
     def _known_refusal(self, pod_name: str, text: str, running: bool) -> bool:
         """Whether a refused attach says exactly "not running yet" (then retried). Any other
