@@ -1380,6 +1380,85 @@ async def test_check_refused(cluster: FakeCluster, status: int, match: str) -> N
     await rt.aclose()
 
 
+@pytest.fixture
+def stalled_upgrade(cluster: FakeCluster) -> Any:
+    """Attaches go to an endpoint that accepts the TCP connection and never answers the upgrade
+    (an API server, proxy or load balancer that stalls it); closing it at the end frees them."""
+    stall = socket.create_server(("127.0.0.1", 0))
+    conf = k8s.Configuration()
+    conf.host = f"http://127.0.0.1:{stall.getsockname()[1]}"
+    cluster.api.connect_get_namespaced_pod_attach = k8s.CoreV1Api(  # type: ignore[method-assign]
+        k8s.ApiClient(conf)
+    ).connect_get_namespaced_pod_attach
+    yield stall
+    stall.close()
+
+
+def test_the_node_check_is_bounded_when_the_api_stalls_the_upgrade(
+    cluster: FakeCluster, stalled_upgrade: socket.socket
+) -> None:
+    # Review attack: the client's websocket connect has no timeout, and _request_timeout does not
+    # reach it (_preload_content=False). Before: the check's thread was still blocked after 8 s.
+    rt = make_runtime(cluster, api_timeout=1.0)
+    done = threading.Event()
+    result: list[str | None] = []
+
+    def check() -> None:
+        result.append(rt._kubelet_unreachable_blocking("codemode-worker-x"))
+        done.set()
+
+    threading.Thread(target=check, daemon=True).start()
+    assert done.wait(8.0), "the node check was still blocked"
+    assert result == [None]  # no word from the API server: nothing is suspected
+
+
+async def test_a_worker_attach_whose_upgrade_stalls_fails_the_spawn_after_api_timeout(
+    cluster: FakeCluster, stalled_upgrade: socket.socket
+) -> None:
+    rt = make_runtime(cluster, api_timeout=1.0, spawn_timeout=30.0)
+    try:
+        with pytest.raises(SpawnFailed, match=r"did not complete the websocket upgrade within 1\.0s"):
+            await asyncio.wait_for(rt.spawn(), 10.0)
+        assert cluster.api.pods == {}  # the pod was deleted
+    finally:
+        stalled_upgrade.close()
+        await rt.aclose()
+
+
+async def test_an_attach_stream_reads_without_a_timeout_once_upgraded(cluster: FakeCluster) -> None:
+    # The upgrade's bound is cleared after it: a worker that is quiet longer than api_timeout
+    # does not break its stream.
+    rt = make_runtime(cluster, api_timeout=0.5)
+    sandbox = await rt.spawn()
+    assert sandbox._stream.sock.gettimeout() is None
+    assert sandbox._stream.sock.sock.gettimeout() is None
+    await asyncio.sleep(1.0)
+    await sandbox.write(b"ping")
+    assert await asyncio.wait_for(sandbox.read(4), 5) == b"ping"
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+def test_the_upgrade_bound_applies_to_its_own_thread_only() -> None:
+    from kubernetes.stream import ws_client
+
+    from codemode.runtimes import kubernetes_upgrade
+
+    seen: dict[str, Any] = {}
+
+    def other() -> None:
+        seen["other"] = getattr(kubernetes_upgrade._local, "seconds", None)
+
+    with kubernetes_upgrade.bounded_upgrade(2.0):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        seen["own"] = kubernetes_upgrade._local.seconds
+    assert seen == {"other": None, "own": 2.0}
+    assert getattr(kubernetes_upgrade._local, "seconds", None) is None
+    assert getattr(ws_client.WebSocket, "_codemode_bounded", False)
+
+
 def real_api(host: str) -> k8s.CoreV1Api:
     conf = k8s.Configuration()
     conf.host = host

@@ -50,6 +50,7 @@ from .kubernetes_pod import ROLE_LABEL as ROLE_LABEL
 from .kubernetes_pod import WORKER_UID as WORKER_UID
 from .kubernetes_pod import PodSizing, acknowledged, progress, scheduled, worker_pod
 from .kubernetes_pod import worker_status as _worker_status
+from .kubernetes_upgrade import bounded_upgrade, upgrade_timed_out
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
@@ -114,6 +115,8 @@ _NODE_ATTEMPTS = 3
 #: how long the check waits for the API server's word on the node's kubelet.
 _LOST_CHECK_AFTER = 1.0
 _LOST_CHECK_WAIT = 1.0
+#: Seconds (at most ``api_timeout``) the node check's websocket may take to connect and upgrade.
+_LOST_CHECK_UPGRADE = 5.0
 
 
 class _NodeSilent(SpawnFailed):
@@ -915,9 +918,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         attach holds, or the kubelet reported an error of its own, such as a stopped container) or
         nothing could be told."""
         try:
-            stream = self._open_attach(
-                self._client(), pod_name, stdin=False, _request_timeout=min(self.api_timeout, 5.0)
-            )
+            upgrade_within = min(self.api_timeout, _LOST_CHECK_UPGRADE)
+            stream = self._open_attach(self._client(), pod_name, stdin=False, upgrade_within=upgrade_within)
         except Exception as exc:
             text = _api_error_text(exc)
             return _status_message(text) if kubelet_unreachable(text) else None
@@ -1201,23 +1203,26 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self._discard_blocking(pod_name, attached)
         raise SpawnFailed("spawn cancelled")
 
-    def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, **extra: Any) -> Any:
+    def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, upgrade_within: float) -> Any:
         """Attach to the worker container: stdin, stdout and stderr (the worker's channel), or its
-        stderr only (``stdin=False``: the node check, which reads the error channel alone)."""
+        stderr only (``stdin=False``: the node check, which reads the error channel alone). The
+        websocket's connect and upgrade take at most ``upgrade_within`` seconds each
+        (``bounded_upgrade``: the client sets no bound of its own, so an API server or proxy that
+        stalls the upgrade would hold this thread for ever)."""
         attach = self._attach or _default_attach()
-        return attach(
-            self._attach_method(api),
-            pod_name,
-            self.namespace,
-            container=CONTAINER_NAME,
-            stdin=stdin,
-            stdout=stdin,
-            stderr=True,
-            tty=False,
-            binary=True,
-            _preload_content=False,
-            **extra,
-        )
+        with bounded_upgrade(upgrade_within):
+            return attach(
+                self._attach_method(api),
+                pod_name,
+                self.namespace,
+                container=CONTAINER_NAME,
+                stdin=stdin,
+                stdout=stdin,
+                stderr=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
 
     @staticmethod
     def _attach_method(api: Any) -> Callable[..., Any]:
@@ -1400,8 +1405,13 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         """
         self.last_attach_attempts += 1
         try:
-            stream = self._open_attach(api, pod_name, stdin=True)
+            stream = self._open_attach(api, pod_name, stdin=True, upgrade_within=self.api_timeout)
         except k8s.ApiException as exc:
+            if upgrade_timed_out(exc):
+                raise SpawnFailed(
+                    f"kubernetes: attaching to worker pod {pod_name}: the API server did not complete"
+                    f" the websocket upgrade within {self.api_timeout}s"
+                ) from None
             if exc.status == 0 and "Handshake status 403" not in str(exc.reason):
                 raise _Refused(str(exc.reason)) from None  # the handshake's status line and body
             raise
