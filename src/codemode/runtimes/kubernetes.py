@@ -1306,7 +1306,9 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                         node_answered = True
                 where, detail = progress(pod)
                 if waiting_for_node and node_answered:
-                    detail = f"bound to node {node}, whose kubelet answers but has not taken it on ({detail})"
+                    detail = (
+                        f"bound to node {node}, whose kubelet (not unreachable) has not taken it on; {detail}"
+                    )
                 if where == "running":
                     phases.setdefault("running", now - t0)
                 if where == "ended":
@@ -1370,8 +1372,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 f" acknowledge it within {self.node_ack_timeout}s and cannot be reached ({unreachable})",
             )
         log.debug(
-            "kubernetes: node %s has not taken on worker pod %s within %ss, but its kubelet answers:"
-            " waiting (the node is not suspected)",
+            "kubernetes: node %s has not taken on worker pod %s within %ss, but the API server does not"
+            " report its kubelet unreachable: waiting (the node is not suspected)",
             node,
             pod_name,
             self.node_ack_timeout,
