@@ -1383,6 +1383,85 @@ async def test_check_refused(cluster: FakeCluster, status: int, match: str) -> N
     await rt.aclose()
 
 
+@pytest.fixture
+def stalled_upgrade(cluster: FakeCluster) -> Any:
+    """Attaches go to an endpoint that accepts the TCP connection and never answers the upgrade
+    (an API server, proxy or load balancer that stalls it); closing it at the end frees them."""
+    stall = socket.create_server(("127.0.0.1", 0))
+    conf = k8s.Configuration()
+    conf.host = f"http://127.0.0.1:{stall.getsockname()[1]}"
+    cluster.api.connect_get_namespaced_pod_attach = k8s.CoreV1Api(  # type: ignore[method-assign]
+        k8s.ApiClient(conf)
+    ).connect_get_namespaced_pod_attach
+    yield stall
+    stall.close()
+
+
+def test_the_node_check_is_bounded_when_the_api_stalls_the_upgrade(
+    cluster: FakeCluster, stalled_upgrade: socket.socket
+) -> None:
+    # Review attack: the client's websocket connect has no timeout, and _request_timeout does not
+    # reach it (_preload_content=False). Before: the check's thread was still blocked after 8 s.
+    rt = make_runtime(cluster, api_timeout=1.0)
+    done = threading.Event()
+    result: list[str | None] = []
+
+    def check() -> None:
+        result.append(rt._kubelet_unreachable_blocking("codemode-worker-x"))
+        done.set()
+
+    threading.Thread(target=check, daemon=True).start()
+    assert done.wait(8.0), "the node check was still blocked"
+    assert result == [None]  # no word from the API server: nothing is suspected
+
+
+async def test_a_worker_attach_whose_upgrade_stalls_fails_the_spawn_after_api_timeout(
+    cluster: FakeCluster, stalled_upgrade: socket.socket
+) -> None:
+    rt = make_runtime(cluster, api_timeout=1.0, spawn_timeout=30.0)
+    try:
+        with pytest.raises(SpawnFailed, match=r"did not complete the websocket upgrade within 1\.0s"):
+            await asyncio.wait_for(rt.spawn(), 10.0)
+        assert cluster.api.pods == {}  # the pod was deleted
+    finally:
+        stalled_upgrade.close()
+        await rt.aclose()
+
+
+async def test_an_attach_stream_reads_without_a_timeout_once_upgraded(cluster: FakeCluster) -> None:
+    # The upgrade's bound is cleared after it: a worker that is quiet longer than api_timeout
+    # does not break its stream.
+    rt = make_runtime(cluster, api_timeout=0.5)
+    sandbox = await rt.spawn()
+    assert sandbox._stream.sock.gettimeout() is None
+    assert sandbox._stream.sock.sock.gettimeout() is None
+    await asyncio.sleep(1.0)
+    await sandbox.write(b"ping")
+    assert await asyncio.wait_for(sandbox.read(4), 5) == b"ping"
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+def test_the_upgrade_bound_applies_to_its_own_thread_only() -> None:
+    from kubernetes.stream import ws_client
+
+    from codemode.runtimes import kubernetes_upgrade
+
+    seen: dict[str, Any] = {}
+
+    def other() -> None:
+        seen["other"] = getattr(kubernetes_upgrade._local, "seconds", None)
+
+    with kubernetes_upgrade.bounded_upgrade(2.0):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        seen["own"] = kubernetes_upgrade._local.seconds
+    assert seen == {"other": None, "own": 2.0}
+    assert getattr(kubernetes_upgrade._local, "seconds", None) is None
+    assert getattr(ws_client.WebSocket, "_codemode_bounded", False)
+
+
 def real_api(host: str) -> k8s.CoreV1Api:
     conf = k8s.Configuration()
     conf.host = host
@@ -2068,6 +2147,8 @@ async def test_a_spawn_bound_to_a_silent_node_goes_to_another_node_at_once(
     assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-1"
     assert (NS, first.metadata.name) not in cluster.api.pods  # the stuck pod was deleted
     assert "node node-2 did not take on worker pod" in caplog.text and "suspecting it dead" in caplog.text
+    assert "cannot be reached (error sending request" in caplog.text  # the node check's evidence
+    assert node_checks(cluster) == 1
     assert rt.quarantine.nodes() == ["node-2"]
     # The next spawns avoid node-2 from the start: no wait at all.
     again = await rt.spawn()
@@ -2105,6 +2186,67 @@ async def test_a_silent_node_on_every_attempt_fails_the_spawn_within_the_spawn_t
         await rt.spawn()
     assert len(cluster.created) == 3
     assert cluster.api.pods == {}
+    await rt.aclose()
+
+
+def slow_kubelet(cluster: FakeCluster, node: str, seconds: float | None) -> None:
+    """Pods bound to ``node`` are taken on (``status.startTime``) only ``seconds`` after they were
+    first bound (None: never), while its kubelet answers attaches all along: a loaded node."""
+    first_seen: dict[str, float] = {}
+    real_bind = cluster._bind
+
+    def bind(pod: k8s.V1Pod) -> bool:
+        if not real_bind(pod):
+            return False
+        assert pod.spec is not None and pod.status is not None and pod.metadata is not None
+        if pod.spec.node_name == node:
+            since = first_seen.setdefault(pod.metadata.name or "", time.monotonic())
+            if seconds is None or time.monotonic() - since < seconds:
+                pod.status.start_time = None
+                return False
+        return True
+
+    cluster._bind = bind  # type: ignore[method-assign]
+
+
+def node_checks(cluster: FakeCluster) -> int:
+    """How many attaches were the runtime's node check (stderr only, no stdin)."""
+    return sum(1 for c in cluster.server.requests if c.query.get("stdin", ["false"])[0].lower() != "true")
+
+
+async def test_a_slow_but_reachable_kubelet_is_waited_for_not_quarantined(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Review attack: node-2's kubelet answers attaches but writes startTime 1 s late (a burst of
+    # pod creates on a loaded node). Before: suspected on the ack timer alone, its pod deleted and
+    # the node quarantined for 60 s for every execute of this replica.
+    cluster.nodes = ["node-2", "node-1"]
+    slow_kubelet(cluster, "node-2", 1.0)
+    # (attach_early off: the fake's attach reaches a pod the kubelet has not taken on.)
+    rt = make_runtime(cluster, spawn_timeout=30.0, node_ack_timeout=0.3, attach_early=False)
+    sandbox = await rt.spawn()
+    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-2"
+    assert len(cluster.created) == 1  # the pod was waited for, not made again elsewhere
+    assert node_checks(cluster) >= 1  # the node was checked, and its kubelet answered
+    assert rt.quarantine.nodes() == []
+    assert "suspecting it dead" not in caplog.text
+    await sandbox.destroy()
+    await rt.aclose()
+
+
+async def test_a_reachable_kubelet_that_never_takes_the_pod_on_fails_at_the_spawn_timeout(
+    cluster: FakeCluster,
+) -> None:
+    cluster.nodes = ["node-2", "node-1"]
+    slow_kubelet(cluster, "node-2", None)
+    rt = make_runtime(cluster, spawn_timeout=2.5, node_ack_timeout=0.3, attach_early=False)
+    with pytest.raises(
+        SpawnFailed, match=r"bound to node node-2, whose kubelet \(not unreachable\) has not taken it on"
+    ):
+        await rt.spawn()
+    assert len(cluster.created) == 1 and cluster.api.pods == {}  # one pod, deleted
+    assert node_checks(cluster) >= 2  # checked again while waiting
+    assert rt.quarantine.nodes() == []
     await rt.aclose()
 
 

@@ -50,6 +50,7 @@ from .kubernetes_pod import ROLE_LABEL as ROLE_LABEL
 from .kubernetes_pod import WORKER_UID as WORKER_UID
 from .kubernetes_pod import PodSizing, acknowledged, progress, scheduled, worker_pod
 from .kubernetes_pod import worker_status as _worker_status
+from .kubernetes_upgrade import bounded_upgrade, upgrade_timed_out
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
 from .streams import process_start as _process_start
@@ -114,10 +115,13 @@ _NODE_ATTEMPTS = 3
 #: how long the check waits for the API server's word on the node's kubelet.
 _LOST_CHECK_AFTER = 1.0
 _LOST_CHECK_WAIT = 1.0
+#: Seconds (at most ``api_timeout``) the node check's websocket may take to connect and upgrade.
+_LOST_CHECK_UPGRADE = 5.0
 
 
 class _NodeSilent(SpawnFailed):
-    """The pod was bound to a node whose kubelet never acknowledged it (``node_ack_timeout``)."""
+    """The pod was bound to a node whose kubelet never acknowledged it (``node_ack_timeout``) and
+    that the API server cannot reach."""
 
     def __init__(self, node: str, detail: str) -> None:
         super().__init__(detail)
@@ -601,8 +605,10 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         unschedulable_grace: seconds a pod may stay unschedulable (no node has room) before the
             spawn fails with ``CapacityExhausted``.
         node_ack_timeout: seconds a pod bound to a node may wait for that node's kubelet to
-            acknowledge it; then the node is suspected dead, the pod deleted and the spawn tried
-            again on another node (docs/kubernetes.md, "A node lost mid-execute").
+            acknowledge it before the node is checked (and again every ``node_ack_timeout``):
+            when the API server cannot reach the kubelet, the node is suspected dead, the pod
+            deleted and the spawn tried again on another node; a kubelet that answers is only
+            slow, and the pod is waited for (docs/kubernetes.md, "A node lost mid-execute").
         node_quarantine: seconds new pods avoid a node suspected dead (0: never avoid one).
         probe_timeout: seconds for the attached worker to answer the probe (counted from the
             attach that reached it).
@@ -933,9 +939,8 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         attach holds, or the kubelet reported an error of its own, such as a stopped container) or
         nothing could be told."""
         try:
-            stream = self._open_attach(
-                self._client(), pod_name, stdin=False, _request_timeout=min(self.api_timeout, 5.0)
-            )
+            upgrade_within = min(self.api_timeout, _LOST_CHECK_UPGRADE)
+            stream = self._open_attach(self._client(), pod_name, stdin=False, upgrade_within=upgrade_within)
         except Exception as exc:
             text = _api_error_text(exc)
             return _status_message(text) if kubelet_unreachable(text) else None
@@ -1226,23 +1231,26 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         self._discard_blocking(pod_name, attached)
         raise SpawnFailed("spawn cancelled")
 
-    def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, **extra: Any) -> Any:
+    def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, upgrade_within: float) -> Any:
         """Attach to the worker container: stdin, stdout and stderr (the worker's channel), or its
-        stderr only (``stdin=False``: the node check, which reads the error channel alone)."""
+        stderr only (``stdin=False``: the node check, which reads the error channel alone). The
+        websocket's connect and upgrade take at most ``upgrade_within`` seconds each
+        (``bounded_upgrade``: the client sets no bound of its own, so an API server or proxy that
+        stalls the upgrade would hold this thread for ever)."""
         attach = self._attach or _default_attach()
-        return attach(
-            self._attach_method(api),
-            pod_name,
-            self.namespace,
-            container=CONTAINER_NAME,
-            stdin=stdin,
-            stdout=stdin,
-            stderr=True,
-            tty=False,
-            binary=True,
-            _preload_content=False,
-            **extra,
-        )
+        with bounded_upgrade(upgrade_within):
+            return attach(
+                self._attach_method(api),
+                pod_name,
+                self.namespace,
+                container=CONTAINER_NAME,
+                stdin=stdin,
+                stdout=stdin,
+                stderr=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
 
     @staticmethod
     def _attach_method(api: Any) -> Callable[..., Any]:
@@ -1286,12 +1294,17 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         and running in ``phases``. A pod the scheduler reports Unschedulable for
         ``unschedulable_grace`` seconds is given up (``CapacityExhausted``; at once,
         ``_Unplaceable``, when it is ``avoiding`` suspected nodes). A pod bound to a node whose
-        kubelet does not acknowledge it within ``node_ack_timeout`` is given up (``_NodeSilent``).
+        kubelet has not acknowledged it within ``node_ack_timeout`` has its node checked, and again
+        every ``node_ack_timeout`` (``_check_silent_node``): given up (``_NodeSilent``) only when
+        the API server cannot reach that kubelet; a kubelet that answers is only slow, and the pod
+        is waited for (up to ``spawn_timeout``).
         """
         delay = 0.025
         detail = "not read yet"
         unschedulable_since: float | None = None
         bound_since: float | None = None
+        check_at: float | None = None  # when the unacknowledged pod's node is checked (next)
+        node_answered = False  # a check found its kubelet reachable
         self.last_attach_attempts = 0
         early = self.attach_early
         while True:
@@ -1312,15 +1325,18 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
                 if "scheduled" not in phases and scheduled(pod):
                     phases["scheduled"] = now - t0
                 node = getattr(pod.spec, "node_name", None)
-                if node and not acknowledged(pod):
+                waiting_for_node = bool(node) and not acknowledged(pod)
+                if node and waiting_for_node:
                     bound_since = bound_since or now
-                    if now - bound_since >= self.node_ack_timeout:
-                        raise _NodeSilent(
-                            node,
-                            f"kubernetes: worker pod {pod_name} bound to node {node}, whose kubelet did"
-                            f" not acknowledge it within {self.node_ack_timeout}s",
-                        )
+                    check_at = check_at or bound_since + self.node_ack_timeout
+                    if now >= check_at:
+                        check_at = self._check_silent_node(pod_name, node) + self.node_ack_timeout
+                        node_answered = True
                 where, detail = progress(pod)
+                if waiting_for_node and node_answered:
+                    detail = (
+                        f"bound to node {node}, whose kubelet (not unreachable) has not taken it on; {detail}"
+                    )
                 if where == "running":
                     phases.setdefault("running", now - t0)
                 if where == "ended":
@@ -1360,6 +1376,38 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
 
+    def _check_silent_node(self, pod_name: str, node: str) -> float:
+        """The node check (``_kubelet_unreachable_blocking``) for a pod whose node's kubelet has
+        not acknowledged it within ``node_ack_timeout``.
+
+        A loaded node's kubelet can be slow to write ``status.startTime`` (its status writes are
+        rate limited, its pod workers share the node's CPU), so the timer alone proves nothing:
+        only the API server's failure to dial the kubelet does. Anything else (the kubelet's own
+        refusal, such as "container worker not found", an attach that holds, or no word within the
+        check's wait) suspects nothing.
+
+        Raises:
+            _NodeSilent: the API server cannot reach the node's kubelet.
+
+        Returns:
+            When the check ended (monotonic clock): the next one is due ``node_ack_timeout`` later.
+        """
+        unreachable = self._kubelet_unreachable_blocking(pod_name)
+        if unreachable is not None:
+            raise _NodeSilent(
+                node,
+                f"kubernetes: worker pod {pod_name} bound to node {node}, whose kubelet did not"
+                f" acknowledge it within {self.node_ack_timeout}s and cannot be reached ({unreachable})",
+            )
+        log.debug(
+            "kubernetes: node %s has not taken on worker pod %s within %ss, but the API server does not"
+            " report its kubelet unreachable: waiting (the node is not suspected)",
+            node,
+            pod_name,
+            self.node_ack_timeout,
+        )
+        return time.monotonic()
+
     def _known_refusal(self, pod_name: str, text: str, running: bool) -> bool:
         """Whether a refused attach says exactly "not running yet" (then retried). Any other
         refusal of a pod the API reports running ends the spawn; of a starting pod, it makes
@@ -1387,8 +1435,13 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         """
         self.last_attach_attempts += 1
         try:
-            stream = self._open_attach(api, pod_name, stdin=True)
+            stream = self._open_attach(api, pod_name, stdin=True, upgrade_within=self.api_timeout)
         except k8s.ApiException as exc:
+            if upgrade_timed_out(exc):
+                raise SpawnFailed(
+                    f"kubernetes: attaching to worker pod {pod_name}: the API server did not complete"
+                    f" the websocket upgrade within {self.api_timeout}s"
+                ) from None
             if exc.status == 0 and "Handshake status 403" not in str(exc.reason):
                 raise _Refused(str(exc.reason)) from None  # the handshake's status line and body
             raise

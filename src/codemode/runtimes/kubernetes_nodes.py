@@ -6,8 +6,10 @@ by what its pods show:
 
 - **a spawn stuck on a silent node**: the scheduler bound the pod to a node, but that node's kubelet
   never acknowledged it (no ``status.startTime``, which the kubelet sets when it accepts a pod) within
-  ``node_ack_timeout``. A dead node stays Ready in the API for 40-50 s (until the node lifecycle
-  controller misses its heartbeats), and the scheduler keeps binding pods to it meanwhile;
+  ``node_ack_timeout``, and an attach to the pod fails because the API server cannot dial that
+  kubelet (the timer alone proves nothing: a loaded node's kubelet is slow to write it). A dead node
+  stays Ready in the API for 40-50 s (until the node lifecycle controller misses its heartbeats),
+  and the scheduler keeps binding pods to it meanwhile;
 - **a worker lost mid-execute**: its attach stream broke while the API still says its container
   runs, and a fresh attach to it fails because the API server cannot dial the node's kubelet.
 
