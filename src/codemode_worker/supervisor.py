@@ -8,9 +8,10 @@ stdin/stdout and, for each execute ("epoch"):
 1. forks a worker from its own warm, data-free state (it imported and warmed the interpreter before
    the first execute and has relayed nothing into its memory since), with pipes of its own as
    stdin/stdout/stderr and no other descriptor; the child raises its OOM score to the maximum,
-   sets ``RLIMIT_MSGQUEUE`` and ``RLIMIT_CORE`` to 0, builds and installs the worker's own seccomp
-   filter (``confinement``: after the fork, so it names the worker's own pid) and only then reads a
-   frame;
+   sets ``RLIMIT_MSGQUEUE`` and ``RLIMIT_CORE`` to 0, installs the worker's own seccomp filter
+   (``confinement``: after the fork, with the worker's own pid put into the program the supervisor
+   compiled once, ``confinement.CompiledFilter``, as the process runtime's template does) and only
+   then reads a frame;
 2. relays the host's bytes to that worker and the worker's stdout and stderr back, tagged with the
    epoch, with ``splice``: no byte of a program, a result or an output passes through the
    supervisor's memory, so no later worker (a copy of that memory) can find one;
@@ -126,6 +127,11 @@ def _splice_all(src: int, dst: int, count: int) -> None:
         count -= moved
 
 
+def _control(kind: bytes, epoch: int, value: dict[str, Any]) -> bytes:
+    """One control message (``X``, ``C``, ``H``) with its JSON payload."""
+    return channel.encode(kind, epoch, json.dumps(value, separators=(",", ":")).encode())
+
+
 @dataclass
 class _Epoch:
     """One execute's worker."""
@@ -172,11 +178,8 @@ class Supervisor:
 
     # -- channel ----------------------------------------------------------------------------
 
-    def send(self, kind: bytes, epoch: int, payload: bytes = b"") -> None:
-        _write_all(1, channel.encode(kind, epoch, payload))
-
     def send_json(self, kind: bytes, epoch: int, value: dict[str, Any]) -> None:
-        self.send(kind, epoch, json.dumps(value, separators=(",", ":")).encode())
+        _write_all(1, _control(kind, epoch, value))
 
     # -- workers ----------------------------------------------------------------------------
 
@@ -239,8 +242,9 @@ class Supervisor:
             while fd >= 0 and self.relay(fd, kind):
                 pass
 
-    def reap(self, wait: bool) -> None:
-        """Collect the worker's exit (``wait``: kill it first) and report it once."""
+    def reap(self, wait: bool, *, hold: bool = False) -> bytes:
+        """Collect the worker's exit (``wait``: kill it first) and report it once; ``hold``: return
+        the report instead of sending it (``end`` sends it with the scrub's verdict, one write)."""
         ep = self.epoch
         assert ep is not None
         if ep.status is None:
@@ -248,13 +252,14 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(ep.pidfd, signal.SIGKILL)
             _, ep.status = os.waitpid(ep.pid, 0)
+        report = b""
         if not ep.reported:
             if not wait:
                 self.drain()
             ep.reported = True
             code = os.waitstatus_to_exitcode(ep.status)
             oom_after = scrub.oom_kills()
-            self.send_json(
+            report = _control(
                 channel.EXIT,
                 ep.number,
                 {
@@ -263,23 +268,28 @@ class Supervisor:
                     "oom": oom_after > ep.oom_before >= 0,
                 },
             )
+            if not hold:
+                _write_all(1, report)
+                report = b""
         ep.stdin = ep.close(ep.stdin)
         ep.pidfd = ep.close(ep.pidfd)
+        return report
 
     def end(self, number: int) -> int | None:
-        """``K``: kill, report, scrub, verify; start the next worker. An exit code when the
-        supervisor must stop."""
+        """``K``: kill, scrub, verify, then report how the worker ended and the verdict in one write
+        (``X`` then ``C``: one message fewer for the engine's attach stream to carry); start the
+        next worker. An exit code when the supervisor must stop."""
         ep = self.epoch
         assert ep is not None
-        self.reap(wait=True)
+        report = self.reap(wait=True, hold=True)
         ep.stdout = ep.close(ep.stdout)
         ep.stderr = ep.close(ep.stderr)
         problem = scrub.scrub(self.baseline)
         if problem is not None:
-            self.send_json(channel.CLEAN, number, {"ok": False, "anomaly": problem[:512]})
+            _write_all(1, report + _control(channel.CLEAN, number, {"ok": False, "anomaly": problem[:512]}))
             _say(f"anomaly after epoch {number}: {problem}")
             return EXIT_ANOMALY
-        self.send_json(channel.CLEAN, number, {"ok": True})
+        _write_all(1, report + _control(channel.CLEAN, number, {"ok": True}))
         self.start(number + 1)
         return None
 
@@ -415,7 +425,10 @@ def _worker_child(testing: bool, unconfined: bool) -> Child:
     (after the fork: it names this pid), then serves."""
     from . import confinement, entry
 
-    confinement.binding()  # loaded now: the child builds its filter without reading a file
+    # The filter compiled here once for any pid (libseccomp's own program with the worker's pid put
+    # in after the fork: ``confinement.CompiledFilter``), or built by each worker when it cannot be.
+    compiled = confinement.compile_filter()
+    confinement.binding()  # loaded now: a worker that builds its own filter reads no file
     if testing:
         from . import testing_entry
 
@@ -425,7 +438,7 @@ def _worker_child(testing: bool, unconfined: bool) -> Child:
             inp, out = entry.streams()
             if not unconfined:
                 confinement.restrict_files()
-                confinement.confine(confinement.prepare())
+                confinement.confine(compiled if compiled is not None else confinement.prepare())
             return testing_entry.serve_confined(inp, out)
 
         return testing_child
@@ -436,7 +449,7 @@ def _worker_child(testing: bool, unconfined: bool) -> Child:
     def worker_child() -> int:
         inp, out = entry.streams()
         confinement.restrict_files()  # the Landlock domain, while this forked child has one thread
-        confinement.confine(confinement.prepare())
+        confinement.confine(compiled if compiled is not None else confinement.prepare())
         return interpreter.on_interpreter_thread(lambda: entry.serve_confined(inp, out))
 
     return worker_child

@@ -14,7 +14,8 @@ Host to supervisor:
        the attach stream)
 ``D``  payload: bytes for the stdin of epoch's worker (the protocol's frames, unchanged)
 ``E``  no payload: close that worker's stdin
-``K``  no payload: the execute is over: kill that worker, scrub the sandbox, report ``C``
+``K``  no payload: the execute is over: kill that worker, scrub the sandbox, report ``X`` (unless
+       the worker's end was reported already) and ``C`` together, in one write
 
 Supervisor to host:
 
