@@ -129,6 +129,34 @@ async def test_recycled_after_max_executes(make: Any, docker_api: Any) -> None:
     assert not _exists(docker_api, boxes[0])  # the container itself is gone
 
 
+async def test_a_successor_takes_over_before_the_last_execute(make: Any, docker_api: Any) -> None:
+    # Every idle sandbox is bound to a subject (no warm one left): without a successor, alice's
+    # execute after her sandbox's last one would wait for a new container (a cold start).
+    server, pool, seen = await make(size=3, max_executes=10)
+    await pool.wait_warm(60)
+    subjects = [authz.Subject(name) for name in ("alice", "bob", "carol")]
+    for subject in subjects:
+        await server.execute(ECHO % subject.id, subject=subject)
+    alice = subjects[0]
+    for i in range(8):  # 9 in all: the successor is due after 8 or 9 (max_executes - 2 or 1)
+        await server.execute(ECHO % i, subject=alice)
+    deadline = time.monotonic() + 30
+    while pool.successors < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert pool.successors == 1
+    for i in range(3):
+        await server.execute(ECHO % i, subject=alice)
+    assert pool.cold == 0  # no execute waited for a new container
+    mine = seen.sandboxes("alice")
+    assert mine[0] == mine[8] != mine[9] == mine[11], mine  # the old one served 9 of its 10
+    owner = seen.owners()
+    assert all(len(who) == 1 for who in owner.values()), owner  # the successor served alice only
+    deadline = time.monotonic() + 20
+    while _exists(docker_api, mine[0]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert not _exists(docker_api, mine[0])  # the old sandbox is removed once its successor is up
+
+
 async def test_recycled_after_a_deadline(make: Any, docker_api: Any) -> None:
     server, _, seen = await make(max_time=1.0)
     alice = authz.Subject("alice")

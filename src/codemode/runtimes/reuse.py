@@ -17,6 +17,15 @@ Rules (each has its test):
   cleanly (a deadline, a limit, a worker that misbehaved or died: the executor marks a lease
   ``reusable()`` only when its program ended with a result or a program error) or the supervisor
   reports an anomaly, breaks the channel or does not finish within ``end_timeout``;
+* **a successor before the end**: once a sandbox has served all but its last few executes (a
+  number drawn per sandbox between a tenth and a fifth of ``max_executes``, so that sandboxes started
+  together do not all end together), a successor is started for its subject in the background,
+  bound to that subject from the start and never leased to another one; when it is up, the old
+  sandbox is recycled (at once if idle, else when its lease ends). The subject's next execute then
+  finds a started sandbox instead of waiting for a new container or pod. Only while the idle and
+  starting sandboxes, the old one not counted, are fewer than ``size``, within
+  ``refill_concurrency``, and with ``per_subject`` 2 or more; otherwise the sandbox serves its
+  ``max_executes`` and the subject's next execute starts one, as without successors;
 * **bounded and fair**: at most ``size`` sandboxes are kept idle in all (bound to a subject or
   warm, never leased yet), at most ``per_subject`` of them bound to one subject; when more come
   back, the one idle longest is recycled, whoever it belongs to, so one subject's idle sandboxes never
@@ -24,7 +33,8 @@ Rules (each has its test):
   sandboxes kept (idle, in use and starting) are fewer than ``size``; a subject that has no idle
   sandbox takes a warm one, or starts one (under the slot the executor already holds: fair
   admission decides who runs, ``codemode.execution.admission``). Live sandboxes never exceed
-  ``max_concurrent_executions + size``.
+  ``max_concurrent_executions + size + 1`` (the one: a successor starting while its predecessor
+  is still idle).
 
 ``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
 reusable one.
@@ -36,7 +46,9 @@ import asyncio
 import collections
 import logging
 import os
+import random
 import time
+import weakref
 from typing import Any, Protocol, runtime_checkable
 
 from .base import Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
@@ -137,6 +149,11 @@ class ReusePool:
         self.reused = 0
         self.cold = 0
         self.recycled = 0
+        self.successors = 0
+        #: The executes after which each sandbox gets its successor (drawn when it starts).
+        self._successor_due: weakref.WeakKeyDictionary[Supervised, int] = weakref.WeakKeyDictionary()
+        #: Sandboxes whose successor is started: recycled when their lease ends.
+        self._leaving: weakref.WeakSet[Supervised] = weakref.WeakSet()
 
     # -- Runtime protocol ------------------------------------------------------------------
 
@@ -308,6 +325,8 @@ class ReusePool:
             self._recycle(box, "the pool is closing", anomaly=False)
         elif box.executes >= self.max_executes:
             self._recycle(box, f"it served {box.executes} executes", anomaly=False)
+        elif box in self._leaving:
+            self._recycle(box, "its successor is started", anomaly=False)
         elif not self._fresh(box):
             self._recycle(box, "it reached its maximum age", anomaly=False)
         else:
@@ -317,6 +336,52 @@ class ReusePool:
             while len(own) > self.per_subject:
                 self._recycle(own.pop(0), "its subject keeps enough idle sandboxes", anomaly=False)
             self._trim()
+            self._maybe_succeed(box)
+
+    def _maybe_succeed(self, box: Supervised) -> None:
+        """Start the successor of ``box`` (idle for its subject right now) once it is due (see the
+        module docstring)."""
+        due = self._successor_due.get(box)
+        if due is None or box.executes < due or self.per_subject < 2 or box.subject is None:
+            return
+        del self._successor_due[box]  # at most one successor per sandbox
+        if any(other is not box for other in self._idle.get(box.subject, ())):
+            return  # the subject has another sandbox already
+        # ``box`` leaves when its successor is there: it does not count against the room.
+        if self.idle - 1 + self._starting >= self.size or self._refilling >= self.refill_concurrency:
+            return  # no room: its subject's next execute after the recycle starts one
+        self._starting += 1
+        self._refilling += 1
+        self._background(self._succeed(box))
+
+    async def _succeed(self, predecessor: Supervised) -> None:
+        """Start a sandbox bound to the predecessor's subject, then recycle the predecessor (now
+        if it is idle, else when its lease ends); counted as starting and refilling by the caller."""
+        subject = predecessor.subject
+        assert subject is not None
+        try:
+            box = await self._new_box(counted=True)
+        except (SpawnFailed, RuntimeUnavailable) as exc:
+            log.warning("starting a successor sandbox failed: %s", getattr(exc, "reason", None) or exc)
+            return
+        finally:
+            self._refilling -= 1
+            self._kick()
+        if self._closed:
+            await box.destroy()
+            return
+        box.subject = subject
+        self.successors += 1
+        own = self._idle.setdefault(subject, [])
+        if predecessor in own:
+            own.remove(predecessor)
+            self._recycle(predecessor, "its successor is started", anomaly=False)
+        elif predecessor.usable():
+            self._leaving.add(predecessor)  # recycled when its lease ends
+        own.insert(0, box)
+        while len(own) > self.per_subject:
+            self._recycle(own.pop(), "its subject keeps enough idle sandboxes", anomaly=False)
+        self._trim()
 
     def _trim(self) -> None:
         """At most ``size`` idle sandboxes: recycle the one idle longest, whoever it belongs to."""
@@ -336,6 +401,7 @@ class ReusePool:
             self._recycle(oldest, "the pool keeps at most its size idle", anomaly=False)
 
     def _recycle(self, box: Supervised, reason: str, *, anomaly: bool = True) -> None:
+        self._successor_due.pop(box, None)
         box.retire(reason, anomaly=anomaly)
         self.recycled += 1
         self._background(box.destroy())
@@ -362,6 +428,9 @@ class ReusePool:
             self._starting -= 1
         self.refill_seconds.append(time.monotonic() - started)
         del self.refill_seconds[:-1000]
+        lead = random.randint(max(1, self.max_executes // 10), max(1, self.max_executes // 5))
+        if self.max_executes > lead:
+            self._successor_due[box] = self.max_executes - lead
         return box
 
     def _missing(self) -> int:
