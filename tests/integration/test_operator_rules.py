@@ -295,7 +295,7 @@ def test_the_hold_report_is_parsed_from_the_end_of_stderr() -> None:
     [
         (["image", "audit"], ["IMAGE", "--json", "--no-probe"]),
         (["quotas", "tune"], ["--program", "--runs", "--runtime", "--pack", "--memory", "--json"]),
-        (["bench"], ["--runtime", "--pool", "--n", "--json"]),
+        (["bench"], ["--runtime", "--pool", "--n", "--clients", "--load", "--json"]),
     ],
 )
 def test_operator_help(argv: list[str], flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -330,6 +330,8 @@ def test_bench_process_runtime() -> None:
     ):
         (row,) = [ln for ln in lines if ln.startswith(label)]
         assert "n=5" in row and "p50=" in row and "p99=" in row and row.endswith("ms")
+    (row,) = [ln for ln in lines if ln.startswith("sustained, 20 in flight (pool 4)")]
+    assert "n=200" in row and "executes/s" in row and "ms per execute" in row
 
 
 def test_bench_json() -> None:
@@ -345,3 +347,6 @@ def test_bench_json() -> None:
     assert set(report["series"]) == {"trivial_cold", "trivial_warm", "one_call_warm", "hundred_calls_warm"}
     for series in report["series"].values():
         assert 0 < series["p50"] <= series["p99"]
+    load = report["load"]
+    assert load["executes"] == 200 and load["rate"] > 0 and 0 < load["p50"] <= load["p99"]
+    assert load["cpu_ms_per_execute"] > 0  # the service's own CPU at least

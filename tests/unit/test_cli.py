@@ -156,6 +156,8 @@ def test_abbreviated_flags_are_not_accepted(capsys: pytest.CaptureFixture[str]) 
             "--docker-memory applies to --runtime docker, not --runtime process",
         ),
         (["bench", "--n", "0"], "--n must be positive"),
+        (["bench", "--load", "0"], "--load must be positive"),
+        (["bench", "--clients", "-1"], "--clients must not be negative"),
         (["bench", "--docker-image", "img:1"], "--docker-image / CODEMODE_DOCKER_IMAGE needs --runtime"),
         (["bench", "--reuse", "10"], "--reuse needs --runtime docker or kubernetes"),
         (["bench", "--runtime", "docker", "--reuse", "-1"], "--reuse needs --runtime docker or kubernetes"),

@@ -10,12 +10,17 @@ from here): on the chosen runtime it times
   with ``allow_all()`` and dispatches it), and 100 native calls, warm,
 - the transport floor: probe → probe_ack echoes through the runtime's channel to a fresh worker,
 
+- sustained load: ``--load`` trivial executes from ``--clients`` subjects in flight at once (each
+  sends its next execute when the last one returned), over a ``WarmPool`` of ``--pool``: executes
+  per second, p50/p99 latency, and the CPU per execute of this process and its children (the
+  process runtime's workers; not a container engine's or a cluster's side, which may be elsewhere),
+
 and prints p50/p99 of each, then the cost of one native call ((100 calls − one call) / 99) and its
 ratio to the floor. With ``--reuse N`` (Docker, Kubernetes) it adds the reuse mode
 (docs/reference/runtimes.md): a trivial execute in a reused sandbox of the same subject (a fresh,
-scrubbed worker process; the scrub is part of each sample), and the sustained rate of fresh
-sandboxes (the default) against reused ones, ``--pool`` subjects in flight. It registers only its
-own echo capability: no pack is loaded and nothing outside the process and the worker is touched.
+scrubbed worker process; the scrub is part of each sample), and the same sustained load over
+reused sandboxes (``--clients`` idle ones). It registers only its own echo capability: no pack is
+loaded and nothing outside the process and the worker is touched.
 """
 
 from __future__ import annotations
@@ -294,6 +299,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also measure the reuse mode, N executes per sandbox (docker, kubernetes; default 0: skip)",
     )
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=20,
+        metavar="N",
+        help="subjects in flight at once in the sustained-load series (default 20; 0: skip it)",
+    )
+    p.add_argument(
+        "--load",
+        type=int,
+        default=200,
+        metavar="N",
+        help="executes of the sustained-load series (default 200)",
+    )
     p.add_argument("--docker-image", metavar="IMAGE", help="worker image (default codemode-worker:1)")
     p.add_argument("--docker-base-url", metavar="URL", help="Docker Engine endpoint (default: DOCKER_HOST)")
     p.add_argument("--docker-oci-runtime", metavar="NAME", help="OCI runtime such as runsc")
@@ -407,6 +426,19 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             echoes += await floor.prepare()
     finally:
         await floor.aclose()
+    if args.clients > 0:
+        fresh = WarmPool(_make_runtime(args), args.pool)
+        server = build_server(fresh)
+        await server.start()
+        try:
+            await fresh.wait_warm(120)
+            report["load"] = _load_line(
+                f"sustained, {args.clients} in flight (pool {args.pool})",
+                await _load(server, args.load, args.clients),
+                quiet,
+            )
+        finally:
+            await server.aclose()
     if args.reuse > 0:
         report["reuse"] = await _reuse_series(args, quiet)
     per_call_us = (hundred["p50"] - one["p50"]) / 99 * 1e3
@@ -429,28 +461,66 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-async def _rate(server: Server, n: int, subjects: int) -> float:
-    """Executes per second of ``n`` trivial executes from ``subjects`` subjects in flight at once."""
+def _tree_cpu() -> float:
+    """CPU seconds of this process and its live descendants, with what each has reaped."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in (me, *me.children(recursive=True)):
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # gone meanwhile: its parent counts it once reaped
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+async def _load(server: Server, n: int, subjects: int) -> dict[str, float]:
+    """``n`` trivial executes from ``subjects`` subjects in flight at once (closed loop): executes
+    per second, p50/p99 in ms, and CPU ms per execute of this process and its children."""
+    latencies: list[float] = []
+    each = max(1, n // subjects)
 
     async def one_subject(i: int) -> None:
         subject = authz.Subject(f"bench-{i}")
-        for _ in range(n // subjects):
+        for _ in range(each):
+            t0 = time.perf_counter()
             await server.execute(TRIVIAL, subject=subject)
+            latencies.append(time.perf_counter() - t0)
 
-    t0 = time.perf_counter()
+    cpu0, t0 = _tree_cpu(), time.perf_counter()
     await asyncio.gather(*(one_subject(i) for i in range(subjects)))
-    return (n // subjects) * subjects / (time.perf_counter() - t0)
+    wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
+    done = len(latencies)
+    return {
+        "executes": done,
+        "rate": round(done / wall, 2),
+        "p50": round(pct(latencies, 50) * 1e3, 3),
+        "p99": round(pct(latencies, 99) * 1e3, 3),
+        "cpu_ms_per_execute": round(cpu / done * 1e3, 3),
+    }
+
+
+def _load_line(label: str, result: dict[str, float], quiet: bool) -> dict[str, float]:
+    if not quiet:
+        print(
+            f"{label:<38} n={int(result['executes']):<5} p50={result['p50']:8.3f} ms  "
+            f"p99={result['p99']:8.3f} ms  {result['rate']:.1f} executes/s, "
+            f"CPU {result['cpu_ms_per_execute']:.1f} ms per execute (this process and its children)",
+            flush=True,
+        )
+    return result
 
 
 async def _reuse_series(args: argparse.Namespace, quiet: bool) -> dict[str, Any]:
-    """The reuse mode against fresh sandboxes: the warm series and the sustained rates."""
-    from ..runtimes.pool import WarmPool
+    """The reuse mode: a trivial execute in a reused sandbox, and the sustained load over them."""
     from ..runtimes.reuse import ReusePool, SupervisingRuntime
 
     inner = _make_runtime(args)
     if not isinstance(inner, SupervisingRuntime):
         raise ValueError(f"the {inner.name} runtime has no reuse mode (--reuse needs docker or kubernetes)")
-    subjects = max(1, args.pool)
+    subjects = max(1, args.clients, args.pool)
     out: dict[str, Any] = {"executes_per_sandbox": args.reuse, "subjects": subjects}
     reuse = ReusePool(inner, subjects, max_executes=args.reuse)
     server = build_server(reuse)
@@ -459,25 +529,15 @@ async def _reuse_series(args: argparse.Namespace, quiet: bool) -> dict[str, Any]
         await server.execute(TRIVIAL, subject=SUBJECT)  # its sandbox; not measured
         warm = await timed(args.n, lambda: server.execute(TRIVIAL, subject=SUBJECT))
         out["trivial_reused"] = line(f"trivial execute, reused (reuse {args.reuse})", warm, quiet=quiet)
-        await reuse.wait_warm(120)
-        out["rate_reused"] = round(await _rate(server, args.n * subjects, subjects), 2)
+        if args.clients > 0:
+            await reuse.wait_warm(120)
+            out["load"] = _load_line(
+                f"sustained, {args.clients} in flight, reused",
+                await _load(server, args.load, args.clients),
+                quiet,
+            )
     finally:
         await server.aclose()
-    fresh = WarmPool(_make_runtime(args), args.pool)
-    server = build_server(fresh)
-    await server.start()
-    try:
-        await fresh.wait_warm(120)
-        out["rate_fresh"] = round(await _rate(server, args.n * subjects, subjects), 2)
-    finally:
-        await server.aclose()
-    if not quiet:
-        print(
-            f"{'executes/s, ' + str(subjects) + ' subjects in flight':<38} "
-            f"fresh sandboxes (pool {args.pool}) {out['rate_fresh']:.1f}/s, "
-            f"reused {out['rate_reused']:.1f}/s ({out['rate_reused'] / out['rate_fresh']:.1f}x)",
-            flush=True,
-        )
     return out
 
 
@@ -496,6 +556,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.pool < 0:
         print("codemode bench: --pool must not be negative", file=sys.stderr)
+        return 2
+    if args.clients < 0 or args.load <= 0:
+        print("codemode bench: --clients must not be negative and --load must be positive", file=sys.stderr)
         return 2
     if args.reuse < 0 or (args.reuse and args.runtime == "process"):
         print("codemode bench: --reuse needs --runtime docker or kubernetes and N >= 0", file=sys.stderr)
