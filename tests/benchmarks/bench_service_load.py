@@ -254,7 +254,8 @@ async def run(args: argparse.Namespace) -> int:
             "CODEMODE_AUDIT_LOG": str(tmp / "audit.jsonl"),
             "CODEMODE_LOG_LEVEL": "warning",
             "CODEMODE_SHUTDOWN_TIMEOUT": "30",
-            "PYTHONPATH": str(ROOT),
+            # The repository (its tests pack), after what the caller set (a checkout to compare).
+            "PYTHONPATH": os.pathsep.join(filter(None, (os.environ.get("PYTHONPATH"), str(ROOT)))),
         }
     )
     env.update(load_runtimes.server_env(args))  # --image, --reuse, the cluster
