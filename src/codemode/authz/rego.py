@@ -68,8 +68,8 @@ __all__ = [
 
 #: Default seconds ``authorize()`` may block the calling thread waiting for an evaluation.
 WAIT_BUDGET = 0.002
-#: Net evaluations over the budget (over-budget ones minus quick ones) at which ``authorize()``
-#: stops blocking the calling thread.
+#: Evaluations over the budget within ``codemode.common.handoff.SLOW_WINDOW`` at which
+#: ``authorize()`` stops blocking the calling thread.
 _SLOW_LIMIT = 4
 #: Seconds a bounded policy's evaluation on the calling thread is meant to take at most: a decision
 #: with less time left before its deadline goes to the pool, a policy that takes more than a quarter
@@ -650,7 +650,6 @@ class RegoAuthorizer:
                     allowed = await asyncio.wait_for(future, timeout - (time.monotonic() - started))
             except TimeoutError:
                 raise PolicyError("rego: evaluation did not finish before the deadline") from None
-            self._handoff.waited(started)
         _answer(allowed)
 
     def _evaluate_bounded(

@@ -482,13 +482,11 @@ class _Session:
         # short handler), then awaited: cancelling the call cancels it (a handler already running in
         # its thread finishes there, unobserved).
         call = functools.partial(contextvars.copy_context().run, handler, *call_args)
-        started = time.monotonic()
         try:
             job, handoff = self.ex.run_sync(cap, call)
             result = handoff.block(job, self.ctx.deadline)
             if result is NOT_YET:
                 result = await asyncio.wrap_future(job)
-                handoff.waited(started)
             return result
         except asyncio.CancelledError:
             _reraise_if_cancelled()
