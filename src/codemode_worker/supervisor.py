@@ -11,15 +11,19 @@ stdin/stdout and, for each execute ("epoch"):
    sets ``RLIMIT_MSGQUEUE`` and ``RLIMIT_CORE`` to 0, installs the worker's own seccomp filter
    (``confinement``: after the fork, with the worker's own pid put into the program the supervisor
    compiled once, ``confinement.CompiledFilter``, as the process runtime's template does) and only
-   then reads a frame;
+   then reads a frame; the supervisor **probes** it (the probe frame; the answer must be exactly the
+   acknowledgement, within ``PROBE_SECONDS``: the only bytes of a worker the supervisor ever reads,
+   from a worker that has run no program yet), so the host sends it the execute at once;
 2. relays the host's bytes to that worker and the worker's stdout and stderr back, tagged with the
    epoch, with ``splice``: no byte of a program, a result or an output passes through the
    supervisor's memory, so no later worker (a copy of that memory) can find one;
-3. on ``K`` (the execute is over) kills the worker, reaps it, reports how it ended (``X``), then
-   scrubs the sandbox (``scrub``: kill every other process, remove every file and IPC object a
-   worker added, verify everything against the baseline taken before the first worker) and reports
-   ``C``; clean, it forks the next epoch's worker; otherwise it exits and the host recycles the
-   sandbox.
+3. when the worker ends by itself (it does after its execute's last frame), or on ``K`` (the host
+   ends the execute: the supervisor kills the worker), reaps it, scrubs the sandbox (``scrub``:
+   kill every other process, remove every file and IPC object a worker added, verify everything
+   against the baseline taken before the first worker), forks and probes the next epoch's worker,
+   and then reports how the worker ended (``X``) and the verdict (``C``, with ``ready``) in one
+   write; on any anomaly (or a next worker that fails its probe) it reports ``C`` not ok and exits,
+   and the host recycles the sandbox. A ``K`` for an epoch already ended is ignored.
 
 Out of the worker's reach, with every capability dropped, no-new-privileges and the same uid as the
 worker (a process without ``CAP_SETUID`` cannot start one under another uid):
@@ -56,12 +60,14 @@ import select
 import signal
 import sys
 import termios
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from . import PROTOCOL_VERSION, STDERR_VARIABLE, scrub
 from . import supervisor_channel as channel
+from .protocol import encode_frame
 
 __all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "Supervisor", "main"]
 
@@ -78,6 +84,13 @@ _SPLICE_CHUNK: Final = 1024 * 1024
 _IN, _OUT, _HUP = select.POLLIN, select.POLLOUT, select.POLLHUP | select.POLLERR
 #: Signals Python itself ignores at start-up (a worker gets the interpreter's usual dispositions).
 _PYTHON_IGNORES: Final = (signal.SIGPIPE, signal.SIGXFSZ)
+#: The probe a new worker gets before the host hears that it is ready, and the exact answer
+#: (``codemode_worker.entry``): the only bytes of a worker this process ever reads, from a worker
+#: that has run no program yet.
+_PROBE: Final = encode_frame({"k": "probe", "v": PROTOCOL_VERSION})
+_PROBE_ACK: Final = encode_frame({"k": "probe_ack", "v": PROTOCOL_VERSION})
+#: How long a new worker has to answer its probe (below the host's 5 s bound on an epoch's end).
+PROBE_SECONDS: Final = 4.0
 
 Child = Callable[[], int]
 
@@ -242,9 +255,10 @@ class Supervisor:
             while fd >= 0 and self.relay(fd, kind):
                 pass
 
-    def reap(self, wait: bool, *, hold: bool = False) -> bytes:
-        """Collect the worker's exit (``wait``: kill it first) and report it once; ``hold``: return
-        the report instead of sending it (``end`` sends it with the scrub's verdict, one write)."""
+    def reap(self, wait: bool) -> bytes:
+        """Collect the worker's exit (``wait``: kill it first, else relay what it left first); its
+        ``X`` report the first time (``finish`` sends it with the scrub's verdict, in one write),
+        else nothing."""
         ep = self.epoch
         assert ep is not None
         if ep.status is None:
@@ -268,29 +282,60 @@ class Supervisor:
                     "oom": oom_after > ep.oom_before >= 0,
                 },
             )
-            if not hold:
-                _write_all(1, report)
-                report = b""
         ep.stdin = ep.close(ep.stdin)
         ep.pidfd = ep.close(ep.pidfd)
         return report
 
     def end(self, number: int) -> int | None:
-        """``K``: kill, scrub, verify, then report how the worker ended and the verdict in one write
-        (``X`` then ``C``: one message fewer for the engine's attach stream to carry); start the
-        next worker. An exit code when the supervisor must stop."""
+        """``K``: kill the worker, then ``finish``. An exit code when the supervisor must stop."""
+        return self.finish(self.reap(wait=True))
+
+    def finish(self, report: bytes) -> int | None:
+        """The epoch is over (its worker reaped; ``report``: its ``X`` when not sent yet): scrub,
+        verify, start and probe the next worker, then send ``report`` and the verdict in one write
+        (``C`` with ``ready``: the next worker answered its probe). An exit code when the
+        supervisor must stop."""
         ep = self.epoch
         assert ep is not None
-        report = self.reap(wait=True, hold=True)
+        number = ep.number
         ep.stdout = ep.close(ep.stdout)
         ep.stderr = ep.close(ep.stderr)
         problem = scrub.scrub(self.baseline)
+        if problem is None:
+            self.start(number + 1)
+            problem = self.probe()
         if problem is not None:
             _write_all(1, report + _control(channel.CLEAN, number, {"ok": False, "anomaly": problem[:512]}))
             _say(f"anomaly after epoch {number}: {problem}")
             return EXIT_ANOMALY
-        _write_all(1, report + _control(channel.CLEAN, number, {"ok": True}))
-        self.start(number + 1)
+        _write_all(1, report + _control(channel.CLEAN, number, {"ok": True, "ready": True}))
+        return None
+
+    def probe(self) -> str | None:
+        """Probe the new worker (``_PROBE``; its answer must be exactly ``_PROBE_ACK`` within
+        ``PROBE_SECONDS``): None when it answered, else what went wrong."""
+        ep = self.epoch
+        assert ep is not None
+        try:
+            _write_all(ep.stdin, _PROBE)  # a few bytes into an empty pipe: never blocks
+        except OSError as exc:
+            return f"the new worker's input failed: {exc.strerror or exc}"
+        answer = bytearray()
+        deadline = time.monotonic() + PROBE_SECONDS
+        poller = select.poll()
+        poller.register(ep.stdout, _IN)
+        while len(answer) < len(_PROBE_ACK):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return f"the new worker did not answer its probe in {PROBE_SECONDS:.0f} s"
+            if not poller.poll(left * 1000):
+                continue
+            data = os.read(ep.stdout, len(_PROBE_ACK) - len(answer))
+            if not data:
+                return "the new worker ended before it answered its probe"
+            answer += data
+        if bytes(answer) != _PROBE_ACK:
+            return "the new worker answered its probe with something else"
         return None
 
     # -- the loop ---------------------------------------------------------------------------
@@ -299,6 +344,10 @@ class Supervisor:
         os.set_blocking(0, False)
         os.set_blocking(1, True)
         self.start(1)
+        problem = self.probe()
+        if problem is not None:
+            _say(f"cannot start: {problem}")
+            return EXIT_ANOMALY
         poller = select.poll()
         while True:
             ep = self.epoch
@@ -325,9 +374,13 @@ class Supervisor:
             if ep.stderr in ready and not self.relay(ep.stderr, channel.STDERR):
                 ep.stderr = ep.close(ep.stderr)
             if ep.pidfd >= 0 and ep.pidfd in ready:
-                self.reap(wait=False)  # relays what it left, then its output ends
-                ep.stdout = ep.close(ep.stdout)
-                ep.stderr = ep.close(ep.stderr)
+                # The worker ended by itself (it does after its execute's last frame): relay what
+                # it left, then end the epoch without waiting for the host's K (which then names
+                # a past epoch and is ignored).
+                code = self.finish(self.reap(wait=False))
+                if code is not None:
+                    return code
+                continue
             if 0 in ready or (self.payload and self._payload_target() in ready):
                 code = self.read_channel()
                 if code is not None:
@@ -371,7 +424,8 @@ class Supervisor:
         if kind == channel.END:
             return self.end(number) if number == ep.number else None
         if kind == channel.PING:
-            self.send_json(channel.HELLO, ep.number, {"v": PROTOCOL_VERSION, "epoch": ep.number})
+            hello = {"v": PROTOCOL_VERSION, "epoch": ep.number, "ready": True, "ends": True}
+            self.send_json(channel.HELLO, ep.number, hello)
             return None
         _say(f"unknown channel message {kind!r}")
         return EXIT_CHANNEL

@@ -14,18 +14,24 @@ Host to supervisor:
        the attach stream)
 ``D``  payload: bytes for the stdin of epoch's worker (the protocol's frames, unchanged)
 ``E``  no payload: close that worker's stdin
-``K``  no payload: the execute is over: kill that worker, scrub the sandbox, report ``X`` (unless
-       the worker's end was reported already) and ``C`` together, in one write
+``K``  no payload: the execute is over: kill that worker, scrub the sandbox, report ``X`` and ``C``
+       together, in one write (ignored when that epoch has ended already: its worker ended by
+       itself, and the supervisor ended the epoch without waiting for a ``K``)
 
 Supervisor to host:
 
-``H``  payload: JSON ``{"v": PROTOCOL_VERSION, "epoch": first}``, the answer to ``P``: the
-       supervisor is up and its baseline is taken; the first epoch's worker is starting
+``H``  payload: JSON ``{"v": PROTOCOL_VERSION, "epoch": first, "ready": true, "ends": true}``,
+       the answer to ``P``: the supervisor is up and its baseline is taken; the first epoch's
+       worker answered the supervisor's probe (``ready``: the host sends it the execute without a
+       probe of its own), and the supervisor ends an epoch by itself when its worker ends
+       (``ends``: the host then sends no ``K``)
 ``O``  payload: bytes the epoch's worker wrote to its stdout
 ``R``  payload: bytes it wrote to its stderr (host logs only)
 ``X``  payload: JSON ``{"code": int|null, "signal": int|null, "oom": bool}``: that worker is gone
-``C``  payload: JSON ``{"ok": true}`` (scrubbed and verified: the next epoch's worker is starting)
-       or ``{"ok": false, "anomaly": text}`` (the supervisor exits; the sandbox must be recycled)
+       (always followed by that epoch's ``C`` in the same write)
+``C``  payload: JSON ``{"ok": true, "ready": true}`` (scrubbed and verified; the next epoch's
+       worker answered its probe) or ``{"ok": false, "anomaly": text}`` (the supervisor exits; the
+       sandbox must be recycled)
 
 Pure Python (no starlark, no libseccomp): the host imports it and decodes everything the supervisor
 sends as hostile input (``ChannelDecoder``: known kinds only, bounded payloads).

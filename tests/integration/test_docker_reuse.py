@@ -77,6 +77,34 @@ async def test_one_subject_reuses_its_sandbox_with_a_fresh_worker_each_time(make
     assert pool.reused == 4
 
 
+async def test_a_reused_worker_costs_the_host_one_message_per_frame(make: Any) -> None:
+    # The supervisor probes each new worker itself and ends an epoch whose worker ended by itself,
+    # so the host sends only the execute's own frames: no probe, no K (the engine's attach stream,
+    # and on Kubernetes the API server and the kubelet, carry each message).
+    from codemode_worker import supervisor_channel as channel
+
+    server, pool, _ = await make(size=1)
+    alice = authz.Subject("alice")
+    assert await server.execute(ECHO % 0, subject=alice) == 0
+    await asyncio.sleep(0.5)  # its lease ends in the background
+    (box,) = pool._idle["alice"]
+    assert box.self_ends and box.ready_epoch == box.epoch
+    sent: list[bytes] = []
+    write = box.raw.write
+
+    async def spy(data: bytes) -> None:
+        sent.append(data)
+        await write(data)
+
+    box.raw.write = spy  # type: ignore[method-assign]
+    for i in range(1, 4):
+        assert await server.execute(ECHO % i, subject=alice) == i
+    await asyncio.sleep(1.0)  # past SELF_END_GRACE: a late K would have gone by now
+    kinds = [channel.HEADER.unpack_from(data)[0] for data in sent]  # one message per write
+    assert kinds == [channel.DATA] * 3, kinds  # one exec frame per execute, nothing else
+    assert box.executes == 4 and box.usable()
+
+
 async def test_large_values_cross_a_reused_sandbox_intact(make: Any) -> None:
     # A result of many relayed messages (each at most the channel's relay size), twice in one sandbox.
     server, pool, _ = await make()

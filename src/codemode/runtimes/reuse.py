@@ -231,7 +231,8 @@ class ReusePool:
             self._in_use += 1
             self._busy.setdefault(subject, set()).add(box)
             try:
-                await probe(lease, self.probe_timeout)
+                if not lease.ready:  # else the supervisor probed this worker before saying so
+                    await probe(lease, self.probe_timeout)
             except BaseException as exc:
                 info = await lease.destroy()  # never marked reusable: the sandbox is recycled
                 if isinstance(exc, SpawnFailed):

@@ -41,6 +41,8 @@ SUPERVISOR_ENTRY: Final = ("python3", "-I", "-m", "codemode_worker.supervisor")
 _READ: Final = 256 * 1024
 #: The greeting a reusable sandbox's supervisor answers with its hello.
 PING: Final = channel.encode(channel.PING, 0)
+#: Seconds a lease whose worker ends by itself waits for its ``X`` before it sends ``K`` anyway.
+SELF_END_GRACE: Final = 0.5
 
 
 def supervisor_command(testing_entry: bool) -> list[str]:
@@ -79,6 +81,12 @@ class Supervised:
         #: Why this sandbox must not be leased again (None: it may be).
         self.broken: str | None = None
         self.lease: Lease | None = None
+        #: The epoch whose worker the supervisor has probed already (its ``H`` or last ``C`` said
+        #: ``ready``): that lease needs no probe from the host.
+        self.ready_epoch: int | None = None
+        #: The supervisor ends an epoch by itself when its worker ends (its ``H`` said ``ends``):
+        #: a lease whose worker's ``X`` has come sends no ``K``.
+        self.self_ends = False
         self._pending: list[tuple[bytes, int, bytes]] = []
 
     @property
@@ -159,6 +167,8 @@ class Supervised:
         if hello.get("v") != PROTOCOL_VERSION or not isinstance(hello.get("epoch"), int):
             raise SpawnFailed(f"supervisor of {self.worker_id} speaks {hello!r}")
         self.epoch = hello["epoch"]
+        self.ready_epoch = self.epoch if hello.get("ready") is True else None
+        self.self_ends = hello.get("ends") is True
 
     def new_lease(self, on_end: Callable[[Supervised], Any] | None = None) -> Lease:
         """Lease the sandbox's next worker to one execute.
@@ -210,6 +220,9 @@ class Lease:
         self._reusable = False
         self._destroying: asyncio.Future[ExitInfo] | None = None
         self.exit_info: ExitInfo | None = None
+        #: Its worker answered the supervisor's probe already (no probe from the host needed).
+        self.ready = box.ready_epoch == epoch
+        self._late_end: asyncio.Future[None] | None = None
         #: Set once the lease has ended (the sandbox is back with its pool, or recycled).
         self.ended = asyncio.Event()
 
@@ -301,7 +314,7 @@ class Lease:
         try:
             if box.usable():
                 async with asyncio.timeout(box.end_timeout):
-                    await box.raw.write(channel.encode(channel.END, self.epoch))
+                    await self._ask_end()
                     while self._clean is None and box.usable():
                         await self._pull()
         except TimeoutError:
@@ -310,11 +323,14 @@ class Lease:
             box.retire("the sandbox's input closed")
         except Exception as exc:  # never raises: destroy() contract
             box.retire(f"ending epoch {self.epoch} failed: {type(exc).__name__}: {exc}")
+        if self._late_end is not None and not self._late_end.done():
+            self._late_end.cancel()  # still asleep (a write under way is shielded)
         info = self._exit_info()
         if self._clean is not None and self._clean.get("ok") is not True:
             box.retire(f"scrub anomaly: {str(self._clean.get('anomaly'))[:200]}")
         elif self._clean is not None:
             box.epoch = self.epoch + 1
+            box.ready_epoch = box.epoch if self._clean.get("ready") is True else None
         if info.resource_killed:
             box.retire("a limit ended its worker", anomaly=False)
         if not self._reusable:
@@ -329,6 +345,26 @@ class Lease:
             self._on_end(box)
         self.ended.set()
         return info
+
+    async def _ask_end(self) -> None:
+        """Send ``K``, unless the worker ends by itself: a supervisor that ``self_ends`` ends the
+        epoch of a worker that ended unasked, which a worker does after its execute's last frame
+        (``reusable()``). Then ``K`` goes only if that worker's ``X`` has not come within
+        ``SELF_END_GRACE`` (a K for an epoch that has ended is ignored). A write once begun is
+        never cancelled: a message cut short would break the channel."""
+        box = self.box
+        if not (box.self_ends and self._reusable):
+            await box.raw.write(channel.encode(channel.END, self.epoch))
+            return
+        if self._exit is not None:
+            return
+
+        async def late() -> None:
+            await asyncio.sleep(SELF_END_GRACE)
+            if self._exit is None and box.usable():
+                await asyncio.shield(box.raw.write(channel.encode(channel.END, self.epoch)))
+
+        self._late_end = asyncio.ensure_future(late())
 
     def _exit_info(self) -> ExitInfo:
         ex = self._exit or {}
