@@ -1,7 +1,7 @@
 """Load run of the HTTP service (prints numbers; not a test).
 
     python -m tests.benchmarks.bench_service_load [--runtime process|docker|kubernetes] [--pool N]
-        [--pool-max M] [--reuse N] [--n 500] [--clients 20] [--slots 8] [--timeout 600]
+        [--pool-max M] [--reuse N] [--n 500] [--clients 20] [--slots 8] [--rate R] [--timeout 600]
 
 Starts ``codemode.service`` in a subprocess on 127.0.0.1 (a free port, loopback only) with a token
 file of one subject per client, waits for ``/readyz``, then runs ``--n`` executes from ``--clients``
@@ -16,6 +16,13 @@ the server's own execute counters, and the checks; beside them the floors of the
 service path alone (``search_api`` through the same server and clients), and for the process
 runtime a fork of a pre-imported worker + trivial Starlark + reap per core. ``--process-spawn``
 picks how the process runtime makes workers.
+
+By default the load is a **closed loop**: each client sends its next execute when its last one
+returned, so the clients saturate the server and the latency is mostly queueing (Little's law: the
+mean is clients / throughput). ``--rate R`` makes it an **open loop** instead: the clients offer
+R executes/s in all, each on a fixed schedule, and each latency counts from the execute's
+scheduled time (a server that falls behind is charged the wait): the latency a platform sees at
+that traffic.
 """
 
 from __future__ import annotations
@@ -118,6 +125,22 @@ class Outcome:
     seen: set[str] | None = None
 
 
+class Pace:
+    """One client's schedule in an open loop (``--rate``): the clients' turns interleave so that
+    they offer ``rate`` executes per second in all."""
+
+    def __init__(self, start: float, rate: float, clients: int, index: int) -> None:
+        self.start, self.rate, self.clients, self.index = start, rate, clients, index
+        self.sent = 0
+
+    async def turn(self) -> float:
+        """Wait for this client's next turn; its time (``time.perf_counter``)."""
+        due = self.start + (self.sent * self.clients + self.index) / self.rate
+        self.sent += 1
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        return due
+
+
 def expected(nonce: str, subject: str) -> object:
     """What :data:`PROGRAM` returns for ``nonce`` run by ``subject``."""
     return {"nonce": nonce, "who": subject}
@@ -134,6 +157,7 @@ async def client_loop(
     *,
     program: str = PROGRAM,
     expect: Callable[[str, str], object] = expected,
+    pace: Pace | None = None,
 ) -> None:
     """One official MCP client running ``jobs`` until the queue is empty: each nonce is one execute
     of ``program % nonce``; a result other than ``expect(nonce, subject)`` (or a nonce seen twice)
@@ -142,12 +166,14 @@ async def client_loop(
     client opens a new MCP client (a new connection) for its next nonce; a client that cannot
     connect or initialize has sent no execute and tries again (the load's timeout bounds it). The
     HTTP client itself reopens a kept-alive connection the server closed only when it notices
-    before it sends."""
+    before it sends. With ``pace`` (``--rate``: an open loop) each execute waits for its turn on
+    the client's schedule, and its latency counts from that turn (a client that falls behind
+    counts the wait)."""
     assert out.errors is not None and out.seen is not None
     while not jobs.empty():
         broken = False
         try:
-            broken = await _session(url, subject, token, jobs, out, lost, mode, program, expect)
+            broken = await _session(url, subject, token, jobs, out, lost, mode, program, expect, pace)
         except Exception:  # the transport's own error, raised when the client closes
             broken = True
         if broken:
@@ -164,6 +190,7 @@ async def _session(
     mode: str,
     program: str,
     expect: Callable[[str, str], object],
+    pace: Pace | None = None,
 ) -> bool:
     """One MCP client's part of :func:`client_loop`: True when its transport failed."""
     assert out.errors is not None and out.seen is not None
@@ -176,7 +203,7 @@ async def _session(
                 nonce = jobs.get_nowait()
             except asyncio.QueueEmpty:
                 return False
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() if pace is None else await pace.turn()
             if mode == "search":  # the HTTP + auth + MCP path alone, no worker
                 found = await client.call_tool("search_api", {"query": "bench echo"})
                 out.latencies.append(time.perf_counter() - t0)
@@ -272,6 +299,7 @@ async def run(args: argparse.Namespace) -> int:
         f"server pid {proc.pid} on {base}  mode={args.mode} runtime={args.runtime} pool={args.pool} "
         f"pool_max={args.pool_max} "
         f"slots={args.slots} clients={args.clients}"
+        + (f" offered={args.rate}/s (open loop)" if args.rate else " (closed loop)")
     )
     containers_before = docker_count("label=io.codemode.role=worker") if args.runtime == "docker" else None
     lost: list[str] = []
@@ -289,12 +317,15 @@ async def run(args: argparse.Namespace) -> int:
         meter = load_floors.CpuMeter(proc.pid).start()
         load_runtimes.mark(args, proc.pid)  # the load starts (bench_reuse meters its CPU)
         t0 = time.perf_counter()
+        paces = [
+            Pace(t0 + 0.5, args.rate, len(subjects), i) if args.rate else None for i in range(len(subjects))
+        ]
         try:
             async with asyncio.timeout(args.timeout):
                 await asyncio.gather(
                     *(
-                        client_loop(base + "/mcp", s, tokens[s], jobs, outcome, lost, args.mode)
-                        for s in subjects
+                        client_loop(base + "/mcp", s, tokens[s], jobs, outcome, lost, args.mode, pace=pace)
+                        for s, pace in zip(subjects, paces, strict=True)
                     )
                 )
         except TimeoutError:
@@ -385,6 +416,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=500, help="executes in total (default 500)")
     p.add_argument("--clients", type=int, default=20, help="concurrent MCP clients (default 20)")
     p.add_argument("--slots", type=int, default=8, help="max_concurrent_executions (default 8)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="an open loop: the clients offer this many executes/s in all, each on its schedule, and "
+        "latency counts from the scheduled time (default 0: closed loop, each client sends its next "
+        "execute when its last one returned)",
+    )
     p.add_argument("--max-time", type=float, default=30.0, help="max_execution_time, s (default 30)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
     p.add_argument("--image", help="worker image for --runtime docker or kubernetes")
