@@ -69,7 +69,7 @@ from . import PROTOCOL_VERSION, STDERR_VARIABLE, scrub
 from . import supervisor_channel as channel
 from .protocol import encode_frame
 
-__all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "Supervisor", "main"]
+__all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "PROBE_SECONDS", "Supervisor", "main"]
 
 EXIT_CHANNEL: Final = 2
 EXIT_NOT_INIT: Final = 6

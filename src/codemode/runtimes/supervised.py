@@ -32,7 +32,7 @@ from codemode_worker import supervisor_channel as channel
 from .base import ExitInfo, Sandbox, SandboxClosed, SpawnFailed
 from .streams import STDERR_TAIL
 
-__all__ = ["PING", "SUPERVISOR_ENTRY", "Lease", "Supervised", "supervisor_command"]
+__all__ = ["PING", "SELF_END_GRACE", "SUPERVISOR_ENTRY", "Lease", "Supervised", "supervisor_command"]
 
 log = logging.getLogger("codemode.runtimes.reuse")
 
