@@ -69,7 +69,15 @@ from . import PROTOCOL_VERSION, STDERR_VARIABLE, scrub
 from . import supervisor_channel as channel
 from .protocol import encode_frame
 
-__all__ = ["EXIT_ANOMALY", "EXIT_CHANNEL", "EXIT_NOT_INIT", "PROBE_SECONDS", "Supervisor", "main"]
+__all__ = [
+    "EXIT_ANOMALY",
+    "EXIT_CHANNEL",
+    "EXIT_NOT_INIT",
+    "MAX_IDLE_ENDS",
+    "PROBE_SECONDS",
+    "Supervisor",
+    "main",
+]
 
 EXIT_CHANNEL: Final = 2
 EXIT_NOT_INIT: Final = 6
@@ -91,6 +99,9 @@ _PROBE: Final = encode_frame({"k": "probe", "v": PROTOCOL_VERSION})
 _PROBE_ACK: Final = encode_frame({"k": "probe_ack", "v": PROTOCOL_VERSION})
 #: How long a new worker has to answer its probe (below the host's 5 s bound on an epoch's end).
 PROBE_SECONDS: Final = 4.0
+#: Workers of one epoch that may end before the host sends it anything (each is replaced) before
+#: the supervisor calls it an anomaly and exits.
+MAX_IDLE_ENDS: Final = 3
 
 Child = Callable[[], int]
 
@@ -158,6 +169,10 @@ class _Epoch:
     oom_before: int
     status: int | None = None
     reported: bool = False
+    #: The host has sent this epoch something (a ``D`` or ``E``): its worker may have run a program.
+    fed: bool = False
+    #: Workers of this epoch that ended before the host sent it anything, each replaced.
+    replaced: int = 0
 
     def close(self, fd: int) -> int:
         if fd >= 0:
@@ -311,6 +326,35 @@ class Supervisor:
         _write_all(1, report + _control(channel.CLEAN, number, {"ok": True, "ready": True}))
         return None
 
+    def replace_idle(self) -> int | None:
+        """The epoch's worker ended before the host sent it anything (killed from outside while its
+        sandbox was idle: an OOM kill, an operator): it ran no program, so the host, which holds
+        this epoch as ready, gets a new worker of the same epoch instead (scrub, fork, probe) and
+        hears nothing of it; what the dead one left in its pipes is dropped. An exit code when the
+        supervisor must stop."""
+        ep = self.epoch
+        assert ep is not None
+        _, status = os.waitpid(ep.pid, 0)
+        for name in ("stdin", "stdout", "stderr", "pidfd"):
+            setattr(ep, name, ep.close(getattr(ep, name)))
+        replaced = ep.replaced + 1
+        code = os.waitstatus_to_exitcode(status)
+        _say(f"the worker of epoch {ep.number} ended while idle (exit status {code}); replaced")
+        problem = (
+            f"{replaced} workers of epoch {ep.number} ended while idle"
+            if replaced > MAX_IDLE_ENDS
+            else scrub.scrub(self.baseline)
+        )
+        if problem is None:
+            self.start(ep.number)
+            assert self.epoch is not None
+            self.epoch.replaced = replaced
+            problem = self.probe()
+        if problem is not None:
+            _say(f"anomaly in epoch {ep.number}: {problem}")  # the host sees the stream end
+            return EXIT_ANOMALY
+        return None
+
     def probe(self) -> str | None:
         """Probe the new worker (``_PROBE``; its answer must be exactly ``_PROBE_ACK`` within
         ``PROBE_SECONDS``): None when it answered, else what went wrong."""
@@ -373,6 +417,11 @@ class Supervisor:
                 ep.stdout = ep.close(ep.stdout)
             if ep.stderr in ready and not self.relay(ep.stderr, channel.STDERR):
                 ep.stderr = ep.close(ep.stderr)
+            if ep.pidfd >= 0 and ep.pidfd in ready and not ep.fed:
+                code = self.replace_idle()  # it had run nothing: the host never hears of it
+                if code is not None:
+                    return code
+                continue
             if ep.pidfd >= 0 and ep.pidfd in ready:
                 # The worker ended by itself (it does after its execute's last frame): relay what
                 # it left, then end the epoch without waiting for the host's K (which then names
@@ -412,6 +461,8 @@ class Supervisor:
         self.header.clear()
         ep = self.epoch
         assert ep is not None
+        if number == ep.number and kind in (channel.DATA, channel.CLOSE_INPUT):
+            ep.fed = True
         if kind == channel.DATA:
             self.payload, self.payload_epoch, self.worker_full = length, number, False
             if length:

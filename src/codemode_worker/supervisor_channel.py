@@ -24,7 +24,8 @@ Supervisor to host:
        the answer to ``P``: the supervisor is up and its baseline is taken; the first epoch's
        worker answered the supervisor's probe (``ready``: the host sends it the execute without a
        probe of its own), and the supervisor ends an epoch by itself when its worker ends
-       (``ends``: the host then sends no ``K``)
+       (``ends``: the host then sends no ``K`` after a worker's own last frame, unless that
+       worker has not ended 0.5 s later)
 ``O``  payload: bytes the epoch's worker wrote to its stdout
 ``R``  payload: bytes it wrote to its stderr (host logs only)
 ``X``  payload: JSON ``{"code": int|null, "signal": int|null, "oom": bool}``: that worker is gone

@@ -263,12 +263,6 @@ recv()  # an honest worker waits for the call's result
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a program outcome the host raises (permission denied, capability failed ...) "
-    "sends no K: the worker still waits for its call's result, so the lease ends only on the late "
-    "K after SELF_END_GRACE",
-)
 async def test_an_execute_the_host_ended_does_not_wait_for_the_self_end_grace(
     confined: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -285,11 +279,6 @@ async def test_an_execute_the_host_ended_does_not_wait_for_the_self_end_grace(
 # ------------------------------------------------------------------- a worker that died idle
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: the host trusts the supervisor's ready for a worker that died while its sandbox "
-    "was idle (no probe of its own any more): the execute fails instead of finding another worker",
-)
 async def test_a_worker_that_died_while_idle_costs_no_execute(confined: Rig, docker_api: Any) -> None:
     rig = confined
     assert await rig.server.execute("final(1)", subject=ALICE) == 1

@@ -154,6 +154,8 @@ class _Session:
         self.trace = trace
         self.approver = approver
         self.clock = clock  # the execute's deadline: paused while the user is asked
+        #: The worker sent its last frame (``final`` or ``final_error``): it ends by itself now.
+        self.worker_done = False
         limits = executor.limits
         # Bytes capped before buffering, decoded host memory capped before parsing (execution.frames).
         self.decoder = HostFrameDecoder(limits.max_value_bytes + FRAME_OVERHEAD)
@@ -204,8 +206,10 @@ class _Session:
                 except PrintsRefused as exc:
                     raise WorkerMisbehaved(str(exc)) from None
             elif kind == "final":
+                self.worker_done = True
                 return self.final_value(frame["value"])
             elif kind == "final_error":
+                self.worker_done = True
                 raise self.final_error(frame["error"], frame["message"], source)
             else:
                 raise WorkerMisbehaved(f"unexpected frame kind {kind!r}")
@@ -829,7 +833,7 @@ class Executor:
                     calls = session.calls
                 if sandbox is not None:
                     if reusable:
-                        _mark_reusable(sandbox)
+                        _mark_reusable(sandbox, session is not None and session.worker_done)
                     self._reap_later(sandbox, subject.id, trace)
             outcome = "ok"
             return value
@@ -980,12 +984,14 @@ class Executor:
 _PROGRAM_OUTCOMES = (InvalidProgram, InvalidArguments, PermissionDenied, PolicyFailure, CapabilityFailure)
 
 
-def _mark_reusable(sandbox: Sandbox) -> None:
+def _mark_reusable(sandbox: Sandbox, worker_done: bool) -> None:
     """Tell a reusable sandbox (``codemode.runtimes.supervised.Lease``) that its execute ended
-    cleanly; any other sandbox has no such method and is single-use anyway."""
+    cleanly (``worker_done``: with the worker's own last frame, after which it ends by itself; not
+    when the host ended it, such as a denied call, while the worker waits for an answer); any other
+    sandbox has no such method and is single-use anyway."""
     mark = getattr(sandbox, "reusable", None)
     if mark is not None:
-        mark()
+        mark(worker_done=worker_done)
 
 
 def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:

@@ -7,9 +7,12 @@
 time: the worker of the next epoch, a ``Sandbox`` like any other. A lease's ``write`` sends ``D``
 messages of its epoch; its ``read`` decodes what the supervisor sent (hostile input: known kinds,
 bounded payloads, ``ChannelDecoder``) and returns that epoch's stdout; its ``destroy`` sends ``K``
-and waits for the supervisor's ``X`` (how the worker ended) and ``C`` (the scrub's verdict), bounded
-by ``end_timeout``. Anything unexpected (a channel violation, another epoch's exit, a timeout, the
-stream ending) marks the sandbox broken: it is then never leased again, only destroyed.
+(not after the worker's own last frame, when the supervisor ends the epoch by itself: then only if
+that worker's end has not come within ``SELF_END_GRACE``) and waits for the supervisor's ``X`` (how
+the worker ended) and ``C`` (the scrub's verdict, and whether the next worker answered the
+supervisor's probe), bounded by ``end_timeout``. Anything unexpected (a channel violation, another
+epoch's exit, a timeout, the stream ending) marks the sandbox broken: it is then never leased again,
+only destroyed.
 
 What the host trusts: nothing the supervisor says widens what a client gets. ``C`` ok only lets
 the *same subject's* next execute use the sandbox (``codemode.runtimes.reuse`` never moves one to
@@ -223,6 +226,7 @@ class Lease:
         #: Its worker answered the supervisor's probe already (no probe from the host needed).
         self.ready = box.ready_epoch == epoch
         self._late_end: asyncio.Future[None] | None = None
+        self._worker_done = False
         #: Set once the lease has ended (the sandbox is back with its pool, or recycled).
         self.ended = asyncio.Event()
 
@@ -235,9 +239,16 @@ class Lease:
         """The bounded tail of this worker's stderr (for host logs)."""
         return bytes(self._stderr)
 
-    def reusable(self) -> None:
-        """The execute ended in a way that lets this subject's next execute use the sandbox."""
+    def reusable(self, worker_done: bool = False) -> None:
+        """The execute ended in a way that lets this subject's next execute use the sandbox.
+
+        Args:
+            worker_done: it ended with the worker's own last frame, after which the worker ends by
+                itself (else the host ended it, such as on a denied call, and the worker waits for
+                an answer: ``K`` goes at once).
+        """
         self._reusable = True
+        self._worker_done = worker_done
 
     def alive(self) -> bool:
         return self._exit is None and not self._ended and self.box.usable()
@@ -349,11 +360,11 @@ class Lease:
     async def _ask_end(self) -> None:
         """Send ``K``, unless the worker ends by itself: a supervisor that ``self_ends`` ends the
         epoch of a worker that ended unasked, which a worker does after its execute's last frame
-        (``reusable()``). Then ``K`` goes only if that worker's ``X`` has not come within
-        ``SELF_END_GRACE`` (a K for an epoch that has ended is ignored). A write once begun is
-        never cancelled: a message cut short would break the channel."""
+        (``reusable(worker_done=True)``). Then ``K`` goes only if that worker's ``X`` has not come
+        within ``SELF_END_GRACE`` (a K for an epoch that has ended is ignored). A write once begun
+        is never cancelled: a message cut short would break the channel."""
         box = self.box
-        if not (box.self_ends and self._reusable):
+        if not (box.self_ends and self._reusable and self._worker_done):
             await box.raw.write(channel.encode(channel.END, self.epoch))
             return
         if self._exit is not None:
