@@ -185,6 +185,32 @@ async def test_a_successor_takes_over_before_the_last_execute(make: Any, docker_
     assert not _exists(docker_api, mine[0])  # the old sandbox is removed once its successor is up
 
 
+#: Busy for several seconds (the flood's executes are still running when bob's comes).
+SLEEPY = "def main():\n    x = 0\n    for i in range(40000000):\n        x = (x + i) % 7\n    return x\n"
+
+
+async def test_one_subject_cannot_take_every_warm_sandbox(make: Any) -> None:
+    # A flood of one subject's executes in flight took every warm sandbox, and the pool, counting
+    # them in use, refilled none: every other subject's execute waited for a new container.
+    server, pool, _ = await make(size=4, max_time=120.0)
+    await pool.wait_warm(60)
+    flood = authz.Subject("flood")
+    running = [asyncio.ensure_future(server.execute(SLEEPY, subject=flood)) for _ in range(4)]
+    try:
+        deadline = time.monotonic() + 30
+        while (pool._in_use < 4 or pool._starting) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert pool._in_use == 4 and not any(t.done() for t in running)
+        cold = pool.cold
+        assert await server.execute(ECHO % "bob", subject=authz.Subject("bob")) == "bob"
+        assert pool.cold == cold  # bob found a warm sandbox: the flood took at most half of them
+        assert pool.cold >= 2  # the flood's executes past its share started their own
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+
 async def test_recycled_after_a_deadline(make: Any, docker_api: Any) -> None:
     server, _, seen = await make(max_time=1.0)
     alice = authz.Subject("alice")

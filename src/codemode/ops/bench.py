@@ -431,11 +431,8 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         server = build_server(fresh)
         await server.start()
         try:
-            await fresh.wait_warm(120)
-            report["load"] = _load_line(
-                f"sustained, {args.clients} in flight (pool {args.pool})",
-                await _load(server, args.load, args.clients),
-                quiet,
+            report["load"] = await _warm_load(
+                fresh, server, f"sustained, {args.clients} in flight (pool {args.pool})", args, quiet
             )
         finally:
             await server.aclose()
@@ -502,6 +499,14 @@ async def _load(server: Server, n: int, subjects: int) -> dict[str, float]:
     }
 
 
+async def _warm_load(
+    pool: Any, server: Server, label: str, args: argparse.Namespace, quiet: bool
+) -> dict[str, float]:
+    """The sustained-load series over ``pool`` once it is warm, printed as ``label``."""
+    await pool.wait_warm(120)
+    return _load_line(label, await _load(server, args.load, args.clients), quiet)
+
+
 def _load_line(label: str, result: dict[str, float], quiet: bool) -> dict[str, float]:
     if not quiet:
         print(
@@ -530,11 +535,8 @@ async def _reuse_series(args: argparse.Namespace, quiet: bool) -> dict[str, Any]
         warm = await timed(args.n, lambda: server.execute(TRIVIAL, subject=SUBJECT))
         out["trivial_reused"] = line(f"trivial execute, reused (reuse {args.reuse})", warm, quiet=quiet)
         if args.clients > 0:
-            await reuse.wait_warm(120)
-            out["load"] = _load_line(
-                f"sustained, {args.clients} in flight, reused",
-                await _load(server, args.load, args.clients),
-                quiet,
+            out["load"] = await _warm_load(
+                reuse, server, f"sustained, {args.clients} in flight, reused", args, quiet
             )
     finally:
         await server.aclose()

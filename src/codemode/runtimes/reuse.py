@@ -31,10 +31,12 @@ Rules (each has its test):
   back, the one idle longest is recycled, whoever it belongs to, so one subject's idle sandboxes never
   keep another subject from having one. The warm ones are refilled in the background while the
   sandboxes kept (idle, in use and starting) are fewer than ``size``; a subject that has no idle
-  sandbox takes a warm one, or starts one (under the slot the executor already holds: fair
-  admission decides who runs, ``codemode.execution.admission``). Live sandboxes never exceed
-  ``max_concurrent_executions + size + 1`` (the one: a successor starting while its predecessor
-  is still idle).
+  sandbox takes a warm one while it holds fewer than ``max(1, floor(size × subject_share))``
+  sandboxes (so that a flood of one subject's executes cannot take every warm sandbox, which the
+  pool, counting them in use, would not replace), or starts one (under the slot the executor
+  already holds: fair admission decides who runs, ``codemode.execution.admission``). Live
+  sandboxes never exceed ``max_concurrent_executions + size + 1`` (the one: a successor starting
+  while its predecessor is still idle).
 
 ``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
 reusable one.
@@ -45,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import os
 import random
 import time
@@ -91,10 +94,12 @@ class ReusePool:
         retry_delay: seconds between refills after a failed start.
         refill_concurrency: warm sandboxes started at once at most (None: ``size`` on a runtime
             with ``concurrent_refill`` (Kubernetes), one per CPU otherwise (Docker)).
+        subject_share: a subject holding ``max(1, floor(size × subject_share))`` sandboxes (in use
+            or idle for it) starts its next one instead of taking a warm one (1: no cap).
 
     Raises (the constructor):
         ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive, a refill
-            concurrency below 1).
+            concurrency below 1), or a share outside (0, 1].
     """
 
     def __init__(
@@ -109,9 +114,13 @@ class ReusePool:
         probe_timeout: float = 10.0,
         retry_delay: float = 0.5,
         refill_concurrency: int | None = None,
+        subject_share: float = 0.5,
     ) -> None:
         if size < 0 or max_executes < 1 or per_subject < 1 or idle_seconds <= 0:
             raise ValueError("size >= 0, max_executes >= 1, per_subject >= 1 and idle_seconds > 0")
+        if not 0 < subject_share <= 1:
+            raise ValueError("subject_share must be in (0, 1]")
+        self.subject_share = subject_share
         if refill_concurrency is not None and refill_concurrency < 1:
             raise ValueError("refill_concurrency >= 1")
         self.inner = runtime
@@ -220,7 +229,7 @@ class ReusePool:
             box = self._take_own(subject)
             if box is None and await self._ending(subject):
                 continue  # its sandbox came back (or was recycled): look again
-            if box is None:
+            if box is None and self._may_take_warm(subject):
                 box = self._take_warm()
             cold = box is None
             if box is None:
@@ -279,6 +288,14 @@ class ReusePool:
             self._recycle(box, "it died while idle")
             own = self._idle.get(subject)
         return None
+
+    def _may_take_warm(self, subject: str) -> bool:
+        """Whether ``subject`` holds fewer sandboxes (in use, idle for it) than its share of the
+        pool, so that it may take a warm one (see the module docstring)."""
+        if self.subject_share >= 1:
+            return True
+        held = len(self._busy.get(subject, ())) + len(self._idle.get(subject, ()))
+        return held < max(1, math.floor(self.size * self.subject_share + 1e-9))
 
     def _take_warm(self) -> Supervised | None:
         """A started sandbox nobody has used yet, if any."""

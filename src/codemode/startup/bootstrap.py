@@ -173,6 +173,7 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
             max_executes=settings.reuse_executes,
             idle_seconds=settings.reuse_idle_seconds,
             refill_concurrency=settings.pool_refill_concurrency,
+            subject_share=settings.effective_pool_subject_share,
         )
     if settings.pool == 0 and not settings.pool_max:
         return runtime

@@ -328,9 +328,9 @@ class Settings(BaseSettings):
         None,
         gt=0,
         le=1,
-        description="the fraction of the warm pool one subject may take before the pool has refilled it; "
-        "past it that subject's executes start cold (1 = no cap; unset: 0.5, or 1 with --stdio, which "
-        "serves one subject)",
+        description="the fraction of the warm pool one subject may take before the pool has refilled it "
+        "(reuse mode: of --pool, counting the sandboxes it holds); past it that subject's executes start "
+        "cold (1 = no cap; unset: 0.5, or 1 with --stdio, which serves one subject)",
     )
     reuse_executes: int = Field(
         0,
@@ -822,7 +822,7 @@ class Settings(BaseSettings):
         given = self.model_fields_set
         if self.pool_max is not None and self.pool_max < self.pool:
             out.append(f"{names('pool_max')} must be at least {names('pool')} ({self.pool})")
-        for name in ("pool_max", "pool_subject_share"):
+        for name in ("pool_max",):
             if name in given and self.reuse_executes:
                 out.append(
                     f"{names(name)} applies to the warm pool, not the reuse mode ({names('reuse_executes')})"
