@@ -373,7 +373,10 @@ class Lease:
         async def late() -> None:
             await asyncio.sleep(SELF_END_GRACE)
             if self._exit is None and box.usable():
-                await asyncio.shield(box.raw.write(channel.encode(channel.END, self.epoch)))
+                try:
+                    await asyncio.shield(box.raw.write(channel.encode(channel.END, self.epoch)))
+                except SandboxClosed:  # the lease's end sees the stream's state itself
+                    return
 
         self._late_end = asyncio.ensure_future(late())
 
