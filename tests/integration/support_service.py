@@ -373,9 +373,13 @@ def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
     """Everything the server sent on a raw connection until it closed it (TimeoutError if it did
-    not within ``seconds``)."""
+    not within ``seconds``). A reset counts as closed: a server closing a socket with unread bytes
+    in it (the body a client is still sending) makes the kernel answer with a reset, not a FIN."""
     data = b""
     async with asyncio.timeout(seconds):
-        while chunk := await reader.read(65536):
-            data += chunk
+        try:
+            while chunk := await reader.read(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
     return data
