@@ -15,6 +15,7 @@ CI=true.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -79,29 +80,32 @@ async def _rig(command: list[str], **pool: Any) -> tuple[Rig, DockerRuntime]:
     return Rig(server, reuse, seen, rec), rt
 
 
-@pytest.fixture(params=["confined", "unconfined"])
-async def rig(request: pytest.FixtureRequest, docker_api: Any) -> AsyncIterator[Rig]:
-    command = rp.UNCONFINED if request.param == "unconfined" else rp.SUPERVISOR
+@contextlib.asynccontextmanager
+async def _serving(docker_api: Any, command: list[str]) -> AsyncIterator[Rig]:
+    """A rig for the fixtures below; closed after the test, with none of its containers left."""
     made, rt = await _rig(command)
     yield made
     await made.server.aclose()
     assert not worker_containers(docker_api, f"io.codemode.runtime-instance={rt.instance_id}")
 
 
+@pytest.fixture(params=["confined", "unconfined"])
+async def rig(request: pytest.FixtureRequest, docker_api: Any) -> AsyncIterator[Rig]:
+    command = rp.UNCONFINED if request.param == "unconfined" else rp.SUPERVISOR
+    async with _serving(docker_api, command) as made:
+        yield made
+
+
 @pytest.fixture
 async def unconfined(docker_api: Any) -> AsyncIterator[Rig]:
-    made, rt = await _rig(rp.UNCONFINED)
-    yield made
-    await made.server.aclose()
-    assert not worker_containers(docker_api, f"io.codemode.runtime-instance={rt.instance_id}")
+    async with _serving(docker_api, rp.UNCONFINED) as made:
+        yield made
 
 
 @pytest.fixture
 async def confined(docker_api: Any) -> AsyncIterator[Rig]:
-    made, rt = await _rig(rp.SUPERVISOR)
-    yield made
-    await made.server.aclose()
-    assert not worker_containers(docker_api, f"io.codemode.runtime-instance={rt.instance_id}")
+    async with _serving(docker_api, rp.SUPERVISOR) as made:
+        yield made
 
 
 def _clean_next(found: Any) -> None:
