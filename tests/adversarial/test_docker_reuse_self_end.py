@@ -349,7 +349,7 @@ async def test_successors_serve_one_subject_and_keep_the_pool_bounded(docker_api
     # executes at once, all the time; two others one each. No sandbox (a successor included) may
     # serve two subjects, and the sandboxes the pool keeps (idle, in use, starting) never exceed
     # max_concurrent_executions + size + 1.
-    made, rt = await _rig(rp.SUPERVISOR, size=2, max_executes=3, per_subject=2)
+    made, rt = await _rig(rp.SUPERVISOR, size=4, max_executes=3, per_subject=2)
     pool = made.pool
     bound = codemode.Limits().max_concurrent_executions + pool.size + 1
     kept: list[int] = []
