@@ -88,7 +88,7 @@ class Supervised:
         #: ``ready``): that lease needs no probe from the host.
         self.ready_epoch: int | None = None
         #: The supervisor ends an epoch by itself when its worker ends (its ``H`` said ``ends``):
-        #: a lease whose worker's ``X`` has come sends no ``K``.
+        #: a lease whose worker sent its own last frame sends no ``K`` (``Lease._ask_end``).
         self.self_ends = False
         self._pending: list[tuple[bytes, int, bytes]] = []
 
