@@ -41,7 +41,9 @@ ARG PIP_INDEX_URL
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
-COPY src ./src
+COPY host ./host
+COPY capabilities ./capabilities
+COPY worker_image/codemode_worker ./worker_image/codemode_worker
 # Offline builds: a directory .build-wheels/ in the context holding a pip wheel and every dependency's
 # wheel (scripts/provision-kubernetes.sh makes it) is used with --no-index; a base without pip or venv
 # (the debootstrap base) needs it. Without it, the base's own pip installs from the index.

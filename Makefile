@@ -1,7 +1,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall only when the project metadata changes: pyproject.toml, or src/codemode/__init__.py (the version
+# Reinstall only when the project metadata changes: pyproject.toml, or host/codemode/__init__.py (the version
 # source, read by pyproject); the stamp is newer than both otherwise.
 STAMP := $(VENV)/.installed
 
@@ -13,9 +13,13 @@ $(BIN)/python:
 	@echo "[make] upgrading pip" >&2
 	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
-$(STAMP): pyproject.toml src/codemode/__init__.py | $(BIN)/python
-	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or src/codemode/__init__.py changes)" >&2
+$(STAMP): pyproject.toml host/codemode/__init__.py | $(BIN)/python
+	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or host/codemode/__init__.py changes)" >&2
 	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
+	@# The three package roots on sys.path as plain folders, as an installed wheel's packages are: the
+	@# editable install's import hook comes after the path search, where a folder named codemode/
+	@# beside a script would otherwise win as a namespace package.
+	@$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "codemode-roots.pth").write_text("".join(str(pathlib.Path(r).resolve()) + "\n" for r in ("host", "worker_image", "capabilities")))'
 	@touch $(STAMP)
 	@echo "[make] $(VENV) is ready" >&2
 
@@ -24,16 +28,16 @@ venv: $(STAMP)
 # stdout is the MCP stream: every install message goes to stderr and make echoes no command.
 run:
 	@$(MAKE) --no-print-directory -s venv >&2
-	@exec $(BIN)/codemode serve --stdio --allow-all --pack codemode.capabilities.records:pack
+	@exec $(BIN)/codemode serve --stdio --allow-all --pack codemode_capabilities.records:pack
 
 lint: venv
-	$(BIN)/ruff check src worker_image tests examples
-	$(BIN)/ruff format --check src worker_image tests examples
-	$(BIN)/mypy src worker_image
+	$(BIN)/ruff check host worker_image capabilities tests examples
+	$(BIN)/ruff format --check host worker_image capabilities tests examples
+	$(BIN)/mypy host worker_image capabilities
 
 format: venv
-	$(BIN)/ruff format src worker_image tests examples
-	$(BIN)/ruff check --fix src worker_image tests examples
+	$(BIN)/ruff format host worker_image capabilities tests examples
+	$(BIN)/ruff check --fix host worker_image capabilities tests examples
 
 test: venv lint
 	$(BIN)/python -m pytest -q -rfEs tests

@@ -1,7 +1,7 @@
-# Example authorization policy for the records pack (codemode.capabilities.records).
+# Example authorization policy for the records pack (codemode_capabilities.records).
 #
 # Load it with:
-#   codemode serve --stdio --pack codemode.capabilities.records:pack \
+#   codemode serve --stdio --pack codemode_capabilities.records:pack \
 #       --rego-policy examples/policy.rego --rego-decision data.codemode.records.allow
 #
 # The host evaluates the decision once per native call, with the input document

@@ -12,7 +12,7 @@
 #   4. fetch the worker's pinned wheels (worker_image/requirements.txt) on the host and build
 #      codemode-worker:1 (the production target: interpreter, libraries and worker only) and
 #      codemode-worker-testing:1 (the same plus the test-only entry the escape tests use) from
-#      worker_image/Dockerfile and src/codemode_worker/ (always; the Docker build cache makes this cheap);
+#      worker_image/, its own build context (always; the Docker build cache makes this cheap);
 #   5. smoke-test the image (probe -> probe_ack under the runtime's hardening flags);
 #   6. optionally (CODEMODE_GVISOR=auto|1|0, default auto) install gVisor's runsc from Debian,
 #      register it with dockerd as runtime "runsc" and verify it runs a worker with --network=none.
@@ -226,13 +226,13 @@ fi
 
 STAGE="$(mktemp -d "${TMPDIR:-/tmp}/codemode-build.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT
-# Build context laid out like the repository: worker_image/ (with the pre-fetched site dir as
-# worker_image/site/) and src/codemode_worker/, without caches.
-tar -C "$REPO_ROOT" --exclude=__pycache__ --exclude='*.pyc' --exclude=worker_image/site \
-    -c worker_image src/codemode_worker | tar -C "$STAGE" -x
-mkdir -p "$STAGE/worker_image/site"
-cp -a "$SITE_CACHE/." "$STAGE/worker_image/site/"
-rm -f "$STAGE/worker_image/site/.complete"
+# Build context: a copy of worker_image/ (the image builds from its own folder, codemode_worker/
+# included) with the pre-fetched site dir as site/, without caches.
+tar -C "$REPO_ROOT/worker_image" --exclude=__pycache__ --exclude='*.pyc' --exclude=./site \
+    -c . | tar -C "$STAGE" -x
+mkdir -p "$STAGE/site"
+cp -a "$SITE_CACHE/." "$STAGE/site/"
+rm -f "$STAGE/site/.complete"
 
 build_target() {
     local target="$1" image="$2"
@@ -241,7 +241,7 @@ build_target() {
         --build-arg "BASE_IMAGE=$BASE_IMAGE" \
         --build-arg DEPS=offline \
         --target "$target" \
-        -t "$image" -f "$STAGE/worker_image/Dockerfile" "$STAGE" >"$STAGE/build.log" 2>&1; then
+        -t "$image" "$STAGE" >"$STAGE/build.log" 2>&1; then
         cat "$STAGE/build.log" >&2
         die "docker build --target $target failed"
     fi
@@ -278,11 +278,11 @@ print("probe_ack received")
 EOF
 }
 
-if [ -f "$REPO_ROOT/src/codemode_worker/__main__.py" ]; then
+if [ -f "$REPO_ROOT/worker_image/codemode_worker/__main__.py" ]; then
     smoke_test || die "worker smoke test failed under runc"
     log "smoke test passed (runc)"
 else
-    log "WARNING: src/codemode_worker/__main__.py does not exist yet; smoke test skipped"
+    log "WARNING: worker_image/codemode_worker/__main__.py does not exist yet; smoke test skipped"
 fi
 
 # --------------------------------------------------------------------------- 6. gVisor (optional)
@@ -326,7 +326,7 @@ EOF
         done
     fi
     docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' || return 1
-    if [ -f "$REPO_ROOT/src/codemode_worker/__main__.py" ]; then
+    if [ -f "$REPO_ROOT/worker_image/codemode_worker/__main__.py" ]; then
         smoke_test --runtime=runsc || return 1
     else
         timeout 120 docker run --rm --runtime=runsc --network=none --entrypoint /usr/bin/python3 \

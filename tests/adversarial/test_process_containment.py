@@ -265,7 +265,7 @@ async def test_a_worker_cannot_read_the_records_database(server: codemode.Server
     """Issue 19 §4: the records database (and its WAL and SHM) in a directory other users can
     enter, as an operator sets CODEMODE_RECORDS_DB=/var/lib/..., was created 0644: a worker with a
     compromised interpreter read every subject's records from it."""
-    from codemode.capabilities.records import RecordStore
+    from codemode_capabilities.records import RecordStore
 
     shared = Path(tempfile.mkdtemp(prefix="codemode-records-"))
     try:
@@ -373,7 +373,8 @@ def test_a_same_uid_worker_cannot_read_the_hosts_memory() -> None:
         subprocess.run([debian, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
         site = next((venv / "lib").glob("python3*/site-packages"))
         repo = Path(__file__).resolve().parents[2]
-        paths = [p for p in sys.path if p.endswith("site-packages")] + [str(repo / "src"), str(repo)]
+        roots = [str(repo / root) for root in ("host", "worker_image", "capabilities")]
+        paths = [p for p in sys.path if p.endswith("site-packages")] + [*roots, str(repo)]
         (site / "codemode-tree.pth").write_text("\n".join(paths) + "\n")
         (work / "host.py").write_text(SAME_UID_HOST)
         for path in (work, *work.rglob("*")):

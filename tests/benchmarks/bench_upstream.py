@@ -35,8 +35,8 @@ from mcp.client.stdio import StdioServerParameters
 
 import codemode
 from codemode import authz
-from codemode.capabilities.openapi import openapi_pack
 from codemode.mcp import StaticSubject, create_server
+from codemode_capabilities.openapi import openapi_pack
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -197,7 +197,7 @@ async def bench_calls(rounds: int, calls: int) -> None:
 
 async def bench_in_process(rounds: int, calls: int) -> None:
     """The same task with codemode in process (no client hop): where the per-call time goes."""
-    from codemode.capabilities import mcp_upstream
+    from codemode_capabilities import mcp_upstream
 
     handler_times: list[float] = []
     original = mcp_upstream._Tool.__call__

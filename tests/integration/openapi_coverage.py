@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemode.capabilities.openapi import OpenAPIConfig, OpenAPIPack
+from codemode_capabilities.openapi import OpenAPIConfig, OpenAPIPack
 
 from .upstream_support import OCTOKIT, OCTOKIT_VERSION, npm_pack, octokit_openapi_document
 

@@ -22,7 +22,7 @@ from codemode.common.outcomes import LEDGER_OUTCOMES
 from codemode.mcp import StaticSubject, create_server
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDS_PACK = "codemode.capabilities.records:pack"
+RECORDS_PACK = "codemode_capabilities.records:pack"
 CLIENT_MODES = ("auto", "legacy")
 ERROR_TEXTS = {
     "unauthenticated",
@@ -85,8 +85,8 @@ def build(
     disabled: Sequence[str] = (),
 ) -> codemode.Server:
     """A server with the records pack (in-memory store) plus ``capabilities``."""
-    from codemode.capabilities.records import RecordStore
-    from codemode.capabilities.records import capabilities as record_caps
+    from codemode_capabilities.records import RecordStore
+    from codemode_capabilities.records import capabilities as record_caps
 
     builder = codemode.Builder(
         authorizer=authorizer if authorizer is not None else authz.allow_all(),

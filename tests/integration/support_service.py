@@ -93,7 +93,7 @@ PACK = [
     codemode.Capability(id="svc.whoami.v1", name="svc.whoami", summary="The caller.", handler=_whoami),
 ]
 PACK_SPEC = "tests.integration.support_service:PACK"
-RECORDS_SPEC = "codemode.capabilities.records:pack"
+RECORDS_SPEC = "codemode_capabilities.records:pack"
 
 
 class CountingAuthorizer:

@@ -23,11 +23,11 @@ from mcp.shared.exceptions import MCPError
 
 import codemode
 from codemode import authz
-from codemode.capabilities.records import RecordStore
-from codemode.capabilities.records import capabilities as record_caps
 from codemode.execution.admission import default_reserve
 from codemode.execution.approval import MAX_MESSAGE_BYTES
 from codemode.mcp import StaticSubject, create_server
+from codemode_capabilities.records import RecordStore
+from codemode_capabilities.records import capabilities as record_caps
 
 from .support_approval import ACCEPT, AskDeletes, User, create_then_delete
 from .support_mcp import call, error_text, execute_report, execute_value, ledger, wait_until

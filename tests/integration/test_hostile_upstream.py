@@ -104,8 +104,8 @@ def own_word_queries(described: dict[str, Any], terms: list[str]) -> list[str]:
 
 
 async def test_stuffed_upstream_text_never_outranks_a_built_in_for_its_own_words(tmp_path: Path) -> None:
-    from codemode.capabilities.records import pack
     from codemode.packs.loading import PackSettings
+    from codemode_capabilities.records import pack
 
     terms = {c.name: list(c.search_terms) for c in pack.capabilities(PackSettings())}
     config = config_file(tmp_path, upstream_table("injected"))

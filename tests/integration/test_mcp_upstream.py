@@ -22,13 +22,13 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
-from codemode.capabilities.mcp_upstream import (
+from codemode.packs.upstream import UpstreamBuildError
+from codemode_capabilities.mcp_upstream import (
     UpstreamMCPConfig,
     UpstreamMCPPack,
     _check_command,
     upstream_mcp_pack,
 )
-from codemode.packs.upstream import UpstreamBuildError
 
 from .upstream_support import SERVER_SCRIPT, everything_command, free_port, start_http_upstream
 

@@ -41,7 +41,7 @@ def test_the_docs_stapi_example(monkeypatch: pytest.MonkeyPatch) -> None:
 
     import codemode
     from codemode import authz
-    from codemode.capabilities.openapi import openapi_pack
+    from codemode_capabilities.openapi import openapi_pack
 
     text = coverage.DOCS.read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if 'name = "stapi"' in b)

@@ -22,9 +22,9 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.capabilities.openapi import openapi_pack
 from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
+from codemode_capabilities.openapi import openapi_pack
 
 from . import openapi_app
 from .upstream_support import uvicorn_in_thread

@@ -2,7 +2,7 @@
 or ``serve --http`` is opened once before serving and closed once at shutdown (the test pack,
 tests/lifecycle_pack.py, logs each step to a file); a pack whose open fails stops ``serve --stdio``
 with exit 2 and one line, the others closed. Upstream packs, from ``--config`` tables and from the
-bundled ``codemode.capabilities.upstreams:pack``, are opened and closed once each, and no upstream
+bundled ``codemode_capabilities.upstreams:pack``, are opened and closed once each, and no upstream
 process or pack thread is left after the server closed (real MCP servers over stdio)."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 import codemode
-from codemode.capabilities.mcp_upstream import UpstreamMCPPack
 from codemode.service import create_app
 from codemode.startup.bootstrap import build_server, check_runtime
 from codemode.startup.config import Settings
+from codemode_capabilities.mcp_upstream import UpstreamMCPPack
 from tests.lifecycle_pack import steps
 
 from .support_mcp import child_env, cli_command, execute_value
@@ -179,7 +179,7 @@ async def test_config_tables_and_the_bundled_upstreams_pack_are_opened_and_close
         {
             "allow_all": True,
             "pool": 0,
-            "packs": ["codemode.capabilities.upstreams:pack"],
+            "packs": ["codemode_capabilities.upstreams:pack"],
             "pack_options": [f"CODEMODE_UPSTREAMS_FILE={bundled}"],
             **tomllib.loads(tables),
         }

@@ -50,7 +50,7 @@ def test_readme_token_serve_and_client(tmp_path: Path) -> None:
         str(port),
         "--allow-all",
         "--pack",
-        "codemode.capabilities.records:pack",
+        "codemode_capabilities.records:pack",
     ]
     server = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

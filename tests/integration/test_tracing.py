@@ -65,8 +65,8 @@ def traced() -> Iterator[Traced]:
 
 
 def traced_server(traced: Traced, *caps: codemode.Capability, subject: str = "hash", **kw: Any) -> Any:
-    from codemode.capabilities.records import RecordStore
-    from codemode.capabilities.records import capabilities as record_caps
+    from codemode_capabilities.records import RecordStore
+    from codemode_capabilities.records import capabilities as record_caps
 
     builder = codemode.Builder(
         authorizer=kw.pop("authorizer", authz.allow_all()),

@@ -29,11 +29,11 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.capabilities.mcp_upstream import UpstreamMCPPack
-from codemode.capabilities.upstream_tenancy import subject_key
-from codemode.capabilities.upstreams import upstream_packs
 from codemode.common.errors import client_text
 from codemode.packs import PackSettings
+from codemode_capabilities.mcp_upstream import UpstreamMCPPack
+from codemode_capabilities.upstream_tenancy import subject_key
+from codemode_capabilities.upstreams import upstream_packs
 
 from .test_upstream_tenancy import EXAMPLE_POLICY, documented_tables, shared_files_server
 from .upstream_support import filesystem_command

@@ -24,11 +24,11 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
-from codemode.capabilities.mcp_upstream import UpstreamMCPPack
-from codemode.capabilities.upstream_tenancy import subject_key
-from codemode.capabilities.upstreams import upstream_packs
 from codemode.common.errors import client_text
 from codemode.packs import PackSettings
+from codemode_capabilities.mcp_upstream import UpstreamMCPPack
+from codemode_capabilities.upstream_tenancy import subject_key
+from codemode_capabilities.upstreams import upstream_packs
 
 from .upstream_support import filesystem_command, memory_command
 

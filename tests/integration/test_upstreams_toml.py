@@ -1,4 +1,4 @@
-"""``codemode.capabilities.upstreams``: one TOML file with [[upstream_mcp]] and [[openapi]] tables,
+"""``codemode_capabilities.upstreams``: one TOML file with [[upstream_mcp]] and [[openapi]] tables,
 and the TOML examples in docs/packs.md (validated against the config models)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import codemode
-from codemode.capabilities.upstreams import UpstreamsPack, upstream_packs
 from codemode.packs import PackError, PackSettings
+from codemode_capabilities.upstreams import UpstreamsPack, upstream_packs
 
 from . import openapi_app
 from .upstream_support import SERVER_SCRIPT

@@ -18,7 +18,7 @@ from codemode.execution.limits import DEFAULTS, FLOAT_LIMITS
 from codemode.startup.bootstrap import build_runtime, build_server
 from codemode.startup.config import ConfigError, Settings, load_settings
 
-RECORDS = "codemode.capabilities.records:pack"
+RECORDS = "codemode_capabilities.records:pack"
 
 Config = Callable[..., Settings]
 

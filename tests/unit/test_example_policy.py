@@ -21,7 +21,7 @@ import codemode
 from codemode import authz
 from codemode.authz import AuthorizationInput, Denied, Subject
 from codemode.authz.rego import RegoAuthorizer, from_files
-from codemode.capabilities import records
+from codemode_capabilities import records
 
 POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.rego"
 DECISION = "data.codemode.records.allow"

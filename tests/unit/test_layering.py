@@ -1,7 +1,7 @@
-"""The import structure of docs/ARCHITECTURE.md, checked on the source and read off the folders of
-src/: the worker imports nothing from the host, the core imports no front end, no operator tool, no
-configuration layer; front ends never import each other; and no module takes part in an import
-cycle."""
+"""The import structure of docs/ARCHITECTURE.md, checked on the source and read off the three roots
+(host/, worker_image/, capabilities/) and their folders: the worker imports nothing from the host,
+the core imports no front end, no operator tool, no configuration layer; front ends never import
+each other; and no module takes part in an import cycle."""
 
 from __future__ import annotations
 
@@ -13,12 +13,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "src"
-PACKAGES = ("codemode", "codemode_worker")  # the import packages; each is the folder of its name in src/
+#: The import packages, each the folder of its name in its root.
+PACKAGES = {
+    "codemode": ROOT / "host" / "codemode",
+    "codemode_worker": ROOT / "worker_image" / "codemode_worker",
+    "codemode_capabilities": ROOT / "capabilities" / "codemode_capabilities",
+}
+HOST = PACKAGES["codemode"]
 
-#: A module's layer is read off its folder: ``codemode_worker`` is the worker, ``codemode/<folder>/``
-#: is the layer named in FOLDERS, the package's own ``__init__`` is its public API. Inside
-#: ``startup/``, ``config`` sits below ``bootstrap``.
+#: A module's layer is read off its root and folder: ``codemode_worker`` is the worker,
+#: ``codemode_capabilities`` the shipped packs, ``codemode/<folder>/`` is the layer named in FOLDERS,
+#: the package's own ``__init__`` is its public API. Inside ``startup/``, ``config`` sits below
+#: ``bootstrap``.
 FOLDERS = {
     "common": "common",
     "catalog": "catalog",
@@ -26,15 +32,12 @@ FOLDERS = {
     "runtimes": "runtimes",
     "packs": "pack support",
     "execution": "execution",
-    "capabilities": "packs",
     "startup": "bootstrap",
     "mcp": "mcp",
     "service": "service",
     "ops": "ops",
     "cli": "cli",
 }
-#: The root modules of ``codemode`` besides ``__init__``: old import paths that re-export a moved module.
-COMPAT = {"codemode.config", "codemode.errors", "codemode.jsonschema"}
 CORE = {"common", "catalog", "authz", "runtimes", "pack support", "execution", "api"}
 
 
@@ -42,11 +45,13 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if parts[0] == "codemode_worker":
         return "worker"
+    if parts[0] == "codemode_capabilities":
+        return "packs"
     if module == "codemode":
         return "api"
     if module == "codemode.startup.config":
         return "config"
-    return FOLDERS.get(parts[1], "compat")
+    return FOLDERS.get(parts[1], "unknown")
 
 
 #: Layers from the bottom up. A module may import its own layer and the layers listed as allowed.
@@ -66,14 +71,13 @@ ALLOWED: dict[str, set[str]] = {
     "service": {"service", "mcp", "bootstrap", "config", *CORE},
     "ops": {"ops", "bootstrap", "config", *CORE, "worker"},
     "cli": {"cli", "mcp", "service", "ops", "bootstrap", "config", *CORE},
-    "compat": {"config", "bootstrap", *CORE},
+    "unknown": set(),
 }
 
 
 def modules() -> dict[str, Path]:
     out: dict[str, Path] = {}
-    for package in PACKAGES:
-        folder = SRC / package
+    for package, folder in PACKAGES.items():
         for path in folder.rglob("*.py"):
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
@@ -218,22 +222,18 @@ def test_the_rules_can_fail(module: str, target: str, ok: bool) -> None:
 
 
 def test_every_folder_is_a_layer() -> None:
-    """A new folder must be given its layer here; a new root module is only an old path's re-export."""
-    folders = {p.name for p in (SRC / "codemode").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    """A new folder must be given its layer here; ``codemode`` has no root module besides its API."""
+    folders = {p.name for p in HOST.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == set(FOLDERS)
-    roots = {f"codemode.{p.stem}" for p in (SRC / "codemode").glob("*.py") if p.stem != "__init__"}
-    assert roots == COMPAT
+    assert [p.stem for p in HOST.glob("*.py")] == ["__init__"]
 
 
-@pytest.mark.parametrize("module", sorted(COMPAT))
-def test_old_paths_are_one_line_reexports(module: str) -> None:
-    path = modules()[module]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
-    assert len(body) == 1 and isinstance(body[0], ast.ImportFrom) and body[0].names[0].name == "*"
-    target = importlib.import_module(str(body[0].module))
-    old = importlib.import_module(module)
-    assert all(getattr(old, name) is getattr(target, name) for name in target.__all__)
+def test_the_roots_are_the_design_cards() -> None:
+    """The top level holds the three package roots and nothing else of Python: no ``src/`` beside them."""
+    assert not (ROOT / "src").exists()
+    for package, folder in PACKAGES.items():
+        assert (folder / "__init__.py").is_file(), package
+        assert importlib.import_module(package).__file__ == str(folder / "__init__.py")
 
 
 def test_a_cycle_is_found() -> None:

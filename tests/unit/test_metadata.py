@@ -63,12 +63,13 @@ def test_changelog_has_the_current_version() -> None:
 
 def test_a_checkout_named_codemode_beside_a_script_is_not_imported(tmp_path: Path) -> None:
     # A checkout folder named like the package, next to a user's script, once shadowed the installed
-    # package as a namespace package; with the src layout the checkout's root holds no package.
+    # package as a namespace package; with the three roots the checkout's top level holds no package.
     checkout = tmp_path / "codemode"
     checkout.mkdir()
     for name in ("pyproject.toml", "README.md"):
         (checkout / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
-    (checkout / "src").symlink_to(ROOT / "src")
+    for root in ("host", "worker_image", "capabilities"):
+        (checkout / root).symlink_to(ROOT / root)
     script = tmp_path / "script.py"
     script.write_text("import codemode\nprint(codemode.Builder.__name__)\n", encoding="utf-8")
     proc = subprocess.run(

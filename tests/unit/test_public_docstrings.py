@@ -39,21 +39,21 @@ MODULES = (
     "codemode",
     "codemode.authz",
     "codemode.authz.rego",
-    "codemode.capabilities.bounded_http",
-    "codemode.capabilities.mcp_pool",
-    "codemode.capabilities.mcp_session",
-    "codemode.capabilities.mcp_upstream",
-    "codemode.capabilities.openapi",
-    "codemode.capabilities.openapi_calls",
-    "codemode.capabilities.openapi_config",
-    "codemode.capabilities.openapi_operation",
-    "codemode.capabilities.openapi_paths",
-    "codemode.capabilities.records",
-    "codemode.capabilities.stdio_relay",
-    "codemode.capabilities.upstream_disk",
-    "codemode.capabilities.upstream_loop",
-    "codemode.capabilities.upstream_tenancy",
-    "codemode.capabilities.upstreams",
+    "codemode_capabilities.bounded_http",
+    "codemode_capabilities.mcp_pool",
+    "codemode_capabilities.mcp_session",
+    "codemode_capabilities.mcp_upstream",
+    "codemode_capabilities.openapi",
+    "codemode_capabilities.openapi_calls",
+    "codemode_capabilities.openapi_config",
+    "codemode_capabilities.openapi_operation",
+    "codemode_capabilities.openapi_paths",
+    "codemode_capabilities.records",
+    "codemode_capabilities.stdio_relay",
+    "codemode_capabilities.upstream_disk",
+    "codemode_capabilities.upstream_loop",
+    "codemode_capabilities.upstream_tenancy",
+    "codemode_capabilities.upstreams",
     "codemode.catalog.answers",
     "codemode.catalog.capability",
     "codemode.catalog.search",
@@ -379,10 +379,12 @@ def test_every_module_with_all_is_checked() -> None:
     cannot be left out by accident); private modules (``_rego_scan``) are the package's own."""
     import pathlib
 
-    root = pathlib.Path(codemode.__file__).parent
+    import codemode_capabilities
+
     declared = set()
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
+    packages = (pathlib.Path(codemode.__file__).parent, pathlib.Path(codemode_capabilities.__file__).parent)
+    for package, path in ((top, path) for top in packages for path in top.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         if any(p.startswith("_") for p in parts):

@@ -13,8 +13,9 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.capabilities import records
-from codemode.capabilities.records import (
+from codemode.packs import PackSettings, load_pack
+from codemode_capabilities import records
+from codemode_capabilities.records import (
     MAX_LIMIT,
     CreateInput,
     DeleteInput,
@@ -25,7 +26,6 @@ from codemode.capabilities.records import (
     capabilities,
     pack,
 )
-from codemode.packs import PackSettings, load_pack
 
 
 @pytest.fixture
@@ -296,13 +296,13 @@ def test_pack_reads_db_from_settings(tmp_path: Path) -> None:
     assert db.exists()
     db2 = tmp_path / "via-option.db"
     load_pack(
-        "codemode.capabilities.records:pack",
+        "codemode_capabilities.records:pack",
         PackSettings(environ={"CODEMODE_RECORDS_DB": str(db)}, options={"CODEMODE_RECORDS_DB": str(db2)}),
     )
     assert db2.exists()
 
 
 def test_pack_default_is_in_memory() -> None:
-    caps = load_pack("codemode.capabilities.records:pack", PackSettings(environ={}))
+    caps = load_pack("codemode_capabilities.records:pack", PackSettings(environ={}))
     handler: Any = caps[0].handler
     assert handler.__self__.store.path == ":memory:"

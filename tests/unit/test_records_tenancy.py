@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from codemode import AgentError
-from codemode.capabilities.records import RecordStore, pack
 from codemode.packs import PackSettings
+from codemode_capabilities.records import RecordStore, pack
 
 
 def test_per_subject_record_count_quota() -> None:

@@ -12,7 +12,7 @@ from codemode.runtimes.base import RuntimeUnavailable
 from codemode.startup.bootstrap import StartupProblem, build_server, check_runtime
 from codemode.startup.config import ConfigError, Settings
 
-RECORDS = "codemode.capabilities.records:pack"
+RECORDS = "codemode_capabilities.records:pack"
 
 
 def settings(tmp_path: Path, *packs: str, **extra: object) -> Settings:

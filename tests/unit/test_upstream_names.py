@@ -9,8 +9,8 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from codemode.capabilities.mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack, _compile_tools
 from codemode.packs.upstream import capability_names
+from codemode_capabilities.mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack, _compile_tools
 
 
 def tool(name: str, description: str | None = None, **properties: Any) -> types.Tool:

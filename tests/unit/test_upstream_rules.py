@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from codemode.capabilities.mcp_upstream import UpstreamMCPConfig
-from codemode.capabilities.openapi import OpenAPIConfig
 from codemode.catalog.capability import Capability, validate_catalog
 from codemode.packs.upstream import (
     SkipReport,
@@ -18,6 +16,8 @@ from codemode.packs.upstream import (
     snake_case,
     summary_of,
 )
+from codemode_capabilities.mcp_upstream import UpstreamMCPConfig
+from codemode_capabilities.openapi import OpenAPIConfig
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,11 @@ measured on published documents, are in ``docs/packs.md`` (*OpenAPI documents*):
   path: id ``openapi:<api>:<METHOD>:<path>``, name ``<namespace>.<snake_case "<method> <path>">``
   (``GET /character/search`` → ``stapi.get_character_search``). Names clashing after snake_case get
   ``_2``, ``_3``... (operationIds first, then derived names, each in sorted order).
-* **Inputs** (:mod:`codemode.capabilities.openapi_operation`): path, query and header parameters,
+* **Inputs** (:mod:`codemode_capabilities.openapi_operation`): path, query and header parameters,
   then the JSON or form-urlencoded request body, flattened into keyword arguments.
-* **Path values** (:mod:`codemode.capabilities.openapi_paths`): one segment each, unless the
+* **Path values** (:mod:`codemode_capabilities.openapi_paths`): one segment each, unless the
   operator lists the parameter in ``multi_segment_parameters``.
-* **Calls** (:mod:`codemode.capabilities.openapi_calls`): the credential never comes back to the
+* **Calls** (:mod:`codemode_capabilities.openapi_calls`): the credential never comes back to the
   program (redacted from error reasons and results).
 """
 

@@ -1,7 +1,7 @@
 """Calls of compiled OpenAPI operations: one HTTP request each, on the fixed ``base_url``.
 
 The handler maps keyword arguments to the request (path values checked by
-:mod:`codemode.capabilities.openapi_paths`), sends it with the operator's credential, bounds the
+:mod:`codemode_capabilities.openapi_paths`), sends it with the operator's credential, bounds the
 answer and turns it into the operation's output. The credential never comes back: it is cut out
 of error reasons and results (:class:`codemode.packs.redaction.Redactor`).
 """

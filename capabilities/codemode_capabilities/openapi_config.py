@@ -1,6 +1,6 @@
 """The ``[[openapi]]`` table: one OpenAPI document, where its calls go and with which credential.
 
-Read by :mod:`codemode.capabilities.openapi` (the pack) and :mod:`codemode.capabilities.openapi_calls`
+Read by :mod:`codemode_capabilities.openapi` (the pack) and :mod:`codemode_capabilities.openapi_calls`
 (the requests); the rules are in ``docs/packs.md`` (*OpenAPI documents*).
 """
 

@@ -1,6 +1,6 @@
 """A SQLite-backed records store: the first real capability pack.
 
-Load it with ``--pack codemode.capabilities.records:pack``. What it offers (the five capabilities,
+Load it with ``--pack codemode_capabilities.records:pack``. What it offers (the five capabilities,
 ownership, per-subject ids, search, validation, quotas, storage, file modes) is docs/mcp.md, "The
 records pack". For the code reader: :class:`RecordStore` is the store (one connection guarded by a
 lock; every query filters by owner, so a missing record and another subject's read the same),

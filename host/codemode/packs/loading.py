@@ -209,7 +209,7 @@ def resolve_spec(spec: str) -> Any:
     if not sep or not module_name or not attr_path:
         raise PackError(
             f"pack {spec!r}: expected module:object or path/to/file.py:object, "
-            "e.g. codemode.capabilities.records:pack"
+            "e.g. codemode_capabilities.records:pack"
         )
     obj: Any
     if _is_path(module_name):

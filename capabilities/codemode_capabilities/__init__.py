@@ -1,6 +1,6 @@
 """Capability packs that ship with codemode.
 
-Each module exposes a ``pack`` object usable as ``--pack codemode.capabilities.<module>:pack``
+Each module exposes a ``pack`` object usable as ``--pack codemode_capabilities.<module>:pack``
 (see ``codemode.packs`` for the pack protocol):
 
 - ``records``: a SQLite-backed records store (create, get, search, update, delete), each record owned
@@ -9,7 +9,7 @@ Each module exposes a ``pack`` object usable as ``--pack codemode.capabilities.<
   (``upstream_mcp_pack(configs)``).
 - ``openapi``: operations of OpenAPI 3.x documents as typed capabilities (``openapi_pack(configs)``).
 - ``upstreams``: both, from one TOML file of ``[[upstream_mcp]]`` / ``[[openapi]]`` tables
-  (``--pack codemode.capabilities.upstreams:pack --pack-option CODEMODE_UPSTREAMS_FILE=PATH``).
+  (``--pack codemode_capabilities.upstreams:pack --pack-option CODEMODE_UPSTREAMS_FILE=PATH``).
 
 See ``docs/packs.md``.
 """

@@ -235,9 +235,9 @@ def upstream_packs(settings: Settings) -> list[Any]:
     """
     if not settings.upstream_mcp and not settings.openapi:
         return []
-    from ..capabilities.mcp_upstream import UpstreamMCPPack
-    from ..capabilities.openapi import OpenAPIPack
-    from ..capabilities.upstreams import upstream_packs as build
+    from codemode_capabilities.mcp_upstream import UpstreamMCPPack
+    from codemode_capabilities.openapi import OpenAPIPack
+    from codemode_capabilities.upstreams import upstream_packs as build
 
     try:
         mcp, api = build(settings.upstream_mcp, settings.openapi)
@@ -255,7 +255,7 @@ def _units(settings: Settings) -> list[_Unit]:
         _Unit(f"pack {spec}", packs, functools.partial(load_spec, spec, setting=packs))
         for spec in split_specs(settings.packs)
     ]
-    from ..capabilities.mcp_upstream import UpstreamMCPPack
+    from codemode_capabilities.mcp_upstream import UpstreamMCPPack
 
     for pack in upstream_packs(settings):
         (config,) = pack.configs

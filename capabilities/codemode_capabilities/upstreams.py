@@ -1,8 +1,8 @@
 """Upstream MCP servers and OpenAPI documents from one TOML file: ``[[upstream_mcp]]`` and
-``[[openapi]]`` tables (each table is exactly a :class:`~codemode.capabilities.mcp_upstream.
-UpstreamMCPConfig` or :class:`~codemode.capabilities.openapi.OpenAPIConfig`).
+``[[openapi]]`` tables (each table is exactly a :class:`~codemode_capabilities.mcp_upstream.
+UpstreamMCPConfig` or :class:`~codemode_capabilities.openapi.OpenAPIConfig`).
 
-Serve it with ``--pack codemode.capabilities.upstreams:pack --pack-option
+Serve it with ``--pack codemode_capabilities.upstreams:pack --pack-option
 CODEMODE_UPSTREAMS_FILE=upstreams.toml`` (or the ``CODEMODE_UPSTREAMS_FILE`` environment variable).
 :func:`upstream_packs` builds the same packs from already-parsed tables (what a settings loader
 calls).
@@ -67,7 +67,7 @@ def upstream_packs(
 
 
 class UpstreamsPack:
-    """The pack behind ``codemode.capabilities.upstreams:pack``: an upstream MCP pack and an OpenAPI
+    """The pack behind ``codemode_capabilities.upstreams:pack``: an upstream MCP pack and an OpenAPI
     pack from the tables of one TOML file; its ``open()`` and ``aclose()`` are theirs."""
 
     def __init__(self) -> None:
