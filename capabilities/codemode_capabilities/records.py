@@ -24,7 +24,7 @@ from typing import Any
 
 from codemode import AgentError, CallContext, Capability
 from codemode.authz import Subject
-from codemode.packs.loading import PackSettings
+from codemode.packs import PackSettings
 
 __all__ = [
     "DB_ENV",

@@ -1,5 +1,5 @@
 """Upstream MCP servers and OpenAPI documents from one TOML file: ``[[upstream_mcp]]`` and
-``[[openapi]]`` tables (each table is exactly a :class:`~codemode_capabilities.mcp_upstream.
+``[[openapi]]`` tables (each table is exactly a :class:`~codemode_capabilities.mcp.upstream.
 UpstreamMCPConfig` or :class:`~codemode_capabilities.openapi.OpenAPIConfig`).
 
 Serve it with ``--pack codemode_capabilities.upstreams:pack --pack-option
@@ -18,12 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from codemode import Capability
-from codemode.packs.loading import PackError, PackSettings
+from codemode.packs import PackError, PackSettings
 
-from .mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack
+from .mcp import UpstreamMCPConfig, UpstreamMCPPack
 from .openapi import OpenAPIConfig, OpenAPIPack
 
-__all__ = ["FILE_OPTION", "UpstreamsPack", "pack", "upstream_packs"]
+__all__ = ["FILE_OPTION", "UpstreamsPack", "pack", "table_packs", "upstream_packs"]
 
 #: The pack option (or environment variable) naming the TOML file.
 FILE_OPTION = "CODEMODE_UPSTREAMS_FILE"
@@ -64,6 +64,30 @@ def upstream_packs(
     if problems:
         raise PackError("upstreams: invalid configuration:\n" + "\n".join(f"- {p}" for p in problems))
     return UpstreamMCPPack(mcp_configs), OpenAPIPack(api_configs)
+
+
+def table_packs(
+    upstream_mcp: Sequence[Mapping[str, Any]] = (), openapi: Sequence[Mapping[str, Any]] = ()
+) -> list[tuple[str, str, Any]]:
+    """One pack per table, so each upstream starts, or fails to, on its own: what the host's settings
+    load their ``[[upstream_mcp]]`` and ``[[openapi]]`` tables through (by the pack loader, as
+    ``codemode_capabilities.upstreams:table_packs``).
+
+    Args:
+        upstream_mcp: the ``[[upstream_mcp]]`` tables.
+        openapi: the ``[[openapi]]`` tables.
+
+    Returns:
+        ``(kind, name, pack)`` for each table, kind ``upstream_mcp`` or ``openapi``, in table order.
+
+    Raises:
+        PackError: a table is invalid (every problem listed, as :func:`upstream_packs` lists them).
+    """
+    mcp, api = upstream_packs(upstream_mcp, openapi)
+    return [
+        *(("upstream_mcp", c.name, UpstreamMCPPack([c])) for c in mcp.configs),
+        *(("openapi", c.name, OpenAPIPack([c])) for c in api.configs),
+    ]
 
 
 class UpstreamsPack:

@@ -197,7 +197,7 @@ async def bench_calls(rounds: int, calls: int) -> None:
 
 async def bench_in_process(rounds: int, calls: int) -> None:
     """The same task with codemode in process (no client hop): where the per-call time goes."""
-    from codemode_capabilities import mcp_upstream
+    from codemode_capabilities.mcp import upstream as mcp_upstream
 
     handler_times: list[float] = []
     original = mcp_upstream._Tool.__call__

@@ -6,6 +6,6 @@ from __future__ import annotations
 import json
 import os
 
-from codemode_capabilities.mcp_upstream import upstream_mcp_pack
+from codemode_capabilities.mcp.upstream import upstream_mcp_pack
 
 pack = upstream_mcp_pack(json.loads(os.environ.get("BENCH_UPSTREAM_MCP", "[]")))

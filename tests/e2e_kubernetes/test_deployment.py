@@ -89,7 +89,7 @@ def test_the_deployment_runs_the_local_service_image(deployed: None) -> None:
 #: it (the file, ``python -I``) and with the minimal environment the MCP client gives it.
 RELAY_IN_THE_IMAGE = """
 import subprocess, sys
-from codemode_capabilities.mcp_session import Launch
+from codemode_capabilities.mcp.session import Launch
 launch = Launch(upstream="t", owner="host", max_message_bytes=1024, connect_timeout=10,
                 command=sys.executable, args=("-I", "-c", "print(6 * 7)"), memory_bytes=1 << 30)
 argv = [sys.executable, *launch.relay_argv()]

@@ -23,7 +23,7 @@ import codemode
 from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
 from codemode.packs.upstream import UpstreamBuildError
-from codemode_capabilities.mcp_upstream import (
+from codemode_capabilities.mcp.upstream import (
     UpstreamMCPConfig,
     UpstreamMCPPack,
     _check_command,

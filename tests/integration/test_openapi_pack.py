@@ -19,7 +19,7 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
 from codemode_capabilities.openapi import OpenAPIConfig, OpenAPIPack, openapi_pack
-from codemode_capabilities.openapi_paths import ONE_SEGMENT
+from codemode_capabilities.openapi.paths import ONE_SEGMENT
 
 from . import openapi_app
 from .upstream_support import octokit_openapi_document, uvicorn_in_thread
@@ -363,7 +363,7 @@ async def test_github_contents_path_is_multi_segment_only_when_configured(tmp_pa
     operator says so; by default it is one segment (the request is built, never sent)."""
     import tomllib
 
-    from codemode_capabilities.openapi_calls import Handler
+    from codemode_capabilities.openapi.calls import Handler
 
     document, _ = octokit_openapi_document()
     secret = tmp_path / "auth"

@@ -24,7 +24,7 @@ import codemode
 from codemode.service import create_app
 from codemode.startup.bootstrap import build_server, check_runtime
 from codemode.startup.config import Settings
-from codemode_capabilities.mcp_upstream import UpstreamMCPPack
+from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from tests.lifecycle_pack import steps
 
 from .support_mcp import child_env, cli_command, execute_value

@@ -31,8 +31,8 @@ import codemode
 from codemode import authz
 from codemode.common.errors import client_text
 from codemode.packs import PackSettings
-from codemode_capabilities.mcp_upstream import UpstreamMCPPack
-from codemode_capabilities.upstream_tenancy import subject_key
+from codemode_capabilities.mcp.tenancy import subject_key
+from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
 
 from .test_upstream_tenancy import EXAMPLE_POLICY, documented_tables, shared_files_server

@@ -33,8 +33,8 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import client_text
-from codemode_capabilities.mcp_upstream import UpstreamMCPPack, upstream_mcp_pack
-from codemode_capabilities.upstream_tenancy import subject_key
+from codemode_capabilities.mcp.tenancy import subject_key
+from codemode_capabilities.mcp.upstream import UpstreamMCPPack, upstream_mcp_pack
 
 pytestmark = pytest.mark.slow
 

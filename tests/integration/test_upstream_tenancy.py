@@ -26,8 +26,8 @@ from codemode import authz
 from codemode.authz.rego import RegoAuthorizer
 from codemode.common.errors import client_text
 from codemode.packs import PackSettings
-from codemode_capabilities.mcp_upstream import UpstreamMCPPack
-from codemode_capabilities.upstream_tenancy import subject_key
+from codemode_capabilities.mcp.tenancy import subject_key
+from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
 
 from .upstream_support import filesystem_command, memory_command

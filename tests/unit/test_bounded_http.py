@@ -1,4 +1,4 @@
-"""codemode_capabilities.bounded_http: response bodies stop being read past the limit.
+"""codemode_capabilities.mcp.bounded_http: response bodies stop being read past the limit.
 
 The inner transport here is a stand-in upstream (``httpx2.MockTransport``) whose body is an endless
 stream that counts what was pulled from it; the transport under test is the real one, used through a
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
-from codemode_capabilities.bounded_http import ACCEPT_IDENTITY, BodyTooLarge, BoundedBodies
+from codemode_capabilities.mcp.bounded_http import ACCEPT_IDENTITY, BodyTooLarge, BoundedBodies
 
 CHUNK = 64 * 1024
 

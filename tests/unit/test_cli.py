@@ -750,3 +750,41 @@ def test_a_decision_naming_no_rule_is_refused_at_start(capsys: pytest.CaptureFix
         "names no rule of the loaded modules: data.codemode.records (rules "
     ), line
     assert "allow" in line
+
+
+def test_the_packs_old_import_path_names_the_new_one() -> None:
+    """The shipped packs are the package ``codemode_capabilities`` now: the old spelling of a pack
+    spec is refused in one line that names the new one, with the configuration exit code."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "codemode.cli",
+            "serve",
+            "--stdio",
+            "--allow-all",
+            "--pack",
+            "codemode.capabilities.records:pack",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "codemode: --pack / CODEMODE_PACKS: pack 'codemode.capabilities.records:pack': the packs that "
+        "ship moved to codemode_capabilities: use codemode_capabilities.records:pack"
+    ]
+    new = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from codemode.packs import load_pack; print(len(load_pack("
+            "'codemode_capabilities.records:pack')) > 0)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert new.stdout.strip() == "True", new.stderr

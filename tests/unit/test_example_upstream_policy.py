@@ -16,7 +16,7 @@ import pytest
 
 from codemode.authz import AuthorizationInput, PolicyError, Subject
 from codemode.authz.rego import RegoAuthorizer, from_files
-from codemode_capabilities.upstream_tenancy import subject_key
+from codemode_capabilities.mcp.tenancy import subject_key
 
 POLICY = Path(__file__).resolve().parents[2] / "examples" / "upstream_tenant_dirs.rego"
 DECISION = "data.codemode.tenant_dirs.allow"

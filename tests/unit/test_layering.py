@@ -66,7 +66,7 @@ ALLOWED: dict[str, set[str]] = {
     "api": CORE | {"worker"},
     "packs": {"packs", *CORE, "worker"},
     "config": {"config", *CORE},
-    "bootstrap": {"bootstrap", "config", "packs", *CORE, "worker"},
+    "bootstrap": {"bootstrap", "config", *CORE, "worker"},
     "mcp": {"mcp", *CORE},
     "service": {"service", "mcp", "bootstrap", "config", *CORE},
     "ops": {"ops", "bootstrap", "config", *CORE, "worker"},
@@ -215,6 +215,8 @@ def test_no_import_cycles() -> None:
         ("codemode.mcp.adapter", "codemode.service.app", False),
         ("codemode.service.app", "codemode.startup.bootstrap", True),
         ("codemode.cli.serve", "codemode.service", True),
+        ("codemode.startup.bootstrap", "codemode_capabilities.upstreams", False),
+        ("codemode_capabilities.records", "codemode.packs", True),
     ],
 )
 def test_the_rules_can_fail(module: str, target: str, ok: bool) -> None:
@@ -234,6 +236,26 @@ def test_the_roots_are_the_design_cards() -> None:
     for package, folder in PACKAGES.items():
         assert (folder / "__init__.py").is_file(), package
         assert importlib.import_module(package).__file__ == str(folder / "__init__.py")
+
+
+#: What a shipped pack may import from the host: the pack-author API (docs/reference/python-api.md).
+PACK_AUTHOR_API = {"codemode", "codemode.packs", "codemode.authz"}
+
+
+def test_shipped_packs_import_only_the_pack_author_api() -> None:
+    """``codemode_capabilities`` is written as any pack author writes a pack: from ``codemode``,
+    ``codemode.packs`` and ``codemode.authz``, never a core module's internals (so the core can move
+    its modules without breaking a pack), and nothing of the host imports a shipped pack by name."""
+    known = modules()
+    problems = []
+    for module, path in sorted(known.items()):
+        for target, line in imports(module, path, known):
+            shipped, reaches = module.startswith("codemode_capabilities"), target.split(".")[0]
+            if shipped and reaches == "codemode" and target not in PACK_AUTHOR_API:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: {module} imports {target}")
+            if reaches == "codemode_capabilities" and not shipped:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: {module} imports the shipped {target}")
+    assert problems == []
 
 
 def test_a_cycle_is_found() -> None:

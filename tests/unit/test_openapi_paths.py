@@ -1,4 +1,4 @@
-"""Path parameter values stay inside their segment (codemode_capabilities.openapi_paths).
+"""Path parameter values stay inside their segment (codemode_capabilities.openapi.paths).
 
 The integration tests (tests/integration/test_openapi_routes.py) send the same kinds of values to
 real servers; here the rule itself, value by value."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import codemode
-from codemode_capabilities.openapi_paths import ONE_SEGMENT, SEGMENTS, encode_path_value
+from codemode_capabilities.openapi.paths import ONE_SEGMENT, SEGMENTS, encode_path_value
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""codemode_capabilities.stdio_relay: a stdio server's messages pass whole, or not at all.
+"""codemode_capabilities.mcp.stdio_relay: a stdio server's messages pass whole, or not at all.
 
 ``Relay`` is fed every way a stream can be cut into reads (its output must not depend on it);
 ``relay()`` runs over real pipes; the module runs as the upstream pack starts it (the file,
@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from codemode_capabilities import stdio_relay
-from codemode_capabilities.stdio_relay import EXIT_USAGE, Relay, relay
+from codemode_capabilities.mcp import stdio_relay
+from codemode_capabilities.mcp.stdio_relay import EXIT_USAGE, Relay, relay
 
 #: As the upstream pack starts it: the file, isolated mode.
 RELAY = [sys.executable, "-I", str(stdio_relay.__file__)]

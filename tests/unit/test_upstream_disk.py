@@ -1,4 +1,4 @@
-"""codemode_capabilities.upstream_disk: measuring and removing what a tenant's server left in its
+"""codemode_capabilities.mcp.disk: measuring and removing what a tenant's server left in its
 directory, whatever shape it has (deeper than the recursion limit and than PATH_MAX, links,
 directories it made unreadable)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from codemode_capabilities.upstream_disk import measure, remove_tree
+from codemode_capabilities.mcp.disk import measure, remove_tree
 
 
 def deep_chain(root: Path, levels: int) -> Path:

@@ -10,7 +10,7 @@ import mcp_types as types
 import pytest
 
 from codemode.packs.upstream import capability_names
-from codemode_capabilities.mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack, _compile_tools
+from codemode_capabilities.mcp.upstream import UpstreamMCPConfig, UpstreamMCPPack, _compile_tools
 
 
 def tool(name: str, description: str | None = None, **properties: Any) -> types.Tool:

@@ -16,7 +16,7 @@ from codemode.packs.upstream import (
     snake_case,
     summary_of,
 )
-from codemode_capabilities.mcp_upstream import UpstreamMCPConfig
+from codemode_capabilities.mcp.upstream import UpstreamMCPConfig
 from codemode_capabilities.openapi import OpenAPIConfig
 
 

@@ -1,4 +1,4 @@
-"""What the host derives from a subject id for an upstream (``codemode_capabilities.upstream_tenancy``):
+"""What the host derives from a subject id for an upstream (``codemode_capabilities.mcp.tenancy``):
 the key, the header token, the placeholders and the subject directory, for ids chosen to break
 them; how the subject's directory is shown to its programs; which credential values the host
 redacts from an upstream's text."""
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from codemode_capabilities.mcp_upstream import UpstreamMCPConfig, UpstreamMCPPack
-from codemode_capabilities.upstream_tenancy import (
+from codemode_capabilities.mcp.tenancy import (
     DirAlias,
     SubjectDirs,
     expand,
@@ -23,6 +22,7 @@ from codemode_capabilities.upstream_tenancy import (
     subject_key,
     subject_token,
 )
+from codemode_capabilities.mcp.upstream import UpstreamMCPConfig, UpstreamMCPPack
 
 HOSTILE_IDS = [
     "alice",

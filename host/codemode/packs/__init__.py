@@ -1,19 +1,64 @@
-"""Pack support: the pack protocol and loading (``loading``), a pack's lifecycle (``lifecycle``), both
-re-exported here; the decorator form (``registry``), JSON Schema to shapes (``jsonschema``) and the
-rules upstream packs share (``upstream``). See docs/packs.md."""
+"""Pack support, and the pack-author API: everything a pack imports from codemode beyond the
+top-level ``codemode`` names and ``codemode.authz``.
 
+Re-exported here: the pack protocol and loading (``loading``), a pack's lifecycle (``lifecycle``),
+JSON Schema to shapes (``jsonschema``), credential redaction (``redaction``), the naming, text and
+error rules upstream packs share (``upstream``), and the catalog bounds a pack builds against. The
+packs that ship (``codemode_capabilities``) import only these. The decorator form is ``registry``.
+See docs/packs.md."""
+
+from ..catalog.answers import AnswerBounds
+from ..catalog.capability import MAX_CAPABILITIES, MAX_ID_BYTES
+from .jsonschema import Dialect, Unsupported, compile_schema, record_of
 from .lifecycle import Lifecycle, LoadedPack, PackOpenError
 from .loading import Pack, PackError, PackSettings, load_pack, load_packs, pack_capabilities, split_specs
+from .redaction import Redactor
+from .upstream import (
+    SkipReport,
+    UpstreamBuildError,
+    answer_problem,
+    argument_names,
+    capability_names,
+    check_namespace,
+    check_unique_names,
+    description_of,
+    search_terms_of,
+    snake_case,
+    summary_of,
+    unique_by_name,
+    upstream_error_text,
+)
 
 __all__ = [
+    "MAX_CAPABILITIES",
+    "MAX_ID_BYTES",
+    "AnswerBounds",
+    "Dialect",
     "Lifecycle",
     "LoadedPack",
     "Pack",
     "PackError",
     "PackOpenError",
     "PackSettings",
+    "Redactor",
+    "SkipReport",
+    "Unsupported",
+    "UpstreamBuildError",
+    "answer_problem",
+    "argument_names",
+    "capability_names",
+    "check_namespace",
+    "check_unique_names",
+    "compile_schema",
+    "description_of",
     "load_pack",
     "load_packs",
     "pack_capabilities",
+    "record_of",
+    "search_terms_of",
+    "snake_case",
     "split_specs",
+    "summary_of",
+    "unique_by_name",
+    "upstream_error_text",
 ]

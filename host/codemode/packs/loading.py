@@ -193,6 +193,19 @@ def _import_module(spec: str, module_name: str) -> Any:
             sys.path.remove(cwd)
 
 
+#: The shipped packs' modules before they became the package ``codemode_capabilities``.
+_OLD_PACKS = "codemode.capabilities"
+_MOVED = {"mcp_upstream": "mcp", "openapi": "openapi", "records": "records", "upstreams": "upstreams"}
+
+
+def _moved(module_name: str) -> str | None:
+    """The new module of an old shipped-pack module name (``codemode.capabilities.records``), else None."""
+    if module_name != _OLD_PACKS and not module_name.startswith(_OLD_PACKS + "."):
+        return None
+    leaf = module_name[len(_OLD_PACKS) + 1 :].partition(".")[0]
+    return "codemode_capabilities" + (f".{_MOVED[leaf]}" if leaf in _MOVED else "")
+
+
 def resolve_spec(spec: str) -> Any:
     """Import the object a pack spec names.
 
@@ -210,6 +223,11 @@ def resolve_spec(spec: str) -> Any:
         raise PackError(
             f"pack {spec!r}: expected module:object or path/to/file.py:object, "
             "e.g. codemode_capabilities.records:pack"
+        )
+    moved = _moved(module_name)
+    if moved:
+        raise PackError(
+            f"pack {spec!r}: the packs that ship moved to codemode_capabilities: use {moved}:{attr_path}"
         )
     obj: Any
     if _is_path(module_name):

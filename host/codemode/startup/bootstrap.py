@@ -23,7 +23,7 @@ from ..execution.observe import Observer
 from ..execution.quota import QuotaStore
 from ..execution.server import Builder, Server, answer_bounds
 from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
-from ..packs.loading import PackError, PackSettings, split_specs
+from ..packs.loading import PackError, PackSettings, resolve_spec, split_specs
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
@@ -31,6 +31,7 @@ from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from .config import ConfigError, Settings, names
 
 __all__ = [
+    "UPSTREAM_TABLES",
     "StartupProblem",
     "build_authorizer",
     "build_quota_store",
@@ -220,30 +221,33 @@ def _warn_if_empty(settings: Settings) -> None:
         log.warning("no capability packs configured (--pack / CODEMODE_PACKS): the catalog is empty")
 
 
-def upstream_packs(settings: Settings) -> list[Any]:
+#: Where the ``[[upstream_mcp]]`` and ``[[openapi]]`` tables load through: a pack spec, resolved by
+#: the pack loader as any ``--pack`` is (the host imports no shipped pack by name). It names a
+#: callable ``(upstream_mcp_tables, openapi_tables) -> [(kind, name, pack), ...]``.
+UPSTREAM_TABLES = "codemode_capabilities.upstreams:table_packs"
+
+
+def upstream_packs(settings: Settings) -> list[tuple[str, str, Any]]:
     """One pack per ``[[upstream_mcp]]`` and ``[[openapi]]`` table (none when there are none), so
-    each upstream starts, or fails to, on its own.
+    each upstream starts, or fails to, on its own; loaded through the pack loader
+    (:data:`UPSTREAM_TABLES`).
 
     Args:
         settings: the settings (their TOML tables).
 
     Returns:
-        The packs, not loaded yet.
+        ``(kind, name, pack)`` for each table, the packs not loaded yet.
 
     Raises:
         ConfigError: a table is invalid (naming ``--config``).
     """
     if not settings.upstream_mcp and not settings.openapi:
         return []
-    from codemode_capabilities.mcp_upstream import UpstreamMCPPack
-    from codemode_capabilities.openapi import OpenAPIPack
-    from codemode_capabilities.upstreams import upstream_packs as build
-
     try:
-        mcp, api = build(settings.upstream_mcp, settings.openapi)
+        build = resolve_spec(UPSTREAM_TABLES)
+        return list(build(settings.upstream_mcp, settings.openapi))
     except PackError as exc:
         raise ConfigError(f"{_CONFIG}: {_one_line(str(exc))}") from None
-    return [*(UpstreamMCPPack([c]) for c in mcp.configs), *(OpenAPIPack([c]) for c in api.configs)]
 
 
 _CONFIG = "--config / CODEMODE_CONFIG"
@@ -255,14 +259,10 @@ def _units(settings: Settings) -> list[_Unit]:
         _Unit(f"pack {spec}", packs, functools.partial(load_spec, spec, setting=packs))
         for spec in split_specs(settings.packs)
     ]
-    from codemode_capabilities.mcp_upstream import UpstreamMCPPack
-
-    for pack in upstream_packs(settings):
-        (config,) = pack.configs
-        kind = "upstream_mcp" if isinstance(pack, UpstreamMCPPack) else "openapi"
-        component = f"{kind} {config.name}"
+    for kind, name, pack in upstream_packs(settings):
+        component = f"{kind} {name}"
         take = functools.partial(
-            load, pack, label=f"{kind} {config.name!r}", component=component, setting=_CONFIG, wrap=False
+            load, pack, label=f"{kind} {name!r}", component=component, setting=_CONFIG, wrap=False
         )
         out.append(_Unit(component, _CONFIG, take))
     return out

@@ -1,7 +1,7 @@
 """Calls of compiled OpenAPI operations: one HTTP request each, on the fixed ``base_url``.
 
 The handler maps keyword arguments to the request (path values checked by
-:mod:`codemode_capabilities.openapi_paths`), sends it with the operator's credential, bounds the
+:mod:`codemode_capabilities.openapi.paths`), sends it with the operator's credential, bounds the
 answer and turns it into the operation's output. The credential never comes back: it is cut out
 of error reasons and results (:class:`codemode.packs.redaction.Redactor`).
 """
@@ -18,11 +18,11 @@ import httpx
 
 from codemode import AgentError, CallContext
 from codemode.authz import Subject
-from codemode.packs.redaction import Redactor
+from codemode.packs import Redactor
 
-from .openapi_config import OpenAPIConfig
-from .openapi_operation import Operation
-from .openapi_paths import encode_path_value
+from .config import OpenAPIConfig
+from .operation import Operation
+from .paths import encode_path_value
 
 __all__ = ["HTTP", "MAX_REASON", "CallFailed", "Handler", "reason"]
 

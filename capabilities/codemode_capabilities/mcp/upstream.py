@@ -7,11 +7,11 @@ whose discovery lists each upstream's tools and compiles them (``codemode.packs.
 naming and text rules of ``codemode.packs.upstream``); each tool's handler (``_Tool``) applies the
 subject's budget and directory bounds, then calls through the upstream's session pool.
 
-The parts: sessions (``mcp_session``) pooled per subject or shared (``mcp_pool``, which also stops
-stuck sessions and charges restarts), all on the pack's own event loop (``upstream_loop``), so the
-session that listed the tools can serve the calls; per-subject configuration, directory aliases and
-call budgets (``upstream_tenancy``, ``upstream_disk``); bounded reads of what an upstream sends
-(``stdio_relay`` for stdio, ``bounded_http`` for HTTP).
+The parts, beside this module in ``codemode_capabilities.mcp``: sessions (``session``) pooled per
+subject or shared (``pool``, which also stops stuck sessions and charges restarts), all on the
+pack's own event loop (``loop``), so the session that listed the tools can serve the calls;
+per-subject configuration, directory aliases and call budgets (``tenancy``, ``disk``); bounded reads
+of what an upstream sends (``stdio_relay`` for stdio, ``bounded_http`` for HTTP).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from codemode import AgentError, CallContext, Capability, ResourceLimit
 from codemode.authz import Subject
-from codemode.catalog.answers import AnswerBounds
-from codemode.catalog.capability import MAX_CAPABILITIES
-from codemode.packs.jsonschema import Unsupported, record_of
-from codemode.packs.loading import PackSettings
-from codemode.packs.upstream import (
+from codemode.packs import (
+    MAX_CAPABILITIES,
+    AnswerBounds,
+    PackSettings,
     SkipReport,
+    Unsupported,
     UpstreamBuildError,
     answer_problem,
     argument_names,
@@ -45,6 +45,7 @@ from codemode.packs.upstream import (
     check_namespace,
     check_unique_names,
     description_of,
+    record_of,
     search_terms_of,
     snake_case,
     summary_of,
@@ -52,17 +53,17 @@ from codemode.packs.upstream import (
     upstream_error_text,
 )
 
-from .mcp_pool import DEFAULT_STUCK_GRACE, SessionPool
-from .mcp_session import (
+from .disk import measure, remove_tree
+from .loop import BackgroundLoop
+from .pool import DEFAULT_STUCK_GRACE, SessionPool
+from .session import (
     Launch,
     UpstreamCallFailed,
     UpstreamSession,
     brief,
     check_command,
 )
-from .upstream_disk import measure, remove_tree
-from .upstream_loop import BackgroundLoop
-from .upstream_tenancy import (
+from .tenancy import (
     ARG_PLACEHOLDERS,
     CallBudget,
     DirAlias,

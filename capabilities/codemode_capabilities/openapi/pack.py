@@ -13,11 +13,11 @@ measured on published documents, are in ``docs/packs.md`` (*OpenAPI documents*):
   path: id ``openapi:<api>:<METHOD>:<path>``, name ``<namespace>.<snake_case "<method> <path>">``
   (``GET /character/search`` → ``stapi.get_character_search``). Names clashing after snake_case get
   ``_2``, ``_3``... (operationIds first, then derived names, each in sorted order).
-* **Inputs** (:mod:`codemode_capabilities.openapi_operation`): path, query and header parameters,
+* **Inputs** (:mod:`codemode_capabilities.openapi.operation`): path, query and header parameters,
   then the JSON or form-urlencoded request body, flattened into keyword arguments.
-* **Path values** (:mod:`codemode_capabilities.openapi_paths`): one segment each, unless the
+* **Path values** (:mod:`codemode_capabilities.openapi.paths`): one segment each, unless the
   operator lists the parameter in ``multi_segment_parameters``.
-* **Calls** (:mod:`codemode_capabilities.openapi_calls`): the credential never comes back to the
+* **Calls** (:mod:`codemode_capabilities.openapi.calls`): the credential never comes back to the
   program (redacted from error reasons and results).
 """
 
@@ -37,12 +37,13 @@ from urllib.parse import quote, unquote
 import httpx
 
 from codemode import Capability
-from codemode.catalog.answers import AnswerBounds
-from codemode.catalog.capability import MAX_ID_BYTES
-from codemode.packs.jsonschema import Dialect, Unsupported
-from codemode.packs.loading import PackSettings
-from codemode.packs.upstream import (
+from codemode.packs import (
+    MAX_ID_BYTES,
+    AnswerBounds,
+    Dialect,
+    PackSettings,
     SkipReport,
+    Unsupported,
     UpstreamBuildError,
     answer_problem,
     capability_names,
@@ -52,9 +53,9 @@ from codemode.packs.upstream import (
     summary_of,
 )
 
-from .openapi_calls import HTTP, Handler
-from .openapi_config import OpenAPIConfig
-from .openapi_operation import METHODS, Operation, compile_operation, resolve
+from .calls import HTTP, Handler
+from .config import OpenAPIConfig
+from .operation import METHODS, Operation, compile_operation, resolve
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",

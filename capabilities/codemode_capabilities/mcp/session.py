@@ -1,9 +1,9 @@
 """One connection to an upstream MCP server: what to start (:class:`Launch`) and the live session
-(:class:`UpstreamSession`), both on the pack's own event loop (``upstream_loop``).
+(:class:`UpstreamSession`), both on the pack's own event loop (``loop``).
 
 A stdio server runs behind ``stdio_relay`` (bounded messages, valid UTF-8, resource limits on the
 server process). The session watches its transport: when the server ends the connection (it exited,
-or closed its output), or the pool finds it stuck (``mcp_pool``), the host logs why and marks the
+or closed its output), or the pool finds it stuck (``pool``), the host logs why and marks the
 session dead, so the next call starts the server again instead of failing. Every death is reported
 once (``on_death``) with the subjects it is charged to: the subject of the oldest call still
 unanswered then, else of the last call, else the session's own subject; the pool bounds the
@@ -24,7 +24,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from codemode.packs.upstream import UpstreamBuildError
+from codemode.packs import UpstreamBuildError
 
 from . import stdio_relay
 

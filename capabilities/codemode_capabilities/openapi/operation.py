@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from codemode.packs.jsonschema import Dialect, Unsupported, compile_schema
-from codemode.packs.upstream import argument_names
+from codemode.packs import Dialect, Unsupported, argument_names, compile_schema
 
 __all__ = [
     "METHODS",

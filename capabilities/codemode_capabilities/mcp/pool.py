@@ -6,7 +6,7 @@ watch, and restarts charged to subjects). For the code reader: :class:`SessionPo
 host's own session (discovery's; shared mode's only one) and an LRU table of per-subject ones, a
 janitor task that sweeps idle and old sessions, one watch task per unanswered call, and the
 restart charges per subject within :data:`RESTART_WINDOW` (a shared server's own failed starts are
-charged to ``None``). Everything here runs on the pack's own event loop (``upstream_loop``).
+charged to ``None``). Everything here runs on the pack's own event loop (``loop``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from codemode import ResourceLimit
 
-from .mcp_session import (
+from .session import (
     Launch,
     UpstreamCallFailed,
     UpstreamSession,
@@ -28,7 +28,7 @@ from .mcp_session import (
     brief,
     transport_failure,
 )
-from .upstream_tenancy import subject_key
+from .tenancy import subject_key
 
 __all__ = ["DEFAULT_STUCK_GRACE", "RESTART_WINDOW", "SessionPool"]
 

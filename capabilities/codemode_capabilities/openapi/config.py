@@ -1,6 +1,6 @@
 """The ``[[openapi]]`` table: one OpenAPI document, where its calls go and with which credential.
 
-Read by :mod:`codemode_capabilities.openapi` (the pack) and :mod:`codemode_capabilities.openapi_calls`
+Read by :mod:`codemode_capabilities.openapi` (the pack) and :mod:`codemode_capabilities.openapi.calls`
 (the requests); the rules are in ``docs/packs.md`` (*OpenAPI documents*).
 """
 
@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from codemode.packs.upstream import UpstreamBuildError, check_namespace, snake_case
+from codemode.packs import UpstreamBuildError, check_namespace, snake_case
 
-from .openapi_operation import METHODS, Fixed
+from .operation import METHODS, Fixed
 
 __all__ = ["OpenAPIConfig"]
 
