@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import struct
 import sys
 import time
@@ -124,6 +125,10 @@ def main() -> None:
         os.abort()
     elif mode == "abort_plain":
         os.abort()
+    elif mode == "own_cpu_limit":  # its own CPU-time limit ends it (SIGXCPU) long before the host's deadline
+        resource.setrlimit(resource.RLIMIT_CPU, (1, 2))
+        while True:
+            pass
     elif mode == "silent_exit":
         return
     elif mode == "hang":

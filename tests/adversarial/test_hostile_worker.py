@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import codemode
-from codemode.common.errors import client_text
+from codemode.common.errors import ExecutionTimeout, client_text
 from codemode.execution.execute import DEADLINE_EXIT_WAIT
 from codemode.runtimes.process import DEFAULT_UID_BASE
 
@@ -227,6 +227,36 @@ async def test_a_memory_death_the_host_had_not_read_yet_is_memory_not_time() -> 
         await srv.aclose()
     assert client_text(info.value) == "resource limit exceeded: memory"
     assert time.monotonic() - t0 < 0.5 + DEADLINE_EXIT_WAIT + 1.0
+
+
+async def deadline_error(mode: str, *args: str, **limits: object) -> codemode.ResourceLimit:
+    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, mode, *args])
+    srv, _ = make_server(runtime=runtime, **limits)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(codemode.ResourceLimit) as info:
+            await srv.execute("def main():\n    return 1\n", subject=ALICE)
+    finally:
+        await srv.aclose()
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("mode", "args"),
+    [
+        ("own_cpu_limit", ()),  # its CPU-time rlimit (SIGXCPU) ends it, 1 CPU s into a 60 s deadline
+        ("say", ("resource_limit", "time")),  # it says so itself in its final_error frame
+    ],
+)
+async def test_a_deadline_the_worker_reports_is_the_hosts_deadline_error(
+    mode: str, args: tuple[str, ...]
+) -> None:
+    # Found by review: the host's own deadline raised ExecutionTimeout (a TimeoutError), the
+    # worker's own (its CPU-time limit) a plain ResourceLimit; which one a caller got depended on
+    # which came first on a loaded machine.
+    err = await deadline_error(mode, *args, max_execution_time=60.0)
+    assert isinstance(err, ExecutionTimeout) and isinstance(err, TimeoutError)
+    assert client_text(err) == "resource limit exceeded: time"
+    assert err.kind == "time"
 
 
 async def test_hanging_worker_hits_the_deadline() -> None:

@@ -251,6 +251,27 @@ async def test_long_builtin_is_killed_within_deadline() -> None:
         await srv.aclose()
 
 
+async def test_the_workers_own_cpu_limit_is_the_same_deadline_error() -> None:
+    # The worker's CPU-seconds rlimit (1 s) fires long before the host's deadline (60 s): the
+    # caller gets the same TimeoutError as at the host's deadline, not a plain ResourceLimit.
+    srv, _ = make_server(
+        runtime=codemode.ProcessRuntime(cpu_seconds=1),
+        max_execution_time=60.0,
+        max_execution_steps=10**15,
+    )
+    spin = (
+        "def main():\n    n = 0\n    for i in range(1000000):\n"
+        "        for j in range(1000000):\n            n += 1\n    return n\n"
+    )
+    try:
+        with pytest.raises(codemode.ResourceLimit) as info:
+            await srv.execute(spin, subject=ALICE)
+    finally:
+        await srv.aclose()
+    assert isinstance(info.value, TimeoutError)
+    assert client_text(info.value) == "resource limit exceeded: time"
+
+
 @pytest.mark.parametrize("cap", ["util.sleepy", "util.stubborn", "util.blocking"])
 async def test_deadline_returns_on_time_even_if_handler_ignores_it(cap: str) -> None:
     srv, _ = make_server(max_execution_time=0.8)

@@ -222,7 +222,7 @@ class _Session:
         if error == "invalid_arguments":
             return InvalidArguments(self.ex.argument_grammar.accepted(message))
         if error == "resource_limit":
-            return ResourceLimit(accepted_limit_kind(message))
+            return _limit_error(accepted_limit_kind(message))
         if error == "internal":
             return Internal()
         raise WorkerMisbehaved(f"unknown final_error kind {error!r}")
@@ -803,7 +803,7 @@ class Executor:
                 if kind is not None:
                     if kind == "memory" and not oom:
                         log.info("worker %s ran out of memory: %s", worker_id, info)
-                    raise ResourceLimit(kind) from None
+                    raise _limit_error(kind) from None
                 if info.lost:
                     log.warning(
                         "worker %s lost mid-execute: its stream broke while it was still running"
@@ -982,6 +982,19 @@ class Executor:
 
 #: Outcomes after which a reusable sandbox may serve the same subject again (see ``_execute``).
 _PROGRAM_OUTCOMES = (InvalidProgram, InvalidArguments, PermissionDenied, PolicyFailure, CapabilityFailure)
+
+
+def _limit_error(kind: str | None) -> ResourceLimit:
+    """The error for a limit the worker or its exit reports: a ``time`` limit (the worker's own
+    CPU-seconds limit) is the same ``ExecutionTimeout`` as the host's deadline, whichever fires first.
+
+    Args:
+        kind: the limit kind (None: unnamed).
+
+    Returns:
+        The error to raise.
+    """
+    return ExecutionTimeout("time") if kind == "time" else ResourceLimit(kind)
 
 
 def _mark_reusable(sandbox: Sandbox, worker_done: bool) -> None:

@@ -35,8 +35,9 @@ __all__ = [
 
 MAX_MESSAGE_BYTES: Final = 1024
 
-#: The limits a worker itself can see run out (the rest only the host measures).
-WORKER_LIMIT_KINDS: Final = frozenset({"steps", "memory", "native calls", "value size"})
+#: The limits a worker itself can see run out (the rest only the host measures). ``time`` is its
+#: CPU-seconds limit, which it may see first; the host answers it as its own deadline.
+WORKER_LIMIT_KINDS: Final = frozenset({"steps", "memory", "native calls", "value size", "time"})
 
 _POSITION = re.compile(r"<codemode>:([1-9][0-9]{0,6}):([1-9][0-9]{0,6}): (\S[^\n]*)\Z")
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
