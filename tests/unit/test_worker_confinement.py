@@ -63,6 +63,40 @@ def test_the_filter_refuses_each_denied_kind_and_keeps_threads() -> None:
     assert "seccomp filter holds" in out.stdout
 
 
+def test_the_check_reports_into_a_file(tmp_path: Path) -> None:
+    """Found by review: with stdout redirected to a file the check printed nothing and exited 1 (its
+    report hit its own ``RLIMIT_FSIZE`` 0, and so did the traceback on a redirected stderr)."""
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        done = subprocess.run(
+            [sys.executable, "-I", "-m", "codemode_worker.confinement"],
+            stdout=stdout,
+            stderr=stderr,
+            timeout=60,
+        )
+    assert (done.returncode, err.read_text()) == (0, "")
+    assert out.read_text().startswith("seccomp filter holds (")
+
+
+def test_a_failed_check_reports_into_a_file(tmp_path: Path) -> None:
+    """A failure found after the limits are set (here a filter that refuses nothing) reaches a
+    redirected stderr too."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from codemode_worker import confinement
+        sc = confinement.binding()
+        confinement.prepare = lambda: sc.SyscallFilter(defaction=sc.ALLOW)
+        sys.exit(confinement.main())
+        """
+    )
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        done = subprocess.run([sys.executable, "-I", "-c", code], stdout=stdout, stderr=stderr, timeout=60)
+    assert (done.returncode, out.read_text()) == (EXIT_CONFINEMENT, "")
+    assert err.read_text() == "codemode worker: cannot confine itself: the seccomp filter does not hold\n"
+
+
 CHECK = textwrap.dedent(
     """
     import errno, os, resource, signal, socket, sys, threading

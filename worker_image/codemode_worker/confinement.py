@@ -36,8 +36,9 @@ is linked into it statically). The worker image carries it in its site directory
 worker runs the host's Python, which finds it on its own path or, for a Python that is not Debian's
 (a virtualenv, pyenv), in Debian's ``/usr/lib/python3/dist-packages`` (only that one file is loaded).
 
-``python -m codemode_worker.confinement`` confines that process and checks that each denied kind of
-call is refused (the worker image's build runs it, see worker_image/Dockerfile).
+``python -m codemode_worker.confinement`` confines a child of that process and checks that each
+denied kind of call is refused (the worker image's build runs it, see worker_image/Dockerfile); the
+child's report comes back through a pipe, so it reaches a redirected stdout or stderr too.
 """
 
 from __future__ import annotations
@@ -312,6 +313,49 @@ def _refused(fn: Any) -> bool:
 
 
 def main() -> int:
+    """Check the confinement in a child process (``_check``) and pass its report on: a confined
+    process can grow no file (``RLIMIT_FSIZE`` 0), so the child writes into a pipe and this process,
+    not confined, writes the report where its stdout (success) or stderr (failure) goes."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 1)
+            os.dup2(write_end, 2)
+            code = _check()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(BaseException):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        report = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        report += f"codemode worker: the confined check died of signal {-code}\n".encode()
+        code = 1
+    elif code == 0 and not report:  # it ended without its report (e.g. an execve that went through)
+        report = b"codemode worker: the confined check ended without its report\n"
+        code = 1
+    stream = sys.stdout if code == 0 else sys.stderr
+    stream.buffer.write(report)
+    stream.flush()
+    return code
+
+
+def _check() -> int:
     """Confine this process, then check that one call of each denied kind is refused."""
     import ctypes
     import socket
