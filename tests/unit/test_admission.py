@@ -83,3 +83,46 @@ async def test_release_of_an_unheld_slot_is_an_error() -> None:
     adm = FairAdmission(2)
     with pytest.raises(RuntimeError):
         adm.release("nobody")
+
+
+async def test_a_waiter_whose_deadline_passes_as_a_slot_frees_takes_nothing() -> None:
+    # Issue 31 §8: an execute's deadline (asyncio.timeout) cancels its task, which cancels the
+    # future it waits on at once; its ``except`` branch runs only on the task's next step. A slot
+    # freed in between was granted to that cancelled waiter: ``set_result`` raised
+    # InvalidStateError into whoever released (the client got ``internal failure``), and the slot
+    # stayed counted as held by the waiter's subject for good.
+    adm = FairAdmission(1, 0)
+    await adm.acquire("a")
+    waiter = asyncio.ensure_future(adm.acquire("b"))
+    await asyncio.sleep(0)
+    assert adm.waiting == 1
+    waiter.cancel()  # what b's deadline does ...
+    adm.release("a")  # ... and a's slot comes back in the same loop iteration
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert (adm.free, adm.held, adm.waiting) == (1, {}, 0)
+
+
+async def test_no_slot_is_lost_when_waiters_are_cancelled_as_slots_free() -> None:
+    # A burst of 8 executes on 4 slots, 8 subjects: 4 hold slots, 4 wait. In each round every
+    # waiter's deadline passes in the very iteration in which every holder gives its slot back.
+    adm = FairAdmission(4, 1)
+    for _ in range(5):
+        holders = [f"h{i}" for i in range(4)]
+        for subject in holders:
+            await adm.acquire(subject)
+        waiters = [asyncio.ensure_future(adm.acquire(f"w{i}")) for i in range(4)]
+        await asyncio.sleep(0)
+        assert adm.waiting == 4 and adm.free == 0
+        for task in waiters:
+            task.cancel()
+        for subject in holders:
+            adm.release(subject)
+        results = await asyncio.gather(*waiters, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+        assert (adm.free, adm.held, adm.waiting) == (4, {}, 0)
+    # Every later acquire is admitted at once (no waiting for a slot nobody will give back).
+    later = [asyncio.ensure_future(adm.acquire(f"s{i}")) for i in range(4)]
+    await asyncio.sleep(0)
+    assert all(task.done() and task.exception() is None for task in later)
+    assert adm.free == 0 and adm.held == {f"s{i}": 1 for i in range(4)}

@@ -203,7 +203,16 @@ class FairAdmission:
         self.held[subject] = self.held.get(subject, 0) + 1
 
     def _dispatch(self) -> None:
-        """Hand free slots to waiters, best first, while someone may take one."""
+        """Hand free slots to waiters, best first, while someone may take one.
+
+        A waiter whose wait is already cancelled is dropped, never granted: a deadline cancels the
+        future its task awaits at once, but the task's ``except`` branch runs only on its next
+        step, and a slot freed in between (a reap ending in the same loop iteration) must go to a
+        waiter that is still waiting (issue 31 §8: granting it raised ``InvalidStateError`` into
+        the releasing execute and lost the slot).
+        """
+        if any(w.future.done() for w in self._waiting):
+            self._waiting = [w for w in self._waiting if not w.future.done()]
         while self.free > 0 and self._waiting:
             if self.fair:
                 candidates = [w for w in self._waiting if self._may_take(w)]
