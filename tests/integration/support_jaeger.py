@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -133,22 +134,20 @@ class Jaeger:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.query_port}{path}", timeout=10) as resp:
             return json.load(resp)
 
-    def trace(self, trace_id: str, *, spans: int, timeout: float = 30.0) -> dict[str, Any]:
-        """The trace with ``trace_id`` once it holds at least ``spans`` spans (Jaeger's JSON)."""
+    def traces_of(
+        self, service: str, *, count: int, spans: int, timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
+        """The traces of ``service`` once there are ``count`` of them with at least ``spans`` spans each
+        (Jaeger's JSON, found through its search API)."""
         end = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < end:
-            try:
-                last = self.get(f"/api/traces/{trace_id}")
-            except urllib.error.HTTPError as exc:
-                if exc.code != 404:
-                    raise
-            else:
-                data = last.get("data") or []
-                if data and len(data[0]["spans"]) >= spans:
-                    return dict(data[0])
+            last = self.get(f"/api/traces?service={urllib.parse.quote(service)}&limit=100")
+            found = [dict(t) for t in last.get("data") or [] if len(t["spans"]) >= spans]
+            if len(found) >= count:
+                return found
             time.sleep(0.2)
-        raise AssertionError(f"trace {trace_id} did not reach {spans} spans: {last}")
+        raise AssertionError(f"{service} did not reach {count} traces of {spans} spans: {last}")
 
 
 @contextlib.contextmanager

@@ -2,9 +2,9 @@
 SDK's in-memory exporter, through the library API and the official MCP client.
 
 What they must carry (docs/tracing.md): one ``codemode.execute`` span per execute, children for the
-admission wait, the sandbox acquire (warm or cold), each native call and the teardown; the W3C trace
-context a client sends in ``_meta``; and never an argument, a result, the program, a print, a policy
-or handler text or the subject id itself.
+admission wait, the sandbox acquire (warm or cold), each native call and the teardown; a link (never
+a parent) to the W3C trace context a client sends in ``_meta``; and never an argument, a result, the
+program, a print, a policy or handler text or the subject id itself.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", CLIENT_MODES)
-async def test_one_execute_is_one_trace_under_the_clients_traceparent(traced: Traced, mode: str) -> None:
+async def test_one_execute_is_one_trace_linked_to_the_clients_span(traced: Traced, mode: str) -> None:
     server = traced_server(traced)
     src = 'def main():\n    r = records.create(title="a")\n    return records.get(id=r["id"])["title"]\n'
     async with Client(mcp_for(server), mode=mode) as client:
@@ -94,9 +94,13 @@ async def test_one_execute_is_one_trace_under_the_clients_traceparent(traced: Tr
     await server.aclose()  # the teardown span ends once the worker is reaped
 
     root = traced.execute()
-    assert format(root.context.trace_id, "032x") == TRACE_ID
-    assert root.parent is not None and format(root.parent.span_id, "016x") == PARENT_ID
-    assert root.parent.is_remote
+    assert root.parent is None and format(root.context.trace_id, "032x") != TRACE_ID
+    (link,) = root.links
+    assert (format(link.context.trace_id, "032x"), format(link.context.span_id, "016x")) == (
+        TRACE_ID,
+        PARENT_ID,
+    )
+    assert link.context.is_remote
     a = attrs(root)
     assert a["codemode.outcome"] == "ok" and a["codemode.native_calls"] == 2
     assert a["codemode.runtime"] == "process" and a["codemode.subject"] == subject_hash("alice")
@@ -130,7 +134,38 @@ async def test_one_execute_is_one_trace_under_the_clients_traceparent(traced: Tr
     assert all((x.start_time or 0) <= (y.start_time or 0) for x, y in itertools.pairwise(order))
 
 
-async def test_without_a_traceparent_the_execute_starts_a_trace(traced: Traced) -> None:
+@pytest.mark.parametrize("mode", CLIENT_MODES)
+async def test_a_tenants_trace_context_is_only_linked(traced: Traced, mode: str) -> None:
+    """Issue 31 §7: a tenant's ``traceparent`` decides nothing. Before, flags ``00`` turned tracing
+    off for that tenant's executes (no span exported), the tenant chose the trace id of the host's
+    spans, and its ``tracestate`` was exported on every span. Now each execute is a new root trace
+    with a host-chosen id, sampled by the host's own sampler, that at most links the tenant's span,
+    and carries none of its ``tracestate``."""
+    server = traced_server(traced)
+    unsampled = f"00-{TRACE_ID}-{PARENT_ID}-00"
+    async with Client(mcp_for(server), mode=mode) as client:
+        for traceparent in (unsampled, TRACEPARENT):
+            meta = {"traceparent": traceparent, "tracestate": "tenant=chosen,other=TENANT_STATE"}
+            result = await client.call_tool("execute", {"source": "def main():\n    return 1\n"}, meta=meta)
+            assert execute_report(result)["result"] == 1
+    await server.aclose()
+
+    roots = traced.named("codemode.execute")
+    assert len(roots) == 2  # the unsampled flags did not turn tracing off
+    for root in roots:
+        assert root.parent is None and format(root.context.trace_id, "032x") != TRACE_ID
+        (link,) = root.links
+        assert format(link.context.trace_id, "032x") == TRACE_ID
+        assert format(link.context.span_id, "016x") == PARENT_ID
+        assert not link.context.trace_state and not link.attributes
+    assert roots[0].context.trace_id != roots[1].context.trace_id
+    for span in traced.spans():
+        assert span.context.trace_id != int(TRACE_ID, 16)
+        assert not span.context.trace_state, span.name
+        assert "TENANT_STATE" not in span.to_json(), span.name
+
+
+async def test_without_a_valid_traceparent_nothing_is_linked(traced: Traced) -> None:
     server = traced_server(traced)
     async with server:
         for meta in (None, {"traceparent": "00-zz-yy-01"}, {"traceparent": TRACEPARENT + "0" * 600}):
@@ -139,7 +174,7 @@ async def test_without_a_traceparent_the_execute_starts_a_trace(traced: Traced) 
                 "def main():\n    return 1\n", subject=authz.Subject("alice"), trace_context=meta
             )
             root = traced.execute()
-            assert root.parent is None, meta
+            assert root.parent is None and not root.links, meta
             assert format(root.context.trace_id, "032x") != TRACE_ID
 
 

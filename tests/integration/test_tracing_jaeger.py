@@ -1,6 +1,6 @@
 """Traces end to end (issue 22 §4): ``serve --http`` with ``trace_endpoint`` exports over OTLP/HTTP to a
-real Jaeger the suite starts, and Jaeger's query API returns the execute's spans under the trace the
-official MCP client named in ``_meta``."""
+real Jaeger the suite starts, and Jaeger's query API returns the execute's spans in a trace of the
+host's own, linked (``FOLLOWS_FROM``) to the span the official MCP client named in ``_meta``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def tags(span: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_execute_spans_reach_jaeger_under_the_clients_trace(tmp_path: Path, mode: str) -> None:
+async def test_execute_spans_reach_jaeger_linked_to_the_clients_span(tmp_path: Path, mode: str) -> None:
     tokens = write_token_file(tmp_path, ["tenant-a"])
     name = f"codemode-e2e-{secrets.token_hex(4)}"
     trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
@@ -48,12 +48,13 @@ async def test_execute_spans_reach_jaeger_under_the_clients_trace(tmp_path: Path
             assert result.structured_content is not None
             assert result.structured_content["result"] == 1
         # the service has shut down: the provider flushed its queue on the way out
-        trace = jaeger.trace(trace_id, spans=6)
+        (trace,) = jaeger.traces_of(name, count=1, spans=6)
         assert name in jaeger.get("/api/services")["data"]
 
     spans = {s["spanID"]: s for s in trace["spans"]}
     (root,) = [s for s in spans.values() if s["operationName"] == "codemode.execute"]
-    assert root["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": parent_id}]
+    assert root["references"] == [{"refType": "FOLLOWS_FROM", "traceID": trace_id, "spanID": parent_id}]
+    assert trace["traceID"] != trace_id
     assert trace["processes"][root["processID"]]["serviceName"] == name
     t = tags(root)
     assert t["codemode.outcome"] == "ok" and t["codemode.native_calls"] == 2
@@ -67,7 +68,9 @@ async def test_execute_spans_reach_jaeger_under_the_clients_trace(tmp_path: Path
         "codemode.teardown",
     ]
     for span in children:
-        assert span["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": root["spanID"]}]
+        assert span["references"] == [
+            {"refType": "CHILD_OF", "traceID": trace["traceID"], "spanID": root["spanID"]}
+        ]
     calls = sorted(
         (s for s in children if s["operationName"] == "codemode.native_call"), key=lambda s: s["startTime"]
     )

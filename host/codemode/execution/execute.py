@@ -694,7 +694,7 @@ class Executor:
         Args:
             source: the program.
             subject: the trusted subject it runs for.
-            trace_context: W3C ``traceparent``/``tracestate`` that parents the execute's span.
+            trace_context: W3C ``traceparent`` the execute's span links (never its parent).
             approver: asks the user about calls the policy leaves to them (None: nobody to ask).
 
         Returns:

@@ -382,8 +382,9 @@ class Server:
         Args:
             source: the Starlark program; it defines ``def main():``.
             subject: the trusted caller every native call is authorized for.
-            trace_context: W3C trace context (``{"traceparent": ..., "tracestate": ...}``) the
-                execute's span continues, when tracing is on (ignored otherwise, and when invalid).
+            trace_context: W3C trace context (``{"traceparent": ...}``) whose span the execute's
+                span links, when tracing is on: never its parent (the execute starts a trace of the
+                host's), and neither its flags nor a ``tracestate`` are used (ignored when invalid).
             approver: asks the user about each call the policy answers "ask" for
                 (:class:`~codemode.Approver`; None: nobody can be asked, such calls are declined).
 

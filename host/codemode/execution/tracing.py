@@ -281,45 +281,56 @@ class Tracer:
     """
 
     def __init__(self, tracing: Tracing, runtime_name: str) -> None:
+        from opentelemetry import context as context_api
         from opentelemetry import trace as trace_api
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         if tracing.subject not in ("hash", "omit"):
             raise ValueError('tracing subject must be "hash" or "omit"')
         self._api = trace_api
+        self._context_api = context_api
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = tracing.provider.get_tracer("codemode")
         self._subject = tracing.subject
         self._runtime = runtime_name
 
     def start(self, subject_id: str, carrier: Mapping[str, Any] | None) -> ExecuteTrace:
-        """The execute span, child of the W3C trace context in ``carrier`` (``traceparent`` and
-        ``tracestate``, as an MCP client sends them in ``_meta``) when it holds a valid one.
+        """The execute span: always the root of a new trace, whose id and sampling the host's
+        provider decides. A valid W3C ``traceparent`` in ``carrier`` (as an MCP client sends it in
+        ``_meta``) is only *linked*: the link names its trace and span id, never its flags or its
+        ``tracestate`` (a tenant's context may not turn tracing off, pick the host's trace id, or put
+        its state on the host's spans).
 
         Args:
             subject_id: the subject id (hashed or left out as configured).
-            carrier: the request's trace context, if any (values over
-                :data:`MAX_TRACE_HEADER_BYTES` are ignored).
+            carrier: the request's trace context, if any (a value over
+                :data:`MAX_TRACE_HEADER_BYTES` is ignored).
 
         Returns:
             The execute's trace.
         """
-        parent = None
-        if carrier:
-            headers = {
-                key: value
-                for key in ("traceparent", "tracestate")
-                if isinstance(value := carrier.get(key), str) and len(value) <= MAX_TRACE_HEADER_BYTES
-            }
-            if "traceparent" in headers:
-                parent = self._propagator.extract(headers)
+        links = []
+        claimed = self._claimed(carrier)
+        if claimed is not None:
+            links.append(self._api.Link(claimed))
         attributes: dict[str, Any] = {"codemode.runtime": self._runtime}
         if self._subject == "hash":
             attributes["codemode.subject"] = subject_hash(subject_id)
         root = self._tracer.start_span(
             "codemode.execute",
-            context=parent,
+            context=self._context_api.Context(),  # a new trace, whatever context is current
             kind=self._api.SpanKind.SERVER,
             attributes=attributes,
+            links=links,
         )
         return ExecuteTrace(self._tracer, root, self._api.set_span_in_context(root), self._api)
+
+    def _claimed(self, carrier: Mapping[str, Any] | None) -> Any:
+        """The span a client's ``traceparent`` names, without its flags or state (None: none valid)."""
+        value = carrier.get("traceparent") if carrier else None
+        if not isinstance(value, str) or len(value) > MAX_TRACE_HEADER_BYTES:
+            return None
+        sent = self._api.get_current_span(self._propagator.extract({"traceparent": value})).get_span_context()
+        if not sent.is_valid:
+            return None
+        return self._api.SpanContext(sent.trace_id, sent.span_id, is_remote=True)
