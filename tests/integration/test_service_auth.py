@@ -25,6 +25,8 @@ from .support_service import (
     call,
     make_jwt_issuer,
     mcp_client,
+    metric,
+    scrape,
     service,
     settings,
     write_token_file,
@@ -236,6 +238,42 @@ async def test_jwt_refusals(tmp_path: Path) -> None:
         assert authorizer.calls == []
 
 
+async def test_jwt_lifetime_is_bounded(tmp_path: Path) -> None:
+    """Found by review: a JWT of any lifetime was accepted (``exp`` = 10^20 passed, no ``iat``
+    needed). ``iat`` and ``exp`` are required and ``exp - iat`` may not exceed
+    ``jwt_max_lifetime_seconds`` (24 h by default)."""
+    issuer = make_jwt_issuer(tmp_path)
+    now = int(time.time())
+    without_iat = jwt.encode(
+        {"sub": "eve", "iss": "https://issuer.test", "aud": AUDIENCE, "exp": now + 300},
+        issuer.key,
+        algorithm="RS256",
+        headers={"kid": issuer.kid},
+    )
+    refused = {
+        "exp 10^20": issuer.token("eve", exp=10**20),
+        "no iat": without_iat,
+        "25 h": issuer.token("eve", exp_in=25 * 3600),
+        "iat long ago": issuer.token("eve", iat=now - 30 * 86400, exp_in=300),
+    }
+    async with service(jwt_settings(issuer.jwks_path)) as srv:
+        seen = {
+            label: (await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {t}")).status_code
+            for label, t in refused.items()
+        }
+        assert seen == dict.fromkeys(refused, 401)
+        ok = await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {issuer.token('dave', exp_in=23 * 3600)}")
+        assert ok.status_code == 200
+        samples = await scrape(srv.metrics_url)
+        assert metric(samples, "codemode_auth_failures_total", reason="lifetime_too_long") == 3
+        assert metric(samples, "codemode_auth_failures_total", reason="missing_claim") == 1
+    # A shorter bound, set by the operator.
+    async with service(jwt_settings(issuer.jwks_path, jwt_max_lifetime_seconds=600)) as srv:
+        long = await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {issuer.token('dave', exp_in=900)}")
+        short = await raw_post(srv.mcp_url, INITIALIZE, f"Bearer {issuer.token('dave', exp_in=300)}")
+        assert (long.status_code, short.status_code) == (401, 200)
+
+
 # --------------------------------------------------------------------------------------------------
 # stateful MCP sessions
 # --------------------------------------------------------------------------------------------------
@@ -321,7 +359,8 @@ async def test_jwt_from_a_jwks_url_with_es256_and_key_rotation(tmp_path: Path) -
         return JSONResponse(published)
 
     def token(key: Any, kid: str, sub: str) -> str:
-        claims = {"sub": sub, "iss": "https://issuer.test", "aud": AUDIENCE, "exp": int(time.time()) + 60}
+        now = int(time.time())
+        claims = {"sub": sub, "iss": "https://issuer.test", "aud": AUDIENCE, "iat": now, "exp": now + 60}
         return jwt.encode(claims, key, algorithm="ES256", headers={"kid": kid})
 
     async with running(Starlette(routes=[Route("/jwks.json", jwks)])) as idp:

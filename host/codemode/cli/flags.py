@@ -35,6 +35,7 @@ HTTP_ONLY = frozenset(
         "jwt_audience",
         "jwt_algorithms",
         "jwt_leeway_seconds",
+        "jwt_max_lifetime_seconds",
         "jwks_cache_seconds",
         "mcp_stateless",
         "mcp_json_response",

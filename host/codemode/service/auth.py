@@ -6,8 +6,9 @@ Two authenticators:
   subject ids (no plaintext token at rest). The presented token is hashed and compared with every
   entry in constant time. The file is re-read when it changes (token rotation without a restart).
 - :class:`JWTAuthenticator`: a signed JWT (RS*/PS*/ES*/EdDSA only, never ``none`` or HMAC) checked
-  against a JWKS from a file or an https URL, with the configured issuer and audience; ``exp`` and
-  ``sub`` are required and ``sub`` is the subject id.
+  against a JWKS from a file or an https URL, with the configured issuer and audience; ``iat``,
+  ``exp`` and ``sub`` are required, ``exp - iat`` is at most ``max_lifetime`` (a token that lives
+  for ever is a credential that cannot be revoked), and ``sub`` is the subject id.
 
 :class:`BearerAuthMiddleware` is pure ASGI (streaming responses pass straight through). A request
 without a valid token gets ``401`` with ``WWW-Authenticate: Bearer`` and never reaches the MCP
@@ -247,8 +248,9 @@ def _alg_fits(key: _Key, alg: str) -> bool:
 
 
 class JWTAuthenticator:
-    """JWTs signed by a key of a configured JWKS, for one issuer and audience (``exp``, ``iss``,
-    ``aud`` and ``sub`` required; ``sub`` must be a valid subject id).
+    """JWTs signed by a key of a configured JWKS, for one issuer and audience (``iat``, ``exp``,
+    ``iss``, ``aud`` and ``sub`` required; ``exp - iat`` at most ``max_lifetime``; ``sub`` must be a
+    valid subject id).
 
     Args:
         issuer: the required ``iss``.
@@ -256,7 +258,9 @@ class JWTAuthenticator:
         algorithms: the signing algorithms accepted.
         jwks_file: the key set's file (exactly one of this and ``jwks_url``).
         jwks_url: the key set's URL.
-        leeway: seconds of clock skew allowed on ``exp``/``nbf``.
+        leeway: seconds of clock skew allowed on ``exp``/``nbf``/``iat``.
+        max_lifetime: the most seconds from ``iat`` to ``exp`` (a longer-lived token is refused as
+            ``lifetime_too_long``).
         cache_seconds: seconds a key set is kept before it is read again.
         min_refresh_interval: least seconds between reads forced by an unknown key id.
         fetch_timeout: seconds a URL fetch may take.
@@ -274,6 +278,7 @@ class JWTAuthenticator:
         jwks_file: Path | None = None,
         jwks_url: str | None = None,
         leeway: float = 30.0,
+        max_lifetime: float = 86400.0,
         cache_seconds: float = 300.0,
         min_refresh_interval: float = 30.0,
         fetch_timeout: float = 5.0,
@@ -286,6 +291,7 @@ class JWTAuthenticator:
         self.jwks_file = jwks_file
         self.jwks_url = jwks_url
         self.leeway = leeway
+        self.max_lifetime = max_lifetime
         self.cache_seconds = cache_seconds
         self.min_refresh_interval = min_refresh_interval
         self.fetch_timeout = fetch_timeout
@@ -410,7 +416,7 @@ class JWTAuthenticator:
                 audience=self.audience,
                 issuer=self.issuer,
                 leeway=self.leeway,
-                options={"require": ["exp", "iss", "aud", "sub"], "verify_signature": True},
+                options={"require": ["iat", "exp", "iss", "aud", "sub"], "verify_signature": True},
             )
         except jwt.ExpiredSignatureError:
             raise AuthFailure("expired") from None
@@ -424,6 +430,9 @@ class JWTAuthenticator:
             raise AuthFailure("bad_signature") from None
         except jwt.PyJWTError:
             raise AuthFailure("invalid_token") from None
+        # PyJWT checked that both are integers (``int()`` accepts them) and iat is not in the future.
+        if int(claims["exp"]) - int(claims["iat"]) > self.max_lifetime:
+            raise AuthFailure("lifetime_too_long")
         sub = claims.get("sub")
         if not isinstance(sub, str) or not valid_subject(sub):
             # The token-file rule: printable, no surrounding spaces, 1-256 characters.
@@ -455,6 +464,7 @@ def build_authenticator(settings: Settings) -> TokenFileAuthenticator | JWTAuthe
         jwks_file=settings.jwks_file,
         jwks_url=settings.jwks_url,
         leeway=settings.jwt_leeway_seconds,
+        max_lifetime=settings.jwt_max_lifetime_seconds,
         cache_seconds=settings.jwks_cache_seconds,
     )
 

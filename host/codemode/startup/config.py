@@ -260,6 +260,11 @@ class Settings(BaseSettings):
         default_factory=lambda: ["RS256", "ES256"], description="accepted JWT algorithms"
     )
     jwt_leeway_seconds: float = Field(30.0, ge=0, le=300, description="clock leeway in seconds")
+    jwt_max_lifetime_seconds: float = Field(
+        86400.0,
+        gt=0,
+        description="longest JWT lifetime accepted (exp - iat, both required); a longer one is refused",
+    )
     jwks_cache_seconds: float = Field(300.0, gt=0, description="seconds a fetched JWKS is kept")
 
     # ---------------------------------------------------------------------------- catalog & policy
@@ -473,7 +478,8 @@ class Settings(BaseSettings):
     max_sessions_per_subject: int = Field(
         50,
         gt=0,
-        description="stateful mode: open MCP sessions of one subject (less than max_sessions); more get 429",
+        description="stateful mode: open MCP sessions of one subject (less than max_sessions); one more "
+        "closes the subject's session idle the longest, or gets 429 when none is idle",
     )
     session_idle_timeout: float = Field(
         300.0,
