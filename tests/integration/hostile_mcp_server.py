@@ -22,6 +22,8 @@ Tools:
   CPU while the server stays responsive);
 * ``hog(text)``: starts ``text`` child processes that each allocate and touch 48 MiB, holds them a
   second and answers how many of them managed it (a server that forks: ``npx``, a shell tool, a worker pool).
+* ``noise(text)``: writes ``text`` as one line to its stderr; ``flood`` writes 20 MB there first
+  (200,000 lines of 100 bytes, then one line of 2 MiB) as fast as it can, and answers once written.
 
 Every call is appended to ``HOSTILE_LOG`` (one line per call: tool name) when that is set.
 """
@@ -57,6 +59,7 @@ TOOLS = [
         ("slow", "Answer after some seconds.", True),
         ("burn", "Spin in a thread, answer at once.", False),
         ("hog", "Children holding memory.", True),
+        ("noise", "Write to stderr.", True),
     ]
 ]
 
@@ -151,6 +154,15 @@ def call(request_id: object, name: str, arguments: dict[str, object]) -> None:
         answer(request_id, text_result("burning"))
     elif name == "hog":
         answer(request_id, text_result(hog(int(text))))
+    elif name == "noise":
+        if text == "flood":
+            line = b"x" * 99 + b"\n"
+            for _ in range(200):
+                sys.stderr.buffer.write(line * 1000)
+            sys.stderr.buffer.write(b"y" * (2 << 20) + b"\n")
+        sys.stderr.buffer.write(text.encode() + b"\n")
+        sys.stderr.buffer.flush()
+        answer(request_id, text_result("written"))
     else:
         write(
             json.dumps(

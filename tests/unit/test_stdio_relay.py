@@ -19,7 +19,7 @@ import time
 import pytest
 
 from codemode_capabilities.mcp import stdio_relay
-from codemode_capabilities.mcp.stdio_relay import EXIT_USAGE, Relay, relay
+from codemode_capabilities.mcp.stdio_relay import EXIT_USAGE, Relay, StderrGate, relay
 
 #: As the upstream pack starts it: the file, isolated mode.
 RELAY = [sys.executable, "-I", str(stdio_relay.__file__)]
@@ -358,3 +358,65 @@ def test_descendants_and_their_resident_memory() -> None:
         finally:
             for pid in reversed(tree):  # the grandchild would outlive the relay
                 os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- the server's stderr
+
+
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_stderr_lines_are_cut_and_their_rate_is_bounded() -> None:
+    clock = Clock()
+    gate = StderrGate(line_bytes=10, burst=3, rate=2.0, clock=clock)
+    out = gate.feed(b"one\ntwo\n" + b"z" * 25 + b"\nfour\nfive\n")
+    assert out == b"one\ntwo\nzzzzzzzzzz [15 more bytes cut]\n"  # the burst; four and five dropped
+    clock.now = 1.0  # two lines' worth refilled
+    out = gate.feed(b"six\nseven\neight\n")
+    assert out == (
+        b"codemode stdio relay: dropped 2 line(s) (10 bytes) of the server's stderr: over 3 at once "
+        b"and 2 a second\nsix\nseven\n"
+    )
+    assert gate.end() == (
+        b"codemode stdio relay: dropped 1 line(s) (6 bytes) of the server's stderr: over 3 at once "
+        b"and 2 a second\n"
+    )
+
+
+def test_stderr_passes_the_same_whatever_the_reads() -> None:
+    stream = b"a" * 3000 + b"\nshort\n" + b"b" * 70 + b"\nlast without newline"
+    outputs = set()
+    for cut in range(0, len(stream), 97):
+        gate = StderrGate(line_bytes=64, burst=10, rate=1.0, clock=Clock())
+        outputs.add(gate.feed(stream[:cut]) + gate.feed(stream[cut:]) + gate.end())
+    assert outputs == {
+        b"a" * 64 + b" [2936 more bytes cut]\nshort\n" + b"b" * 64 + b" [6 more bytes cut]\n"
+        b"last without newline\n"
+    }
+
+
+def test_main_passes_a_bounded_part_of_a_servers_stderr_flood() -> None:
+    """20 MB on the server's stderr (lines of 100 bytes, then a line of 2 MiB): the relay's own
+    stderr gets the burst, cut lines and the count of what it dropped."""
+    server = (
+        "import sys\n"
+        "for _ in range(200):\n    sys.stderr.buffer.write((b'x' * 99 + b'\\n') * 1000)\n"
+        "sys.stderr.buffer.write(b'y' * (2 << 20) + b'\\n')\n"
+        "print('done')\n"
+    )
+    done = subprocess.run(
+        [*RELAY, "1000", "--", sys.executable, "-c", server], capture_output=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, b"done\n")
+    lines = done.stderr.splitlines()
+    print(f"server stderr 20,000,000+ bytes; passed {len(done.stderr)} bytes in {len(lines)} lines")
+    assert len(lines) < 2 * stdio_relay.STDERR_BURST and len(done.stderr) < 128 * 1024
+    assert any(b"dropped" in line for line in lines)
+    assert all(len(line) <= stdio_relay.STDERR_LINE_BYTES + 100 for line in lines)

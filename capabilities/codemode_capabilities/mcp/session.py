@@ -2,17 +2,20 @@
 (:class:`UpstreamSession`), both on the pack's own event loop (``loop``).
 
 A stdio server runs behind ``stdio_relay`` (bounded messages, valid UTF-8, resource limits on the
-server process). The session watches its transport: when the server ends the connection (it exited,
-or closed its output), or the pool finds it stuck (``pool``), the host logs why and marks the
-session dead, so the next call starts the server again instead of failing. Every death is reported
-once (``on_death``) with the subjects it is charged to: the subject of the oldest call still
-unanswered then, else of the last call, else the session's own subject; the pool bounds the
-restarts each subject may cause.
+server process, its stderr cut and rate-limited). What the relay passes of the server's stderr the
+session logs line by line as its subject (``codemode.authz.with_subject``), so the service's log
+limiter keys each line by the subject whose server wrote it. The session watches its transport: when
+the server ends the connection (it exited, or closed its output), or the pool finds it stuck
+(``pool``), the host logs why and marks the session dead, so the next call starts the server again
+instead of failing. Every death is reported once (``on_death``) with the subjects it is charged to:
+the subject of the oldest call still unanswered then, else of the last call, else the session's own
+subject; the pool bounds the restarts each subject may cause.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import itertools
 import logging
@@ -24,6 +27,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from codemode import authz
 from codemode.packs import UpstreamBuildError
 
 from . import stdio_relay
@@ -49,6 +53,10 @@ MAX_LIST_PAGES = 100
 _RELAY = ("-I", stdio_relay.__file__)
 
 
+#: Bytes of one line read from a relay's stderr (the relay passes at most about 1 KiB of a line).
+_STDERR_LINE_LIMIT = 8 * 1024
+#: Seconds a closed session's stderr reader gets to log the relay's last lines.
+_STDERR_GRACE = 5.0
 #: Seconds a closing connection gets to end (the MCP client's stdio shutdown: close stdin, wait 2 s,
 #: SIGTERM to the process group, SIGKILL 2 s later).
 _CLOSE_TIMEOUT = 10.0
@@ -261,7 +269,23 @@ class UpstreamSession:
                 cwd=launch.cwd,
                 encoding_error_handler="replace",  # the relay already made every line valid UTF-8
             )
-            return stack.enter_async_context(Client(self._watched(stdio_client(params)), mode="legacy"))
+            # The relay's stderr (the server's, gated by the relay) becomes log records of this
+            # session's subject; read in a context of its own, so no caller's subject is borrowed.
+            read_end, write_end = os.pipe()
+            errlog = os.fdopen(write_end, "w")
+            reader = asyncio.get_running_loop().create_task(
+                self._log_stderr(read_end), context=contextvars.Context()
+            )
+            stack.push_async_callback(_finish_reading, reader)  # after the client has closed
+
+            async def stdio() -> Any:
+                try:
+                    transport = stdio_client(params, errlog=errlog)
+                    return await stack.enter_async_context(Client(self._watched(transport), mode="legacy"))
+                finally:
+                    errlog.close()  # the relay holds its own copy: its exit ends the reader
+
+            return stdio()
 
         async def http() -> Any:
             import httpx2
@@ -283,6 +307,34 @@ class UpstreamSession:
             return await stack.enter_async_context(Client(transport, mode="legacy"))
 
         return http()
+
+    async def _log_stderr(self, read_end: int) -> None:
+        """Log each line of the relay's stderr as this session's subject (the relay bounds lines and
+        their rate; a longer line than it ever passes is dropped here), until the relay exits."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_STDERR_LINE_LIMIT, loop=loop)
+        pipe = os.fdopen(read_end, "rb", buffering=0)
+        try:
+            transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        except BaseException:
+            pipe.close()
+            raise
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # over the limit: dropped
+                    continue
+                if not line:
+                    return
+                text = line.rstrip(b"\n").decode("utf-8", "replace")
+                if self.subject is None:  # the host's own session, or a shared one
+                    log.info("%s stderr: %r", self.label, text)
+                    continue
+                with authz.with_subject(authz.Subject(self.subject)):  # the limiter's key
+                    log.info("%s stderr: %r", self.label, text)
+        finally:
+            transport.close()
 
     @asynccontextmanager
     async def _watched(self, inner: Any) -> AsyncIterator[Any]:
@@ -461,6 +513,17 @@ def check_command(command: str, path: str | None, cwd: str | None) -> None:
     if any(os.path.exists(c) for c in candidates):  # a directory, or a file that cannot run
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+
+
+async def _finish_reading(reader: asyncio.Task[None]) -> None:
+    """Let a session's stderr reader log the relay's last lines (it ends when the relay exits)."""
+    try:
+        async with asyncio.timeout(_STDERR_GRACE):
+            await asyncio.shield(reader)
+    except TimeoutError:
+        reader.cancel()
+    except Exception as exc:
+        log.warning("upstream stderr reader failed: %s", brief(exc))
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

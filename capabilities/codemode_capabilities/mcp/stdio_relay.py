@@ -28,6 +28,12 @@ resident memory is summed every 100 ms, and past the bound all of them are kille
 the relay says so on stderr; the sum counts pages they share once per process (it can only
 overstate), and a process that leaves the tree (a double fork) is no longer counted.
 
+The server's stderr is not the host's: the relay reads it and passes each line on to its own stderr
+(which the pack reads and logs, ``session``), cut to :data:`STDERR_LINE_BYTES` and at most
+:data:`STDERR_BURST` lines at once and :data:`STDERR_RATE` a second after that (:class:`StderrGate`);
+what it drops it counts and says in one line. So a server that writes megabytes there costs the host
+a few lines, whoever steers it.
+
 It stays small on purpose: one process, blocking reads, nothing but the standard library (the pack
 runs this file with ``python -I``, so it needs no ``PYTHONPATH``). The server dies with it
 (``PR_SET_PDEATHSIG``) and, like it, belongs to the process group the client terminates.
@@ -50,8 +56,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
-__all__ = ["EXIT_USAGE", "Relay", "descendants", "main", "relay", "resident_bytes", "watch_tree"]
+__all__ = [
+    "EXIT_USAGE",
+    "STDERR_BURST",
+    "STDERR_LINE_BYTES",
+    "STDERR_RATE",
+    "Relay",
+    "StderrGate",
+    "descendants",
+    "main",
+    "pass_stderr",
+    "relay",
+    "resident_bytes",
+    "say",
+    "watch_tree",
+]
 
 #: The exit status for a usage error.
 EXIT_USAGE = 2
@@ -72,6 +93,14 @@ _RESPONSE_ID = re.compile(
 )
 _TOO_LARGE = -32603  # JSON-RPC "internal error"
 _TREE_PERIOD = 0.1  # seconds between two sums of the server tree's memory
+#: Bytes of one line of the server's stderr passed on (the rest of the line is counted, not passed).
+STDERR_LINE_BYTES = 1024
+#: Lines of the server's stderr passed on at once ...
+STDERR_BURST = 50
+#: ... and per second after that (a token bucket).
+STDERR_RATE = 5.0
+_STDERR_GRACE = 1.0  # seconds the server's last stderr lines get once it has exited
+_SAYING = threading.Lock()  # one line at a time on the relay's own stderr
 
 
 def _prepare_child(relay_pid: int, limits: dict[int, int]) -> None:
@@ -157,7 +186,7 @@ class Relay:
             pass
         self.replaced += 1
         if self.replaced == 1:
-            print("codemode stdio relay: replaced invalid UTF-8 in a server message", file=sys.stderr)
+            say(b"codemode stdio relay: replaced invalid UTF-8 in a server message\n")
         fixed = message.decode("utf-8", "replace").encode("utf-8")
         return fixed + end if len(fixed) <= self.limit else self._drop(fixed[:256])
 
@@ -169,6 +198,121 @@ class Relay:
         message = f"upstream message over {self.limit} bytes (dropped by the codemode relay)"
         error = {"code": _TOO_LARGE, "message": message}
         return b'{"jsonrpc":"2.0","id":' + found.group(1) + b',"error":' + json.dumps(error).encode() + b"}\n"
+
+
+def say(data: bytes) -> None:
+    """Write whole lines to the relay's own stderr, one writer at a time (a host that went away is
+    not an error).
+
+    Args:
+        data: the lines, each ending in a newline.
+    """
+    with _SAYING, contextlib.suppress(OSError):
+        _write_all(sys.stderr.fileno(), data)
+
+
+class StderrGate:
+    """What of the server's stderr is passed on: each line cut to ``line_bytes``, at most ``burst``
+    lines at once and ``rate`` a second after that; the lines it drops are counted and said in one
+    line before the next line it passes, and at the end.
+
+    Args:
+        line_bytes: bytes of one line passed on (newline excluded).
+        burst: lines passed on at once.
+        rate: lines passed on per second after the burst.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        line_bytes: int = STDERR_LINE_BYTES,
+        burst: int = STDERR_BURST,
+        rate: float = STDERR_RATE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.line_bytes = line_bytes
+        self.burst = burst
+        self.rate = rate
+        self.clock = clock
+        self.dropped_lines = 0
+        self.dropped_bytes = 0
+        self._line = bytearray()  # the line under way, at most ``line_bytes``
+        self._cut = 0  # bytes of it past ``line_bytes``
+        self._tokens = float(burst)
+        self._seen = clock()
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to pass on for ``data``.
+
+        Args:
+            data: the next bytes the server wrote to its stderr.
+
+        Returns:
+            The lines completed in them that pass (cut ones marked), each after a count of what was
+            dropped before it, if anything was.
+        """
+        out = bytearray()
+        *complete, tail = data.split(b"\n")
+        for segment in complete:
+            self._add(segment)
+            out += self._finish()
+        self._add(tail)
+        return bytes(out)
+
+    def end(self) -> bytes:
+        """At the end of the server's stderr: a last line without a newline, and the count of what
+        was dropped.
+
+        Returns:
+            The bytes to pass on.
+        """
+        last = self._finish() if self._line or self._cut else b""
+        return last + self._summary()
+
+    def _add(self, segment: bytes) -> None:
+        room = max(0, self.line_bytes - len(self._line))
+        self._line += segment[:room]
+        self._cut += max(0, len(segment) - room)
+
+    def _finish(self) -> bytes:
+        line, cut = bytes(self._line), self._cut
+        self._line.clear()
+        self._cut = 0
+        now = self.clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._seen) * self.rate)
+        self._seen = now
+        if self._tokens < 1:
+            self.dropped_lines += 1
+            self.dropped_bytes += len(line) + cut + 1
+            return b""
+        self._tokens -= 1
+        marker = f" [{cut} more bytes cut]".encode() if cut else b""
+        return self._summary() + line + marker + b"\n"
+
+    def _summary(self) -> bytes:
+        if not self.dropped_lines:
+            return b""
+        text = (
+            f"codemode stdio relay: dropped {self.dropped_lines} line(s) ({self.dropped_bytes} bytes) of "
+            f"the server's stderr: over {self.burst} at once and {self.rate:g} a second\n"
+        )
+        self.dropped_lines = self.dropped_bytes = 0
+        return text.encode()
+
+
+def pass_stderr(source: int, gate: StderrGate) -> None:
+    """Pass the server's stderr on through ``gate`` until end of file.
+
+    Args:
+        source: the read end of the server's stderr.
+        gate: what decides what passes.
+    """
+    with contextlib.suppress(OSError):
+        while data := os.read(source, _CHUNK):
+            passed = gate.feed(data)
+            if passed:
+                say(passed)
+    say(gate.end())
 
 
 def descendants(pid: int) -> list[int]:
@@ -229,11 +373,9 @@ def watch_tree(server: subprocess.Popen[bytes], limit: int) -> None:
         pids = descendants(server.pid)
         held = resident_bytes(pids)
         if held > limit:
-            print(
+            say(
                 f"codemode stdio relay: the server's {len(pids)} process(es) held {held} bytes, over "
-                f"--tree-memory={limit}: killed",
-                file=sys.stderr,
-                flush=True,
+                f"--tree-memory={limit}: killed\n".encode()
             )
             for pid in pids:
                 with contextlib.suppress(OSError):
@@ -310,33 +452,31 @@ def main(argv: list[str]) -> int:
         server = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
             preexec_fn=functools.partial(_prepare_child, os.getpid(), limits),
         )
     except OSError as exc:
         print(f"codemode stdio relay: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
-    assert server.stdout is not None
+    assert server.stdout is not None and server.stderr is not None
+    errors = threading.Thread(target=pass_stderr, args=(server.stderr.fileno(), StderrGate()), daemon=True)
+    errors.start()
     if tree_memory:
         threading.Thread(target=watch_tree, args=(server, tree_memory), daemon=True).start()
     with contextlib.suppress(BrokenPipeError):  # the client went away: nothing more to pass on
         state = relay(server.stdout.fileno(), sys.stdout.fileno(), limit)
         if state.dropped:
-            print(
-                f"codemode stdio relay: dropped {state.dropped} message(s) over {limit} bytes",
-                file=sys.stderr,
-            )
+            say(f"codemode stdio relay: dropped {state.dropped} message(s) over {limit} bytes\n".encode())
         if state.replaced:
-            print(
-                f"codemode stdio relay: replaced invalid UTF-8 in {state.replaced} message(s)",
-                file=sys.stderr,
-            )
+            say(f"codemode stdio relay: replaced invalid UTF-8 in {state.replaced} message(s)\n".encode())
     server.stdout.close()  # a server still writing gets EPIPE instead of blocking forever
     # The client sees the end now, not when the server exits (fd 1 stays valid for the interpreter).
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     status = server.wait()
+    errors.join(_STDERR_GRACE)  # its last lines (a child of the server may still hold the pipe)
     return 128 - status if status < 0 else status  # killed by a signal: 128 + its number, like a shell
 
 
