@@ -1,5 +1,6 @@
-"""The Host and Origin allow-lists (issue 19 §2): each works on its own, an empty list is off.
-Real uvicorn; raw HTTP and the official MCP client."""
+"""The Host and Origin allow-lists (issue 19 §2): each works on its own, an empty list is off, but
+for a service listening on loopback an empty ``allowed_hosts`` means the loopback names (issue 31
+§10). Real uvicorn; raw HTTP and the official MCP client."""
 
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ async def _status(url: str, token: str, **headers: str) -> int:
                 ({"Host": "127.0.0.1:80.evil.example"}, 421),
             ],
         ),
-        # Before: every request got 421 (the empty host list refused every Host).
+        # Before: every request got 421 (the empty host list refused every Host). Listening on every
+        # interface: no Host check by default.
         (
-            {"allowed_origins": ["http://app.example", "http://localhost:*"]},
+            {"allowed_origins": ["http://app.example", "http://localhost:*"], "host": "0.0.0.0"},
             [
                 ({}, 200),
                 ({"Host": "whatever.example"}, 200),
@@ -80,3 +82,34 @@ async def test_each_allow_list_works_on_its_own(
         for headers, status in cases:
             if status in (403, 421):
                 assert await _status(srv.mcp_url, "no-such-token", **headers) == status
+
+
+async def test_on_loopback_only_loopback_names_pass_by_default(tmp_path: Path) -> None:
+    """Found by review: DNS-rebinding protection was off without --allowed-host, so a page of
+    evil.example whose name resolved to 127.0.0.1 reached a service listening there."""
+    tokens = write_token_file(tmp_path, ["alice"])
+    async with service(settings(token_file=tokens.path, packs=[PACK_SPEC])) as srv:
+        port = srv.mcp_url.split(":")[2].split("/")[0]
+        cases = {
+            f"127.0.0.1:{port}": 200,
+            f"localhost:{port}": 200,
+            f"[::1]:{port}": 200,
+            "localhost": 200,
+            "127.0.0.1": 200,
+            f"evil.example:{port}": 421,
+            "evil.example": 421,
+            f"localhost.evil.example:{port}": 421,
+            f"127.0.0.1.nip.io:{port}": 421,
+            f"127.0.0.1:{port}.evil.example": 421,
+        }
+        got = {host: await _status(srv.mcp_url, tokens["alice"], Host=host) for host in cases}
+        assert got == cases
+        # Refused before authentication.
+        assert await _status(srv.mcp_url, "no-such-token", Host="evil.example") == 421
+        assert await execute(srv.mcp_url, tokens["alice"], ECHO) == {"result": "x"}
+    # An explicit list replaces the default.
+    async with service(
+        settings(token_file=tokens.path, packs=[PACK_SPEC], allowed_hosts=["mcp.example"])
+    ) as srv:
+        assert await _status(srv.mcp_url, tokens["alice"], Host="mcp.example") == 200
+        assert await _status(srv.mcp_url, tokens["alice"], Host="localhost") == 421

@@ -62,7 +62,7 @@ from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .connections import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
-from .hosts import HostOriginCheck
+from .hosts import HostOriginCheck, allowed_hosts_for
 from .jsonrpc import JSONRPCBodyCheck
 from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
 from .logconfig import configure_logging
@@ -264,7 +264,7 @@ class Service:
                 on_success=connection_authenticated,
                 gate=self._accepting,
             ),
-            allowed_hosts=settings.allowed_hosts,
+            allowed_hosts=allowed_hosts_for(settings.allowed_hosts, settings.host),
             allowed_origins=settings.allowed_origins,
         )
         self.proxies = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)

@@ -489,7 +489,9 @@ class Settings(BaseSettings):
     )
     max_request_body_bytes: int = Field(1024 * 1024, gt=0, description="bytes of one HTTP request body")
     allowed_hosts: StrList = Field(
-        default_factory=list, description="Host header allow-list (host:port or host:*); empty = off"
+        default_factory=list,
+        description="Host header allow-list (host:port or host:*); empty = the loopback names when "
+        "host is a loopback address, else off",
     )
     allowed_origins: StrList = Field(default_factory=list, description="Origin allow-list; empty = off")
     max_open_requests_per_subject: int = Field(
