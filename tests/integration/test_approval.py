@@ -83,7 +83,7 @@ async def test_an_explicit_accept_runs_the_call_and_the_user_sees_a_host_built_q
         (message,) = user.messages
         assert "Capability: records.delete\n" in message
         assert "What it does: Delete one of your records by its id.\n" in message
-        assert "Arguments (values written by the program): id=1\n" in message
+        assert "Arguments (values written by the program, one per line, as JSON):\nid: 1\n" in message
         assert "PROGRAM_TEXT_MARKER" not in message and "records.create" not in message
         assert len(message.encode()) <= MAX_MESSAGE_BYTES
         (params,) = user.asked
@@ -97,7 +97,7 @@ async def test_an_explicit_accept_runs_the_call_and_the_user_sees_a_host_built_q
 
 
 @MODES
-async def test_the_arguments_are_rendered_on_one_line_and_cut(mode: str) -> None:
+async def test_each_argument_is_rendered_on_its_own_line_as_json(mode: str) -> None:
     server, _ = served()
     user = User(answer=types.ElicitResult(action="decline"))
     try:
@@ -109,13 +109,10 @@ async def test_the_arguments_are_rendered_on_one_line_and_cut(mode: str) -> None
             )
             assert error_text(await call(c, "execute", source=src)) == "permission denied"
         (message,) = user.messages
-        assert "\x1b" not in message and message.count("\n") == 4, message
-        line = message.splitlines()[3]
-        # JSON: a line break or an escape sequence is shown as its escape, never acted on
-        assert line.startswith(
-            'Arguments (values written by the program): id=1, title="line\\nbreak\\u001b[2Jyyy'
-        )
-        assert line.endswith("…") and len(line.encode()) < 200
+        assert "\x1b" not in message and message.count("\n") == 6, message
+        # JSON: a line break or an escape sequence is shown as its escape, never acted on; a call
+        # this short is shown whole
+        assert message.splitlines()[4:6] == ["id: 1", 'title: "line\\nbreak\\u001b[2J' + "y" * 300 + '"']
     finally:
         await server.aclose()
 
@@ -271,7 +268,9 @@ async def test_without_an_approver_the_library_declines() -> None:
         yes = Yes()
         run = await server.run(create_then_delete(), subject=subject, approver=yes)
         assert run.value == {"id": 2, "deleted": True}
-        assert [(r.capability, r.arguments) for r in yes.requests] == [("records.delete", "id=2")]
+        assert [(r.capability, r.arguments, r.hidden) for r in yes.requests] == [
+            ("records.delete", "id: 2", 0)
+        ]
     finally:
         await server.aclose()
 

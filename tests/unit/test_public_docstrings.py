@@ -70,6 +70,7 @@ MODULES = (
     "codemode.common.outcomes",
     "codemode.execution.admission",
     "codemode.execution.approval",
+    "codemode.execution.approval_text",
     "codemode.execution.context",
     "codemode.execution.execute",
     "codemode.execution.frames",

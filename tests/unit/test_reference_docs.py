@@ -176,11 +176,12 @@ def test_asking_the_user_is_documented_exactly() -> None:
     for answer in get_args(observe.ApprovalAnswer):
         if answer:
             assert f"`{answer}`" in text, answer
-    assert (
-        f"each cut to {approval.MAX_VALUE_TEXT} bytes and the whole list to {approval.MAX_ARGUMENTS_TEXT}"
-        in text
-    )
-    assert f"at most {approval.MAX_MESSAGE_BYTES:,} bytes" in text
+    assert f"A call whose argument lines fit in {approval.MAX_ARGUMENTS_TEXT:,} bytes is shown whole" in text
+    assert f"The whole message is at most {approval.MAX_MESSAGE_BYTES:,} bytes" in text
+    assert f"summary from the catalog (cut to {approval.MAX_SUMMARY_TEXT} bytes)" in text
+    hidden = approval.ApprovalRequest("records.update", "s", "id: 1", 1234).message.split("\n")[0]
+    assert f"`{hidden.replace('1,234', 'N')}`" in text
+    assert "`… [N bytes not shown]`" in text and "`… [K more arguments, N bytes, not shown]`" in text
     (field,) = mcp_approval.APPROVAL_SCHEMA["required"]
     assert (
         f"one required boolean, `{field}`" in text
@@ -188,7 +189,7 @@ def test_asking_the_user_is_documented_exactly() -> None:
     )
     assert f'`{{"{field}": true}}`' in text
     assert f'"{retries.UNKNOWN_STATE}"' in text and f"waits {retries.RESULT_GRACE:.0f} s" in text
-    example = approval.ApprovalRequest("records.delete", "Delete one of your records by its id.", "id=1")
+    example = approval.ApprovalRequest("records.delete", "Delete one of your records by its id.", "id: 1")
     assert "```\n" + example.message + "\n```" in page("authorization.md")
     for name in ("max_approval_time", "max_pending_approvals"):
         assert f"`{name}`" in text and f"`{name}`" in flat("limits.md")

@@ -4,36 +4,37 @@
 When the policy answers "ask" for a call (``authz.AskUser``), the execute pipeline builds an
 :class:`ApprovalRequest` and hands it to the execute's :class:`Approver` (the MCP front end asks
 through the client). The request holds only what the host itself wrote: the capability's dotted
-name and summary from the catalog, and a short description of the bound arguments rendered by the
-host (:func:`describe_arguments`: keys in the capability's order, each value as compact JSON cut to
-a bound, the whole cut to :data:`MAX_ARGUMENTS_TEXT` bytes). Never the program's text. The values
-still come from the program, so the message says so.
+name and summary from the catalog, and the bound arguments as the host renders them
+(codemode.execution.approval_text: one per line, look-alikes of its syntax escaped, bounded, every
+cut stated). Never the program's text. The values still come from the program, so the message says
+so; and when part of the call is not shown, its first line says how much.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from .approval_text import MAX_ARGUMENTS_TEXT, render_arguments
 from .observe import ApprovalAnswer
 
 __all__ = [
     "MAX_ARGUMENTS_TEXT",
     "MAX_MESSAGE_BYTES",
-    "MAX_VALUE_TEXT",
+    "MAX_SUMMARY_TEXT",
     "ApprovalRequest",
     "Approver",
-    "describe_arguments",
+    "render_arguments",
 ]
 
-#: UTF-8 bytes of one argument value's text before it is cut (``…`` marks a cut).
-MAX_VALUE_TEXT = 80
-#: UTF-8 bytes of the whole argument description.
-MAX_ARGUMENTS_TEXT = 400
-#: UTF-8 bytes of the message shown to the user (the summary is cut to fit).
-MAX_MESSAGE_BYTES = 1000
+#: UTF-8 bytes of the capability's summary in the message (``…`` marks a cut; the catalog's text).
+MAX_SUMMARY_TEXT = 300
+#: UTF-8 bytes of the capability's name in the message.
+_MAX_NAME_TEXT = 200
+#: UTF-8 bytes of the whole message shown to the user (the arguments, the summary and the name each
+#: have their own bound; these add up to less).
+MAX_MESSAGE_BYTES = 5000
 _CUT = "…"
 
 
@@ -47,46 +48,40 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _printable(text: str) -> str:
-    """Control characters and line breaks become spaces: one line per argument, nothing hidden."""
+    """Control characters and line breaks become spaces: the host's own text stays on its line."""
     return "".join(ch if ch.isprintable() else " " for ch in text)
-
-
-def describe_arguments(arguments: dict[str, Any]) -> str:
-    """``id=7, title="Buy milk"``: the bound arguments as the host renders them (bounded).
-
-    Args:
-        arguments: the bound canonical arguments.
-
-    Returns:
-        ``key=<compact JSON>`` pairs, each value cut to :data:`MAX_VALUE_TEXT` bytes and the
-        whole to :data:`MAX_ARGUMENTS_TEXT` (``(none)`` without arguments).
-    """
-    parts = []
-    for key, value in arguments.items():
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        parts.append(f"{key}={_cut(_printable(text), MAX_VALUE_TEXT)}")
-    return _cut(", ".join(parts), MAX_ARGUMENTS_TEXT) if parts else "(none)"
 
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """One question for the user: ``capability`` (the dotted name), ``summary`` (the catalog's) and
-    ``arguments`` (the host's bounded JSON rendering of the bound arguments)."""
+    """One question for the user: ``capability`` (the dotted name), ``summary`` (the catalog's),
+    ``arguments`` (the host's rendering of the bound arguments, one ``key: value`` line each:
+    :func:`render_arguments`) and ``hidden`` (UTF-8 bytes of that rendering not shown; 0 when the
+    call is shown whole)."""
 
     capability: str
     summary: str
     arguments: str
+    hidden: int = 0
 
     @property
     def message(self) -> str:
-        """The text the user reads (at most :data:`MAX_MESSAGE_BYTES` UTF-8 bytes)."""
+        """The text the user reads (at most :data:`MAX_MESSAGE_BYTES` UTF-8 bytes). Its first line
+        says so when part of the call is not shown."""
+        warning = (
+            f"This call is too long to show whole: {self.hidden:,} bytes of its arguments are not shown "
+            f"(each cut is marked {_CUT} below).\n"
+            if self.hidden
+            else ""
+        )
         head = "A program running for you wants to call a capability that needs your approval.\n"
-        call = f"Capability: {self.capability}\n"
-        args = f"Arguments (values written by the program): {self.arguments}\n"
-        tail = "Approve this one call?"
-        room = MAX_MESSAGE_BYTES - len((head + call + args + tail).encode("utf-8")) - len("What it does: \n")
-        what = f"What it does: {_cut(_printable(self.summary), max(room, 0))}\n" if room > 8 else ""
-        return head + call + what + args + tail
+        call = f"Capability: {_cut(_printable(self.capability), _MAX_NAME_TEXT)}\n"
+        what = f"What it does: {_cut(_printable(self.summary), MAX_SUMMARY_TEXT)}\n"
+        if self.arguments:
+            args = f"Arguments (values written by the program, one per line, as JSON):\n{self.arguments}\n"
+        else:
+            args = "Arguments: none\n"
+        return warning + head + call + what + args + "Approve this one call?"
 
 
 class Approver(Protocol):

@@ -52,7 +52,7 @@ from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcom
 from ..runtimes.base import SPAWNED_WARM, ExitInfo, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
 from .admission import FairAdmission
-from .approval import ApprovalRequest, Approver, describe_arguments
+from .approval import ApprovalRequest, Approver, render_arguments
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
 from .observe import (
@@ -401,7 +401,8 @@ class _Session:
         elif ex.asking.get(subject, 0) >= limits.max_pending_approvals:
             answer = "busy"
         else:
-            request = ApprovalRequest(cap.name, cap.summary, describe_arguments(canonical))
+            shown = render_arguments(canonical)
+            request = ApprovalRequest(cap.name, cap.summary, shown.text, shown.hidden)
             loop = asyncio.get_running_loop()
             remaining = max(0.0, self.ctx.deadline - time.monotonic())
             if self.clock is not None:
