@@ -40,7 +40,7 @@ format: venv
 	$(BIN)/ruff check --fix host worker_image capabilities tests examples
 
 test: venv lint
-	$(BIN)/python -m pytest -q -rfEs tests
+	$(BIN)/python -m pytest -q -rfEs --durations=25 tests
 
 bench: venv
 	$(BIN)/codemode bench --runtime process --pool 4
