@@ -37,6 +37,13 @@ worker (a process without ``CAP_SETUID`` cannot start one under another uid):
   ``/proc/1/mem``; its ``/proc`` files belong to root;
 * **its control channel**: the worker never holds the channel's descriptors (its 0/1/2 are its own
   pipes; everything else is closed before the filter goes in) and cannot reach them through /proc;
+* **its reads and writes of the worker's pipes**: the worker's uid owns them, so the worker can
+  reopen them through ``/proc/self/fd`` (read ends included), resize them and fill them with
+  one-byte packets; the supervisor's ends are non-blocking, every splice from them is
+  ``SPLICE_F_NONBLOCK`` and takes whatever is there into a pipe only the supervisor holds (the
+  hold pipe, half the stage pipe's buffers), so a byte another reader took, or packets that
+  outnumber a pipe's buffers, never leave it waiting (it used to block in ``splice`` for a byte
+  it had counted with ``FIONREAD``: no ``K`` read, no pidfd watched);
 * **what the kernel lets a same-uid process change** (resource limits with ``prlimit``, nice
   value, scheduling policy, CPU affinity, I/O priority): the worker's filter refuses each of those
   calls, and the scrub compares them with the baseline after every execute (a change is an anomaly).
@@ -89,6 +96,7 @@ _PR_SET_DUMPABLE: Final = 4
 _F_SETPIPE_SZ: Final = 1031
 _F_GETPIPE_SZ: Final = 1032
 _SPLICE_CHUNK: Final = 1024 * 1024
+_PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 _IN, _OUT, _HUP = select.POLLIN, select.POLLOUT, select.POLLHUP | select.POLLERR
 #: Signals Python itself ignores at start-up (a worker gets the interpreter's usual dispositions).
 _PYTHON_IGNORES: Final = (signal.SIGPIPE, signal.SIGXFSZ)
@@ -142,10 +150,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _splice_all(src: int, dst: int, count: int) -> None:
-    """Move exactly ``count`` bytes already waiting in pipe ``src`` to ``dst`` (blocking on ``dst``)."""
+def _splice_all(src: int, dst: int, count: int, flags: int = 0) -> None:
+    """Move exactly ``count`` bytes already waiting in ``src``, a pipe of the supervisor's own that
+    no other process holds, to ``dst``. ``SPLICE_F_NONBLOCK`` in ``flags``: ``dst`` is one of those
+    pipes too, with room for them (so a bug raises ``BlockingIOError`` instead of hanging)."""
     while count:
-        moved = os.splice(src, dst, count)
+        moved = os.splice(src, dst, count, flags=flags)
         if moved <= 0:
             raise OSError("splice moved nothing")
         count -= moved
@@ -189,13 +199,22 @@ class Supervisor:
         self.devnull = os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC)
         #: A pipe where each relayed message is put together (header, then the worker's bytes
         #: spliced in) so that it reaches the channel in one splice: one chunk for the engine's
-        #: attach stream to carry instead of two. Its capacity bounds one relayed payload.
+        #: attach stream to carry instead of two.
         self.stage_r, self.stage_w = os.pipe2(os.O_CLOEXEC)
         with contextlib.suppress(OSError):
             fcntl.fcntl(self.stage_w, _F_SETPIPE_SZ, 2 * channel.MAX_RELAY)
-        self.relay_limit = min(
-            channel.MAX_RELAY, fcntl.fcntl(self.stage_w, _F_GETPIPE_SZ) - channel.HEADER.size
-        )
+        stage = fcntl.fcntl(self.stage_w, _F_GETPIPE_SZ)
+        #: Where the worker's bytes land first, in one non-blocking splice that takes whatever is
+        #: there (the worker can reopen its own pipes through /proc/self/fd and read from them, or
+        #: fill them with one-byte packets: nothing the supervisor reads from them may wait for a
+        #: count it saw before). Half the stage's buffers: the header and all it holds always fit
+        #: in the stage, whatever the sizes of the worker's packets. Its capacity bounds one
+        #: relayed payload.
+        self.hold_r, self.hold_w = os.pipe2(os.O_CLOEXEC)
+        hold = fcntl.fcntl(self.hold_w, _F_SETPIPE_SZ, max(_PAGE, stage // 2))
+        if hold // _PAGE >= stage // _PAGE:
+            raise OSError(f"a stage pipe of {stage} bytes leaves no room for the relay")
+        self.relay_limit = min(channel.MAX_RELAY, hold)
         self.header = bytearray()
         #: Bytes of the ``D`` message being read that are still on the channel, and its epoch.
         self.payload = 0
@@ -221,7 +240,8 @@ class Supervisor:
             self._become_worker(in_r, out_w, err_w)
         for fd in (in_r, out_w, err_w):
             os.close(fd)
-        os.set_blocking(in_w, False)
+        for fd in (in_w, out_r, err_r):  # the worker holds the other ends: nothing here may wait
+            os.set_blocking(fd, False)
         self.epoch = _Epoch(number, pid, os.pidfd_open(pid), in_w, out_r, err_r, oom_before)
 
     def _become_worker(self, stdin: int, stdout: int, stderr: int) -> NoReturn:
@@ -246,29 +266,36 @@ class Supervisor:
 
             exit_now(code)
 
-    def relay(self, fd: int, kind: bytes) -> bool:
-        """Relay what waits in the worker's pipe ``fd``; False at its end. The header and the
-        bytes meet in the stage pipe (kernel buffers: the bytes never enter this process's memory)
-        and leave it in one piece."""
+    def relay(self, fd: int, kind: bytes) -> int | None:
+        """Relay what waits in the worker's pipe ``fd``: the bytes relayed, 0 at its end, None when
+        nothing waits (another reader took it). The bytes move in one non-blocking splice into the
+        hold pipe, which only this process holds; then the header and those bytes meet in the
+        stage pipe (kernel buffers: the bytes never enter this process's memory) and leave it in
+        one piece. Nothing here waits for the worker."""
         assert self.epoch is not None
-        waiting = _fionread(fd)
-        if waiting == 0:
-            return False
-        count = min(waiting, self.relay_limit)
-        _write_all(self.stage_w, channel.HEADER.pack(kind, self.epoch.number, count))
-        _splice_all(fd, self.stage_w, count)
-        _splice_all(self.stage_r, 1, channel.HEADER.size + count)
-        return True
+        try:
+            moved = os.splice(fd, self.hold_w, self.relay_limit, flags=os.SPLICE_F_NONBLOCK)
+        except BlockingIOError:
+            return None
+        if moved > 0:
+            _write_all(self.stage_w, channel.HEADER.pack(kind, self.epoch.number, moved))
+            _splice_all(self.hold_r, self.stage_w, moved, os.SPLICE_F_NONBLOCK)
+            _splice_all(self.stage_r, 1, channel.HEADER.size + moved)
+        return moved
 
     def drain(self) -> None:
-        """Relay what the (dead) worker left in its pipes, without waiting for their end (a
-        descendant may still hold them)."""
+        """Relay what the (dead) worker left in its pipes: at most what waited when the drain
+        began, without waiting for their end (a descendant may still hold them, and write on)."""
         ep = self.epoch
         assert ep is not None
         for attr, kind in (("stdout", channel.STDOUT), ("stderr", channel.STDERR)):
             fd = getattr(ep, attr)
-            while fd >= 0 and self.relay(fd, kind):
-                pass
+            left = _fionread(fd) if fd >= 0 else 0
+            while left > 0:
+                moved = self.relay(fd, kind)
+                if not moved:
+                    break
+                left -= moved
 
     def reap(self, wait: bool) -> bytes:
         """Collect the worker's exit (``wait``: kill it first, else relay what it left first); its
@@ -374,7 +401,10 @@ class Supervisor:
                 return f"the new worker did not answer its probe in {PROBE_SECONDS:.0f} s"
             if not poller.poll(left * 1000):
                 continue
-            data = os.read(ep.stdout, len(_PROBE_ACK) - len(answer))
+            try:
+                data = os.read(ep.stdout, len(_PROBE_ACK) - len(answer))
+            except BlockingIOError:
+                continue
             if not data:
                 return "the new worker ended before it answered its probe"
             answer += data
@@ -413,9 +443,9 @@ class Supervisor:
             finally:
                 for fd in watched:
                     poller.unregister(fd)
-            if ep.stdout in ready and not self.relay(ep.stdout, channel.STDOUT):
+            if ep.stdout in ready and self.relay(ep.stdout, channel.STDOUT) == 0:
                 ep.stdout = ep.close(ep.stdout)
-            if ep.stderr in ready and not self.relay(ep.stderr, channel.STDERR):
+            if ep.stderr in ready and self.relay(ep.stderr, channel.STDERR) == 0:
                 ep.stderr = ep.close(ep.stderr)
             if ep.pidfd >= 0 and ep.pidfd in ready and not ep.fed:
                 code = self.replace_idle()  # it had run nothing: the host never hears of it
