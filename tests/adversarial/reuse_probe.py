@@ -16,6 +16,9 @@ is in.
 environment through /proc, ``process_vm_readv``, ``pidfd_getfd``, and the attributes a same-uid
 process may change (resource limits, nice value, CPU affinity).
 
+``SLICE`` sets a custom scheduling slice (``sched_setattr``, ``sched_runtime``) on the supervisor,
+which its later workers would inherit; ``OWN_SLICE`` is what the next execute runs: its own slice.
+
 ``UNCONFINED`` is the supervisor's command with ``--testing-unconfined``: its workers do not
 install the worker's seccomp filter (only the test entry honours it; the production image has no
 test entry), so the suites see the layers under the filter (the kernel's rules for PID 1 and
@@ -85,6 +88,16 @@ def user_xattrs(path):
         return sorted(n for n in os.listxattr(path) if n.startswith("user."))
     except OSError as exc:
         return errno.errorcode.get(exc.errno, str(exc.errno))
+
+def own_slice():
+    # the fair class's slice of this process (inherited from the supervisor at the fork)
+    try:
+        for line in open("/proc/self/sched"):
+            if line.startswith("se.slice"):
+                return int(line.split(":")[1])
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    return None
 
 def writable_mounts():
     out = []
@@ -218,6 +231,26 @@ attempt("sched_setaffinity 1", lambda: os.sched_setaffinity(1, {0}))
 final(res)
 """
 )
+
+SLICE = (
+    _PRELUDE
+    + r"""
+import struct
+def set_slice():
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, 1)
+    except OSError:
+        nice = 0
+    # struct sched_attr: size, policy (SCHED_OTHER), flags, nice, priority, runtime (the slice:
+    # 5 ms), deadline, period, util_min, util_max; sched_setattr is 314 on x86_64
+    attr = struct.pack("=IIqiIQQQII", 56, 0, 0, nice, 0, 5_000_000, 0, 0, 0, 0)
+    return check(libc.syscall(314, 1, ctypes.c_char_p(attr), 0))
+attempt("sched_setattr 1 slice", set_slice)
+final({"tried": res["sched_setattr 1 slice"], "slice": own_slice()})
+"""
+)
+
+OWN_SLICE = _PRELUDE + 'final({"slice": own_slice()})\n'
 
 #: Attempts that must be refused whatever the worker's own filter does (the kernel's rules for a
 #: non-dumpable process of the same uid): their results start with these error names.

@@ -92,3 +92,21 @@ async def test_the_supervisor_is_out_of_reach(reuse: tuple[codemode.Server, Sand
         assert seen.sandbox(2) == seen.sandbox(1), seen.workers()
         assert after["supervisor"] == pristine["supervisor"]
     assert rp.clean(after, pristine) == {}
+
+
+async def test_a_slice_set_on_the_supervisor_reaches_no_later_worker(
+    reuse: tuple[codemode.Server, Sandboxes],
+) -> None:
+    """Issue 31 §5b: a custom scheduling slice on PID 1 (``sched_setattr``, ``sched_runtime``) left
+    the policy, priority and nice value alone, passed the scrub and was inherited by every later
+    worker. Here the container's profile refuses the call (with or without the worker's filter);
+    where it passes (Kubernetes, tests/e2e_kubernetes/test_reuse.py) the scrub sees it."""
+    server, seen = reuse
+    pristine = await server.execute(rp.OWN_SLICE, subject=ALICE)
+    tried = await server.execute(rp.SLICE, subject=ALICE)
+    after = await server.execute(rp.OWN_SLICE, subject=ALICE)
+    assert after["slice"] == pristine["slice"], (tried, pristine, after)
+    if rp.refused(tried["tried"]):
+        assert seen.sandbox(2) == seen.sandbox(1), seen.workers()
+    else:  # the scrub compared the whole sched_getattr: the sandbox was recycled
+        assert seen.sandbox(2) != seen.sandbox(1), (tried, seen.workers())

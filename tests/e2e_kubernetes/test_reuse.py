@@ -109,3 +109,21 @@ async def test_the_supervisor_is_out_of_reach(reuse: tuple[codemode.Server, Sand
         assert seen.sandbox(2) == seen.sandbox(1)
         assert after["supervisor"] == pristine["supervisor"]
     assert rp.clean(after, pristine) == {}
+
+
+async def test_a_slice_set_on_the_supervisor_reaches_no_later_worker(
+    reuse: tuple[codemode.Server, Sandboxes],
+) -> None:
+    """Issue 31 §5b: without the worker's filter, ``RuntimeDefault`` lets a worker set a custom
+    scheduling slice on PID 1 (``sched_setattr``, ``sched_runtime``), which left the policy, priority
+    and nice value alone: it passed the scrub and every later worker inherited it. The scrub compares
+    the whole ``sched_getattr`` now: the sandbox is recycled, and the next worker has the usual slice."""
+    server, seen = reuse
+    pristine = await server.execute(rp.OWN_SLICE, subject=ALICE)
+    tried = await server.execute(rp.SLICE, subject=ALICE)
+    after = await server.execute(rp.OWN_SLICE, subject=ALICE)
+    assert after["slice"] == pristine["slice"], (tried, pristine, after)
+    if rp.refused(tried["tried"]):
+        assert seen.sandbox(2) == seen.sandbox(1), seen.workers()
+    else:
+        assert seen.sandbox(2) != seen.sandbox(1), (tried, seen.workers())

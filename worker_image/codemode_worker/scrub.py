@@ -5,14 +5,15 @@ change that would outlive it: the files of every writable mount (with their exte
 a worker that may write a file may also hang a ``user.*`` attribute on it, which outlives the
 file's contents being emptied), the System V IPC objects of the
 IPC namespace, the mount table, the supervisor's own process attributes (limits, priority,
-scheduling, CPU affinity, I/O priority) and the cgroup's limit files. ``scrub(baseline)`` runs
-after each execute: it kills every process but the caller (``kill(-1, SIGKILL)`` from PID 1 reaches
-every other process of the pid namespace) and reaps them, removes every file and directory that was
-not there before (a regular file that was empty and is writable is emptied again), removes every
-extended attribute a worker added to a file that was there, removes every IPC object, and then
-verifies, from scratch, that everything equals the baseline. It returns None when the sandbox is
-as it was, else one line naming the first difference (an *anomaly*: the supervisor reports it and
-exits, and the host recycles the sandbox).
+scheduling: policy, priority and the whole ``sched_getattr``, since a custom slice of the fair
+class changes none of the others; CPU affinity, I/O priority) and the cgroup's limit files.
+``scrub(baseline)`` runs after each execute: it kills every process but the caller
+(``kill(-1, SIGKILL)`` from PID 1 reaches every other process of the pid namespace) and reaps
+them, removes every file and directory that was not there before (a regular file that was empty and
+is writable is emptied again), removes every extended attribute a worker added to a file that was
+there, removes every IPC object, and then verifies, from scratch, that everything equals the
+baseline. It returns None when the sandbox is as it was, else one line naming the first difference
+(an *anomaly*: the supervisor reports it and exits, and the host recycles the sandbox).
 
 What it deliberately does not scrub, and why that holds:
 
@@ -31,9 +32,11 @@ import contextlib
 import ctypes
 import errno
 import os
+import platform
 import resource
 import signal
 import stat
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,7 @@ __all__ = [
     "oom_kills",
     "other_processes",
     "process_attributes",
+    "sched_attributes",
     "scrub",
     "sysv_objects",
     "take",
@@ -102,8 +106,13 @@ _CGROUP_FILES: Final = (
     "cpuset.cpus",
 )
 _OOM_FILES: Final = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
-_SYS_IOPRIO_GET: Final = 252  # x86_64
+#: System call numbers by machine: (ioprio_get, sched_getattr).
+_SYSCALLS: Final = {"x86_64": (252, 315), "aarch64": (31, 275)}
 _IOPRIO_WHO_PROCESS: Final = 1
+#: The buffer handed to ``sched_getattr``: the kernel fills as much of ``struct sched_attr`` as it
+#: knows (56 bytes on 6.x: policy, flags, nice, priority, runtime (the fair class's slice too),
+#: deadline, period, utilization clamps) and says how much in its first field.
+_SCHED_ATTR_BYTES: Final = 4096
 
 Entry = tuple[int, ...]
 Attributes = tuple[tuple[str, bytes], ...]
@@ -371,21 +380,42 @@ def _ipc() -> frozenset[tuple[str, int]]:
 # ----------------------------------------------------------------------------------- attributes
 
 
+def _syscall(index: int) -> int:
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        raise OSError(f"no system call numbers for {platform.machine()}")
+    return numbers[index]
+
+
 def _ioprio() -> int:
     libc = ctypes.CDLL(None, use_errno=True)
-    value = int(libc.syscall(_SYS_IOPRIO_GET, _IOPRIO_WHO_PROCESS, 0))
+    value = int(libc.syscall(_syscall(0), _IOPRIO_WHO_PROCESS, 0))
     return value if value >= 0 else -ctypes.get_errno()
+
+
+def sched_attributes() -> bytes | int:
+    """The caller's whole ``struct sched_attr`` as ``sched_getattr`` fills it (every field the
+    kernel knows: a custom slice of the fair class shows in ``sched_runtime``, utilization clamps
+    in ``sched_util_min``/``max``); the negative errno when the call fails (a sandbox whose seccomp
+    profile refuses it refuses ``sched_setattr`` to every process in it as well)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(_SCHED_ATTR_BYTES)
+    if libc.syscall(_syscall(1), 0, buffer, _SCHED_ATTR_BYTES, 0) != 0:
+        return -ctypes.get_errno()
+    size = int.from_bytes(buffer.raw[:4], sys.byteorder)
+    return buffer.raw[: max(4, min(size, _SCHED_ATTR_BYTES))]
 
 
 def process_attributes() -> tuple[object, ...]:
     """What another process of the same uid could change about the caller that its children
-    inherit: every resource limit, the nice value, the scheduling policy and priority, the CPU
-    affinity and the I/O priority."""
+    inherit: every resource limit, the nice value, the scheduling policy and priority, every field
+    of its scheduling attributes (``sched_getattr``), the CPU affinity and the I/O priority."""
     return (
         tuple(resource.getrlimit(r) for r in _RLIMITS),
         os.getpriority(os.PRIO_PROCESS, 0),
         os.sched_getscheduler(0),
         os.sched_getparam(0).sched_priority,
+        sched_attributes(),
         tuple(sorted(os.sched_getaffinity(0))),
         _ioprio(),
     )
@@ -471,7 +501,7 @@ def scrub(baseline: Baseline) -> str | None:
         changed = sorted(set(mounts) ^ set(baseline.mounts)) or ["(order)"]
         return f"the mount table changed: {changed[0][:160]}"
     if process_attributes() != baseline.attributes:
-        return "the supervisor's limits, priority or affinity changed"
+        return "the supervisor's limits, priority, scheduling attributes or affinity changed"
     if _cgroup() != baseline.cgroup:
         return "the cgroup's settings changed"
     return None
