@@ -13,8 +13,9 @@ A forked worker, before it runs anything of a program (the order is the security
 2. makes the three descriptors it was sent its stdin, stdout and stderr and closes **every other
    descriptor** (the control channel, the pidfds of its siblings, anything the imports opened):
    nothing of the template is reachable from it;
-3. takes its resource limits (CPU seconds, no core files, no file writes, open files, address space;
-   ``RLIMIT_NPROC`` when it gets a uid of its own), on top of the template's ``no_new_privs``;
+3. takes its resource limits (CPU seconds, no core files, no file writes, no POSIX message queue,
+   open files, address space; ``RLIMIT_NPROC`` when it gets a uid of its own), on top of the
+   template's ``no_new_privs``;
 4. enters the worker's Landlock domain (``confinement.restrict_files``, while it has one thread),
    takes the worker's seccomp filter for its own pid (libseccomp's program, compiled once in the
    template for any pid: ``confinement.CompiledFilter``; or built after the fork with
@@ -90,6 +91,7 @@ class Limits:
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
         if self.address_space > 0:
             resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))

@@ -11,8 +11,9 @@ cannot be reused. So ``destroy()``:
    every process of that uid at once (``codemode_worker.template.UidKiller``: a descendant that left
    the session included), waits for its death, reaps it and reports the wait status (exit code or
    signal);
-4. with a uid of its own, removes the System V IPC objects the uid left (``ipc_cleanup``): only then
-   is the uid free for the next worker (``contained``);
+4. with a uid of its own, removes the System V IPC objects, POSIX message queues and ``/dev/shm``
+   entries the uid left (``ipc_cleanup.remove_all_ipc_of``, in a thread: it walks ``/dev/shm``):
+   only then is the uid free for the next worker (``contained``);
 5. reads what is left of its stderr (the bounded tail decides an allocator abort, see
    ``exhaustion``) until its end, or a short grace when a descendant holds it open.
 
@@ -29,7 +30,7 @@ import signal
 from collections.abc import Callable
 
 from .base import ExitInfo, SandboxClosed
-from .ipc_cleanup import remove_ipc_of
+from .ipc_cleanup import remove_all_ipc_of
 from .template import TemplateGone, WorkerTemplate, keep_tail
 
 __all__ = ["ORPHAN_PIPE_GRACE", "REAP_GRACE", "ForkedSandbox"]
@@ -210,7 +211,7 @@ class ForkedSandbox:
             log.warning("worker %s: the template did not report its exit in %.0f s", self._id, REAP_GRACE)
         if self.uid is not None and status is not None:
             # Every process of the uid got SIGKILL at once, so none can make new IPC objects.
-            remove_ipc_of(self.uid)
+            await asyncio.to_thread(remove_all_ipc_of, self.uid)
             self.contained = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._stderr_done), ORPHAN_PIPE_GRACE)

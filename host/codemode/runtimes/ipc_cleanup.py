@@ -1,4 +1,5 @@
-"""Remove the System V IPC objects a worker uid left behind (Linux).
+"""Remove the System V IPC objects a worker uid left behind (Linux); ``remove_all_ipc_of`` removes
+its POSIX queues and ``/dev/shm`` entries too (``posix_ipc_cleanup``).
 
 Shared memory segments, semaphore sets and message queues outlive the processes that made them: a
 process worker (which shares the host's IPC namespace) could leave data in one for the next worker
@@ -14,7 +15,9 @@ import errno
 import logging
 from pathlib import Path
 
-__all__ = ["SYSVIPC", "ipc_of", "remove_ipc_of"]
+from .posix_ipc_cleanup import remove_posix_ipc_of
+
+__all__ = ["SYSVIPC", "ipc_of", "remove_all_ipc_of", "remove_ipc_of"]
 
 log = logging.getLogger("codemode.runtimes.process")
 
@@ -75,3 +78,17 @@ def remove_ipc_of(uid: int) -> int:
         else:
             log.error("cannot remove %s %d of worker uid %d: errno %d", kind, ident, uid, ctypes.get_errno())
     return removed
+
+
+def remove_all_ipc_of(uid: int) -> int:
+    """Remove everything of a uid that outlives its processes: its System V IPC objects
+    (``remove_ipc_of``), its POSIX message queues and its ``/dev/shm`` entries
+    (``posix_ipc_cleanup``). Blocking (walks ``/dev/shm``).
+
+    Args:
+        uid: the worker's uid (none of its processes runs any more).
+
+    Returns:
+        The number removed.
+    """
+    return remove_ipc_of(uid) + remove_posix_ipc_of(uid)

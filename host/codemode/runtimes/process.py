@@ -2,7 +2,8 @@
 
 ``sys.executable -I -m codemode_worker`` with an environment holding only the worker marker, no
 inherited file descriptors beyond stdio, its own session, ``no_new_privs`` (setuid binaries gain
-nothing), and rlimits (address space, CPU seconds, no core files, file size 0, few open files).
+nothing), and rlimits (address space, CPU seconds, no core files, file size 0, no POSIX message
+queue, few open files).
 
 When the host runs as root, every live worker also gets a uid (and gid) of its own from an unused
 range (``worker_uid_base``, default 1,000,000,000; no supplementary groups), with ``RLIMIT_NPROC``
@@ -52,7 +53,7 @@ from . import host_memory
 from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from .forked import ForkedSandbox
 from .handshake import probe
-from .ipc_cleanup import remove_ipc_of
+from .ipc_cleanup import remove_all_ipc_of
 from .template import WorkerTemplate, drain_tail
 
 __all__ = [
@@ -128,8 +129,8 @@ def _uids_of(pid: int) -> tuple[int, int] | None:
 
 def kill_uid(uid: int) -> bool:
     """SIGKILL every process whose real uid is ``uid`` until none is left (a worker's processes
-    cannot change their real uid), then remove the System V IPC objects the uid left
-    (``ipc_cleanup``). Blocking (scans ``/proc``).
+    cannot change their real uid), then remove the System V IPC objects, POSIX message queues and
+    ``/dev/shm`` entries the uid left (``ipc_cleanup.remove_all_ipc_of``). Blocking (scans ``/proc``).
 
     Args:
         uid: the worker's uid.
@@ -150,7 +151,7 @@ def kill_uid(uid: int) -> bool:
     deadline = time.monotonic() + ZOMBIE_GRACE
     while _processes_of(uid, zombies=True) and time.monotonic() < deadline:
         time.sleep(0.01)
-    remove_ipc_of(uid)  # nothing of the uid runs any more, so nothing can make new ones
+    remove_all_ipc_of(uid)  # nothing of the uid runs any more, so nothing can make new ones
     return True
 
 
@@ -436,6 +437,7 @@ class ProcessRuntime:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX message queue at all
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
         if self.address_space_bytes > 0:
             resource.setrlimit(resource.RLIMIT_AS, (self.address_space_bytes, self.address_space_bytes))
@@ -627,7 +629,8 @@ class ProcessRuntime:
             template, number, pid, pidfd, (stdin_w, stdout_r, stderr_r), worker_id, self._released, uid
         )
         if uid is not None:
-            remove_ipc_of(uid)  # what an earlier holder's processes (killed by the template) left
+            # What an earlier holder's processes (killed by the template) left.
+            await asyncio.to_thread(remove_all_ipc_of, uid)
         self._live.add(sandbox)
         try:
             await probe(sandbox, self.spawn_timeout)
