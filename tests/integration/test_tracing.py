@@ -332,6 +332,29 @@ async def test_no_span_carries_arguments_results_texts_or_the_subject(traced: Tr
 # ------------------------------------------------------------------------------------ off, config
 
 
+async def test_the_trace_pseudonym_does_not_correlate_with_the_subjects_other_names(traced: Traced) -> None:
+    """Found by review: ``codemode.subject`` was the first 16 hex digits of the subject's data-dir
+    name (``subject_key``) and of its quota Lease label, so whoever saw one could match the other.
+    The trace pseudonym is derived on its own."""
+    from codemode.execution.quota_kubernetes import subject_digest
+    from codemode_capabilities.mcp.tenancy import subject_key
+
+    server = traced_server(traced)
+    async with server:
+        for who in ("alice", "bob"):
+            await server.run("def main():\n    return 1\n", subject=authz.Subject(who))
+    seen = [attrs(s)["codemode.subject"] for s in traced.named("codemode.execute")]
+    assert seen == [subject_hash("alice"), subject_hash("bob")]
+    for who, pseudonym in zip(("alice", "bob"), seen, strict=True):
+        assert len(pseudonym) == 16
+        for other in (subject_key(who), subject_digest(who)):
+            assert pseudonym[:8] not in other, (who, pseudonym, other)
+    # Over many ids: no common prefix beyond chance (16^-4 per id for 4 digits).
+    ids = [f"tenant-{n}" for n in range(2000)]
+    shared = sum(subject_hash(i)[:4] == subject_key(i)[:4] for i in ids)
+    assert shared < 10, shared
+
+
 def test_tracing_off_imports_no_opentelemetry() -> None:
     script = textwrap.dedent(
         """

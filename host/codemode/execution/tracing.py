@@ -17,6 +17,7 @@ text or an error message, and the subject only as a hash (or not at all).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ __all__ = [
     "MAX_TRACE_HEADER_BYTES",
     "NULL_TRACE",
     "SPAN_NAMES",
+    "TRACE_SUBJECT_LABEL",
     "ExecuteTrace",
     "SubjectMode",
     "Trace",
@@ -64,6 +66,9 @@ ATTRIBUTES = (
     "codemode.approval.answer",
 )
 
+#: The HMAC key of :func:`subject_hash`: a domain label, not a secret.
+TRACE_SUBJECT_LABEL = b"codemode trace subject pseudonym"
+
 #: How an execute span names its subject: a hash of the id, or not at all.
 SubjectMode = Literal["hash", "omit"]
 
@@ -77,9 +82,9 @@ class Tracing:
 
     Args:
         provider: an OpenTelemetry ``TracerProvider`` (the SDK's, with the exporter of your choice).
-        subject: ``"hash"`` (default) puts ``codemode.subject`` = the first 16 hex digits of the
-            SHA-256 of the subject id on each execute span (a pseudonym: whoever can guess an id
-            can confirm it); ``"omit"`` leaves the subject out.
+        subject: ``"hash"`` (default) puts ``codemode.subject`` = :func:`subject_hash` of the
+            subject id on each execute span (a pseudonym: whoever can guess an id can confirm it);
+            ``"omit"`` leaves the subject out.
     """
 
     provider: Any
@@ -87,15 +92,20 @@ class Tracing:
 
 
 def subject_hash(subject_id: str) -> str:
-    """The pseudonym a trace carries for a subject (``codemode.subject``).
+    """The pseudonym a trace carries for a subject (``codemode.subject``). It has a domain of its
+    own (:data:`TRACE_SUBJECT_LABEL`), so it shares no digits with the subject's other derived
+    names (its data-dir name, the quota Lease label: plain SHA-256 prefixes of the id), and one
+    cannot be matched with another.
 
     Args:
         subject_id: the subject id.
 
     Returns:
-        The first 16 hex digits of the SHA-256 of its UTF-8 bytes.
+        The first 16 hex digits of the HMAC-SHA256 of its UTF-8 bytes keyed with
+        :data:`TRACE_SUBJECT_LABEL`.
     """
-    return hashlib.sha256(subject_id.encode("utf-8")).hexdigest()[:16]
+    data = subject_id.encode("utf-8", "surrogatepass")
+    return hmac.new(TRACE_SUBJECT_LABEL, data, hashlib.sha256).hexdigest()[:16]
 
 
 class _NullTrace:

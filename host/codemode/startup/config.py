@@ -557,8 +557,8 @@ class Settings(BaseSettings):
     )
     trace_subject: Literal["hash", "omit"] = Field(
         "hash",
-        description="the subject on each execute span: hash (first 16 hex digits of its SHA-256, "
-        "a pseudonym) or omit",
+        description="the subject on each execute span: hash (16 hex digits of a keyed SHA-256 of "
+        "its id, a pseudonym of its own) or omit",
     )
 
     # ---------------------------------------------------------------------------- lifecycle (http)
