@@ -309,3 +309,81 @@ async def test_http_asks_through_the_callback_where_the_protocol_can(
             else:
                 assert error_text(result) == "permission denied"
     assert len(user.asked) == (2 if asks else 0)
+
+
+# ------------------------------------------------------------------------ clients that leave
+
+ASKS_AGAIN = (
+    "def main():\n"
+    '    r = records.create(title="a")\n'
+    "    for i in range(5):\n"
+    '        attempt(records.delete, id=r["id"])\n'
+    "    return 1\n"
+)
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "leaving", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+
+
+@pytest.mark.parametrize("protocol", ["handshake", "2026-07-28"])
+async def test_stdio_eof_while_asked_ends_the_executes_at_once(tmp_path: Path, protocol: str) -> None:
+    """issue 31 §3: stdio EOF says the client is gone; the server ends (its waiting execute and its
+    worker with it) long before the question's or the execute's approval bound."""
+    argv = stdio_argv(tmp_path, "--max-approval-time", "60", "--max-approval-wait", "300")
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=child_env(),
+        limit=1 << 22,
+    )
+    try:
+        raw = RawStdio(proc)
+        call = {"name": "execute", "arguments": {"source": ASKS_AGAIN}}
+        if protocol == "handshake":
+            await raw.handshake()
+            await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+            await raw.question()
+        else:
+            params = {**call, "_meta": MODERN_META}
+            await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params})
+            asked = await raw.receive()
+            assert "inputRequests" in asked["result"], asked
+        loop = asyncio.get_running_loop()
+        left = loop.time()
+        assert proc.stdin is not None
+        proc.stdin.close()
+        await asyncio.wait_for(proc.wait(), 30)
+        assert loop.time() - left < 30
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_http_a_client_ending_its_session_while_asked_frees_the_worker(tmp_path: Path) -> None:
+    """issue 31 §3: the official client leaving a stateful session (DELETE) while its user is asked
+    ends the execute at once: the service has nothing in flight right after."""
+    tokens, cfg = http_settings(tmp_path, ["alice"], stateless=False)
+    hold = asyncio.Event()
+    user = User(hold=hold)
+    async with service(cfg) as svc:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
+        transport = streamable_http_client(svc.mcp_url, http_client=http)  # type: ignore[arg-type]
+        async with http, Client(transport, mode="legacy", elicitation_callback=user) as client:
+            pending = asyncio.ensure_future(client.call_tool("execute", {"source": ASKS_AGAIN}))
+            await asyncio.wait_for(user.waiting.wait(), 30)
+            assert svc.service.inflight == 1
+            loop = asyncio.get_running_loop()
+            left = loop.time()
+        hold.set()
+        pending.cancel()
+        for _ in range(300):
+            if svc.service.inflight == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert svc.service.inflight == 0
+        assert loop.time() - left < 15

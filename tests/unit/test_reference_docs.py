@@ -191,7 +191,7 @@ def test_asking_the_user_is_documented_exactly() -> None:
     assert f'"{retries.UNKNOWN_STATE}"' in text and f"waits {retries.RESULT_GRACE:.0f} s" in text
     example = approval.ApprovalRequest("records.delete", "Delete one of your records by its id.", "id: 1")
     assert "```\n" + example.message + "\n```" in page("authorization.md")
-    for name in ("max_approval_time", "max_pending_approvals"):
+    for name in ("max_approval_time", "max_pending_approvals", "max_approval_wait"):
         assert f"`{name}`" in text and f"`{name}`" in flat("limits.md")
     assert "`declined`" in flat("errors.md") and "`declined`" in flat("program.md")
     for decision in ("approved", "declined", "ask"):

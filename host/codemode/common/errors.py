@@ -129,6 +129,7 @@ LIMIT_KINDS: tuple[str, ...] = (
     "query",
     "concurrency",
     "quota",
+    "approval wait",
 )
 
 

@@ -162,6 +162,7 @@ class _Session:
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         self.intermediate = 0
+        self.approval_waited = 0.0  # seconds this execute's questions stayed open (max_approval_wait)
 
     async def next_frame(self) -> dict[str, Any]:
         while not self.pending:
@@ -389,37 +390,47 @@ class _Session:
         """Ask the user about one call the policy left to them; the answer word.
 
         The worker and its slot stay held (the program waits inside the call), so the wait is
-        bounded (``max_approval_time``), at most ``max_pending_approvals`` questions of one subject
-        are open at once (a further one is ``busy`` at once), and the execute's own deadline is
-        paused meanwhile: the time a person takes is not the program's."""
+        bounded: each question by ``max_approval_time``, all of this execute's questions together by
+        ``max_approval_wait`` (a program that catches declines with ``attempt`` and asks again
+        cannot hold its worker longer: once that total is spent the execute ends, ``resource limit
+        exceeded: approval wait``); at most ``max_pending_approvals`` questions of one subject are
+        open at once (a further one is ``busy`` at once); and the execute's own deadline is paused
+        meanwhile: the time a person takes is not the program's."""
         ex, limits = self.ex, self.ex.limits
         started, t0 = self.trace.now(), time.perf_counter()
         subject = self.subject.id
         answer: ApprovalAnswer = "unavailable"
+        spent = False  # this execute's max_approval_wait ran out
+        left = limits.max_approval_wait - self.approval_waited
         if self.approver is None:
             answer = "unavailable"
         elif ex.asking.get(subject, 0) >= limits.max_pending_approvals:
             answer = "busy"
+        elif left <= 0:
+            answer, spent = "unanswered", True
         else:
             shown = render_arguments(canonical)
             request = ApprovalRequest(cap.name, cap.summary, shown.text, shown.hidden)
+            wait = min(limits.max_approval_time, left)
             loop = asyncio.get_running_loop()
             remaining = max(0.0, self.ctx.deadline - time.monotonic())
             if self.clock is not None:
-                self.clock.reschedule(loop.time() + limits.max_approval_time + remaining + 1.0)
+                self.clock.reschedule(loop.time() + wait + remaining + 1.0)
             ex.asking[subject] = ex.asking.get(subject, 0) + 1
             try:
-                async with asyncio.timeout(limits.max_approval_time):
+                async with asyncio.timeout(wait):
                     answer = await self.approver.approve(request)
             except TimeoutError:
                 answer = "unanswered"
+                spent = left <= limits.max_approval_time  # the total ran out, not this question's own
             except Exception as exc:
                 log.warning("asking the user about %s failed: %s", cap.id, type(exc).__name__)
                 answer = "unavailable"
             finally:
-                left = ex.asking[subject] - 1
-                if left:
-                    ex.asking[subject] = left
+                self.approval_waited += time.perf_counter() - t0
+                open_now = ex.asking[subject] - 1
+                if open_now:
+                    ex.asking[subject] = open_now
                 else:
                     del ex.asking[subject]
                 # The program's clock resumes with the time it had left.
@@ -431,6 +442,8 @@ class _Session:
         event.approval = answer
         event.approval_seconds = time.perf_counter() - t0
         self.trace.approval(started, answer)
+        if spent:
+            raise ResourceLimit("approval wait")  # the call stays "ask": the execute ended while asking
         return answer
 
     def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:

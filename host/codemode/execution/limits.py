@@ -65,7 +65,8 @@ class Limits:
     worker). Search and describe: ``max_search_query_bytes``, ``max_search_results``,
     ``max_search_response_bytes``, ``max_describe_response_bytes``. The server:
     ``max_concurrent_executions`` (worker slots). Asking the user: ``max_approval_time`` (seconds a
-    question may stay open) and ``max_pending_approvals`` (questions one subject may have open).
+    question may stay open), ``max_pending_approvals`` (questions one subject may have open) and
+    ``max_approval_wait`` (seconds all of one execute's questions may stay open together).
 
     Seconds are floats; every other field is a count or bytes. ``Builder.build()`` refuses a value
     below its minimum (0 included, except for ``max_print_bytes``), a non-number, a non-finite one.
@@ -179,6 +180,17 @@ class Limits:
         "approvals one subject may have open at once (a further ask is declined)",
         "questions to the user one subject may have open at once (its executes waiting in a call the "
         "policy left to the user); a further ask from that subject is declined at once; host",
+    )
+    max_approval_wait: float = _limit(
+        300.0,
+        "seconds",
+        "seconds one execute may wait for the user's answers in all (summed over its questions)",
+        "how long all the questions of one execute may stay open together "
+        "([authorization.md](authorization.md#asking-the-user)): each question waits at most what is "
+        "left of it; once it is spent, the open question is closed and the execute ends with "
+        "`resource limit exceeded: approval wait`. Bounds how long asking again and again can hold a "
+        "worker; host",
+        minimum=0,
     )
 
     def problems(self) -> list[str]:

@@ -263,7 +263,8 @@ a result or the return value too large or too deeply nested), "intermediate byte
 results together): do less per program (fewer loop iterations, fewer or narrower calls, smaller \
 results and strings) or split the work over several execute calls. "source size": shorten the \
 program. "concurrency" (the host is busy) or "quota" (you already run as many programs as allowed): \
-wait for your other calls to finish, then retry.
+wait for your other calls to finish, then retry. "approval wait" (the user did not answer the \
+program's questions in time): do not ask again; tell the user.
 - "unauthenticated" - do not retry, tell the user. "internal failure" - a host-side problem: retry \
 once later."""
 

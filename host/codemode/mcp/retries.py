@@ -8,12 +8,14 @@ not restarted: it runs in a task of its own, which this registry keeps while it 
 call, under a fresh unguessable state token bound to the subject and the program. The retry
 resumes it; its result (or the next question) answers the retry.
 
-Bounds: the executor's (``max_approval_time`` per question, ``max_pending_approvals`` per subject,
-the subject quota). A retry that never comes is a question nobody answered: declined at
-``max_approval_time``, and the program goes on; its result is kept for :data:`RESULT_GRACE` seconds
-for a late retry, then dropped. A state token is used once, works only for the subject and the
-program it was issued for, and only on this process: an unknown one is a JSON-RPC
-``invalid params`` error ("unknown or expired request state").
+Bounds: the executor's (``max_approval_time`` per question, ``max_approval_wait`` per execute,
+``max_pending_approvals`` per subject, the subject quota). A retry that never comes is a question
+nobody answered: declined at ``max_approval_time``, and the program goes on; a client that walked
+away cannot say so on this protocol, so ``max_approval_wait`` is what ends an execute that keeps
+asking. Its result is kept for :data:`RESULT_GRACE` seconds for a late retry, then dropped. A
+state token is used once, works only for the subject and the program it was issued for, and only
+on this process: an unknown one is a JSON-RPC ``invalid params`` error ("unknown or expired
+request state").
 """
 
 from __future__ import annotations

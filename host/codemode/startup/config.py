@@ -431,6 +431,7 @@ class Settings(BaseSettings):
     max_print_bytes: int = _limit("max_print_bytes")
     max_approval_time: float = _limit("max_approval_time")
     max_pending_approvals: int = _limit("max_pending_approvals")
+    max_approval_wait: float = _limit("max_approval_wait")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
         ge=0,
