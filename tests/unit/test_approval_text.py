@@ -197,3 +197,12 @@ def test_right_to_left_text_is_isolated_and_the_isolate_ends_before_a_cut() -> N
         assert text.startswith('v: "\u2068x') and text.endswith('y\u2069"'), every[start]
     rendering = render_arguments({"v": "שלום " * 2000})
     assert rendering.text.startswith('v: "\u2068שלום') and "\u2069… [" in rendering.text
+
+
+def test_a_long_number_is_cut_like_a_string() -> None:
+    number = int("7" * 4000)
+    rendering = render_arguments({"id": 1, "n": number, "s": "x" * 4000})
+    line = rendering.text.split("\n")[1]
+    cut = CUT.search(line)
+    assert cut is not None and line.startswith("n: 777") and len(line) > 1000
+    assert int(cut.group(1).replace(",", "")) == 4000 - len(line[len("n: ") : cut.start()])

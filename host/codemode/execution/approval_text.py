@@ -134,7 +134,8 @@ def _string_tokens(text: str) -> Iterator[_Token]:
 
 
 def _tokens(value: Any) -> Iterator[_Token]:
-    """``value`` as compact JSON, in tokens: a string's characters one by one, the rest whole."""
+    """``value`` as compact JSON, in tokens: each character of a string or a number, each piece of
+    syntax."""
     if isinstance(value, str):
         yield from _string_tokens(value)
     elif isinstance(value, dict):
@@ -153,9 +154,9 @@ def _tokens(value: Any) -> Iterator[_Token]:
                 yield ",", 1
             yield from _tokens(item)
         yield "]", 1
-    else:
-        text = json.dumps(value, allow_nan=False)
-        yield text, len(text)
+    else:  # a number, true, false, null: ASCII, cut anywhere
+        for ch in json.dumps(value, allow_nan=False):
+            yield ch, 1
 
 
 def _json_bytes(value: Any) -> int:
