@@ -161,11 +161,22 @@ def test_a_credential_with_a_space_in_it_is_redacted_however_it_is_spaced() -> N
         assert shown.endswith("[redacted]") and "3f9e" not in shown, shown
 
 
-def test_a_credential_cut_at_the_end_of_what_is_read_is_redacted_from_its_start() -> None:
-    """Only the head of the text is read; a credential that starts inside it and goes on past it
-    is redacted from its first character (spaces in front collapse, so it would be shown)."""
-    text = " " * (error_text.LOOK_AT + len(SECRET) - 10) + SECRET + " and more"
-    assert upstream_error_text("api", text, secrets=[SECRET]) == "api: [redacted]"
+def test_a_credential_cut_at_the_end_of_what_is_read_is_not_shown() -> None:
+    """Only the head of the text is read; of a credential that starts inside it and goes on past
+    it, nothing is shown (a long URL in front becomes ``[url]``, so it would be): the head's last
+    characters that could start one are dropped, whatever they are, so a text that ends with a
+    *part* of a credential shows exactly what a text ending with anything else does."""
+    cut = 0
+    for pad in range(error_text.LOOK_AT - 40, error_text.LOOK_AT + 120):
+        text = "see http://a.example/" + "a" * pad + " " + SECRET + " and more"
+        shown = upstream_error_text("api", text, secrets=[SECRET])
+        assert shown.startswith("api: see [url]"), shown
+        assert not any(SECRET[i : i + 4] in shown for i in range(len(SECRET) - 3)), shown
+        other = upstream_error_text("api", text.replace(SECRET, "q" * len(SECRET)), secrets=[SECRET])
+        if "q" not in other:  # dropped: it was not whole in the head
+            cut += 1
+            assert shown == other, (shown, other)
+    assert cut > len(SECRET)
 
 
 def test_the_rule_reads_only_the_head_of_a_long_text(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,16 +196,20 @@ def test_the_rule_reads_only_the_head_of_a_long_text(monkeypatch: pytest.MonkeyP
 
 
 def test_the_spellings_of_a_credential_are_redacted_too() -> None:
-    """The token of ``Bearer <token>``, the password of ``Basic``, a truncated key (8 or more of
-    its characters in a row): the spellings ``codemode.packs.redaction`` knows (the OpenAPI pack's
-    rule)."""
+    """The token of ``Bearer <token>``, the password of ``Basic``, their encodings: the spellings
+    ``codemode.packs.redaction`` knows (the OpenAPI pack's rule). A part of one is not (issue 31
+    §1: that rule answered "is this part of the credential?")."""
     bearer, basic = "Bearer tok-3f9e1d2c7a", "Basic dXNlcjpodW50ZXIyLXNlY3JldA=="  # user:hunter2-secret
     for text in (
         "token tok-3f9e1d2c7a refused",
+        "token TOK-3F9E1D2C7A refused",
         "password hunter2-secret refused",
         "credentials user:hunter2-secret refused",
-        "key tok-3f9e1d2 refused",  # cut short by the upstream
+        "credentials dXNlcjpodW50ZXIyLXNlY3JldA refused",
+        "credentials dXNlcjpodW50ZXIyLXNlY3JldA== refused",
     ):
         shown = upstream_error_text("api", text, secrets=[bearer, basic])
         assert shown.startswith("api: ") and "[redacted] refused" in shown, shown
-        assert "3f9e1d2" not in shown and "hunter2" not in shown, shown
+        assert "3f9e1d2" not in shown.lower() and "hunter2" not in shown and "dXNlcj" not in shown, shown
+    truncated = "key tok-3f9e1d2 refused"  # cut short by the upstream: not the whole token
+    assert upstream_error_text("api", truncated, secrets=[bearer, basic]) == f"api: {truncated}"

@@ -2,8 +2,10 @@
 
 The handler maps keyword arguments to the request (path values checked by
 :mod:`codemode_capabilities.openapi.paths`), sends it with the operator's credential, bounds the
-answer and turns it into the operation's output. The credential never comes back: it is cut out
-of error reasons and results (:class:`codemode.packs.redaction.Redactor`).
+answer and turns it into the operation's output. The credential never comes back: every whole
+spelling of it is cut out of error reasons and results (:class:`codemode.packs.Redactor`; never
+a part of it, which would answer a program "is this part of the credential?"), and the host logs
+one warning for each call that had one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ log = logging.getLogger("codemode.capabilities.openapi")
 
 #: Characters of an error answer's reason a client may see (``HTTP <status>: <reason>``).
 MAX_REASON = 120
-#: Characters of an error body's message read before it is redacted and cut to MAX_REASON.
+#: Characters of an error body's message read (and redacted) before it is cut to MAX_REASON.
 _REASON_WINDOW = 4096
 
 
@@ -126,7 +128,7 @@ class CallFailed(Exception):
     """A call failed for a reason the client must not see (already logged)."""
 
 
-def reason(response: httpx.Response, body: bytes, redactor: Redactor) -> str:
+def reason(response: httpx.Response, body: bytes, redactor: Redactor) -> tuple[str, int]:
     """The short, redacted reason of an error answer: its JSON message or its status phrase.
 
     Args:
@@ -135,7 +137,8 @@ def reason(response: httpx.Response, body: bytes, redactor: Redactor) -> str:
         redactor: cuts the credential out.
 
     Returns:
-        The reason: one line of printable text, at most :data:`MAX_REASON` characters.
+        The reason (one line of printable text, at most :data:`MAX_REASON` characters) and how
+        many spellings of the credential were cut out of it.
     """
     text = ""
     try:
@@ -147,9 +150,9 @@ def reason(response: httpx.Response, body: bytes, redactor: Redactor) -> str:
             if isinstance(data.get(key), str) and data[key].strip():
                 text = data[key]
                 break
-    text = text or response.reason_phrase or ""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text[:_REASON_WINDOW]).split())
-    return redactor.text(text)[:MAX_REASON]
+    text, found = redactor.head(text or response.reason_phrase or "", _REASON_WINDOW)
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return text[:MAX_REASON], found
 
 
 def _form(body: Mapping[str, Any]) -> dict[str, str | list[str]]:
@@ -255,7 +258,13 @@ class Handler:
         raw = bytes(data)
         if not 200 <= response.status_code < 300:
             # An authentication answer may echo part of the host's credential: status only.
-            why = "" if response.status_code in (401, 403, 407) else reason(response, raw, http.redactor)
+            why, found = (
+                ("", 0) if response.status_code in (401, 403, 407) else reason(response, raw, http.redactor)
+            )
+            if found:
+                log.warning(
+                    "api %r: %s echoed the credential in its error reason: redacted", cfg.name, op.cap_id
+                )
             raise AgentError(f"HTTP {response.status_code}" + (f": {why}" if why else ""))
         if op.empty_result:
             return {}

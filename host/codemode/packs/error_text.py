@@ -7,19 +7,22 @@ that head: every step is one linear pass, and the token patterns are matched onc
 anchored at its start.
 
 1. **Cut**: only the first :data:`LOOK_AT` characters count (plus the length of the longest
-   credential, so that one starting inside them is seen whole; a credential cut in two at the end
-   is redacted from its first character).
+   spelling of a credential, so that one starting inside them is seen whole).
 2. **Normal form**: NFKC (full-width and other compatibility forms become plain ones), HTML
    character references and percent-escapes decoded (three rounds at most), NFKC again, the
    look-alike separators (``∕ ⁄ ⧸ ∖ ⧵ 。 ｡ ∶ ꞉``, ...) made ``/ \\ . :``; format characters
    (zero-width spaces, bidi controls, soft hyphens) removed, every other control or separator
    character a space, whitespace runs one space.
-3. **Credentials**: each configured value (at least 4 characters), and each of its spellings of
-   ``codemode.packs.redaction`` (the token of ``Bearer <token>``, the decoded ``user:password`` of
-   ``Basic`` and the password), becomes ``[redacted]``: in the raw text, and again in the normal
-   form, where one broken up by spaces, newlines, tabs, zero-width or other invisible characters,
-   or combining marks still counts; after the second cut also any run of 8 or more characters of
-   one (an upstream that echoes a truncated key).
+3. **Credentials**: every whole spelling of a configured value of at least 4 characters (those of
+   ``codemode.packs.redaction``: its plain forms, such as the token of ``Bearer <token>``, the
+   decoded ``user:password`` of ``Basic`` and the password, each also percent-, JSON-, HTML- or
+   base64-encoded, in any ASCII case) becomes ``[redacted]``: in the raw text, and again in the
+   normal form, where one broken up by spaces, newlines, tabs, zero-width or other invisible
+   characters, or combining marks still counts. Never a part of one: the tenant steers the text,
+   and a rule that reacts to a part answers "is this part of the credential?" (issue 31 §1). When
+   the text was longer than what is read, the normal form's last characters that could hold the
+   start of a spelling (as many as the longest spelling has, whatever they are) are dropped. When
+   anything was redacted, one warning names the upstream (never the text).
 4. **Cut again** to :data:`LOOK_AT` characters, then **tokens**: the text is split at spaces and
    at ``' " ( ) [ ] { } < > , ; = |`` and backquotes; trailing ``. : ! ?`` of a token stay outside
    it. A token is an *address* (``[url]``) when it has ``scheme://``, starts with ``//`` or
@@ -38,12 +41,13 @@ anchored at its start.
 from __future__ import annotations
 
 import html
+import logging
 import re
 import unicodedata
 import urllib.parse
 from collections.abc import Iterable
 
-from .redaction import Redactor, spellings
+from .redaction import MARK, Matcher, matcher_of, replaced, spellings
 
 __all__ = [
     "LOOK_AT",
@@ -58,6 +62,8 @@ MAX_UPSTREAM_ERROR = 160
 LOOK_AT = 1024
 MIN_SECRET = 4
 _DECODE_ROUNDS = 3
+
+log = logging.getLogger("codemode.upstream")
 
 #: Characters that look like a separator of a URL or a path, and the separator they stand for
 #: (the compatibility forms, full-width ones included, NFKC already maps).
@@ -116,39 +122,20 @@ def _flat(text: str) -> str:
     return _GAP.sub("", text)
 
 
-def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
-    out, at = [], 0
-    for start, end in sorted(spans):
-        if end <= at:
-            continue
-        if start >= at:
-            out.append(text[at:start])
-            out.append("[redacted]")
-        at = end
-    out.append(text[at:])
-    return "".join(out)
-
-
-def _redact(text: str, secrets: list[str], *, cut: bool) -> str:
-    """Each of ``secrets`` (already flat) in ``text`` ``[redacted]``, whatever gap characters lie
-    between its characters; with ``cut`` (the text was cut right after its end) also the start
-    of one (at least 4 characters) at the very end."""
+def _redact(text: str, matcher: Matcher, *, drop: int) -> tuple[str, int]:
+    """Every spelling of ``matcher`` (already flat) in ``text`` ``[redacted]``, whatever gap
+    characters lie between its characters; with ``drop``, the text's last ``drop`` non-gap
+    characters (and what follows them) dropped unless inside a spelling that starts before them:
+    the text was cut, and they could be the start of one. Returns the text and how many spellings
+    were found."""
     flat = _flat(text)
-    if not cut and not any(secret in flat for secret in secrets):
-        return text
     keep = [m.start() for m in _NOT_GAP.finditer(text)]  # keep[i]: where flat[i] is in text
-    found: list[tuple[int, int]] = []
-    for secret in secrets:
-        start = flat.find(secret)
-        while start != -1:
-            found.append((keep[start], keep[start + len(secret) - 1] + 1))
-            start = flat.find(secret, start + 1)
-        if cut:
-            for size in range(min(len(secret) - 1, len(flat)), MIN_SECRET - 1, -1):
-                if flat.endswith(secret[:size]):
-                    found.append((keep[len(flat) - size], len(text)))
-                    break
-    return _replace_spans(text, found) if found else text
+    spans = [(keep[start], keep[end - 1] + 1) for start, end in matcher.find(flat)]
+    if drop:
+        stop = keep[len(flat) - drop] if len(flat) > drop else 0
+        spans = [span for span in spans if span[0] < stop]
+        text = text[: max([stop, *(end for _, end in spans)])]
+    return (replaced(text, spans, MARK) if spans else text), len(spans)
 
 
 def _ipv6(text: str) -> bool:
@@ -228,17 +215,19 @@ def upstream_error_text(
     Returns:
         ``<upstream>: <text>``, or "" when nothing is left.
     """
-    forms = {form for secret in secrets for form in spellings(secret)}
-    raw = sorted({s for s in forms if len(s) >= MIN_SECRET}, key=len, reverse=True)
-    flat = sorted({f for s in raw if len(f := _flat(_normal(s))) >= MIN_SECRET}, key=len, reverse=True)
-    window = LOOK_AT + max((len(s) for s in raw), default=0)
+    forms = {form for secret in secrets for form in spellings(secret) if len(form) >= MIN_SECRET}
+    raw = matcher_of(forms, alone_below=0)
+    flat = matcher_of(forms, lambda spelling: _flat(_normal(spelling)), alone_below=0)
+    window = LOOK_AT + raw.longest
     head = text[:window]
-    for secret in raw:
-        head = head.replace(secret, "[redacted]")
-    one = _redact(_normal(head), flat, cut=len(text) > window)
+    spans = raw.find(head)
+    found = len(spans)
+    if spans:
+        head = replaced(head, spans, MARK)
+    one, more = _redact(_normal(head), flat, drop=max(raw.longest, flat.longest) if len(text) > window else 0)
+    if found + more:
+        log.warning("upstream %r: its error text carried a configured credential: redacted", upstream)
     one = _SPACES.sub(" ", one)[:LOOK_AT]
-    if raw:
-        one = Redactor([*raw, *flat]).text(one)  # runs of a credential's characters, too
     one = " ".join(_word_marked(word) for word in one.split(" "))
     one = _bounded(one, limit)
     return f"{upstream}: {one}" if one else ""

@@ -1,0 +1,77 @@
+"""Redaction timing benchmark: does the time to redact a text depend on how much of the credential
+it repeats? (issue 31 §1: "no observable difference ... in their length and timing").
+
+Run: ``python -m tests.benchmarks.bench_redaction_timing [--size N] [--rounds R]``. Prints
+numbers; asserts nothing. A backend that repeats the tenant's value in a result hands the host a
+text the tenant chose; the tenant can fill it with copies of a guess: the known prefix of the
+credential and ``k`` more characters, right or wrong. For each ``k`` the benchmark times
+``Redactor.redact`` (OpenAPI results, up to ``max_response_bytes``) on ``--size`` characters of
+such copies, right guesses against wrong ones, and ``upstream_error_text`` (the upstream MCP pack)
+on one copy padded to its window. It also times the earlier rule's way of matching (one regular
+expression of the spellings, which compares character by character): the difference it shows
+between right and wrong guesses is what a timing attack measures. The goal: right / wrong ≈ 1
+for the redaction (its spread between rounds is the noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import string
+import time
+from collections.abc import Callable
+
+from codemode.packs.error_text import upstream_error_text
+from codemode.packs.redaction import Redactor, spellings
+
+PREFIX = "Bearer sk_live_"
+_RNG = random.Random(31)
+BODY = "".join(_RNG.choice(string.ascii_letters + string.digits) for _ in range(24))
+CREDENTIAL = PREFIX + BODY
+
+
+def guesses(k: int, right: bool, size: int) -> str:
+    wrong = "".join("#" if c != "#" else "$" for c in BODY[:k])
+    guess = "!" + PREFIX + (BODY[:k] if right else wrong)
+    return guess * (size // len(guess))
+
+
+def best(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[0], times[len(times) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1_000_000, help="characters of each text")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    redactor = Redactor([CREDENTIAL])
+    forms = sorted(spellings(CREDENTIAL), key=len, reverse=True)
+    regex = re.compile("|".join(re.escape(f) for f in forms))  # the earlier rule's matching
+    print(
+        f"credential: {len(CREDENTIAL)} characters; texts of {args.size:,} characters; best of {args.rounds}"
+    )
+    print(f"{'k':>3} {'what':<24} {'right ms (best/median)':>22} {'wrong ms (best/median)':>22} {'ratio':>6}")
+    for k in (0, 4, 8, 16, 23):
+        right, wrong = guesses(k, True, args.size), guesses(k, False, args.size)
+        rows: list[tuple[str, Callable[[str], object]]] = [
+            ("Redactor.redact", redactor.redact),
+            ("regex of the spellings", lambda t: regex.sub("[redacted]", t)),
+            ("upstream_error_text", lambda t: upstream_error_text("api", t[:2000], secrets=[CREDENTIAL])),
+        ]
+        for name, fn in rows:
+            r, rm = best(lambda fn=fn, text=right: fn(text), args.rounds)
+            w, wm = best(lambda fn=fn, text=wrong: fn(text), args.rounds)
+            ms = f"{r * 1e3:>10.2f} {rm * 1e3:>11.2f} {w * 1e3:>10.2f} {wm * 1e3:>11.2f}"
+            print(f"{k:>3} {name:<24} {ms} {r / w:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()

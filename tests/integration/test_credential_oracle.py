@@ -1,0 +1,327 @@
+"""The credential redaction may not answer questions about the credential (issue 31 §1).
+
+Error texts from OpenAPI backends and upstream MCP servers had every run of 8 or more characters of
+a configured credential replaced by ``[redacted]``. A backend that quotes a value it refused
+(``{"detail": msg}``, server-memory's ``Entity with name X not found``) then answered, for any
+8-character string a program chose, "is this part of the credential?". The attack here is the
+issue's: a program sends ``!`` + the last characters it knows + one candidate, for every candidate
+(eight to a call, separated by `` ; ``), and the one that comes back as exactly ``![redacted]`` is
+the credential's next character. It starts from what everyone knows: ``Bearer ``, ``Basic `` (two
+characters at a time while fewer than 8 are known) and a vendor prefix, ``sk_live_``.
+
+Measured before the fix (a1e717b; each test prints ``RECOVERED``): the candidates as they are gave
+every character of all three credentials on both paths (Bearer 16 of 16, Basic 36 of 36, sk_live_
+16 of 16); percent-encoded ones did too through the MCP path (its normal form decodes them) and
+for sk_live_ through OpenAPI (the same spelling); with swapped case, none (that rule was
+case-sensitive). A backend echoing the credential lower- or upper-cased or base64-encoded (alone or
+inside a longer base64 text) showed all of it, in error reasons, results and MCP error texts.
+After: none recovered, in every spelling, and a backend echoing the real credential, in any of the
+spellings of ``credential_echo.FORMS``, shows none of it.
+
+Real parts: a FastAPI service under uvicorn behind the OpenAPI pack, a stdio MCP server of the
+official SDK behind the upstream MCP pack, programs through ``Server.execute`` (process runtime).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import random
+import string
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+import codemode
+from codemode import authz
+from codemode_capabilities.mcp.upstream import upstream_mcp_pack
+from codemode_capabilities.openapi import openapi_pack
+
+from . import credential_echo
+from .upstream_support import uvicorn_in_thread
+
+pytestmark = pytest.mark.slow
+
+SUBJECT = authz.Subject(id="mallory")
+KEY_ENV = "ORACLE_TEST_CREDENTIAL"
+ALPHABET = string.ascii_letters + string.digits + "-_+/="
+_RNG = random.Random(31)
+
+
+def _random(n: int, chars: str = string.ascii_letters + string.digits) -> str:
+    return "".join(_RNG.choice(chars) for _ in range(n))
+
+
+#: The operator's credentials, each with the prefix everyone knows.
+CREDENTIALS = {
+    "bearer": ("Bearer ", "Bearer " + _random(16, string.ascii_letters + string.digits + "-_")),
+    "basic": ("Basic ", "Basic " + base64.b64encode(f"svc-reports:{_random(13)}".encode()).decode()),
+    "vendor": ("sk_live_", "sk_live_" + _random(16)),
+}
+#: How the program spells each candidate.
+SPELL: dict[str, Callable[[str], str]] = {
+    "as-is": lambda s: s,
+    "swapped-case": str.swapcase,
+    "percent": lambda s: quote(s, safe=""),
+}
+BATCH = 8
+SEPARATOR = " ; "
+WINDOW = 9  # characters known before the candidate: past the 8 of the old rule
+
+
+CALLS = 50  # capability calls per execute
+
+
+def program(capability: str, keyword: str, messages: list[str]) -> str:
+    return (
+        "def main():\n"
+        f"    out = []\n"
+        f"    for m in {json.dumps(messages)}:\n"
+        f"        r = attempt({capability}, {keyword}=m)\n"
+        '        out.append("" if r["ok"] else r["error"])\n'
+        "    return out\n"
+    )
+
+
+async def each_execute(
+    server: codemode.Server, capability: str, keyword: str, messages: list[str]
+) -> list[str]:
+    """The error text of one call per message, ``CALLS`` calls to an execute."""
+    out: list[str] = []
+    for i in range(0, len(messages), CALLS):
+        got = await server.execute(program(capability, keyword, messages[i : i + CALLS]), subject=SUBJECT)
+        assert isinstance(got, list)
+        out += [str(x) for x in got]
+    return out
+
+
+Ask = Callable[[list[str]], Awaitable[list[str]]]
+
+
+async def _step(ask: Ask, known: str, suffixes: list[str], spell: Callable[[str], str]) -> str | None:
+    """The suffix whose candidate came back as exactly ``![redacted]`` (None: none did)."""
+    tail = known[-WINDOW:]
+    batches = [suffixes[i : i + BATCH] for i in range(0, len(suffixes), BATCH)]
+    replies = await ask([SEPARATOR.join("!" + spell(tail + s) for s in batch) for batch in batches])
+    for batch, reply in zip(batches, replies, strict=True):
+        items = reply[reply.find("!") :].split(SEPARATOR) if "!" in reply else []
+        for suffix, item in zip(batch, items, strict=False):
+            if item == "![redacted]":
+                return suffix
+    return None
+
+
+async def oracle_attack(ask: Ask, prefix: str, spell: Callable[[str], str]) -> str:
+    """What the issue's attack recovers after ``prefix``: one character a step (two while fewer
+    than 8 are known and one gave nothing), until no candidate comes back redacted."""
+    known = prefix
+    singles = list(ALPHABET)
+    pairs = [a + b for a in ALPHABET for b in ALPHABET]
+    while len(known) < 200:
+        found = await _step(ask, known, singles, spell)
+        if found is None and len(known) < 8:
+            found = await _step(ask, known, pairs, spell)
+        if found is None:
+            break
+        known += found
+    return known[len(prefix) :]
+
+
+def recovered(value: str, prefix: str, got: str) -> int:
+    """Characters of the credential after ``prefix`` that the attack got right, in order."""
+    rest = value[len(prefix) :]
+    n = 0
+    while n < min(len(rest), len(got)) and rest[n] == got[n]:
+        n += 1
+    return n
+
+
+def leaks(shown: str, echoed: str, *, size: int = 6) -> list[str]:
+    """Every ``size``-character piece of ``echoed`` (the credential as the backend spelled it) that
+    the client saw."""
+    return sorted({echoed[i : i + size] for i in range(len(echoed) - size + 1)} & _pieces(shown, size))
+
+
+def _pieces(text: str, size: int) -> set[str]:
+    return {text[i : i + size] for i in range(len(text) - size + 1)}
+
+
+# ------------------------------------------------------------------------------------- OpenAPI
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[tuple[str, dict[str, Any]]]:
+    app = credential_echo.serve_fastapi()
+    with uvicorn_in_thread(app) as base:
+        yield base, app.openapi()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def openapi_server(
+    backend: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]]:
+    base, document = backend
+    (tmp_path / "echo.json").write_text(json.dumps(document))
+
+    @contextlib.asynccontextmanager
+    async def serve(credential: str) -> AsyncIterator[codemode.Server]:
+        monkeypatch.setenv(KEY_ENV, credential)
+        pack = openapi_pack(
+            [
+                {
+                    "name": "api",
+                    "document": str(tmp_path / "echo.json"),
+                    "base_url": base,
+                    "auth_header": "Authorization",
+                    "auth_value_from_env": KEY_ENV,
+                }
+            ]
+        )
+        server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
+        try:
+            yield server
+        finally:
+            await pack.aclose()
+            await server.aclose()
+
+    return serve
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELL))
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_the_oracle_attack_recovers_nothing_through_an_openapi_backend(
+    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    kind: str,
+    spelling: str,
+) -> None:
+    prefix, value = CREDENTIALS[kind]
+    async with openapi_server(value) as server:
+
+        async def ask(messages: list[str]) -> list[str]:
+            return await each_execute(server, "api.error", "status=400, msg", messages)
+
+        got = await oracle_attack(ask, prefix, SPELL[spelling])
+    n = recovered(value, prefix, got)
+    print(f"RECOVERED openapi {kind}/{spelling}: {n} of {len(value) - len(prefix)}")
+    assert n == 0, f"{kind}/{spelling}: recovered {got!r} of {value!r}"
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_an_openapi_backend_echoing_the_credential_shows_none_of_it(
+    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """In an error reason (400) and in a result (200), in each spelling of ``FORMS``; one warning
+    for each call, naming the API and nothing of the credential."""
+    _, value = CREDENTIALS[kind]
+    async with openapi_server(value) as server:
+        with caplog.at_level(logging.WARNING):
+            shown = await server.execute(every_form("api.credential", status=400), subject=SUBJECT)
+            results = await server.execute(every_form("api.credential", status=200), subject=SUBJECT)
+    assert isinstance(shown, dict) and isinstance(results, dict)
+    for form, spell in credential_echo.FORMS.items():
+        error, result = shown[form], results[form]
+        assert error.startswith("capability failed: HTTP 400: key ") and error.endswith(" refused"), error
+        assert isinstance(result, dict) and list(result) == ["echo"], result
+        for text in (error, result["echo"]):
+            assert "[redacted]" in text and not leaks(text, spell(value)), (form, text)
+    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
+    assert len(warned) == 2 * len(credential_echo.FORMS) and all("'api'" in w for w in warned), warned
+    assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
+
+
+def every_form(capability: str, **kwargs: Any) -> str:
+    """A program calling ``capability(form=..., **kwargs)`` for every form: form -> its error text,
+    or its result."""
+    args = "".join(f", {k}={json.dumps(v)}" for k, v in kwargs.items())
+    return (
+        "def main():\n"
+        "    out = {}\n"
+        f"    for form in {json.dumps(sorted(credential_echo.FORMS))}:\n"
+        f"        r = attempt({capability}, form=form{args})\n"
+        '        out[form] = r["value"] if r["ok"] else r["error"]\n'
+        "    return out\n"
+    )
+
+
+# --------------------------------------------------------------------------------- upstream MCP
+
+
+def mcp_config(**extra: Any) -> dict[str, Any]:
+    return {
+        "name": "echo",
+        "command": sys.executable,
+        "args": [credential_echo.__file__],
+        "env_from_host": {"API_KEY": KEY_ENV},
+        "tenancy": "shared",
+        "max_calls_per_minute": 0,
+        "timeout": 10.0,
+        **extra,
+    }
+
+
+@pytest.fixture
+def mcp_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]]:
+    @contextlib.asynccontextmanager
+    async def serve(credential: str) -> AsyncIterator[codemode.Server]:
+        monkeypatch.setenv(KEY_ENV, credential)
+        pack = upstream_mcp_pack([mcp_config()])
+        caps = await pack.acapabilities()
+        server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
+        try:
+            yield server
+        finally:
+            await pack.aclose()
+            await server.aclose()
+
+    return serve
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELL))
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_the_oracle_attack_recovers_nothing_through_an_upstream_mcp_server(
+    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    kind: str,
+    spelling: str,
+) -> None:
+    prefix, value = CREDENTIALS[kind]
+    async with mcp_server(value) as server:
+
+        async def ask(messages: list[str]) -> list[str]:
+            return await each_execute(server, "echo.say_error", "text", messages)
+
+        got = await oracle_attack(ask, prefix, SPELL[spelling])
+    n = recovered(value, prefix, got)
+    print(f"RECOVERED mcp {kind}/{spelling}: {n} of {len(value) - len(prefix)}")
+    assert n == 0, f"{kind}/{spelling}: recovered {got!r} of {value!r}"
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_an_upstream_mcp_server_echoing_its_credential_shows_none_of_it(
+    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its ``env_from_host`` credential in an error text, in each spelling of ``FORMS``; one warning
+    for each call, naming the upstream and nothing of the credential."""
+    _, value = CREDENTIALS[kind]
+    async with mcp_server(value) as server:
+        with caplog.at_level(logging.WARNING):
+            shown = await server.execute(every_form("echo.credential_error"), subject=SUBJECT)
+    assert isinstance(shown, dict)
+    for form, spell in credential_echo.FORMS.items():
+        error = shown[form]
+        assert error.startswith("capability failed: echo: Error executing tool credential_error: key "), error
+        assert error.endswith(" refused") and "[redacted]" in error and not leaks(error, spell(value)), error
+    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
+    assert len(warned) == len(credential_echo.FORMS) and all("'echo'" in w for w in warned), warned
+    assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
