@@ -42,6 +42,7 @@ import base64
 import binascii
 import html
 import json
+import re
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -147,14 +148,17 @@ class Matcher:
                     found[folded] = _Spelling(folded, is_b64, len(folded) < alone_below)
         self._whole = found
         self._groups: dict[int, dict[str, list[tuple[_Spelling, int]]]] = {}
+        self._blocks: dict[int, re.Pattern[str]] = {}
         for spelling in found.values():
             size = len(spelling.folded)
             block = 1 << (max(1, min(_BLOCK, size // 3)).bit_length() - 1)  # 1, 2, 4, 8 or 16
             anchors = self._groups.setdefault(block, {})
+            self._blocks.setdefault(block, re.compile(f".{{{block}}}", re.DOTALL))
             for at in range(max(0, size - 2 * block + 1), size - block + 1):
                 anchors.setdefault(spelling.folded[at : at + block], []).append((spelling, at))
         #: The longest spelling's length (0: none).
         self.longest = max((len(s) for s in found), default=0)
+        self._shortest = min((len(s) for s in found), default=0)
 
     def __bool__(self) -> bool:
         return bool(self._whole)
@@ -168,15 +172,15 @@ class Matcher:
         Returns:
             The (start, end) spans of every occurrence, sorted, overlapping ones merged.
         """
-        if not self._whole:
+        if not self._whole or len(text) < self._shortest:  # the length only: fixed by the configuration
             return []
-        folded = text.translate(_FOLD)
-        n = len(folded)
+        folded = text.lower() if text.isascii() else text.translate(_FOLD)
         spans: list[tuple[int, int]] = []
         for block, anchors in self._groups.items():
-            starts = range(0, n - block + 1, block)
-            blocks = map(folded.__getitem__, map(slice, starts, range(block, n + 1, block)))
-            for q in compress(starts, map(anchors.__contains__, blocks)):  # the same per block
+            blocks = self._blocks[block].findall(folded)  # the text's blocks at offsets 0, B, 2B, ...
+            if anchors.keys().isdisjoint(blocks):
+                continue
+            for q in compress(range(0, len(folded), block), map(anchors.__contains__, blocks)):
                 for spelling, at in anchors[folded[q : q + block]]:
                     p = q - at
                     end = p + len(spelling.folded)
