@@ -41,3 +41,17 @@ def test_the_profile_is_printed_for_operators() -> None:
         check=True,
     )
     assert json.loads(out.stdout) == docker_profile()
+
+
+def test_the_profile_allows_private_futexes_only() -> None:
+    # Issue 31 §4: a shared futex is keyed by a file's inode, which every container of the image on
+    # a node shares. Only the private flag's form is allowed; a shared wait gets EAGAIN, every other
+    # shared command EPERM, each rule a masked comparison of the operation.
+    assert _actions()["futex"] == {"SCMP_ACT_ALLOW?", "SCMP_ACT_ERRNO:1?", "SCMP_ACT_ERRNO:11?"}
+    rules = [r for r in docker_profile()["syscalls"] if r["names"] == ["futex"]]
+    allowed = [r["args"] for r in rules if r["action"] == "SCMP_ACT_ALLOW"]
+    assert allowed == [[{"index": 1, "value": 128, "valueTwo": 128, "op": "SCMP_CMP_MASKED_EQ"}]]
+    waits = sorted(r["args"][0]["valueTwo"] for r in rules if r.get("errnoRet") == 11)
+    assert waits == [0, 9]  # FUTEX_WAIT, FUTEX_WAIT_BITSET
+    # sysinfo: the interpreter's start-up only (the worker's own filter refuses it)
+    assert "sysinfo" in STARTUP and "sysinfo" in syscalls.DENIED

@@ -24,7 +24,8 @@ operator setup. ``confine`` does, in order:
    no relay and stderr stays as it was);
 5. ``PR_SET_NO_NEW_PRIVS`` (libseccomp's ``CTL_NNP``, set before the filter is loaded);
 6. the filter of ``syscalls`` (allow-list; ``EPERM`` for the denied calls, ``ENOSYS`` for the
-   unlisted ones), loaded with ``CTL_TSYNC`` so it holds on every thread of the process;
+   unlisted ones, ``EAGAIN`` for a shared futex wait), loaded with ``CTL_TSYNC`` so it holds on
+   every thread of the process;
 7. a check that it holds: ``memfd_create`` must now be refused with ``EPERM``.
 
 **Fail closed**: any failure on the way (no libseccomp binding, a limit or the filter that cannot be
@@ -125,6 +126,7 @@ def build_filter(sc: Any, pid: int | None = None) -> Any:
     flt.set_attr(sc.Attr.CTL_NNP, 1)
     flt.set_attr(sc.Attr.CTL_TSYNC, 1)
     deny = sc.ERRNO(syscalls.DENY_ERRNO)
+    retry = sc.ERRNO(syscalls.RETRY_ERRNO)
     for name in sorted(syscalls.ALLOWED):
         flt.add_rule(sc.ALLOW, name)
     for name in sorted(syscalls.DENIED):
@@ -134,6 +136,8 @@ def build_filter(sc: Any, pid: int | None = None) -> Any:
             flt.add_rule(sc.ALLOW, name, *(_arg(sc, a) for a in rule))
         for rule in cond.refuse:
             flt.add_rule(deny, name, *(_arg(sc, a) for a in rule))
+        for rule in cond.retry:
+            flt.add_rule(retry, name, *(_arg(sc, a) for a in rule))
     for name in sorted(syscalls.OWN_PROCESS):
         flt.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, own))
         flt.add_rule(deny, name, sc.Arg(0, sc.NE, own))

@@ -14,7 +14,10 @@ stdout, and runs threads (the interpreter thread; Rust's and glibc's helpers). S
 ``CONDITIONAL``
     allowed only with the arguments given: ``clone`` for threads (``CLONE_THREAD`` and no namespace
     flag), ``openat`` for reading (no write access, no ``O_CREAT``/``O_TRUNC``), ``prlimit64`` and
-    ``fcntl`` read-mostly uses, ``tgkill`` of its own threads, ``ioctl`` requests that only read.
+    ``fcntl`` read-mostly uses, ``tgkill`` of its own threads, ``ioctl`` requests that only read,
+    ``futex`` on private futexes only (``FUTEX_PRIVATE_FLAG``, see below), ``madvise`` with any
+    advice but KSM's (``MADV_MERGEABLE``/``MADV_UNMERGEABLE``: merging a page with another tenant's
+    page of the same content, which the time of a write to it would tell).
 ``DENIED``
     refused with ``EPERM`` (a denial a probe can see): process creation and ``execve``, sockets,
     io_uring, ptrace and other processes' memory, bpf, perf, keys, namespaces, mounts, module and
@@ -22,11 +25,32 @@ stdout, and runs threads (the interpreter thread; Rust's and glibc's helpers). S
     changing ids or limits, ``seccomp`` itself. Writes through the conditional calls' refused
     argument forms get ``EPERM`` too.
 
+Private futexes only: a futex of a shared mapping of a file is keyed by the file's inode, which every
+container of one image on a node (every process-runtime worker of one host) shares, so a shared
+``FUTEX_WAKE`` reaches a waiter of another tenant and its count acknowledges each bit (a covert
+channel, issue 31 §4). A private futex is keyed by the process's own memory. Every ``futex`` command
+without ``FUTEX_PRIVATE_FLAG`` is refused: the waits (``FUTEX_WAIT``, ``FUTEX_WAIT_BITSET``) with
+``EAGAIN``, the others with ``EPERM``. The wait is the end that matters: a thread's end wakes its
+``clear_child_tid`` word with a shared wake no filter sees. ``EAGAIN`` is what a waiter gets when the
+word changed before it slept, which every waiter takes as a reason to look at its word again:
+glibc's ``pthread_join``, which waits on the joined thread's tid word with a shared futex (the kernel
+clears that word and wakes it with a shared wake), loops until the kernel has cleared it, where
+``ENOSYS`` or ``EPERM`` would make glibc abort. ``futex_waitv`` and futex2's ``futex_requeue`` carry
+their flags in memory, where no filter looks, and nothing the worker runs calls futex2's
+``futex_wake`` or ``futex_wait``: all four are unlisted.
+
+``sysinfo`` is denied: its process count and free memory are the whole machine's, a channel between
+tenants (one's threads are the other's count); glibc asks it only for ``sysconf(_SC_PHYS_PAGES)``,
+once per process at the interpreter's start (its ``qsort``), before the filter.
+
 Everything else gets ``ENOSYS`` ("this kernel has no such call"), and so does a call of another
 ABI (a 32-bit ``int 0x80`` call: libseccomp's bad-architecture action): libc then takes the fallback it
 has for older kernels (``clone3`` -> ``clone``, ``faccessat2`` -> ``faccessat``, ``statx`` ->
 ``newfstatat``), where ``EPERM`` would make a thread or a file check fail. No action kills: a refused
-call is an ``OSError`` the program (or a probe) sees.
+call is an ``OSError`` the program (or a probe) sees. Two calls pass every seccomp filter, this one
+included, on a kernel that has them: ``uretprobe`` and ``uprobe``, which user probes' trampolines
+make; outside a trampoline ``uretprobe`` ends the caller with ``SIGILL`` and ``uprobe`` fails with
+``ENXIO``.
 """
 
 from __future__ import annotations
@@ -43,6 +67,8 @@ __all__ = [
     "CONDITIONAL",
     "DENIED",
     "DENY_ERRNO",
+    "FUTEX_PRIVATE_FLAG",
+    "RETRY_ERRNO",
     "UNLISTED_ERRNO",
     "WRITE_FLAGS",
     "Arg",
@@ -54,6 +80,8 @@ DENY_ERRNO: Final = errno.EPERM
 """What a call in ``DENIED`` (or a refused argument form of a ``CONDITIONAL`` call) gets."""
 UNLISTED_ERRNO: Final = errno.ENOSYS
 """What every call on no list gets."""
+RETRY_ERRNO: Final = errno.EAGAIN
+"""What a ``CONDITIONAL`` call's ``retry`` forms get: a shared futex wait (see above)."""
 
 
 @dataclass(frozen=True)
@@ -72,12 +100,14 @@ Rule = tuple[Arg, ...]
 
 @dataclass(frozen=True)
 class Conditional:
-    """A call allowed when one of the ``allow`` rules holds; ``refuse`` rules get ``DENY_ERRNO``
-    (libseccomp cannot say "otherwise", so the refused forms are spelled out; any form on neither
-    list gets ``UNLISTED_ERRNO``)."""
+    """A call allowed when one of the ``allow`` rules holds; ``refuse`` rules get ``DENY_ERRNO`` and
+    ``retry`` rules ``RETRY_ERRNO`` (libseccomp cannot say "otherwise", so the refused forms are
+    spelled out, and no two rules of one call may match the same arguments; any form on no list gets
+    ``UNLISTED_ERRNO``)."""
 
     allow: tuple[Rule, ...]
     refuse: tuple[Rule, ...] = ()
+    retry: tuple[Rule, ...] = ()
 
 
 def _bits(mask: int) -> list[int]:
@@ -92,6 +122,13 @@ CLONE_NAMESPACES: Final = (
 )
 #: Open flags that write or create: a confined worker opens files for reading only.
 WRITE_FLAGS: Final = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC
+#: ``futex``'s flag for a futex of the process's own memory (also futex2's ``FUTEX2_PRIVATE``).
+FUTEX_PRIVATE_FLAG: Final = 128
+#: ``futex``'s command: the operation without ``FUTEX_PRIVATE_FLAG`` and ``FUTEX_CLOCK_REALTIME``.
+_FUTEX_COMMAND: Final = 0x7F
+_FUTEX_WAIT, _FUTEX_WAIT_BITSET, _FUTEX_LOCK_PI2 = 0, 9, 13
+#: ``madvise``'s MADV_MERGEABLE (12) and MADV_UNMERGEABLE (13): KSM.
+_MADV_MERGEABLE: Final = 12
 _TCGETS: Final = 0x5401
 _FIONREAD: Final = 0x541B
 _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC = 1, 2, 3, 1030
@@ -107,6 +144,19 @@ def _one_of(index: int, values: tuple[int, ...]) -> Conditional:
     return Conditional(allow=tuple((Arg(index, v, 0xFFFFFFFF),) for v in values))
 
 
+def _private_futex() -> Conditional:
+    # An operation with FUTEX_PRIVATE_FLAG: allowed. Without it (the flag's bit and the command, so
+    # that the rules match disjoint operations): a wait gets RETRY_ERRNO, every other command
+    # DENY_ERRNO, an unknown command UNLISTED_ERRNO (what the kernel would answer).
+    shared = _FUTEX_COMMAND | FUTEX_PRIVATE_FLAG
+    waits = (_FUTEX_WAIT, _FUTEX_WAIT_BITSET)
+    return Conditional(
+        allow=((Arg(1, FUTEX_PRIVATE_FLAG, FUTEX_PRIVATE_FLAG),),),
+        refuse=tuple((Arg(1, c, shared),) for c in range(_FUTEX_LOCK_PI2 + 1) if c not in waits),
+        retry=tuple((Arg(1, c, shared),) for c in waits),
+    )
+
+
 ALLOWED: Final = frozenset(
     {
         # memory
@@ -115,10 +165,8 @@ ALLOWED: Final = frozenset(
         "mprotect",
         "mremap",
         "munmap",
-        "madvise",
         "membarrier",
-        # threads, their synchronization and their end
-        "futex",
+        # threads, their synchronization (futex: CONDITIONAL) and their end
         "get_robust_list",
         "set_robust_list",
         "rseq",
@@ -153,7 +201,6 @@ ALLOWED: Final = frozenset(
         "getresgid",
         "getrandom",
         "uname",
-        "sysinfo",
         # descriptors it has (stdin/stdout/stderr) and files it reads
         "read",
         "readv",
@@ -198,6 +245,17 @@ CONDITIONAL: Final[dict[str, Conditional]] = {
     # commands that read or set close-on-exec; requests that only read (isatty is TCGETS)
     "fcntl": _one_of(1, (_F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC)),
     "ioctl": _one_of(1, (_TCGETS, _FIONREAD)),
+    # private futexes only: a shared one is keyed by a file's inode, which other tenants share
+    "futex": _private_futex(),
+    # any advice but KSM's (MADV_MERGEABLE, MADV_UNMERGEABLE: pages merged with another tenant's
+    # pages of the same content, whose copy-on-write time tells they were); above 31, none exists
+    # that an unprivileged process may give
+    "madvise": Conditional(
+        allow=tuple(
+            (Arg(2, v, m),) for v, m in ((0, 0xFFFFFFF8), (8, 0xFFFFFFFC), (14, 0xFFFFFFFE), (16, 0xFFFFFFF0))
+        ),
+        refuse=((Arg(2, _MADV_MERGEABLE, 0xFFFFFFFE),),),
+    ),
 }
 
 OWN_PROCESS: Final = frozenset({"tgkill"})
@@ -365,6 +423,8 @@ DENIED: Final = frozenset(
         "mq_timedreceive",
         "mq_notify",
         "mq_getsetattr",
+        # the whole machine's counters (process count, free memory, load)
+        "sysinfo",
         # ids, limits, priorities, the clock and the machine
         "setuid",
         "setgid",

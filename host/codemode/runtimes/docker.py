@@ -6,7 +6,8 @@ Every worker container is created with::
     pids limit, cap_drop=ALL, no-new-privileges, the worker's seccomp profile (``seccomp_profile``:
     derived from the worker's own filter, which the worker installs on top), a numeric non-root
     user, no volumes, an environment holding only the worker marker, ulimits nofile/core, a private
-    IPC namespace without /dev/shm, a read-only /dev/mqueue, the log driver ``none`` (the
+    IPC namespace without /dev/shm, a read-only /dev/mqueue, the machine's counters in /proc and
+    /sys masked (``masked_paths``), the log driver ``none`` (the
     protocol runs over the attach stream; a ``json-file`` log would store everything the worker
     prints on the host's disk, ~36 bytes per 2-byte line, until the container is removed), and
     labels naming the owner.
@@ -47,6 +48,7 @@ from typing import Any, ClassVar, Literal
 from codemode_worker import PROTOCOL_VERSION, WORKER_ENV_MARKER
 
 from .base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from .masked_paths import MASKED_PATHS
 from .seccomp_profile import docker_profile, supervisor_profile
 from .streams import STDERR_TAIL as STDERR_TAIL
 from .streams import STDOUT_BUFFER, BlockingRuntime, HostIdentity, LaunchHandoff, ThreadedStreamSandbox
@@ -813,6 +815,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
                 privileged=False,
                 runtime=self.runtime,
             )
+            host_config["MaskedPaths"] = list(MASKED_PATHS)  # the machine's counters (masked_paths)
             env = {WORKER_ENV_MARKER: "1"}
             if self.testing_entry:
                 env[TESTING_ENV] = "1"

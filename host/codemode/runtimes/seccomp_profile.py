@@ -8,9 +8,11 @@ it loads it last when no-new-privileges is set, as the runtime always sets it â€
 start-up, duplicating stdout, the Landlock calls, setting ``RLIMIT_FSIZE`` and ``RLIMIT_NOFILE``,
 ``prctl`` and ``seccomp`` to load the worker's filter), and
 ``open``/``openat``, ``prlimit64``, ``fcntl`` and ``ioctl`` in any form. Everything else follows
-``codemode_worker.syscalls``: the same allow-list, ``clone`` for threads only, ``EPERM`` for the
-denied calls (sockets of every family, io_uring, ptrace, bpf, keys, namespaces, mounts, fork ...),
-``ENOSYS`` for the rest.
+``codemode_worker.syscalls``: the same allow-list, ``clone`` for threads only, ``futex`` on private
+futexes only (``EAGAIN`` for a shared wait, ``EPERM`` for the other shared commands: the
+``SCMP_CMP_MASKED_EQ`` conditions of the worker's filter), ``EPERM`` for the denied calls (sockets
+of every family, io_uring, ptrace, bpf, keys, namespaces, mounts, fork ...), ``ENOSYS`` for the
+rest.
 
 ``DockerRuntime`` passes it to every worker container (``--security-opt seccomp=<json>``). gVisor
 (runsc) does not apply OCI profiles unless started with ``--oci-seccomp``; the worker's own filter
@@ -37,7 +39,8 @@ from codemode_worker import syscalls
 __all__ = ["STARTUP", "SUPERVISOR", "docker_profile", "supervisor_profile"]
 
 #: Calls of the container's start-up (before the worker's own filter) that the worker's policy denies
-#: or does not list (the three Landlock calls: the worker enters its Landlock domain first thing).
+#: or does not list (the three Landlock calls: the worker enters its Landlock domain first thing;
+#: ``sysinfo``: glibc's ``qsort`` asks it for the memory size once, while the interpreter starts).
 STARTUP: Final = frozenset(
     {
         "execve",
@@ -49,6 +52,7 @@ STARTUP: Final = frozenset(
         "prctl",
         "seccomp",
         "setrlimit",
+        "sysinfo",
         "landlock_create_ruleset",
         "landlock_add_rule",
         "landlock_restrict_self",
@@ -121,6 +125,7 @@ def _profile(extra: frozenset[str], *, processes: bool) -> dict[str, Any]:
     allowed = sorted(syscalls.ALLOWED | syscalls.OWN_PROCESS | extra | _ANY_FORM)
     rules: list[dict[str, Any]] = [{"names": allowed, "action": "SCMP_ACT_ALLOW"}]
     deny = {"action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.DENY_ERRNO}
+    retry = {"action": "SCMP_ACT_ERRNO", "errnoRet": syscalls.RETRY_ERRNO}
     rules.append({"names": sorted(syscalls.DENIED - extra), **deny})
     # Also spelled out: an engine may ignore defaultErrnoRet (Docker 20.10 answers EPERM instead).
     rules.append(
@@ -149,6 +154,8 @@ def _profile(extra: frozenset[str], *, processes: bool) -> dict[str, Any]:
             rules.append({"names": [name], "action": "SCMP_ACT_ALLOW", "args": [_arg(a) for a in rule]})
         for rule in cond.refuse:
             rules.append({"names": [name], **deny, "args": [_arg(a) for a in rule]})
+        for rule in cond.retry:
+            rules.append({"names": [name], **retry, "args": [_arg(a) for a in rule]})
     return {
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": syscalls.UNLISTED_ERRNO,
