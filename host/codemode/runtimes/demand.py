@@ -24,7 +24,8 @@ Nothing here sleeps or reads a clock of its own: the clock is injected (tests dr
 
 ``Shares`` keeps one subject from taking every warm worker: a subject that took ``cap`` warm workers
 the pool has not yet replaced takes no more until the refills catch up (it gets a cold start; the
-others keep finding warm ones).
+others keep finding warm ones). The pools ask it only while another subject competes
+(``codemode.runtimes.contention``): a lone subject takes any warm worker.
 """
 
 from __future__ import annotations

@@ -19,9 +19,12 @@ the target's worth at once on a runtime whose workers cost this host little to s
 classic process spawn forks Python; Docker's daemon runs on this host).
 
 **One subject cannot drain it for the others.** ``spawn_for(subject)`` (the execute pipeline's path)
-hands a subject a warm sandbox only while it has fewer than ``max(1, floor(target × subject_share))``
-warm ones taken and not yet replaced by a refill; past that it gets a cold start, and the warm
-sandboxes stay for the other subjects. ``spawn()`` (no subject: operator tools) is not capped.
+hands a subject that has company (another subject waiting for a sandbox from this pool, or served by
+it within the last ``recent_seconds``: ``codemode.runtimes.contention``) a warm sandbox only while
+it has fewer than ``max(1, floor(target × subject_share))`` warm ones taken and not yet replaced by a
+refill; past that it gets a cold start, and the warm sandboxes stay for the other subjects. A lone
+subject takes any idle warm sandbox: the share protects others, and there are none. ``spawn()`` (no
+subject: operator tools) is not capped and counts for nobody.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .base import SPAWNED_WARM, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
 
 __all__ = ["WarmPool"]
@@ -57,7 +61,9 @@ class WarmPool:
         refill_concurrency: workers the refill starts at once at most (None: the runtime's default,
             see the module docstring).
         subject_share: the fraction of the target one subject may hold taken and not yet replaced
-            (1: no cap).
+            while another subject competes (1: no cap).
+        recent_seconds: how long after its last request a subject still competes for the warm
+            sandboxes (``codemode.runtimes.contention``).
         window: seconds over which the arrival rate is measured.
         hold: seconds the target stays at its highest recent value before it shrinks.
         headroom: factor on ``rate × spawn_time``.
@@ -81,6 +87,7 @@ class WarmPool:
         hold: float = 10.0,
         headroom: float = 2.0,
         retry_delay: float = 0.5,
+        recent_seconds: float = RECENT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if size < 0:
@@ -95,6 +102,7 @@ class WarmPool:
         self.maximum = maximum
         self.demand = Demand(size, maximum, window=window, hold=hold, headroom=headroom, clock=clock)
         self.shares = Shares(subject_share)
+        self.contention = Contention(recent_seconds, clock)
         self.retry_delay = retry_delay
         self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
         if refill_concurrency is None:
@@ -164,7 +172,8 @@ class WarmPool:
         return await self._take(None)
 
     async def spawn_for(self, subject: str) -> Sandbox:
-        """A warm sandbox unless none is ready or ``subject`` holds its share, else a cold one.
+        """A warm sandbox unless none is ready, or ``subject`` holds its share while another subject
+        competes for them, else a cold one.
 
         Args:
             subject: the subject id the execute runs for.
@@ -176,14 +185,23 @@ class WarmPool:
             SpawnFailed: a cold start failed.
             RuntimeUnavailable: the pool is closed or its runtime cannot create workers.
         """
-        return await self._take(subject)
+        if self._closed:
+            raise RuntimeUnavailable("pool is closed")
+        with self.contention.waiting(subject):
+            return await self._take(subject)
+
+    def _may_take(self, subject: str | None) -> bool:
+        """Whether ``subject`` may take a warm sandbox: always without a subject or without
+        contention, else within its share."""
+        if subject is None or not self.contention.others(subject):
+            return True
+        return self.shares.may_take(subject, self.demand.target())
 
     async def _take(self, subject: str | None) -> Sandbox:
         if self._closed:
             raise RuntimeUnavailable("pool is closed")
         self.demand.arrival()
-        target = self.demand.target()
-        if subject is None or self.shares.may_take(subject, target):
+        if self._may_take(subject):
             while self._idle:
                 sandbox = self._idle.popleft()
                 if sandbox.alive():

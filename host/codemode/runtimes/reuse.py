@@ -29,14 +29,21 @@ Rules (each has its test):
 * **bounded and fair**: at most ``size`` sandboxes are kept idle in all (bound to a subject or
   warm, never leased yet), at most ``per_subject`` of them bound to one subject; when more come
   back, the one idle longest is recycled, whoever it belongs to, so one subject's idle sandboxes never
-  keep another subject from having one. The warm ones are refilled in the background while the
-  sandboxes kept (idle, in use and starting) are fewer than ``size``; a subject that has no idle
-  sandbox takes a warm one while it holds fewer than ``max(1, floor(size × subject_share))``
-  sandboxes (so that a flood of one subject's executes cannot take every warm sandbox, which the
-  pool, counting them in use, would not replace), or starts one (under the slot the executor
-  already holds: fair admission decides who runs, ``codemode.execution.admission``). Live
-  sandboxes never exceed ``max_concurrent_executions + size + 1`` (the one: a successor starting
-  while its predecessor is still idle).
+  keep another subject from having one. A subject that has no idle sandbox takes a warm one, or
+  starts one (under the slot the executor already holds: fair admission decides who runs,
+  ``codemode.execution.admission``);
+* **the share bites only under contention**: while another subject waits for a sandbox from this
+  pool or was served by it within the last ``recent_seconds`` (``codemode.runtimes.contention``),
+  a subject holding ``max(1, floor(size × subject_share))`` sandboxes (in use or idle for it)
+  starts its next one instead of taking a warm one, so that a flood of one subject's executes
+  cannot take every warm sandbox; a lone subject takes any warm one;
+* **refilled for the others**: the warm ones are refilled in the background while the sandboxes
+  kept (idle, in use and starting) are fewer than ``size``, where a subject's sandboxes in use past
+  its share do not count while another subject competes (they would keep the refill from ever
+  replacing the warm ones the others need), nor, up to as many, the warm ones a lone subject took
+  past its share until a refill has replaced them. Live sandboxes never exceed
+  ``max_concurrent_executions + size + 1`` (the one: a successor starting while its predecessor is
+  still idle).
 
 ``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
 reusable one.
@@ -55,6 +62,8 @@ import weakref
 from typing import Any, Protocol, runtime_checkable
 
 from .base import Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .contention import RECENT_SECONDS, Contention
+from .demand import Shares
 from .handshake import probe
 from .supervised import Supervised
 
@@ -95,7 +104,10 @@ class ReusePool:
         refill_concurrency: warm sandboxes started at once at most (None: ``size`` on a runtime
             with ``concurrent_refill`` (Kubernetes), one per CPU otherwise (Docker)).
         subject_share: a subject holding ``max(1, floor(size × subject_share))`` sandboxes (in use
-            or idle for it) starts its next one instead of taking a warm one (1: no cap).
+            or idle for it) while another subject competes starts its next one instead of taking a
+            warm one (1: no cap).
+        recent_seconds: how long after its last request a subject still competes for the warm
+            sandboxes (``codemode.runtimes.contention``).
 
     Raises (the constructor):
         ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive, a refill
@@ -115,12 +127,16 @@ class ReusePool:
         retry_delay: float = 0.5,
         refill_concurrency: int | None = None,
         subject_share: float = 0.5,
+        recent_seconds: float = RECENT_SECONDS,
     ) -> None:
         if size < 0 or max_executes < 1 or per_subject < 1 or idle_seconds <= 0:
             raise ValueError("size >= 0, max_executes >= 1, per_subject >= 1 and idle_seconds > 0")
         if not 0 < subject_share <= 1:
             raise ValueError("subject_share must be in (0, 1]")
         self.subject_share = subject_share
+        #: Warm sandboxes lone subjects took past their share that no refill has replaced yet.
+        self.shares = Shares(subject_share)
+        self.contention = Contention(recent_seconds)
         if refill_concurrency is not None and refill_concurrency < 1:
             raise ValueError("refill_concurrency >= 1")
         self.inner = runtime
@@ -225,12 +241,20 @@ class ReusePool:
         """
         if self._closed:
             raise RuntimeUnavailable("reuse pool is closed")
+        with self.contention.waiting(subject):
+            self._kick()  # another subject's sandboxes past its share may stop counting now
+            return await self._lease_for(subject)
+
+    async def _lease_for(self, subject: str) -> Sandbox:
         while True:
             box = self._take_own(subject)
             if box is None and await self._ending(subject):
                 continue  # its sandbox came back (or was recycled): look again
             if box is None and self._may_take_warm(subject):
+                past_share = self.subject_share < 1 and self._held(subject) >= self._cap()
                 box = self._take_warm()
+                if box is not None and past_share:
+                    self.shares.took(subject)  # alone: the refill replaces it for the others
             cold = box is None
             if box is None:
                 box = await self._new_box()
@@ -289,13 +313,32 @@ class ReusePool:
             own = self._idle.get(subject)
         return None
 
+    def _cap(self) -> int:
+        return max(1, math.floor(self.size * self.subject_share + 1e-9))
+
+    def _held(self, subject: str) -> int:
+        return len(self._busy.get(subject, ())) + len(self._idle.get(subject, ()))
+
     def _may_take_warm(self, subject: str) -> bool:
-        """Whether ``subject`` holds fewer sandboxes (in use, idle for it) than its share of the
-        pool, so that it may take a warm one (see the module docstring)."""
-        if self.subject_share >= 1:
+        """Whether ``subject`` may take a warm sandbox: when it holds fewer sandboxes (in use, idle
+        for it) than its share of the pool, or when no other subject competes (a warm one it takes
+        past its share is then owed: the refill replaces it; see the module docstring)."""
+        if self.subject_share >= 1 or self._held(subject) < self._cap():
             return True
-        held = len(self._busy.get(subject, ())) + len(self._idle.get(subject, ()))
-        return held < max(1, math.floor(self.size * self.subject_share + 1e-9))
+        return not self.contention.others(subject)
+
+    def _uncounted(self) -> int:
+        """Sandboxes in use that do not keep the refill back: each subject's past its share while
+        another subject competes, else at most as many as the warm ones it took past its share
+        alone and no refill has replaced yet."""
+        if self.subject_share >= 1:
+            return 0
+        cap = self._cap()
+        total = 0
+        for subject, busy in self._busy.items():
+            over = min(len(busy), max(0, self._held(subject) - cap))
+            total += over if self.contention.others(subject) else min(over, self.shares.owed(subject))
+        return total
 
     def _take_warm(self) -> Supervised | None:
         """A started sandbox nobody has used yet, if any."""
@@ -423,6 +466,7 @@ class ReusePool:
         box.retire(reason, anomaly=anomaly)
         self.recycled += 1
         self._background(box.destroy())
+        self._kick()  # a sandbox fewer: the refill looks again (an idle one swept, for one)
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -452,7 +496,7 @@ class ReusePool:
         return box
 
     def _missing(self) -> int:
-        return self.size - (self.idle + self._in_use + self._starting)
+        return self.size - (self.idle + self._in_use - self._uncounted() + self._starting)
 
     async def _refill_loop(self) -> None:
         assert self._wake is not None
@@ -494,6 +538,7 @@ class ReusePool:
             await box.destroy()
             return
         self._warm.append(box)
+        self.shares.replaced()
         self._trim()
         self._kick()
 

@@ -334,8 +334,10 @@ class Settings(BaseSettings):
         gt=0,
         le=1,
         description="the fraction of the warm pool one subject may take before the pool has refilled it "
-        "(reuse mode: of --pool, counting the sandboxes it holds); past it that subject's executes start "
-        "cold (1 = no cap; unset: 0.5, or 1 with --stdio, which serves one subject)",
+        "(reuse mode: of --pool, counting the sandboxes it holds), while another subject competes (waits "
+        "for a sandbox or was served within the last 10 s); past it that subject's executes start cold, "
+        "and a lone subject takes any warm one (1 = no cap; unset: 0.5, or 1 with --stdio, which serves "
+        "one subject)",
     )
     reuse_executes: int = Field(
         0,
