@@ -88,6 +88,7 @@ SUPERVISOR: Final = frozenset(
         "getpriority",
         "sched_getscheduler",
         "sched_getparam",
+        "sched_getattr",
         "ioprio_get",
     }
 )
