@@ -11,7 +11,7 @@ Found by the hostile review of issue 20 (§1, §2), each failing before its fix:
   good, and left a per-subject one spinning a core after its call had failed;
 * one ``create_directory`` call turned 4 KB of arguments into ~2,000 directories (the byte
   bounds did not bound the disk), and the tree it left could not be removed by ``aclose``;
-* ``list_allowed_directories`` handed a tenant the host's data dir.
+* ``list_allowed_directories`` handed a tenant the host's data dir (the server sees ``/mnt`` now).
 """
 
 from __future__ import annotations
@@ -201,15 +201,16 @@ async def test_the_host_data_dir_does_not_reach_a_tenant(
 ) -> None:
     """Error text is stripped of absolute paths, but the documented per-subject filesystem table
     handed the tenant the host's data dir (and its own subject key) in plain results
-    (``list_allowed_directories``, ``search_files``). The subject's directory is shown as
-    ``{subject_dir}`` now, and that spelling works in arguments."""
+    (``list_allowed_directories``, ``search_files``). The server sees its directory at ``/mnt`` now
+    (a mount view of its own), so its answers name nothing of the host's layout; the other forms
+    the path came back in are tests/integration/test_upstream_view.py."""
     _, server, data = served
     listed = await attempt(server, "return files.list_allowed_directories()", BOB)
-    assert listed == '{"content": "Allowed directories:\\n{subject_dir}"}', listed
-    wrote = await attempt(server, 'files.write_file(path="{subject_dir}/a.txt", content="bob")', BOB)
+    assert listed == '{"content": "Allowed directories:\\n/mnt"}', listed
+    wrote = await attempt(server, 'files.write_file(path="/mnt/a.txt", content="bob")', BOB)
     assert wrote == "null"
-    found = await attempt(server, 'return files.search_files(path="{subject_dir}", pattern="a.txt")', BOB)
-    assert str(data) not in found and "{subject_dir}/a.txt" in found, found
+    found = await attempt(server, 'return files.search_files(path="/mnt", pattern="a.txt")', BOB)
+    assert str(data) not in found and "/mnt/a.txt" in found, found
     assert (data / "upstreams" / "files" / subject_key("bob") / "a.txt").read_text() == "bob"
 
 
@@ -285,22 +286,31 @@ async def test_one_tenants_glob_does_not_wedge_a_shared_filesystem_server_for_th
 
 
 def server_cpu_seconds(marker: str) -> float | None:
-    """CPU seconds (user + system) of the node process whose command line holds ``marker``
-    (None: there is none)."""
+    """CPU seconds (user + system) of the server process started by the relay whose command line
+    holds ``marker`` (its ``--view=`` directory: the server itself is given ``/mnt``; None: there is
+    none)."""
     ticks = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if marker.encode() not in cmdline or b"stdio_relay" in cmdline:
+            if marker.encode() not in cmdline or b"stdio_relay" not in cmdline:
                 continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            children = [
+                child
+                for task in os.listdir(f"/proc/{pid}/task")
+                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            ]
         except OSError:
             continue
-        if fields[0] == "Z":
-            continue
-        return (int(fields[11]) + int(fields[12])) / ticks
+        for child in children:
+            try:
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                return (int(fields[11]) + int(fields[12])) / ticks
     return None
 
 

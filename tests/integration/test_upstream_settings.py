@@ -69,6 +69,28 @@ def test_a_bad_table_is_a_configuration_error(tmp_path: Path) -> None:
         build_server(load_settings(config_file=path, transport="stdio"))
 
 
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_multi_tenant_service_refuses_a_per_subject_table_that_shares_a_path(
+    tmp_path: Path, transport: str
+) -> None:
+    """Issue 31 §7: ``serve --http`` refuses a per-subject table whose servers would all be given
+    the same fixed path (before: a warning, and each subject's process used the same file);
+    ``serve --stdio`` (one subject) starts it."""
+    path = _toml(tmp_path)
+    path.write_text(path.read_text() + 'env = { TIME_STATE = "/var/lib/time/state" }\n')
+    settings = load_settings(config_file=path, transport=transport, data_dir=tmp_path / "data")
+    if transport == "stdio":
+        async with build_server(settings):
+            return
+    with pytest.raises(ConfigError) as refused:
+        build_server(settings)
+    assert str(refused.value) == (
+        "--config / CODEMODE_CONFIG: upstream 'time': every subject's server would be given the same "
+        "path: env TIME_STATE names '/var/lib/time/state'; put per-subject state under {subject_dir}, "
+        'list what may be shared in shared_paths, or set tenancy = "shared"'
+    )
+
+
 @pytest.mark.parametrize(
     ("transport", "table", "warned"),
     [

@@ -53,6 +53,9 @@ def documented_tables() -> list[dict[str, Any]]:
     for table in tables:
         assert table["command"] == "node" and "tenancy" not in table  # the default tenancy
         table["command"] = memory[0]
+        # "/opt/mcp" holds node_modules: here, each package's own cache folder does
+        assert table["shared_paths"] == ["/opt/mcp"]
+        table["shared_paths"] = [str(Path(table["args"][0]).parents[4])]
     return tables
 
 

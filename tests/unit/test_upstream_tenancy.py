@@ -1,7 +1,8 @@
 """What the host derives from a subject id for an upstream (``codemode_capabilities.mcp.tenancy``):
 the key, the header token, the placeholders and the subject directory, for ids chosen to break
-them; how the subject's directory is shown to its programs; which credential values the host
-redacts from an upstream's text."""
+them; what the server is given for its directory, and which values count as the fixed paths a
+per-subject table may not share by accident; which credential values the host redacts from an
+upstream's text."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from codemode_capabilities.mcp.stdio_relay import VIEW_DIR
 from codemode_capabilities.mcp.tenancy import (
-    DirAlias,
     SubjectDirs,
     expand,
+    fixed_paths,
     placeholders_in,
     subject_key,
     subject_token,
@@ -111,7 +113,13 @@ def test_placeholders_are_not_expanded_in_the_command_or_env_names(tmp_path: Pat
     launch = UpstreamMCPPack([cfg], data_dir=tmp_path).launch(cfg, "alice")
     assert launch.command == "/bin/{subject_key}"
     assert launch.env == {"{subject_key}": "v", "K": "{subject}"}
-    assert launch.args == (str(tmp_path / "upstreams" / "x" / subject_key("alice")),)
+    # the server sees its directory at /mnt, in a view of its own over the subject's host directory
+    assert launch.args == (VIEW_DIR,) and launch.cwd is None
+    assert launch.view == str(tmp_path / "upstreams" / "x" / subject_key("alice"))
+    assert launch.relay_argv()[-4:] == [f"--view={launch.view}", "--", "/bin/{subject_key}", VIEW_DIR]
+    host = UpstreamMCPConfig(name="x", command="y", args=["{subject_dir}"], subject_dir_view="host")
+    launch = UpstreamMCPPack([host], data_dir=tmp_path).launch(host, "alice")
+    assert launch.view is None and launch.args == (str(tmp_path / "upstreams" / "x" / subject_key("alice")),)
 
 
 @pytest.mark.parametrize("planted", ["upstreams", "upstreams/x", "upstreams/x/KEY"])
@@ -126,23 +134,67 @@ def test_a_symlink_planted_on_the_way_to_a_subject_dir_is_refused(tmp_path: Path
     assert os.listdir(elsewhere) == []
 
 
-def test_the_subject_dir_is_shown_as_its_placeholder_both_ways(tmp_path: Path) -> None:
-    """Out: every string of a result, the configured and the resolved spelling of the directory
-    (a data dir reached through a link); in: every string of the arguments."""
-    real = tmp_path / "real"
-    (real / "upstreams" / "x").mkdir(parents=True)
-    (tmp_path / "link").symlink_to(real, target_is_directory=True)
-    where = SubjectDirs(tmp_path / "link", "x").path_of("bob")
-    resolved = SubjectDirs(real, "x").path_of("bob")
-    alias = DirAlias(where)
-    result = {"a": [f"{where}/x", {"b": f"in {resolved}/y"}], "n": 3, "t": True}
-    assert alias.outward(result) == {"a": ["{subject_dir}/x", {"b": "in {subject_dir}/y"}], "n": 3, "t": True}
-    assert alias.inward({"path": "{subject_dir}/x", "list": ["{subject_dir}"]}) == {
-        "path": f"{where}/x",
-        "list": [str(where)],
-    }
-    nothing = DirAlias(None)
-    assert nothing.outward(result) is result and nothing.inward("{subject_dir}") == "{subject_dir}"
+@pytest.mark.parametrize(
+    ("value", "fixed"),
+    [
+        ("/data/memory.jsonl", ["/data/memory.jsonl"]),
+        ("--db=/srv/x.db", ["/srv/x.db"]),
+        ("file:///srv/x", ["///srv/x"]),
+        ("a,./b,c", ["./b"]),
+        ("/usr/bin:/bin", ["/usr/bin", "/bin"]),
+        ("~/.config/app", ["~/.config/app"]),
+        ("..", [".."]),
+        ("rel/dir", ["rel/dir"]),
+        ("Europe/Paris", ["Europe/Paris"]),
+        ("memory.jsonl", []),
+        ("stdio", []),
+        ("--level=debug", []),
+        ("https://api.example/v1", []),
+        ("--url=wss://x.example/a/b", []),
+        ("{subject_dir}/memory.jsonl", []),
+        ("/data/{subject_key}/m.jsonl", []),
+        ("--root={subject_dir}", []),
+        ("{subject_dir}/../x", ["{subject_dir}/../x"]),
+        ("/data/{subject}/x", ["/data/{subject}/x"]),  # not a placeholder of args
+    ],
+)
+def test_which_values_name_a_fixed_path(value: str, fixed: list[str]) -> None:
+    """The rule docs/packs.md states, piece by piece, for an argument and an env value alike."""
+    assert [piece for _, piece in fixed_paths({}, [value], None, ())] == fixed
+    assert [piece for _, piece in fixed_paths({"V": value}, [], None, ())] == fixed
+
+
+def test_cwd_is_always_a_path_and_shared_paths_match_whole_segments() -> None:
+    assert fixed_paths({}, [], "app", ()) == [("cwd", "app")]
+    assert fixed_paths({}, [], "{subject_dir}/work", ()) == []
+    shared = ["/opt/mcp", "/srv/docs/", "Europe/Paris"]
+    values = ["/opt/mcp/x/index.js", "/opt/mcpx/y", "/srv/docs", "/srv/docs/../secret", "Europe/Paris"]
+    found = fixed_paths({"B": "/b", "A": "/a"}, values, "/opt/mcp", shared)
+    assert found == [
+        ("env A", "/a"),
+        ("env B", "/b"),
+        ("args[1]", "/opt/mcpx/y"),
+        ("args[3]", "/srv/docs/../secret"),
+    ]
+
+
+def test_a_path_under_the_view_is_refused_with_the_view() -> None:
+    with pytest.raises(ValueError, match=r"args\[1\] names '/mnt/tools', under /mnt, where the server sees"):
+        UpstreamMCPConfig(name="x", command="y", args=["{subject_dir}", "/mnt/tools"])
+    with pytest.raises(ValueError, match=r"command names '/mnt/bin/server'"):
+        UpstreamMCPConfig(name="x", command="/mnt/bin/server", args=["{subject_dir}"])
+    # no view, or the host path: /mnt is the host's
+    UpstreamMCPConfig(name="x", command="y", args=["/mnt/tools"])
+    UpstreamMCPConfig(name="x", command="y", args=["{subject_dir}", "/mnt/tools"], subject_dir_view="host")
+
+
+def test_shared_state_is_only_for_per_subject_stdio_tables() -> None:
+    table = {"name": "x", "command": "y", "env": {"MEMORY_FILE_PATH": "/data/m.jsonl"}}
+    assert UpstreamMCPConfig(**table).shared_state() == [("env MEMORY_FILE_PATH", "/data/m.jsonl")]
+    assert UpstreamMCPConfig(**table, tenancy="shared").shared_state() == []
+    assert UpstreamMCPConfig(**table, shared_paths=["/data"]).shared_state() == []
+    with pytest.raises(ValueError, match="shared_paths/subject_dir_view are for stdio"):
+        UpstreamMCPConfig(name="x", url="http://x.example/mcp", shared_paths=["/a"])
 
 
 def test_every_configured_credential_value_is_known_for_redaction(

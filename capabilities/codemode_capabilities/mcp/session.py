@@ -100,11 +100,13 @@ class Launch:
         command: stdio: the program (None for HTTP).
         args: stdio: its arguments.
         env: stdio: its extra environment.
-        cwd: stdio: its working directory.
+        cwd: stdio: its working directory (with ``view``: a path of the view; default its root).
         memory_bytes: stdio: RLIMIT_DATA of the server process (0: none).
         file_bytes: stdio: RLIMIT_FSIZE (0: none).
         cpu_seconds: stdio: RLIMIT_CPU (0: none).
         tree_memory_bytes: stdio: resident memory of the server's process tree (0: no bound).
+        view: stdio: the host directory the server sees at ``stdio_relay.VIEW_DIR`` in a mount view
+            of its own (None: no view; it sees the host's filesystem as it is).
         url: HTTP: the MCP endpoint.
         headers: HTTP: the headers sent, secrets resolved.
         secrets: the credential values this session sends (redacted from the upstream's text).
@@ -122,10 +124,21 @@ class Launch:
     file_bytes: int = 0
     cpu_seconds: int = 0
     tree_memory_bytes: int = 0
+    view: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: The configured credential values this session sends (redacted from the upstream's text).
     secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def host_cwd(self) -> str | None:
+        """The server's working directory as a host path (None: the host's own)."""
+        if self.view is None:
+            return self.cwd
+        inside = os.path.normpath(os.path.join(stdio_relay.VIEW_DIR, self.cwd or ""))
+        if inside == stdio_relay.VIEW_DIR or inside.startswith(stdio_relay.VIEW_DIR + "/"):
+            return self.view + inside.removeprefix(stdio_relay.VIEW_DIR)
+        return inside
 
     def relay_argv(self) -> list[str]:
         """The relay's arguments (``python`` + these).
@@ -145,6 +158,10 @@ class Launch:
             flags.append(f"--rlimit-cpu={self.cpu_seconds}")
         if self.tree_memory_bytes:
             flags.append(f"--tree-memory={self.tree_memory_bytes}")
+        if self.view is not None:
+            flags.append(f"--view={self.view}")
+            if self.cwd is not None:
+                flags.append(f"--cwd={self.cwd}")
         return [*_RELAY, str(self.max_message_bytes), *flags, "--", self.command, *self.args]
 
 
@@ -261,12 +278,12 @@ class UpstreamSession:
             # A command that cannot be started fails here, as it would unrelayed. The child's PATH
             # is the configured one if set (even empty), else the host's.
             path = env["PATH"] if env is not None and "PATH" in env else os.environ.get("PATH")
-            check_command(launch.command, path, launch.cwd)
+            check_command(launch.command, path, launch.host_cwd)
             params = StdioServerParameters(
                 command=sys.executable,
                 args=launch.relay_argv(),
                 env=env,
-                cwd=launch.cwd,
+                cwd=launch.cwd if launch.view is None else None,  # with a view: the relay's --cwd
                 encoding_error_handler="replace",  # the relay already made every line valid UTF-8
             )
             # The relay's stderr (the server's, gated by the relay) becomes log records of this

@@ -28,6 +28,14 @@ resident memory is summed every 100 ms, and past the bound all of them are kille
 the relay says so on stderr; the sum counts pages they share once per process (it can only
 overstate), and a process that leaves the tree (a double fork) is no longer counted.
 
+``--view=DIR`` gives the server a mount view of its own (``{subject_dir}``, docs/packs.md): before
+starting it the relay enters a new user namespace (its own uid and gid mapped to themselves, nothing
+else) and mount namespace, and bind-mounts ``DIR`` at :data:`VIEW_DIR`; the server starts there
+(``--cwd=PATH`` names another working directory, a path of the view). So the server is given, and
+can tell, nothing of where ``DIR`` is on the host. Where the kernel refuses either namespace (a
+container's default seccomp profile, a sysctl) the relay says why and exits 126; ``--check-view=DIR``
+does only that check (exit 0: a view can be made).
+
 The server's stderr is not the host's: the relay reads it and passes each line on to its own stderr
 (which the pack reads and logs, ``session``), cut to :data:`STDERR_LINE_BYTES` and at most
 :data:`STDERR_BURST` lines at once and :data:`STDERR_RATE` a second after that (:class:`StderrGate`);
@@ -59,14 +67,17 @@ import time
 from collections.abc import Callable
 
 __all__ = [
+    "EXIT_NO_VIEW",
     "EXIT_USAGE",
     "STDERR_BURST",
     "STDERR_LINE_BYTES",
     "STDERR_RATE",
+    "VIEW_DIR",
     "Relay",
     "StderrGate",
     "descendants",
     "main",
+    "make_view",
     "pass_stderr",
     "relay",
     "resident_bytes",
@@ -80,7 +91,8 @@ _CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
 _USAGE = (
     "usage: python -I stdio_relay.py LIMIT [--unset-lc-ctype | --lc-ctype=VALUE] [--rlimit-data=BYTES] "
-    "[--rlimit-fsize=BYTES] [--rlimit-cpu=SECONDS] [--tree-memory=BYTES] -- COMMAND [ARGS...]"
+    "[--rlimit-fsize=BYTES] [--rlimit-cpu=SECONDS] [--tree-memory=BYTES] [--view=DIR] [--cwd=PATH] "
+    "-- COMMAND [ARGS...]\n       python -I stdio_relay.py --check-view=DIR"
 )
 #: A JSON-RPC *response* that names its id first and then its result or error (a request from the
 #: server has a method there, and its ids are the server's own numbering: never answered). The id is
@@ -99,6 +111,15 @@ STDERR_LINE_BYTES = 1024
 STDERR_BURST = 50
 #: ... and per second after that (a token bucket).
 STDERR_RATE = 5.0
+#: Where a server run with ``--view`` sees its directory.
+VIEW_DIR = "/mnt"
+#: The exit status when the mount view cannot be made.
+EXIT_NO_VIEW = 126
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
 _STDERR_GRACE = 1.0  # seconds the server's last stderr lines get once it has exited
 _SAYING = threading.Lock()  # one line at a time on the relay's own stderr
 
@@ -198,6 +219,39 @@ class Relay:
         message = f"upstream message over {self.limit} bytes (dropped by the codemode relay)"
         error = {"code": _TOO_LARGE, "message": message}
         return b'{"jsonrpc":"2.0","id":' + found.group(1) + b',"error":' + json.dumps(error).encode() + b"}\n"
+
+
+def make_view(source: str) -> None:
+    """Enter a user and mount namespace of this process's own and bind-mount ``source`` at
+    :data:`VIEW_DIR` (the process must be single-threaded; every process it starts after this
+    shares the view).
+
+    Args:
+        source: the directory to show there (it must exist).
+
+    Raises:
+        OSError: the kernel refused a step; its message names the step.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+
+    def check(result: int, step: str) -> None:
+        if result != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"{step}: {os.strerror(code)}")
+
+    uid, gid = os.geteuid(), os.getegid()
+    check(libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
+                f.write(text)
+        except OSError as exc:
+            raise OSError(exc.errno, f"writing /proc/self/{name}: {exc.strerror}") from None
+    check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
+    check(
+        libc.mount(os.fsencode(source), VIEW_DIR.encode(), None, _MS_BIND, None), f"bind-mount at {VIEW_DIR}"
+    )
 
 
 def say(data: bytes) -> None:
@@ -425,15 +479,23 @@ def main(argv: list[str]) -> int:
         The server's exit status (128 + the signal when killed by one), 127 when it cannot start,
         :data:`EXIT_USAGE` for bad arguments.
     """
+    if len(argv) == 1 and argv[0].startswith("--check-view="):
+        return _view_or_say(argv[0].removeprefix("--check-view="))
     env = dict(os.environ)
     limits: dict[int, int] = {resource.RLIMIT_CORE: 0}
     tree_memory = 0
+    view: str | None = None
+    cwd: str | None = None
     rest = argv[1:]
     usage = False
     while rest and rest[0] != "--":
         flag = rest.pop(0)
         prefix = next((p for p in _RLIMITS if flag.startswith(p)), None)
-        if flag == "--unset-lc-ctype":
+        if flag.startswith("--view="):
+            view = flag.removeprefix("--view=")
+        elif flag.startswith("--cwd="):
+            cwd = flag.removeprefix("--cwd=")
+        elif flag == "--unset-lc-ctype":
             env.pop("LC_CTYPE", None)
         elif flag.startswith("--lc-ctype="):
             env["LC_CTYPE"] = flag.removeprefix("--lc-ctype=")
@@ -448,12 +510,18 @@ def main(argv: list[str]) -> int:
         print(_USAGE, file=sys.stderr)
         return EXIT_USAGE
     command = rest[1:]
+    if view is not None:
+        status = _view_or_say(view)
+        if status:
+            return status
+        cwd = cwd or VIEW_DIR
     try:
         server = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
+            cwd=cwd,
             preexec_fn=functools.partial(_prepare_child, os.getpid(), limits),
         )
     except OSError as exc:
@@ -478,6 +546,15 @@ def main(argv: list[str]) -> int:
     status = server.wait()
     errors.join(_STDERR_GRACE)  # its last lines (a child of the server may still hold the pipe)
     return 128 - status if status < 0 else status  # killed by a signal: 128 + its number, like a shell
+
+
+def _view_or_say(source: str) -> int:
+    try:
+        make_view(source)
+    except OSError as exc:
+        say(f"codemode stdio relay: cannot make the server's mount view ({exc.strerror})\n".encode())
+        return EXIT_NO_VIEW
+    return 0
 
 
 if __name__ == "__main__":

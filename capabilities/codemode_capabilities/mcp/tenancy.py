@@ -10,10 +10,9 @@
 * :func:`expand`: the placeholders ``{subject_dir}`` and ``{subject_key}`` in ``env`` values,
   ``args`` and ``cwd``; ``{subject}`` (the id, percent-encoded so it is one safe token) and
   ``{subject_key}`` in HTTP header templates. Any other text, braces included, is kept as written.
-* :class:`DirAlias`: the subject's own directory as its programs see it: ``{subject_dir}`` in every
-  string of a result where the host path stood, and back in every string of the arguments (so the
-  host's data dir never reaches a tenant through an ordinary answer such as
-  ``list_allowed_directories``).
+* :func:`fixed_paths`: the values of a stdio table's ``env``, ``args`` and ``cwd`` that name a path
+  every subject's server would share (the rule below), so that a per-subject table that shares
+  state by accident is refused at start.
 * :class:`CallBudget`: per-subject token buckets (calls, bytes sent, bytes returned, each per
   minute) that fail a call with ``resource limit exceeded: quota``.
 """
@@ -30,7 +29,6 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
 
 from codemode import ResourceLimit
 
@@ -38,11 +36,11 @@ __all__ = [
     "ARG_PLACEHOLDERS",
     "HEADER_PLACEHOLDERS",
     "HOST_DIR",
-    "SHOWN_DIR",
     "CallBudget",
-    "DirAlias",
     "SubjectDirs",
     "expand",
+    "fixed_paths",
+    "names_path",
     "placeholders_in",
     "subject_key",
     "subject_token",
@@ -55,9 +53,8 @@ HEADER_PLACEHOLDERS = ("{subject}", "{subject_key}")
 #: The directory of the host's own discovery session, beside the subjects' ones.
 HOST_DIR = "host"
 _PLACEHOLDER = re.compile(r"\{subject(?:_dir|_key)?\}")
-#: What a program sees where its own directory's host path stood.
-SHOWN_DIR = "{subject_dir}"
-T = TypeVar("T")
+_ARG_PLACEHOLDER = re.compile(r"\{subject_(?:dir|key)\}")
+_NETWORK_URL = re.compile(r"(?:https?|wss?)://", re.IGNORECASE)
 
 
 def subject_key(subject_id: str) -> str:
@@ -169,61 +166,73 @@ class SubjectDirs:
         return path
 
 
-class DirAlias:
-    """Replaces the host path of one subject directory by ``{subject_dir}`` on the way out and
-    back on the way in (every string of a JSON-like value; ``None``: nothing to replace). Both the
-    path as configured and its resolved form (a data dir reached through a link) are replaced.
+def _path_pieces(value: str) -> list[str]:
+    """The parts of a configuration value that are checked as paths (see :func:`fixed_paths`)."""
+    pieces: list[str] = []
+    for part in re.split(r"[=,]", value):
+        if _NETWORK_URL.match(part):
+            continue
+        pieces.extend(part.split(":"))
+    return pieces
+
+
+def names_path(piece: str) -> bool:
+    """Whether a piece of a value names a path: it holds a ``/``, is ``.`` or ``..``, or starts with
+    ``~``.
 
     Args:
-        path: the subject's directory (None: nothing to replace).
+        piece: a part of a configuration value.
+
+    Returns:
+        True for a path.
     """
+    return "/" in piece or piece in (".", "..") or piece.startswith("~")
 
-    def __init__(self, path: Path | None) -> None:
-        forms = {str(path), os.path.realpath(path)} if path is not None else set()
-        self.forms = sorted(forms, key=len, reverse=True)
-        self.path = str(path) if path is not None else None
 
-    def _map(self, value: T, swap: Any) -> T:
-        if isinstance(value, str):
-            return swap(value)  # type: ignore[no-any-return]
-        if isinstance(value, dict):
-            return {k: self._map(v, swap) for k, v in value.items()}  # type: ignore[return-value]
-        if isinstance(value, list):
-            return [self._map(v, swap) for v in value]  # type: ignore[return-value]
-        return value
+def _own(piece: str) -> bool:
+    """A path in the subject's own place: it uses a placeholder and never goes up."""
+    return bool(_ARG_PLACEHOLDER.search(piece)) and ".." not in piece.split("/")
 
-    def outward(self, value: T) -> T:
-        """A result as the program sees it.
 
-        Args:
-            value: a JSON-like value from the upstream.
+def _under(piece: str, entries: Iterable[str]) -> bool:
+    path = os.path.normpath(piece)
+    for entry in entries:
+        top = os.path.normpath(entry)
+        if path == top or path.startswith(top.rstrip("/") + "/"):
+            return True
+    return False
 
-        Returns:
-            The value with each form of the host path replaced by :data:`SHOWN_DIR`.
-        """
-        if not self.forms:
-            return value
 
-        def swap(text: str) -> str:
-            for form in self.forms:
-                text = text.replace(form, SHOWN_DIR)
-            return text
+def fixed_paths(
+    env: Mapping[str, str], args: Iterable[str], cwd: str | None, shared: Iterable[str]
+) -> list[tuple[str, str]]:
+    """The fixed paths a table gives every subject's server: pieces of ``env`` values, ``args`` and
+    ``cwd`` that name a path (:func:`names_path`; a value is cut into pieces at ``=``, ``,`` and
+    ``:``, and an ``http``, ``https``, ``ws`` or ``wss`` URL between them is not a path), are not
+    the subject's own (a placeholder in it, and no ``..`` segment) and are not ``shared`` (equal to
+    an entry or under it, after ``os.path.normpath``). ``cwd`` is a path whatever its text.
 
-        return self._map(value, swap)
+    Args:
+        env: the literal ``env`` values by name (``env_from_host`` is not looked at: secrets).
+        args: the arguments.
+        cwd: the working directory, if set.
+        shared: the ``shared_paths`` entries.
 
-    def inward(self, value: T) -> T:
-        """Arguments as the upstream gets them.
-
-        Args:
-            value: a JSON-like value from the program.
-
-        Returns:
-            The value with :data:`SHOWN_DIR` replaced by the host path.
-        """
-        if self.path is None:
-            return value
-        path = self.path
-        return self._map(value, lambda text: text.replace(SHOWN_DIR, path))
+    Returns:
+        ``(where, piece)`` for each, in the order env (by name), args, cwd; ``where`` is
+        ``env NAME``, ``args[i]`` or ``cwd``.
+    """
+    entries = list(shared)
+    values = [(f"env {name}", env[name]) for name in sorted(env)]
+    values += [(f"args[{i}]", arg) for i, arg in enumerate(args)]
+    found = []
+    for where, value in values:
+        for piece in _path_pieces(value):
+            if names_path(piece) and not _own(piece) and not _under(piece, entries):
+                found.append((where, piece))
+    if cwd is not None and not _own(cwd) and not _under(cwd, entries):
+        found.append(("cwd", cwd))
+    return found
 
 
 class CallBudget:

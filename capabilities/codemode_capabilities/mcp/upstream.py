@@ -10,7 +10,7 @@ subject's budget and directory bounds, then calls through the upstream's session
 The parts, beside this module in ``codemode_capabilities.mcp``: sessions (``session``) pooled per
 subject or shared (``pool``, which also stops stuck sessions and charges restarts), all on the
 pack's own event loop (``loop``), so the session that listed the tools can serve the calls;
-per-subject configuration, directory aliases and call budgets (``tenancy``, ``disk``); bounded reads
+per-subject configuration, the fixed-path rule and call budgets (``tenancy``, ``disk``); bounded reads
 of what an upstream sends (``stdio_relay`` for stdio, ``bounded_http`` for HTTP).
 """
 
@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,7 @@ from codemode.packs import (
     upstream_error_text,
 )
 
+from . import stdio_relay
 from .disk import measure, remove_tree
 from .loop import BackgroundLoop
 from .pool import DEFAULT_STUCK_GRACE, SessionPool
@@ -63,12 +65,14 @@ from .session import (
     brief,
     check_command,
 )
+from .stdio_relay import VIEW_DIR
 from .tenancy import (
     ARG_PLACEHOLDERS,
     CallBudget,
-    DirAlias,
     SubjectDirs,
     expand,
+    fixed_paths,
+    names_path,
     placeholders_in,
     subject_key,
     subject_token,
@@ -195,6 +199,17 @@ class UpstreamMCPConfig(BaseModel):
         description="{subject_dir}: entries the subject's directory may hold, checked before each call "
         "(0: no bound).",
     )
+    shared_paths: list[str] = Field(
+        default_factory=list,
+        description="stdio: paths every subject's server may be given as they are (read-only data, the "
+        "server's own files); any other fixed path in env/args/cwd refuses a per-subject table under "
+        "serve --http.",
+    )
+    subject_dir_view: Literal["private", "host"] = Field(
+        default="private",
+        description="stdio, {subject_dir}: private: the server runs in a mount view of its own and sees "
+        "its directory at /mnt; host: it is given the host path (which a tenant can then learn).",
+    )
     include: list[str] = Field(default_factory=list, description="Tool name globs to keep (empty: all).")
     exclude: list[str] = Field(default_factory=list, description="Tool name globs to drop.")
     timeout: float = Field(default=30.0, gt=0, description="Seconds per call (also bounded by the deadline).")
@@ -225,8 +240,18 @@ class UpstreamMCPConfig(BaseModel):
             raise ValueError(f"upstream {self.name!r}: set exactly one of command (stdio) or url (HTTP)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"upstream {self.name!r}: url must start with http:// or https://")
-        if self.command is None and (self.args or self.env or self.env_from_host or self.cwd):
-            raise ValueError(f"upstream {self.name!r}: args/env/env_from_host/cwd are for stdio (command)")
+        if self.command is None and (
+            self.args
+            or self.env
+            or self.env_from_host
+            or self.cwd
+            or self.shared_paths
+            or self.subject_dir_view != "private"
+        ):
+            raise ValueError(
+                f"upstream {self.name!r}: args/env/env_from_host/cwd/shared_paths/subject_dir_view are for "
+                "stdio (command)"
+            )
         subject_headers = {**self.subject_headers, **self.subject_headers_from_file}
         if self.url is None and (
             self.headers or self.headers_from_env or self.headers_from_file or subject_headers
@@ -243,6 +268,13 @@ class UpstreamMCPConfig(BaseModel):
             raise ValueError(
                 f"upstream {self.name!r}: max_subject_dir_bytes/max_subject_dir_entries bound the "
                 "directory of {subject_dir}, which env/args/cwd do not use"
+            )
+        hidden = self._hidden_by_view()
+        if hidden:
+            where, piece = hidden
+            raise ValueError(
+                f"upstream {self.name!r}: {where} names {piece!r}, under {VIEW_DIR}, where the server sees "
+                '{subject_dir}: move it elsewhere, or set subject_dir_view = "host"'
             )
         both = {h.lower() for h in self.subject_headers} & {h.lower() for h in self.subject_headers_from_file}
         if both:
@@ -267,6 +299,40 @@ class UpstreamMCPConfig(BaseModel):
         return placeholders_in([*self.env.values(), *self.args, *([self.cwd] if self.cwd else [])]) & set(
             ARG_PLACEHOLDERS
         )
+
+    @property
+    def uses_view(self) -> bool:
+        """Whether the server runs in a mount view of its own (``{subject_dir}``, ``private``)."""
+        return (
+            self.command is not None
+            and self.subject_dir_view == "private"
+            and ("{subject_dir}" in self.placeholders)
+        )
+
+    def _hidden_by_view(self) -> tuple[str, str] | None:
+        """A configured path the view would hide (under :data:`VIEW_DIR`), if any."""
+        if not self.uses_view:
+            return None
+        values = [
+            ("command", self.command or ""),
+            *[(f"shared_paths[{i}]", p) for i, p in enumerate(self.shared_paths)],
+        ]
+        for where, piece in [*values, *fixed_paths(self.env, self.args, self.cwd, ())]:
+            path = os.path.normpath(piece) if names_path(piece) else ""
+            if path == VIEW_DIR or path.startswith(VIEW_DIR + "/"):
+                return where, piece
+        return None
+
+    def shared_state(self) -> list[tuple[str, str]]:
+        """The fixed paths every subject's server of a per-subject stdio table would be given (the rule
+        of :func:`~codemode_capabilities.mcp.tenancy.fixed_paths`, less ``shared_paths``).
+
+        Returns:
+            ``(where, path)`` pairs; none for a shared or HTTP table.
+        """
+        if self.command is None or self.tenancy == "shared":
+            return []
+        return fixed_paths(self.env, self.args, self.cwd, self.shared_paths)
 
     @property
     def subject_specific(self) -> bool:
@@ -425,8 +491,7 @@ class _Tool:
 
     async def __call__(self, ctx: CallContext, subject: Subject, args: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
-        alias = self.pack.alias(cfg, subject.id)
-        arguments = alias.inward({self.to_upstream.get(k, k): v for k, v in args.items()})
+        arguments = {self.to_upstream.get(k, k): v for k, v in args.items()}
         budget = self.pack.budgets[cfg.name]
         budget.spend(subject.id, len(json.dumps(arguments, ensure_ascii=False).encode("utf-8")))
         if cfg.max_subject_dir_bytes or cfg.max_subject_dir_entries:
@@ -449,10 +514,10 @@ class _Tool:
                 log.warning("upstream %r: %s returned no structuredContent object", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
             budget.returned(subject.id, len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
-            return alias.outward(value)
+            return value
         text = _text_of(result.content)
         budget.returned(subject.id, len(text.encode("utf-8")))
-        return {"text": alias.outward(text)}
+        return {"text": text}
 
 
 def _compile_tools(
@@ -572,6 +637,7 @@ class UpstreamMCPPack:
             for cfg in self.configs
         }
         self.reports: dict[str, SkipReport] = {}
+        self._view_refused: str | None = None  # why a mount view cannot be made ("": it can)
         #: The server's answer bounds (``PackSettings.answer_bounds``): a tool whose search result or
         #: describe answer would not fit is skipped.
         self.answer_bounds: AnswerBounds | None = None
@@ -609,10 +675,12 @@ class UpstreamMCPPack:
                 headers = {h: v for h, v in headers.items() if h.lower() not in lower} | subject
             return Launch(**common, url=cfg.url, headers=headers)  # type: ignore[arg-type]
         values: dict[str, str] = {}
+        view: str | None = None
         if cfg.placeholders:
             dirs = SubjectDirs(self._root(), cfg.name)
             where = dirs.host() if subject_id is None else dirs.of(subject_id)
-            values = {"{subject_dir}": str(where), "{subject_key}": where.name}
+            view = str(where) if cfg.uses_view else None
+            values = {"{subject_dir}": VIEW_DIR if view else str(where), "{subject_key}": where.name}
         env = {k: expand(v, values) for k, v in cfg.child_env().items()}
         return Launch(
             **common,  # type: ignore[arg-type]
@@ -620,26 +688,12 @@ class UpstreamMCPPack:
             args=tuple(expand(a, values) for a in cfg.args),
             env=env or None,
             cwd=expand(cfg.cwd, values) if cfg.cwd else None,
+            view=view,
             memory_bytes=cfg.process_memory_bytes,
             file_bytes=cfg.process_file_bytes,
             cpu_seconds=cfg.process_cpu_seconds,
             tree_memory_bytes=cfg.process_tree_memory_bytes,
         )
-
-    def alias(self, cfg: UpstreamMCPConfig, subject_id: str) -> DirAlias:
-        """How the subject's own directory is shown to its programs (``{subject_dir}``).
-
-        Args:
-            cfg: the upstream.
-            subject_id: the subject.
-
-        Returns:
-            The alias, for an upstream whose env/args/cwd use ``{subject_dir}`` (else a mapping that
-            changes nothing).
-        """
-        if "{subject_dir}" not in cfg.placeholders:
-            return DirAlias(None)
-        return DirAlias(SubjectDirs(self._root(), cfg.name).path_of(subject_id))
 
     async def check_disk(self, cfg: UpstreamMCPConfig, subject_id: str) -> None:
         """Refuse a call when the subject's directory holds too much (walked in a thread, stopping
@@ -671,10 +725,37 @@ class UpstreamMCPPack:
     def _launcher(self, cfg: UpstreamMCPConfig) -> Any:
         return lambda subject_id: self.launch(cfg, subject_id)
 
+    async def _check_view(self, cfg: UpstreamMCPConfig) -> None:
+        """Refuse an upstream whose server needs a mount view this system cannot make (checked once
+        per pack, by the relay itself, on the upstream's host directory)."""
+        if self._view_refused is None:
+            where = SubjectDirs(self._root(), cfg.name).host()
+            relay = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                stdio_relay.__file__,
+                f"--check-view={where}",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, said = await relay.communicate()
+            reason = said.decode("utf-8", "replace").strip()[-300:]
+            found = re.search(r"\((.*)\)$", reason)
+            self._view_refused = "" if relay.returncode == 0 else (found.group(1) if found else reason)
+        if self._view_refused:
+            raise UpstreamBuildError(
+                f"upstream {cfg.name!r}: {{subject_dir}} needs a mount view of its own for the server, which "
+                f"this system refuses (user namespaces: {self._view_refused}): allow unprivileged user "
+                'namespaces (docs/packs.md), or set subject_dir_view = "host"'
+            )
+
     async def _discover(self, keep_open: bool) -> list[Capability]:
         caps: list[Capability] = []
         try:
             for cfg in self.configs:
+                if cfg.uses_view:
+                    await self._check_view(cfg)
                 try:
                     async with asyncio.timeout(cfg.connect_timeout):
                         tools = await self.pools[cfg.name].discover(keep_open=keep_open)
@@ -721,10 +802,25 @@ class UpstreamMCPPack:
             self.data_dir = settings.data_dir
         if settings is not None:
             self.answer_bounds = settings.answer_bounds
+        if settings is not None and settings.multi_tenant:
+            self._refuse_shared_state()
         caps = self.loop.run_sync(self._discover(True))
         if settings is not None and settings.multi_tenant:
             self._warn_multi_tenant()
         return caps
+
+    def _refuse_shared_state(self) -> None:
+        """Many subjects: refuse a per-subject stdio table that gives every subject's server the same
+        fixed path (before anything is started)."""
+        for cfg in self.configs:
+            shared = cfg.shared_state()
+            if shared:
+                named = ", ".join(f"{where} names {path!r}" for where, path in shared)
+                raise UpstreamBuildError(
+                    f"upstream {cfg.name!r}: every subject's server would be given the same path: {named}; "
+                    "put per-subject state under {subject_dir}, list what may be shared in shared_paths, "
+                    'or set tenancy = "shared"'
+                )
 
     def _warn_multi_tenant(self) -> None:
         for cfg in self.configs:
@@ -734,6 +830,12 @@ class UpstreamMCPPack:
                     "tenants, so what one tenant leaves there another can read or change",
                     cfg.name,
                     " and one server process" if cfg.command else "",
+                )
+            elif cfg.command is not None and "{subject_dir}" in cfg.placeholders and not cfg.uses_view:
+                log.warning(
+                    'upstream %r: subject_dir_view = "host": each server is given its host path under '
+                    "the data dir, which a tenant can learn through it (docs/packs.md)",
+                    cfg.name,
                 )
             elif cfg.command is not None and not cfg.placeholders:
                 log.warning(
