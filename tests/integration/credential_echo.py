@@ -4,11 +4,13 @@
   ``{"detail": msg}`` (a backend quoting a value it refused); ``GET /credential/{form}?status=``
   answers ``status`` with the ``Authorization`` header it received, spelled as :data:`FORMS` says,
   in an error body (``{"detail": "key <it> refused"}``) or, for 200, in a result
-  (``{"echo": "key <it> refused"}``).
+  (``{"echo": "key <it> refused"}``). ``POST /echo {"text": ...}`` answers ``{"echo": text}`` (a
+  backend that returns what it stored).
 * ``python credential_echo.py``: a stdio MCP server (the SDK's ``MCPServer``; the upstream MCP
   path). ``say_error(text)`` fails with exactly ``text``; ``credential_error(form)`` fails with
   its ``API_KEY`` environment variable (an ``env_from_host`` credential) spelled as :data:`FORMS`
-  says.
+  says; ``credential(form)`` and ``credential_structured(form)`` answer with it (as text, and as
+  ``{"echo": ...}`` structured content).
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ import binascii
 import json
 import os
 from collections.abc import Callable
+from typing import TypedDict
 from urllib.parse import quote, quote_plus
+
+
+class Said(TypedDict):
+    echo: str
 
 
 def _token(value: str) -> str:
@@ -56,7 +63,7 @@ FORMS: dict[str, Callable[[str], str]] = {
 
 def serve_fastapi() -> object:
     """The FastAPI app (built on demand: the MCP server process does not need FastAPI)."""
-    from fastapi import FastAPI, Header, Query
+    from fastapi import Body, FastAPI, Header, Query
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel
 
@@ -68,6 +75,10 @@ def serve_fastapi() -> object:
     @api.get("/error", operation_id="error", response_model=Echo)
     def error(msg: str = Query(), status: int = Query()) -> JSONResponse:
         return JSONResponse({"detail": msg}, status_code=status)
+
+    @api.post("/echo", operation_id="echo", response_model=Echo)
+    def echo(text: str = Body(embed=True)) -> JSONResponse:
+        return JSONResponse({"echo": text})
 
     @api.get("/credential/{form}", operation_id="credential", response_model=Echo)
     def credential(form: str, status: int = Query(), authorization: str = Header(default="")) -> JSONResponse:
@@ -90,6 +101,14 @@ def main() -> None:
     @server.tool(description="Fails quoting the API key it was started with.", structured_output=False)
     def credential_error(form: str) -> str:
         raise ToolError(f"key {FORMS[form](os.environ.get('API_KEY', ''))} refused")
+
+    @server.tool(description="Answers quoting the API key it was started with.", structured_output=False)
+    def credential(form: str) -> str:
+        return f"key {FORMS[form](os.environ.get('API_KEY', ''))} refused"
+
+    @server.tool(description="Answers with the key, structured.", structured_output=True)
+    def credential_structured(form: str) -> Said:
+        return {"echo": f"key {FORMS[form](os.environ.get('API_KEY', ''))} refused"}
 
     server.run("stdio")
 

@@ -31,6 +31,7 @@ import logging
 import random
 import string
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,97 @@ async def test_an_upstream_mcp_server_echoing_its_credential_shows_none_of_it(
     warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
     assert len(warned) == len(credential_echo.FORMS) and all("'echo'" in w for w in warned), warned
     assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
+
+
+# ------------------------------------------------------------------ review of the fix (issue 31 §1)
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_an_upstream_mcp_server_echoing_its_credential_in_a_result_shows_none_of_it(
+    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    kind: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A successful answer, as text and as structured content, in each spelling of ``FORMS``; one
+    warning for each call, naming the upstream. Before (review of issue 31 §1), results passed as the
+    tool returned them: every form showed the whole ``env_from_host`` key."""
+    _, value = CREDENTIALS[kind]
+    async with mcp_server(value) as server:
+        with caplog.at_level(logging.WARNING):
+            texts = await server.execute(every_form("echo.credential"), subject=SUBJECT)
+            structured = await server.execute(every_form("echo.credential_structured"), subject=SUBJECT)
+    assert isinstance(texts, dict) and isinstance(structured, dict)
+    for form, spell in credential_echo.FORMS.items():
+        for result in (texts[form], structured[form]):
+            assert isinstance(result, dict), (form, result)
+            shown = str(result.get("text", result.get("echo")))
+            assert shown.startswith("key ") and shown.endswith(" refused"), (form, shown)
+            assert "[redacted]" in shown and not leaks(shown, spell(value)), (form, shown)
+    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
+    assert len(warned) == 2 * len(credential_echo.FORMS) and all("'echo'" in w for w in warned), warned
+    assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
+
+
+ECHO_BYTES = 256 * 1024
+ECHOES = 6
+
+
+def echo_program(block: str) -> str:
+    """ECHOES calls of api.echo, each with ECHO_BYTES of copies of ``block``."""
+    return (
+        "def main():\n"
+        f"    t = {json.dumps(block)} * {ECHO_BYTES // len(block)}\n"
+        f"    for i in range({ECHOES}):\n"
+        "        attempt(api.echo, text=t)\n"
+        "    return 1\n"
+    )
+
+
+@pytest.mark.timeout(600)
+async def test_how_long_an_echo_takes_does_not_depend_on_what_it_shares_with_the_credential(
+    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+) -> None:
+    """A backend that returns what it stored hands the redaction a text the program chose. Texts
+    made of a part of the credential (its last 4 characters, its last 8, the scheme and its first
+    characters) must take as long as texts of the same shape that share nothing with it.
+
+    Before (review of issue 31 §1, the matcher of 2b6a3b2/794e419): a 4-character block of the
+    credential's last third was an anchor, and every copy of it in a text cost a lookup of the whole
+    candidate. 8 echoes of 512 KiB of copies of the token's last 4 characters took 3.7 s (median of
+    20) against 1.4 s for copies of 4 other characters: 20 of 20 pairs apart, so one execute told a
+    program whether it had guessed 4 characters of the credential. Compared here: the fastest of
+    several executes of each (the least disturbed by the machine's other work)."""
+    prefix, value = CREDENTIALS["bearer"]
+    token = value[len(prefix) :]
+    parts = [token[-4:], token[-8:], prefix + token[:4]]
+    async with openapi_server(value) as server:
+        await server.execute(echo_program("warm"), subject=SUBJECT)
+        best: dict[str, float] = {}
+        for _ in range(4):
+            for part in parts:
+                for text in (part, swapped_shape(part)):
+                    start = time.perf_counter()
+                    await server.execute(echo_program(text), subject=SUBJECT)
+                    took = time.perf_counter() - start
+                    best[text] = min(best.get(text, took), took)
+    for part in parts:
+        ratio = best[part] / best[swapped_shape(part)]
+        print(
+            f"ECHO TIME {part!r}: {best[part] * 1e3:.0f} ms, other {best[swapped_shape(part)] * 1e3:.0f} ms"
+        )
+        assert ratio < 1.4, (part, best)
+
+
+def swapped_shape(text: str) -> str:
+    """``text`` with each letter and digit replaced by another of its kind, sharing no character
+    with the credential's alphabet position (the same shape, nothing of the credential)."""
+    out = []
+    for ch in text:
+        if ch.isdigit():
+            out.append(str((int(ch) + 5) % 10))
+        elif ch.isalpha():
+            base = "a" if ch.islower() else "A"
+            out.append(chr(ord(base) + (ord(ch.lower()) - ord("a") + 13) % 26))
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -91,6 +91,7 @@ MODULES = (
     "codemode.packs.redaction",
     "codemode.packs.registry",
     "codemode.packs.upstream",
+    "codemode.packs.upstream_answer",
     "codemode.mcp",
     "codemode.mcp.adapter",
     "codemode.mcp.approval",

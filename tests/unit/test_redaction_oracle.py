@@ -14,6 +14,9 @@ from __future__ import annotations
 import base64
 import functools
 import logging
+import sys
+from collections.abc import Callable
+from types import FrameType
 
 import pytest
 
@@ -133,3 +136,119 @@ def test_base64_of_the_credential_inside_a_longer_encoded_text() -> None:
             assert mark and len(before) <= first, (lead, trail, shown)
             kept_after = len(after.removesuffix("&x=1"))
             assert len(blob) - kept_after > last, (lead, trail, shown)
+
+
+# ------------------------------------------------------------------ review of the fix (issue 31 §1)
+
+#: Credentials of different lengths, and two of one length with a different count of the characters
+#: their percent-encoded spellings escape (``/ + =``).
+OTHER_CREDENTIALS = [
+    "Bearer " + "q7Z" * 5 + "w",
+    "Bearer " + "q7Z" * 8,
+    "Bearer abc/def+ghi/jkl=mn",
+    "Bearer abcadefaghiajklamn",
+    CREDENTIALS["basic"],
+    "Bearer " + "k" * 700,  # a long one (a JWT): its spellings reach past 1,024 characters
+]
+
+
+def _window_probes() -> list[str]:
+    """Texts longer than what upstream_error_text reads whose normal form is much shorter than
+    they are (invisible characters, percent-escapes, character references padded with zeros): the
+    end of what is shown then tells how far the rule read and how much it dropped at the end."""
+    letters = "abcdefghijklmnopqrstuvwxyz" * 200
+    escaped = "".join(f"%{ord(c):02X}" for c in letters[:2000])
+    referenced = "".join(f"&#{'0' * 20}{ord(c)};" for c in letters[:400])
+    return [
+        "\u200b" * 900 + escaped,
+        "\u200b" * 1500 + escaped,
+        referenced,
+        "x" * 3000 + referenced,
+        letters,
+    ]
+
+
+@pytest.mark.parametrize("value", OTHER_CREDENTIALS)
+def test_how_far_an_upstream_error_text_is_read_does_not_depend_on_the_credential(value: str) -> None:
+    """The read window was LOOK_AT plus the credential's longest spelling, and the normal form's last
+    ``longest`` characters were dropped: with a text whose normal form is shorter than the text (a
+    third for percent-escapes), what was left showed the length of the credential's longest spelling,
+    which also counts its ``/ + =`` (review of issue 31 §1: 'Bearer ' + 16, 20, 24 characters showed
+    22, 18 and 14 letters; two 18-character tokens with and without '/ + =' 18 and 20)."""
+    for text in _window_probes():
+        shown = upstream_error_text("api", text, secrets=[value])
+        assert shown == upstream_error_text("api", text), text[:40]
+
+
+def _python_steps(fn: Callable[[], object]) -> int:
+    """Python bytecode instructions run by ``fn`` in codemode.packs (redaction and error_text)."""
+    steps = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+        nonlocal steps
+        if event == "opcode":
+            steps += 1
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object] | None:
+        if "codemode/packs/" not in frame.f_code.co_filename:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return steps
+
+
+def _redact_steps(r: Redactor, text: str) -> int:
+    return _python_steps(lambda: r.redact(text))
+
+
+def _credential_steps(text: str, value: str) -> int:
+    """The Python steps a configured credential adds to upstream_error_text on ``text``."""
+    return _python_steps(lambda: upstream_error_text("api", text, secrets=[value])) - _python_steps(
+        lambda: upstream_error_text("api", text)
+    )
+
+
+def _look_alike(text: str) -> str:
+    """``text`` with every letter and digit replaced by another of its kind (the same shape)."""
+    swap = str.maketrans(  # hex letters to hex letters: the text's own rules treat them alike
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+        "fedcbazyxwvutsrqponmlkjihgFEDCBAZYXWVUTSRQPONMLKJIHG7531902468",
+    )
+    return text.translate(swap)
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+def test_the_work_of_the_redaction_does_not_depend_on_what_a_text_shares_with_a_credential(kind: str) -> None:
+    """A text made of copies of a part of a spelling (every part of 2 to 16 characters of its end,
+    where the earlier matcher's anchors were, and every prefix but the whole) takes exactly as many
+    Python steps to redact as a text of the same shape that shares nothing with it. Before, a block
+    of a text equal to an anchor led to more work (the whole candidate looked up): timing told a
+    program which 4-character parts of the credential's last third it had guessed (review of issue
+    31 §1: 2.4 s more for 8 echoes of 512 KiB through an OpenAPI backend)."""
+    value = CREDENTIALS[kind]
+    r = Redactor([value])
+    checked = 0
+    for spelling in sorted(every_spelling(value)):
+        size = len(spelling)
+        ends = {spelling[-n:] for n in (2, 3, 4, 6, 8, 12, 16)}
+        starts = {spelling[:n] for n in (size // 3, size // 2, 2 * size // 3, size - 1)}
+        for part in sorted(ends | starts):
+            if not part or len(part) >= size:
+                continue
+            shared = ("!" + part) * (4096 // (len(part) + 1))
+            other = _look_alike(shared)
+            if holds_a_whole_spelling(shared, value) or holds_a_whole_spelling(other, value):
+                continue
+            assert r.redact(shared) == (shared, 0)
+            assert _redact_steps(r, shared) == _redact_steps(r, other), (spelling, part)
+            short, other = shared[:2300], other[:2300]  # past what upstream_error_text reads
+            assert _credential_steps(short, value) == _credential_steps(other, value), (spelling, part)
+            checked += 1
+    assert checked > 40

@@ -52,6 +52,7 @@ from codemode.packs import (
     summary_of,
     unique_by_name,
     upstream_error_text,
+    upstream_result,
 )
 
 from . import stdio_relay
@@ -514,10 +515,10 @@ class _Tool:
                 log.warning("upstream %r: %s returned no structuredContent object", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
             budget.returned(subject.id, len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
-            return value
+            return upstream_result(cfg.name, value, secrets=secrets)
         text = _text_of(result.content)
         budget.returned(subject.id, len(text.encode("utf-8")))
-        return {"text": text}
+        return upstream_result(cfg.name, {"text": text}, secrets=secrets)
 
 
 def _compile_tools(

@@ -27,6 +27,7 @@ from .upstream import (
     summary_of,
     unique_by_name,
     upstream_error_text,
+    upstream_result,
 )
 
 __all__ = [
@@ -61,4 +62,5 @@ __all__ = [
     "summary_of",
     "unique_by_name",
     "upstream_error_text",
+    "upstream_result",
 ]

@@ -6,8 +6,10 @@ given), so the rule reads a bounded head of it and does nothing whose cost grows
 that head: every step is one linear pass, and the token patterns are matched once per token,
 anchored at its start.
 
-1. **Cut**: only the first :data:`LOOK_AT` characters count (plus the length of the longest
-   spelling of a credential, so that one starting inside them is seen whole).
+1. **Cut**: only the first :data:`LOOK_AT` characters count; :data:`REACH` more are read, so that
+   a spelling of a credential starting inside them is seen whole (a multiple of it when a
+   credential's longest spelling is longer: how far the rule reads never depends on a credential
+   of up to 1,024 characters, see step 3).
 2. **Normal form**: NFKC (full-width and other compatibility forms become plain ones), HTML
    character references and percent-escapes decoded (three rounds at most), NFKC again, the
    look-alike separators (``∕ ⁄ ⧸ ∖ ⧵ 。 ｡ ∶ ꞉``, ...) made ``/ \\ . :``; format characters
@@ -21,7 +23,9 @@ anchored at its start.
    characters, or combining marks still counts. Never a part of one: the tenant steers the text,
    and a rule that reacts to a part answers "is this part of the credential?" (issue 31 §1). When
    the text was longer than what is read, the normal form's last characters that could hold the
-   start of a spelling (as many as the longest spelling has, whatever they are) are dropped. When
+   start of a spelling (as many as were read past :data:`LOOK_AT`, whatever they are) are
+   dropped: a fixed count, since one that followed the credential's length showed it to a text
+   whose normal form is shorter than itself (percent-escapes). When
    anything was redacted, one warning names the upstream (never the text).
 4. **Cut again** to :data:`LOOK_AT` characters, then **tokens**: the text is split at spaces and
    at ``' " ( ) [ ] { } < > , ; = |`` and backquotes; trailing ``. : ! ?`` of a token stay outside
@@ -53,6 +57,7 @@ __all__ = [
     "LOOK_AT",
     "MAX_UPSTREAM_ERROR",
     "MIN_SECRET",
+    "REACH",
     "upstream_error_text",
 ]
 
@@ -60,6 +65,9 @@ __all__ = [
 MAX_UPSTREAM_ERROR = 160
 #: Characters of an upstream's error text the rule reads (the client sees at most 160 bytes).
 LOOK_AT = 1024
+#: Characters read past LOOK_AT, and dropped again at the end of a longer text's normal form
+#: (rounded up to a multiple for a credential whose longest spelling is longer).
+REACH = 1024
 MIN_SECRET = 4
 _DECODE_ROUNDS = 3
 
@@ -218,13 +226,14 @@ def upstream_error_text(
     forms = {form for secret in secrets for form in spellings(secret) if len(form) >= MIN_SECRET}
     raw = matcher_of(forms, alone_below=0)
     flat = matcher_of(forms, lambda spelling: _flat(_normal(spelling)), alone_below=0)
-    window = LOOK_AT + raw.longest
+    reach = REACH * max(1, -(-max(raw.longest, flat.longest) // REACH))
+    window = LOOK_AT + reach
     head = text[:window]
     spans = raw.find(head)
     found = len(spans)
     if spans:
         head = replaced(head, spans, MARK)
-    one, more = _redact(_normal(head), flat, drop=max(raw.longest, flat.longest) if len(text) > window else 0)
+    one, more = _redact(_normal(head), flat, drop=reach if len(text) > window else 0)
     if found + more:
         log.warning("upstream %r: its error text carried a configured credential: redacted", upstream)
     one = _SPACES.sub(" ", one)[:LOOK_AT]

@@ -13,7 +13,9 @@
 * :func:`summary_of`, :func:`description_of`, :func:`search_terms_of`: upstream text made to fit
   the capability rules (bounded, control characters removed).
 * :func:`upstream_error_text` (from ``error_text``, re-exported here): the one rule for an
-  upstream's own error text that a client may see (``capability failed: <upstream>: <text>``).
+  upstream's own error text that a client may see (``capability failed: <upstream>: <text>``);
+  :func:`upstream_result` (from ``upstream_answer``): a successful answer without the credentials
+  the host gave the upstream.
 * :func:`answer_problem`: why a converted tool cannot be registered because its ``search_api``
   result or ``describe_api`` answer would not fit the configured bound (it is skipped like a tool
   whose schema cannot be represented, never cut: a cut signature would lie).
@@ -43,6 +45,7 @@ from ..catalog.capability import (
     validate_catalog,
 )
 from .error_text import MAX_UPSTREAM_ERROR, upstream_error_text
+from .upstream_answer import upstream_result
 
 __all__ = [
     "MAX_LOGGED_SKIPS",
@@ -63,6 +66,7 @@ __all__ = [
     "summary_of",
     "unique_by_name",
     "upstream_error_text",
+    "upstream_result",
 ]
 
 log = logging.getLogger("codemode.upstream")
