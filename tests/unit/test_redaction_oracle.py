@@ -17,6 +17,7 @@ import logging
 import sys
 from collections.abc import Callable
 from types import FrameType
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -252,3 +253,41 @@ def test_the_work_of_the_redaction_does_not_depend_on_what_a_text_shares_with_a_
             assert _credential_steps(short, value) == _credential_steps(other, value), (spelling, part)
             checked += 1
     assert checked > 40
+
+
+MIXED = "Bearer q7Zx+Lm/9Kp=Aa+Rt/Uv0Yw8"
+
+
+def _escaped_mixes(token: str) -> set[str]:
+    """``token`` with every subset of its ``+ / =`` percent-escaped (upper- or lower-case hex), and
+    with its first or second half escaped: how a backend that escapes only some characters (Go's
+    url.PathEscape keeps ``+`` and ``=``) or only part of a value echoes it."""
+    specials = [i for i, ch in enumerate(token) if ch in "+/="]
+    out = set()
+    for mask in range(1 << len(specials)):
+        chars = list(token)
+        for bit, i in enumerate(specials):
+            if mask >> bit & 1:
+                chars[i] = f"%{ord(token[i]):02X}"
+        mixed = "".join(chars)
+        out |= {mixed, mixed.replace("%2F", "%2f").replace("%2B", "%2b").replace("%3D", "%3d")}
+    half = len(token) // 2
+    out |= {quote(token[:half], safe="") + token[half:], token[:half] + quote(token[half:], safe="")}
+    return out - {token}
+
+
+def test_a_credential_echoed_with_some_of_its_characters_percent_escaped_shows_none_of_it() -> None:
+    """Before (review of issue 31 §1), only the whole value escaped one way (``quote`` with and
+    without ``/`` kept, ``quote_plus``) was a spelling: 'q7Zx+Lm%2F9Kp=Aa+Rt%2FUv0Yw8' (Go's
+    url.PathEscape), only ``=`` or only ``+`` escaped, or half of it escaped, came back as they
+    were through an OpenAPI backend's result or error reason."""
+    r = Redactor([MIXED])
+    token = MIXED.partition(" ")[2]
+    mixes = _escaped_mixes(token)
+    assert len(mixes) > 30
+    for mixed in sorted(mixes):
+        for text in (f"key {mixed} refused", f"key Bearer%20{mixed}&x=1", f"key Bearer {mixed}"):
+            shown, count = r.redact(text)
+            assert count >= 1 and not _pieces(token) & _pieces(unquote(shown)), (text, shown)
+            seen = upstream_error_text("api", text, secrets=[MIXED])
+            assert "[redacted]" in seen and not _pieces(token) & _pieces(seen), (text, seen)

@@ -13,7 +13,10 @@ any text, every whole occurrence of a *spelling* of one:
   at each of the three byte alignments it can have inside a longer encoded text (the characters
   that encode only its own bits, and then also the one character on each side that encodes part
   of them, and ``=`` padding after);
-* all of these in any mix of ASCII upper and lower case.
+* all of these in any mix of ASCII upper and lower case;
+* and each of them again in the text with its ``%XX`` escapes decoded once, so that a value with
+  only some characters escaped (Go's ``url.PathEscape`` keeps ``+`` and ``=``), or only part of
+  it, counts too (the span then covers the escapes).
 
 Each occurrence becomes :data:`MARK`. A spelling shorter than :data:`MIN_SECRET` characters counts
 only where it stands alone (between non-alphanumerics), so a short secret does not shred words.
@@ -156,6 +159,48 @@ def _powers(n: int) -> tuple[np.ndarray[Any, np.dtype[np.uint64]], np.ndarray[An
     return have
 
 
+def _folded(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """Code points with ASCII upper case made lower case (as ``_FOLD``), every one the same way."""
+    return codes + ((codes >= 65) & (codes <= 90)).astype(np.uint64) * np.uint64(32)
+
+
+def _hex_values(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """The value of each folded code point as a hex digit; 16 where it is none."""
+    digit = (codes >= 48) & (codes <= 57)
+    letter = (codes >= 97) & (codes <= 102)
+    return np.where(digit, codes - np.uint64(48), np.where(letter, codes - np.uint64(87), np.uint64(16)))
+
+
+def _escapes(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """True at each ``%`` that starts a ``%XX`` escape (two escapes never overlap)."""
+    out = np.zeros(len(codes), dtype=bool)
+    if len(codes) >= 3:
+        digits = _hex_values(codes) < 16
+        out[:-2] = (codes[:-2] == 37) & digits[1:-1] & digits[2:]
+    return out
+
+
+def _decoded(
+    codes: np.ndarray[Any, np.dtype[np.uint64]], escapes: np.ndarray[Any, np.dtype[np.bool_]]
+) -> tuple[
+    np.ndarray[Any, np.dtype[np.uint64]],
+    np.ndarray[Any, np.dtype[np.intp]],
+    np.ndarray[Any, np.dtype[np.intp]],
+]:
+    """``codes`` with each ``%XX`` one character (the byte's value, folded), and for each character
+    where it starts in ``codes`` and where it ends."""
+    values = _hex_values(codes)
+    byte = np.zeros(len(codes), dtype=np.uint64)
+    byte[:-2] = values[1:-1] * np.uint64(16) + values[2:]
+    dropped = np.zeros(len(codes), dtype=bool)
+    dropped[1:] |= escapes[:-1]
+    dropped[2:] |= escapes[:-2]
+    kept = ~dropped
+    decoded = _folded(np.where(escapes, byte, codes)[kept])
+    first = np.flatnonzero(kept)
+    return decoded, first, first + np.where(escapes[kept], 3, 1)
+
+
 def _fingerprint(folded: str) -> int:
     """The window fingerprint of a folded spelling (what :meth:`Matcher.find` computes for each
     window of a text)."""
@@ -199,7 +244,9 @@ class Matcher:
         return bool(self._whole)
 
     def find(self, text: str) -> list[tuple[int, int]]:
-        """Where the spellings occur.
+        """Where the spellings occur: in the text as it is, and in the text with its
+        percent-escapes decoded (a backend may escape only some characters of a value, or only
+        part of it).
 
         Args:
             text: the text.
@@ -209,9 +256,32 @@ class Matcher:
         """
         if not self._whole or len(text) < self._shortest:  # the length only: fixed by the configuration
             return []
-        n = len(text)
-        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint64)
-        codes += ((codes >= 65) & (codes <= 90)).astype(np.uint64) * np.uint64(32)  # ASCII lower case
+        codes = _folded(
+            np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint64)
+        )
+        spans = self._scan(codes, lambda start, end: self._confirmed(text, start, end))
+        escapes = _escapes(codes)
+        if escapes.any():  # whether the text has a %XX: the text alone tells
+            decoded, first, after = _decoded(codes, escapes)
+            plain: list[str] = []  # made only when a window's fingerprint is a spelling's
+
+            def confirmed(start: int, end: int) -> list[tuple[int, int]]:
+                if not plain:
+                    plain.append(decoded.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass"))
+                return [(int(first[a]), int(after[b - 1])) for a, b in self._confirmed(plain[0], start, end)]
+
+            spans += self._scan(decoded, confirmed)
+        return _merged(spans)
+
+    def _scan(
+        self,
+        codes: np.ndarray[Any, np.dtype[np.uint64]],
+        confirmed: Callable[[int, int], list[tuple[int, int]]],
+    ) -> list[tuple[int, int]]:
+        """The spans ``confirmed`` gives for each window whose fingerprint is a spelling's."""
+        n = len(codes)
+        if n < self._shortest:
+            return []
         powers, inverse = _powers(n)
         weighted = (codes + np.uint64(1)) * np.uint64(_SCALE) * inverse[:n]
         sums = np.zeros(n + 1, dtype=np.uint64)
@@ -229,8 +299,8 @@ class Matcher:
                 np.equal(windows, np.uint64(value), out=hit[:count])
                 seen[:count] |= hit[:count]
             for p in np.flatnonzero(seen[:count]).tolist():  # a whole spelling (or, rarely, alike)
-                spans += self._confirmed(text, p, p + size)
-        return _merged(spans)
+                spans += confirmed(p, p + size)
+        return spans
 
     def find_each(self, texts: list[str]) -> list[list[tuple[int, int]]]:
         """:meth:`find` for many texts at once: one pass over them all, joined by NUL characters,
