@@ -291,3 +291,25 @@ def test_a_credential_echoed_with_some_of_its_characters_percent_escaped_shows_n
             assert count >= 1 and not _pieces(token) & _pieces(unquote(shown)), (text, shown)
             seen = upstream_error_text("api", text, secrets=[MIXED])
             assert "[redacted]" in seen and not _pieces(token) & _pieces(seen), (text, seen)
+
+
+def _turkish_lower(text: str) -> str:
+    return text.replace("I", "\u0131").lower()
+
+
+def _turkish_upper(text: str) -> str:
+    return text.replace("i", "\u0130").upper()
+
+
+def test_a_credential_echoed_in_a_turkish_case_shows_none_of_it() -> None:
+    """A backend that changes case by the rules of a Turkish locale (Java's ``toLowerCase()`` with
+    no locale, on a server set to ``tr_TR``) makes ``I`` a dotless ``ı`` and ``i`` a dotted ``İ``.
+    Before (review of issue 31 §1), only ASCII case was folded: the echo came back as it was."""
+    value = "Bearer Ik9iLmIq7ZiWxI4pTi"
+    r = Redactor([value])
+    for change in (_turkish_lower, _turkish_upper):
+        for echoed in (change(value), change(value.partition(" ")[2])):
+            shown, count = r.redact(f"key {echoed} refused")
+            assert count == 1 and shown == "key [redacted] refused", (echoed, shown)
+            seen = upstream_error_text("api", f"key {echoed} refused", secrets=[value])
+            assert seen == "api: key [redacted] refused", (echoed, seen)

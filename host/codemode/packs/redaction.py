@@ -13,7 +13,8 @@ any text, every whole occurrence of a *spelling* of one:
   at each of the three byte alignments it can have inside a longer encoded text (the characters
   that encode only its own bits, and then also the one character on each side that encodes part
   of them, and ``=`` padding after);
-* all of these in any mix of ASCII upper and lower case;
+* all of these in any mix of ASCII upper and lower case (and with ``ı`` or ``İ`` for ``i``: a
+  Turkish locale's case change);
 * and each of them again in the text with its ``%XX`` escapes decoded once, so that a value with
   only some characters escaped (Go's ``url.PathEscape`` keeps ``+`` and ``=``), or only part of
   it, counts too (the span then covers the escapes).
@@ -63,7 +64,9 @@ __all__ = ["MARK", "MIN_SECRET", "Matcher", "Redactor", "encodings", "matcher_of
 MARK = "[redacted]"
 #: Spellings shorter than this count only where they stand alone.
 MIN_SECRET = 6
-_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+#: ASCII case, and the dotless and dotted i of a Turkish locale's case change (``I`` lower-cased
+#: to ``ı``, ``i`` upper-cased to ``İ``): one character each, as ``_folded`` does.
+_FOLD = str.maketrans(string.ascii_uppercase + "\u0130\u0131", string.ascii_lowercase + "ii")
 _ALNUM = frozenset(string.ascii_letters + string.digits)
 _B64 = frozenset(string.ascii_letters + string.digits + "+/-_")
 
@@ -160,8 +163,10 @@ def _powers(n: int) -> tuple[np.ndarray[Any, np.dtype[np.uint64]], np.ndarray[An
 
 
 def _folded(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.uint64]]:
-    """Code points with ASCII upper case made lower case (as ``_FOLD``), every one the same way."""
-    return codes + ((codes >= 65) & (codes <= 90)).astype(np.uint64) * np.uint64(32)
+    """Code points with ASCII upper case made lower case, and the Turkish ``İ`` and ``ı`` an ``i``
+    (as ``_FOLD``), every one the same way."""
+    codes = codes + ((codes >= 65) & (codes <= 90)).astype(np.uint64) * np.uint64(32)
+    return np.where((codes == 0x130) | (codes == 0x131), np.uint64(0x69), codes)
 
 
 def _hex_values(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.uint64]]:
