@@ -34,6 +34,9 @@ LOOKALIKES = (
     "\u2045\u2046\u23a1\u23a4\u23a7\u23ab\u239b\u239e"
     "\uff3c\ufe68\u2216\u29f5\u29f9\u27cd"
     "\u2026\u22ef\ufe19\u1801"
+    # found by the review (issue 31 §2): a Vedic sign drawn as two ticks (confusable with ''), the
+    # halfwidth voiced sound marks outside halfwidth katakana (drawn as " and °), a double backslash
+    "\u1cd3\uff9e\uff9f\u244a"
 )
 
 #: Values in many scripts, shown as they are (right-to-left ones inside an isolate).
@@ -51,6 +54,7 @@ READABLE = (
     "don't stop",
     "price: 5 €, 10 $, ¥20 — 50% off (today) [really] {yes}",
     "emoji 🎉👍🏽❤️",
+    "ｶﾞｲﾄﾞﾌﾞｯｸ ﾊﾟﾝ",
 )
 
 

@@ -47,16 +47,19 @@ _APOSTROPHES = frozenset("'`")
 #: a colon).
 _NAMED = re.compile(
     r"\b(QUOTATION|APOSTROPHE|PRIME|DITTO|GERESH|GERSHAYIM|COMMA|COLON|EQUALS|ELLIPSIS|BRACKET"
-    r"|PARENTHESIS|BRACE|REVERSE SOLIDUS|SET MINUS|DOUBLE HYPHEN)\b"
+    r"|PARENTHESIS|BRACE|REVERSE SOLIDUS|BACKSLASH|SET MINUS|DOUBLE HYPHEN)\b"
 )
-#: Look-alikes of a comma, a colon or an equals sign that none of the rules above catches.
+#: Look-alikes that none of the rules above catches: of a comma, a colon or an equals sign; the
+#: Vedic sign nihshvasa (two ticks, confusable with ``''``); the halfwidth katakana voiced sound
+#: marks (drawn as ``"`` and ``°``; shown as themselves only on a halfwidth katakana letter).
 _OTHERS = frozenset(
     "\u0589\u05c3\u060d\u066b\u066c\u1361\u1400\u16ec\u1803\u1809\u205a\u205d\u205e\u2236"
-    "\u2550\u268c\u27cd\u2e17\u3013\u31d4\ufe30"
+    "\u2550\u268c\u27cd\u2e17\u3013\u31d4\ufe30\u1cd3\uff9e\uff9f"
     + "".join(map(chr, range(0xA4F8, 0xA500)))  # Lisu tone letters and punctuation
 )
 #: The emoji skin-tone modifiers (modifier symbols that only change an emoji's colour).
 _SKIN_TONES = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
+_HALFWIDTH_VOICING = frozenset("\uff9e\uff9f")
 _LETTERS_AND_DIGITS = frozenset({"Lu", "Ll", "Lt", "Lo", "Nd", "Nl", "No"})
 
 
@@ -126,6 +129,8 @@ def _string_tokens(text: str) -> Iterator[_Token]:
             raw = False
         elif unicodedata.category(ch).startswith("M"):
             raw = previous_raw
+        elif ch in _HALFWIDTH_VOICING:
+            raw = previous_raw and "\uff66" <= text[i - 1] <= "\uff9d"  # on a halfwidth katakana letter
         else:
             raw = not lookalike(ch)
         yield (ch if raw else _escape(ch)), _json_size(ch)
