@@ -13,6 +13,7 @@ engine and builds the images.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -71,6 +72,19 @@ _ENGINES = pytest.StashKey[list[str]]()
 BASE_IMAGE = "codemode-base:bookworm"
 # Generous: image builds and `docker events` waits go through this client too.
 DOCKER_API_TIMEOUT_S = 120
+
+
+@pytest.fixture(autouse=True)
+def no_repeat_filter_left_on_the_capture_handlers() -> Iterator[None]:
+    """A test that starts the service installs the process-wide repeat filter on the root logger's
+    handlers, pytest's capture handlers among them (they live for the session): taken off again after
+    each test, so a later test's ``caplog`` sees every record it logs."""
+    yield
+    from codemode.service.logfilter import _FILTER
+
+    for handler in logging.getLogger().handlers:
+        if _FILTER in handler.filters:
+            handler.removeFilter(_FILTER)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# regopy's shared library is loaded before anything of codemode brings numpy in (the redaction
+# matcher does): with numpy loaded first, building a Rego bundle aborts the process ("free():
+# invalid size"; regopy 1.5.2 with numpy 2.4). A program that imports numpy before codemode still
+# meets that: import codemode first (docs/authz.md).
+import regopy  # noqa: F401  (isort: keep it before the package's own imports)
+
 from . import authz
 from .authz import Subject, allow_all
 from .catalog.capability import Capability
