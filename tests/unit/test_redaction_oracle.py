@@ -313,3 +313,13 @@ def test_a_credential_echoed_in_a_turkish_case_shows_none_of_it() -> None:
             assert count == 1 and shown == "key [redacted] refused", (echoed, shown)
             seen = upstream_error_text("api", f"key {echoed} refused", secrets=[value])
             assert seen == "api: key [redacted] refused", (echoed, seen)
+
+
+def test_a_numeric_credential_echoed_as_a_json_number_shows_none_of_it() -> None:
+    """An all-digit credential (an account number, a numeric API key) that a backend echoes as a
+    JSON number. Before (review of issue 31 §1), only strings were looked at: ``{"key":
+    83920571164528}`` came back as it was."""
+    value = "83920571164528"
+    r = Redactor([value])
+    shown, changed = r.value({"key": 83920571164528, "list": [1, 83920571164528.0, True], "n": 7})
+    assert changed == 2 and shown == {"key": "[redacted]", "list": [1, "[redacted].0", True], "n": 7}, shown

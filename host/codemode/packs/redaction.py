@@ -57,6 +57,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+# regopy first: its library carries copies of libstdc++ functions, and when numpy has loaded the
+# system's libstdc++ before it, the two copies meet and RegoAuthorizer dies in rego_bundle_save
+# ("free(): invalid pointer", the process aborted). Loaded first, libstdc++ binds to regopy's.
+import regopy  # noqa: F401
+
+# isort: split
 import numpy as np
 
 __all__ = ["MARK", "MIN_SECRET", "Matcher", "Redactor", "encodings", "matcher_of", "replaced", "spellings"]
@@ -474,7 +480,8 @@ class Redactor:
         return replaced(window[:kept], spans), len(spans)
 
     def value(self, value: Any) -> tuple[Any, int]:
-        """Apply :meth:`exact` to every string of a JSON value (keys too).
+        """Apply :meth:`exact` to every string of a JSON value (keys too), and to every number's
+        JSON text (one that holds a spelling becomes that text redacted, a string).
 
         Args:
             value: the value.
@@ -489,6 +496,8 @@ class Redactor:
         def collect(node: Any) -> None:
             if isinstance(node, str):
                 strings.append(node)
+            elif isinstance(node, int | float) and not isinstance(node, bool):
+                strings.append(json.dumps(node))  # an all-digit credential echoed as a number
             elif isinstance(node, list):
                 for item in node:
                     collect(item)
@@ -507,6 +516,10 @@ class Redactor:
                 spans = next(found)
                 changed += bool(spans)
                 return replaced(node, spans) if spans else node
+            if isinstance(node, int | float) and not isinstance(node, bool):
+                spans = next(found)
+                changed += bool(spans)
+                return replaced(json.dumps(node), spans) if spans else node  # then a string
             if isinstance(node, list):
                 return [walk(item) for item in node]
             if isinstance(node, dict):
