@@ -113,6 +113,22 @@ def test_two_apostrophes_that_read_as_a_quote_are_escaped() -> None:
     assert shown("``quoted") == "\\u0060\\u0060quoted"
 
 
+#: Letters and marks drawn as an apostrophe (Unicode's confusables of ``'``): the saltillo, the
+#: West-Cree P, the runic short-twig-sol, the Armenian half ring and emphasis mark, the Miao signs,
+#: the comma above right. Alone each is shown; two side by side read as a quotation mark.
+APOSTROPHE_LIKE = "\ua78c\ua78b\u144a\u16cc\u0559\u055b\U00016f51\U00016f52\u0315"
+
+
+@pytest.mark.parametrize("ch", list(APOSTROPHE_LIKE), ids=lambda c: f"U+{ord(c):04X}")
+def test_two_apostrophe_lookalikes_side_by_side_are_escaped(ch: str) -> None:
+    escaped = json.dumps(ch, ensure_ascii=True)[1:-1]
+    assert shown(f"milk{ch}s") == f"milk{ch}s", "one alone is a letter or a mark: shown"
+    for pair in (ch + ch, ch + "'", "'" + ch, ch + "\ua78c"):
+        text = shown(f"Buy milk{pair}, body={pair}wire")
+        assert not set(pair) & set(text), text
+    assert shown(f"milk{ch}{ch}") == f"milk{escaped}{escaped}"
+
+
 def test_a_value_cannot_make_a_line_of_its_own() -> None:
     for brk in ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"):
         text = render_arguments({"title": f"a{brk}body: x", "body": "y"}).text

@@ -8,9 +8,10 @@ The values are the program's, so nothing in them may look like the rendering's o
 - inside a string (a value, an element, a key of a nested object) a character that could pass for
   a quotation mark, a bracket or a separator is escaped as ``\\uXXXX`` (:func:`lookalike`: Unicode's
   categories Pi, Pf, Ps, Pe, modifier symbols and letters, compatibility forms of the syntax, names
-  such as QUOTATION or COMMA, a short list of others); so is a run of two apostrophes (``''`` reads
-  as ``"``) and a combining mark that does not follow a character shown as itself. Letters and
-  digits of every script stay as they are, so a non-Latin value stays readable;
+  such as QUOTATION or COMMA, a short list of others); so is a run of two apostrophes or letters
+  drawn as one (``''`` and ``ꞌꞌ`` read as ``"``) and a combining mark that does not follow a
+  character shown as itself. Letters and digits of every script stay as they are, so a non-Latin
+  value stays readable;
 - a string holding right-to-left text is wrapped in a first-strong isolate (U+2068 … U+2069), so
   it cannot reorder the rendering around it;
 - a call whose lines fit in :data:`MAX_ARGUMENTS_TEXT` bytes is shown whole; a longer one is cut,
@@ -42,7 +43,12 @@ _FSI, _PDI = "\u2068", "\u2069"
 
 #: What a look-alike may not pass for: the rendering's ASCII syntax and the quote-like ASCII marks.
 _SYNTAX = frozenset("\"'(),:=[\\]{}`")
-_APOSTROPHES = frozenset("'`")
+#: What reads as an apostrophe: shown as itself alone, escaped in a run of two or more (``''`` reads
+#: as ``"``). The ASCII ones, and the letters and marks Unicode lists as confusable with ``'``: the
+#: saltillo, the West-Cree P, the runic short-twig-sol, the Armenian half ring and emphasis mark, the
+#: Miao signs, the combining comma above right. (The Hebrew yod is not here: its pairs spell
+#: Hebrew words, and right-to-left text is isolated.)
+_APOSTROPHES = frozenset("'`\ua78b\ua78c\u144a\u16cc\u0559\u055b\U00016f51\U00016f52\u0315")
 #: Words of a character's Unicode name that make it a look-alike (whole words: a semicolon is not
 #: a colon).
 _NAMED = re.compile(
@@ -117,15 +123,20 @@ def _json_size(ch: str) -> int:
     return len(ch.encode("utf-8"))
 
 
+def _paired(text: str, i: int) -> bool:
+    """``text[i]`` is an apostrophe beside another one (the two read as a quotation mark)."""
+    return text[i] in _APOSTROPHES and (
+        (i > 0 and text[i - 1] in _APOSTROPHES) or text[i + 1 : i + 2] in _APOSTROPHES
+    )
+
+
 def _string_tokens(text: str) -> Iterator[_Token]:
     """A JSON string as shown: one token per character (a cut falls only between them)."""
     isolate = _RTL.search(text) is not None  # right-to-left text cannot reorder what is around it
     yield ('"' + _FSI if isolate else '"'), 1
     previous_raw = False  # the previous character is shown as itself and carries a mark well
     for i, ch in enumerate(text):
-        if ch in _APOSTROPHES:
-            raw = text[i - 1 : i] not in _APOSTROPHES and text[i + 1 : i + 2] not in _APOSTROPHES
-        elif ch in '"\\' or not ch.isprintable():
+        if _paired(text, i) or ch in '"\\' or not ch.isprintable():
             raw = False
         elif unicodedata.category(ch).startswith("M"):
             raw = previous_raw
