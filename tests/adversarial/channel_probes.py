@@ -25,23 +25,41 @@ command); each outcome is ``"allowed"`` or the errno's name; ``not_refused(repor
 the filter did not refuse.
 
 ``counter_sender(what, begin)`` and ``counter_receiver(what, begin)``: the machine's counters
-(``sysinfo()``'s process count, ``/proc/stat``'s fork count, ``/proc/loadavg``'s thread count). The
+(``sysinfo()``'s process count, ``/proc/stat``'s fork count, ``/proc/loadavg``'s thread count, and the
+id a new thread gets: the pid namespace's, which a process-runtime worker shares with the host). The
 sender makes threads (each one counts in the whole machine's numbers) in the first or the second of
 the two slots of ``SLOT`` seconds of each bit; the receiver samples the counter in every slot.
 ``counter_capacity(sent, samples, what)``: the bits per second that got through (the capacity of a
 binary symmetric channel with the decoding's error rate).
+
+``mapcount_sender(begin)`` and ``mapcount_receiver(begin)``: a page-cache page of a file every worker
+can read is one page for every process of the node that maps it, and its mapping count shows in the
+``/proc`` files of each (``MAP_VIEWS``: ``numa_maps``' ``mapmax``, ``smaps``' ``Shared_*``). The
+sender maps the pages whose bits are 1 for a slot; the receiver maps every page once and reads which
+ones another process maps too, ``MAP_PAGES`` bits per slot. ``mapcount_capacity(sent, got)``.
+
+``inode_sender(begin)`` and ``inode_receiver(begin)``: the kernel numbers the inodes of ``/proc``
+entries (and of pipes and sockets) from one counter for the whole machine; a lookup of a fresh
+``/proc/self/fd`` entry takes a number. The sender takes numbers in the first or the second slot of
+each bit; the receiver takes numbers all the time and counts the ones others took in between.
+``inode_capacity(sent, gaps)``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 
 __all__ = [
     "COUNTERS",
+    "INODE_SLOT",
     "JOIN_PROBE",
+    "MAP_VIEWS",
     "REFUSED_PRIMITIVES",
     "SLOT",
+    "STEPS",
+    "capacity",
     "counter_capacity",
     "counter_receiver",
     "counter_sender",
@@ -49,7 +67,13 @@ __all__ = [
     "exit_wake_sender",
     "futex_receiver",
     "futex_sender",
+    "inode_capacity",
+    "inode_receiver",
+    "inode_sender",
     "joined",
+    "mapcount_capacity",
+    "mapcount_receiver",
+    "mapcount_sender",
     "message",
     "not_refused",
     "rate",
@@ -428,7 +452,9 @@ COUNTER_BITS = 100
 #: Threads a counter sender starts in a 1-slot.
 THREADS_PER_ONE = 8
 
-COUNTERS = ("sysinfo_procs", "proc_stat_processes", "proc_loadavg_threads")
+COUNTERS = ("sysinfo_procs", "proc_stat_processes", "proc_loadavg_threads", "new_thread_id")
+#: Counters read as their step from one sample to the next (the others as their value).
+STEPS = frozenset({"proc_stat_processes", "new_thread_id"})
 
 _COUNTER_READ = textwrap.dedent(
     r"""
@@ -456,8 +482,20 @@ _COUNTER_READ = textwrap.dedent(
             raise OSError(0, "no thread count")
         return int(fields[3].split(b"/")[1])
 
+    def new_thread_id():  # the pid namespace's next id: every thread of the namespace takes one
+        got, done = [], _thread.allocate_lock()
+        done.acquire()
+
+        def note():
+            got.append(libc.syscall(186))  # gettid
+            done.release()
+
+        _thread.start_new_thread(note, ())
+        done.acquire()
+        return got[0]
+
     READ = {"sysinfo_procs": sysinfo_procs, "proc_stat_processes": proc_stat_processes,
-            "proc_loadavg_threads": proc_loadavg_threads}[WHAT]
+            "proc_loadavg_threads": proc_loadavg_threads, "new_thread_id": new_thread_id}[WHAT]
     """
 )
 
@@ -542,13 +580,15 @@ def counter_receiver(what: str, begin: float) -> str:
 
 def counter_capacity(sent: str, samples: list[int], what: str) -> float:
     """Bits per second a counter channel carried: each bit decoded from its two slots (the first
-    one higher: a 1; for the fork counter, the first one's step larger; a tie is half an error),
+    one higher: a 1; for the counters of ``STEPS``, the first one's step larger; a tie is half an error),
     and the capacity of a
     binary symmetric channel with the decoding's error rate, over the two slots a bit takes."""
     if not samples or len(samples) != 2 * len(sent):
         return 0.0
-    if what == "proc_stat_processes":
-        values = [b - a for a, b in zip([samples[0], *samples[:-1]], samples, strict=True)]
+    if what in STEPS:
+        # the first slot has no step of its own (no sample before it): its bit is a tie
+        steps = [b - a for a, b in itertools.pairwise(samples)]
+        values = [steps[0], *steps]
     else:
         values = list(samples)
     # a tie says nothing: half an error
@@ -561,3 +601,217 @@ def counter_capacity(sent: str, samples: list[int], what: str) -> float:
     if errors <= 0:
         return 1 / (2 * SLOT)
     return (1 + errors * math.log2(errors) + (1 - errors) * math.log2(1 - errors)) / (2 * SLOT)
+
+
+# ------------------------------------------------------------------ mapping counts of shared pages
+
+#: Pages of the shared file a mapping-count sender sets or leaves each slot (one bit each), slots,
+#: and each slot's seconds.
+MAP_PAGES = 48
+MAP_SLOTS = 50
+MAP_SLOT = 0.04
+#: The files through which a worker's own mappings show how many processes map each page (the
+#: mapping count of a page-cache page is the whole machine's): ``numa_maps``' ``mapmax``, the
+#: ``Shared_*`` lines of ``smaps`` and ``smaps_rollup``.
+MAP_VIEWS = ("/proc/self/numa_maps", "/proc/self/smaps", "/proc/self/smaps_rollup")
+
+_MAP_COMMON = textwrap.dedent(
+    r"""
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    # A file of Python's library that no process maps (CPython reads .py files): the same inode for
+    # every worker of one image on a node, or of one host (the first of these a worker can open).
+    for name in (os.path.dirname(os.__file__), "/usr/lib/python3.11", "/usr/lib/python3"):
+        try:
+            fd = os.open(os.path.join(name, "_pydecimal.py"), os.O_RDONLY)
+            break
+        except OSError:
+            continue
+
+    def map_page(i):  # one page, a mapping of its own (increasing offsets: no two mappings merge)
+        addr = libc.mmap(None, 4096, 1, 1, fd, 4096 * i)  # PROT_READ, MAP_SHARED
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+        ctypes.c_char.from_address(addr).value  # fault it in: the page is mapped here now
+        return addr
+    """
+)
+
+_MAP_SENDER = textwrap.dedent(
+    r"""
+    bits = message(MAP_PAGES * MAP_SLOTS, SEED)
+    while time.time() < BEGIN:
+        time.sleep(0.005)
+    for s in range(MAP_SLOTS):  # a 1: the page is mapped here for the slot (its count is 2)
+        end = BEGIN + (s + 1) * MAP_SLOT
+        held = [map_page(i) for i in range(MAP_PAGES) if bits[s * MAP_PAGES + i]]
+        while time.time() < end - MAP_SLOT / 5:
+            time.sleep(MAP_SLOT / 40)
+        for addr in held:
+            libc.munmap(addr, 4096)
+        while time.time() < end:
+            time.sleep(MAP_SLOT / 40)
+    final({"sent": "".join(map(str, bits))})
+    """
+)
+
+_MAP_RECEIVER = textwrap.dedent(
+    r"""
+    refused = {}
+    for view in MAP_VIEWS:
+        try:
+            with open(view, "rb") as f:
+                f.read(1)
+        except OSError as exc:
+            refused[view] = errno.errorcode.get(exc.errno, str(exc.errno))
+    got = []
+    if MAP_VIEWS[0] not in refused:
+        mine = {map_page(i): i for i in range(MAP_PAGES)}
+        while time.time() < BEGIN:
+            time.sleep(0.005)
+        for s in range(MAP_SLOTS):
+            mid = BEGIN + (s + 0.5) * MAP_SLOT
+            while time.time() < mid:
+                time.sleep(MAP_SLOT / 40)
+            seen = [0] * MAP_PAGES
+            with open(MAP_VIEWS[0], "rb") as f:
+                for line in f:
+                    page = mine.get(int(line.split(b" ", 1)[0], 16))
+                    if page is not None:
+                        seen[page] = int(b" mapmax=" in line)  # another process maps it too
+            got.extend(seen)
+    final({"bits": "".join(map(str, got)), "refused": refused})
+    """
+)
+
+
+def mapcount_sender(begin: float, slots: int = MAP_SLOTS, slot: float = MAP_SLOT) -> str:
+    """A sender through a page's mapping count: in each of ``slots`` slots of ``slot`` seconds (the
+    first one at wall-clock time ``begin``) it maps the pages of the shared file whose bits are 1."""
+    return _program(
+        _MAP_COMMON + _MAP_SENDER, BEGIN=begin, SEED=SEED, MAP_PAGES=MAP_PAGES, MAP_SLOTS=slots, MAP_SLOT=slot
+    )
+
+
+def mapcount_receiver(begin: float, slots: int = MAP_SLOTS, slot: float = MAP_SLOT) -> str:
+    """The receiver of ``mapcount_sender(begin, slots, slot)``: it maps every page itself and reads in
+    the middle of each slot which of them another process maps too (``numa_maps``' ``mapmax``); it
+    reports which of ``MAP_VIEWS`` it could not read (the errno's name)."""
+    return _program(
+        _MAP_COMMON + _MAP_RECEIVER,
+        BEGIN=begin,
+        MAP_PAGES=MAP_PAGES,
+        MAP_SLOTS=slots,
+        MAP_SLOT=slot,
+        MAP_VIEWS=MAP_VIEWS,
+    )
+
+
+def capacity(sent: str, received: str, seconds: float) -> float:
+    """Bits per second through a binary symmetric channel with the errors of ``received`` against
+    ``sent`` (0 when nothing was received)."""
+    if not received or len(received) != len(sent):
+        return 0.0
+    errors = sum(a != b for a, b in zip(sent, received, strict=True)) / len(sent)
+    errors = min(errors, 1 - errors)
+    if errors <= 0:
+        return len(sent) / seconds
+    return (1 + errors * math.log2(errors) + (1 - errors) * math.log2(1 - errors)) * len(sent) / seconds
+
+
+def mapcount_capacity(sent: dict[str, str], got: dict[str, object], slot: float = MAP_SLOT) -> float:
+    """Bits per second the mapping-count channel carried, from the sender's and receiver's reports
+    (slots of ``slot`` seconds)."""
+    received = got["bits"]
+    assert isinstance(received, str)
+    return capacity(sent["sent"], received, len(sent["sent"]) // MAP_PAGES * slot)
+
+
+# ------------------------------------------------------------------------------ inode numbers
+
+#: One bit per two slots of this many seconds (the inode-number channel), and the bits sent.
+INODE_SLOT = 0.1
+INODE_BITS = 40
+
+_INODE_COMMON = textwrap.dedent(
+    r"""
+    def new_inode():
+        # A /proc entry looked up afresh gets a new inode number from the kernel's one counter for
+        # procfs, pipes, sockets ... (get_next_ino: per CPU, in batches of 1024 from one shared
+        # count): open a file, look up its /proc/self/fd entry, close it, look the entry up again
+        # (gone: the next lookup makes a new one).
+        fd = os.open("/", os.O_RDONLY)
+        try:
+            return os.lstat("/proc/self/fd/%d" % fd).st_ino
+        finally:
+            os.close(fd)
+            try:
+                os.lstat("/proc/self/fd/%d" % fd)
+            except OSError:
+                pass
+    """
+)
+
+_INODE_SENDER = textwrap.dedent(
+    r"""
+    bits = message(INODE_BITS, SEED)
+    while time.time() < BEGIN:
+        time.sleep(0.005)
+    # Manchester code, like the counters: new inodes in the first or the second slot of a bit.
+    for i, busy in enumerate(s for bit in bits for s in ((1, 0) if bit else (0, 1))):
+        end = BEGIN + (i + 1) * INODE_SLOT
+        while busy and time.time() < end - INODE_SLOT / 10:
+            new_inode()
+        while time.time() < end:
+            time.sleep(INODE_SLOT / 20)
+    final({"sent": "".join(map(str, bits))})
+    """
+)
+
+_INODE_RECEIVER = textwrap.dedent(
+    r"""
+    while time.time() < BEGIN:
+        time.sleep(0.005)
+    gaps, last = [], new_inode()
+    for i in range(2 * INODE_BITS):  # how many numbers others took in each slot
+        end = BEGIN + (i + 1) * INODE_SLOT
+        gap = 0
+        while time.time() < end:
+            now = new_inode()
+            gap += max(now - last - 1, 0)
+            last = now
+        gaps.append(gap)
+    final({"gaps": gaps})
+    """
+)
+
+
+def inode_sender(begin: float) -> str:
+    """A sender through the kernel's inode-number counter: it makes new ``/proc`` inodes in the first
+    or the second ``INODE_SLOT`` of each bit (the first slot at wall-clock time ``begin``)."""
+    return _program(
+        _INODE_COMMON + _INODE_SENDER, BEGIN=begin, SEED=SEED, INODE_BITS=INODE_BITS, INODE_SLOT=INODE_SLOT
+    )
+
+
+def inode_receiver(begin: float) -> str:
+    """The receiver of ``inode_sender(begin)``: it makes new inodes all the time and counts, slot by
+    slot, the numbers others took in between."""
+    return _program(
+        _INODE_COMMON + _INODE_RECEIVER, BEGIN=begin, INODE_BITS=INODE_BITS, INODE_SLOT=INODE_SLOT
+    )
+
+
+def inode_capacity(sent: str, gaps: list[int]) -> float:
+    """Bits per second the inode-number channel carried: each bit decoded from its two slots (more
+    numbers taken in the first: a 1; a tie is half an error), as ``counter_capacity``."""
+    if len(gaps) != 2 * len(sent):
+        return 0.0
+    wrong = [
+        0.5 if a == b else float((a > b) != (bit == "1"))
+        for (a, b), bit in zip(zip(gaps[::2], gaps[1::2], strict=True), sent, strict=True)
+    ]
+    errors = min(sum(wrong) / len(sent), 1 - sum(wrong) / len(sent))
+    seconds = 2 * INODE_SLOT * len(sent)
+    if errors <= 0:
+        return len(sent) / seconds
+    return (1 + errors * math.log2(errors) + (1 - errors) * math.log2(1 - errors)) * len(sent) / seconds

@@ -178,7 +178,7 @@ PROBE = textwrap.dedent(
         "execve": in_child(lambda w: execute(ELF, w)),
     }
     os.close(user_ns)
-    status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+    status = dict(l.split(":", 1) for l in proc_text("/proc/self/status").splitlines() if ":" in l)
     report["_seccomp"] = status.get("Seccomp", "?").strip()
     report["_no_new_privs"] = status.get("NoNewPrivs", "?").strip()
     final(report)

@@ -92,7 +92,7 @@ def user_xattrs(path):
 def own_slice():
     # the fair class's slice of this process (inherited from the supervisor at the fork)
     try:
-        for line in open("/proc/self/sched"):
+        for line in proc_text("/proc/self/sched").splitlines():
             if line.startswith("se.slice"):
                 return int(line.split(":")[1])
     except OSError as exc:
@@ -101,7 +101,7 @@ def own_slice():
 
 def writable_mounts():
     out = []
-    for line in open("/proc/self/mountinfo"):
+    for line in proc_text("/proc/self/mountinfo").splitlines():
         f = line.split()
         fstype = f[f.index("-") + 1]
         if "rw" in f[5].split(",") and fstype not in ("proc", "sysfs", "cgroup", "cgroup2"):
@@ -159,7 +159,7 @@ FIND = (
 got = []
 signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
 time.sleep(0.3)  # a lingering process would signal us meanwhile
-status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+status = dict(l.split(":", 1) for l in proc_text("/proc/self/status").splitlines() if ":" in l)
 files = []
 for d in writable_mounts() + ["/dev/mqueue"]:
     if os.path.isdir(d):
@@ -167,7 +167,7 @@ for d in writable_mounts() + ["/dev/mqueue"]:
 sysvipc = {}
 for kind in ("shm", "sem", "msg"):
     try:
-        sysvipc[kind] = open("/proc/sysvipc/" + kind).read().splitlines()[1:]
+        sysvipc[kind] = proc_text("/proc/sysvipc/" + kind).splitlines()[1:]
     except OSError:
         sysvipc[kind] = None
 final({
@@ -185,9 +185,9 @@ final({
     "signals": len(got),
     "sigpnd": status["SigPnd"].strip(),
     "shdpnd": status["ShdPnd"].strip(),
-    "supervisor": open("/proc/1/stat").read().rpartition(")")[2].split()[19],
-    "supervisor_limits": open("/proc/1/limits").read(),
-    "sandbox": open("/proc/self/cgroup").read(),
+    "supervisor": proc_text("/proc/1/stat").rpartition(")")[2].split()[19],
+    "supervisor_limits": proc_text("/proc/1/limits"),
+    "sandbox": proc_text("/proc/self/cgroup"),
 })
 """
 )

@@ -109,6 +109,43 @@ async def test_no_futex_channel_between_reuse_sandboxes(docker_api: Any) -> None
     assert sent["refused"] == "EPERM" and got["refused"] == ["EAGAIN"], (sent, got["refused"])
 
 
+def mapcount_rate(sent: dict[str, Any], got: dict[str, Any], where: str) -> float:
+    bits = cp.mapcount_capacity(sent, got)
+    print(f"\nmapping-count channel, {where}: {bits:,.0f} bits/s (receiver refused: {got['refused']})")
+    return bits
+
+
+async def test_no_mapping_count_channel_between_containers(runtime: DockerRuntime) -> None:
+    # Each page of an image file is one page-cache page for every container of the node; a worker's
+    # own numa_maps and smaps show how many processes map it. The worker reads no file of /proc.
+    begin = time.time() + 6  # both containers are up and waiting by then
+    sent, got = await two_containers(runtime, cp.mapcount_sender(begin), cp.mapcount_receiver(begin))
+    bits = mapcount_rate(sent, got, "two containers of one image")
+    assert (got["bits"], bits) == ("", 0.0), got["refused"]
+    if not GVISOR:  # no Landlock there; nor does another sandbox share its pages
+        assert got["refused"] == dict.fromkeys(cp.MAP_VIEWS, "EACCES"), got["refused"]
+
+
+async def test_no_mapping_count_channel_between_reuse_sandboxes(docker_api: Any) -> None:
+    rt = DockerRuntime(
+        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=rp.SUPERVISOR
+    )
+    server, _, seen = await reuse_server(rt, size=2)
+    begin = time.time() + 6
+    try:
+        sent, got = await asyncio.gather(
+            server.execute(cp.mapcount_sender(begin), subject=authz.Subject("alice")),
+            server.execute(cp.mapcount_receiver(begin), subject=authz.Subject("bob")),
+        )
+    finally:
+        await server.aclose()
+    assert len(set(seen.sandboxes())) == 2, seen.workers()
+    bits = mapcount_rate(sent, got, "two reuse sandboxes")
+    assert (got["bits"], bits) == ("", 0.0), got["refused"]
+    if not GVISOR:
+        assert got["refused"] == dict.fromkeys(cp.MAP_VIEWS, "EACCES"), got["refused"]
+
+
 @pytest.mark.parametrize("counter", cp.COUNTERS)
 async def test_host_wide_counters_carry_nothing(runtime: DockerRuntime, counter: str) -> None:
     begin = time.time() + 6  # both containers are up and waiting by then

@@ -230,7 +230,7 @@ def read(path):
             return f.read().decode("utf-8", "replace")
     except OSError as e:
         return "error:%d" % e.errno
-status = dict(line.split(":\t", 1) for line in read("/proc/self/status").splitlines() if ":\t" in line)
+status = dict(line.split(":\t", 1) for line in proc_text("/proc/self/status").splitlines() if ":\t" in line)
 try:
     os.setuid(0)
     setuid = "ok"

@@ -306,7 +306,7 @@ def tgkill(pid, tid, sig):
     if libc.syscall(234, pid, tid, sig) == 0:
         return "ok"
     return errno.errorcode.get(ctypes.get_errno(), "?")
-status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+status = dict(l.split(":", 1) for l in proc_text("/proc/self/status").splitlines() if ":" in l)
 res = {
     "pid": me,
     "seccomp": status["Seccomp"].strip(),

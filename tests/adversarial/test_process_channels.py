@@ -61,6 +61,17 @@ async def test_shared_kernel_objects_stay_refused(server: codemode.Server) -> No
     assert cp.not_refused(report) == {}, report
 
 
+async def test_no_mapping_count_channel_between_workers(server: codemode.Server) -> None:
+    # Every worker maps the host's files: a page's mapping count, which a worker's own numa_maps and
+    # smaps show, is a channel unless the worker reads no file of /proc (its Landlock domain).
+    begin = time.time() + 3
+    sent, got = await both(server, cp.mapcount_sender(begin), cp.mapcount_receiver(begin))
+    bits = cp.mapcount_capacity(sent, got)
+    print(f"\nmapping-count channel, two process-runtime workers: {bits:,.0f} bits/s ({got['refused']})")
+    assert (got["bits"], bits) == ("", 0.0), got["refused"]
+    assert got["refused"] == dict.fromkeys(cp.MAP_VIEWS, "EACCES"), got["refused"]
+
+
 async def test_the_machines_process_count_carries_nothing(server: codemode.Server) -> None:
     # sysinfo() is refused by the worker's filter. /proc/stat and /proc/loadavg are the host's own
     # here (no namespace, no mask): SECURITY.md gives their rate and what closes them.

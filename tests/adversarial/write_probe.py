@@ -70,7 +70,7 @@ PROBE = textwrap.dedent(
         return outcome
 
     mounts = {}
-    for line in open("/proc/self/mountinfo").read().splitlines():
+    for line in proc_text("/proc/self/mountinfo").splitlines():
         fields = line.split()
         point, options = fields[4], fields[5].split(",")
         if "rw" in options and not point.startswith(("/proc", "/sys")):

@@ -92,6 +92,27 @@ async def test_the_machines_process_count_carries_nothing(cluster: None) -> None
     assert bits == 0.0 and got["refused"], got
 
 
+async def test_no_mapping_count_channel_between_pods_on_one_node(cluster: None) -> None:
+    # A page of the image is one page-cache page for every pod of the node, and a worker's own
+    # numa_maps and smaps show how many processes map it: the worker reads no file of /proc.
+    begin = time.time() + 20  # both pods are up and waiting by then
+    sent, got = await on_one_node(cp.mapcount_sender(begin), cp.mapcount_receiver(begin))
+    bits = cp.mapcount_capacity(sent, got)
+    print(f"\nmapping-count channel, two pods on one node: {bits:,.0f} bits/s ({got['refused']})")
+    assert (got["bits"], bits) == ("", 0.0), got["refused"]
+    assert got["refused"] == dict.fromkeys(cp.MAP_VIEWS, "EACCES"), got["refused"]
+
+
+@pytest.mark.parametrize("counter", ["proc_stat_processes", "proc_loadavg_threads"])
+async def test_the_machines_counters_in_proc_carry_nothing(cluster: None, counter: str) -> None:
+    # A pod's spec has no per-path mask: the worker's Landlock domain refuses every file of /proc.
+    begin = time.time() + 20
+    sent, got = await on_one_node(cp.counter_sender(counter, begin), cp.counter_receiver(counter, begin))
+    bits = cp.counter_capacity(sent["sent"], got["samples"], counter)
+    print(f"\n{counter} between pods on one node: {bits:,.1f} bits/s (refused: {got['refused']})")
+    assert bits == 0.0 and got["refused"], got
+
+
 async def test_shared_kernel_objects_stay_refused(cluster: None) -> None:
     (report,) = await on_one_node(cp.REFUSED_PRIMITIVES)
     assert cp.not_refused(report) == {}, report

@@ -55,7 +55,7 @@ PROBE = textwrap.dedent(
         socket.create_connection(address, timeout=2).close()
 
     status = dict(
-        line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line
+        line.split(":", 1) for line in proc_text("/proc/self/status").splitlines() if ":" in line
     )
     final({
         "uid": os.getuid(),
@@ -150,7 +150,7 @@ async def test_nothing_in_a_worker_pod_can_store_a_byte(cluster: None) -> None:
 
 
 FILTERS = """
-status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+status = dict(l.split(":", 1) for l in proc_text("/proc/self/status").splitlines() if ":" in l)
 final({"filters": int(status["Seccomp_filters"]), "seccomp": status["Seccomp"].strip()})
 """
 

@@ -1,5 +1,5 @@
 """What the worker may still open once confined, enforced by Landlock: every file it can read,
-except the device nodes under ``/dev``.
+except the device nodes under ``/dev`` and the kernel's files under ``/proc`` and ``/sys``.
 
 The seccomp filter (``syscalls``) already refuses opening anything for writing, but it cannot look
 at paths, and some read-only opens take a resource of the whole machine: ``open("/dev/ptmx",
@@ -9,16 +9,30 @@ every container of the host), so one worker holding them left every other contai
 every file-system right the kernel knows and grants only:
 
 - listing any directory (``READ_DIR`` beneath ``/``);
-- reading files beneath every top-level entry of ``/`` but ``/dev`` (the interpreter, its
-  modules, ``/proc/self``, ``/etc``, ``/tmp`` ...: what the worker could read before);
+- reading files beneath every top-level entry of ``/`` but ``/dev``, ``/proc`` and ``/sys`` (the
+  interpreter, its modules, ``/etc``, ``/tmp`` ...: what the worker could read before);
 - reading ``/dev/null``, ``/dev/zero``, ``/dev/random``, ``/dev/urandom``, and writing
   ``/dev/null``.
 
 Everything else is refused with ``EACCES``: every other device node (``/dev/ptmx``, ``/dev/pts/*``,
-``/dev/mqueue``, ``/dev/shm``, ``/dev/termination-log``), any write, truncation, creation, removal,
+``/dev/mqueue``, ``/dev/shm``, ``/dev/termination-log``), every file of ``/proc`` and ``/sys``
+(``SYSTEM_TREES``), any write, truncation, creation, removal,
 rename or link, ``ioctl`` on devices, TCP bind/connect (ABI 4) and signals to or abstract sockets of
 processes outside the domain (ABI 6). A process in a domain also cannot ptrace-access one outside it:
 ``/proc/<host>/mem`` and another worker's memory are refused whatever the uids.
+
+Why no file of ``/proc`` and ``/sys``: they show what the node's other tenants do, a channel between
+tenants' workers on one node past every namespace (issue 31 §4). A worker's own ``numa_maps``,
+``smaps`` and ``smaps_rollup`` tell how many processes map each page it maps, and a page of an image
+file (or a host file, for the process runtime) is one page-cache page for every container of the
+node: a worker that maps or unmaps pages of such a file sets bits another tenant's worker reads,
+thousands per second (4,600 bits/s measured between two Docker containers with a Python sender,
+``tests/benchmarks/bench_shared_state_channels.py``). ``/proc/stat``, ``/proc/loadavg``,
+``/proc/meminfo``, ``/sys``'s device and memory counters and the like count the whole machine. The
+worker reads none of them: nothing it runs needs them (glibc's and Rust's processor counts fall back
+to ``sched_getaffinity``). Listing ``/proc`` (``READ_DIR``: ``/proc/self/fd``) and the descriptors
+it holds stay as they were; Docker's masks (``codemode.runtimes.masked_paths``) cover the same
+counters where a kernel has no Landlock.
 
 It runs first thing in the worker, while the process has **one thread** (``landlock_restrict_self``
 restricts the calling thread and the threads it starts later; ``restrict`` checks the count), before
@@ -42,10 +56,12 @@ from typing import Final
 
 from . import landlock
 
-__all__ = ["DEVICES", "Failed", "restrict"]
+__all__ = ["DEVICES", "SYSTEM_TREES", "Failed", "restrict"]
 
 #: The device nodes a confined worker may read (and /dev/null write).
 DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
+#: The top-level entries of ``/`` beneath which a confined worker reads no file (it may list them).
+SYSTEM_TREES: Final = ("dev", "proc", "sys")
 _PR_SET_NO_NEW_PRIVS: Final = 38
 
 
@@ -92,7 +108,7 @@ def restrict() -> int | None:
         try:
             rules.allow("/", landlock.ACCESS_FS_READ_DIR)
             for entry in os.scandir("/"):
-                if entry.name != "dev":
+                if entry.name not in SYSTEM_TREES:
                     try:
                         rules.allow(entry.path, read | landlock.ACCESS_FS_READ_DIR)
                     except FileNotFoundError:  # a dangling link: nothing to read there

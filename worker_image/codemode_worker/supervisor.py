@@ -571,10 +571,11 @@ def _worker_child(testing: bool, unconfined: bool) -> Child:
             if os.environ.get(testing_entry.ENABLE_VARIABLE) != "1":
                 return testing_entry.EXIT_DISABLED
             inp, out = entry.streams()
+            window = testing_entry.open_window()
             if not unconfined:
                 confinement.restrict_files()
                 confinement.confine(compiled if compiled is not None else confinement.prepare())
-            return testing_entry.serve_confined(inp, out)
+            return testing_entry.serve_confined(inp, out, window)
 
         return testing_child
     from . import interpreter

@@ -166,8 +166,9 @@ def _worker_child(testing: bool) -> Child:
             if os.environ.get(testing_entry.ENABLE_VARIABLE) != "1":
                 return testing_entry.EXIT_DISABLED
             inp, out = entry.streams()
+            window = testing_entry.open_window()
             _confine(template, compiled)
-            return testing_entry.serve_confined(inp, out)
+            return testing_entry.serve_confined(inp, out, window)
 
         return testing_child
     interpreter.warm_up()

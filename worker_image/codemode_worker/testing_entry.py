@@ -13,6 +13,13 @@ process runtime); no setting or flag reaches it.
 A compromised interpreter runs native code: ``ctypes``, ``mmap`` and ``socket`` (what the escape tests use to
 make raw system calls) are loaded at start-up, like everything the real worker loads, because a
 process-runtime worker cannot read the interpreter's files any more once it has dropped its uid.
+
+The worker's Landlock domain refuses every file of ``/proc`` (``readable``), also the ones the escape
+tests read to see their own state (``Seccomp`` and the capabilities in ``status``, the mounts, PID
+1's limits, System V IPC objects). So each testing worker opens ``PROC_WINDOW`` before it enters
+the domain (``open_window``), and its programs read them again with ``proc_text(path)`` (the
+kernel's current text, through the descriptor opened then; any other path is opened as usual). The
+production image has no testing entry and its workers hold no such descriptor.
 """
 
 from __future__ import annotations
@@ -31,27 +38,64 @@ from .confinement import confine, prepare, restrict_files
 from .entry import EXIT_ABORTED, EXIT_OK, EXIT_PROTOCOL, streams
 from .privileges import drop_privileges
 
-__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "main", "serve_confined"]
+__all__ = ["ENABLE_VARIABLE", "EXIT_DISABLED", "PROC_WINDOW", "main", "open_window", "serve_confined"]
 
 ENABLE_VARIABLE = "CODEMODE_WORKER_TESTING"
 EXIT_DISABLED = 3
+#: The ``/proc`` files a testing worker opens before its Landlock domain (those that exist).
+PROC_WINDOW = (
+    "/proc/self/status",
+    "/proc/self/mountinfo",
+    "/proc/self/cgroup",
+    "/proc/self/sched",
+    "/proc/1/stat",
+    "/proc/1/limits",
+    "/proc/sysvipc/shm",
+    "/proc/sysvipc/sem",
+    "/proc/sysvipc/msg",
+)
 
 
 def main() -> int:
     if os.environ.get(ENABLE_VARIABLE) != "1":
         return EXIT_DISABLED
     inp, out = streams()
+    window = open_window()
     # Like the real worker: the test program never runs with the starting uid, nor unconfined.
     restrict_files()
     seccomp_filter = prepare()
     drop_privileges()
     confine(seccomp_filter)
-    return serve_confined(inp, out)
+    return serve_confined(inp, out, window)
 
 
-def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
+def open_window() -> dict[str, int]:
+    """Descriptors of the ``PROC_WINDOW`` files this process can open now (call it before the
+    Landlock domain), by path."""
+    window = {}
+    for path in PROC_WINDOW:
+        try:
+            window[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+    return window
+
+
+def serve_confined(inp: BinaryIO, out: BinaryIO, window: dict[str, int] | None = None) -> int:
     """The probe/exec loop, in a process that has confined itself already (``main`` above, or a
-    worker forked by ``codemode_worker.template --testing`` or ``codemode_worker.supervisor --testing``)."""
+    worker forked by ``codemode_worker.template --testing`` or ``codemode_worker.supervisor --testing``);
+    ``window``: what ``open_window`` opened before the confinement."""
+    opened = dict(window or {})
+
+    def proc_text(path: str) -> str:
+        fd = opened.get(path)
+        if fd is None:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        text = b""
+        while chunk := os.pread(fd, 1 << 16, len(text)):
+            text += chunk
+        return text.decode("utf-8", "replace")
 
     def send(frame: dict[str, Any]) -> None:
         out.write(protocol.encode_frame(frame))
@@ -86,6 +130,7 @@ def serve_confined(inp: BinaryIO, out: BinaryIO) -> int:
             "final": final,
             "final_error": final_error,
             "protocol": protocol,
+            "proc_text": proc_text,
         }
         try:
             exec(compile(frame["source"], "<testing>", "exec"), namespace)

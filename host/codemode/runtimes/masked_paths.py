@@ -16,8 +16,11 @@ needs them: glibc's processor count (``os.cpu_count``) falls back from ``/sys`` 
 ``sched_getaffinity``.
 
 The worker's own seccomp filter refuses ``sysinfo``, which tells the process count and free memory
-without ``/proc``. Kubernetes has no per-path mask in a pod's spec: docs/reference/runtimes.md and
-SECURITY.md say what stays readable there and what closes it.
+without ``/proc``, and its Landlock domain (``codemode_worker.readable``) refuses every file of
+``/proc`` and ``/sys`` on every runtime, its own ``numa_maps`` and ``smaps`` included (they tell how
+many processes of the node map a page: a channel no mask here covers). These masks are what holds on
+a kernel without Landlock. Kubernetes has no per-path mask in a pod's spec: docs/reference/runtimes.md
+and SECURITY.md say what stays readable there without Landlock and what closes it.
 """
 
 from __future__ import annotations
