@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import FrameType
 from urllib.parse import quote, unquote
 
+import httpx
 import pytest
 
 from codemode.packs.redaction import MARK, Redactor, encodings, spellings
@@ -323,3 +324,38 @@ def test_a_numeric_credential_echoed_as_a_json_number_shows_none_of_it() -> None
     r = Redactor([value])
     shown, changed = r.value({"key": 83920571164528, "list": [1, 83920571164528.0, True], "n": 7})
     assert changed == 2 and shown == {"key": "[redacted]", "list": [1, "[redacted].0", True], "n": 7}, shown
+
+
+def test_a_spelling_across_the_parts_a_long_text_is_scanned_in_is_found() -> None:
+    """Matching takes a long text in parts of 65,536 window starts (its memory stays bounded): a
+    spelling that starts just before, at or after a part's end is found whole."""
+    value = CREDENTIALS["vendor"]
+    r = Redactor([value])
+    for at in range(65536 - len(value) - 2, 65536 + 3):
+        text = "x" * at + value + "y" * 70000
+        shown, count = r.redact(text)
+        assert count == 1 and shown == "x" * at + "[redacted]" + "y" * 70000, at
+        escaped = "x" * at + value.replace("_", "%5F") + "y" * 70000  # through the decoded pass
+        assert r.redact(escaped) == (shown, 1), at
+
+
+def _every_character_escaped(text: str) -> str:
+    return "".join(f"%{ord(ch):02X}" for ch in text)
+
+
+def test_an_openapi_reason_cut_where_the_program_puts_an_escaped_credential_shows_none_of_it() -> None:
+    """The error reason is read 4,096 characters far (plus the longest spelling) and collapsed, so a
+    program that pads the value a backend quotes before the credential with spaces moves the
+    credential to the end of what is read. A backend that escapes every character of it
+    (``%73%6B%5F...``, three characters for one) then had it cut inside the window: before (review
+    of issue 31 §1) the reason showed all of the credential but its last characters, escaped."""
+    from codemode_capabilities.openapi.calls import reason
+
+    value = CREDENTIALS["vendor"]
+    r = Redactor([value])
+    escaped = _every_character_escaped(value)
+    for pad in range(4096 - len(escaped) - 4, 4096 + 2):
+        said = " " * pad + "key " + escaped + " refused"
+        response = httpx.Response(400, json={"detail": said})
+        shown, _ = reason(response, response.content, r)
+        assert not _pieces(value) & _pieces(unquote(shown)), (pad, shown)

@@ -147,42 +147,50 @@ class _Spelling:
 _MASK = (1 << 64) - 1
 _BASE = secrets.randbits(64) | 1
 _SCALE = secrets.randbits(64) | 1
-_POWERS: tuple[np.ndarray[Any, np.dtype[np.uint64]], np.ndarray[Any, np.dtype[np.uint64]]] = (
-    np.ones(1, dtype=np.uint64),
-    np.ones(1, dtype=np.uint64),
-)
+#: Windows fingerprinted at once: a text is scanned in parts of this many window starts (each part
+#: read with the longest spelling's length less one more), so the memory a scan takes is bounded
+#: whatever the text's length.
+_CHUNK = 1 << 16
+_Array = np.ndarray[Any, np.dtype[np.uint64]]
 
 
-def _powers(n: int) -> tuple[np.ndarray[Any, np.dtype[np.uint64]], np.ndarray[Any, np.dtype[np.uint64]]]:
-    """``_BASE`` to the powers 0 to ``n - 1``, and its inverse's (modulo 2**64), grown on demand."""
+def _make_powers(size: int) -> tuple[_Array, _Array]:
+    """``_BASE`` to the powers 0 to ``size - 1``, and its inverse's (modulo 2**64)."""
+    made = []
+    for base in (_BASE, pow(_BASE, -1, 1 << 64)):
+        steps = np.full(size, base, dtype=np.uint64)
+        steps[0] = 1
+        made.append(np.cumprod(steps, dtype=np.uint64))  # wraps modulo 2**64, as meant
+    return made[0], made[1]
+
+
+_POWERS = _make_powers(_CHUNK + 4096)
+
+
+def _powers(n: int) -> tuple[_Array, _Array]:
+    """The powers for parts of ``n`` characters (made again, larger, only for a configuration
+    whose spellings are longer than 4,096 characters: never for a text)."""
     global _POWERS
-    have = _POWERS
-    if len(have[0]) < n:
-        size = max(n, 2 * len(have[0]))
-        made = []
-        for base in (_BASE, pow(_BASE, -1, 1 << 64)):
-            steps = np.full(size, base, dtype=np.uint64)
-            steps[0] = 1
-            made.append(np.cumprod(steps, dtype=np.uint64))  # wraps modulo 2**64, as meant
-        have = _POWERS = (made[0], made[1])
-    return have
+    if len(_POWERS[0]) < n:
+        _POWERS = _make_powers(n)
+    return _POWERS
 
 
-def _folded(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+def _folded(codes: _Array) -> _Array:
     """Code points with ASCII upper case made lower case, and the Turkish ``İ`` and ``ı`` an ``i``
     (as ``_FOLD``), every one the same way."""
     codes = codes + ((codes >= 65) & (codes <= 90)).astype(np.uint64) * np.uint64(32)
     return np.where((codes == 0x130) | (codes == 0x131), np.uint64(0x69), codes)
 
 
-def _hex_values(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+def _hex_values(codes: _Array) -> _Array:
     """The value of each folded code point as a hex digit; 16 where it is none."""
     digit = (codes >= 48) & (codes <= 57)
     letter = (codes >= 97) & (codes <= 102)
     return np.where(digit, codes - np.uint64(48), np.where(letter, codes - np.uint64(87), np.uint64(16)))
 
 
-def _escapes(codes: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+def _escapes(codes: _Array) -> np.ndarray[Any, np.dtype[np.bool_]]:
     """True at each ``%`` that starts a ``%XX`` escape (two escapes never overlap)."""
     out = np.zeros(len(codes), dtype=bool)
     if len(codes) >= 3:
@@ -285,33 +293,40 @@ class Matcher:
         return _merged(spans)
 
     def _scan(
-        self,
-        codes: np.ndarray[Any, np.dtype[np.uint64]],
-        confirmed: Callable[[int, int], list[tuple[int, int]]],
+        self, codes: _Array, confirmed: Callable[[int, int], list[tuple[int, int]]]
     ) -> list[tuple[int, int]]:
-        """The spans ``confirmed`` gives for each window whose fingerprint is a spelling's."""
+        """The spans ``confirmed`` gives for each window whose fingerprint is a spelling's, the
+        text taken in parts of :data:`_CHUNK` window starts."""
         n = len(codes)
-        if n < self._shortest:
-            return []
+        spans: list[tuple[int, int]] = []
+        for begin in range(0, n - self._shortest + 1, _CHUNK):
+            part = codes[begin : begin + _CHUNK + self.longest - 1]
+            for start, size in self._hits(part):
+                spans += confirmed(begin + start, begin + start + size)
+        return spans
+
+    def _hits(self, codes: _Array) -> list[tuple[int, int]]:
+        """(start, length) of each window starting among the first :data:`_CHUNK` characters of
+        ``codes`` whose fingerprint is a spelling's of that length."""
+        n = len(codes)
         powers, inverse = _powers(n)
         weighted = (codes + np.uint64(1)) * np.uint64(_SCALE) * inverse[:n]
         sums = np.zeros(n + 1, dtype=np.uint64)
         np.cumsum(weighted, out=sums[1:])
-        spans: list[tuple[int, int]] = []
-        hit = np.empty(n, dtype=bool)
-        seen = np.empty(n, dtype=bool)
+        found: list[tuple[int, int]] = []
+        hit = np.empty(min(n, _CHUNK), dtype=bool)
+        seen = np.empty(min(n, _CHUNK), dtype=bool)
         for size, prints in self._lengths:
-            if size > n:
+            count = min(n - size + 1, _CHUNK)
+            if count <= 0:
                 break
-            count = n - size + 1
-            windows = (sums[size:] - sums[:count]) * powers[size - 1 : n]  # each window's fingerprint
+            windows = (sums[size : size + count] - sums[:count]) * powers[size - 1 : size - 1 + count]
             seen[:count] = False
             for value in prints:  # the same comparisons for every window, whatever it holds
                 np.equal(windows, np.uint64(value), out=hit[:count])
                 seen[:count] |= hit[:count]
-            for p in np.flatnonzero(seen[:count]).tolist():  # a whole spelling (or, rarely, alike)
-                spans += confirmed(p, p + size)
-        return spans
+            found += [(p, size) for p in np.flatnonzero(seen[:count]).tolist()]  # whole (or, rarely, alike)
+        return found
 
     def find_each(self, texts: list[str]) -> list[list[tuple[int, int]]]:
         """:meth:`find` for many texts at once: one pass over them all, joined by NUL characters,
@@ -464,7 +479,8 @@ class Redactor:
 
     def head(self, text: str, size: int) -> tuple[str, int]:
         """The first ``size`` characters of ``text``, redacted: a spelling that starts inside them
-        is found whole (the text is read ``size`` plus the longest spelling's length far) and
+        is found whole (the text is read ``size`` plus three times the longest spelling's length
+        far: a spelling with every character percent-escaped takes three times its length) and
         replaced; nothing past them is kept.
 
         Args:
@@ -474,7 +490,7 @@ class Redactor:
         Returns:
             The head, redacted, and how many spellings were replaced.
         """
-        window = text[: size + self.matcher.longest]
+        window = text[: size + 3 * self.matcher.longest]
         spans = [s for s in self.matcher.find(window) if s[0] < size]
         kept = max([size, *(end for _, end in spans)])
         return replaced(window[:kept], spans), len(spans)
