@@ -129,6 +129,33 @@ def test_two_apostrophe_lookalikes_side_by_side_are_escaped(ch: str) -> None:
     assert shown(f"milk{ch}{ch}") == f"milk{escaped}{escaped}"
 
 
+#: Printable characters drawn as nothing or as a blank: the Hangul fillers, the braille blank, the
+#: musical null notehead, and the default-ignorable marks (combining grapheme joiner, Khmer inherent
+#: vowels, Mongolian and other variation selectors, the Khitan filler).
+INVISIBLE = (
+    "\u115f\u1160\u3164\uffa0\u2800\U0001d159\U00016fe4"
+    "\u034f\u17b4\u17b5\u180b\u180c\u180d\u180f\ufe00\ufe0e\ufe0f\U000e0100\U000e01ef"
+)
+
+
+@pytest.mark.parametrize("ch", list(INVISIBLE), ids=lambda c: f"U+{ord(c):04X}")
+def test_an_invisible_character_is_escaped(ch: str) -> None:
+    """ "to" and "to" with an invisible character look the same: a nested object showing
+    ``{"amount":5000,"amount":5}`` would hide which one the handler reads."""
+    assert ch not in shown(f"to{ch}") and ch not in shown(f"\u00e9{ch}") and ch not in shown(f"{ch}x")
+    text = render_arguments({"v": {"amount": 5000, f"amount{ch}": 5}}).text
+    escaped = json.dumps(ch, ensure_ascii=True)[1:-1]
+    assert text == f'v: {{"amount":5000,"amount{escaped}":5}}'
+    # nor can a mark sit on it: a double vertical line above a blank reads as a quotation mark
+    assert shown(f"milk{ch}\u030e") == f"milk{escaped}\\u030e"
+
+
+def test_an_emoji_keeps_its_presentation_selector() -> None:
+    assert shown("\u2764\ufe0f \u263a\ufe0e \u00a9\ufe0f") == "\u2764\ufe0f \u263a\ufe0e \u00a9\ufe0f"
+    assert shown("\u2764\ufe0f\ufe0f") == "\u2764\ufe0f\\ufe0f", "one selector per character"
+    assert shown("a\ufe0f") == "a\\ufe0f", "no emoji there: the selector changes nothing visible"
+
+
 def test_a_value_cannot_make_a_line_of_its_own() -> None:
     for brk in ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"):
         text = render_arguments({"title": f"a{brk}body: x", "body": "y"}).text

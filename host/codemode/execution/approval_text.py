@@ -9,9 +9,10 @@ The values are the program's, so nothing in them may look like the rendering's o
   a quotation mark, a bracket or a separator is escaped as ``\\uXXXX`` (:func:`lookalike`: Unicode's
   categories Pi, Pf, Ps, Pe, modifier symbols and letters, compatibility forms of the syntax, names
   such as QUOTATION or COMMA, a short list of others); so is a run of two apostrophes or letters
-  drawn as one (``''`` and ``ꞌꞌ`` read as ``"``) and a combining mark that does not follow a
-  character shown as itself. Letters and digits of every script stay as they are, so a non-Latin
-  value stays readable;
+  drawn as one (``''`` and ``ꞌꞌ`` read as ``"``), a character drawn as nothing or as a blank
+  (a Hangul filler, a variation selector), and a combining mark that does not follow a character
+  shown as itself.
+  Letters and digits of every script stay as they are, so a non-Latin value stays readable;
 - a string holding right-to-left text is wrapped in a first-strong isolate (U+2068 … U+2069), so
   it cannot reorder the rendering around it;
 - a call whose lines fit in :data:`MAX_ARGUMENTS_TEXT` bytes is shown whole; a longer one is cut,
@@ -66,6 +67,18 @@ _OTHERS = frozenset(
 #: The emoji skin-tone modifiers (modifier symbols that only change an emoji's colour).
 _SKIN_TONES = frozenset(map(chr, range(0x1F3FB, 0x1F400)))
 _HALFWIDTH_VOICING = frozenset("\uff9e\uff9f")
+#: Printable characters drawn as nothing or as a blank, always escaped (``"to"`` and ``"to"`` with
+#: one of them look the same, and a mark on a blank stands alone): the Hangul fillers, the braille
+#: blank, the musical null notehead, the Khitan filler, and the default-ignorable marks (combining
+#: grapheme joiner, Khmer inherent vowels, the Mongolian and the other variation selectors but the
+#: two emoji presentation selectors, below).
+_INVISIBLE = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0\U00016fe4\U0001d159"
+    + "".join(map(chr, range(0xFE00, 0xFE0E)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
+#: The text and emoji presentation selectors: shown as themselves only right after a symbol (``❤️``).
+_PRESENTATION = frozenset("\ufe0e\ufe0f")
 _LETTERS_AND_DIGITS = frozenset({"Lu", "Ll", "Lt", "Lo", "Nd", "Nl", "No"})
 
 
@@ -135,9 +148,12 @@ def _string_tokens(text: str) -> Iterator[_Token]:
     isolate = _RTL.search(text) is not None  # right-to-left text cannot reorder what is around it
     yield ('"' + _FSI if isolate else '"'), 1
     previous_raw = False  # the previous character is shown as itself and carries a mark well
+    symbol = False  # the previous character is a symbol shown as itself (a presentation selector's)
     for i, ch in enumerate(text):
-        if _paired(text, i) or ch in '"\\' or not ch.isprintable():
+        if _paired(text, i) or ch in '"\\' or ch in _INVISIBLE or not ch.isprintable():
             raw = False
+        elif ch in _PRESENTATION:
+            raw = symbol
         elif unicodedata.category(ch).startswith("M"):
             raw = previous_raw
         elif ch in _HALFWIDTH_VOICING:
@@ -146,6 +162,7 @@ def _string_tokens(text: str) -> Iterator[_Token]:
             raw = not lookalike(ch)
         yield (ch if raw else _escape(ch)), _json_size(ch)
         previous_raw = raw and (not ch.isascii() or ch.isalnum())
+        symbol = raw and not ch.isascii() and unicodedata.category(ch).startswith("S")
     yield (_PDI + '"' if isolate else '"'), 1
 
 
