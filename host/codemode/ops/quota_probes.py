@@ -17,8 +17,11 @@ The counters come from three places, one per runtime:
   (:class:`ProcessProbe`). A process worker has no cgroup of its own.
 
 The hold line is what the measured worker says about itself: fit for tuning an operator's own
-program, never a security boundary. It is written under the worker's own seccomp filter, so it only
-reads files (``/proc/self``, ``/sys/fs/cgroup``) and writes to stderr.
+program, never a security boundary. It is written under the worker's own seccomp filter and Landlock
+domain, which refuses every file of ``/proc`` and ``/sys``: the hold opens the few it reads
+(``/proc/self/status`` and ``stat``, the cgroup's counters) before the worker confines itself and
+reads them again through those descriptors, then writes to stderr (the ``fds`` it reports, and what
+the process probe counts, leave those descriptors out).
 """
 
 from __future__ import annotations
@@ -52,13 +55,25 @@ REPORT_PREFIX = "codemode-quotas-report "
 #: The image's worker, run in-process; then its own counters on stderr; then held until stdin closes.
 _HOLD = r"""
 import json, os, sys
+cg = '/sys/fs/cgroup'
+# Opened now: once confined, the worker's Landlock domain refuses every file of /proc and /sys.
+HELD = {}
+for path in ('/proc/self/status', '/proc/self/stat', cg + '/memory/memory.max_usage_in_bytes',
+             cg + '/memory.peak', cg + '/cpuacct/cpuacct.usage', cg + '/cpu,cpuacct/cpuacct.usage',
+             cg + '/cpu.stat', cg + '/pids/pids.current', cg + '/pids.peak', cg + '/pids.current'):
+    try:
+        HELD[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        pass
 from codemode_worker.entry import main
 code = main()
-def read(path):
+def read(path):  # its text now, through the descriptor opened before
     try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
+        text = b''
+        while chunk := os.pread(HELD[path], 65536, len(text)):
+            text += chunk
+        return text.decode()
+    except (KeyError, OSError, UnicodeDecodeError):
         return None
 def first_int(text):
     try:
@@ -70,14 +85,14 @@ for line in (read('/proc/self/status') or '').splitlines():
     key, _, value = line.partition(':')
     if key in ('VmPeak', 'VmHWM', 'Threads'):
         report[key] = first_int(value)
+report['held'] = len(HELD)  # descriptors of this hold, not of the worker
 try:
-    report['fds'] = len(os.listdir('/proc/self/fd'))
+    report['fds'] = len(os.listdir('/proc/self/fd')) - len(HELD)
 except OSError:
     pass
 stat = (read('/proc/self/stat') or '').rpartition(')')[2].split()
 if len(stat) > 12:  # utime, stime in clock ticks (the worker's filter refuses getrusage)
     report['process_cpu_s'] = (int(stat[11]) + int(stat[12])) / os.sysconf('SC_CLK_TCK')
-cg = '/sys/fs/cgroup'
 peak = read(cg + '/memory/memory.max_usage_in_bytes') or read(cg + '/memory.peak')
 report['cgroup_memory_peak'] = first_int(peak)
 ns = read(cg + '/cpuacct/cpuacct.usage') or read(cg + '/cpu,cpuacct/cpuacct.usage')
@@ -290,7 +305,8 @@ class ProcessProbe(Probe):
                 address_space_peak_bytes=self.vms_peak or None,
                 cpu_s=self.cpu_s,
                 threads_peak=self.threads_peak or None,
-                fds_peak=self.fds_peak or None,
+                # less the descriptors the hold itself keeps for its line (in every sample)
+                fds_peak=max(self.fds_peak - int(_number(data, "held") or 0), 0) or None,
                 counters_final=self.final,
             )
         # The kernel's own high-water marks (kB), when the worker wrote its hold line.
