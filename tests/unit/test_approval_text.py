@@ -156,6 +156,22 @@ def test_an_emoji_keeps_its_presentation_selector() -> None:
     assert shown("a\ufe0f") == "a\\ufe0f", "no emoji there: the selector changes nothing visible"
 
 
+def test_a_kana_voicing_mark_is_shown_only_on_kana() -> None:
+    """A voiced sound mark (゛, combining) drawn beside a Latin letter reads as a closing quote."""
+    assert shown("Buy milk\u3099, body: wire") == "Buy milk\\u3099, body: wire"
+    assert shown("caf\u00e9\u309a") == "caf\u00e9\\u309a"
+    assert shown("\u304b\u3099\u30cf\u309a\uff8a\u309a") == "\u304b\u3099\u30cf\u309a\uff8a\u309a"
+
+
+def test_a_character_carries_at_most_four_marks() -> None:
+    """Marks stacked without bound spill over the lines above and below (and can hide them); real
+    text stacks a few (Vietnamese two, pointed and accented Hebrew four)."""
+    text = shown("a" + "\u0336\u0301" * 50 + " b\u0301")
+    assert text == "a" + "\u0336\u0301" * 2 + "\\u0336\\u0301" * 48 + " b\u0301"
+    assert shown("\u05e9\u05c1\u05bc\u05b8\u05a3") == "\u05e9\u05c1\u05bc\u05b8\u05a3"
+    assert shown("Vie\u0302\u0323t") == "Vie\u0302\u0323t"
+
+
 def test_a_value_cannot_make_a_line_of_its_own() -> None:
     for brk in ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"):
         text = render_arguments({"title": f"a{brk}body: x", "body": "y"}).text

@@ -11,8 +11,8 @@ The values are the program's, so nothing in them may look like the rendering's o
   such as QUOTATION or COMMA, a short list of others); so is a run of two apostrophes or letters
   drawn as one (``''`` and ``ꞌꞌ`` read as ``"``), a character drawn as nothing or as a blank
   (a Hangul filler, a variation selector), and a combining mark that does not follow a character
-  shown as itself.
-  Letters and digits of every script stay as they are, so a non-Latin value stays readable;
+  shown as itself, the fifth mark on one character, or a kana voicing mark on a letter that is not
+  kana. Letters and digits of every script stay as they are, so a non-Latin value stays readable;
 - a string holding right-to-left text is wrapped in a first-strong isolate (U+2068 … U+2069), so
   it cannot reorder the rendering around it;
 - a call whose lines fit in :data:`MAX_ARGUMENTS_TEXT` bytes is shown whole; a longer one is cut,
@@ -79,6 +79,13 @@ _INVISIBLE = frozenset(
 )
 #: The text and emoji presentation selectors: shown as themselves only right after a symbol (``❤️``).
 _PRESENTATION = frozenset("\ufe0e\ufe0f")
+#: The combining voiced sound marks (drawn beside their letter: on a Latin one they read as ``"``),
+#: shown as themselves only on kana.
+_KANA_VOICING = frozenset("\u3099\u309a")
+_KANA = re.compile("[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9d\U0001b000-\U0001b16f]")
+#: Marks shown on one character at most (more are escaped): stacked without bound they spill over
+#: the lines above and below; real text stacks a few (Vietnamese two, accented Hebrew four).
+_MAX_MARKS = 4
 _LETTERS_AND_DIGITS = frozenset({"Lu", "Ll", "Lt", "Lo", "Nd", "Nl", "No"})
 
 
@@ -149,20 +156,27 @@ def _string_tokens(text: str) -> Iterator[_Token]:
     yield ('"' + _FSI if isolate else '"'), 1
     previous_raw = False  # the previous character is shown as itself and carries a mark well
     symbol = False  # the previous character is a symbol shown as itself (a presentation selector's)
+    base, marks = "", 0  # the last character that is not a mark, and the marks after it
     for i, ch in enumerate(text):
+        category = unicodedata.category(ch)
+        mark = category[0] == "M"
+        marks = marks + 1 if mark else 0
         if _paired(text, i) or ch in '"\\' or ch in _INVISIBLE or not ch.isprintable():
             raw = False
         elif ch in _PRESENTATION:
             raw = symbol
-        elif unicodedata.category(ch).startswith("M"):
-            raw = previous_raw
+        elif mark:
+            raw = (
+                previous_raw and marks <= _MAX_MARKS and (ch not in _KANA_VOICING or bool(_KANA.match(base)))
+            )
         elif ch in _HALFWIDTH_VOICING:
             raw = previous_raw and "\uff66" <= text[i - 1] <= "\uff9d"  # on a halfwidth katakana letter
         else:
             raw = not lookalike(ch)
         yield (ch if raw else _escape(ch)), _json_size(ch)
         previous_raw = raw and (not ch.isascii() or ch.isalnum())
-        symbol = raw and not ch.isascii() and unicodedata.category(ch).startswith("S")
+        symbol = raw and not ch.isascii() and category[0] == "S"
+        base = base if mark else ch
     yield (_PDI + '"' if isolate else '"'), 1
 
 
