@@ -172,6 +172,20 @@ def test_a_character_carries_at_most_four_marks() -> None:
     assert shown("Vie\u0302\u0323t") == "Vie\u0302\u0323t"
 
 
+def test_a_double_yod_among_latin_text_is_escaped() -> None:
+    """Two yods, or the Yiddish double yod, are drawn as ``"``. Right-to-left isolation does not help
+    when the rest of the value is Latin (the isolate is then left-to-right), so among ASCII letters
+    they are escaped; in Hebrew and Yiddish text they stay."""
+    for quote in ("\u05f2", "\u05d9\u05d9"):
+        text = shown(f"Buy milk{quote}, body={quote}wire 5000 EUR")
+        assert quote not in text, text
+        assert shown("milk\u05d9s") == "milk\u05d9s", "one yod alone is a letter: shown"
+    hebrew = (
+        "\u05e2\u05e0\u05d9\u05d9\u05df, \u05d9\u05d9\u05ea\u05db\u05df: \u05f2\u05b4\u05d3\u05d9\u05e9 5"
+    )
+    assert shown(hebrew) == hebrew
+
+
 def test_a_value_cannot_make_a_line_of_its_own() -> None:
     for brk in ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029"):
         text = render_arguments({"title": f"a{brk}body: x", "body": "y"}).text

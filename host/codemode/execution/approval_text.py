@@ -79,6 +79,11 @@ _INVISIBLE = frozenset(
 )
 #: The text and emoji presentation selectors: shown as themselves only right after a symbol (``❤️``).
 _PRESENTATION = frozenset("\ufe0e\ufe0f")
+#: The Hebrew yod and the Yiddish double yod: two yods side by side, or the ligature, are drawn as
+#: ``"``. Escaped in a string that holds an ASCII letter (a fake argument needs them, and the
+#: isolate then runs left to right, as such a fake needs); in Hebrew and Yiddish text they stay.
+_YODS = frozenset("\u05d9\u05f2")
+_ASCII_LETTER = re.compile("[A-Za-z]")
 #: The combining voiced sound marks (drawn beside their letter: on a Latin one they read as ``"``),
 #: shown as themselves only on kana.
 _KANA_VOICING = frozenset("\u3099\u309a")
@@ -143,10 +148,26 @@ def _json_size(ch: str) -> int:
     return len(ch.encode("utf-8"))
 
 
-def _paired(text: str, i: int) -> bool:
-    """``text[i]`` is an apostrophe beside another one (the two read as a quotation mark)."""
-    return text[i] in _APOSTROPHES and (
-        (i > 0 and text[i - 1] in _APOSTROPHES) or text[i + 1 : i + 2] in _APOSTROPHES
+def _paired(text: str, i: int, pairs: frozenset[str] = _APOSTROPHES) -> bool:
+    """``text[i]`` is an apostrophe (of ``pairs``) beside another one (the two read as ``"``)."""
+    return text[i] in pairs and ((i > 0 and text[i - 1] in pairs) or text[i + 1 : i + 2] in pairs)
+
+
+def _double_yod(text: str, i: int) -> bool:
+    """``text[i]`` is the Yiddish double yod, or a yod beside another."""
+    return text[i] == "\u05f2" or _paired(text, i, _YODS)
+
+
+def _escaped_here(text: str, i: int, latin: bool) -> bool:
+    """``text[i]`` is escaped whatever precedes it: JSON's own escapes, what is not printable or is
+    drawn as nothing, an apostrophe beside another, a double yod among ASCII letters (``latin``)."""
+    ch = text[i]
+    return (
+        ch in '"\\'
+        or ch in _INVISIBLE
+        or not ch.isprintable()
+        or _paired(text, i)
+        or (latin and _double_yod(text, i))
     )
 
 
@@ -157,11 +178,12 @@ def _string_tokens(text: str) -> Iterator[_Token]:
     previous_raw = False  # the previous character is shown as itself and carries a mark well
     symbol = False  # the previous character is a symbol shown as itself (a presentation selector's)
     base, marks = "", 0  # the last character that is not a mark, and the marks after it
+    latin = isolate and _ASCII_LETTER.search(text) is not None  # a double yod would read as a quote
     for i, ch in enumerate(text):
         category = unicodedata.category(ch)
         mark = category[0] == "M"
         marks = marks + 1 if mark else 0
-        if _paired(text, i) or ch in '"\\' or ch in _INVISIBLE or not ch.isprintable():
+        if _escaped_here(text, i, latin):
             raw = False
         elif ch in _PRESENTATION:
             raw = symbol
