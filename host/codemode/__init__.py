@@ -7,13 +7,16 @@ native call crosses back to the host to be rebound, authorized and dispatched.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 # regopy's shared library is loaded before anything of codemode brings numpy in (the redaction
-# matcher does): with numpy loaded first, building a Rego bundle aborts the process ("free():
-# invalid size"; regopy 1.5.2 with numpy 2.4). A program that imports numpy before codemode still
-# meets that: import codemode first (docs/authz.md).
-import regopy  # noqa: F401  (isort: keep it before the package's own imports)
+# matcher does): with numpy's libstdc++ loaded first, building a Rego bundle aborts the process
+# ("free(): invalid size"; regopy 1.5.2 with numpy 2.4). A program that imports numpy before
+# codemode still meets that: import codemode first (docs/authz.md). Where regopy's library cannot
+# load at all (no libatomic), there is no Rego to protect.
+with contextlib.suppress(ImportError, OSError):
+    import regopy  # noqa: F401
 
 from . import authz
 from .authz import Subject, allow_all

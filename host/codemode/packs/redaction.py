@@ -57,12 +57,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-# regopy first: its library carries copies of libstdc++ functions, and when numpy has loaded the
-# system's libstdc++ before it, the two copies meet and RegoAuthorizer dies in rego_bundle_save
-# ("free(): invalid pointer", the process aborted). Loaded first, libstdc++ binds to regopy's.
-import regopy  # noqa: F401
-
-# isort: split
+# numpy after regopy: codemode/__init__.py loads regopy first (else RegoAuthorizer aborts the
+# process in rego_bundle_save once numpy has loaded the system's libstdc++).
 import numpy as np
 
 __all__ = ["MARK", "MIN_SECRET", "Matcher", "Redactor", "encodings", "matcher_of", "replaced", "spellings"]
