@@ -29,6 +29,7 @@ FOLDERS = {
     "common": "common",
     "catalog": "catalog",
     "authz": "authz",
+    "store": "store",
     "runtimes": "runtimes",
     "packs": "pack support",
     "execution": "execution",
@@ -38,7 +39,7 @@ FOLDERS = {
     "ops": "ops",
     "cli": "cli",
 }
-CORE = {"common", "catalog", "authz", "runtimes", "pack support", "execution", "api"}
+CORE = {"common", "catalog", "authz", "store", "runtimes", "pack support", "execution", "api"}
 
 
 def layer(module: str) -> str:
@@ -60,9 +61,19 @@ ALLOWED: dict[str, set[str]] = {
     "common": {"common"},
     "catalog": {"catalog", "common", "worker"},
     "authz": {"authz", "common"},
+    "store": {"store", "common"},
     "runtimes": {"runtimes", "common", "worker"},
-    "pack support": {"pack support", "catalog", "common", "worker"},
-    "execution": {"execution", "pack support", "catalog", "authz", "runtimes", "common", "worker"},
+    "pack support": {"pack support", "store", "catalog", "common", "worker"},
+    "execution": {
+        "execution",
+        "pack support",
+        "store",
+        "catalog",
+        "authz",
+        "runtimes",
+        "common",
+        "worker",
+    },
     "api": CORE | {"worker"},
     "packs": {"packs", *CORE, "worker"},
     "config": {"config", *CORE},
