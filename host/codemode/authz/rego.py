@@ -704,6 +704,33 @@ class RegoAuthorizer:
         """Stop the evaluation threads (idempotent). Later :meth:`authorize` calls fail."""
         self._finalizer()
 
+    @classmethod
+    def from_files(
+        cls,
+        decision: str,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        evaluate_inline: bool = False,
+        bounded_inline: bool = True,
+    ) -> RegoAuthorizer:
+        """Read policy files (each file's path is its module name) and build the authorizer: the
+        same as the module's :func:`from_files`.
+
+        Args:
+            decision: as for the constructor.
+            paths: the ``.rego`` files.
+            evaluate_inline: as for the constructor.
+            bounded_inline: as for the constructor.
+
+        Returns:
+            The authorizer.
+
+        Raises:
+            InvalidPolicy: a file cannot be read, or the policy is rejected.
+            UnknownDecision: the decision names no rule.
+        """
+        return from_files(decision, paths, evaluate_inline=evaluate_inline, bounded_inline=bounded_inline)
+
     @property
     def decision(self) -> str:
         """The decision this authorizer evaluates (``data.<package>.<rule>``)."""

@@ -609,7 +609,7 @@ class Settings(BaseSettings):
                 raise ValueError("limits must be a table of limit values")
             unknown = sorted(set(nested) - set(LIMIT_FIELDS))
             if unknown:
-                raise ValueError(f"limits: unknown limit(s) {unknown}")
+                raise ValueError("; ".join(_unknown_limit(key) for key in unknown))
             for key, value in nested.items():
                 data.setdefault(key, value)
         if isinstance(data, dict):
@@ -1144,6 +1144,14 @@ def _unknown_setting(key: str) -> str:
     where = _config_path()
     origin = f"--config / {CONFIG_ENV}: {where!r}" if where else "settings"
     return f"{origin}: unknown setting {key!r}{_close_setting(key, Settings.model_fields)}"
+
+
+def _unknown_limit(key: str) -> str:
+    """An unknown key of the ``[limits]`` table, said as an unknown top-level key is: where it
+    is, and the closest limit name."""
+    where = _config_path()
+    origin = f"--config / {CONFIG_ENV}: {where!r}" if where else "settings"
+    return f"{origin}: unknown limit {key!r} in [limits]{_close_setting(key, LIMIT_FIELDS)}"
 
 
 #: ``CODEMODE_*`` variables the host reads that are not settings (packs read their own
