@@ -148,7 +148,9 @@ def test_quotas_tune_tiny_program(
 ) -> None:
     program = tmp_path / "tiny.star"
     program.write_text("def main():\n    xs = [i * i for i in range(1000)]\n    return sum(xs)\n")
-    code = cli.main(["quotas", "tune", "--program", str(program), "--runs", "2", "--json"])
+    code = cli.main(
+        ["quotas", "tune", "--program", str(program), "--runtime", "docker", "--runs", "2", "--json"]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     report = json.loads(captured.out)
@@ -172,7 +174,9 @@ def test_quotas_tune_tiny_program(
     flags = rec["serve_flags"]
     assert flags[flags.index("--docker-memory") + 1] == rec["settings"]["docker_memory"]
 
-    code = cli.main(["quotas", "tune", "--program", str(program), "--runs", "1", "--warmup", "0"])
+    code = cli.main(
+        ["quotas", "tune", "--program", str(program), "--runtime", "docker", "--runs", "1", "--warmup", "0"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "recommendation" in out and "serve flags (no warm pool): --runtime docker --docker-memory" in out

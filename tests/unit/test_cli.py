@@ -148,7 +148,7 @@ def test_abbreviated_flags_are_not_accepted(capsys: pytest.CaptureFixture[str]) 
         (["image", "audit", "x", "--docker-base-url", "unix:///nonexistent.sock"], "nonexistent"),
         (["quotas", "tune"], "--program"),
         (
-            ["quotas", "tune", "--program", "x", "--process-memory", "1g"],
+            ["quotas", "tune", "--program", "x", "--runtime", "docker", "--process-memory", "1g"],
             "--process-memory applies to --runtime process, not --runtime docker",
         ),
         (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -121,8 +122,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments (None: ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0 success, 1 a run-time failure, 2 a configuration or usage error.
+        The exit status: 0 success, 1 a run-time failure, 2 a configuration or usage error, 141
+        when the reader of standard output went away (``codemode image audit --json | head``).
     """
+    try:
+        status = _dispatch(argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        return _reader_gone()
+    return status
+
+
+#: The status a command ends with when its output's reader went away (128 + SIGPIPE, as ``cat``).
+_SIGPIPE_STATUS = 141
+
+
+def _reader_gone() -> int:
+    """Standard output's reader closed the pipe early: stop without a traceback. Python's own
+    flush at exit would fail again, so standard output now points at /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real descriptor (a test's capture): nothing left to flush
+        pass
+    finally:
+        os.close(devnull)
+    return _SIGPIPE_STATUS
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser, leaves = _parsers()
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..common.errors import CodeModeError
+from ..common.errors import CodeModeError, client_text
 from ..runtimes.base import RuntimeUnavailable
 from .quota_probes import (
     DockerProbe,
@@ -49,6 +49,7 @@ __all__ = [
     "CPU_FACTOR",
     "CPU_REQUEST_STEP",
     "CPU_STEP",
+    "DEFAULT_RUNTIME",
     "HOLD_ENTRYPOINT",
     "MEMORY_FACTOR",
     "MEMORY_STEP",
@@ -84,6 +85,9 @@ OPEN_FILES_FLOOR = 16
 PROCESSES_FLOOR = 8
 TIME_FACTOR = 2.0
 TIME_STEP = 0.1
+
+#: The runtime measured when ``--runtime`` is not given: the one ``serve`` and ``bench`` default to.
+DEFAULT_RUNTIME = "process"
 
 #: The worker command of the Docker and Kubernetes measurements (the image's own python3).
 HOLD_ENTRYPOINT = tuple(hold_command())
@@ -124,6 +128,8 @@ class RunSample:
 
     Attributes:
         outcome: ``ok`` or the coarse error text (e.g. ``resource limit exceeded``).
+        detail: for a failed run, the text an execute's client gets (the coarse text plus its
+            approved suffix, e.g. ``invalid program: <codemode>:2:12: ...``); ``""`` for ``ok``.
         execute_s: the execute's wall time (starting the worker included).
         spawn_s: the worker's spawn time.
         memory_peak_bytes: peak memory.
@@ -141,6 +147,7 @@ class RunSample:
 
     outcome: str
     execute_s: float
+    detail: str = ""
     spawn_s: float | None = None
     memory_peak_bytes: int | None = None
     memory_method: str = ""
@@ -194,8 +201,10 @@ class Recommendation:
         return [*flags, "--max-execution-time", f"{self.max_execution_time:g}"]
 
 
-def _sample_from(outcome: str, execute_s: float, sandbox: Any, limit_bytes: int | None) -> RunSample:
-    sample = RunSample(outcome=outcome, execute_s=execute_s)
+def _sample_from(
+    outcome: str, detail: str, execute_s: float, sandbox: Any, limit_bytes: int | None
+) -> RunSample:
+    sample = RunSample(outcome=outcome, execute_s=execute_s, detail=detail)
     if sandbox is None:
         return sample
     sample.spawn_s = sandbox.spawn_s
@@ -458,21 +467,21 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
             t0 = time.perf_counter()
             try:
                 await server.execute(source, subject=subject)
-                outcome = "ok"
+                outcome, detail = "ok", ""
             except CodeModeError as exc:
-                outcome = str(exc)
+                outcome, detail = str(exc), client_text(exc)  # what the execute's client is told
             elapsed = time.perf_counter() - t0
             sandbox = measured(runtime.sandboxes, before)
             if sandbox is not None:
                 await asyncio.wait_for(sandbox.destroyed.wait(), settings.max_execution_time + 120)
             if i < args.warmup:
                 if progress:
-                    print(f"warm-up run: {outcome} in {elapsed:.3f} s", file=sys.stderr, flush=True)
+                    print(f"warm-up run: {detail or outcome} in {elapsed:.3f} s", file=sys.stderr, flush=True)
                 continue
-            samples.append(_sample_from(outcome, elapsed, sandbox, limit_bytes))
+            samples.append(_sample_from(outcome, detail, elapsed, sandbox, limit_bytes))
             if progress:
                 print(
-                    f"run {len(samples)}/{args.runs}: {outcome} in {elapsed:.3f} s",
+                    f"run {len(samples)}/{args.runs}: {detail or outcome} in {elapsed:.3f} s",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -616,6 +625,8 @@ def format_report(report: dict[str, Any]) -> str:
         if not s["counters_final"]:
             notes.append("counters partial: the worker exited early")
         lines.append(" ".join(cells) + "".join(f"  ({n})" for n in notes))
+        if s.get("detail") and s["detail"] != s["outcome"]:
+            lines.append(f"{'':>3} {s['detail']}")  # what the execute's client was told, in full
     rec = report["recommendation"]
     lines.append("")
     if rec is None:
@@ -667,8 +678,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--runtime",
         choices=["process", "docker", "kubernetes"],
-        default="docker",
-        help="where to measure and what to size (default docker)",
+        default=None,
+        help=f"where to measure and what to size (default {DEFAULT_RUNTIME}, as for serve and bench)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     g = p.add_argument_group("capabilities the program calls (as for serve)")
@@ -754,6 +765,13 @@ def run(args: argparse.Namespace) -> int:
         The exit status: 0 with a recommendation from all runs, 1 when a run failed or the runtime
         is unavailable, 2 on bad arguments, 130 when interrupted.
     """
+    if args.runtime is None:
+        args.runtime = DEFAULT_RUNTIME
+        print(
+            f"codemode quotas tune: measuring --runtime {DEFAULT_RUNTIME} (the default, as for serve and "
+            "bench); size the workers of another runtime with --runtime docker or --runtime kubernetes",
+            file=sys.stderr,
+        )
     if args.runs <= 0 or args.warmup < 0:
         print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
         return 2
