@@ -27,6 +27,7 @@ from codemode.catalog.search import (
     required_matches,
     tokenize,
 )
+from codemode.catalog.stems import stem
 
 EMPTY = {"results": [], "truncated": False}
 
@@ -277,8 +278,12 @@ def test_eligibility(q: int) -> None:
         ("key", True),
         ("recordsx", False),
         ("cords", False),  # no infix matching
-        ("looking", False),  # no stemming
+        ("looking", True),  # an inflection of "look" (same stem)
         ("look", True),
+        ("records", True),
+        ("entries", True),  # "entry": plural and singular share a stem
+        ("created", True),  # "create" (in createReview)
+        ("lookup", False),  # a different word: no stem in common with "look"
         ("review", True),  # camelCase part of the name
         ("createreview", False),  # ... which is two tokens
         ("fetch", True),  # search term
@@ -600,7 +605,9 @@ def reference_search(entries: list[SearchEntry], query: str, max_results: int) -
                 for t in field_tokens:
                     if t == qt:
                         best = max(best, weight * rarity(t))
-                    elif len(qt) >= MIN_PREFIX_CHARS and t.startswith(qt) and f < len(FIELD_WEIGHTS):
+                    elif f < len(FIELD_WEIGHTS) and (
+                        (len(qt) >= MIN_PREFIX_CHARS and t.startswith(qt)) or stem(t) == stem(qt)
+                    ):  # a prefix, or another inflection (same stem), scores as a prefix
                         best = max(best, weight * rarity(t) * PREFIX_FACTOR)
             if best:
                 matched += 1

@@ -22,6 +22,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
+from .stems import stem
+
 __all__ = [
     "CONNECTORS",
     "DEFAULT_MAX_QUERY_BYTES",
@@ -475,6 +477,11 @@ class SearchIndex:
             )
         self._exact: tuple[tuple[_Group, ...], ...] = tuple(exact)
         self._prefix: tuple[tuple[_Group, ...], ...] = tuple(prefix)
+        # stem -> the vocabulary positions of its tokens: an inflection matches like a prefix.
+        by_stem: dict[str, list[int]] = {}
+        for i, token in enumerate(self._vocab):
+            by_stem.setdefault(stem(token), []).append(i)
+        self._by_stem: dict[str, tuple[int, ...]] = {k: tuple(v) for k, v in by_stem.items()}
 
     def __len__(self) -> int:
         return len(self._results)
@@ -490,10 +497,15 @@ class SearchIndex:
         position = self._position.get(token)
         if position is not None:
             groups.extend(self._exact[position])
+        lo = hi = 0
         if len(token) >= MIN_PREFIX_CHARS:
             lo = bisect.bisect_right(self._vocab, token)  # skips the exact token itself
             hi = bisect.bisect_left(self._vocab, token + "\U0010ffff", lo)
             for i in range(lo, hi):
+                groups.extend(self._prefix[i])
+        # Another inflection of the word (same stem) matches as a prefix does, unless it already did.
+        for i in self._by_stem.get(stem(token), ()):
+            if i != position and not lo <= i < hi:
                 groups.extend(self._prefix[i])
         if len(groups) > 1:
             groups.sort(key=itemgetter(0), reverse=True)
