@@ -15,6 +15,7 @@ from typing import Any
 
 from ..common.errors import CodeModeError
 from ..common.outcomes import PRINTS_CUT_MARKER, ExecuteResult, LedgerEntry, ledger_outcome
+from .progress import Progress, current_progress
 
 __all__ = ["PrintsRefused", "Report"]
 
@@ -29,10 +30,16 @@ class Report:
     Args:
         max_print_bytes: UTF-8 bytes of prints kept (0: prints are not kept).
         max_print_frames: print frames an honest worker sends at most.
+        progress: where the calls and prints go while the execute runs, as they are recorded
+            (codemode.execution.progress; default: what the running ``tools/call`` asked for, if
+            anything).
     """
 
-    def __init__(self, max_print_bytes: int, max_print_frames: int = 0) -> None:
+    def __init__(
+        self, max_print_bytes: int, max_print_frames: int = 0, progress: Progress | None = None
+    ) -> None:
         self.budget = max_print_bytes
+        self.progress = progress if progress is not None else current_progress()
         self.frames_left = max_print_frames
         self.calls: list[LedgerEntry] = []
         self._texts: list[str] = []
@@ -52,6 +59,7 @@ class Report:
         """
         word = ledger_outcome(decision, outcome)
         self.calls.append(LedgerEntry(capability, word))
+        self.progress.call_finished(capability, word)
         return word
 
     def add_print(self, text: str, cut: bool) -> None:
@@ -80,6 +88,7 @@ class Report:
         self._texts.append(text)
         self._bytes += size
         self._cut = cut
+        self.progress.printed(text + (PRINTS_CUT_MARKER if cut else ""))
 
     @property
     def prints(self) -> str | None:

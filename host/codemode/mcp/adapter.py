@@ -44,6 +44,7 @@ from ..common.errors import CodeModeError, Internal, Unauthenticated, client_tex
 from ..common.outcomes import LEDGER_OUTCOMES, ExecuteResult
 from ..execution.server import Server
 from .approval import ElicitingApprover, can_elicit
+from .progress import execute_progress
 from .retries import RetryingExecutes
 
 __all__ = [
@@ -156,7 +157,8 @@ Find the host capabilities (functions your execute program can call) that fit a 
 
 How to query: use the words of the task, e.g. "create record", "search records by tag", "delete \
 entry", or paste an exact dotted name such as "records.create" (an exact name always ranks first). \
-Matching is by whole word or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
+Matching is by whole word, another form of the same English word (entity/entities, \
+create/created/creating) or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
 if nothing comes back, try other words for the same thing, fewer words, or a broader noun. Words \
 such as a/the/for/with are ignored. At most 16 distinct words.
 
@@ -582,9 +584,12 @@ class _Handlers:
             return self.failure(spec, spec.schema_error, None)
         assert arguments is not None
         meta = params.meta if isinstance(params.meta, Mapping) else None
-        if spec.name == "execute" and _per_request_protocol(ctx):
-            return await self.run_retrying(ctx, arguments[spec.arg], meta, params)
-        return await self.run(spec, ctx, arguments[spec.arg], meta)
+        if spec.name != "execute":
+            return await self.run(spec, ctx, arguments[spec.arg], meta)
+        async with execute_progress(ctx):  # notifications/progress when the call asked (mcp.progress)
+            if _per_request_protocol(ctx):
+                return await self.run_retrying(ctx, arguments[spec.arg], meta, params)
+            return await self.run(spec, ctx, arguments[spec.arg], meta)
 
     async def run(
         self, spec: _ToolSpec, request: Any, value: str, meta: Mapping[str, Any] | None = None
@@ -614,7 +619,7 @@ class _Handlers:
             subject = await _resolve(self.resolver, ctx)
             if params.request_state is not None:
                 outcome = await self.retries.resume(
-                    subject, source, params.request_state, params.input_responses
+                    self.server, subject, source, params.request_state, params.input_responses, meta
                 )
             else:
                 outcome = await self.retries.start(
