@@ -157,8 +157,7 @@ Find the host capabilities (functions your execute program can call) that fit a 
 
 How to query: use the words of the task, e.g. "create record", "search records by tag", "delete \
 entry", or paste an exact dotted name such as "records.create" (an exact name always ranks first). \
-Matching is by whole word, another form of the same English word (entity/entities, \
-create/created/creating) or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
+Matching is by whole word or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
 if nothing comes back, try other words for the same thing, fewer words, or a broader noun. Words \
 such as a/the/for/with are ignored. At most 16 distinct words.
 
@@ -619,7 +618,7 @@ class _Handlers:
             subject = await _resolve(self.resolver, ctx)
             if params.request_state is not None:
                 outcome = await self.retries.resume(
-                    self.server, subject, source, params.request_state, params.input_responses, meta
+                    subject, source, params.request_state, params.input_responses
                 )
             else:
                 outcome = await self.retries.start(
