@@ -24,7 +24,7 @@ import pytest
 
 from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
 from codemode.runtimes.kubernetes import KubernetesRuntime
-from tests import environment
+from tests import environment, postgres
 from tests.environment import unavailable
 
 
@@ -60,6 +60,7 @@ def _engines(config: pytest.Config) -> list[str]:
         config.stash[_ENGINES] = [
             f"docker: {environment.docker_found()}",
             f"kubernetes: {environment.cluster_found()}",
+            f"postgresql: {postgres.found()}",
         ]
     return config.stash[_ENGINES]
 
@@ -106,6 +107,14 @@ def _missing_image(api: Any, image: str) -> str | None:
     except docker.errors.ImageNotFound:
         return f"image {image} not found; run scripts/provision-docker.sh"
     return None
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A DSN of a PostgreSQL database made for this session (tests/postgres.py): skipped without a
+    server locally, required with ``CI=true``."""
+    with postgres.throwaway_database() as dsn:
+        yield dsn
 
 
 @pytest.fixture(scope="session")

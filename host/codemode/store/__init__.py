@@ -36,6 +36,10 @@ __all__ = [
 ]
 
 
+# A text no backend can keep exactly (U+0000, a lone surrogate) is refused with ValueError when
+# written (suspend, state_put) and found absent when looked up (codemode.store.rules).
+
+
 class StoreUnavailable(Exception):
     """The store could not answer (unreachable, refused, too slow); the message is for the host log
     only."""
@@ -50,6 +54,11 @@ class StoreFull(Exception):
     """
 
     def __init__(self, kind: str) -> None:
+        """The bound ``kind`` was reached.
+
+        Args:
+            kind: the limit's kind.
+        """
         super().__init__(kind)
         self.kind = kind
 
@@ -143,6 +152,9 @@ class Store(Protocol):
     async def drop(self, record_id: str) -> None:
         """Forget a suspension (declined, finished, expired); nothing of it stays.
 
+        Args:
+            record_id: the record's id (an unknown id is ignored).
+
         Raises:
             StoreUnavailable: the store could not answer.
         """
@@ -165,6 +177,12 @@ class Store(Protocol):
     async def pending(self, subject_id: str | None = None) -> int:
         """Pending suspensions, of one subject or of all.
 
+        Args:
+            subject_id: the subject, or None: every subject.
+
+        Returns:
+            How many (claimed records are not pending).
+
         Raises:
             StoreUnavailable: the store could not answer.
         """
@@ -173,6 +191,14 @@ class Store(Protocol):
     # -- state -------------------------------------------------------------------------------
     async def state_get(self, subject_id: str, key: str, now: float) -> StateEntry | None:
         """The subject's key, or None (absent or expired).
+
+        Args:
+            subject_id: the subject (the namespace).
+            key: the key.
+            now: the time; a key whose ``expires`` is not after it is absent.
+
+        Returns:
+            The entry, or None.
 
         Raises:
             StoreUnavailable: the store could not answer.
@@ -193,6 +219,20 @@ class Store(Protocol):
     ) -> StateEntry:
         """Set the subject's key; with ``expect``, only if its version is that (0: absent).
 
+        Args:
+            subject_id: the subject (the namespace).
+            key: the key.
+            value: the value's exact JSON text.
+            expect: the version the key must have (0: absent or expired; None: any).
+            expires: when the key goes (seconds since the epoch; None: never).
+            now: the time (expired keys are absent and count for no bound).
+            max_keys: keys the subject may have (this one included).
+            max_bytes: UTF-8 bytes of keys and values the subject's keys may hold (this one's new
+                value included, its old one not).
+
+        Returns:
+            The new entry (version: the old one's plus 1, or 1 for a key that was absent).
+
         Raises:
             StateConflict: ``expect`` did not match.
             StoreFull: a bound was reached (kind ``state keys`` or ``state bytes``).
@@ -202,6 +242,15 @@ class Store(Protocol):
 
     async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
         """Remove the subject's key; True if it was there.
+
+        Args:
+            subject_id: the subject (the namespace).
+            key: the key.
+            expect: the version the key must have (0: absent; None: any).
+            now: the time.
+
+        Returns:
+            True if the key was there (and not expired).
 
         Raises:
             StateConflict: ``expect`` did not match.
@@ -214,6 +263,16 @@ class Store(Protocol):
     ) -> list[StateEntry]:
         """The subject's keys starting with ``prefix``, in key order, after ``after``, at most
         ``limit``.
+
+        Args:
+            subject_id: the subject (the namespace).
+            prefix: the keys' common start (plain text, not a pattern).
+            after: only keys after this one (the last key of the previous page; None: from the first).
+            limit: at most this many entries.
+            now: the time (expired keys are left out).
+
+        Returns:
+            The entries, in code point order of their keys.
 
         Raises:
             StoreUnavailable: the store could not answer.

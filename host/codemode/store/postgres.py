@@ -1,0 +1,566 @@
+"""The store in PostgreSQL: replicas that share suspensions and state (``store =
+"postgresql://..."``).
+
+- Texts are ``text`` columns, byte for byte what was given. Never ``jsonb``: it reorders an object's
+  keys (and drops duplicates), so a result read back would iterate in another order than the one the
+  program saw, and its replay would diverge.
+- A claim is one ``UPDATE ... WHERE state = 'pending' ... RETURNING``: under PostgreSQL's row locks a
+  second claim of the same record re-reads it after the first commits and matches nothing, so there
+  is one winner across connections and replicas.
+- A subject's bounds are checked and written in one transaction holding a transaction-level advisory
+  lock of that subject (one for its suspensions, one for its state keys): two replicas cannot both
+  pass the check and both write.
+- Every operation is bounded by ``timeout`` (the pool's wait for a connection, ``connect_timeout``,
+  ``statement_timeout`` and an overall deadline): past it, or when the server refuses or is gone, the
+  store raises :class:`~codemode.store.StoreUnavailable`; nothing waits forever.
+- The DSN holds a credential: messages name the store by host, port and database only, and any text
+  from the driver is scrubbed of the password.
+
+The schema is created when missing (tables ``codemode_schema``, ``codemode_suspensions``,
+``codemode_state``), by one replica at a time; a database whose schema is newer than this code's is
+refused. The database must be UTF8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from . import StateConflict, StateEntry, StoreFull, StoreUnavailable, Suspension
+from .rules import STATE_BYTES, STATE_KEYS, SUSPENSION_BYTES, SUSPENSIONS, check_texts, state_size, storable
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+T = TypeVar("T")
+
+#: The schema this code writes (table ``codemode_schema``); a newer one is refused.
+SCHEMA_VERSION = 1
+
+#: The advisory lock that serializes schema creation between replicas (an arbitrary constant).
+_SCHEMA_LOCK = 0x636F64656D6F6465
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS codemode_schema (version integer NOT NULL)",
+    # text, never jsonb (see the module's text); key order of the state in code points ("C").
+    """CREATE TABLE IF NOT EXISTS codemode_suspensions (
+        id text COLLATE "C" PRIMARY KEY,
+        subject_id text COLLATE "C" NOT NULL,
+        created double precision NOT NULL,
+        expires double precision NOT NULL,
+        source text NOT NULL,
+        body text NOT NULL,
+        size bigint NOT NULL,
+        state text NOT NULL DEFAULT 'pending'
+    )""",
+    "CREATE INDEX IF NOT EXISTS codemode_suspensions_subject ON codemode_suspensions (subject_id, state)",
+    "CREATE INDEX IF NOT EXISTS codemode_suspensions_expires ON codemode_suspensions (expires)",
+    """CREATE TABLE IF NOT EXISTS codemode_state (
+        subject_id text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        value text NOT NULL,
+        version bigint NOT NULL,
+        expires double precision,
+        size bigint NOT NULL,
+        PRIMARY KEY (subject_id, key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS codemode_state_expires ON codemode_state (expires) WHERE expires IS NOT NULL",
+)
+
+_LIVE = "(expires IS NULL OR expires > %s)"
+_COLUMNS = "id, subject_id, created, expires, source, body"
+
+
+class PostgresStore:
+    """Suspensions and state in the PostgreSQL database ``dsn`` names (see the module's text).
+
+    Args:
+        dsn: a libpq connection string or URI (``postgresql://user:password@host:5432/db``); use
+            ``sslmode=verify-full`` across a network.
+        timeout: seconds one operation may take in all (connecting included).
+        max_connections: the pool's connections at most (one is kept open).
+
+    Raises (the constructor):
+        ValueError: the DSN cannot be parsed (the message holds none of it).
+    """
+
+    name = "postgres"
+
+    def __init__(self, dsn: str, *, timeout: float = 2.0, max_connections: int = 8) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be more than 0")
+        try:
+            info = conninfo_to_dict(dsn)
+        except Exception:
+            raise ValueError("the PostgreSQL connection string cannot be parsed") from None
+        self.timeout = timeout
+        password = info.get("password")
+        self._secrets = [str(password)] if password else []
+        self.where = (
+            f"postgres store at {info.get('host') or 'the default socket'}:{info.get('port') or 5432}"
+            f"/{info.get('dbname') or ''}"
+        )
+        self._pool = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, max_connections),
+            open=False,
+            timeout=timeout,
+            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(timeout))},
+            configure=self._configure,
+            name="codemode-store",
+        )
+        self._opened = False
+        self._schema_ready = False
+        self._closed = False
+        self._lock: asyncio.Lock | None = None
+        self._abandoned: set[asyncio.Task[Any]] = set()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def _configure(self, conn: AsyncConnection[Any]) -> None:
+        milliseconds = max(1, int(self.timeout * 1000))
+        await conn.execute(f"SET statement_timeout = {milliseconds}")
+        await conn.execute(f"SET lock_timeout = {milliseconds}")
+        await conn.execute(f"SET idle_in_transaction_session_timeout = {max(milliseconds, 10_000)}")
+
+    async def _ready(self) -> AsyncConnectionPool[Any]:
+        if self._closed:
+            raise StoreUnavailable(f"{self.where}: closed")
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if not self._opened:
+                await self._pool.open(wait=False)
+                self._opened = True
+            if not self._schema_ready:
+                async with self._pool.connection() as conn:
+                    await _create_schema(conn)
+                self._schema_ready = True
+        return self._pool
+
+    async def _run(self, work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run ``work`` on a pooled connection; the caller waits ``timeout`` at most. Past it the
+        operation is cancelled in the background: psycopg's clean-up of a cancelled query (a cancel
+        request, then closing the connection) may itself wait on a server that does not answer,
+        and the caller must not."""
+        task = asyncio.get_running_loop().create_task(self._on_connection(work))
+        done, _ = await asyncio.wait({task}, timeout=self.timeout)
+        if not done:
+            task.cancel()
+            self._abandoned.add(task)
+            task.add_done_callback(self._forget)
+            raise StoreUnavailable(f"{self.where}: no answer within {self.timeout:g} s")
+        try:
+            return task.result()
+        except PoolTimeout:
+            raise StoreUnavailable(
+                f"{self.where}: no connection within {self.timeout:g} s (refused, unreachable or all busy)"
+            ) from None
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {self._scrub(exc)}") from None
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.where}: {type(exc).__name__}: {self._scrub(exc)}") from None
+
+    async def _on_connection(self, work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            return await work(conn)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # seen: it was reported as StoreUnavailable
+
+    def _scrub(self, exc: BaseException) -> str:
+        text = " ".join(str(exc).split())
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    # -- suspensions ---------------------------------------------------------------------------
+
+    async def suspend(self, record: Suspension, *, max_records: int, max_bytes: int) -> None:
+        """Keep ``record`` as pending (:meth:`codemode.store.Store.suspend`); the subject's bounds
+        are checked and the record written under the subject's advisory lock.
+
+        Args:
+            record: the suspension (its id is new).
+            max_records: pending suspensions its subject may have (this one included).
+            max_bytes: bytes its subject's pending suspensions may hold.
+
+        Raises:
+            StoreFull: kind ``suspensions`` or ``suspension bytes``.
+            StoreUnavailable: the database did not answer in time, or refused.
+            ValueError: the id is taken, or a text holds U+0000 or a lone surrogate.
+        """
+        check_texts(record.id, record.subject_id, record.source, record.body)
+
+        async def work(conn: AsyncConnection[Any]) -> str | None:
+            try:
+                async with conn.transaction():
+                    await _lock_subject(conn, "suspensions", record.subject_id)
+                    cur = await conn.execute(
+                        "SELECT count(*), coalesce(sum(size), 0)::bigint FROM codemode_suspensions "
+                        "WHERE subject_id = %s AND state = 'pending' AND expires > %s",
+                        (record.subject_id, record.created),
+                    )
+                    count, used = await _one(cur)
+                    if count + 1 > max_records:
+                        return SUSPENSIONS
+                    if used + record.size > max_bytes:
+                        return SUSPENSION_BYTES
+                    await conn.execute(
+                        "INSERT INTO codemode_suspensions "
+                        "(id, subject_id, created, expires, source, body, size) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                        (
+                            record.id,
+                            record.subject_id,
+                            record.created,
+                            record.expires,
+                            record.source,
+                            record.body,
+                            record.size,
+                        ),
+                    )
+            except psycopg.errors.UniqueViolation:
+                return ""
+            return None
+
+        full = await self._run(work)
+        if full == "":
+            raise ValueError("a suspension with this id exists")
+        if full is not None:
+            raise StoreFull(full)
+
+    async def claim(self, record_id: str, subject_id: str, now: float) -> Suspension | None:
+        """Take a pending suspension, one winner across replicas (:meth:`codemode.store.Store.claim`).
+
+        Args:
+            record_id: the id.
+            subject_id: the subject asking.
+            now: the time.
+
+        Returns:
+            The record, or None (absent, another subject's, expired or claimed).
+
+        Raises:
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+        if not storable(record_id, subject_id):
+            return None  # no stored record holds such a text (and PostgreSQL would refuse it)
+
+        async def work(conn: AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(
+                "UPDATE codemode_suspensions SET state = 'claimed' "
+                "WHERE id = %s AND subject_id = %s AND state = 'pending' AND expires > %s "
+                f"RETURNING {_COLUMNS}",
+                (record_id, subject_id, now),
+            )
+            return await cur.fetchone()
+
+        row = await self._run(work)
+        return None if row is None else Suspension(*row)
+
+    async def drop(self, record_id: str) -> None:
+        """Forget a suspension (:meth:`codemode.store.Store.drop`).
+
+        Args:
+            record_id: the id (unknown ids are ignored).
+
+        Raises:
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+
+        async def work(conn: AsyncConnection[Any]) -> None:
+            await conn.execute("DELETE FROM codemode_suspensions WHERE id = %s", (record_id,))
+
+        await self._run(work)
+
+    async def expire(self, now: float) -> int:
+        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`).
+
+        Args:
+            now: the time.
+
+        Returns:
+            How many records went.
+
+        Raises:
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+
+        async def work(conn: AsyncConnection[Any]) -> int:
+            async with conn.transaction():
+                first = await conn.execute("DELETE FROM codemode_suspensions WHERE expires <= %s", (now,))
+                second = await conn.execute(
+                    "DELETE FROM codemode_state WHERE expires IS NOT NULL AND expires <= %s", (now,)
+                )
+                return max(first.rowcount, 0) + max(second.rowcount, 0)
+
+        return await self._run(work)
+
+    async def pending(self, subject_id: str | None = None) -> int:
+        """Pending suspensions (:meth:`codemode.store.Store.pending`).
+
+        Args:
+            subject_id: one subject's, or None: all.
+
+        Returns:
+            How many.
+
+        Raises:
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+
+        async def work(conn: AsyncConnection[Any]) -> int:
+            if subject_id is None:
+                cur = await conn.execute("SELECT count(*) FROM codemode_suspensions WHERE state = 'pending'")
+            else:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM codemode_suspensions WHERE state = 'pending' AND subject_id = %s",
+                    (subject_id,),
+                )
+            return int((await _one(cur))[0])
+
+        return await self._run(work)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    async def state_get(self, subject_id: str, key: str, now: float) -> StateEntry | None:
+        """The subject's key (:meth:`codemode.store.Store.state_get`).
+
+        Args:
+            subject_id: the subject.
+            key: the key.
+            now: the time.
+
+        Returns:
+            The entry, or None (absent or expired).
+
+        Raises:
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+        if not storable(subject_id, key):
+            return None
+
+        async def work(conn: AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(
+                f"SELECT key, value, version, expires FROM codemode_state "
+                f"WHERE subject_id = %s AND key = %s AND {_LIVE}",
+                (subject_id, key, now),
+            )
+            return await cur.fetchone()
+
+        row = await self._run(work)
+        return None if row is None else StateEntry(*row)
+
+    async def state_put(
+        self,
+        subject_id: str,
+        key: str,
+        value: str,
+        *,
+        expect: int | None,
+        expires: float | None,
+        now: float,
+        max_keys: int,
+        max_bytes: int,
+    ) -> StateEntry:
+        """Set the subject's key (:meth:`codemode.store.Store.state_put`); the version check, the
+        bounds and the write happen under the subject's advisory lock.
+
+        Args:
+            subject_id: the subject.
+            key: the key.
+            value: the value's JSON text.
+            expect: the version it must have (0: absent; None: any).
+            expires: when it goes (None: never).
+            now: the time.
+            max_keys: keys the subject may have.
+            max_bytes: bytes (keys and values) the subject's keys may hold.
+
+        Returns:
+            The new entry.
+
+        Raises:
+            StateConflict: ``expect`` did not match.
+            StoreFull: kind ``state keys`` or ``state bytes``.
+            StoreUnavailable: the database did not answer in time, or refused.
+            ValueError: a text holds U+0000 or a lone surrogate.
+        """
+        check_texts(subject_id, key, value)
+        size = state_size(key, value)
+
+        async def work(conn: AsyncConnection[Any]) -> StateEntry | Exception:
+            async with conn.transaction():
+                await _lock_subject(conn, "state", subject_id)
+                cur = await conn.execute(
+                    f"SELECT version FROM codemode_state WHERE subject_id = %s AND key = %s AND {_LIVE}",
+                    (subject_id, key, now),
+                )
+                old = await cur.fetchone()
+                version = int(old[0]) if old is not None else 0
+                if expect is not None and expect != version:
+                    return StateConflict()
+                cur = await conn.execute(
+                    f"SELECT count(*), coalesce(sum(size), 0)::bigint FROM codemode_state "
+                    f"WHERE subject_id = %s AND key <> %s AND {_LIVE}",
+                    (subject_id, key, now),
+                )
+                count, used = await _one(cur)
+                if count + 1 > max_keys:
+                    return StoreFull(STATE_KEYS)
+                if used + size > max_bytes:
+                    return StoreFull(STATE_BYTES)
+                await conn.execute(
+                    "INSERT INTO codemode_state (subject_id, key, value, version, expires, size) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (subject_id, key) DO UPDATE SET "
+                    "value = excluded.value, version = excluded.version, expires = excluded.expires, "
+                    "size = excluded.size",
+                    (subject_id, key, value, version + 1, expires, size),
+                )
+                return StateEntry(key, value, version + 1, expires)
+
+        out = await self._run(work)
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
+        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`).
+
+        Args:
+            subject_id: the subject.
+            key: the key.
+            expect: the version it must have (0: absent; None: any).
+            now: the time.
+
+        Returns:
+            True if it was there.
+
+        Raises:
+            StateConflict: ``expect`` did not match.
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+        if not storable(subject_id, key):
+            if expect:
+                raise StateConflict()
+            return False
+
+        async def work(conn: AsyncConnection[Any]) -> bool | None:
+            async with conn.transaction():
+                await _lock_subject(conn, "state", subject_id)
+                cur = await conn.execute(
+                    f"SELECT version FROM codemode_state WHERE subject_id = %s AND key = %s AND {_LIVE}",
+                    (subject_id, key, now),
+                )
+                old = await cur.fetchone()
+                if expect is not None and expect != (int(old[0]) if old is not None else 0):
+                    return None
+                await conn.execute(
+                    "DELETE FROM codemode_state WHERE subject_id = %s AND key = %s", (subject_id, key)
+                )
+                return old is not None
+
+        out = await self._run(work)
+        if out is None:
+            raise StateConflict()
+        return out
+
+    async def state_list(
+        self, subject_id: str, prefix: str, *, after: str | None, limit: int, now: float
+    ) -> list[StateEntry]:
+        """The subject's keys (:meth:`codemode.store.Store.state_list`).
+
+        Args:
+            subject_id: the subject.
+            prefix: the keys' common start.
+            after: only keys after this one (None: from the first).
+            limit: at most this many.
+            now: the time.
+
+        Returns:
+            The entries, in key order (code points: the ``C`` collation of a UTF8 database).
+
+        Raises:
+            StoreUnavailable: the database did not answer in time, or refused.
+        """
+        if not storable(subject_id, prefix, after or ""):
+            return []
+
+        async def work(conn: AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.execute(
+                f"SELECT key, value, version, expires FROM codemode_state "
+                f"WHERE subject_id = %s AND left(key, %s) = %s AND (%s::text IS NULL OR key > %s) "
+                f"AND {_LIVE} ORDER BY key LIMIT %s",
+                (subject_id, len(prefix), prefix, after, after, now, max(limit, 0)),
+            )
+            return await cur.fetchall()
+
+        return [StateEntry(*row) for row in await self._run(work)]
+
+    # -- life ----------------------------------------------------------------------------------
+
+    async def check(self) -> None:
+        """Readiness: the database answers a query within ``timeout`` (its schema created).
+
+        Raises:
+            StoreUnavailable: it does not.
+        """
+
+        async def work(conn: AsyncConnection[Any]) -> None:
+            await conn.execute("SELECT 1 FROM codemode_schema LIMIT 1")
+
+        await self._run(work)
+
+    async def aclose(self) -> None:
+        """Close the pool's connections (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._abandoned):
+            task.cancel()
+        if self._abandoned:
+            await asyncio.wait(set(self._abandoned), timeout=self.timeout)
+        if self._opened:
+            await self._pool.close(timeout=self.timeout)
+
+
+async def _one(cur: psycopg.AsyncCursor[Any]) -> Any:
+    row = await cur.fetchone()
+    assert row is not None  # an aggregate always answers one row
+    return row
+
+
+async def _lock_subject(conn: AsyncConnection[Any], facet: str, subject_id: str) -> None:
+    """Hold the subject's advisory lock of ``facet`` until the transaction ends."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"codemode:{facet}:{subject_id}",)
+    )
+
+
+async def _create_schema(conn: AsyncConnection[Any]) -> None:
+    async with conn.transaction():
+        cur = await conn.execute("SHOW server_encoding")
+        encoding = str((await _one(cur))[0])
+        if encoding.upper() not in ("UTF8", "UTF-8"):
+            raise psycopg.DataError(f"the database's encoding is {encoding}; codemode's store needs UTF8")
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        for statement in _SCHEMA:
+            await conn.execute(statement)
+        cur = await conn.execute("SELECT max(version) FROM codemode_schema")
+        version = (await _one(cur))[0]
+        if version is None:
+            await conn.execute("INSERT INTO codemode_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+        elif version > SCHEMA_VERSION:
+            raise psycopg.DataError(
+                f"the schema's version {version} is newer than this codemode's ({SCHEMA_VERSION})"
+            )
