@@ -15,8 +15,11 @@ Method, in short:
 - recommendation (:func:`recommend`): memory = peak x 1.5 rounded up to 16 MiB; CPU = 1.25 x the
   highest CPU utilisation (CPU time / execute wall time) rounded up to 0.25 (and on Kubernetes a
   request of 1.25 x the median, rounded up to 50m); pids/open files/threads twice the peak with a
-  floor; ``max_execution_time`` = p99 of the execute wall time x 2 rounded up to 0.1 s, for a
-  server without a warm pool, and the same of the execute minus the spawn for one with a pool.
+  floor; ``max_execution_time`` = the slowest of the measured runs and of a burst (``--burst``
+  executes at once on ``--max-concurrent-executions`` slots, none finding a warm worker) x 2,
+  rounded up to 0.1 s, at least :data:`DEADLINE_FLOOR`: one deadline with or without ``--pool``, as
+  a pool that is not warm (just started, or emptied by a burst) starts workers while executes wait;
+  :attr:`Recommendation.assumes` says what the number assumes.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..common.errors import CodeModeError, client_text
+from ..execution.limits import Limits
 from ..runtimes.base import RuntimeUnavailable
 from .quota_probes import (
     DockerProbe,
@@ -49,6 +53,7 @@ __all__ = [
     "CPU_FACTOR",
     "CPU_REQUEST_STEP",
     "CPU_STEP",
+    "DEADLINE_FLOOR",
     "DEFAULT_RUNTIME",
     "HOLD_ENTRYPOINT",
     "MEMORY_FACTOR",
@@ -61,6 +66,7 @@ __all__ = [
     "RUNTIME_FLAGS",
     "TIME_FACTOR",
     "TIME_STEP",
+    "Burst",
     "MiB",
     "Recommendation",
     "RunSample",
@@ -85,6 +91,12 @@ OPEN_FILES_FLOOR = 16
 PROCESSES_FLOOR = 8
 TIME_FACTOR = 2.0
 TIME_STEP = 0.1
+#: The least deadline recommended (seconds): below it, a pause of the host (a reap, a collection, a
+#: neighbour's burst) fails executes that did nothing wrong.
+DEADLINE_FLOOR = 1.0
+
+#: ``serve``'s default ``max_concurrent_executions``: the slots a burst is measured on by default.
+_DEFAULT_SLOTS = Limits().max_concurrent_executions
 
 #: The runtime measured when ``--runtime`` is not given: the one ``serve`` and ``bench`` default to.
 DEFAULT_RUNTIME = "process"
@@ -178,27 +190,49 @@ class Recommendation:
     Attributes:
         runtime: the runtime measured.
         settings: ``serve`` settings → the values to use.
-        max_execution_time: the deadline for a server without a warm pool (spawn included).
-        max_execution_time_warm: the deadline for a server with ``--pool`` (spawn excluded).
+        max_execution_time: the deadline, with or without a warm pool (a worker start included).
+        slots: the ``max_concurrent_executions`` the burst was measured with (None: no burst).
         basis: the measured figures the recommendation comes from.
+        assumes: what the deadline assumes, one sentence each.
     """
 
     runtime: str
     settings: dict[str, Any]
     max_execution_time: float
-    max_execution_time_warm: float
+    slots: int | None = None
     basis: dict[str, Any] = field(default_factory=dict)
+    assumes: list[str] = field(default_factory=list)
 
     def serve_flags(self) -> list[str]:
-        """``serve`` flags for a server without a warm pool (with ``--pool``, use the warm deadline).
+        """``serve`` flags, with or without ``--pool``.
 
         Returns:
-            ``--runtime``, each setting's flag, and ``--max-execution-time``.
+            ``--runtime``, each setting's flag, ``--max-concurrent-executions`` (the burst's slots)
+            and ``--max-execution-time``.
         """
         flags = ["--runtime", self.runtime]
         for name, value in self.settings.items():
             flags += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(value, float) else str(value)]
+        if self.slots is not None:
+            flags += ["--max-concurrent-executions", str(self.slots)]
         return [*flags, "--max-execution-time", f"{self.max_execution_time:g}"]
+
+
+@dataclass
+class Burst:
+    """A burst of executes sent at once to a server with ``slots`` slots and no warm worker.
+
+    Attributes:
+        executes: how many were sent at once.
+        slots: the server's ``max_concurrent_executions``.
+        seconds: the wall time of each execute that succeeded.
+        outcomes: how the executes ended (``ok`` or the client's text) → how many.
+    """
+
+    executes: int
+    slots: int
+    seconds: list[float]
+    outcomes: dict[str, int]
 
 
 def _sample_from(
@@ -288,16 +322,44 @@ def _process_settings(good: list[RunSample], basis: dict[str, Any]) -> dict[str,
 _SETTINGS = {"docker": _docker_settings, "kubernetes": _kubernetes_settings, "process": _process_settings}
 
 
-def _deadline(times: list[float]) -> float:
-    return max(TIME_STEP, round(_round_up(_pct(times, 99) * TIME_FACTOR, TIME_STEP), 1))
+def _deadline(slowest: float) -> float:
+    return max(DEADLINE_FLOOR, round(_round_up(slowest * TIME_FACTOR, TIME_STEP), 1))
 
 
-def recommend(samples: list[RunSample], runtime: str = "docker") -> Recommendation | None:
+def _assumptions(basis: dict[str, Any], burst: Burst | None) -> list[str]:
+    out = []
+    if burst is not None:
+        queued = " (the later ones waited for a slot)" if burst.executes > burst.slots else ""
+        out.append(
+            f"at most {burst.executes} executes at once arrive on a server of {burst.slots} slots "
+            f"(--max-concurrent-executions {burst.slots}){queued}, with no warm worker for any: a pool "
+            f"that is not warm yet (just started, or emptied by a burst) starts workers while executes "
+            f"wait; measured, the slowest took {basis['burst_slowest_s']:.3f} s"
+        )
+    else:
+        out.append(
+            "one execute at a time (--burst 0): executes that arrive together wait for slots and "
+            "workers, which this deadline does not count; measure with --burst N"
+        )
+    out += [
+        f"the program's work stays within what the runs saw (the slowest run took "
+        f"{basis['execute_max_s']:.3f} s, a worker start included); x {TIME_FACTOR:g} for the rest",
+        "this machine, no busier than while measuring: other load on the host, the engine or the "
+        "cluster stretches every execute",
+        f"at least {DEADLINE_FLOOR:g} s: a shorter deadline fails executes for a pause of the host",
+    ]
+    return out
+
+
+def recommend(
+    samples: list[RunSample], runtime: str = "docker", burst: Burst | None = None
+) -> Recommendation | None:
     """The worker sizing of ``runtime`` for ``samples`` (the successful ones count).
 
     Args:
         samples: the measured runs.
         runtime: ``docker``, ``kubernetes`` or ``process``.
+        burst: the burst measured after the runs (None: none was).
 
     Returns:
         The recommendation, or None when no run succeeded.
@@ -317,17 +379,26 @@ def recommend(samples: list[RunSample], runtime: str = "docker") -> Recommendati
         "cpu_seconds_max": max((s.cpu_s for s in good if s.cpu_s is not None), default=None),
         "execute_p50_s": _pct(times, 50),
         "execute_p99_s": _pct(times, 99),
+        "execute_max_s": max(times),
         "execute_minus_spawn_p99_s": _pct(warm, 99),
         "spawn_p50_s": _pct([s.spawn_s for s in good if s.spawn_s is not None] or [0.0], 50),
         "throttled_periods_max": max((s.throttled_periods or 0 for s in good), default=0),
     }
+    slowest = max(times)
+    if burst is not None and burst.seconds:
+        basis["burst_slowest_s"] = max(burst.seconds)
+        basis["burst_p50_s"] = _pct(burst.seconds, 50)
+        slowest = max(slowest, basis["burst_slowest_s"])
+    elif burst is not None:
+        burst = None  # no execute of the burst succeeded: its failures are reported, not counted
     settings = _SETTINGS[runtime](good, basis)
     return Recommendation(
         runtime=runtime,
         settings=settings,
-        max_execution_time=_deadline(times),
-        max_execution_time_warm=_deadline(warm),
+        max_execution_time=_deadline(slowest),
+        slots=burst.slots if burst is not None else None,
         basis=basis,
+        assumes=_assumptions(basis, burst),
     )
 
 
@@ -357,8 +428,9 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _settings(args: argparse.Namespace, limits: dict[str, Any]) -> Any:
-    """The measurement's settings through the one settings model (packs, authorizer, runtime)."""
+def _settings(args: argparse.Namespace, limits: dict[str, Any], slots: int = 1) -> Any:
+    """The measurement's settings through the one settings model (packs, authorizer, runtime);
+    ``slots``: ``max_concurrent_executions`` (1 for the measured runs, one after another)."""
     from ..startup.config import ConfigError, load_settings
 
     overrides: dict[str, Any] = {
@@ -368,7 +440,7 @@ def _settings(args: argparse.Namespace, limits: dict[str, Any]) -> Any:
         "rego_policy": list(args.rego_policy),
         "rego_decision": args.rego_decision,
         "max_execution_time": args.max_execution_time,
-        "max_concurrent_executions": 1,
+        "max_concurrent_executions": slots,
         "subject_quota": 0,
         "runtime": args.runtime,
         **limits,
@@ -490,7 +562,8 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
         for close in runtime.closers:
             with contextlib.suppress(Exception):
                 close()
-    rec = recommend(samples, args.runtime)
+    burst = await _burst(args, limits, source, progress) if args.burst and _any_ok(samples) else None
+    rec = recommend(samples, args.runtime, burst)
     return {
         "program": args.program,
         "runtime": args.runtime,
@@ -499,26 +572,75 @@ async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> 
         **where,
         "measurement_limits": {**limits, "max_execution_time": settings.max_execution_time},
         "samples": [asdict(s) | {"cpu_utilisation": s.cpu_utilisation} for s in samples],
+        "burst": None if burst is None else asdict(burst),
         "recommendation": None
         if rec is None
         else {
             "settings": rec.settings,
             "max_execution_time": rec.max_execution_time,
-            "max_execution_time_warm": rec.max_execution_time_warm,
             "serve_flags": rec.serve_flags(),
             "basis": rec.basis,
+            "assumes": rec.assumes,
         },
         "method": METHOD[args.runtime] | METHOD["common"],
     }
 
 
+def _any_ok(samples: list[RunSample]) -> bool:
+    """Whether any measured run succeeded (a burst of a failing program measures nothing)."""
+    return any(s.outcome == "ok" for s in samples)
+
+
+async def _burst(args: argparse.Namespace, limits: dict[str, Any], source: str, progress: bool) -> Burst:
+    """``--burst`` executes at once, each as a subject of its own, on a server of
+    ``--max-concurrent-executions`` slots whose runtime is the one ``serve`` builds (no hold, no
+    probe, no warm pool: every execute waits for its slot, then starts its worker)."""
+    from .. import authz
+    from ..startup.bootstrap import build_runtime, build_server
+    from ..startup.config import ConfigError
+
+    settings = _settings(args, limits, slots=args.max_concurrent_executions)
+    extra = {} if args.runtime == "process" else {"cleanup_orphans": "none"}
+    try:
+        runtime = build_runtime(settings, **extra)
+        server = build_server(settings, runtime=runtime)
+    except (ConfigError, ValueError) as exc:
+        raise TuneError(f"{args.runtime} runtime: {exc}") from None
+    outcomes: dict[str, int] = {}
+    seconds: list[float] = []
+
+    async def one(i: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            await server.execute(source, subject=authz.Subject(f"{args.subject}-burst-{i}"))
+            outcome = "ok"
+            seconds.append(time.perf_counter() - t0)
+        except CodeModeError as exc:
+            outcome = client_text(exc)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    async with server:
+        await server.start()
+        await asyncio.gather(*(one(i) for i in range(args.burst)))
+    burst = Burst(args.burst, args.max_concurrent_executions, sorted(seconds), outcomes)
+    if progress:
+        slowest = f", slowest {max(seconds):.3f} s" if seconds else ""
+        print(
+            f"burst: {burst.executes} executes at once on {burst.slots} slots, no warm worker: "
+            + ", ".join(f"{n} {what}" for what, n in outcomes.items())
+            + slowest,
+            file=sys.stderr,
+            flush=True,
+        )
+    return burst
+
+
 #: How each recommended setting was derived, per runtime (``common``: every runtime), for the report.
 METHOD: dict[str, dict[str, str]] = {
     "common": {
-        "max_execution_time": f"p99 execute wall time x {TIME_FACTOR}, rounded up to {TIME_STEP} s "
-        "(no warm pool: the execute includes starting the worker)",
-        "max_execution_time_warm": f"p99 of (execute - spawn) x {TIME_FACTOR}, rounded up to {TIME_STEP} s "
-        "(with --pool: the worker is started before the execute)",
+        "max_execution_time": f"the slowest execute of the runs and of the burst x {TIME_FACTOR}, "
+        f"rounded up to {TIME_STEP} s, at least {DEADLINE_FLOOR:g} s; with or without --pool (a pool "
+        "that is not warm starts workers while executes wait)",
     },
     "docker": {
         "docker_memory": f"peak x {MEMORY_FACTOR}, rounded up to {MEMORY_STEP // MiB} MiB",
@@ -627,6 +749,15 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(" ".join(cells) + "".join(f"  ({n})" for n in notes))
         if s.get("detail") and s["detail"] != s["outcome"]:
             lines.append(f"{'':>3} {s['detail']}")  # what the execute's client was told, in full
+    burst = report.get("burst")
+    if burst is not None:
+        times = burst["seconds"]
+        spread = f": p50 {times[len(times) // 2]:.3f} s, slowest {times[-1]:.3f} s" if times else ""
+        lines += [
+            "",
+            f"burst: {burst['executes']} executes at once on {burst['slots']} slots, no warm worker, "
+            f"{burst['outcomes'].get('ok', 0)} ok{spread}",
+        ]
     rec = report["recommendation"]
     lines.append("")
     if rec is None:
@@ -638,16 +769,18 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("recommendation (method: docs/operators.md)")
     for name, value in rec["settings"].items():
         lines.append(f"  {name:<26}{value!s:>10}   {method[name]}")
+    slowest = max(b["execute_max_s"], b.get("burst_slowest_s") or 0.0)
+    source = "of the burst" if b.get("burst_slowest_s", 0.0) >= b["execute_max_s"] else "of the runs"
     lines += [
-        f"  {'max_execution_time':<26}{rec['max_execution_time']:>8g} s   without a warm pool: "
-        f"p99 execute {b['execute_p99_s']:.3f} s x {TIME_FACTOR} "
-        f"(includes the spawn, p50 {b['spawn_p50_s']:.3f} s)",
-        f"  {'max_execution_time (pool)':<26}{rec['max_execution_time_warm']:>8g} s   with --pool: "
-        f"p99 of execute - spawn {b['execute_minus_spawn_p99_s']:.3f} s x {TIME_FACTOR}",
+        f"  {'max_execution_time':<26}{rec['max_execution_time']:>8g} s   with or without --pool: "
+        f"slowest execute {source} {slowest:.3f} s x {TIME_FACTOR:g}, at least {DEADLINE_FLOOR:g} s "
+        f"(a worker start included, p50 {b['spawn_p50_s']:.3f} s)",
         f"  memory peak {_mib(b['memory_peak_bytes'])}{how}; CPU utilisation max "
         f"{_num(b['cpu_utilisation_max'], '.2f')}",
+        "  assumes:",
+        *(f"  - {line}" for line in rec["assumes"]),
         "",
-        "serve flags (no warm pool): " + " ".join(rec["serve_flags"]),
+        "serve flags: " + " ".join(rec["serve_flags"]),
     ]
     if b.get("throttled_periods_max"):
         lines.append(
@@ -656,6 +789,16 @@ def format_report(report: dict[str, Any]) -> str:
     failed = [s for s in report["samples"] if s["outcome"] != "ok"]
     if failed:
         lines.append(f"note: {len(failed)} run(s) did not succeed and were left out of the recommendation")
+    burst = report.get("burst")
+    if burst is not None:
+        lost = {what: n for what, n in burst["outcomes"].items() if what != "ok"}
+        if lost:
+            lines.append(
+                "note: in the burst, "
+                + ", ".join(f"{n} x {what}" for what, n in lost.items())
+                + " (left out of the recommendation; with the measurement's generous deadline this is "
+                "the runtime's capacity, not the deadline: see the host log)"
+            )
     return "\n".join(lines)
 
 
@@ -682,6 +825,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"where to measure and what to size (default {DEFAULT_RUNTIME}, as for serve and bench)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    p.add_argument(
+        "--burst",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after the runs, N executes at once with no warm worker, counted in the deadline "
+        "(default: --max-concurrent-executions; 0: none)",
+    )
+    p.add_argument(
+        "--max-concurrent-executions",
+        type=int,
+        default=_DEFAULT_SLOTS,
+        metavar="N",
+        help=f"the slots of the server to size, for the burst (default {_DEFAULT_SLOTS}, as for serve)",
+    )
     g = p.add_argument_group("capabilities the program calls (as for serve)")
     g.add_argument(
         "--pack", action="append", default=[], metavar="MODULE:OBJECT", help="capability pack (repeatable)"
@@ -775,6 +933,15 @@ def run(args: argparse.Namespace) -> int:
     if args.runs <= 0 or args.warmup < 0:
         print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
         return 2
+    if args.burst is None:
+        args.burst = args.max_concurrent_executions
+    if args.burst < 0 or args.max_concurrent_executions < 1:
+        print(
+            "codemode quotas tune: --burst must not be negative and --max-concurrent-executions must be "
+            "at least 1",
+            file=sys.stderr,
+        )
+        return 2
     positive = ("max_execution_time", "docker_cpus", "docker_max_processes", "process_cpu_seconds")
     bad = [
         n
@@ -814,5 +981,7 @@ def run(args: argparse.Namespace) -> int:
         print()
     else:
         print(format_report(report))
+    burst = report["burst"]
     ok = report["recommendation"] is not None and all(s["outcome"] == "ok" for s in report["samples"])
+    ok = ok and (burst is None or set(burst["outcomes"]) <= {"ok"})
     return 0 if ok else 1
