@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..authz import Authorizer
 from ..catalog.capability import CompiledCapability
 from ..runtimes.base import Runtime
+from ..store import Store
 from .admission import Admission
 from .limits import Limits
 from .observe import NullObserver, Observer
@@ -32,6 +33,8 @@ class Plan:
         observer: told about executes and calls.
         tracing: the tracing settings (None: off).
         quota_store: where the per-subject quota is counted (default: this process alone).
+        store: where suspended executes and the state pack's keys are kept (``Builder.build()``
+            gives a :class:`codemode.store.memory.MemoryStore` when none was given).
     """
 
     capabilities: tuple[CompiledCapability, ...]
@@ -42,3 +45,4 @@ class Plan:
     observer: Observer = field(default_factory=NullObserver)
     tracing: Tracing | None = None
     quota_store: QuotaStore = field(default_factory=LocalQuota)
+    store: Store | None = None

@@ -17,6 +17,7 @@ from ..common.outcomes import ExecuteResult
 from ..packs.lifecycle import Lifecycle, LoadedPack, close_now, close_reversed, load, load_spec
 from ..packs.loading import PackSettings
 from ..runtimes.base import Runtime
+from ..store import Store
 from .admission import Admission
 from .approval import Approver
 from .execute import Executor
@@ -76,6 +77,9 @@ class Builder:
             OpenTelemetry is never imported).
         quota_store: where ``subject_quota`` is counted (None: in this process alone; a
             :class:`~codemode.KubernetesQuota` shares it between replicas, docs/service.md).
+        store: where suspended executes and the state pack's keys are kept (a
+            :class:`codemode.store.Store`; None: in this process's memory, gone with it). The server
+            closes it when it closes.
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class Builder:
         reserved_slots: int | None = None,
         tracing: Tracing | None = None,
         quota_store: QuotaStore | None = None,
+        store: Store | None = None,
     ) -> None:
         """``subject_quota`` and ``reserved_slots`` protect tenants from each other: set them (the
         HTTP service uses ``subject_quota=4`` and a derived reserve) when subjects come from requests.
@@ -103,6 +108,7 @@ class Builder:
         self._observer = observer
         self._tracing = tracing
         self._quota_store = quota_store
+        self._store = store
         self._caps: list[Capability] = []
         self._packs: list[LoadedPack] = []
         self._built = False
@@ -191,6 +197,8 @@ class Builder:
             problems.append("tracing: provider must be an OpenTelemetry TracerProvider")
         if self._quota_store is not None and not isinstance(self._quota_store, QuotaStore):
             problems.append("quota_store: must have acquire(subject_id, quota) and release(hold)")
+        if self._store is not None and not isinstance(self._store, Store):
+            problems.append("store: must be a codemode.store.Store (MemoryStore, SqliteStore, PostgresStore)")
         if isinstance(self._disabled, str):
             problems.append("disabled: must be a list of ids")
             self._disabled = []
@@ -208,6 +216,11 @@ class Builder:
             from ..runtimes.process import ProcessRuntime
 
             runtime = ProcessRuntime()
+        store = self._store
+        if store is None:
+            from ..store.memory import MemoryStore
+
+            store = MemoryStore()
         plan = Plan(
             capabilities=tuple(enabled),
             authorizer=self._authorizer,
@@ -217,13 +230,30 @@ class Builder:
             observer=self._observer if self._observer is not None else NullObserver(),
             tracing=self._tracing,
             quota_store=self._quota_store if self._quota_store is not None else LocalQuota(),
+            store=store,
         )
         server = Server(plan)
         if callable(getattr(plan.quota_store, "aclose", None)):
             server.attach(plan.quota_store)  # type: ignore[arg-type]  # open()/aclose(): a Lifecycle
         for pack in self._packs:
             server.attach(pack)
+        server.attach(_Closing(store))  # last attached, closed first: after the packs it may serve
         return server
+
+
+class _Closing:
+    """A store as a :class:`~codemode.packs.lifecycle.Lifecycle`: nothing to open (it connects on
+    first use), closed with the server."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def open(self) -> None:
+        """Nothing: a store connects on first use (and ``/readyz`` checks it)."""
+
+    async def aclose(self) -> None:
+        """Close the store."""
+        await self.store.aclose()
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:
