@@ -38,7 +38,8 @@ async def test_readyz_waits_for_the_mcp_listener(monkeypatch: pytest.MonkeyPatch
     real_create_server = asyncio.BaseEventLoop.create_server
 
     async def late_create_server(self: asyncio.BaseEventLoop, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("port") == port or port in args:
+        sock = kwargs.get("sock")  # serve_async binds every port first and hands uvicorn the socket
+        if kwargs.get("port") == port or port in args or (sock is not None and sock.getsockname()[1] == port):
             await asyncio.sleep(1.0)  # the MCP socket is bound only after this
         return await real_create_server(self, *args, **kwargs)
 

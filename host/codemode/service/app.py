@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ from .connections import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
 from .hosts import HostOriginCheck, allowed_hosts_for
 from .jsonrpc import JSONRPCBodyCheck
-from .listeners import SIDE_CONNECTIONS, SideServer, start_side_server
+from .listeners import SIDE_CONNECTIONS, SideServer, bind_listeners, start_side_server
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -208,6 +209,9 @@ class Service:
         self.health_address: tuple[str, int] | None = None
         self._periodic: list[asyncio.Task[None]] = []
         self._side: list[SideServer] = []
+        #: The side listeners' sockets when :func:`serve_async` bound them before anything started
+        #: (by setting name); else each side server binds its own at start.
+        self.bound: dict[str, socket.socket] = {}
 
         self.authenticator: TokenFileAuthenticator | JWTAuthenticator = build_authenticator(settings)
         base = runtime if runtime is not None else build_runtime(settings)
@@ -410,6 +414,7 @@ class Service:
             field="metrics_port",
             guard=side,
             what="metrics",
+            sock=self.bound.pop("metrics_port", None),
         )
         self._side.append(metrics)
         self.metrics_address = metrics.address
@@ -420,6 +425,7 @@ class Service:
             field="health_port",
             guard=dataclasses.replace(side, unauthenticated={}, idle={}),
             what="health",
+            sock=self.bound.pop("health_port", None),
         )
         self._side.append(health)
         self.health_address = health.address
@@ -584,22 +590,39 @@ async def serve_async(settings: Settings | None = None) -> None:
     """
     if settings is None:
         settings = load_settings()
-    # Once, for every server of this process (the metrics and health servers touch nothing).
-    configure_logging(settings.log_level)
-    app = create_app(settings)
-    service: Service = app.state.codemode
+    # Every port first: one in use (any of the three) ends the start in one line naming its
+    # setting (exit 2), before anything is logged or started.
+    listeners = bind_listeners(settings)
     try:
-        # The start-up rule before uvicorn: a problem stops the start in one line (exit 2), not in
-        # a lifespan traceback.
-        await service.check_start()
-    except BaseException:
-        await service.shutdown()
-        raise
-    main = AnnouncedStopServer(
-        server_config(app), drain_delay=settings.drain_delay, announce=service.announce_stop
-    )
-    service.listening = lambda: main.started
-    await main.serve()
+        # Once, for every server of this process (the metrics and health servers touch nothing).
+        configure_logging(settings.log_level)
+        app = create_app(settings)
+        service: Service = app.state.codemode
+        service.bound = {"metrics_port": listeners.metrics, "health_port": listeners.health}
+        try:
+            # The start-up rule before uvicorn: a problem stops the start in one line (exit 2), not
+            # in a lifespan traceback.
+            await service.check_start()
+        except BaseException:
+            await service.shutdown()
+            raise
+        main = _BoundServer(
+            server_config(app), drain_delay=settings.drain_delay, announce=service.announce_stop
+        )
+        service.listening = lambda: main.started
+        await main.serve(sockets=[listeners.main])
+    finally:
+        listeners.close()
+
+
+class _BoundServer(AnnouncedStopServer):
+    """The announced-stop server on a socket bound before it started: uvicorn logs its "running on"
+    line only for the sockets it binds itself, so it is logged here."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets is not None and self.started:
+            self._log_started_message(sockets)
 
 
 def server_config(app: FastAPI, **overrides: Any) -> uvicorn.Config:

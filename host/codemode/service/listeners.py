@@ -6,17 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from ..startup.config import ConfigError, names
 from .edge import ConnectionGuard, guarded_protocol
 
-__all__ = ["SIDE_CONNECTIONS", "SideServer", "start_side_server"]
+if TYPE_CHECKING:
+    from ..startup.config import Settings
+
+__all__ = [
+    "SIDE_CONNECTIONS",
+    "Listeners",
+    "SideServer",
+    "bind_listener",
+    "bind_listeners",
+    "start_side_server",
+]
 
 log = logging.getLogger("codemode.service")
 
@@ -60,7 +71,20 @@ class SideServer:
             self._socket.close()
 
 
-def _bind(host: str, port: int, field: str) -> socket.socket:
+def bind_listener(host: str, port: int, field: str) -> socket.socket:
+    """Bind ``host:port`` (not yet listening), or say in one line which setting names the port.
+
+    Args:
+        host: the address to bind.
+        port: the port (0: any free one).
+        field: the setting that names the listener, for errors.
+
+    Returns:
+        The bound socket.
+
+    Raises:
+        ConfigError: the address cannot be bound (in use, not local, not permitted).
+    """
     # Bind here: uvicorn's own bind failure would sys.exit() out of the event loop.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -73,8 +97,63 @@ def _bind(host: str, port: int, field: str) -> socket.socket:
     return sock
 
 
+@dataclasses.dataclass
+class Listeners:
+    """The service's three sockets, bound before anything starts.
+
+    Args:
+        main: the MCP port (``port``).
+        metrics: the metrics port.
+        health: the health port.
+    """
+
+    main: socket.socket
+    metrics: socket.socket
+    health: socket.socket
+
+    def close(self) -> None:
+        """Close the three sockets (idempotent)."""
+        for sock in (self.main, self.metrics, self.health):
+            sock.close()
+
+
+def bind_listeners(settings: Settings) -> Listeners:
+    """Bind the MCP port, then the metrics and health ports, before anything starts, so that a port
+    in use ends the start in one line naming its setting, with nothing logged before it.
+
+    Args:
+        settings: the service settings.
+
+    Returns:
+        The bound sockets.
+
+    Raises:
+        ConfigError: one of them cannot be bound (the ones bound already are closed).
+    """
+    bound: list[socket.socket] = []
+    try:
+        for host, port, field in (
+            (settings.host, settings.port, "port"),
+            (settings.metrics_host_address, settings.metrics_port, "metrics_port"),
+            (settings.health_host_address, settings.health_port, "health_port"),
+        ):
+            bound.append(bind_listener(host, port, field))
+    except BaseException:
+        for sock in bound:
+            sock.close()
+        raise
+    return Listeners(*bound)
+
+
 async def start_side_server(
-    app: Any, *, host: str, port: int, field: str, guard: ConnectionGuard, what: str
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    field: str,
+    guard: ConnectionGuard,
+    what: str,
+    sock: socket.socket | None = None,
 ) -> SideServer:
     """Listen on ``host:port`` and serve ``app`` there (no lifespan, no access log).
 
@@ -85,6 +164,7 @@ async def start_side_server(
         field: the setting that names the listener, for errors.
         guard: the listener's connection bounds.
         what: the listener's name, for logs.
+        sock: the socket, bound already (:func:`bind_listeners`); default: bound here.
 
     Returns:
         The running listener.
@@ -92,7 +172,8 @@ async def start_side_server(
     Raises:
         RuntimeError: the server stopped during start-up (``ConfigError`` when it cannot bind).
     """
-    sock = _bind(host, port, field)
+    if sock is None:
+        sock = bind_listener(host, port, field)
     config = uvicorn.Config(
         app,
         host=host,
