@@ -521,3 +521,23 @@ async def test_a_postgres_dsn_that_cannot_be_parsed_is_not_echoed() -> None:
     with pytest.raises(ValueError) as bad:
         PostgresStore("host=db password=hunter2 oops")
     assert "hunter2" not in str(bad.value)
+
+
+# -- the server's store --------------------------------------------------------------------------
+
+
+async def test_the_builder_hands_its_store_to_the_server_which_closes_it(tmp_path: Path) -> None:
+    from codemode import Builder, InvalidRegistration, authz
+
+    store = SqliteStore(tmp_path / "store.sqlite3")
+    server = Builder(authorizer=authz.allow_all(), store=store).build()
+    assert server.plan.store is store
+    await store.check()
+    await server.aclose()
+    with pytest.raises(StoreUnavailable):
+        await store.check()  # closed with the server
+    default = Builder(authorizer=authz.allow_all()).build()
+    assert isinstance(default.plan.store, MemoryStore)  # library use: memory
+    await default.aclose()
+    with pytest.raises(InvalidRegistration, match="store: must be"):
+        Builder(authorizer=authz.allow_all(), store=object()).build()  # type: ignore[arg-type]
