@@ -28,6 +28,7 @@ from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
+from ..store import Store
 from .config import ConfigError, Settings, names
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "build_quota_store",
     "build_runtime",
     "build_server",
+    "build_store",
     "check_runtime",
     "upstream_packs",
     "with_pool",
@@ -146,6 +148,39 @@ def build_quota_store(settings: Settings) -> QuotaStore | None:
         lease_seconds=settings.quota_lease_seconds,
         timeout=settings.quota_store_timeout,
     )
+
+
+def build_store(settings: Settings) -> Store:
+    """Where the settings keep suspended executes and state keys (``store``; docs/configuration.md,
+    SECURITY.md "What the host stores").
+
+    Args:
+        settings: the settings (``store``, ``store_timeout``, ``data_dir``).
+
+    Returns:
+        The store, not connected yet: a SQLite file in the data dir, memory, or PostgreSQL.
+
+    Raises:
+        ConfigError: the PostgreSQL URI cannot be parsed (the message quotes none of it).
+    """
+    kind = settings.store_kind
+    if kind == "memory":
+        from ..store.memory import MemoryStore
+
+        return MemoryStore()
+    if kind == "sqlite":
+        from ..store.sqlite import SqliteStore
+
+        path = settings.store_path
+        assert path is not None  # sqlite is chosen only with a data dir
+        return SqliteStore(path)
+    from ..store.postgres import PostgresStore
+
+    assert settings.store is not None
+    try:
+        return PostgresStore(settings.store, timeout=settings.store_timeout)
+    except ValueError as exc:
+        raise ConfigError(f"{names('store')}: {exc}") from None
 
 
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
@@ -364,6 +399,7 @@ def _build(
         reserved_slots=settings.effective_reserved_slots,
         tracing=tracing,
         quota_store=build_quota_store(settings),
+        store=build_store(settings),
     )
     builder.register(*caps)
     try:

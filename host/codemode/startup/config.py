@@ -9,7 +9,10 @@ then the defaults below. Each setting's environment name is its field name upper
 Limits may also be written as a ``[limits]`` table in TOML. List settings accept JSON
 (``["a:b", "c:d"]``) or a comma-separated string in the environment.
 
-Nothing here is a secret: the token file holds SHA-256 hashes only, JWKS are public keys.
+One setting holds a secret: ``store`` when it is a PostgreSQL URI with a password. It is kept out
+of the settings' repr, no error quotes it, and the store names its server by host, port and
+database only. Everything else here is public: the token file holds SHA-256 hashes only, JWKS are
+public keys.
 """
 
 from __future__ import annotations
@@ -471,6 +474,21 @@ class Settings(BaseSettings):
     quota_store_timeout: float = Field(
         2.0, gt=0, le=60, description="seconds the quota store may take to admit an execute"
     )
+    store: str | None = Field(
+        None,
+        repr=False,  # a PostgreSQL URI may hold a password
+        description=(
+            "where suspended executes and state keys are kept: sqlite (a file in the data dir), "
+            "memory (gone with the process) or a postgresql:// URI shared by replicas "
+            "(default: sqlite when there is a data dir, else memory)"
+        ),
+    )
+    store_timeout: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds one operation of the PostgreSQL store may take (then: unavailable)",
+    )
 
     # ---------------------------------------------------------------------------- MCP transport (http)
     mcp_stateless: bool = Field(True, description="stateless streamable HTTP (no server-side session)")
@@ -621,6 +639,17 @@ class Settings(BaseSettings):
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        text = value.strip()
+        if text in ("sqlite", "memory") or text.startswith(("postgresql://", "postgres://")):
+            return text
+        # never quote the value: it may be a connection string with a password
+        raise ValueError("must be sqlite, memory or a postgresql:// URI")
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -785,6 +814,10 @@ class Settings(BaseSettings):
                 out.append(f"{names('rego_policy')}: policy file {str(path)!r} {problem}")
         out += self._slot_problems()
         out += self._quota_problems()
+        if self.store == "sqlite" and self.pack_data_dir is None:
+            out.append(f"{names('store')} sqlite needs {names('data_dir')} (serve --stdio keeps no data dir)")
+        if "store_timeout" in self.model_fields_set and self.store_kind != "postgres":
+            out.append(f"{names('store_timeout')} applies to a PostgreSQL store ({names('store')})")
         if self.reuse_executes and self.runtime == "process":
             out.append(f"{names('reuse_executes')} needs {names('runtime')} docker or kubernetes")
         elif self.reuse_executes and not self.pool:
@@ -808,6 +841,25 @@ class Settings(BaseSettings):
             if given and self.runtime != prefix:
                 out.append(f"{names(given[0])} needs {names('runtime')} {prefix}")
         return out
+
+    @property
+    def store_kind(self) -> Literal["memory", "sqlite", "postgres"]:
+        """The store in use: ``store``, else ``sqlite`` when there is a data dir
+        (:attr:`pack_data_dir`), else ``memory``."""
+        if self.store is None:
+            return "sqlite" if self.pack_data_dir is not None else "memory"
+        if self.store in ("sqlite", "memory"):
+            return self.store  # type: ignore[return-value]
+        return "postgres"
+
+    @property
+    def store_path(self) -> Path | None:
+        """The SQLite store's file (``codemode-store.sqlite3`` in the data dir), or None when the store is
+        not SQLite."""
+        directory = self.pack_data_dir
+        if self.store_kind != "sqlite" or directory is None:
+            return None
+        return directory / "codemode-store.sqlite3"
 
     @property
     def effective_quota_namespace(self) -> str | None:
@@ -1098,7 +1150,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         The settings.
 
     Raises:
-        ConfigError: every problem (never with a secret: there are none in the settings).
+        ConfigError: every problem (never quoting a value: ``store`` may hold a password).
     """
     from pydantic import ValidationError
 
