@@ -56,6 +56,7 @@ from codemode.packs import (
 )
 
 from . import stdio_relay
+from .commands import resolve_command
 from .disk import measure, remove_tree
 from .loop import BackgroundLoop
 from .pool import DEFAULT_STUCK_GRACE, SessionPool
@@ -685,7 +686,7 @@ class UpstreamMCPPack:
         env = {k: expand(v, values) for k, v in cfg.child_env().items()}
         return Launch(
             **common,  # type: ignore[arg-type]
-            command=cfg.command,
+            command=resolve_command(cfg.command),
             args=tuple(expand(a, values) for a in cfg.args),
             env=env or None,
             cwd=expand(cfg.cwd, values) if cfg.cwd else None,
