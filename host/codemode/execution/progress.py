@@ -107,6 +107,7 @@ class Progress:
             outcome: its ledger word (docs/reference/tools.md#the-call-ledger).
         """
         self.finished += 1
+        self.started = max(self.started, self.finished)  # a replayed call finishes unstarted
         self._call_event(f"{capability} finished ({self.finished}): {outcome}")
 
     def printed(self, text: str) -> None:
