@@ -76,6 +76,7 @@ MODULES = (
     "codemode.execution.frames",
     "codemode.execution.limits",
     "codemode.execution.observe",
+    "codemode.execution.parallel",
     "codemode.execution.plan",
     "codemode.execution.progress",
     "codemode.execution.quota",

@@ -1,12 +1,13 @@
 """The Starlark side of the language surface: frozen helper modules and how a program's module
 is assembled from them.
 
-* ``env`` (file ``<builtins>``, built once per process): ``print``, ``sum``, ``attempt``, the
+* ``env`` (file ``<builtins>``, built once per process): ``print``, ``sum``, ``attempt``,
+  ``parallel``, the
   ``json`` and ``math`` namespaces, the value sanitizer, the capability wrapper and the ``main``
   driver.
 * ``natives`` (file ``<capabilities>``, built per program): one wrapper per capability, nested
   in ``struct``\\ s by dotted name.
-* the program's module gets exactly ``print sum attempt json math`` and the capability roots through
+* the program's module gets exactly ``print sum attempt parallel json math`` and the capability roots through
   ``load`` statements of a trusted prelude; helper names (``struct``, ``sanitize``, the Python
   hooks) live only in the frozen helper modules and are unreachable by name.
 
@@ -70,6 +71,12 @@ class Hooks(Protocol):
 
     def attempt_refused(self) -> None: ...
 
+    def parallel_begin(self, count: int) -> None: ...
+
+    def parallel_refused(self, message: str) -> None: ...
+
+    def parallel_end(self) -> Any: ...
+
     def print_wanted(self) -> bool: ...
 
     def print_text(self, text: str) -> None: ...
@@ -125,6 +132,22 @@ def _attempt_begin() -> Any:
 def _attempt_refused() -> Any:
     _hooks().attempt_refused()
     raise CallError("attempt() takes a capability first")
+
+
+def _parallel_begin(count: Any) -> Any:
+    if type(count) is not int:
+        raise CallError("parallel_begin takes an int")
+    _hooks().parallel_begin(count)
+    return _DONE
+
+
+def _parallel_refused(message: Any) -> Any:
+    _hooks().parallel_refused(str(message))
+    raise CallError("parallel() refused its argument")
+
+
+def _parallel_end() -> Any:
+    return _hooks().parallel_end()
 
 
 def _print_wanted() -> bool:
@@ -320,6 +343,40 @@ def attempt(*args, **kwargs):
     attempt_begin()
     return args[0](*args[1:], **kwargs)
 
+_PARALLEL_EXAMPLE = 'parallel([(records.get, {"id": 1}), (records.get, {"id": 2})])'
+_PARALLEL_PAIRS = "parallel() takes one list of (capability, arguments) pairs"
+_PARALLEL_PAIR = 'parallel() calls[%d] must be a (capability, arguments) pair, e.g. (records.get, {"id": 1})'
+_PARALLEL_CAPABILITY = (
+    "parallel() calls[%d] must start with a capability itself " +
+    "(records.get, not records.get(...), attempt or parallel)"
+)
+_PARALLEL_ARGUMENTS = 'parallel() calls[%d] arguments must be a dict with string keys, e.g. {"id": 1}'
+
+def parallel(*args, **kwargs):
+    # parallel([(capability, {arguments}), ...]): the calls made at once, each outcome as attempt's.
+    if len(args) != 1 or kwargs:
+        return parallel_refused(_PARALLEL_PAIRS + ", e.g. " + _PARALLEL_EXAMPLE)
+    calls = args[0]
+    if type(calls) != "list":
+        return parallel_refused(_PARALLEL_PAIRS + ", got %s, e.g. %s" % (type(calls), _PARALLEL_EXAMPLE))
+    if not calls:
+        return parallel_refused("parallel() got an empty list: give it at least one " +
+                                "(capability, arguments) pair")
+    for i, c in enumerate(calls):
+        if (type(c) != "tuple" and type(c) != "list") or len(c) != 2:
+            return parallel_refused(_PARALLEL_PAIR % i)
+        if type(c[0]) != "function" or repr(c[0]) != "<builtins>.capability":
+            return parallel_refused(_PARALLEL_CAPABILITY % i)
+        if type(c[1]) != "dict" or not _plain_keys(c[1]):
+            return parallel_refused(_PARALLEL_ARGUMENTS % i)
+    parallel_begin(len(calls))
+    for c in calls:
+        c[0](**c[1])
+    r = parallel_end()
+    if type(r) == "string":
+        return json.decode(r)
+    return r[0]
+
 json_ns = struct(encode = encode, decode = decode, indent = json_indent)
 """
 
@@ -372,7 +429,7 @@ class Environment:
 
     def program_module(self, loader: Any, roots: Sequence[str]) -> Any:
         """A fresh module holding exactly the surface names (before the program runs)."""
-        prelude = ['load("env", "print", "sum", "attempt", json = "json_ns", math = "math_ns")']
+        prelude = ['load("env", "print", "sum", "attempt", "parallel", json = "json_ns", math = "math_ns")']
         if roots:
             prelude.append('load("natives", ' + ", ".join(f'{r} = "ns_{r}"' for r in roots) + ")")
         module = sl.Module()
@@ -421,6 +478,9 @@ def _build() -> Environment:
         "native_call": _native_call,
         "attempt_begin": _attempt_begin,
         "attempt_refused": _attempt_refused,
+        "parallel_begin": _parallel_begin,
+        "parallel_refused": _parallel_refused,
+        "parallel_end": _parallel_end,
         "print_wanted": _print_wanted,
         "print_text": _print_text,
     }

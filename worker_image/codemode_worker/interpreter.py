@@ -2,8 +2,8 @@
 
 Language surface
     Exactly ``False None True abs all any attempt bool chr dict dir enumerate fail float getattr
-    hasattr hash int json len list math max min ord print range repr reversed sorted str sum tuple
-    type zip`` plus the capability namespaces (see ``environment``). Standard dialect without
+    hasattr hash int json len list math max min ord parallel print range repr reversed sorted str sum
+    tuple type zip`` plus the capability namespaces (see ``environment``). Standard dialect without
     ``load``: no f-strings, no ``while``, no top-level ``if``/``for``, no keyword-only or
     positional-only parameter syntax, no type annotations. ``print`` output is kept up to the exec
     frame's ``max_print_bytes`` and sent to the host (``prints``), or discarded without it.
@@ -24,6 +24,14 @@ Recoverable calls
     with ``native_error`` and its approved text, and ``attempt`` returns ``{"ok": False, "error":
     text}``; a success is ``{"ok": True, "value": result}``. Every other failure ends the program
     as without ``attempt``: the host decides, the worker only asks.
+
+Parallel calls
+    ``parallel([(records.get, {"id": 1}), (records.get, {"id": 2})])`` checks its list, counts all
+    its calls against ``max_native_calls`` at once, then makes each call through the capability
+    wrapper as usual, except that the bound call (or the binding's diagnostic) is collected instead
+    of sent; the batch goes to the host as one ``native_batch`` frame, whose ``native_batch_result``
+    has one ``attempt``-style record per call, in order. The host decides, per call, what is a
+    record and what ends the program, exactly as for ``attempt``.
 
 Step budget: the unit, measured
     starlark-rust calls the ``check_cancelled`` hook once every 1,000 *ticks*, where a tick is
@@ -121,6 +129,9 @@ T = TypeVar("T")
 MAIN_MESSAGE: Final = "program must define `def main():` (no parameters) at top level"
 SHIFT_MESSAGE: Final = "the << operator is not supported (its results wrap around); multiply instead"
 ATTEMPT_MESSAGE: Final = "attempt() takes a capability first, e.g. attempt(records.get, id=7)"
+PARALLEL_OUTSIDE_MAIN: Final = (
+    "parallel() called outside main(); capabilities can only be called while main runs"
+)
 
 # The ``final_error`` message of a ``resource_limit``: which limit ran out (a fixed word list the
 # host checks again).
@@ -212,6 +223,8 @@ class Host(Protocol):
 
     def invalid(self, name: str, message: str, attempt: bool) -> Reply: ...
 
+    def batch(self, calls: list[dict[str, Any]]) -> list[Reply]: ...
+
     def prints(self, text: str, cut: bool) -> None: ...
 
 
@@ -239,6 +252,9 @@ class _Run:
         self.counting = True
         self.main_running = False
         self.native_calls = 0
+        # The calls of a parallel(...) being collected (None: calls go to the host one by one).
+        self.batch: list[dict[str, Any]] | None = None
+        self.batch_bytes = 0
         self.failure: tuple[str, str, str] | None = None  # (code, message, callee to locate)
         self.escape: BaseException | None = None
 
@@ -289,6 +305,65 @@ class _Run:
         self.fail("invalid_program", ATTEMPT_MESSAGE, locate="attempt")
         raise _Stop
 
+    def parallel_begin(self, count: int) -> None:
+        """Start collecting the ``count`` calls of one ``parallel(...)``: all of them count against
+        ``max_native_calls`` before any is made."""
+        if not self.main_running:
+            self.fail("invalid_program", PARALLEL_OUTSIDE_MAIN, locate="parallel")
+            raise _Stop
+        if self.batch is not None:  # the builtin cannot nest: its elements are capabilities only
+            self.fail("internal")
+            raise _Stop
+        if self.native_calls + count > self.limits.max_native_calls:
+            self.fail("resource_limit", LIMIT_NATIVE_CALLS)
+            raise _Stop
+        self.batch, self.batch_bytes = [], 0
+
+    def parallel_refused(self, message: str) -> None:
+        self.batch = None
+        self.fail("invalid_program", message, locate="parallel")
+        raise _Stop
+
+    def parallel_end(self) -> Any:
+        """Send the collected calls as one batch; the list of ``attempt``-style records."""
+        calls, self.batch = self.batch, None
+        if calls is None:
+            self.fail("internal")
+            raise _Stop
+        replies = self._ask(lambda: self.host.batch(calls))
+        records: list[dict[str, Any]] = []
+        for call, reply in zip(calls, replies, strict=True):
+            if reply.ok and "invalid" not in call:
+                try:
+                    check_value(reply.value, self.depth, self.limits.max_value_bytes)
+                except ValueLimitError:
+                    self.fail("resource_limit", LIMIT_VALUE_SIZE)
+                    raise _Stop from None
+                except ValueTypeError:
+                    self.escape = HostProtocolError("native_batch_result value is not a plain value")
+                    raise _Stop from None
+                records.append({"ok": True, "value": reply.value})
+            elif not reply.ok and isinstance(reply.error, str) and reply.error:
+                records.append({"ok": False, "error": reply.error})
+            else:
+                self.escape = HostProtocolError("a batch result that does not fit its call")
+                raise _Stop
+        try:
+            # The whole list is one value the program receives: bounded like one result.
+            check_value(records, self.depth + 2, self.limits.max_value_bytes)
+        except ValueLimitError:
+            self.fail("resource_limit", LIMIT_VALUE_SIZE)
+            raise _Stop from None
+        if self.depth <= JSON_RESULT_DEPTH:
+            return _ENCODER.encode(records)
+        return [records]
+
+    def _collect(self, call: dict[str, Any]) -> Any:
+        """One call of a ``parallel(...)``, kept for its batch; the wrapper's placeholder value."""
+        assert self.batch is not None
+        self.batch.append(call)
+        return "null"
+
     def _enter(self, name: str) -> bool:
         """Count one call; whether it is made under ``attempt``."""
         attempt, self.attempting = self.attempting, False
@@ -305,7 +380,7 @@ class _Run:
             raise _Stop
         return attempt
 
-    def _ask(self, request: Callable[[], Reply]) -> Reply:
+    def _ask(self, request: Callable[[], T]) -> T:
         """One round trip to the host, after the prints so far (the host ends the program by
         ending the exchange: then the program stops at once)."""
         try:
@@ -330,6 +405,8 @@ class _Run:
 
     def native_positional(self, name: str) -> Any:
         attempt = self._enter(name)
+        if self.batch is not None:
+            return self._collect({"name": name, "invalid": positional_diagnostic(name, self.inputs[name])})
         return self._invalid(name, positional_diagnostic(name, self.inputs[name]), attempt)
 
     def native_rejected(self, name: str, value: Any) -> Any:
@@ -340,6 +417,8 @@ class _Run:
         try:
             bind_arguments(self.inputs[name], value)
         except BindError as exc:
+            if self.batch is not None:
+                return self._collect({"name": name, "invalid": exc.diagnostic})
             return self._invalid(name, exc.diagnostic, attempt)
         self.fail("internal")  # a marked value always fails to bind
         raise _Stop
@@ -349,15 +428,24 @@ class _Run:
         try:
             args = bind_arguments(self.inputs[name], _decode(args_json))
         except BindError as exc:
+            if self.batch is not None:
+                return self._collect({"name": name, "invalid": exc.diagnostic})
             return self._invalid(name, exc.diagnostic, attempt)
         except ValueLimitError:
             self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
         try:
-            check_value(args, self.args_depth, self.limits.max_value_bytes)
+            size = check_value(args, self.args_depth, self.limits.max_value_bytes)
         except ValueLimitError:
             self.fail("resource_limit", LIMIT_VALUE_SIZE)
             raise _Stop from None
+        if self.batch is not None:
+            # A batch's arguments together are bounded like one call's.
+            self.batch_bytes += size
+            if self.batch_bytes > self.limits.max_value_bytes:
+                self.fail("resource_limit", LIMIT_VALUE_SIZE)
+                raise _Stop
+            return self._collect({"name": name, "args": args})
         reply = self._ask(lambda: self.host.call(name, args, attempt))
         if not reply.ok:
             return self._failed(reply, attempt)
@@ -601,9 +689,10 @@ def helper(n):
 def main():
     out = warm.ping(text = "x", items = [1, 2.5, None], opts = {"a": True})
     tried = attempt(warm.ping, text = 1, items = [])
+    both = parallel([(warm.ping, {"text": "y", "items": []}), (warm.ping, {"text": 2, "items": []})])
     total = sum(helper(10)) + math.floor(math.sqrt(16.0)) + len(json.encode({"k": [1, 2]}))
     print("warm", total, tried["ok"])
-    return {"out": out, "total": total, "decoded": json.decode('{"a": [1, 2.0]}'),
+    return {"out": out, "total": total, "both": both, "decoded": json.decode('{"a": [1, 2.0]}'),
             "indented": json.indent('{"a":[1]}'), "t": (1, "two")}
 """
 
@@ -630,6 +719,9 @@ class _WarmHost:
 
     def invalid(self, name: str, message: str, attempt: bool) -> Reply:
         return Reply.failed("invalid capability arguments")
+
+    def batch(self, calls: list[dict[str, Any]]) -> list[Reply]:
+        return [self.call(c["name"], c["args"], True) if "args" in c else Reply.failed("x") for c in calls]
 
     def prints(self, text: str, cut: bool) -> None:
         return None

@@ -59,10 +59,21 @@ MAX_HOST_FRAME_BYTES = 64 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 _INT64_MAX = 2**63 - 1
 
-HOST_KINDS: frozenset[str] = frozenset({"probe", "exec", "native_result", "native_error", "native_abort"})
+HOST_KINDS: frozenset[str] = frozenset(
+    {"probe", "exec", "native_result", "native_error", "native_abort", "native_batch_result"}
+)
 """Kinds the host sends (the worker reads only these)."""
 WORKER_KINDS: frozenset[str] = frozenset(
-    {"probe_ack", "native_call", "native_attempt", "native_invalid", "print", "final", "final_error"}
+    {
+        "probe_ack",
+        "native_call",
+        "native_attempt",
+        "native_invalid",
+        "native_batch",
+        "print",
+        "final",
+        "final_error",
+    }
 )
 """Kinds the worker sends (the host reads only these)."""
 ALL_KINDS: frozenset[str] = HOST_KINDS | WORKER_KINDS
@@ -108,6 +119,8 @@ _KEYS: dict[str, frozenset[str]] = {
     "native_result": frozenset({"k", "seq", "value"}),
     "native_error": frozenset({"k", "seq", "error"}),
     "native_abort": frozenset({"k", "seq"}),
+    "native_batch": frozenset({"k", "seq", "calls"}),
+    "native_batch_result": frozenset({"k", "seq", "results"}),
     "print": frozenset({"k", "text", "cut"}),
     "final": frozenset({"k", "value"}),
     "final_error": frozenset({"k", "error", "message"}),
@@ -178,6 +191,7 @@ RESERVED_ROOTS: frozenset[str] = frozenset(
         "max",
         "min",
         "ord",
+        "parallel",
         "print",
         "range",
         "repr",
@@ -519,6 +533,43 @@ def _validate_limits(limits: object) -> None:
         _check_int("limits", key, value, 1 if key in _POSITIVE_LIMITS else 0)
 
 
+_BATCH_CALL_KEYS = frozenset({"name", "args"})
+_BATCH_INVALID_KEYS = frozenset({"name", "invalid"})
+
+
+def _validate_batch(calls: object) -> None:
+    """A ``native_batch``'s ``calls``: a non-empty list of ``{name, args}`` (a call that bound) or
+    ``{name, invalid}`` (one the worker's binding rejected, with its diagnostic)."""
+    if not isinstance(calls, list) or not calls:
+        raise ProtocolError("native_batch.calls must be a non-empty list")
+    for call in calls:
+        if not isinstance(call, dict) or set(call) not in (_BATCH_CALL_KEYS, _BATCH_INVALID_KEYS):
+            raise ProtocolError("native_batch.calls items must be {name, args} or {name, invalid}")
+        if not isinstance(call["name"], str) or not call["name"]:
+            raise ProtocolError("native_batch call name must be a non-empty string")
+        if "args" in call:
+            args = call["args"]
+            if not isinstance(args, dict) or not all(isinstance(key, str) for key in args):
+                raise ProtocolError("native_batch call args must be an object")
+        elif not isinstance(call["invalid"], str):
+            raise ProtocolError("native_batch call invalid must be a string")
+
+
+def _validate_batch_results(results: object) -> None:
+    """A ``native_batch_result``'s ``results``: a non-empty list of ``{ok: true, value}`` or
+    ``{ok: false, error}`` (``error`` a non-empty string), one per call of the batch."""
+    if not isinstance(results, list) or not results:
+        raise ProtocolError("native_batch_result.results must be a non-empty list")
+    for result in results:
+        if not isinstance(result, dict) or not isinstance(result.get("ok"), bool):
+            raise ProtocolError("native_batch_result items must be {ok, value} or {ok, error}")
+        if result["ok"] is True:
+            if set(result) != {"ok", "value"}:
+                raise ProtocolError("native_batch_result items must be {ok, value} or {ok, error}")
+        elif set(result) != {"ok", "error"} or not isinstance(result["error"], str) or not result["error"]:
+            raise ProtocolError("native_batch_result error must be a non-empty string")
+
+
 def validate_frame(obj: object, allowed_kinds: Collection[str] = ALL_KINDS) -> dict[str, Any]:
     """Check that ``obj`` is a well-formed frame of one of ``allowed_kinds``; return it."""
     if not isinstance(obj, dict):
@@ -555,6 +606,10 @@ def validate_frame(obj: object, allowed_kinds: Collection[str] = ALL_KINDS) -> d
     elif kind == "native_error":
         if not isinstance(obj["error"], str) or not obj["error"]:
             raise ProtocolError("native_error.error must be a non-empty string")
+    elif kind == "native_batch":
+        _validate_batch(obj["calls"])
+    elif kind == "native_batch_result":
+        _validate_batch_results(obj["results"])
     elif kind == "print":
         if not isinstance(obj["text"], str):
             raise ProtocolError("print.text must be a string")

@@ -64,6 +64,7 @@ from .observe import (
     ExecuteOutcome,
     Observer,
 )
+from .parallel import Exchange, run_batch
 from .plan import Plan
 from .quota import Hold, QuotaStore, QuotaUnavailable
 from .report import PrintsRefused, Report
@@ -196,6 +197,8 @@ class _Session:
                     raise WorkerMisbehaved("frames sent ahead of a native call's result")
                 if kind == "native_invalid":
                     await self.native_invalid(frame)
+                elif kind == "native_batch":
+                    await run_batch(self, frame, _EXCHANGE)
                 else:
                     await self.native_call(frame, attempt=kind == "native_attempt")
                 # A worker whose next frame is already buffered (the runtimes' readers return buffered
@@ -313,7 +316,12 @@ class _Session:
 
     async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord) -> Any:
         """Authorize, run and bound one call; its plain result. ``event`` records how far it got."""
-        limits = self.ex.limits
+        typed_args = await self.authorize(cap, canonical, event)
+        return await self.handle(cap, typed_args, event)
+
+    async def authorize(self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord) -> Any:
+        """Authorize one call (asking the user when the policy says so); its typed arguments.
+        Raises the call's error when it may not run."""
         t0 = time.perf_counter()
         typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
         asked = False
@@ -351,6 +359,11 @@ class _Session:
             event.decision = "approved"
         else:
             event.decision = "allow"
+        return typed_args
+
+    async def handle(self, cap: CompiledCapability, typed_args: Any, event: _CallRecord) -> Any:
+        """Run one authorized call's handler and bound its result; its plain result."""
+        limits = self.ex.limits
         event.outcome = "interrupted"  # until the handler has returned or failed
         t1 = time.perf_counter()
         try:
@@ -540,7 +553,11 @@ async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None
         outcome.set_result(value)
 
 
-_CALL_KINDS = frozenset({"native_call", "native_attempt", "native_invalid"})
+_CALL_KINDS = frozenset({"native_call", "native_attempt", "native_invalid", "native_batch"})
+
+
+#: What a ``native_batch`` (codemode.execution.parallel) uses of this module.
+_EXCHANGE = Exchange(_CallRecord, WorkerMisbehaved, WorkerGone)
 
 
 def _recoverable(event: _CallRecord) -> bool:
@@ -645,6 +662,8 @@ class Executor:
         # Sync handlers run on a pool of their own (not the loop's default executor, which the
         # runtimes use too), each capability with its own cheap hand-off (codemode.common.handoff).
         self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Threads of that pool (one execute's parallel calls take at most half: codemode.execution.parallel).
+        self.handler_threads = min(32, (os.cpu_count() or 1) + 4)
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
         #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
@@ -977,7 +996,7 @@ class Executor:
         """
         if self._sync_pool is None:
             self._sync_pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="codemode-handler"
+                max_workers=self.handler_threads, thread_name_prefix="codemode-handler"
             )
         handoff = self._handoffs.get(cap.name)
         if handoff is None:

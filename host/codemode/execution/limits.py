@@ -67,6 +67,7 @@ class Limits:
     ``max_concurrent_executions`` (worker slots). Asking the user: ``max_approval_time`` (seconds a
     question may stay open), ``max_pending_approvals`` (questions one subject may have open) and
     ``max_approval_wait`` (seconds all of one execute's questions may stay open together).
+    ``max_parallel_calls``: the calls of one ``parallel(...)`` that run at once.
 
     Seconds are floats; every other field is a count or bytes. ``Builder.build()`` refuses a value
     below its minimum (0 included, except for ``max_print_bytes``), a non-number, a non-finite one.
@@ -191,6 +192,15 @@ class Limits:
         "`resource limit exceeded: approval wait`. Bounds how long asking again and again can hold a "
         "worker; host",
         minimum=0,
+    )
+
+    max_parallel_calls: int = _limit(
+        10,
+        "calls",
+        "calls of one parallel() that run at once",
+        "the calls of one `parallel(...)` that run at once ([program.md](program.md#parallel-calls)); "
+        "the rest wait for one of them to finish. Sync handlers of one execute also take at most half "
+        "the host's handler threads (at least 1), so one program cannot hold them all; host",
     )
 
     def problems(self) -> list[str]:
