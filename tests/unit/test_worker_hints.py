@@ -29,6 +29,23 @@ def test_nested_namespaces_and_builtin_modules() -> None:
     assert explain(message, math, "2:12") == "math has no function `cosine` (did you mean `cos`?)"
 
 
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Variable `set` not found, did you mean `s`?", "`set` is not available: use dict keys"),
+        ("Variable `map` not found, did you mean `max`?", "`map` is not available: use a list comprehension"),
+        ("Variable `filter` not found", "`filter` is not available: use a list comprehension"),
+        ("Variable `round` not found", "`round` is not available: use `math.round(x)`"),
+    ],
+)
+def test_a_missing_python_builtin_gets_the_tools_advice_not_the_nearest_spelling(
+    message: str, expected: str
+) -> None:
+    text = explain(message, "def main():\n    return 1\n", "2:12")
+    assert text.startswith(expected), text
+    assert "did you mean" not in text
+
+
 def test_other_messages_pass_unchanged() -> None:
     assert explain("Variable `recordz` not found", "x", "1:1") == "Variable `recordz` not found"
     # A location that does not show the attribute: the interpreter's text stays.
@@ -55,6 +72,8 @@ PROGRAMS = [
     ),
     ("def main():\n    import os\n", "2:5: `import` is not available"),
     ("def main():\n    return json.foo\n", "2:12: json has no function `foo`"),
+    ("def main():\n    s = set([1])\n    return 1\n", "2:9: `set` is not available: use dict keys"),
+    ("def main():\n    return map(str, [1])\n", "2:12: `map` is not available: use a list comprehension"),
 ]
 
 

@@ -38,6 +38,26 @@ _INSTEAD: Final = {
     "del": "`del` is not available: build a new list or dict without the item (`d.pop(key)` removes one)",
     "assert": '`assert` is not available: `if not ok: fail("message")`',
 }
+# A Python builtin the dialect lacks: starlark-rust's "did you mean" names the nearest spelling
+# (`set` -> `s`, `map` -> `max`), which misleads; the execute tool's text says what to use.
+_NOT_FOUND = re.compile(r"^Variable `(\w+)` not found(?:, did you mean `\w+`\?)?$")
+_COMPREHENSION: Final = "use a list comprehension"
+_MISSING: Final = {
+    "set": "use dict keys (`seen = {x: True for x in items}`, then `x in seen`)",
+    "frozenset": "use dict keys (`seen = {x: True for x in items}`, then `x in seen`)",
+    "map": _COMPREHENSION + " (`[f(x) for x in items]`)",
+    "filter": _COMPREHENSION + " (`[x for x in items if ok(x)]`)",
+    "isinstance": 'compare the type name (`type(x) == "int"`)',
+    "round": "use `math.round(x)`",
+    "next": "loop with `for x in items:` or index (`items[0]`)",
+    "iter": "loop with `for x in items:`",
+    "open": "there is no file access; capabilities are the only way to reach the host",
+    "input": "there is no input; capabilities are the only way to reach the host",
+    "eval": "write the code itself",
+    "exec": "write the code itself",
+    "Exception": '`fail("message")` ends the program with an error; `attempt(...)` handles a failing call',
+    "ValueError": '`fail("message")` ends the program with an error; `attempt(...)` handles a failing call',
+}
 F_STRINGS: Final = "Your Starlark dialect must enable f-strings to use them"
 _F_STRINGS_INSTEAD: Final = 'f-strings are not available: use "{} of {}".format(a, b) or "%s" % value'
 
@@ -47,6 +67,9 @@ def explain(message: str, source: str, location: str | None) -> str:
     that says what to write instead."""
     if message == F_STRINGS:
         return _F_STRINGS_INSTEAD
+    not_found = _NOT_FOUND.match(message)
+    if not_found and not_found.group(1) in _MISSING:
+        return f"`{not_found.group(1)}` is not available: {_MISSING[not_found.group(1)]}"
     keyword = _KEYWORD.match(message)
     if keyword and keyword.group(1) in _INSTEAD:
         return _INSTEAD[keyword.group(1)]
