@@ -112,10 +112,11 @@ def query(dsn: str, sql: str, *params: object) -> list[tuple[object, ...]]:
 
 
 def via(dsn: str, host: str, port: int) -> str:
-    """``dsn`` reaching its server at ``host:port`` instead (through a :class:`Relay`)."""
+    """``dsn`` as a ``postgresql://`` URI reaching its server at ``host:port`` instead (through a
+    :class:`Relay`)."""
     info = conninfo_to_dict(dsn)
-    info.update(host=host, port=str(port))
-    return make_conninfo("", **info)
+    user, password = quote(str(info.get("user", "")), safe=""), quote(str(info.get("password", "")), safe="")
+    return f"postgresql://{user}:{password}@{host}:{port}/{info.get('dbname', '')}"
 
 
 class Relay:
@@ -132,11 +133,12 @@ class Relay:
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> str:
-        """Listen; the DSN through the relay."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return via(self.dsn, "127.0.0.1", port)
+    async def start(self, port: int = 0) -> str:
+        """Listen (on ``port``, 0: any free one); the DSN through the relay."""
+        self.frozen = False
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port, reuse_address=True)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return via(self.dsn, "127.0.0.1", self.port)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)

@@ -7,7 +7,8 @@ whole. Either hands out a :class:`Hold` per admitted execute, given back with
 :meth:`QuotaStore.release` when the execute ends.
 
 A store that cannot answer raises :class:`QuotaUnavailable`: the execute fails closed (``internal
-failure``, docs/reference/errors.md) and the host logs why, naming the setting.
+failure``, docs/reference/errors.md) and the host logs why, naming the setting. A store may also have
+``async check()`` (raising :class:`QuotaUnavailable`); the HTTP service's ``/readyz`` calls it.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class LocalQuota:
             return None
         self.active[subject_id] = held + 1
         return Hold(subject_id)
+
+    async def check(self) -> None:
+        """Readiness: counted in this process, it always answers."""
 
     def release(self, hold: Hold) -> None:
         """Give ``hold`` back.

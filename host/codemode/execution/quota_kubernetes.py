@@ -202,6 +202,20 @@ class KubernetesQuota:
         slot.released = True
         self._background_task(self._delete(slot))
 
+    async def check(self) -> None:
+        """Readiness (``/readyz``): the API lists this namespace's Leases within ``timeout``.
+
+        Raises:
+            QuotaUnavailable: it does not (unreachable, refused, forbidden, too slow).
+        """
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._call("list_namespaced_lease", limit=1)
+        except TimeoutError:
+            raise QuotaUnavailable(f"{self._where()}: no answer within {self.timeout} s") from None
+        except _Conflict:
+            raise QuotaUnavailable(f"{self._where()}: the namespace was not found") from None
+
     async def open(self) -> None:
         """Start renewing (``Server.attach``'s lifecycle); nothing is checked here: an execute
         that finds the store down fails closed."""

@@ -52,6 +52,7 @@ from starlette.types import Scope
 
 from .. import authz
 from ..execution.observe import CallEvent, ExecuteEvent
+from ..execution.quota import QuotaUnavailable
 from ..execution.server import Server
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.pool import WarmPool
@@ -59,6 +60,7 @@ from ..runtimes.reuse import ReusePool
 from ..runtimes.streams import BlockingRuntime
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
 from ..startup.config import ConfigError, Settings, load_settings, names
+from ..store import StoreUnavailable
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .connections import RequestGuard
@@ -294,7 +296,7 @@ class Service:
     # ------------------------------------------------------------------ readiness
     async def readiness(self) -> Readiness:
         """What ``/readyz`` answers: not while draining, the runtime's check, start-up problems, the
-        pool's warmth (docs/service.md).
+        pool's warmth, the store's and the quota store's checks (docs/service.md).
 
         Returns:
             Ready or not, with the coarse reason.
@@ -308,7 +310,38 @@ class Service:
             # Coarse on purpose: the port is unauthenticated; the detail is in the log and on the
             # metrics port (codemode_startup_problem).
             return Readiness(False, "start-up problem")
-        return state
+        if not state.ready:
+            return state
+        return await self._stores_readiness()
+
+    async def _stores_readiness(self) -> Readiness:
+        """The store of suspensions and state, then the quota store: each answers its check within
+        ``ready_check_timeout``, or ``/readyz`` fails with a coarse reason and the host log says why
+        in one line (never a credential: the stores' messages name their server only)."""
+        store = self.server.plan.store
+        checks: list[tuple[str, str, Any, type[Exception]]] = []
+        if store is not None:
+            checks.append(("store", f"store {store.name}", store.check, StoreUnavailable))
+        quota = self.server.plan.quota_store
+        quota_check = getattr(quota, "check", None)
+        if callable(quota_check):
+            checks.append(("quota store", f"quota store {quota.name}", quota_check, QuotaUnavailable))
+        for reason, what, check, unavailable in checks:
+            try:
+                async with asyncio.timeout(self.settings.ready_check_timeout):
+                    await check()
+            except unavailable as exc:
+                log.warning("readiness: %s unavailable: %s", what, " ".join(str(exc).split()))
+                return Readiness(False, f"{reason} unavailable")
+            except TimeoutError:
+                log.warning(
+                    "readiness: %s check timed out after %g s", what, self.settings.ready_check_timeout
+                )
+                return Readiness(False, f"{reason} check timed out")
+            except Exception as exc:
+                log.warning("readiness: %s check failed: %s", what, type(exc).__name__)
+                return Readiness(False, f"{reason} check failed")
+        return Readiness(True, "ok")
 
     async def _runtime_readiness(self) -> Readiness:
         try:

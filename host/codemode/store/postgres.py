@@ -114,6 +114,10 @@ class PostgresStore:
             timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(timeout))},
             configure=self._configure,
+            # A connection is checked (one round trip) before it is handed out: after a server
+            # restart or a cut network the pool's old connections are dropped there, so one failed
+            # operation is not followed by another for each connection the pool still holds.
+            check=AsyncConnectionPool.check_connection,
             name="codemode-store",
         )
         self._opened = False
