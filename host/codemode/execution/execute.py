@@ -262,6 +262,7 @@ class _Session:
         cap = self.count_call(frame)
         event = _CallRecord(started, decision="invalid_arguments")
         error = InvalidArguments(self.ex.argument_grammar.accepted(frame["message"]))
+        self.report.progress.call_started(cap.name)
         if not frame["attempt"]:
             self.observe(cap, event)
             raise error
@@ -322,6 +323,7 @@ class _Session:
     async def authorize(self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord) -> Any:
         """Authorize one call (asking the user when the policy says so); its typed arguments.
         Raises the call's error when it may not run."""
+        self.report.progress.call_started(cap.name)  # the ledger will hold it, whatever happens now
         t0 = time.perf_counter()
         typed_args = constructor(cap.input_type)(canonical) if cap.input_type is not None else None
         asked = False
