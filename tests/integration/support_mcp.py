@@ -189,6 +189,8 @@ def assert_coarse(text: str) -> None:
     for prefix in ("invalid program: ", "invalid capability arguments: ", "capability failed: "):
         if text.startswith(prefix):
             return
+    if text.startswith("capability not found: did you mean ") and text.endswith("?"):
+        return
     if text.removeprefix("resource limit exceeded: ") in LIMIT_KINDS:
         return
     raise AssertionError(f"not an approved error text: {text!r}")

@@ -169,9 +169,10 @@ async def test_search_blank_and_describe_unknown(mode: str) -> None:
             "truncated": False,
         }
         assert error_text(await call(client, "describe_api", name="records.nope")) == "capability not found"
-        # exact lookup: no trimming, no case folding
-        assert error_text(await call(client, "describe_api", name=" records.get")) == "capability not found"
-        assert error_text(await call(client, "describe_api", name="Records.get")) == "capability not found"
+        # exact lookup: no trimming, no case folding (the closest name is suggested)
+        near = "capability not found: did you mean records.get?"
+        assert error_text(await call(client, "describe_api", name=" records.get")) == near
+        assert error_text(await call(client, "describe_api", name="Records.get")) == near
 
 
 async def test_execute_returns_none_and_nested(mode: str) -> None:
@@ -195,7 +196,8 @@ async def test_disabled_capability_is_absent(mode: str) -> None:
     async with Client(mcp_for(server), mode=mode) as client:
         found = success_value(await call(client, "search_api", query="delete record"))
         assert "records.delete" not in [r["name"] for r in found["results"]]
-        assert error_text(await call(client, "describe_api", name="records.delete")) == "capability not found"
+        missing = error_text(await call(client, "describe_api", name="records.delete"))
+        assert missing.startswith("capability not found") and "records.delete" not in missing
 
 
 # ---------------------------------------------------------------------------------------------- errors
