@@ -10,6 +10,7 @@ bound, never a hang, and its message holds no credential."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -442,6 +443,30 @@ async def test_the_sqlite_file_is_private_and_survives_a_restart(tmp_path: Path)
         assert await again.state_get("alice", "k", NOW) == StateEntry("k", "1", 1, None)
     finally:
         await again.aclose()
+
+
+async def test_a_dropped_record_leaves_no_bytes_in_the_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    marker = "tenant-secret-" + secrets.token_hex(8)
+    store = SqliteStore(path)
+    rec = record(body=json.dumps({"result": marker * 20}))
+    await store.suspend(rec, max_records=10, max_bytes=BIG)
+    await put(store, "alice", "k", json.dumps(marker))
+    await store.drop(rec.id)
+    await store.state_delete("alice", "k", expect=None, now=NOW)
+    await store.aclose()  # the last connection checkpoints the write-ahead log into the file
+    assert not Path(f"{path}-wal").exists()
+    assert marker.encode() not in path.read_bytes()
+    # the control: without secure_delete (some SQLite builds' default) the bytes stay behind
+    control = tmp_path / "control.sqlite3"
+    with contextlib.closing(sqlite3.connect(control)) as db:
+        db.execute("PRAGMA secure_delete=OFF")
+        db.execute("CREATE TABLE t (v TEXT)")
+        db.execute("INSERT INTO t VALUES (?)", (marker * 20,))
+        db.commit()
+        db.execute("DELETE FROM t")
+        db.commit()
+    assert marker.encode() in control.read_bytes()
 
 
 async def test_an_unusable_sqlite_path_is_unavailable(tmp_path: Path) -> None:

@@ -118,6 +118,8 @@ class SqliteStore:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            # A deleted record's bytes are overwritten, not left in free pages (tenant data).
+            db.execute("PRAGMA secure_delete=ON")
             db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             db.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA.split(";"):
