@@ -35,8 +35,20 @@
 
 ARG BASE_IMAGE=python:3.11-slim
 
+# ---------------------------------------------------------------------------------------- base
+# regopy (the Rego authorizer) needs libatomic.so.1. The debootstrap base carries it
+# (scripts/provision-docker.sh, BASE_PACKAGES); python:3.11-slim does not, so it is installed here
+# (that build has the network; the offline build from the debootstrap base needs none).
+FROM ${BASE_IMAGE} AS base
+RUN if ! ldconfig -p | grep -q 'libatomic\.so\.1'; then \
+        command -v apt-get >/dev/null || { echo "the base lacks libatomic.so.1 (regopy needs it) and apt-get: add libatomic1 to it (scripts/provision-docker.sh, BASE_PACKAGES)" >&2; exit 1; }; \
+        apt-get update -qq && \
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libatomic1 && \
+        rm -rf /var/lib/apt/lists/*; \
+    fi
+
 # ---------------------------------------------------------------------------------------- build
-FROM ${BASE_IMAGE} AS build
+FROM base AS build
 ARG PIP_INDEX_URL
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
@@ -44,6 +56,10 @@ COPY pyproject.toml README.md LICENSE ./
 COPY host ./host
 COPY capabilities ./capabilities
 COPY worker_image/codemode_worker ./worker_image/codemode_worker
+# The service runs no sandbox escape tests: the test-only worker entry stays out of this image too
+# (codemode image audit's "test entries" check; worker_image/install_deps.py leaves it out of the
+# production worker the same way).
+RUN rm -f ./worker_image/codemode_worker/testing_entry.py
 # Offline builds: a directory .build-wheels/ in the context holding a pip wheel and every dependency's
 # wheel (scripts/provision-kubernetes.sh makes it) is used with --no-index; a base without pip or venv
 # (the debootstrap base) needs it. Without it, the base's own pip installs from the index.
@@ -56,10 +72,10 @@ RUN set -e; \
     site="$(find /opt/codemode -type d \( -name site-packages -o -name dist-packages \) | head -n 1)"; \
     ln -s "$site" /opt/codemode/site; \
     [ -d /opt/codemode/bin ] || ln -s "$(dirname "$(find /opt/codemode -name codemode -type f | head -n 1)")" /opt/codemode/bin
-RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import codemode.cli, codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes; print('codemode service ok')"]
+RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import importlib.util, codemode.cli, codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes; from codemode.authz.rego import RegoAuthorizer; RegoAuthorizer('data.p.allow', {'p.rego': 'package p\\nallow := true\\n'}).close(); assert importlib.util.find_spec('codemode_worker.testing_entry') is None; print('codemode service ok')"]
 
 # ---------------------------------------------------------------------------------------- service
-FROM ${BASE_IMAGE}
+FROM base
 LABEL io.codemode.role="service" \
       org.opencontainers.image.title="codemode-service" \
       org.opencontainers.image.description="codemode host: authenticated MCP over streamable HTTP; runs programs in single-use worker containers"

@@ -5,8 +5,9 @@
 #
 #   1. install docker.io and debootstrap from Debian (skipped when present);
 #   2. start dockerd in the background when `docker info` fails (log: /var/log/dockerd.log);
-#   3. build the offline base image codemode-base:bookworm with debootstrap: minbase plus python3 and
-#      python3-seccomp (libseccomp's Python binding, which the worker confines itself with); cached:
+#   3. build the offline base image codemode-base:bookworm with debootstrap: minbase plus python3,
+#      python3-seccomp (libseccomp's Python binding, which the worker confines itself with) and
+#      libatomic1 (regopy's, for the Rego authorizer in the service image built from it); cached:
 #      skipped when the image exists with that package list (label io.codemode.base.packages);
 #      CODEMODE_REBUILD_BASE=1 forces a rebuild;
 #   4. fetch the worker's pinned wheels (worker_image/requirements.txt) on the host and build
@@ -38,7 +39,7 @@ GVISOR="${CODEMODE_GVISOR:-auto}"
 DOCKERD_LOG=/var/log/dockerd.log
 SUITE=bookworm
 # What debootstrap adds to minbase (recorded in the base image's io.codemode.base.packages label).
-BASE_PACKAGES=python3,python3-seccomp
+BASE_PACKAGES=python3,python3-seccomp,libatomic1
 
 log() { printf '[provision-docker] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

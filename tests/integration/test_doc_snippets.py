@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def python_blocks(page: str) -> list[str]:
     return re.findall(r"^```python[ \t]*\n(.*?)^```", (ROOT / page).read_text(encoding="utf-8"), re.M | re.S)
+
+
+def sh_blocks(page: str) -> list[str]:
+    return re.findall(r"^```sh[ \t]*\n(.*?)^```", (ROOT / page).read_text(encoding="utf-8"), re.M | re.S)
 
 
 def block_with(page: str, marker: str) -> str:
@@ -71,16 +76,34 @@ def test_mcp_page_builds_the_mcp_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_service_page_builds_the_app_and_its_server_configuration(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "tokens.txt").write_text("")
-    monkeypatch.setenv("CODEMODE_TOKEN_FILE", str(tmp_path / "tokens.txt"))
-    monkeypatch.setenv("CODEMODE_ALLOW_ALL", "true")
-    monkeypatch.setenv("CODEMODE_DATA_DIR", str(tmp_path / "data"))
+def test_service_page_builds_the_app_and_its_server_configuration(tmp_path: Path) -> None:
+    """The page's first two blocks, as written, in one folder: the token file the command makes is
+    what the script names; nothing else is set (issue 35 §1: it needed settings it did not show)."""
+    env = child_env(XDG_DATA_HOME=str(tmp_path / "data"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    (command,) = [b for b in sh_blocks("docs/service.md") if "--token-file tokens.txt" in b]
+    argv = cli_command(*command.split("#")[0].split()[1:])
+    made = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0 and (tmp_path / "tokens.txt").is_file(), made.stderr
     source = block_with("docs/service.md", "server_config(app)")
-    lines = run_script(source + "\nprint(type(config).__name__, config.http.__name__)\n", tmp_path)
-    assert lines == ["Config GuardedH11Protocol"]
+    proc = subprocess.run(
+        [sys.executable, "-c", source], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["127.0.0.1 8000"]
+
+
+@pytest.mark.timeout(120)
+def test_python_api_page_builds_and_uses_a_server_as_a_script() -> None:
+    """python-api.md's first listing is a script (no top-level await), run from the repository root."""
+    source = python_blocks("docs/reference/python-api.md")[0]
+    compile(source, "python-api.md", "exec", dont_inherit=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", source], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[2] == "{'count': 1, 'key': 'a'}"
+    assert lines[3].startswith("ExecuteResult(value={'count': 1, 'key': 'a'}, calls=(LedgerEntry(")
 
 
 @pytest.mark.timeout(120)
