@@ -205,7 +205,7 @@ tags=["a", "b"]). Positional arguments are rejected. Calls are accepted only whi
 must not call capabilities.
 - A call returns plain values: dicts, lists, str, int, float, bool, None. Read fields as r["id"].
 - Builtins available, nothing else: abs all any attempt bool chr dict dir enumerate fail float getattr \
-hasattr hash int len list max min ord print range repr reversed sorted str sum tuple type zip, \
+hasattr hash int len list max min ord parallel print range repr reversed sorted str sum tuple type zip, \
 json.encode/json.decode/json.indent and math.* (sqrt, floor, ceil, pow, log, exp, fabs, round, pi, \
 e, sin, cos, ...). Strings support "%s" % x and "{}".format(x).
 - Not available: load, import, while (use `for i in range(n):`), f-strings (use "%s" % x or str()), \
@@ -218,6 +218,10 @@ returns {"ok": True, "value": <its result>} or {"ok": False, "error": "<error te
 r["ok"]. Only "permission denied", "capability failed..." and "invalid capability arguments..." \
 come back this way; every other error (limits, policy failure, internal failure) still ends the \
 program. An attempt counts as a call like any other.
+- Independent calls can run at once: rs = parallel([(records.get, {"id": 1}), (records.get, {"id": 2})]) \
+makes both calls together and returns one attempt-style record per call, in order ({"ok": True, \
+"value": ...} or {"ok": False, "error": ...}). Each call counts as a call; limits, policy failures and \
+internal failures still end the program.
 - print() output is returned as "prints" (for debugging your program) only if this host keeps it; \
 otherwise it is discarded. Never use it for results: return data instead.
 - Programs have budgets (interpreter steps, wall time, number of capability calls, size and \
