@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import html
 import json
 import logging
 import random
+import re
 import string
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote_plus
 
 import pytest
 
@@ -420,3 +422,73 @@ def swapped_shape(text: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+# ------------------------------------- encodings that are no whole spelling (issue 31 §1, last gap)
+
+#: A credential whose part after the scheme holds a space and characters every encoding escapes.
+ENCODED_CREDENTIAL = "Token Kq7&zR/p+W x=" + _random(12)
+
+
+def fully_decoded(text: str) -> str:
+    """``text`` with its JSON ``\\uXXXX`` and ``\\\\`` escapes, HTML character references and percent
+    escapes decoded until nothing changes, ``+`` a space (the test's own view: what a client could
+    read out of what it is shown)."""
+    for _ in range(8):
+        before = text
+        text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\\\", "\\")
+        text = unquote_plus(html.unescape(text))
+        if text == before:
+            break
+    return text
+
+
+def shows_none_of(shown: str, form: str, value: str) -> bool:
+    """Neither the credential as the backend spelled it nor, decoded, its part after the scheme."""
+    token = value.partition(" ")[2].replace("+", " ")
+    wrapper = _pieces(credential_echo.spelled(form, ""), 6)  # json-double's own JSON around it
+    return not set(leaks(shown, credential_echo.spelled(form, value))) - wrapper and not leaks(
+        fully_decoded(shown).replace("+", " "), token
+    )
+
+
+@pytest.mark.parametrize("form", sorted(credential_echo.ENCODED))
+async def test_a_credential_echoed_in_an_encoding_that_is_no_whole_spelling_shows_none_of_it(
+    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    form: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hostile backend echoes the credential with every character a JSON ``\\u`` escape or an HTML
+    character reference, spaces as ``+`` among percent escapes, as JSON inside a JSON string, or
+    several of these mixed: in an OpenAPI error reason and result, and in an upstream MCP error
+    text, the client sees none of it, and the host logs one warning for each."""
+    value = ENCODED_CREDENTIAL
+    calls = (
+        ("api.credential", f'form="{form}", status=400'),
+        ("api.credential", f'form="{form}", status=200'),
+    )
+    async with openapi_server(value) as server, mcp_server(value) as upstream:
+        with caplog.at_level(logging.WARNING):
+            shown = [await server.execute(one_call(cap, args), subject=SUBJECT) for cap, args in calls]
+            shown.append(
+                await upstream.execute(one_call("echo.credential_error", f'form="{form}"'), subject=SUBJECT)
+            )
+    error, result, mcp_error = (str(x) for x in shown)
+    assert error.startswith("capability failed: HTTP 400: key ") and error.endswith(" refused"), error
+    assert mcp_error.startswith("capability failed: echo: Error executing tool credential_error: key "), (
+        mcp_error
+    )
+    for text in (error, result, mcp_error):
+        assert "[redacted]" in text and shows_none_of(text, form, value), (form, text)
+    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
+    assert len(warned) == 3, warned
+
+
+def one_call(capability: str, args: str) -> str:
+    """A program calling ``capability(args)`` once: its error text, or its result's ``echo``."""
+    return (
+        "def main():\n"
+        f"    r = attempt({capability}, {args})\n"
+        '    return r["value"]["echo"] if r["ok"] else r["error"]\n'
+    )

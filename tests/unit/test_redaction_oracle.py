@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import functools
+import html
 import logging
+import re
 import sys
 from collections.abc import Callable
 from types import FrameType
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, unquote_plus
 
 import httpx
 import pytest
@@ -359,3 +361,127 @@ def test_an_openapi_reason_cut_where_the_program_puts_an_escaped_credential_show
         response = httpx.Response(400, json={"detail": said})
         shown, _ = reason(response, response.content, r)
         assert not _pieces(value) & _pieces(unquote(shown)), (pad, shown)
+
+
+# ------------------------------------------ escapes no whole spelling has (issue 31 §1, last gap)
+
+ESCAPED = "Token Kq7&zR/p+W x=d1lwinj1Yybf"  # a space, and characters every encoding escapes
+
+
+def _unicode(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+#: Escapings of every character that no encoding of the whole value gives.
+ESCAPINGS: dict[str, Callable[[str], str]] = {
+    "json-unicode": _unicode,
+    "html-decimal": lambda t: "".join(f"&#{ord(c)};" for c in t),
+    "html-hex": lambda t: "".join(f"&#X{ord(c):x};" for c in t),
+    "html-padded": lambda t: "".join(f"&#{ord(c):07d};" for c in t),
+    "percent-json": lambda t: quote(_unicode(t), safe=""),
+    "html-json": lambda t: "".join(f"&#92;u{ord(c):04x}" for c in t),
+    "json-json": lambda t: _unicode(t).replace("\\", "\\\\"),
+    "form": lambda t: "".join("+" if c == " " else f"%{ord(c):02x}" for c in t),
+}
+
+
+def _read_out(text: str) -> str:
+    """What a client could read out of ``text``: escapes decoded again and again, ``+`` a space."""
+    for _ in range(8):
+        before = text
+        text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\\\", "\\")
+        text = unquote_plus(html.unescape(text))
+        if text == before:
+            break
+    return text
+
+
+def _shows_none_of(shown: str, value: str) -> bool:
+    token = value.partition(" ")[2] or value
+    return not _pieces(token.replace("+", " ")) & _pieces(_read_out(shown))
+
+
+def _reason(text: str, r: Redactor) -> str:
+    from codemode_capabilities.openapi.calls import reason
+
+    response = httpx.Response(400, json={"detail": text})
+    return reason(response, response.content, r)[0]
+
+
+@pytest.mark.parametrize("how", sorted(ESCAPINGS))
+def test_a_credential_echoed_with_every_character_escaped_shows_none_of_it(how: str) -> None:
+    """Before, none of these was a spelling: the text came back as it was (and an OpenAPI reason
+    showed its first 120 characters, the credential's first characters among them)."""
+    r = Redactor([ESCAPED])
+    for echoed in (ESCAPINGS[how](ESCAPED), ESCAPINGS[how](ESCAPED.partition(" ")[2])):
+        text = f"key {echoed} refused"
+        shown, count = r.redact(text)
+        assert (shown, count) == ("key [redacted] refused", 1), (how, shown)
+        assert _reason(text, r) == "key [redacted] refused", how
+        seen = upstream_error_text("api", text, secrets=[ESCAPED])
+        assert "[redacted]" in seen and _shows_none_of(seen, ESCAPED), (how, seen)
+
+
+@pytest.mark.parametrize("how", sorted(ESCAPINGS))
+def test_no_part_of_an_escaped_credential_changes_what_the_client_sees(how: str) -> None:
+    """Decoding adds views, never a rule for parts: a part of the escaped credential comes back as
+    it would with no credential configured, and takes as many Python steps as the same escaping of
+    another string of its shape (the views' work is the text's, never the credential's)."""
+    r, nothing = Redactor([ESCAPED]), Redactor([])
+    token = ESCAPED.partition(" ")[2]
+    checked = 0
+    for part in {token[:n] for n in range(1, len(token))} | {token[n:] for n in range(1, len(token))}:
+        text = f"key {ESCAPINGS[how](part)} refused"
+        other = f"key {ESCAPINGS[how](_look_alike(part))} refused"
+        assert r.redact(text) == (text, 0), (how, part)
+        assert _reason(text, r) == _reason(text, nothing), (how, part)
+        assert upstream_error_text("api", text, secrets=[ESCAPED]) == upstream_error_text("api", text)
+        if len(text) == len(other):
+            assert _redact_steps(r, text) == _redact_steps(r, other), (how, part)
+            checked += 1
+    assert checked > 20
+
+
+def _cut_probes(value: str) -> list[str]:
+    """The credential with every character a character reference padded with zeros: its first 12
+    ten characters long (what a client is shown holds them whole), the others 300 (longer than the
+    window read past what is kept), after padding that the reason's whitespace collapse removes, so
+    that it starts anywhere near the end of what is kept."""
+    padded = "".join(f"&#{ord(c):0{7 if i < 12 else 297}d};" for i, c in enumerate(value))
+    return [" " * pad + "key " + padded + " refused" for pad in (0, 100, 3000, 3900, 4000, 4090, 5000)]
+
+
+def test_an_openapi_reason_cut_inside_a_credential_longer_than_what_is_read_shows_none_of_it() -> None:
+    """An escape can be as long as a backend likes (``&#000...0115;``), so a spelling that starts in
+    what is kept can end past what is read. Before, the reason showed the references of the
+    credential's first characters; now what starts where the last 1,024 characters of the most
+    decoded view begin is dropped, for any credential alike."""
+    value = CREDENTIALS["vendor"]
+    r = Redactor([value])
+    for text in _cut_probes(value):
+        shown = _reason(text, r)
+        assert _shows_none_of(shown, value), shown[:80]
+    for text in _cut_probes(_look_alike(value)):  # where the cut falls is the text's alone
+        assert _reason(text, r) == _reason(text, Redactor([])) == _reason(text, Redactor(OTHER_CREDENTIALS))
+
+
+def _nested(text: str, times: int) -> str:
+    for _ in range(times):
+        text = quote(text, safe="")
+    return text
+
+
+def test_escapes_nested_deeper_than_the_views_decode_show_nothing() -> None:
+    """A credential percent-encoded five times is still escaped in the fourth view: the reason is
+    then not shown at all (with a credential configured or not), nor an upstream error text whose
+    normal form (three rounds of percent-decoding already) is still escaped in the fourth view (eight
+    times); four times is found and redacted."""
+    value = CREDENTIALS["bearer"]
+    r = Redactor([value])
+    deep = f"key {_nested(value, 5)} refused"
+    assert _reason(deep, r) == "" == _reason(deep, Redactor([]))
+    deeper = f"key {_nested(value, 8)} refused"
+    assert upstream_error_text("api", deeper, secrets=[value]) == "" == upstream_error_text("api", deeper)
+    four = f"key {_nested(value, 4)} refused"
+    assert _reason(four, r) == "key [redacted] refused"
+    assert upstream_error_text("api", four, secrets=[value]) == "api: key [redacted] refused"

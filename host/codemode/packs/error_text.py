@@ -20,13 +20,17 @@ anchored at its start.
    decoded ``user:password`` of ``Basic`` and the password, each also percent-, JSON-, HTML- or
    base64-encoded, in any ASCII case) becomes ``[redacted]``: in the raw text, and again in the
    normal form, where one broken up by spaces, newlines, tabs, zero-width or other invisible
-   characters, or combining marks still counts. Never a part of one: the tenant steers the text,
-   and a rule that reacts to a part answers "is this part of the credential?" (issue 31 §1). When
-   the text was longer than what is read, the normal form's last characters that could hold the
-   start of a spelling (as many as were read past :data:`LOOK_AT`, whatever they are) are
-   dropped: a fixed count, since one that followed the credential's length showed it to a text
-   whose normal form is shorter than itself (percent-escapes). When
-   anything was redacted, one warning names the upstream (never the text).
+   characters, or combining marks still counts; and in the decoded views of each
+   (``codemode.packs.unescaping``: JSON ``\\u`` escapes, HTML references and percent-escapes,
+   four more rounds), the span of the escapes a spelling came from. When the normal form's escapes
+   have not settled after those rounds, nothing of the text is shown (``""``, and one warning).
+   Never a part of one: the tenant steers the text, and a rule that reacts to a part answers "is
+   this part of the credential?" (issue 31 §1). When the text was longer than what is read, the
+   normal form's last characters that could hold the start of a spelling (from where the last of
+   its most decoded view's characters begin, as many as were read past :data:`LOOK_AT`, whatever
+   they are) are dropped: a fixed count, since one that followed the credential's length showed
+   it to a text whose normal form is shorter than itself (percent-escapes). When anything was
+   redacted, one warning names the upstream (never the text).
 4. **Cut again** to :data:`LOOK_AT` characters, then **tokens**: the text is split at spaces and
    at ``' " ( ) [ ] { } < > , ; = |`` and backquotes; trailing ``. : ! ?`` of a token stay outside
    it. A token is an *address* (``[url]``) when it has ``scheme://``, starts with ``//`` or
@@ -44,6 +48,7 @@ anchored at its start.
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 import re
@@ -130,17 +135,22 @@ def _flat(text: str) -> str:
     return _GAP.sub("", text)
 
 
-def _redact(text: str, matcher: Matcher, *, drop: int) -> tuple[str, int]:
+def _redact(text: str, matcher: Matcher, *, drop: int) -> tuple[str, int] | None:
     """Every spelling of ``matcher`` (already flat) in ``text`` ``[redacted]``, whatever gap
-    characters lie between its characters; with ``drop``, the text's last ``drop`` non-gap
-    characters (and what follows them) dropped unless inside a spelling that starts before them:
-    the text was cut, and they could be the start of one. Returns the text and how many spellings
-    were found."""
+    characters lie between its characters; with ``drop``, what starts where the last ``drop``
+    characters of the most decoded view of the flat text begin dropped unless inside a spelling
+    that starts before them: the text was cut, and they could be the start of one. Returns the
+    text and how many spellings were found; None when decoding the flat text's escapes did not
+    settle."""
     flat = _flat(text)
     keep = [m.start() for m in _NOT_GAP.finditer(text)]  # keep[i]: where flat[i] is in text
-    spans = [(keep[start], keep[end - 1] + 1) for start, end in matcher.find(flat)]
+    found = matcher.search(flat)
+    if not found.settled:
+        return None
+    spans = [(keep[start], keep[end - 1] + 1) for start, end in found.spans]
     if drop:
-        stop = keep[len(flat) - drop] if len(flat) > drop else 0
+        at = found.tail_start(drop)
+        stop = keep[at] if at else 0
         spans = [span for span in spans if span[0] < stop]
         text = text[: max([stop, *(end for _, end in spans)])]
     return (replaced(text, spans, MARK) if spans else text), len(spans)
@@ -208,6 +218,15 @@ def _bounded(text: str, limit: int) -> str:
     return data[: limit - 3].decode("utf-8", errors="ignore").rstrip() + "..."
 
 
+@functools.lru_cache(maxsize=256)
+def _matchers(secrets: tuple[str, ...]) -> tuple[Matcher, Matcher]:
+    """The matchers of an upstream's credentials: as spelled, and in the flat normal form (made
+    once for each configuration, not for each error text)."""
+    forms = {form for secret in secrets for form in spellings(secret) if len(form) >= MIN_SECRET}
+    flat = matcher_of(forms, lambda spelling: _flat(_normal(spelling)), alone_below=0)
+    return matcher_of(forms, alone_below=0), flat
+
+
 def upstream_error_text(
     upstream: str, text: str, *, secrets: Iterable[str] = (), limit: int = MAX_UPSTREAM_ERROR
 ) -> str:
@@ -223,9 +242,7 @@ def upstream_error_text(
     Returns:
         ``<upstream>: <text>``, or "" when nothing is left.
     """
-    forms = {form for secret in secrets for form in spellings(secret) if len(form) >= MIN_SECRET}
-    raw = matcher_of(forms, alone_below=0)
-    flat = matcher_of(forms, lambda spelling: _flat(_normal(spelling)), alone_below=0)
+    raw, flat = _matchers(tuple(secrets))
     reach = REACH * max(1, -(-max(raw.longest, flat.longest) // REACH))
     window = LOOK_AT + reach
     head = text[:window]
@@ -233,7 +250,11 @@ def upstream_error_text(
     found = len(spans)
     if spans:
         head = replaced(head, spans, MARK)
-    one, more = _redact(_normal(head), flat, drop=reach if len(text) > window else 0)
+    redacted = _redact(_normal(head), flat, drop=reach if len(text) > window else 0)
+    if redacted is None:
+        log.warning("upstream %r: its error text nests escapes too deep to read: not shown", upstream)
+        return ""
+    one, more = redacted
     if found + more:
         log.warning("upstream %r: its error text carried a configured credential: redacted", upstream)
     one = _SPACES.sub(" ", one)[:LOOK_AT]

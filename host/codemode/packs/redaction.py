@@ -17,7 +17,13 @@ any text, every whole occurrence of a *spelling* of one:
   Turkish locale's case change);
 * and each of them again in the text with its ``%XX`` escapes decoded once, so that a value with
   only some characters escaped (Go's ``url.PathEscape`` keeps ``+`` and ``=``), or only part of
-  it, counts too (the span then covers the escapes).
+  it, counts too (the span then covers the escapes);
+* and in each *view* of the text (``codemode.packs.unescaping``: JSON ``\\u`` escapes, HTML
+  character references and ``%XX`` escapes decoded by the standard library, up to four rounds),
+  so that every character escaped, one encoding inside another, or several mixed, count too; a
+  span found in a view is the span of the text its characters came from, so the text is shown as
+  it is, with the escapes of the spelling cut out. A space and ``+`` count as one character (form
+  encoding).
 
 Each occurrence becomes :data:`MARK`. A spelling shorter than :data:`MIN_SECRET` characters counts
 only where it stands alone (between non-alphanumerics), so a short secret does not shred words.
@@ -37,7 +43,8 @@ fingerprint (a polynomial hash modulo 2**64 with a random key of the process, co
 windows at once with numpy), and each is compared with every spelling's fingerprint of that
 length. The number of operations and their operands' sizes follow the text's length and the
 configuration only; only a window whose fingerprint is a spelling's (a whole spelling, or a rare
-look-alike, which the whole comparison then sets aside) leads to more work. The review of issue 31
+look-alike, which the whole comparison then sets aside) leads to more work. The views' work is the
+text's alone too: one regular-expression pass a round, the same steps for every escape. The review of issue 31
 §1 measured the earlier anchored blocks: 8 echoes of 512 KiB of a 4-character part of a
 credential's last third took 3.7 s against 1.4 s for other characters, one execute enough to tell
 them apart.
@@ -61,14 +68,31 @@ from urllib.parse import quote, quote_plus
 # process in rego_bundle_save once numpy has loaded the system's libstdc++).
 import numpy as np
 
-__all__ = ["MARK", "MIN_SECRET", "Matcher", "Redactor", "encodings", "matcher_of", "replaced", "spellings"]
+from .unescaping import View, decoded_views
+
+__all__ = [
+    "MARK",
+    "MIN_SECRET",
+    "READ_PAST",
+    "Found",
+    "Matcher",
+    "Redactor",
+    "encodings",
+    "matcher_of",
+    "replaced",
+    "spellings",
+]
 
 MARK = "[redacted]"
 #: Spellings shorter than this count only where they stand alone.
 MIN_SECRET = 6
-#: ASCII case, and the dotless and dotted i of a Turkish locale's case change (``I`` lower-cased
-#: to ``ı``, ``i`` upper-cased to ``İ``): one character each, as ``_folded`` does.
-_FOLD = str.maketrans(string.ascii_uppercase + "\u0130\u0131", string.ascii_lowercase + "ii")
+#: Characters :meth:`Redactor.head` reads past what it keeps (a multiple of it for a credential
+#: whose longest spelling is longer), and drops again from a cut text's most decoded view.
+READ_PAST = 1024
+#: ASCII case, the dotless and dotted i of a Turkish locale's case change (``I`` lower-cased to
+#: ``ı``, ``i`` upper-cased to ``İ``), and a space and ``+`` (form encoding writes a space as
+#: ``+``): one character each, as ``_folded`` does.
+_FOLD = str.maketrans(string.ascii_uppercase + "\u0130\u0131 ", string.ascii_lowercase + "ii+")
 _ALNUM = frozenset(string.ascii_letters + string.digits)
 _B64 = frozenset(string.ascii_letters + string.digits + "+/-_")
 
@@ -173,10 +197,11 @@ def _powers(n: int) -> tuple[_Array, _Array]:
 
 
 def _folded(codes: _Array) -> _Array:
-    """Code points with ASCII upper case made lower case, and the Turkish ``İ`` and ``ı`` an ``i``
-    (as ``_FOLD``), every one the same way."""
+    """Code points with ASCII upper case made lower case, the Turkish ``İ`` and ``ı`` an ``i`` and a
+    space a ``+`` (as ``_FOLD``), every one the same way."""
     codes = codes + ((codes >= 65) & (codes <= 90)).astype(np.uint64) * np.uint64(32)
-    return np.where((codes == 0x130) | (codes == 0x131), np.uint64(0x69), codes)
+    codes = np.where((codes == 0x130) | (codes == 0x131), np.uint64(0x69), codes)
+    return np.where(codes == 32, np.uint64(43), codes)
 
 
 def _hex_values(codes: _Array) -> _Array:
@@ -225,6 +250,40 @@ def _fingerprint(folded: str) -> int:
     return h
 
 
+@dataclass(frozen=True)
+class Found:
+    """What :meth:`Matcher.search` found in a text.
+
+    Attributes:
+        spans: the (start, end) spans of every spelling, sorted, overlapping ones merged.
+        settled: whether decoding the text's escapes settled within the rounds it takes (see
+            ``codemode.packs.unescaping``); when not, the text may hold escapes no view decoded.
+        last: the text's most decoded view (None: the text has no escape).
+        length: the text's length.
+    """
+
+    spans: list[tuple[int, int]]
+    settled: bool
+    last: View | None
+    length: int
+
+    def tail_start(self, count: int) -> int:
+        """Where, in the text, the last ``count`` characters of its most decoded view start: a
+        spelling that a cut at the text's end left incomplete starts there or later, whatever the
+        encoding that makes it longer than itself.
+
+        Args:
+            count: how many characters (at least the longest spelling's length).
+
+        Returns:
+            The position (0 when the view has no more than ``count`` characters).
+        """
+        size = self.length if self.last is None else len(self.last.text)
+        if size <= count:
+            return 0
+        return size - count if self.last is None else int(self.last.starts[size - count])
+
+
 class Matcher:
     """Finds whole occurrences of a fixed set of spellings, doing the same work whatever a text
     shares with them (see the module text: a fingerprint of every window of each spelling length,
@@ -259,9 +318,7 @@ class Matcher:
         return bool(self._whole)
 
     def find(self, text: str) -> list[tuple[int, int]]:
-        """Where the spellings occur: in the text as it is, and in the text with its
-        percent-escapes decoded (a backend may escape only some characters of a value, or only
-        part of it).
+        """Where the spellings occur (:meth:`search`'s spans).
 
         Args:
             text: the text.
@@ -269,6 +326,32 @@ class Matcher:
         Returns:
             The (start, end) spans of every occurrence, sorted, overlapping ones merged.
         """
+        return self.search(text).spans if self._whole else []
+
+    def search(self, text: str) -> Found:
+        """Where the spellings occur: in the text as it is, in the text with its percent-escapes
+        decoded (a backend may escape only some characters of a value, or only part of it), and in
+        each view of ``codemode.packs.unescaping`` (every character a JSON ``\\u`` escape or an
+        HTML character reference, one encoding inside another), a span found in a view being the
+        span of the text its characters came from. The views are made whether or not anything is
+        configured: whether decoding settled is the text's alone.
+
+        Args:
+            text: the text.
+
+        Returns:
+            The spans, whether decoding settled, and where the most decoded view's characters came
+            from (:meth:`Found.tail_start`).
+        """
+        views, settled = decoded_views(text)
+        spans = self._find_plain(text)
+        for view in views:
+            for a, b in self._find_plain(view.text):
+                spans.append((int(view.starts[a]), int(view.ends[b - 1])))
+        return Found(_merged(spans), settled, views[-1] if views else None, len(text))
+
+    def _find_plain(self, text: str) -> list[tuple[int, int]]:
+        """Where the spellings occur in ``text`` as it is and with its percent-escapes decoded once."""
         if not self._whole or len(text) < self._shortest:  # the length only: fixed by the configuration
             return []
         codes = _folded(
@@ -358,8 +441,8 @@ class Matcher:
             return []
         if spelling.alone and not _stands_alone(folded, at, at + end - start):
             return []
-        if spelling.base64:
-            first, last = _widened(folded, at, at + end - start)
+        if spelling.base64:  # widened on the text as it is (its spaces are no base64)
+            first, last = _widened(text[max(0, start - 1) : end + 3], at, at + end - start)
             return [(start - at + first, start - at + last)]
         return [(start, end)]
 
@@ -475,9 +558,15 @@ class Redactor:
 
     def head(self, text: str, size: int) -> tuple[str, int]:
         """The first ``size`` characters of ``text``, redacted: a spelling that starts inside them
-        is found whole (the text is read ``size`` plus three times the longest spelling's length
-        far: a spelling with every character percent-escaped takes three times its length) and
-        replaced; nothing past them is kept.
+        is found whole and replaced; nothing past them is kept.
+
+        The text is read :data:`READ_PAST` characters further (the smallest multiple of it that
+        holds the longest spelling and three more). An escape can make a spelling longer than
+        that (``&#0000115;`` is one ``s``), so when the text is longer than what is read, what
+        starts where the last :data:`READ_PAST` characters of its most decoded view begin is
+        dropped too, whatever it is: a spelling cut there may start there, and the count is fixed
+        (never the credential's length). When decoding did not settle (an escape inside more
+        escapes than the views decode), nothing is kept: ``""``.
 
         Args:
             text: the text.
@@ -486,9 +575,14 @@ class Redactor:
         Returns:
             The head, redacted, and how many spellings were replaced.
         """
-        window = text[: size + 3 * self.matcher.longest]
-        spans = [s for s in self.matcher.find(window) if s[0] < size]
-        kept = max([size, *(end for _, end in spans)])
+        reach = READ_PAST * max(1, -(-(self.matcher.longest + 3) // READ_PAST))
+        window = text[: size + reach]
+        found = self.matcher.search(window)
+        if not found.settled:
+            return "", 0
+        stop = min(size, found.tail_start(reach)) if len(text) > len(window) else size
+        spans = [s for s in found.spans if s[0] < stop]
+        kept = max([stop, *(end for _, end in spans)])
         return replaced(window[:kept], spans), len(spans)
 
     def value(self, value: Any) -> tuple[Any, int]:
