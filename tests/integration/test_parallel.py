@@ -391,3 +391,35 @@ async def test_one_programs_blocking_calls_leave_another_tenant_a_handler_thread
         result = await hog
         await server.aclose()
     assert [r["ok"] for r in result.value] == [True] * (threads + 2)
+
+
+async def test_the_intermediate_bytes_count_every_result_of_a_batch() -> None:
+    server, _, _ = served(max_intermediate_value_bytes=1000)
+    try:
+        fits = await run(server, program("len(parallel([(util.blob, {'size': 300})] * 3))"))
+        over = await run(server, program("parallel([(util.blob, {'size': 300})] * 4)"))
+    finally:
+        await server.aclose()
+    assert fits.value == 3
+    assert client_text(over) == "resource limit exceeded: intermediate bytes"
+    assert [outcome for _, outcome in ledger(over)].count("limit exceeded") == 1
+    assert [outcome for _, outcome in ledger(over)].count("ok") == 3
+
+
+async def test_the_deadline_during_a_batch_interrupts_every_call_still_running() -> None:
+    server, _, gates = served(max_execution_time=1.0)
+    source = program(
+        'parallel([(util.echo, {"value": "a"}), (gate.forever, {"value": "b"}),'
+        ' (gate.forever, {"value": "c"})])'
+    )
+    try:
+        result = await run(server, source)
+    finally:
+        await server.aclose()
+    assert client_text(result) == "resource limit exceeded: time"
+    assert ledger(result) == [
+        ("util.echo", "ok"),
+        ("gate.forever", "interrupted"),
+        ("gate.forever", "interrupted"),
+    ]
+    assert sorted(gates.cancelled) == ["b", "c"]
