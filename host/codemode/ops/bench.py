@@ -41,6 +41,7 @@ from codemode_worker.protocol import encode_frame
 
 from .. import authz
 from ..catalog.capability import Capability
+from ..common.errors import CodeModeError, ResourceLimit
 from ..execution.context import CallContext
 from ..execution.frames import HostFrameDecoder
 from ..execution.observe import Observer
@@ -473,48 +474,69 @@ def _tree_cpu() -> float:
     return total
 
 
-async def _load(server: Server, n: int, subjects: int) -> dict[str, float]:
+async def _load(server: Server, n: int, subjects: int) -> dict[str, Any]:
     """``n`` trivial executes from ``subjects`` subjects in flight at once (closed loop): executes
-    per second, p50/p99 in ms, and CPU ms per execute of this process and its children."""
+    per second, p50/p99 in ms (of the executes that returned), CPU ms per execute of this process
+    and its children, and how many executes ended in each limit (``limits``: kind -> count) or
+    failed otherwise (``failed``: error class -> count). An execute that ends in a limit is part of
+    the result, not the end of the series."""
     latencies: list[float] = []
+    limits: dict[str, int] = {}
+    failed: dict[str, int] = {}
     each = max(1, n // subjects)
 
     async def one_subject(i: int) -> None:
         subject = authz.Subject(f"bench-{i}")
         for _ in range(each):
             t0 = time.perf_counter()
-            await server.execute(TRIVIAL, subject=subject)
+            try:
+                await server.execute(TRIVIAL, subject=subject)
+            except ResourceLimit as exc:
+                kind = exc.kind or "unnamed"
+                limits[kind] = limits.get(kind, 0) + 1
+                continue
+            except CodeModeError as exc:
+                failed[type(exc).__name__] = failed.get(type(exc).__name__, 0) + 1
+                continue
             latencies.append(time.perf_counter() - t0)
 
     cpu0, t0 = _tree_cpu(), time.perf_counter()
     await asyncio.gather(*(one_subject(i) for i in range(subjects)))
     wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0
     done = len(latencies)
+    ended = done + sum(limits.values()) + sum(failed.values())
     return {
         "executes": done,
         "rate": round(done / wall, 2),
-        "p50": round(pct(latencies, 50) * 1e3, 3),
-        "p99": round(pct(latencies, 99) * 1e3, 3),
-        "cpu_ms_per_execute": round(cpu / done * 1e3, 3),
+        "p50": round(pct(latencies, 50) * 1e3, 3) if latencies else None,
+        "p99": round(pct(latencies, 99) * 1e3, 3) if latencies else None,
+        "cpu_ms_per_execute": round(cpu / ended * 1e3, 3),
+        "limits": dict(sorted(limits.items())),
+        "failed": dict(sorted(failed.items())),
     }
 
 
 async def _warm_load(
     pool: Any, server: Server, label: str, args: argparse.Namespace, quiet: bool
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """The sustained-load series over ``pool`` once it is warm, printed as ``label``."""
     await pool.wait_warm(120)
     return _load_line(label, await _load(server, args.load, args.clients), quiet)
 
 
-def _load_line(label: str, result: dict[str, float], quiet: bool) -> dict[str, float]:
+def _load_line(label: str, result: dict[str, Any], quiet: bool) -> dict[str, Any]:
     if not quiet:
+        p50 = "-" if result["p50"] is None else f"{result['p50']:8.3f}"
+        p99 = "-" if result["p99"] is None else f"{result['p99']:8.3f}"
         print(
-            f"{label:<38} n={int(result['executes']):<5} p50={result['p50']:8.3f} ms  "
-            f"p99={result['p99']:8.3f} ms  {result['rate']:.1f} executes/s, "
+            f"{label:<38} n={int(result['executes']):<5} p50={p50} ms  "
+            f"p99={p99} ms  {result['rate']:.1f} executes/s, "
             f"CPU {result['cpu_ms_per_execute']:.1f} ms per execute (this process and its children)",
             flush=True,
         )
+        ended = [f"{kind} {count}" for kind, count in result["limits"].items()]
+        ended += [f"failed ({name}) {count}" for name, count in result["failed"].items()]
+        print(f"{'  ended in a limit':<38} {', '.join(ended) or 'none'}", flush=True)
     return result
 
 

@@ -11,13 +11,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..common.errors import ResourceLimit
+from ..common.errors import Internal, ResourceLimit
 
 __all__ = [
     "SPAWNED_WARM",
     "CapacityExhausted",
     "ExitInfo",
     "Runtime",
+    "RuntimeClosing",
     "RuntimeUnavailable",
     "Sandbox",
     "SandboxClosed",
@@ -38,6 +39,21 @@ class RuntimeUnavailable(Exception):
 
 class SpawnFailed(Exception):
     """One worker could not be started or did not become ready."""
+
+
+class RuntimeClosing(RuntimeUnavailable, Internal):
+    """The runtime or pool is closing: a worker start in flight was given up, or a worker was asked
+    of it after its close. Shutdown, not a fault: the raiser logs one line (no traceback) and the
+    client gets ``internal failure``. The host-log detail is ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        """Closing.
+
+        Args:
+            reason: what was given up (host log only).
+        """
+        Internal.__init__(self)
+        self.reason = reason
 
 
 class CapacityExhausted(SpawnFailed, ResourceLimit):

@@ -36,7 +36,7 @@ from typing import Any, Literal, cast
 
 from kubernetes import client as k8s
 
-from .base import CapacityExhausted, ExitInfo, RuntimeUnavailable, SpawnFailed
+from .base import CapacityExhausted, ExitInfo, RuntimeClosing, RuntimeUnavailable, SpawnFailed
 from .base import SandboxClosed as SandboxClosed
 from .handshake import PROBE, probe
 from .kubernetes_nodes import NodeQuarantine, kubelet_unreachable
@@ -1101,7 +1101,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
 
     async def spawn(self) -> KubernetesSandbox:
         if self._closed:
-            raise RuntimeUnavailable("kubernetes runtime is closed")
+            raise self._closing(None)
         loop = asyncio.get_running_loop()
         # The launch bounds its own wait for the pod and the worker's answer; this also bounds a
         # hung create or attach.
@@ -1129,7 +1129,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             SpawnFailed: this pod did not start in time.
         """
         if self._closed:
-            raise RuntimeUnavailable("kubernetes runtime is closed")
+            raise self._closing(None)
         loop = asyncio.get_running_loop()
         bound = self._launch_bound()
         try:
@@ -1140,6 +1140,19 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         box = Supervised(raw, end_timeout=self.end_timeout)
         await self._adopt_with(raw, lambda: box.started(self.probe_timeout, sent=True))
         return box
+
+    def _given_up(self, pod_name: str | None, handoff: LaunchHandoff) -> Exception:
+        """A launch stops polling: its caller is gone (cancelled or out of time: the caller logs
+        that) or the runtime is closing (``_closing``: one line here, no traceback anywhere)."""
+        if handoff.abandoned:
+            return SpawnFailed("spawn cancelled")
+        return self._closing(pod_name)
+
+    @staticmethod
+    def _closing(pod_name: str | None) -> RuntimeClosing:
+        what = f"worker pod {pod_name}: its start is given up" if pod_name else "no worker pod is started"
+        log.warning("kubernetes: %s: the runtime is closing", what)
+        return RuntimeClosing(f"kubernetes: {what}: the runtime is closing")
 
     def _log_spawn_failure(self, sandbox: KubernetesSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
         log.warning(
@@ -1311,7 +1324,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
             if handoff.abandoned or self._closed:
                 if unschedulable_since is not None:
                     self._log_unschedulable(pod_name, detail)
-                raise SpawnFailed("spawn cancelled")
+                raise self._given_up(pod_name, handoff)
             try:
                 pod = api.read_namespaced_pod(pod_name, self.namespace, _request_timeout=self.api_timeout)
             except Exception as exc:
@@ -1466,7 +1479,7 @@ class KubernetesRuntime(BlockingRuntime[KubernetesSandbox]):
         cancelled spawn is noticed within 100 ms): True once it carried stdout bytes."""
         while True:
             if handoff.abandoned or self._closed:
-                raise SpawnFailed("spawn cancelled")
+                raise self._given_up(None, handoff)
             left = answer_by - time.monotonic()
             if left <= 0:
                 raise SpawnFailed(f"kubernetes: worker did not answer within {self.probe_timeout}s")

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .base import SPAWNED_WARM, Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import SPAWNED_WARM, Runtime, RuntimeClosing, RuntimeUnavailable, Sandbox, SpawnFailed
 from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
 
@@ -48,6 +48,13 @@ log = logging.getLogger("codemode.pool")
 
 #: Seconds between target checks while the target may still move (it decays with time).
 _TICK = 0.5
+
+
+def _closed() -> RuntimeClosing:
+    """A worker asked of a closed pool (an execute that got its slot as the server closed): one
+    line, no traceback."""
+    log.warning("no worker is handed out: the pool is closing")
+    return RuntimeClosing("the pool is closing")
 
 
 class WarmPool:
@@ -186,7 +193,7 @@ class WarmPool:
             RuntimeUnavailable: the pool is closed or its runtime cannot create workers.
         """
         if self._closed:
-            raise RuntimeUnavailable("pool is closed")
+            raise _closed()
         with self.contention.waiting(subject):
             return await self._take(subject)
 
@@ -199,7 +206,7 @@ class WarmPool:
 
     async def _take(self, subject: str | None) -> Sandbox:
         if self._closed:
-            raise RuntimeUnavailable("pool is closed")
+            raise _closed()
         self.demand.arrival()
         if self._may_take(subject):
             while self._idle:
