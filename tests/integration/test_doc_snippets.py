@@ -37,6 +37,12 @@ def test_packs_page_from_python(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_packs_page_short_form_runs_as_a_script(tmp_path: Path) -> None:
+    source = block_with("docs/packs.md", "def add(text: str, owner: Subject)")
+    assert run_script(source, tmp_path, "notes_short.py") == ["notes.add(*, text: str)", "['buy milk']"]
+
+
+@pytest.mark.timeout(120)
 def test_packs_page_lifecycle_pack_runs_as_a_script(tmp_path: Path) -> None:
     source = block_with("docs/packs.md", "class VisitsPack")
     assert run_script(source, tmp_path, "visits.py") == ["{'count': 2, 'page': '/'}", "None"]

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..common.passed import passed_as
+
 __all__ = [
     "AskUser",
     "AuthorizationInput",
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 
+@passed_as("subject")  # a capability function's parameter annotated Subject receives the caller
 @dataclass(frozen=True, slots=True)
 class Subject:
     """The caller, as resolved by the host's authentication: a stable, non-secret ``id``.

@@ -15,7 +15,7 @@ from typing import Any
 
 from .capability import CompiledCapability
 from .search import DEFAULT_MAX_RESPONSE_BYTES, SearchEntry, oversized_entries
-from .types import describe_fields
+from .types import describe_fields, render_output
 
 __all__ = [
     "DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES",
@@ -58,8 +58,16 @@ def describe_document(c: CompiledCapability) -> dict[str, Any]:
         "summary": c.summary,
         "description": c.description,
         "input": [f.to_dict() for f in describe_fields(c.input_shape, output=False)],
-        "output": [f.to_dict() for f in describe_fields(c.output_shape, output=True)],
+        **_output(c.output_shape),
     }
+
+
+def _output(shape: dict[str, Any]) -> dict[str, Any]:
+    """``output``: the fields of a record result; a result of another type (a function returning
+    ``str`` or ``list[T]``) has no fields, and ``returns`` gives its type instead."""
+    if shape["t"] == "record":
+        return {"output": [f.to_dict() for f in describe_fields(shape, output=True)]}
+    return {"output": [], "returns": render_output(shape)}
 
 
 def search_entry(c: CompiledCapability) -> SearchEntry:

@@ -12,7 +12,8 @@ from codemode_worker.protocol import RESERVED_ROOTS as SURFACE_ROOTS
 from codemode_worker.protocol import STARLARK_KEYWORDS
 from codemode_worker.shapes import validate_shape
 
-from .types import HandlerTypes, PlainRecord, TypeProblem, handler_types, signature
+from .functions import compile_handler
+from .types import HandlerTypes, PlainRecord, TypeProblem, signature
 
 __all__ = [
     "MAX_CAPABILITIES",
@@ -64,7 +65,7 @@ RESERVED_ROOTS = SURFACE_ROOTS | frozenset(
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
-#: A capability's handler: ``(ctx, subject, args) -> result``, plain or async.
+#: A capability's handler: a plain typed function or ``(ctx, subject, args) -> result``, sync or async.
 Handler = Callable[..., Any | Awaitable[Any]]
 
 
@@ -79,8 +80,10 @@ class Capability:
     ``handler`` the function run for each call; ``third_party`` marks texts written by someone other
     than the operator (an upstream).
 
-    Types come from the handler's annotations (``(ctx, subject, args: In) -> Out`` with dataclasses)
-    unless ``input_shape`` and ``output_shape`` are both given: then they are record shapes (see
+    Types come from the handler's annotations (a plain typed function such as
+    ``lookup(city: str, days: int = 1) -> Forecast``, or ``(ctx, subject, args: In) -> Out`` with
+    dataclasses: ``codemode.catalog.functions``) unless ``input_shape`` and ``output_shape`` are both
+    given: then they are record shapes (see
     ``codemode_worker.shapes``, e.g. compiled from JSON Schema by ``codemode.packs.jsonschema``), the
     handler is ``(ctx, subject, args: dict[str, Any]) -> Mapping[str, Any]`` receiving the bound
     canonical map, and its result is checked against ``output_shape`` (undeclared keys dropped).
@@ -250,20 +253,21 @@ def _compile_one(cap: Capability) -> tuple[CompiledCapability | None, list[str]]
     if not isinstance(cap.third_party, bool):
         problems.append("third_party must be a bool")
     shapes = None
+    handler: Handler = cap.handler
     if not callable(cap.handler):
         problems.append("handler must be callable")
     elif cap.input_shape is not None or cap.output_shape is not None:
         shapes, shape_problems = _declared_shapes(cap)
         problems += shape_problems
+        handler = _plain_result_handler(cap.handler)
     else:
         try:
-            shapes = handler_types(cap.handler)
+            shapes, handler = compile_handler(cap.handler)
         except TypeProblem as exc:
             problems.append(f"handler types: {exc}")
     if problems or shapes is None:
         return None, problems
     in_shape, out_shape, in_tp, out_tp = shapes
-    handler = cap.handler if in_tp is not dict else _plain_result_handler(cap.handler)
     return (
         CompiledCapability(
             id=cap_id,

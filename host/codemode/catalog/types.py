@@ -32,13 +32,13 @@ __all__ = [
     "HandlerTypes",
     "OutputError",
     "PlainRecord",
+    "PlainValue",
     "Shape",
     "TypeProblem",
     "compile_type",
     "construct",
     "constructor",
     "describe_fields",
-    "handler_types",
     "render_output",
     "signature",
     "to_plain",
@@ -105,6 +105,10 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = (), *, inputs: bool = False
         if args[0] is not str:
             raise TypeProblem(f"unsupported dict key type {_name(args[0])} (keys must be str)")
         return {"t": "dict", "of": compile_type(args[1], _stack, inputs=inputs)}
+    if not inputs and (typing.is_typeddict(tp) or _is_model(tp)):
+        return _result_record(tp, _stack)
+    if typing.is_typeddict(tp) or _is_model(tp):
+        raise TypeProblem(f"{_name(tp)} is accepted only as a result type: use a dataclass for inputs")
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if tp in _stack:
             raise TypeProblem(f"recursive type {tp.__name__}")
@@ -120,6 +124,58 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = (), *, inputs: bool = False
             fields.append(_field(tp, f, shape) if inputs else {"name": f.name, "shape": shape})
         return {"t": "record", "fields": fields}
     raise TypeProblem(f"unsupported type {_name(tp)}")
+
+
+def _is_model(tp: Any) -> bool:
+    """A pydantic model class (pydantic is imported only if it is installed)."""
+    if not isinstance(tp, type):
+        return False
+    try:
+        from pydantic import BaseModel
+    except ImportError:  # pragma: no cover - pydantic ships with codemode (FastAPI)
+        return False
+    return issubclass(tp, BaseModel)
+
+
+def _result_record(tp: Any, stack: tuple[type, ...]) -> Shape:
+    """The record shape of a TypedDict or a pydantic model used as a result type: its keys (fields)
+    in declaration order; a key that may be missing (``NotRequired``, ``total=False``; a model field
+    with a default) is optional."""
+    if tp in stack:
+        raise TypeProblem(f"recursive type {tp.__name__}")
+    if _is_model(tp):
+        members = [(n, f.annotation, f.is_required()) for n, f in tp.model_fields.items()]
+    else:
+        members = _typed_dict_keys(tp)
+    fields = []
+    for name, hint, needed in members:
+        try:
+            shape = compile_type(hint, (*stack, tp))
+        except TypeProblem as exc:
+            raise TypeProblem(f"{tp.__name__}.{name}: {exc}") from None
+        if not needed and shape["t"] != "opt":
+            shape = {"t": "opt", "of": shape}
+        fields.append({"name": name, "shape": shape})
+    return {"t": "record", "fields": fields}
+
+
+def _typed_dict_keys(tp: Any) -> list[tuple[str, Any, bool]]:
+    """(key, type, required) of a TypedDict. ``Required``/``NotRequired`` are read off the
+    annotations themselves: under ``from __future__ import annotations`` Python 3.11 cannot see them
+    when it builds ``__required_keys__``."""
+    try:
+        hints = typing.get_type_hints(tp, include_extras=True)
+    except Exception as exc:
+        raise TypeProblem(f"cannot resolve annotations of {tp.__name__}: {exc}") from None
+    out = []
+    for name, hint in hints.items():
+        needed = name in tp.__required_keys__
+        while typing.get_origin(hint) in (typing.Required, typing.NotRequired, typing.Annotated):
+            if typing.get_origin(hint) is not typing.Annotated:
+                needed = typing.get_origin(hint) is typing.Required
+            hint = typing.get_args(hint)[0]
+        out.append((name, hint, needed))
+    return out
 
 
 def _field(tp: type, f: dataclasses.Field[Any], shape: Shape) -> dict[str, Any]:
@@ -283,6 +339,18 @@ class PlainRecord(dict[str, Any]):
     accepts maps for the record shapes at and below it. Dataclass-typed handlers never get this."""
 
 
+@dataclass(frozen=True)
+class PlainValue:
+    """A capability function's result (``codemode.catalog.functions``): ``to_plain`` accepts maps
+    for the record shapes anywhere in it (a TypedDict, a dumped pydantic model).
+
+    Attributes:
+        value: the function's result.
+    """
+
+    value: Any
+
+
 def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False) -> Any:
     """Convert handler output into a plain JSON-shaped value following the output shape.
 
@@ -301,6 +369,8 @@ def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False)
         OutputError: anything that does not fit (wrong types, NaN/inf, ints outside int64,
             missing required fields, a string outside its enum).
     """
+    if isinstance(obj, PlainValue):
+        return to_plain(shape, obj.value, path, True)
     kind = shape["t"]
     if kind == "opt":
         return None if obj is None else to_plain(shape["of"], obj, path, _plain)
@@ -340,7 +410,7 @@ def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False)
             name = field["name"]
             if not hasattr(obj, name):
                 raise OutputError(f"{path}.{name}: missing")
-            converted = to_plain(field["shape"], getattr(obj, name), f"{path}.{name}")
+            converted = to_plain(field["shape"], getattr(obj, name), f"{path}.{name}", _plain)
             if converted is not None or field["shape"]["t"] != "opt":
                 out_r[name] = converted
         return out_r
@@ -465,50 +535,3 @@ def signature(name: str, record: Shape) -> str:
 
 #: (input shape, output shape, input type, output type) of a handler.
 HandlerTypes = tuple[Shape, Shape, Any, Any]
-
-
-def handler_types(handler: Callable[..., Any]) -> HandlerTypes:
-    """(input shape, output shape, input type, output type) from a handler's annotations.
-
-    Handlers are ``(ctx, subject, args: In) -> Out``; a handler with only ``(ctx, subject)`` has no
-    inputs. ``In`` and ``Out`` must be dataclasses.
-
-    Args:
-        handler: the capability's handler (a function, a method or a callable object).
-
-    Returns:
-        The shapes and types of its input (``None`` without one) and output.
-
-    Raises:
-        TypeProblem: the signature or an annotation is missing or outside the type model.
-    """
-    import inspect
-
-    try:
-        sig = inspect.signature(handler)
-    except (TypeError, ValueError) as exc:
-        raise TypeProblem(f"handler has no inspectable signature: {exc}") from None
-    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(params) not in (2, 3) or len(params) != len(sig.parameters):
-        raise TypeProblem("handler must take (ctx, subject, args) or (ctx, subject)")
-    target = handler if inspect.isfunction(handler) or inspect.ismethod(handler) else type(handler).__call__
-    try:
-        hints = typing.get_type_hints(target)
-    except Exception as exc:
-        raise TypeProblem(f"cannot resolve handler annotations: {exc}") from None
-    if len(params) == 3:
-        in_tp = hints.get(params[2].name)
-        if in_tp is None:
-            raise TypeProblem(f"handler argument {params[2].name!r} has no type annotation")
-        if not (isinstance(in_tp, type) and dataclasses.is_dataclass(in_tp)):
-            raise TypeProblem(f"input type {_name(in_tp)} must be a dataclass")
-        in_shape = compile_type(in_tp, inputs=True)
-    else:
-        in_tp = None
-        in_shape = {"t": "record", "fields": []}
-    if "return" not in hints:
-        raise TypeProblem("handler has no return annotation")
-    out_tp = hints["return"]
-    if not (isinstance(out_tp, type) and dataclasses.is_dataclass(out_tp)):
-        raise TypeProblem(f"output type {_name(out_tp)} must be a dataclass")
-    return in_shape, compile_type(out_tp), in_tp, out_tp

@@ -6,9 +6,12 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from ..common.passed import passed_as
+
 __all__ = ["CallContext"]
 
 
+@passed_as("ctx")  # a capability function's parameter annotated CallContext receives it
 @dataclass
 class CallContext:
     """Per-execute context.

@@ -5,10 +5,14 @@
     pack = CapabilityPack()
 
     @pack.capability("notes.add", search_terms=["new note"])
-    async def add(ctx: CallContext, subject: Subject, args: AddIn) -> Note:
+    async def add(text: str, owner: Subject, pinned: bool = False) -> Note:
         \"\"\"Add a note and return it.
 
         The note belongs to the caller.\"\"\"
+
+The function is a plain typed function (its parameters are the inputs; one annotated ``Subject``
+receives the trusted caller, one annotated ``CallContext`` the call's context) or the
+``(ctx, subject, args)`` handler form (``codemode.catalog.functions``).
 
 The decorator leaves the function as it is (still callable, still testable) and records a
 :class:`~codemode.Capability` on it: ``summary`` defaults to the docstring's first paragraph (as one
