@@ -1,5 +1,5 @@
-"""One execute may not hold its worker for hours by asking again and again (issue 31 §3), through
-the official MCP client's elicitation callback in both client modes.
+"""One execute may not wait for hours by asking again and again (issue 31 §3; since issue 32 the
+wait holds no worker, only a record), through the official MCP client's elicitation callback.
 
 A program catches each decline with ``attempt`` and asks again; its user never answers. Each
 question closes at ``max_approval_time``, and before ``max_approval_wait`` nothing bounded their
@@ -51,8 +51,10 @@ def asks_again(times: int = QUESTIONS) -> str:
     )
 
 
-@MODES
-async def test_asking_again_and_again_holds_the_worker_only_for_max_approval_wait(mode: str) -> None:
+async def test_asking_again_and_again_ends_at_max_approval_wait_holding_no_worker() -> None:
+    """The handshake protocol (the question rides the open call): each question suspends the
+    execute (no worker, no slot), closes unanswered at max_approval_time, and the replayed program
+    asks again, until the execute's total wait is spent."""
     events = Executes()
     server, store = served(
         events,
@@ -64,30 +66,45 @@ async def test_asking_again_and_again_holds_the_worker_only_for_max_approval_wai
     hold = asyncio.Event()  # never set: nobody answers
     user = User(hold=hold)
     try:
-        async with client(server, user, mode) as c, client(server, User(), mode, subject="bob") as other:
+        async with client(server, user) as c, client(server, User(), subject="bob") as other:
             started = time.monotonic()
             pending = asyncio.ensure_future(call(c, "execute", source=asks_again()))
-            assert await wait_until(lambda: bool(events.executes), 60)
-            held = time.monotonic() - started
-            asked = [e.approval for e in events.calls if e.approval]
-            print(f"\n[{mode}] held the worker {held:.2f} s for {len(asked)} questions")
-            # every question but the last closed unanswered; the last one ran out of the total
-            assert asked == ["unanswered"] * len(asked)
-            assert 3 <= len(asked) <= 5 < QUESTIONS, asked
-            waited = sum(e.approval_seconds for e in events.calls)
-            assert APPROVAL_WAIT <= waited < APPROVAL_WAIT + 0.5, waited
-            (done,) = events.executes
-            assert done.outcome == "resource_limit"
-            assert held < QUESTIONS * APPROVAL_TIME / 2, held  # before: QUESTIONS * APPROVAL_TIME
-            if mode == "legacy":
-                result = await pending
-                assert error_text(result) == "resource limit exceeded: approval wait"
-                assert ledger(result)[-1] == ("records.delete", "not run")
-                assert [o for _, o in ledger(result)[1:-1]] == ["declined"] * (len(asked) - 1)
-            else:
-                pending.cancel()  # the client still waits for its user; the host has moved on
-            # the only slot is free again
+            await asyncio.wait_for(user.waiting.wait(), 30)
+            # the only slot is free while the user is asked
             assert execute_value(await call(other, "execute", source="def main():\n    return 7\n")) == 7
+            result = await pending
+            took = time.monotonic() - started
+            asked = [e.approval for e in events.calls if e.approval]
+            print(f"\n[legacy] {len(user.asked)} questions in {took:.2f} s")
+            assert asked == ["unanswered"] * len(asked)
+            assert 3 <= len(user.asked) <= 5 < QUESTIONS, user.asked
+            assert error_text(result) == "resource limit exceeded: approval wait"
+            assert ledger(result)[-1] == ("records.delete", "not run")
+            assert [o for _, o in ledger(result)[1:-1]] == ["declined"] * (len(user.asked) - 1)
+            assert events.executes[-1].outcome == "resource_limit"
+            assert took < QUESTIONS * APPROVAL_TIME / 2, took
+            assert store.get("alice", 1).id == 1, "the delete never ran"
+    finally:
+        hold.set()
+        await server.aclose()
+
+
+async def test_on_the_2026_protocol_a_question_holds_nothing_and_its_record_expires() -> None:
+    events = Executes()
+    server, store = served(events, max_approval_time=APPROVAL_TIME, max_concurrent_executions=1)
+    hold = asyncio.Event()
+    user = User(hold=hold)
+    try:
+        async with client(server, user, "auto") as c, client(server, User(), "auto", subject="bob") as other:
+            pending = asyncio.ensure_future(call(c, "execute", source=asks_again()))
+            await asyncio.wait_for(user.waiting.wait(), 30)
+            assert [e.outcome for e in events.executes] == ["suspended"]
+            assert execute_value(await call(other, "execute", source="def main():\n    return 7\n")) == 7
+            pending.cancel()  # the client walks away: nothing tells the host; the record expires
+            records = server._executor.suspensions.store  # type: ignore[union-attr]
+            await asyncio.sleep(APPROVAL_TIME)
+            await records.expire(time.time())
+            assert await records.pending() == 0
             assert store.get("alice", 1).id == 1, "the delete never ran"
     finally:
         hold.set()
@@ -123,10 +140,13 @@ async def test_a_client_that_leaves_while_asked_frees_the_worker_at_once() -> No
             pending = asyncio.ensure_future(call(c, "execute", source=asks_again()))
             await asyncio.wait_for(user.waiting.wait(), 30)
             left = time.monotonic()
-        assert await wait_until(lambda: bool(events.executes), 30)
-        assert time.monotonic() - left < 10
-        assert events.executes[0].outcome == "cancelled"
+        records = server._executor.suspensions.store  # type: ignore[union-attr]
+        assert await wait_until(lambda: not server._executor.reaping, 30)
+        assert events.executes[0].outcome == "suspended", "the worker went when it asked"
+        assert await wait_until(lambda: events.executes[-1].outcome in ("suspended", "cancelled"), 30)
         pending.cancel()
+        assert await records.pending() == 0, "the record went with the client"
+        assert time.monotonic() - left < 10
         async with client(server, User(), subject="bob") as other:
             assert execute_value(await call(other, "execute", source="def main():\n    return 7\n")) == 7
     finally:
@@ -135,7 +155,7 @@ async def test_a_client_that_leaves_while_asked_frees_the_worker_at_once() -> No
 
 
 def test_the_limit_has_a_default_and_a_minimum() -> None:
-    assert Limits().max_approval_wait == 300.0
+    assert Limits().max_approval_wait == 3600.0
     assert Limits(max_approval_wait=0.0).problems() == [
-        "limits: max_approval_wait must be more than 0 (leave it out for the default, 300.0)"
+        "limits: max_approval_wait must be more than 0 (leave it out for the default, 3600.0)"
     ]

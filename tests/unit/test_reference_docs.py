@@ -188,7 +188,14 @@ def test_asking_the_user_is_documented_exactly() -> None:
         and f"one input request, `{mcp_approval.INPUT_KEY}`" in text
     )
     assert f'`{{"{field}": true}}`' in text
-    assert f'"{retries.UNKNOWN_STATE}"' in text and f"waits {retries.RESULT_GRACE:.0f} s" in text
+    assert f'"{retries.UNKNOWN_STATE}"' in text
+    # issue 32: suspension and replay, exactly
+    from codemode.common.outcomes import AUDIT_OUTCOMES
+
+    assert f"`{AUDIT_OUTCOMES[('diverged', 'not_run')]}`" in text and "resumes the execute by replay" in text
+    assert "`max_suspension_bytes`" in text and "`max_suspension_bytes`" in flat("limits.md")
+    assert "`suspension bytes`" in flat("errors.md") and "`replay diverged`" in flat("tools.md")
+    assert f"(default {limits.Limits().max_approval_wait:.0f} s)" in text
     example = approval.ApprovalRequest("records.delete", "Delete one of your records by its id.", "id: 1")
     assert "```\n" + example.message + "\n```" in page("authorization.md")
     for name in ("max_approval_time", "max_pending_approvals", "max_approval_wait"):

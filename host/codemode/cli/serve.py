@@ -108,6 +108,7 @@ def run_serve(args: argparse.Namespace) -> int:
     Returns:
         The exit status: 0 when stopped, 1 when serving failed, 2 on a configuration error.
     """
+    mode: str | None = None
     try:
         mode = _mode(args)
         settings = load_settings(config_file=args.config, **overrides(args, mode))
@@ -121,19 +122,27 @@ def run_serve(args: argparse.Namespace) -> int:
 
         server = build_server(settings)
     except ConfigError as exc:
-        print(f"codemode: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(f"codemode: {exc}", 2, stdio=mode == "stdio")
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_serve_stdio(settings, server))
     except ConfigError as exc:
-        print(f"codemode: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(f"codemode: {exc}", 2, stdio=True)
     except Exception as exc:
         log.debug("serve failed", exc_info=True)
-        print(f"codemode: serve failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return _refuse(f"codemode: serve failed: {type(exc).__name__}: {exc}", 1, stdio=True)
     return 0
+
+
+def _refuse(line: str, status: int, *, stdio: bool) -> int:
+    """The start-up problem: one line on stderr and, over stdio, the answer to the MCP client's
+    requests (codemode.cli.stdio_refusal); ``status`` is the exit status."""
+    print(line, file=sys.stderr, flush=True)
+    if stdio:
+        from .stdio_refusal import refuse_client
+
+        refuse_client(line)
+    return status
 
 
 def _run_http(settings: Settings) -> int:

@@ -130,6 +130,7 @@ LIMIT_KINDS: tuple[str, ...] = (
     "concurrency",
     "quota",
     "approval wait",
+    "suspension bytes",
 )
 
 

@@ -42,6 +42,9 @@ AUDIT_OUTCOMES: Final[dict[tuple[str, str], str]] = {
     ("declined", "not_run"): "declined",
     # ... or the execute ended while the question was open.
     ("ask", "not_run"): "not run",
+    # A resumed execute made another call than its recorded log: never dispatched, the execute
+    # fails closed (docs/reference/authorization.md#asking-the-user).
+    ("diverged", "not_run"): "replay diverged",
 }
 LEDGER_OUTCOMES: Final[tuple[str, ...]] = tuple(dict.fromkeys(AUDIT_OUTCOMES.values()))
 #: The outcomes ``attempt()`` hands back to the program as a value; every other one ends it.

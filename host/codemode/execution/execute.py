@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import importlib.metadata
 import inspect
 import json
 import logging
@@ -51,6 +52,7 @@ from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
 from ..runtimes.base import SPAWNED_WARM, ExitInfo, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
+from ..store import Store, StoreFull
 from .admission import FairAdmission
 from .approval import ApprovalRequest, Approver, render_arguments
 from .context import CallContext
@@ -67,7 +69,9 @@ from .observe import (
 from .parallel import Exchange, run_batch
 from .plan import Plan
 from .quota import Hold, QuotaStore, QuotaUnavailable
+from .replay import Entry, Journal, Pending, ReplayDiverged
 from .report import PrintsRefused, Report
+from .suspension import Resume, Suspended, Suspensions, UnknownSuspension, defers, fingerprint
 from .tracing import NULL_TRACE, Trace, Tracer
 from .worker_text import ArgumentGrammar, accepted_limit_kind, accepted_program_message
 
@@ -104,6 +108,11 @@ class WorkerMisbehaved(Exception):
 class WorkerGone(Exception):
     """The worker's output ended before it sent a final frame."""
 
+
+try:
+    _HOST_VERSION = importlib.metadata.version("codemode")
+except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+    _HOST_VERSION = "unknown"
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -146,6 +155,7 @@ class _Session:
         trace: Trace,
         approver: Approver | None = None,
         clock: asyncio.Timeout | None = None,
+        resume: Resume | None = None,
     ) -> None:
         self.ex = executor
         self.sandbox = sandbox
@@ -163,7 +173,15 @@ class _Session:
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         self.intermediate = 0
-        self.approval_waited = 0.0  # seconds this execute's questions stayed open (max_approval_wait)
+        # The call log (codemode.execution.replay): kept only where a question can be asked; a
+        # resumed run replays its recorded prefix first (execution.suspension).
+        self.resume = resume
+        self.journal = resume.journal if resume is not None else Journal()
+        self.journaling = approver is not None and executor.suspensions is not None
+        self.asking: Pending | None = None  # the call being decided, as a suspension records it
+        self.source = ""
+        if resume is not None:  # nothing of the replayed prefix goes out as progress
+            _set_replaying(report, True)
 
     async def next_frame(self) -> dict[str, Any]:
         while not self.pending:
@@ -180,6 +198,7 @@ class _Session:
 
     async def run(self, source: str) -> Any:
         ex = self.ex
+        self.source = source
         exec_frame = _trusted_frame(
             f'{{"k":"exec","v":{PROTOCOL_VERSION},"source":{_json(source)},'
             f'"manifest":{ex.manifest_for(source)},"limits":{ex.limits_json}}}'
@@ -198,6 +217,9 @@ class _Session:
                 if kind == "native_invalid":
                     await self.native_invalid(frame)
                 elif kind == "native_batch":
+                    if self.resume is not None and self.journal.replaying:
+                        # A batch is not in the call log yet: replaying one would run it again.
+                        raise ReplayDiverged("a parallel(...) batch in the replayed prefix")
                     await run_batch(self, frame, _EXCHANGE)
                 else:
                     await self.native_call(frame, attempt=kind == "native_attempt")
@@ -288,32 +310,85 @@ class _Session:
             # An honest worker binds first, so a failing rebind proves a misbehaving worker.
             raise WorkerMisbehaved(f"rebind failed: {exc}") from None
         event = _CallRecord(started)
+        if self.journaling or self.resume is not None:
+            text = _json(canonical)
+            try:
+                recorded = self.journal.replay(cap.id, text, attempt)
+            except ReplayDiverged:
+                self.observe(cap, _CallRecord(started, decision="diverged"))
+                raise
+            if recorded is not None:  # the recorded answer: nothing is dispatched
+                self.intermediate += recorded.size
+                record = _CallRecord(started, decision=recorded.decision, outcome=recorded.outcome)
+                await self.reply(frame["seq"], cap, record, recorded)
+                return
+            if self.journal.at_pending:
+                self.go_live()
+            self.asking = Pending(cap.id, text, attempt)
+        before = self.intermediate
         try:
             plain = await self.dispatch(cap, canonical, event)
         except CodeModeError as exc:
             if attempt and _recoverable(event):
                 await self.reply(frame["seq"], cap, event, exc)
+                self.log_call(cap, attempt, event, None, client_text(exc), 0)
                 return
             self.observe(cap, event)
             raise
         except BaseException:
             self.observe(cap, event)
             raise
-        await self.reply(frame["seq"], cap, event, plain)
+        value = await self.reply(frame["seq"], cap, event, plain)
+        self.log_call(cap, attempt, event, value, None, self.intermediate - before)
 
-    async def reply(self, seq: int, cap: CompiledCapability, event: _CallRecord, answer: Any) -> None:
+    def log_call(
+        self,
+        cap: CompiledCapability,
+        attempt: bool,
+        event: _CallRecord,
+        value: str | None,
+        error: str | None,
+        size: int,
+    ) -> None:
+        """Append a live call whose answer went back to the program to the call log."""
+        if self.asking is not None:
+            args, self.asking = self.asking.arguments, None
+            entry = Entry(cap.id, args, attempt, value, error, size, cap.name, event.decision, event.outcome)
+            self.journal.record(entry)
+
+    def go_live(self) -> None:
+        """The replayed prefix is over (the pending call has come): the program's clock runs on with
+        the time it had left when it was suspended."""
+        assert self.resume is not None
+        _set_replaying(self.report, False)
+        remaining = max(0.0, self.ex.limits.max_execution_time - self.resume.spent)
+        self.ctx.deadline = time.monotonic() + remaining
+        if self.clock is not None:
+            self.clock.reschedule(asyncio.get_running_loop().time() + remaining)
+
+    async def reply(self, seq: int, cap: CompiledCapability, event: _CallRecord, answer: Any) -> str | None:
         """Write the call's ``native_result`` (or, for a recoverable error, ``native_error`` with its
-        client text), then record the call: the worker need not wait for the audit."""
-        if isinstance(answer, CodeModeError):
+        client text; or a replayed :class:`Entry`'s recorded answer), then record the call: the
+        worker need not wait for the audit. The result's JSON text (None for an error)."""
+        value: str | None = None
+        if isinstance(answer, Entry):
+            value = answer.value
+            if value is None:
+                body = f'{{"k":"native_error","seq":{seq},"error":{_json(answer.error)}}}'
+            else:
+                body = f'{{"k":"native_result","seq":{seq},"value":{value}}}'
+        elif isinstance(answer, CodeModeError):
             body = f'{{"k":"native_error","seq":{seq},"error":{_json(client_text(answer))}}}'
         else:
-            body = f'{{"k":"native_result","seq":{seq},"value":{_json(answer)}}}'
+            value = _json(answer)
+            body = f'{{"k":"native_result","seq":{seq},"value":{value}}}'
         try:
             await self.sandbox.write(_trusted_frame(body))
         except SandboxClosed:
             raise WorkerGone() from None
         finally:
             self.observe(cap, event)
+        return value
 
     async def dispatch(self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord) -> Any:
         """Authorize, run and bound one call; its plain result. ``event`` records how far it got."""
@@ -352,7 +427,7 @@ class _Session:
             raise PolicyFailure() from None
         finally:
             event.authz = time.perf_counter() - t0
-        if asked:
+        if asked or self.journal.at_pending:  # a resumed pending call: the user's answer decides
             event.decision = "ask"
             event.approval = await self.ask(cap, canonical, event)
             if event.approval != "accept":
@@ -402,64 +477,61 @@ class _Session:
     async def ask(
         self, cap: CompiledCapability, canonical: dict[str, Any], event: _CallRecord
     ) -> ApprovalAnswer:
-        """Ask the user about one call the policy left to them; the answer word.
+        """The user's answer about one call the policy left to them.
 
-        The worker and its slot stay held (the program waits inside the call), so the wait is
-        bounded: each question by ``max_approval_time``, all of this execute's questions together by
-        ``max_approval_wait`` (a program that catches declines with ``attempt`` and asks again
-        cannot hold its worker longer: once that total is spent the execute ends, ``resource limit
-        exceeded: approval wait``); at most ``max_pending_approvals`` questions of one subject are
-        open at once (a further one is ``busy`` at once); and the execute's own deadline is paused
-        meanwhile: the time a person takes is not the program's."""
-        ex, limits = self.ex, self.ex.limits
+        Nothing waits here (codemode.execution.suspension): the first time, the execute writes its
+        suspension record and ends (:class:`Suspended`: the worker, the sandbox and the slot go);
+        resumed by the answer, the replayed program reaches the same call again and gets that
+        answer. A refusal word without asking when nobody can be asked (``unavailable``: no
+        approver, or the store cannot answer) or the subject has ``max_pending_approvals``
+        suspensions (``busy``)."""
         started, t0 = self.trace.now(), time.perf_counter()
-        subject = self.subject.id
-        answer: ApprovalAnswer = "unavailable"
-        spent = False  # this execute's max_approval_wait ran out
-        left = limits.max_approval_wait - self.approval_waited
-        if self.approver is None:
-            answer = "unavailable"
-        elif ex.asking.get(subject, 0) >= limits.max_pending_approvals:
-            answer = "busy"
-        elif left <= 0:
-            answer, spent = "unanswered", True
-        else:
-            shown = render_arguments(canonical)
-            request = ApprovalRequest(cap.name, cap.summary, shown.text, shown.hidden)
-            wait = min(limits.max_approval_time, left)
-            loop = asyncio.get_running_loop()
-            remaining = max(0.0, self.ctx.deadline - time.monotonic())
-            if self.clock is not None:
-                self.clock.reschedule(loop.time() + wait + remaining + 1.0)
-            ex.asking[subject] = ex.asking.get(subject, 0) + 1
+        answer = self.journal.take_answer()
+        resume = self.resume
+        if answer is not None and resume is not None and resume.waited >= self.ex.limits.max_approval_wait:
+            event.approval = "unanswered"
+            raise ResourceLimit("approval wait")  # the call stays "ask": the wait ended the execute
+        if answer is None:
             try:
-                async with asyncio.timeout(wait):
-                    answer = await self.approver.approve(request)
-            except TimeoutError:
-                answer = "unanswered"
-                spent = left <= limits.max_approval_time  # the total ran out, not this question's own
-            except Exception as exc:
-                log.warning("asking the user about %s failed: %s", cap.id, type(exc).__name__)
-                answer = "unavailable"
-            finally:
-                self.approval_waited += time.perf_counter() - t0
-                open_now = ex.asking[subject] - 1
-                if open_now:
-                    ex.asking[subject] = open_now
-                else:
-                    del ex.asking[subject]
-                # The program's clock resumes with the time it had left.
-                self.ctx.deadline = time.monotonic() + remaining
-                if self.clock is not None:
-                    self.clock.reschedule(loop.time() + remaining)
-            if answer not in ("accept", "decline", "cancel", "unanswered", "unavailable"):
-                answer = "unavailable"  # an approver of the host's own that answered nonsense
+                answer = await self.suspend(cap, canonical)
+            except ResourceLimit:  # max_approval_wait or the store's bytes end the execute here
+                event.approval = "unanswered"
+                raise
         event.approval = answer
         event.approval_seconds = time.perf_counter() - t0
         self.trace.approval(started, answer)
-        if spent:
-            raise ResourceLimit("approval wait")  # the call stays "ask": the execute ended while asking
         return answer
+
+    async def suspend(self, cap: CompiledCapability, canonical: dict[str, Any]) -> ApprovalAnswer:
+        """Write this execute's suspension and raise :class:`Suspended`; or the refusal word when
+        it cannot be suspended."""
+        suspensions = self.ex.suspensions
+        if self.approver is None or suspensions is None or self.asking is None:
+            return "unavailable"
+        shown = render_arguments(canonical)
+        request = ApprovalRequest(cap.name, cap.summary, shown.text, shown.hidden)
+        limits = self.ex.limits
+        spent = limits.max_execution_time - max(0.0, self.ctx.deadline - time.monotonic())
+        waited = self.resume.waited if self.resume is not None else 0.0
+        try:
+            suspended = await suspensions.suspend(
+                self.subject.id,
+                self.source,
+                self.journal,
+                self.asking,
+                request,
+                spent,
+                waited,
+                in_place=not defers(self.approver),
+            )
+        except StoreFull:
+            return "busy"
+        except (ResourceLimit, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # StoreUnavailable, or a store that failed otherwise: fail closed
+            self.ex.store_failed(exc)
+            return "unavailable"
+        raise suspended
 
     def observe(self, cap: CompiledCapability, event: _CallRecord) -> None:
         """Record one call: its ledger entry, its audit event and its span, from the same record."""
@@ -628,7 +700,6 @@ class Executor:
         self.subject_quota = plan.admission.subject_quota
         self.quota: QuotaStore = plan.quota_store
         self._quota_down = False  # the store failed last time (logged once per outage)
-        self.asking: dict[str, int] = {}  # open approval questions per subject
         self.authorizer = plan.authorizer
         self.limits = plan.limits
         self.runtime = plan.runtime
@@ -668,6 +739,11 @@ class Executor:
         self.handler_threads = min(32, (os.cpu_count() or 1) + 4)
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
+        #: Suspended executes (codemode.execution.suspension): kept in the plan's store.
+        self.suspensions: Suspensions | None = Suspensions(
+            _store_of(plan), plan.limits, self._pin()
+        )
+        self._store_down = False
         #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
         self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(plan.runtime, "spawn_for", None)
 
@@ -722,15 +798,22 @@ class Executor:
         subject: Subject,
         trace_context: Mapping[str, Any] | None = None,
         approver: Approver | None = None,
+        resume: Resume | None = None,
     ) -> ExecuteResult:
-        """Run one program; enforces the per-subject quota around the whole execution. A
+        """Run one program; enforces the per-subject quota around each of its runs. A
         ``CodeModeError`` it raises carries the ledger and prints so far (``Report.attach``).
+
+        A call the policy leaves to the user suspends the execute (its worker and slot go; only a
+        record stays: codemode.execution.suspension). An approver that answers in this process is
+        then asked, and the answer resumes the execute by replay; one that ``defers`` (the
+        2026-07-28 retry) gets the :class:`Suspended` raised instead.
 
         Args:
             source: the program.
             subject: the trusted subject it runs for.
             trace_context: W3C ``traceparent`` the execute's span links (never its parent).
             approver: asks the user about calls the policy leaves to them (None: nobody to ask).
+            resume: a claimed suspension to replay (:meth:`resume`), or None for a first run.
 
         Returns:
             The program's result, call ledger and prints.
@@ -738,12 +821,90 @@ class Executor:
         Raises:
             ResourceLimit: ``quota``, when the subject already runs its quota of executes (any
                 other ``CodeModeError`` of the run passes through).
+            Suspended: the approver defers, and the execute waits for its answer.
         """
+        try:
+            return await self._run_once(source, subject, trace_context, approver, resume)
+        except Suspended as suspended:
+            if approver is None or defers(approver) or self.suspensions is None:
+                raise
+            run = functools.partial(self._run_once, source, subject, trace_context, approver)
+            return await self.suspensions.answer_in_place(suspended, approver, run)
+
+    async def resume(
+        self,
+        state: object,
+        subject: Subject,
+        source: str,
+        answer: ApprovalAnswer,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> ExecuteResult:
+        """Resume a suspended execute with the user's answer (the 2026-07-28 retry), on any host
+        sharing the store.
+
+        Args:
+            state: the ``request_state`` the suspension was returned with.
+            subject: the trusted subject (only the one it ran for can resume it).
+            source: the retry's program (must be the suspended one).
+            answer: the user's answer to the pending call.
+            trace_context: as for :meth:`execute`.
+            approver: asks about the execute's later questions (as for :meth:`execute`).
+
+        Returns:
+            As :meth:`execute`.
+
+        Raises:
+            UnknownSuspension: the state is forged, used, expired, or another subject's or program's.
+            Suspended: the resumed execute asks again.
+            Internal: the store could not answer.
+            CodeModeError: as :meth:`execute`.
+        """
+        if self.suspensions is None:
+            raise UnknownSuspension()
+        try:
+            record_id = await self.suspensions.record_of(state, subject.id, source)
+            claimed = await self.suspensions.claim(record_id, subject.id, answer)
+        except (UnknownSuspension, CodeModeError):
+            raise
+        except Exception as exc:
+            self.store_failed(exc)
+            raise Internal() from None
+        return await self.execute(claimed.record.source, subject, trace_context, approver, claimed)
+
+    def store_failed(self, exc: Exception) -> None:
+        """Log a store that could not answer (an "ask" then declines: fail closed).
+
+        Args:
+            exc: what it raised.
+        """
+        name = self.suspensions.store.name if self.suspensions is not None else "?"
+        log.error(
+            "store %r could not keep a suspension (%s: %s); asks decline until it answers "
+            "(--store / CODEMODE_STORE)",
+            name,
+            type(exc).__name__,
+            exc,
+        )
+
+    def _pin(self) -> str:
+        """What a suspension recorded here may be replayed against (execution.suspension)."""
+        catalog = [(c.id, c.name, c.input_shape) for c in self.by_name.values()]
+        return fingerprint(catalog, self.limits_json, f"protocol {PROTOCOL_VERSION}; host {_HOST_VERSION}")
+
+    async def _run_once(
+        self,
+        source: str,
+        subject: Subject,
+        trace_context: Mapping[str, Any] | None,
+        approver: Approver | None,
+        resume: Resume | None,
+    ) -> ExecuteResult:
         trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
         hold = await self._hold(subject.id, trace) if self.subject_quota else None
         self.observer.execute_started(subject.id)
         try:
-            return await self._execute(source, subject, trace, approver, hold)
+            return await self._execute(source, subject, trace, approver, hold, resume)
         finally:
             if hold is not None:
                 self.quota.release(hold)
@@ -764,7 +925,6 @@ class Executor:
                     exc,
                 )
             self._quota_down = True
-            self.observer.execute(ExecuteEvent(subject_id, "internal", 0.0, 0, ""))
             trace.finish("internal", None, 0, "")
             raise Internal() from None
         if self._quota_down:
@@ -777,13 +937,19 @@ class Executor:
         return hold
 
     async def _execute(
-        self, source: str, subject: Subject, trace: Trace, approver: Approver | None, hold: Hold | None
+        self,
+        source: str,
+        subject: Subject,
+        trace: Trace,
+        approver: Approver | None,
+        hold: Hold | None,
+        resume: Resume | None = None,
     ) -> ExecuteResult:
         limits = self.limits
         frames = max_print_frames(limits.max_native_calls, limits.max_execution_steps, limits.max_print_bytes)
         report = Report(limits.max_print_bytes, frames)
         try:
-            return report.result(await self._run(source, subject, report, trace, approver, hold))
+            return report.result(await self._run(source, subject, report, trace, approver, hold, resume))
         except CodeModeError as exc:
             report.attach(exc)
             raise
@@ -796,6 +962,7 @@ class Executor:
         trace: Trace,
         approver: Approver | None,
         hold: Hold | None,
+        resume: Resume | None = None,
     ) -> Any:
         start = time.monotonic()
         deadline = start + self.limits.max_execution_time
@@ -819,7 +986,7 @@ class Executor:
                     await self._admit(subject.id, trace, hold.elsewhere if hold is not None else 0)
                     sandbox = await self._acquire(subject.id, trace)
                     worker_id = ctx.worker_id = sandbox.worker_id
-                    session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock)
+                    session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock, resume)
                     value = await session.run(source)
                     reusable = True
             except TimeoutError:
@@ -852,6 +1019,11 @@ class Executor:
             except WorkerMisbehaved as exc:
                 log.warning("worker %s misbehaved: %s", worker_id, exc)
                 raise Internal() from None
+            except ReplayDiverged as exc:
+                log.warning("replay diverged in worker %s (%s): the execute fails closed", worker_id, exc)
+                raise Internal() from None
+            except Suspended:
+                raise
             except CodeModeError as exc:
                 # The program's own outcome (not a limit, not the host's fault): the worker ended
                 # or waits at a frame boundary, so a reusable sandbox may serve this subject again.
@@ -879,6 +1051,9 @@ class Executor:
             raise
         except asyncio.CancelledError:
             outcome = "cancelled"
+            raise
+        except Suspended:
+            outcome = "suspended"
             raise
         finally:
             self.observer.execute(
@@ -1013,6 +1188,23 @@ class Executor:
         pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _set_replaying(report: Report, replaying: bool) -> None:
+    """Hold back (or let out again) the execute's progress while its recorded prefix replays."""
+    progress = getattr(report, "progress", None)
+    if progress is not None:
+        progress.replaying = replaying
+
+
+def _store_of(plan: Plan) -> Store:
+    """The plan's store of suspensions, or one in this process's memory."""
+    store: Store | None = getattr(plan, "store", None)
+    if store is None:
+        from ..store.memory import MemoryStore
+
+        store = MemoryStore()
+    return store
 
 
 #: Outcomes after which a reusable sandbox may serve the same subject again (see ``_execute``).

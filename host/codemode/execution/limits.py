@@ -66,7 +66,8 @@ class Limits:
     ``max_search_response_bytes``, ``max_describe_response_bytes``. The server:
     ``max_concurrent_executions`` (worker slots). Asking the user: ``max_approval_time`` (seconds a
     question may stay open), ``max_pending_approvals`` (questions one subject may have open) and
-    ``max_approval_wait`` (seconds all of one execute's questions may stay open together).
+    ``max_approval_wait`` (seconds all of one execute's questions may stay open together) and
+    ``max_suspension_bytes`` (bytes of one subject's suspended executes' records).
     ``max_parallel_calls``: the calls of one ``parallel(...)`` that run at once.
 
     Seconds are floats; every other field is a count or bytes. ``Builder.build()`` refuses a value
@@ -169,28 +170,29 @@ class Limits:
     max_approval_time: float = _limit(
         120.0,
         "seconds",
-        "seconds a question to the user may stay open (paused: not max_execution_time)",
+        "seconds a question to the user may stay open (not max_execution_time)",
         "how long one question to the user may stay open when the policy asks "
-        "([authorization.md](authorization.md#asking-the-user)); no answer by then declines the call. "
-        "The execute's `max_execution_time` is paused meanwhile; host",
+        "([authorization.md](authorization.md#asking-the-user)): the execute's suspension record "
+        "expires then, declined, and nothing of it stays. The wait is not the program's "
+        "`max_execution_time`; host",
         minimum=0,
     )
     max_pending_approvals: int = _limit(
         1,
         "questions",
         "approvals one subject may have open at once (a further ask is declined)",
-        "questions to the user one subject may have open at once (its executes waiting in a call the "
-        "policy left to the user); a further ask from that subject is declined at once; host",
+        "questions to the user one subject may have open at once (its suspended executes, waiting for "
+        "an answer as records in the store); a further ask from that subject is declined at once; host",
     )
     max_approval_wait: float = _limit(
-        300.0,
+        3600.0,
         "seconds",
         "seconds one execute may wait for the user's answers in all (summed over its questions)",
         "how long all the questions of one execute may stay open together "
         "([authorization.md](authorization.md#asking-the-user)): each question waits at most what is "
-        "left of it; once it is spent, the open question is closed and the execute ends with "
-        "`resource limit exceeded: approval wait`. Bounds how long asking again and again can hold a "
-        "worker; host",
+        "left of it; once it is spent, the execute ends with `resource limit exceeded: approval "
+        "wait`. Hours are fine: nothing but a record waits; it bounds a program that asks again and "
+        "again; host",
         minimum=0,
     )
 
@@ -201,6 +203,17 @@ class Limits:
         "the calls of one `parallel(...)` that run at once ([program.md](program.md#parallel-calls)); "
         "the rest wait for one of them to finish. Sync handlers of one execute also take at most half "
         "the host's handler threads (at least 1), so one program cannot hold them all; host",
+    )
+
+    max_suspension_bytes: int = _limit(
+        4 * 1024 * 1024,
+        "UTF-8 bytes",
+        "bytes of suspended executes' records one subject may keep (source and call log)",
+        "the records of one subject's executes that wait for an answer "
+        "([authorization.md](authorization.md#asking-the-user)): the source and the call log with "
+        "its recorded results, summed over the subject's pending suspensions; an ask that would "
+        "keep more ends the execute with `resource limit exceeded: suspension bytes`; host (the store)",
+        minimum=1,
     )
 
     def problems(self) -> list[str]:

@@ -19,9 +19,18 @@ __all__ = [
 
 #: The authorizer's answer for one call (``undecided``: the deadline came before it answered).
 #: When the policy asked the user: ``approved`` (the user accepted), ``declined`` (anything else),
-#: ``ask`` (the execute ended while the question was open).
+#: ``ask`` (the execute ended while the question was open, or was suspended to wait for the answer).
+#: ``diverged``: a resumed execute made another call than its log holds (never dispatched).
 CallDecision = Literal[
-    "allow", "deny", "policy_failure", "invalid_arguments", "undecided", "approved", "declined", "ask"
+    "allow",
+    "deny",
+    "policy_failure",
+    "invalid_arguments",
+    "undecided",
+    "approved",
+    "declined",
+    "ask",
+    "diverged",
 ]
 #: What became of a question put to the user (``""``: none was asked). ``unanswered``: no answer
 #: within ``max_approval_time``; ``unavailable``: the client or transport cannot be asked;
@@ -31,10 +40,12 @@ ApprovalAnswer = Literal["", "accept", "decline", "cancel", "unanswered", "unava
 CallOutcome = Literal[
     "ok", "capability_failed", "invalid_arguments", "resource_limit", "interrupted", "not_run"
 ]
-#: How one execute ended: ``ok``, ``cancelled``, or its error in snake case.
+#: How one execute ended: ``ok``, ``cancelled``, ``suspended`` (it waits for the user's answer, as
+#: a record: a resume is another execute event), or its error in snake case.
 ExecuteOutcome = Literal[
     "ok",
     "cancelled",
+    "suspended",
     "unauthenticated",
     "not_found",
     "invalid_program",

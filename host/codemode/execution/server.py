@@ -22,9 +22,10 @@ from .admission import Admission
 from .approval import Approver
 from .execute import Executor
 from .limits import Limits
-from .observe import NullObserver, Observer
+from .observe import ApprovalAnswer, NullObserver, Observer
 from .plan import Plan
 from .quota import LocalQuota, QuotaStore
+from .suspension import Suspended, UnknownSuspension
 from .tracing import Tracing
 
 __all__ = ["Builder", "Description", "Server", "answer_bounds"]
@@ -461,6 +462,65 @@ class Server:
             log.error("runtime %s could not start: %s", self.runtime.name, exc)
             raise Internal() from None
         return await self._executor.execute(source, subject, trace_context, approver)
+
+    async def resume(
+        self,
+        state: object,
+        *,
+        subject: Subject,
+        source: str,
+        answer: ApprovalAnswer,
+        trace_context: Mapping[str, Any] | None = None,
+        approver: Approver | None = None,
+    ) -> ExecuteResult:
+        """Resume an execute that :meth:`run` left suspended (its approver ``defers``), with the
+        user's answer, by replaying it in a fresh worker (docs/reference/authorization.md#asking-the-user);
+        on any server sharing this one's store.
+
+        Args:
+            state: the :meth:`request_state` of the suspension.
+            subject: the trusted caller (only the suspension's own).
+            source: the program (only the suspension's own).
+            answer: the user's answer (``"accept"`` runs the pending call).
+            trace_context: as for :meth:`execute`.
+            approver: as for :meth:`run` (a later question suspends again).
+
+        Returns:
+            As :meth:`run`.
+
+        Raises:
+            Unauthenticated: ``subject`` is not a Subject with a non-empty id.
+            Internal: the runtime could not start, or the store could not answer.
+            UnknownSuspension: the state is forged, used, expired, or another subject's or program's.
+            Suspended: the execute asks again.
+            CodeModeError: as :meth:`execute`.
+        """
+        if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
+            raise Unauthenticated()
+        if not isinstance(source, str):
+            raise UnknownSuspension()
+        try:
+            await self.start()
+        except Exception as exc:
+            log.error("runtime %s could not start: %s", self.runtime.name, exc)
+            raise Internal() from None
+        return await self._executor.resume(state, subject, source, answer, trace_context, approver)
+
+    async def request_state(self, suspended: Suspended) -> str:
+        """The ``request_state`` that names a suspension: signed with the store's key, bound to its
+        subject and program.
+
+        Args:
+            suspended: what :meth:`run` raised.
+
+        Returns:
+            The state text.
+
+        Raises:
+            StoreUnavailable: the store could not answer.
+        """
+        assert self._executor.suspensions is not None
+        return await self._executor.suspensions.state_for(suspended)
 
     async def aclose(self) -> None:
         """Stop pools, reap every worker, then close every attached pack (last attached first, each

@@ -240,7 +240,8 @@ reached the program), "denied", "policy failure", "invalid arguments" and "not r
 run), "declined" (the host asked the user to approve the call and it was not approved; it did not \
 run: do not retry it, tell the user what you wanted to do), "failed" (it ran and failed; it may \
 have had an effect), "limit exceeded" (it ran, but a budget stopped it, e.g. its result was too \
-large), "interrupted" (the time ran out while it ran; it may have had an effect). After an \
+large), "interrupted" (the time ran out while it ran; it may have had an effect), "replay diverged" \
+(after the user's answer the program made another call than before; it did not run). After an \
 error, read "calls" before you retry: the calls with outcome "ok" (and maybe "failed", "limit \
 exceeded", "interrupted") have already happened; do not repeat their effects (for example, do not \
 create the same record twice), continue from the failed call. Calls never reached because a \
@@ -622,7 +623,7 @@ class _Handlers:
             subject = await _resolve(self.resolver, ctx)
             if params.request_state is not None:
                 outcome = await self.retries.resume(
-                    subject, source, params.request_state, params.input_responses
+                    self.server, subject, source, params.request_state, params.input_responses, meta
                 )
             else:
                 outcome = await self.retries.start(

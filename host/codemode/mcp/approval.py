@@ -17,7 +17,6 @@ so an answer to another request, or a second answer, reaches nothing here.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -151,31 +150,29 @@ def elicitation(request: ApprovalRequest) -> types.ElicitRequest:
 
 
 class RetryApprover:
-    """The approver of one execute on a 2026-07-28 connection: a question is handed to the
-    request handler (which answers the ``tools/call`` with an ``InputRequiredResult``) and waits
-    for the answer a retry of that call brings. The pipeline bounds the wait.
+    """The approver of one execute on a 2026-07-28 connection: it ``defers``, so a question
+    suspends the execute and reaches the request handler as a
+    :class:`~codemode.execution.suspension.Suspended` (codemode.mcp.retries answers the
+    ``tools/call`` with an ``InputRequiredResult``); the answer comes with a retry, which resumes
+    the execute by replay.
 
     Args:
         can_elicit: whether the client declared form-mode elicitation.
     """
 
+    #: Answers come later, in another request (codemode.execution.suspension.defers).
+    defers = True
+
     def __init__(self, can_elicit: bool) -> None:
         self.can_elicit = can_elicit
-        self.questions: asyncio.Queue[tuple[ApprovalRequest, asyncio.Future[ApprovalAnswer]]] = (
-            asyncio.Queue()
-        )
 
     async def approve(self, request: ApprovalRequest) -> ApprovalAnswer:
-        """Queue the question for the request handler and wait for the retry's answer.
+        """Never asked in place (the execute suspends instead); a declining answer if it is.
 
         Args:
             request: the question.
 
         Returns:
-            The answer the retry brings (``unavailable`` when the client cannot be asked).
+            ``unavailable``.
         """
-        if not self.can_elicit:
-            return "unavailable"
-        answer: asyncio.Future[ApprovalAnswer] = asyncio.get_running_loop().create_future()
-        self.questions.put_nowait((request, answer))
-        return await answer
+        return "unavailable"

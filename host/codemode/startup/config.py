@@ -437,6 +437,7 @@ class Settings(BaseSettings):
     max_approval_time: float = _limit("max_approval_time")
     max_pending_approvals: int = _limit("max_pending_approvals")
     max_approval_wait: float = _limit("max_approval_wait")
+    max_suspension_bytes: int = _limit("max_suspension_bytes")
     max_parallel_calls: int = _limit("max_parallel_calls")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
