@@ -215,3 +215,31 @@ def test_an_unsupported_annotation_is_one_line_naming_the_function_and_the_param
     _, problems = validate_catalog([codemode.Capability(name="a.op", summary="Op.", handler=fn)], [])
     assert len(problems) == 1 and "\n" not in problems[0], problems
     assert problems[0].startswith(f"capability 'a.op': handler types: {problem}"), problems
+
+
+def maybe_subject(who: authz.Subject | None = None) -> str:
+    return who.id if who is not None else ""
+
+
+@dataclass
+class AsIn:
+    on_behalf_of: authz.Subject
+
+
+def legacy_subject_field(ctx: codemode.CallContext, subject: authz.Subject, args: AsIn) -> Out:
+    return Out(args.on_behalf_of.id)
+
+
+@pytest.mark.parametrize("fn", [maybe_subject, legacy_subject_field])
+def test_a_subject_is_never_an_input_a_program_could_fill(fn: Any) -> None:
+    # Only a parameter annotated exactly Subject receives the trusted caller; `Subject | None`, or a
+    # Subject inside an input, would be an argument the program writes: who={"id": "bob"}.
+    _, problems = validate_catalog([codemode.Capability(name="a.op", summary="Op.", handler=fn)], [])
+    assert len(problems) == 1 and "Subject is passed by the host, never an input" in problems[0], problems
+
+
+async def test_a_program_cannot_pass_the_subject_as_an_argument() -> None:
+    source = 'def main():\n    return me.whoami(who={"id": "bob"})\n'
+    async with serve() as server:
+        with pytest.raises(codemode.InvalidArguments):
+            await server.execute(source, subject=authz.Subject("alice"))

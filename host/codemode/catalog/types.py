@@ -24,6 +24,8 @@ from typing import Any, Literal, Union
 from codemode_worker.shapes import MAX_ENUM_VALUES, render_field
 from codemode_worker.shapes import render as render_input
 
+from ..common.passed import passed_kind
+
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
@@ -81,6 +83,12 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = (), *, inputs: bool = False
     """
     if tp in _SCALARS:
         return {"t": _SCALARS[tp]}
+    if inputs and passed_kind(tp) is not None:
+        # A Subject (or CallContext) the program could write would be a caller it chose.
+        raise TypeProblem(
+            f"{_name(tp)} is passed by the host, never an input: annotate a parameter of a plain "
+            f"function exactly {_name(tp)} to receive it"
+        )
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is Literal:
