@@ -199,6 +199,8 @@ def test_quotas_tune_oom_is_reported(
         "1",
         "--warmup",
         "0",
+        "--runtime",
+        "docker",
         "--docker-memory",
         "48m",
     ]
@@ -207,5 +209,6 @@ def test_quotas_tune_oom_is_reported(
     assert code == 1
     (sample,) = report["samples"]
     assert sample["outcome"] == "resource limit exceeded" and sample["oom_killed"] is True
+    assert sample["detail"] == "resource limit exceeded: memory"  # what the client is told
     assert report["recommendation"] is None
     assert not worker_containers(docker_api, MINE)
