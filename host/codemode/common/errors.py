@@ -226,6 +226,6 @@ def client_text(err: CodeModeError) -> str:
         return Internal.text
     if isinstance(err, ResourceLimit):
         return f"{err.text}: {err.kind}" if err.kind in LIMIT_KINDS else err.text
-    if err.detail and isinstance(err, InvalidProgram | InvalidArguments | CapabilityFailure):
+    if err.detail and isinstance(err, InvalidProgram | InvalidArguments | CapabilityFailure | NotFound):
         return f"{err.text}: {err.detail}"
     return err.text

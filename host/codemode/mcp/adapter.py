@@ -157,7 +157,8 @@ Find the host capabilities (functions your execute program can call) that fit a 
 
 How to query: use the words of the task, e.g. "create record", "search records by tag", "delete \
 entry", or paste an exact dotted name such as "records.create" (an exact name always ranks first). \
-Matching is by whole word or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
+Matching is by whole word, another form of the same English word (entity/entities, \
+create/created/creating) or word prefix (3+ letters); there are no synonyms or spelling fixes, so \
 if nothing comes back, try other words for the same thing, fewer words, or a broader noun. Words \
 such as a/the/for/with are ignored. At most 16 distinct words.
 
@@ -186,7 +187,8 @@ the signature records.get(*, id: int) means records.get(id=7). The call returns 
 a record output is a dict, so read fields with r["id"].
 
 Errors: "capability not found" - the name is not exact or the capability is not available on this \
-host: run search_api again and copy the name. "unauthenticated" - do not retry, tell the user."""
+host: run search_api again and copy the name ("did you mean <name>?" after it names the closest \
+one). "unauthenticated" - do not retry, tell the user."""
 
 EXECUTE_DESCRIPTION = """\
 Run one Starlark program (a small, deterministic Python dialect) that calls capabilities and \
@@ -304,10 +306,10 @@ def _object(properties: JSONObject, description: str | None = None) -> JSONObjec
 
 
 _STRING: JSONObject = {"type": "string"}
-_FIELD_LIST: JSONObject = {
-    "type": "array",
-    "items": _object({"name": _STRING, "type": _STRING, "required": {"type": "boolean"}}),
-}
+_FIELD_ITEM = _object({"name": _STRING, "type": _STRING, "required": {"type": "boolean"}})
+# An input with a default carries it (any JSON value): optional, so the client's check accepts it.
+_FIELD_ITEM["properties"]["default"] = {}
+_FIELD_LIST: JSONObject = {"type": "array", "items": _FIELD_ITEM}
 
 #: The three tools' output schemas (their ``structuredContent``).
 SEARCH_OUTPUT_SCHEMA = _object(
@@ -329,6 +331,8 @@ DESCRIBE_OUTPUT_SCHEMA = _object(
         "output": _FIELD_LIST,
     }
 )
+# A result that is not an object (a function returning str) has no output fields: its type instead.
+DESCRIBE_OUTPUT_SCHEMA["properties"]["returns"] = _STRING
 _CALL_ITEM = _object({"capability": _STRING, "outcome": {"type": "string", "enum": list(LEDGER_OUTCOMES)}})
 EXECUTE_OUTPUT_SCHEMA: JSONObject = {
     "type": "object",
