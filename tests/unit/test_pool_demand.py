@@ -210,15 +210,6 @@ def test_settings_make_a_demand_sized_pool() -> None:
     [
         ({"CODEMODE_POOL": "4", "CODEMODE_POOL_MAX": "2"}, "--pool-max / CODEMODE_POOL_MAX must be at least"),
         ({"CODEMODE_POOL_REFILL_CONCURRENCY": "2"}, "needs --pool / CODEMODE_POOL or --pool-max"),
-        (
-            {
-                "CODEMODE_RUNTIME": "docker",
-                "CODEMODE_POOL": "2",
-                "CODEMODE_REUSE_EXECUTES": "5",
-                "CODEMODE_POOL_MAX": "4",
-            },
-            "applies to the warm pool, not the reuse mode",
-        ),
         ({"CODEMODE_POOL_SUBJECT_SHARE": "0"}, "CODEMODE_POOL_SUBJECT_SHARE"),
     ],
 )

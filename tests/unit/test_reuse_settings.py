@@ -49,3 +49,16 @@ def test_the_reuse_mode_wraps_the_runtime() -> None:
     pool = with_pool(build_runtime(settings), settings)
     assert isinstance(pool, ReusePool) and isinstance(pool.inner, DockerRuntime)
     assert (pool.size, pool.max_executes, pool.idle_seconds) == (4, 25, 30.0)
+
+
+def test_pool_max_sizes_the_reuse_pool_from_demand() -> None:
+    """``--pool-max`` bounds the reuse pool's demand-sized target as it bounds the warm pool's (it
+    was refused in the reuse mode before: the reuse pool stayed at ``--pool``)."""
+    settings = load_settings(allow_all=True, runtime="docker", pool=2, pool_max=6, reuse_executes=25)
+    pool = with_pool(build_runtime(settings), settings)
+    assert isinstance(pool, ReusePool)
+    assert (pool.minimum, pool.maximum, pool.size) == (2, 6, 2)  # no demand measured yet
+    assert not pool.demand.fixed
+    fixed = load_settings(allow_all=True, runtime="docker", pool=3, reuse_executes=25)
+    fixed_pool = with_pool(build_runtime(fixed), fixed)
+    assert isinstance(fixed_pool, ReusePool) and fixed_pool.demand.fixed and fixed_pool.size == 3

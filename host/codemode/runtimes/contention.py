@@ -85,6 +85,15 @@ class Contention:
             return True
         return len(self._seen) - (subject in self._seen) > 0
 
+    def active(self) -> int:
+        """How many subjects are waiting for a sandbox or were served recently.
+
+        Returns:
+            The count.
+        """
+        self._forget()
+        return len(self._seen.keys() | self._waiting.keys())
+
     def _touch(self, subject: str) -> None:
         self._seen[subject] = self._clock()
         self._seen.move_to_end(subject)

@@ -120,27 +120,36 @@ class Demand:
         """
         return self._spawn
 
-    def want(self) -> int:
+    def want(self, base: int = 0) -> int:
         """The size the demand measured right now asks for.
 
+        Args:
+            base: workers needed besides the ones for arrivals (the reuse pool: the sandboxes its
+                active subjects hold; 0 for the warm pool).
+
         Returns:
-            ``clamp(ceil(rate × spawn_time × headroom), minimum, maximum)``.
+            ``clamp(base + ceil(rate × spawn_time × headroom), minimum, maximum)``.
         """
-        if self.fixed or self._spawn is None:
+        if self.fixed:
             return self.minimum
+        if self._spawn is None:
+            return max(self.minimum, min(self.maximum, base))
         # A tiny epsilon keeps an exact product (2.0000000001 from float error) from rounding up.
-        want = math.ceil(self.rate() * self._spawn * self.headroom - 1e-9)
+        want = base + math.ceil(self.rate() * self._spawn * self.headroom - 1e-9)
         return max(self.minimum, min(self.maximum, want))
 
-    def target(self) -> int:
+    def target(self, base: int = 0) -> int:
         """How many idle workers the pool should hold now: :meth:`want` when it is at least the
         target so far, or when it has stayed below that for ``hold`` seconds; else the target so far
         (the pool asks on every arrival and every half second).
 
+        Args:
+            base: as for :meth:`want`.
+
         Returns:
             The target.
         """
-        want = self.want()
+        want = self.want(base)
         now = self._clock()
         if want >= self._peak or now - self._peak_at >= self.hold:
             self._peak, self._peak_at = want, now

@@ -26,6 +26,16 @@ Rules (each has its test):
   starting sandboxes, the old one not counted, are fewer than ``size``, within
   ``refill_concurrency``, and with ``per_subject`` 2 or more; otherwise the sandbox serves its
   ``max_executes`` and the subject's next execute starts one, as without successors;
+* **sized from demand** (as the warm pool, ``codemode.runtimes.pool``): with a ``maximum`` above
+  ``size``, the number of sandboxes kept (``size`` below: the target) is
+  ``clamp(active + ceil(rate × spawn_time × headroom), size, maximum)``, where ``active`` is the
+  subjects served within the last ``recent_seconds`` or waiting (each keeps a sandbox of its own),
+  ``rate`` the leases per second that found no idle sandbox of their subject (each took a warm one or
+  started one; measured over ``window`` seconds) and ``spawn_time`` the measured start of a sandbox
+  (``codemode.runtimes.demand``). The target rises at once and falls after ``hold`` seconds of
+  lower demand; idle sandboxes above it are then recycled, the one idle longest first (each exactly
+  once: it leaves the pool before its removal starts). Without a ``maximum`` (or with one equal to
+  ``size``) the target is ``size``, as it always was;
 * **bounded and fair**: at most ``size`` sandboxes are kept idle in all (bound to a subject or
   warm, never leased yet), at most ``per_subject`` of them bound to one subject; when more come
   back, the one idle longest is recycled, whoever it belongs to, so one subject's idle sandboxes never
@@ -42,8 +52,8 @@ Rules (each has its test):
   its share do not count while another subject competes (they would keep the refill from ever
   replacing the warm ones the others need), nor, up to as many, the warm ones a lone subject took
   past its share until a refill has replaced them. Live sandboxes never exceed
-  ``max_concurrent_executions + size + 1`` (the one: a successor starting while its predecessor is
-  still idle).
+  ``max_concurrent_executions + maximum + 1`` (the one: a successor starting while its predecessor
+  is still idle).
 
 ``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
 reusable one.
@@ -53,23 +63,34 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import math
 import os
 import random
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .base import Runtime, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import Runtime, RuntimeClosing, RuntimeUnavailable, Sandbox, SpawnFailed
 from .contention import RECENT_SECONDS, Contention
-from .demand import Shares
+from .demand import Demand, Shares
 from .handshake import probe
 from .supervised import Supervised
 
 __all__ = ["ReusePool", "SupervisingRuntime"]
 
 log = logging.getLogger("codemode.runtimes.reuse")
+
+#: Seconds between target checks while the target may still move (it decays with time).
+_TICK = 0.5
+
+
+def _closed() -> RuntimeClosing:
+    """A sandbox asked of a closed reuse pool: one line, no traceback."""
+    log.warning("no sandbox is leased: the reuse pool is closing")
+    return RuntimeClosing("the reuse pool is closing")
 
 
 @runtime_checkable
@@ -94,7 +115,9 @@ class ReusePool:
 
     Args (of the constructor):
         runtime: the runtime whose ``spawn_supervised()`` makes the sandboxes.
-        size: how many sandboxes to keep started (idle or leased).
+        size: how many sandboxes to keep started (idle or leased); the fewest when ``maximum`` is
+            given.
+        maximum: the largest number the measured demand may keep (None: ``size``, a fixed pool).
         max_executes: executes one sandbox serves before it is recycled.
         idle_seconds: how long a sandbox stays bound to its subject unused.
         per_subject: sandboxes one subject may hold at once.
@@ -107,11 +130,15 @@ class ReusePool:
             or idle for it) while another subject competes starts its next one instead of taking a
             warm one (1: no cap).
         recent_seconds: how long after its last request a subject still competes for the warm
-            sandboxes (``codemode.runtimes.contention``).
+            sandboxes (``codemode.runtimes.contention``), and counts as active for the target.
+        window: seconds over which the arrival rate is measured.
+        hold: seconds the target stays at its highest recent value before it shrinks.
+        headroom: factor on ``rate × spawn_time``.
+        clock: seconds from a monotonic clock (the demand's and the contention's).
 
     Raises (the constructor):
-        ValueError: a negative size, or a bound below 1 (``idle_seconds`` not positive, a refill
-            concurrency below 1), or a share outside (0, 1].
+        ValueError: a negative size, a maximum below it, or a bound below 1 (``idle_seconds`` not
+            positive, a refill concurrency below 1), or a share outside (0, 1].
     """
 
     def __init__(
@@ -128,19 +155,29 @@ class ReusePool:
         refill_concurrency: int | None = None,
         subject_share: float = 0.5,
         recent_seconds: float = RECENT_SECONDS,
+        maximum: int | None = None,
+        window: float = 2.0,
+        hold: float = 10.0,
+        headroom: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if size < 0 or max_executes < 1 or per_subject < 1 or idle_seconds <= 0:
             raise ValueError("size >= 0, max_executes >= 1, per_subject >= 1 and idle_seconds > 0")
+        maximum = size if maximum is None else maximum
+        if maximum < size:
+            raise ValueError("pool maximum must not be below the pool size")
         if not 0 < subject_share <= 1:
             raise ValueError("subject_share must be in (0, 1]")
         self.subject_share = subject_share
         #: Warm sandboxes lone subjects took past their share that no refill has replaced yet.
         self.shares = Shares(subject_share)
-        self.contention = Contention(recent_seconds)
+        self.contention = Contention(recent_seconds, clock)
         if refill_concurrency is not None and refill_concurrency < 1:
             raise ValueError("refill_concurrency >= 1")
         self.inner = runtime
-        self.size = size
+        self.minimum = size
+        self.maximum = maximum
+        self.demand = Demand(size, maximum, window=window, hold=hold, headroom=headroom, clock=clock)
         self.max_executes = max_executes
         self.idle_seconds = idle_seconds
         self.per_subject = per_subject
@@ -152,7 +189,7 @@ class ReusePool:
         self.retry_delay = retry_delay
         self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
         if refill_concurrency is None:  # as codemode.runtimes.pool: all at once, or one per CPU
-            refill_concurrency = max(1, size if self.concurrent else (os.cpu_count() or 1))
+            refill_concurrency = max(1, maximum if self.concurrent else (os.cpu_count() or 1))
         self.refill_concurrency = refill_concurrency
         self._refilling = 0
         #: Idle sandboxes bound to each subject (most recently used last).
@@ -187,17 +224,24 @@ class ReusePool:
         return f"{self.inner.name}+reuse"
 
     @property
+    def size(self) -> int:
+        """The number of sandboxes to keep now (the target: ``minimum`` ≤ target ≤ ``maximum``;
+        see the module docstring)."""
+        return self.demand.target(self.contention.active())
+
+    @property
     def idle(self) -> int:
         """Sandboxes ready right now (bound or warm)."""
         return len(self._warm) + sum(len(v) for v in self._idle.values())
 
     def warm(self) -> bool:
-        """Whether the pool keeps its target number of sandboxes (for readiness and benchmarks).
+        """Whether the pool keeps its minimum number of sandboxes (for readiness and benchmarks; a
+        fixed pool's minimum is its target).
 
         Returns:
-            True at target.
+            True at or above the minimum.
         """
-        return self.idle + self._in_use >= self.size
+        return self.idle + self._in_use >= self.minimum
 
     async def wait_warm(self, timeout: float = 60.0) -> None:
         """Wait until the pool is at target.
@@ -224,7 +268,7 @@ class ReusePool:
     async def spawn(self) -> Sandbox:
         """A fresh single-use sandbox (callers without a subject): never a reusable one."""
         if self._closed:
-            raise RuntimeUnavailable("reuse pool is closed")
+            raise _closed()
         return await self.inner.spawn()
 
     async def spawn_for(self, subject: str) -> Sandbox:
@@ -240,16 +284,20 @@ class ReusePool:
             RuntimeUnavailable: the pool is closed or its runtime cannot create sandboxes.
         """
         if self._closed:
-            raise RuntimeUnavailable("reuse pool is closed")
+            raise _closed()
         with self.contention.waiting(subject):
             self._kick()  # another subject's sandboxes past its share may stop counting now
             return await self._lease_for(subject)
 
     async def _lease_for(self, subject: str) -> Sandbox:
+        counted = False
         while True:
             box = self._take_own(subject)
             if box is None and await self._ending(subject):
                 continue  # its sandbox came back (or was recycled): look again
+            if box is None and not counted:
+                counted = True
+                self.demand.arrival()  # a lease that needs a sandbox not of its own
             if box is None and self._may_take_warm(subject):
                 past_share = self.subject_share < 1 and self._held(subject) >= self._cap()
                 box = self._take_warm()
@@ -488,8 +536,10 @@ class ReusePool:
             box = await self.inner.spawn_supervised()
         finally:
             self._starting -= 1
-        self.refill_seconds.append(time.monotonic() - started)
+        seconds = time.monotonic() - started
+        self.refill_seconds.append(seconds)
         del self.refill_seconds[:-1000]
+        self.demand.spawned(seconds)
         lead = random.randint(max(1, self.max_executes // 10), max(1, self.max_executes // 5))
         if self.max_executes > lead:
             self._successor_due[box] = self.max_executes - lead
@@ -501,12 +551,17 @@ class ReusePool:
     async def _refill_loop(self) -> None:
         assert self._wake is not None
         while not self._closed:
+            self._trim()  # the target may have fallen: give back idle sandboxes above it
             for _ in range(max(0, min(self._missing(), self.refill_concurrency - self._refilling))):
                 self._starting += 1
                 self._refilling += 1
                 self._background(self._refill_one())
             self._wake.clear()
-            await self._wake.wait()
+            if self.demand.fixed:
+                await self._wake.wait()
+            else:  # the target decays with time: look again now and then
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), _TICK)
 
     async def _refill_one(self) -> None:
         """Start one warm sandbox (counted as starting and refilling by the caller)."""

@@ -186,8 +186,8 @@ def build_store(settings: Settings) -> Store:
 def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
     """``runtime`` behind a :class:`WarmPool` of ``settings.pool`` workers, growing with demand up to
     ``settings.pool_max`` (unchanged when both are 0 or unset), or, in the reuse mode
-    (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping up to ``settings.pool`` sandboxes
-    idle.
+    (``reuse_executes`` > 0), behind a :class:`ReusePool` keeping ``settings.pool`` sandboxes,
+    growing with demand up to ``settings.pool_max``.
 
     Args:
         runtime: the runtime.
@@ -206,6 +206,7 @@ def with_pool(runtime: Runtime, settings: Settings) -> Runtime:
         return ReusePool(
             runtime,
             settings.pool,
+            maximum=settings.pool_max,
             max_executes=settings.reuse_executes,
             idle_seconds=settings.reuse_idle_seconds,
             refill_concurrency=settings.pool_refill_concurrency,

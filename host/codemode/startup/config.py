@@ -323,7 +323,8 @@ class Settings(BaseSettings):
         ge=0,
         description="the most warm workers the measured demand may keep ready: between --pool and this, "
         "the pool keeps arrival rate (over 2 s) x spawn time x 2, its peak held 10 s (unset: the pool "
-        "stays at --pool)",
+        "stays at --pool); in the reuse mode: the most sandboxes kept, between --pool and this the "
+        "subjects active in the last 10 s plus that product for leases that found none of their own",
     )
     pool_refill_concurrency: int | None = Field(
         None,
@@ -887,11 +888,6 @@ class Settings(BaseSettings):
         given = self.model_fields_set
         if self.pool_max is not None and self.pool_max < self.pool:
             out.append(f"{names('pool_max')} must be at least {names('pool')} ({self.pool})")
-        for name in ("pool_max",):
-            if name in given and self.reuse_executes:
-                out.append(
-                    f"{names(name)} applies to the warm pool, not the reuse mode ({names('reuse_executes')})"
-                )
         if "pool_refill_concurrency" in given and not self.pool and not self.pool_max:
             out.append(f"{names('pool_refill_concurrency')} needs {names('pool')} or {names('pool_max')} > 0")
         return out
