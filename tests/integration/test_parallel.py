@@ -17,6 +17,7 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.approval import ApprovalRequest
 from codemode.execution.parallel import handler_share
+from codemode.execution.progress import reporting
 
 from .helpers import ALICE, EchoIn, EchoOut, Recorder, make_capabilities
 from .support_mcp import wait_until
@@ -407,7 +408,7 @@ async def test_the_intermediate_bytes_count_every_result_of_a_batch() -> None:
 
 
 async def test_the_deadline_during_a_batch_interrupts_every_call_still_running() -> None:
-    server, _, gates = served(max_execution_time=1.0)
+    server, _, gates = served(max_execution_time=3.0)
     source = program(
         'parallel([(util.echo, {"value": "a"}), (gate.forever, {"value": "b"}),'
         ' (gate.forever, {"value": "c"})])'
@@ -423,3 +424,23 @@ async def test_the_deadline_during_a_batch_interrupts_every_call_still_running()
         ("gate.forever", "interrupted"),
     ]
     assert sorted(gates.cancelled) == ["b", "c"]
+
+
+async def test_progress_reports_every_call_of_a_batch_started_and_finished() -> None:
+    server, _, _ = served()
+    notes: list[str] = []
+
+    async def send(progress: float, message: str) -> None:
+        notes.append(message)
+
+    try:
+        async with reporting(send) as progress:
+            result = await run(
+                server, program("parallel([(util.echo, {'value': str(i)}) for i in range(3)])")
+            )
+    finally:
+        await server.aclose()
+    assert len(result.value) == 3
+    assert (progress.started, progress.finished) == (3, 3)
+    assert progress._events == 6  # three starts, three finishes (coalesced into fewer notes)
+    assert notes[-1] == "util.echo finished (3): ok"
