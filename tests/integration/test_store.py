@@ -61,7 +61,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         def rows(table: str) -> int:
             if table == "codemode_suspensions":
                 return len(memory._suspensions)
-            return sum(len(keys) for keys in memory._state.values())
+            return sum(len(keys.entries) for keys in memory._state.values())
 
     elif kind == "sqlite":
         path = tmp_path / "data" / "store.sqlite3"

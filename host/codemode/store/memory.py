@@ -2,13 +2,16 @@
 other backends are tested against (tests/integration/test_store.py).
 
 Each method runs to its end without awaiting anything, so on one event loop every operation is atomic
-(a claim has one winner). Nothing survives the process.
+(a claim has one winner). Nothing survives the process. A subject's bounds are checked against
+running totals (its expired keys are dropped first, in expiry order), so an operation costs the same
+however many keys or records the subject holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, field
 
 from . import StateConflict, StateEntry, StoreFull, Suspension
 from .rules import STATE_BYTES, STATE_KEYS, SUSPENSION_BYTES, SUSPENSIONS, check_texts, expired, state_size
@@ -22,6 +25,38 @@ class _Held:
     claimed: bool = False
 
 
+@dataclass
+class _Keys:
+    """One subject's state: its entries, their total bytes, and a heap of (expires, key) to drop the
+    expired ones in order (an entry replaced since leaves a stale heap item, skipped)."""
+
+    entries: dict[str, StateEntry] = field(default_factory=dict)
+    used: int = 0
+    expiring: list[tuple[float, str]] = field(default_factory=list)
+
+    def purge(self, now: float) -> int:
+        gone = 0
+        while self.expiring and self.expiring[0][0] <= now:
+            when, key = heapq.heappop(self.expiring)
+            entry = self.entries.get(key)
+            if entry is not None and entry.expires == when:
+                self.remove(key)
+                gone += 1
+        return gone
+
+    def remove(self, key: str) -> None:
+        entry = self.entries.pop(key)
+        self.used -= state_size(key, entry.value)
+
+    def set(self, entry: StateEntry) -> None:
+        if entry.key in self.entries:
+            self.remove(entry.key)
+        self.entries[entry.key] = entry
+        self.used += state_size(entry.key, entry.value)
+        if entry.expires is not None:
+            heapq.heappush(self.expiring, (entry.expires, entry.key))
+
+
 class MemoryStore:
     """Suspensions and state kept in dicts (see the module's text)."""
 
@@ -29,7 +64,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._suspensions: dict[str, _Held] = {}
-        self._state: dict[str, dict[str, StateEntry]] = {}
+        self._pending: dict[str, dict[str, Suspension]] = {}  # by subject, then id
+        self._state: dict[str, _Keys] = {}
 
     # -- suspensions ---------------------------------------------------------------------------
 
@@ -48,18 +84,15 @@ class MemoryStore:
         check_texts(record.id, record.subject_id, record.source, record.body)
         if record.id in self._suspensions:
             raise ValueError("a suspension with this id exists")
-        live = [
-            h.record
-            for h in self._suspensions.values()
-            if h.record.subject_id == record.subject_id
-            and not h.claimed
-            and not expired(h.record.expires, record.created)
-        ]
+        # a subject's pending records are at most its bound: this scan is short
+        mine = self._pending.get(record.subject_id, {})
+        live = [r for r in mine.values() if not expired(r.expires, record.created)]
         if len(live) + 1 > max_records:
             raise StoreFull(SUSPENSIONS)
         if sum(r.size for r in live) + record.size > max_bytes:
             raise StoreFull(SUSPENSION_BYTES)
         self._suspensions[record.id] = _Held(record)
+        self._pending.setdefault(record.subject_id, {})[record.id] = record
 
     async def claim(self, record_id: str, subject_id: str, now: float) -> Suspension | None:
         """Take a pending suspension (:meth:`codemode.store.Store.claim`).
@@ -81,7 +114,13 @@ class MemoryStore:
         ):
             return None
         held.claimed = True
+        self._unpend(held.record)
         return held.record
+
+    def _unpend(self, record: Suspension) -> None:
+        mine = self._pending.get(record.subject_id)
+        if mine is not None and mine.pop(record.id, None) is not None and not mine:
+            del self._pending[record.subject_id]
 
     async def drop(self, record_id: str) -> None:
         """Forget a suspension (:meth:`codemode.store.Store.drop`).
@@ -89,7 +128,9 @@ class MemoryStore:
         Args:
             record_id: the id (unknown ids are ignored).
         """
-        self._suspensions.pop(record_id, None)
+        held = self._suspensions.pop(record_id, None)
+        if held is not None:
+            self._unpend(held.record)
 
     async def expire(self, now: float) -> int:
         """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`).
@@ -102,14 +143,11 @@ class MemoryStore:
         """
         gone = [i for i, h in self._suspensions.items() if expired(h.record.expires, now)]
         for record_id in gone:
-            del self._suspensions[record_id]
+            self._unpend(self._suspensions.pop(record_id).record)
         count = len(gone)
         for subject_id, keys in list(self._state.items()):
-            stale = [k for k, e in keys.items() if expired(e.expires, now)]
-            for key in stale:
-                del keys[key]
-            count += len(stale)
-            if not keys:
+            count += keys.purge(now)
+            if not keys.entries:
                 del self._state[subject_id]
         return count
 
@@ -122,16 +160,11 @@ class MemoryStore:
         Returns:
             How many.
         """
-        return sum(
-            1
-            for h in self._suspensions.values()
-            if not h.claimed and (subject_id is None or h.record.subject_id == subject_id)
-        )
+        if subject_id is not None:
+            return len(self._pending.get(subject_id, {}))
+        return sum(len(mine) for mine in self._pending.values())
 
     # -- state ---------------------------------------------------------------------------------
-
-    def _live(self, subject_id: str, now: float) -> dict[str, StateEntry]:
-        return {k: e for k, e in self._state.get(subject_id, {}).items() if not expired(e.expires, now)}
 
     async def state_get(self, subject_id: str, key: str, now: float) -> StateEntry | None:
         """The subject's key (:meth:`codemode.store.Store.state_get`).
@@ -144,7 +177,8 @@ class MemoryStore:
         Returns:
             The entry, or None (absent or expired).
         """
-        entry = self._state.get(subject_id, {}).get(key)
+        keys = self._state.get(subject_id)
+        entry = keys.entries.get(key) if keys is not None else None
         return None if entry is None or expired(entry.expires, now) else entry
 
     async def state_put(
@@ -180,17 +214,19 @@ class MemoryStore:
             ValueError: a text holds U+0000 or a lone surrogate.
         """
         check_texts(subject_id, key, value)
-        live = self._live(subject_id, now)
-        old = live.get(key)
+        keys = self._state.get(subject_id) or _Keys()
+        keys.purge(now)  # expired keys are absent and count for no bound
+        old = keys.entries.get(key)
         if expect is not None and expect != (old.version if old is not None else 0):
             raise StateConflict()
-        if old is None and len(live) + 1 > max_keys:
+        if old is None and len(keys.entries) + 1 > max_keys:
             raise StoreFull(STATE_KEYS)
-        used = sum(state_size(k, e.value) for k, e in live.items() if k != key)
+        used = keys.used - (state_size(key, old.value) if old is not None else 0)
         if used + state_size(key, value) > max_bytes:
             raise StoreFull(STATE_BYTES)
         entry = StateEntry(key, value, old.version + 1 if old is not None else 1, expires)
-        self._state.setdefault(subject_id, {})[key] = entry
+        keys.set(entry)
+        self._state[subject_id] = keys
         return entry
 
     async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
@@ -208,14 +244,14 @@ class MemoryStore:
         Raises:
             StateConflict: ``expect`` did not match.
         """
-        keys = self._state.get(subject_id, {})
-        entry = keys.get(key)
+        keys = self._state.get(subject_id)
+        entry = keys.entries.get(key) if keys is not None else None
         live = entry if entry is not None and not expired(entry.expires, now) else None
         if expect is not None and expect != (live.version if live is not None else 0):
             raise StateConflict()
-        if entry is not None:
-            del keys[key]
-            if not keys:
+        if keys is not None and entry is not None:
+            keys.remove(key)
+            if not keys.entries:
                 del self._state[subject_id]
         return live is not None
 
@@ -234,11 +270,15 @@ class MemoryStore:
         Returns:
             The entries, in key order (code points).
         """
+        held = self._state.get(subject_id)
+        if held is None or limit <= 0:
+            return []
         keys = sorted(
-            k for k in self._live(subject_id, now) if k.startswith(prefix) and (after is None or k > after)
+            k
+            for k, e in held.entries.items()
+            if k.startswith(prefix) and (after is None or k > after) and not expired(e.expires, now)
         )
-        entries = self._state[subject_id] if keys else {}
-        return [dataclasses.replace(entries[k]) for k in keys[: max(limit, 0)]]
+        return [dataclasses.replace(held.entries[k]) for k in keys[:limit]]
 
     # -- life ----------------------------------------------------------------------------------
 

