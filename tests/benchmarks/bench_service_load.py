@@ -23,6 +23,13 @@ mean is clients / throughput). ``--rate R`` makes it an **open loop** instead: t
 R executes/s in all, each on a fixed schedule, and each latency counts from the execute's
 scheduled time (a server that falls behind is charged the wait): the latency a platform sees at
 that traffic.
+
+A closed-loop execute run then adds the goals of issue 34 §1, each beside its floor from the same
+run: the **composed floor** (``cores × 1000 / (search_api calls/s of the service path) + 1000 /
+(forks per CPU second)``, in ms; process runtime) and the ratio of the CPU per execute to it (goal
+≤ 1.25); the closed loop's p99 beside ``1.5 × clients / throughput`` (the mean, by Little's law,
+× 1.5); and an **open-loop series at 70 % of the measured throughput** on the same server
+(``--open-fraction``; 0 skips it) with its p99 (goal ≤ 50 ms).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from pathlib import Path
 
 import httpx
 import httpx2
+import psutil
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -236,6 +244,64 @@ async def _session(
             out.seen.add(nonce)
 
 
+async def series(
+    url: str, subjects: list[str], tokens: dict[str, str], n: int, rate: float, timeout: float
+) -> tuple[Outcome, list[str], float]:
+    """``n`` executes from every subject's client, an open loop at ``rate`` executes/s in all (0:
+    a closed loop): their outcome, the lost nonces, and the wall time."""
+    jobs: asyncio.Queue[str] = asyncio.Queue()
+    for i in range(n):
+        jobs.put_nowait(f"open-{i:04d}-{uuid.uuid4().hex}")
+    out = Outcome(latencies=[], errors=Counter(), seen=set())
+    lost: list[str] = []
+    t0 = time.perf_counter()
+    paces = [Pace(t0 + 0.5, rate, len(subjects), i) if rate else None for i in range(len(subjects))]
+    async with asyncio.timeout(timeout):
+        await asyncio.gather(
+            *(
+                client_loop(url, s, tokens[s], jobs, out, lost, "execute", pace=pace)
+                for s, pace in zip(subjects, paces, strict=True)
+            )
+        )
+    return out, lost, time.perf_counter() - t0
+
+
+def print_goals(
+    *,
+    cpu_ms: float | None,
+    search_rate: float | None,
+    forks_per_cpu: float | None,
+    clients: int,
+    throughput: float,
+    p99: float | None,
+    open_rate: float | None,
+    open_p99: float | None,
+) -> dict[str, float]:
+    """The goals of issue 34 §1 beside their floors (each printed only when its inputs were
+    measured in this run); returns the figures printed."""
+    out: dict[str, float] = {}
+    cores = psutil.cpu_count() or 1
+    if cpu_ms is not None and search_rate and forks_per_cpu:
+        service_ms, fork_ms = cores * 1000 / search_rate, 1000 / forks_per_cpu
+        floor = out["composed_floor_ms"] = service_ms + fork_ms
+        out["cpu_ratio"] = cpu_ms / floor
+        print(
+            f"composed floor            {cores} x 1000 / {search_rate:.1f} + 1000 / {forks_per_cpu:.1f} = "
+            f"{service_ms:.2f} + {fork_ms:.2f} = {floor:.2f} ms (service path + fork, same run)"
+        )
+        print(f"CPU per execute / floor   {cpu_ms:.2f} / {floor:.2f} = {cpu_ms / floor:.2f}x (goal <= 1.25)")
+    if p99 is not None and throughput > 0:
+        bound = out["closed_p99_bound_ms"] = 1.5 * clients / throughput * 1e3
+        print(
+            f"closed-loop p99 / bound   {p99 * 1e3:.1f} / {bound:.1f} ms = {p99 * 1e3 / bound:.2f}x "
+            f"(bound: 1.5 x {clients} clients / {throughput:.1f}/s; goal <= 1)"
+        )
+    if open_rate is not None and open_p99 is not None:
+        out["open_p99_ms"] = open_p99 * 1e3
+        print(f"open loop at {open_rate:.1f}/s       p99={open_p99 * 1e3:.1f} ms (goal <= 50 ms)")
+    return out
+
+
 async def scrape_executes(base: str) -> dict[str, float]:
     out: dict[str, float] = {}
     with contextlib.suppress(httpx.HTTPError):
@@ -308,6 +374,8 @@ async def run(args: argparse.Namespace) -> int:
     rc = 0
     search = Outcome(latencies=[], errors=Counter(), seen=set())
     search_wall = 0.0
+    opened: tuple[Outcome, list[str], float] | None = None
+    open_rate = 0.0
     try:
         ready_s = await wait_ready(base, proc, args.timeout)
         print(f"ready after {ready_s:.2f} s")
@@ -337,6 +405,10 @@ async def run(args: argparse.Namespace) -> int:
         while not jobs.empty():
             lost.append(jobs.get_nowait())
         server_counts = await scrape_executes(metrics_base)
+        if args.open_fraction > 0 and not args.rate and args.mode == "execute" and outcome.ok and wall:
+            # the open loop at a fraction of the closed loop's throughput, same server and clients
+            open_rate = args.open_fraction * outcome.ok / wall
+            opened = await series(base + "/mcp", subjects, tokens, args.n, open_rate, args.timeout)
         if args.floors and args.mode == "execute":  # floor: the service path alone, same server
             for i in range(args.n):
                 jobs.put_nowait(f"search-{i}")
@@ -376,8 +448,27 @@ async def run(args: argparse.Namespace) -> int:
             f"floor: service path      {search.ok / search_wall:.1f} search_api calls/s  "
             f"p50={p50:.1f} ms  p99={p99:.1f} ms  (same server and clients, no worker)"
         )
+    forks = None
     if args.floors and args.runtime == "process" and args.mode == "execute":
-        load_floors.fork_floor(args.fork_n)
+        forks = load_floors.fork_floor(args.fork_n)
+    if opened is not None:
+        o_out, o_lost, o_wall = opened
+        print(
+            f"open loop                 offered {open_rate:.1f}/s "
+            f"({args.open_fraction:.0%} of the throughput), ok {o_out.ok}, lost {len(o_lost)}, "
+            f"{o_out.ok / o_wall if o_wall else 0:.1f} calls/s"
+        )
+    if args.mode == "execute" and not args.rate and lat:
+        args.goals = print_goals(
+            cpu_ms=(cpu.own + cpu.below) / outcome.ok * 1e3 if outcome.ok else None,
+            search_rate=search.ok / search_wall if search.latencies and search_wall else None,
+            forks_per_cpu=forks["n"] / forks["cpu"] if forks and forks["cpu"] else None,
+            clients=args.clients,
+            throughput=outcome.ok / wall if wall else 0.0,
+            p99=pct(lat, 99),
+            open_rate=open_rate if opened is not None else None,
+            open_p99=pct(opened[0].latencies, 99) if opened is not None and opened[0].latencies else None,
+        )
     print(f"server executes_total     {server_counts}")
     print(f"server exit code          {proc.returncode}")
     if args.runtime == "docker":
@@ -423,6 +514,13 @@ def parser() -> argparse.ArgumentParser:
         help="an open loop: the clients offer this many executes/s in all, each on its schedule, and "
         "latency counts from the scheduled time (default 0: closed loop, each client sends its next "
         "execute when its last one returned)",
+    )
+    p.add_argument(
+        "--open-fraction",
+        type=float,
+        default=0.7,
+        help="after a closed loop, an open loop at this fraction of its throughput on the same server, "
+        "--n executes (default 0.7; 0: skip it)",
     )
     p.add_argument("--max-time", type=float, default=30.0, help="max_execution_time, s (default 30)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
