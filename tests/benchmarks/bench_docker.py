@@ -2,6 +2,7 @@
 
     python -m tests.benchmarks.bench_docker [--n 30] [--runtime runsc] [--skip-execute]
     python -m tests.benchmarks.bench_docker --burst-pattern [--min 2 --max 8 --bursts 3 --idle 20]
+    python -m tests.benchmarks.bench_docker --oci-compare runc crun [--rounds 3] [--n 40]
 
 Measured in one run on the same image, so the ratios are meaningful on a noisy machine:
 
@@ -16,7 +17,14 @@ Measured in one run on the same image, so the ratios are meaningful on a noisy m
 - ``execute warm``: the same with WarmPool(DockerRuntime, size) (the pool refills in the background);
 - ``one native call`` (warm);
 - ``sustained``: executes/s with fresh containers, ``--concurrency`` at a time, no pool, next to the
-  raw Engine rate.
+  raw Engine rate;
+- ``default mode``: the same executes/s over a warm pool of ``--pool`` (the default mode: one fresh
+  container per execute, started ahead), beside the raw engine rate at the same concurrency (issue
+  34 §4: goal ≥ 1.5×).
+
+``--oci-compare runc crun`` runs only the OCI runtimes' comparison instead: per runtime (registered
+with dockerd), interleaved over ``--rounds`` rounds, the raw engine rate and the default mode's
+rate at ``--concurrency``, and the spawn (create .. probe_ack) and destroy p50.
 
 ``--burst-pattern`` runs only ``pool_burst`` on Docker instead: bursts then idle time, against a
 fixed pool at ``--min``, a fixed pool at ``--max`` and a demand-sized pool between them.
@@ -83,18 +91,20 @@ def engine_raw_once(api: Any, image: str, runtime: str | None) -> float:
         host_config=hc,
     )["Id"]
     sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-    api.start(cid)
     raw = sock._sock
-    raw.sendall(b"ping\n")
-    buf = b""
-    while len(buf) < 8 + 5:
-        chunk = raw.recv(4096)
-        if not chunk:
-            break
-        buf += chunk
-    assert buf[8:] == b"ping\n", buf
-    api.remove_container(cid, force=True)
-    raw.close()
+    try:
+        api.start(cid)
+        raw.sendall(b"ping\n")
+        buf = b""
+        while len(buf) < 8 + 5:
+            chunk = raw.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+        assert buf[8:] == b"ping\n", buf
+    finally:  # a start the OCI runtime refused leaves no container behind either
+        api.remove_container(cid, force=True)
+        raw.close()
     return time.perf_counter() - t0
 
 
@@ -253,6 +263,13 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         )
         await cold_server.aclose()
 
+        default = await default_rate(args.image, args.runtime, args.pool, args.concurrency, total)
+        results["default_mode"] = {"per_s": default, "vs_raw": default / raw_conc}
+        print(
+            f"{'default mode executes/s (pool ' + str(args.pool) + ')':<34} {default:.2f}/s at concurrency "
+            f"{args.concurrency}  = {default / raw_conc:.2f}x the raw engine rate (goal >= 1.5)"
+        )
+
         pool = codemode.WarmPool(DockerRuntime(image=args.image, runtime=args.runtime), args.pool)
         warm_server = build_server(pool)
         await warm_server.start()
@@ -285,6 +302,108 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+async def default_rate(image: str, oci: str | None, pool_size: int, concurrency: int, total: int) -> float:
+    """Executes/s of the default mode (a fresh container per execute, over a warm pool of
+    ``pool_size``), ``concurrency`` in flight, once the pool is warm."""
+    import codemode
+    from codemode import authz
+
+    pool = codemode.WarmPool(DockerRuntime(image=image, runtime=oci), pool_size)
+    server = build_server(pool)
+    await server.start()
+    try:
+        await pool.wait_warm(120)
+        subject = authz.Subject("bench")
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one() -> None:
+            async with sem:
+                await server.execute(TRIVIAL, subject=subject)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(total)))
+        return total / (time.perf_counter() - t0)
+    finally:
+        await server.aclose()
+
+
+def raw_rate(api: Any, image: str, oci: str | None, concurrency: int, total: int) -> float:
+    """The raw engine's hardened containers per second, ``concurrency`` at a time."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda _: engine_raw_once(api, image, oci), range(total)))
+    return total / (time.perf_counter() - t0)
+
+
+async def oci_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """The OCI runtimes of ``--oci-compare`` side by side, interleaved round by round."""
+    import docker
+
+    api = docker.APIClient(version="auto", timeout=60)
+    names = list(args.oci_compare)
+    total = max(args.n, 2 * args.concurrency)
+    got: dict[str, dict[str, list[float]]] = {
+        n: {"raw": [], "default": [], "spawn": [], "destroy": []} for n in names
+    }
+    print(
+        f"OCI runtimes {', '.join(names)}: {args.rounds} rounds, {total} containers or executes per series, "
+        f"concurrency {args.concurrency}, pool {args.pool}, image {args.image}"
+    )
+    for name in list(names):  # warm the image and page cache under each; drop one that cannot run
+        try:
+            engine_raw_once(api, args.image, name)
+        except docker.errors.APIError as exc:
+            print(f"{name}: cannot start a container here: {exc.explanation or exc}")
+            names.remove(name)
+            del got[name]
+    if not names:
+        api.close()
+        return {}
+    for _ in range(args.rounds):
+        for name in names:
+            got[name]["raw"].append(
+                await asyncio.to_thread(raw_rate, api, args.image, name, args.concurrency, total)
+            )
+            got[name]["default"].append(
+                await default_rate(args.image, name, args.pool, args.concurrency, total)
+            )
+            rt = DockerRuntime(image=args.image, runtime=name)
+            for _ in range(5):
+                t0 = time.perf_counter()
+                sandbox = await rt.spawn()
+                t1 = time.perf_counter()
+                await sandbox.destroy()
+                got[name]["spawn"].append(t1 - t0)
+                got[name]["destroy"].append(time.perf_counter() - t1)
+            await rt.aclose()
+    out: dict[str, Any] = {}
+    columns = [("raw engine/s", 13), ("default mode/s", 15), ("ratio", 6)]
+    columns += [("spawn p50", 10), ("destroy p50", 12)]
+    print(f"{'runtime':<8} " + " ".join(f"{title:>{width}}" for title, width in columns))
+    for name in names:
+        g = got[name]
+        raw, default = statistics.median(g["raw"]), statistics.median(g["default"])
+        out[name] = {
+            "raw_per_s": raw,
+            "default_per_s": default,
+            "spawn_p50_ms": statistics.median(g["spawn"]) * 1e3,
+            "destroy_p50_ms": statistics.median(g["destroy"]) * 1e3,
+        }
+        print(
+            f"{name:<8} {raw:13.2f} {default:15.2f} {default / raw:5.2f}x "
+            f"{out[name]['spawn_p50_ms']:8.0f} ms {out[name]['destroy_p50_ms']:10.0f} ms"
+        )
+    base = names[0]
+    for name in names[1:]:
+        print(
+            f"{name} / {base}: raw {out[name]['raw_per_s'] / out[base]['raw_per_s']:.2f}x, "
+            f"default mode {out[name]['default_per_s'] / out[base]['default_per_s']:.2f}x "
+            f"(medians of {args.rounds} rounds)"
+        )
+    api.close()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=30, help="samples per measurement")
@@ -297,8 +416,21 @@ def main() -> None:
     p.add_argument(
         "--burst-pattern", action="store_true", help="only fixed against demand-sized pools (pool_burst)"
     )
+    p.add_argument(
+        "--oci-compare",
+        nargs="+",
+        metavar="RUNTIME",
+        help="only compare these OCI runtimes (registered with dockerd), e.g. runc crun",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --oci-compare (default 3)")
     pool_burst.add_arguments(p)
     args = p.parse_args()
+    if args.oci_compare:
+        found_oci = asyncio.run(oci_compare(args))
+        if args.json:
+            json.dump(found_oci, sys.stdout, indent=2)
+            print()
+        return
     if args.burst_pattern:
         args.window = args.window or [2.0]
         image, oci = args.image, args.runtime

@@ -16,7 +16,10 @@ For each runtime, measured in the same run so the ratios mean something on a noi
   ``--pool``) and in the reuse mode (``--reuse`` executes per sandbox, ``--reuse-pool`` idle);
 - host CPU per execute: the server process and the engine's side (the containers' cgroup and the
   engine's daemons; exited shims are not counted), and the whole machine's busy CPU (other load on a
-  shared machine included), as executes/s per core.
+  shared machine included), as executes/s per core;
+- the process runtime's CPU per execute under the same load (the server's process tree: the service,
+  its template and workers), once at the start of the run, and each runtime's reuse-mode CPU per
+  execute beside it (issue 34 §2: goal ≤ 1.5×; ``--no-process`` skips it).
 """
 
 from __future__ import annotations
@@ -275,8 +278,24 @@ def _throughput(r: dict[str, Any]) -> float:
     return float(r["throughput"])
 
 
+async def process_load(args: argparse.Namespace) -> float | None:
+    """The process runtime's CPU per execute (ms) under the same load, its process tree counted."""
+    ns = bench_service_load.parser().parse_args([])
+    ns.runtime, ns.pool = "process", args.pool
+    ns.n, ns.clients, ns.slots, ns.timeout = args.n, args.clients, args.slots, 900.0
+    ns.floors, ns.open_fraction = False, 0.0
+    await bench_service_load.run(ns)
+    cpu = ns.summary.get("tree_cpu_ms")
+    print(
+        f"process runtime (pool {args.pool})       {ns.summary['throughput']:7.1f}/s  "
+        f"cpu/execute {cpu if cpu is None else round(cpu, 1)} ms (server + template + workers)"
+    )
+    return float(cpu) if cpu else None
+
+
 async def bench(args: argparse.Namespace) -> None:
     runtimes = ["docker", "kubernetes"] if args.runtime == "both" else [args.runtime]
+    process_cpu = await process_load(args) if args.process else None
     for runtime in runtimes:
         print(f"=== {runtime}: {args.clients} clients, {args.n} executes, slots {args.slots}")
         print(f"image {args.image}")
@@ -316,6 +335,12 @@ async def bench(args: argparse.Namespace) -> None:
         if runtime == "docker":
             ratio = d["throughput"] / floor["rate_4"]
             print(f"docker default vs the raw engine's 4-at-a-time rate: {ratio:.2f}x")
+        if process_cpu:
+            reused = min(sum(r["cpu_ms"][k] for k in ("server", "engine")) for r in results["reuse"])
+            print(
+                f"{runtime}: reuse CPU per execute {reused:.1f} ms vs the process runtime's "
+                f"{process_cpu:.1f} ms = {reused / process_cpu:.2f}x (goal <= 1.5; best of {args.repeat})"
+            )
 
 
 def main() -> None:
@@ -329,6 +354,12 @@ def main() -> None:
     p.add_argument("--reuse-pool", type=int, default=20, help="idle sandboxes of the reuse mode")
     p.add_argument("--reuse", type=int, default=100, help="executes per sandbox in the reuse mode")
     p.add_argument("--floor-n", type=int, default=10, help="samples of each floor")
+    p.add_argument(
+        "--no-process",
+        dest="process",
+        action="store_false",
+        help="skip the process runtime's load (the reference for the reuse mode's CPU per execute)",
+    )
     p.add_argument("--image", default="codemode-worker:1")
     p.add_argument("--kubeconfig", default=bench_service_load.load_runtimes.KUBECONFIG)
     p.add_argument("--namespace", default="codemode-workers")

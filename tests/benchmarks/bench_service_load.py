@@ -492,6 +492,8 @@ async def run(args: argparse.Namespace) -> int:
         "p99": pct(lat, 99) if lat else None,
         "errors": dict(outcome.errors),
         "rc": rc,
+        # the server's process tree (the service, its workers and template; not an engine's side)
+        "tree_cpu_ms": (cpu.own + cpu.below) / outcome.ok * 1e3 if outcome.ok and lat else None,
     }
     print(f"server log: {tmp / 'server.log'}")
     print("RESULT", "PASS" if rc == 0 else "FAIL")
