@@ -27,6 +27,11 @@
 # Whoever can reach the Docker socket controls the machine: give it to this service only, never to
 # workers (they get no mounts at all).
 #
+# Data: the default data dir is /tmp/codemode (XDG_DATA_HOME=/tmp: the user has no home, and /tmp is
+# the one writable place under k8s/'s read-only root filesystem); the store of suspended executes and
+# state keys is a SQLite file there. Mount a volume there (or set CODEMODE_DATA_DIR) to keep it across
+# restarts, or share it between replicas with CODEMODE_STORE=postgresql://... (docs/configuration.md).
+#
 # Configuration: CODEMODE_* environment variables and/or a TOML file named by CODEMODE_CONFIG
 # (token hash file or JWKS, packs, authorizer, runtime, pool, limits, quota). The worker image named
 # by docker_image must be present on the engine; /readyz fails until it is.
@@ -87,7 +92,8 @@ ENV PATH=/opt/codemode/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     CODEMODE_HOST=0.0.0.0 \
     CODEMODE_PORT=8000 \
-    CODEMODE_RUNTIME=docker
+    CODEMODE_RUNTIME=docker \
+    XDG_DATA_HOME=/tmp
 
 # Numeric non-root user; it owns nothing in the image. Mount configuration read-only.
 USER 10001:10001
