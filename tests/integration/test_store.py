@@ -390,15 +390,6 @@ async def test_racing_writers_cannot_pass_a_subjects_bounds_together(backend: Ba
     assert sum(done) == 3
     assert backend.rows("codemode_state") == 3
 
-    async def bump(store: Store) -> bool:
-        entry = await store.state_get("alice", "k0" if done[0] else "k1", NOW)
-        assert entry is not None
-        try:
-            await put(store, "alice", entry.key, expect=entry.version)
-        except StateConflict:
-            return False
-        return True
-
     # compare-and-set from several connections: every success is a distinct version
     key = next(f"k{i}" for i, ok in enumerate(done) if ok)
     before = await backend.store.state_get("alice", key, NOW)
