@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import base64
 import functools
-import html
 import logging
-import re
 import sys
 from collections.abc import Callable
 from types import FrameType
-from urllib.parse import quote, unquote, unquote_plus
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
 
 from codemode.packs.redaction import MARK, Redactor, encodings, spellings
 from codemode.packs.upstream import upstream_error_text
+from tests.escapes import read_out
 
 CREDENTIALS = {
     "bearer": "Bearer b8oYsfroDrsehrD5-x_Q",
@@ -385,20 +384,9 @@ ESCAPINGS: dict[str, Callable[[str], str]] = {
 }
 
 
-def _read_out(text: str) -> str:
-    """What a client could read out of ``text``: escapes decoded again and again, ``+`` a space."""
-    for _ in range(8):
-        before = text
-        text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\\\", "\\")
-        text = unquote_plus(html.unescape(text))
-        if text == before:
-            break
-    return text
-
-
 def _shows_none_of(shown: str, value: str) -> bool:
     token = value.partition(" ")[2] or value
-    return not _pieces(token.replace("+", " ")) & _pieces(_read_out(shown))
+    return not _pieces(token.replace("+", " ")) & _pieces(read_out(shown))
 
 
 def _reason(text: str, r: Redactor) -> str:
@@ -485,3 +473,15 @@ def test_escapes_nested_deeper_than_the_views_decode_show_nothing() -> None:
     four = f"key {_nested(value, 4)} refused"
     assert _reason(four, r) == "key [redacted] refused"
     assert upstream_error_text("api", four, secrets=[value]) == "api: key [redacted] refused"
+
+
+def test_the_views_take_no_python_step_for_each_escape() -> None:
+    """A backend that returns what a program stored hands the host a text the program chose: a
+    Python step for each escape made a megabyte of ``%41`` take 15.6 s of the host's loop against
+    0.9 s without the views (the first version of the views, on this loaded machine); split by the
+    regular expression, each distinct escape decoded once and the map made with numpy, the steps
+    are the same for 1,000 escapes as for 60,000 (and the megabyte took 2.3 s)."""
+    r = Redactor([CREDENTIALS["vendor"]])
+    few, many = "%41&amp;\\u0042" * 50, "%41&amp;\\u0042" * 3000
+    assert len(many) < 65536  # one part of the scan (more parts take a few steps more each)
+    assert _redact_steps(r, few) == _redact_steps(r, many)
