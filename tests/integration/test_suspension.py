@@ -484,3 +484,64 @@ async def test_the_library_resume_refuses_a_state_of_another_subject() -> None:
         assert issubclass(PermissionDenied, codemode.CodeModeError)
     finally:
         await server.aclose()
+
+
+# ------------------------------------------------------------------------------------------------
+# parallel(...): a batch is authorized whole before any of its calls runs; its calls are log entries
+# ------------------------------------------------------------------------------------------------
+
+
+async def test_a_batch_before_the_question_is_replayed_not_run_again() -> None:
+    events = Events()
+    server, records = served(events)
+    src = (
+        "def main():\n"
+        '    rs = parallel([(records.create, {"title": "a"}), (records.create, {"title": "b"})])\n'
+        '    return records.delete(id=rs[1]["value"]["id"])\n'
+    )
+    try:
+        async with mcp(server) as alice:
+            first = await ask(alice, src)
+            assert count(records) == 2
+            done = await retry(alice, src, first.request_state)
+        assert execute_value(done) == {"id": 2, "deleted": True}
+        assert ledger(done) == [("records.create", "ok"), ("records.create", "ok"), ("records.delete", "ok")]
+        assert count(records) == 1, "the batch's creates ran once"
+    finally:
+        await server.aclose()
+
+
+async def test_a_question_inside_a_batch_suspends_before_any_call_of_it_runs() -> None:
+    """Both deletes of one batch ask: the first answer resumes and asks the second, the second runs
+    the batch; a create made before the batch is replayed, never run twice, and no call of the
+    batch ran before both answers."""
+    server, records = served(max_pending_approvals=2)
+    src = (
+        "def main():\n"
+        '    r = records.create(title="c")\n'
+        '    rs = parallel([(records.delete, {"id": 1}), (records.get, {"id": r["id"]}), '
+        '(records.delete, {"id": 2})])\n'
+        '    return [x["ok"] for x in rs]\n'
+    )
+    try:
+        async with mcp(server) as alice:
+            records.create("alice", "one", None, None)
+            records.create("alice", "two", None, None)
+            first = await ask(alice, src)
+            assert count(records) == 3, "nothing of the batch ran"
+            second = await retry(alice, src, first.request_state)
+            assert isinstance(second, types.InputRequiredResult), second
+            (question,) = (second.input_requests or {}).values()
+            assert "id: 2" in question.params.message  # type: ignore[union-attr]
+            assert count(records) == 3, "nothing of the batch ran after the first answer"
+            done = await retry(alice, src, second.request_state or "", DECLINED)
+        assert execute_value(done) == [True, True, False]
+        assert deleted(records, 1) and not deleted(records, 2) and count(records) == 2
+        assert ledger(done) == [
+            ("records.create", "ok"),
+            ("records.delete", "ok"),
+            ("records.get", "ok"),
+            ("records.delete", "declined"),
+        ]
+    finally:
+        await server.aclose()

@@ -179,6 +179,7 @@ class _Session:
         self.journal = resume.journal if resume is not None else Journal()
         self.journaling = approver is not None and executor.suspensions is not None
         self.asking: Pending | None = None  # the call being decided, as a suspension records it
+        self.batch: tuple[tuple[str, str], ...] | None = None  # the batch being served, journaled
         self.source = ""
         if resume is not None:  # nothing of the replayed prefix goes out as progress
             _set_replaying(report, True)
@@ -217,9 +218,6 @@ class _Session:
                 if kind == "native_invalid":
                     await self.native_invalid(frame)
                 elif kind == "native_batch":
-                    if self.resume is not None and self.journal.replaying:
-                        # A batch is not in the call log yet: replaying one would run it again.
-                        raise ReplayDiverged("a parallel(...) batch in the replayed prefix")
                     await run_batch(self, frame, _EXCHANGE)
                 else:
                     await self.native_call(frame, attempt=kind == "native_attempt")
@@ -356,6 +354,73 @@ class _Session:
             entry = Entry(cap.id, args, attempt, value, error, size, cap.name, event.decision, event.outcome)
             self.journal.record(entry)
 
+    async def batch_replayed(self, seq: int, calls: list[Any]) -> bool:
+        """A ``parallel(...)`` batch (codemode.execution.parallel) against the call log: True when
+        it was answered from the log (nothing authorized or dispatched); False when it runs live.
+        Each call of a batch is a log entry, in list order (made as under ``attempt``)."""
+        self.batch = None
+        if not (self.journaling or self.resume is not None):
+            return False
+        bound = [c for c in calls if c.canonical is not None]
+        self.batch = tuple((c.cap.id, _json(c.canonical)) for c in bound)
+        try:
+            recorded = self.journal.replay_batch(list(self.batch))
+        except ReplayDiverged:
+            for c in bound:
+                c.event.decision = "diverged"
+            raise
+        if recorded is None:
+            if self.journal.at_pending:
+                self.journal.at_pending = False
+                self.go_live()
+            return False
+        answers = iter(recorded)
+        parts = []
+        for c in calls:
+            if c.canonical is None:  # the worker's binding refused it: the host's text again
+                parts.append(f'{{"ok":false,"error":{_json(client_text(c.answer))}}}')
+                continue
+            entry = next(answers)
+            c.event.decision, c.event.outcome = entry.decision, entry.outcome
+            self.intermediate += entry.size
+            if entry.value is None:
+                parts.append(f'{{"ok":false,"error":{_json(entry.error)}}}')
+            else:
+                parts.append(f'{{"ok":true,"value":{entry.value}}}')
+        body = f'{{"k":"native_batch_result","seq":{seq},"results":[{",".join(parts)}]}}'
+        try:
+            await self.sandbox.write(_trusted_frame(body))
+        except SandboxClosed:
+            raise WorkerGone() from None
+        return True
+
+    def batch_asking(self, index: int) -> None:
+        """The ``index``-th bound call of the current batch is being authorized (what a suspension
+        records as its pending call)."""
+        if self.batch is not None:
+            cap, args = self.batch[index]
+            answers: dict[int, str] = dict(self.journal.batch_answers)
+            self.asking = Pending(cap, args, True, self.batch, index, answers)
+
+    def batch_log(self, calls: list[Any]) -> None:
+        """Append a batch whose results went back to the program to the call log."""
+        self.asking = None
+        if self.batch is None:
+            return
+        for c in calls:
+            if c.canonical is None:
+                continue
+            cap, event = c.cap, c.event
+            if isinstance(c.answer, CodeModeError):
+                value, error, size = None, client_text(c.answer), 0
+            else:
+                value = _json(c.answer)
+                error, size = None, len(value.encode("utf-8"))
+            args = _json(c.canonical)
+            entry = Entry(cap.id, args, True, value, error, size, cap.name, event.decision, event.outcome)
+            self.journal.record(entry)
+        self.batch = None
+
     def go_live(self) -> None:
         """The replayed prefix is over (the pending call has come): the program's clock runs on with
         the time it had left when it was suspended."""
@@ -427,7 +492,7 @@ class _Session:
             raise PolicyFailure() from None
         finally:
             event.authz = time.perf_counter() - t0
-        if asked or self.journal.at_pending:  # a resumed pending call: the user's answer decides
+        if asked or self.journal.has_answer(self.asking):  # resumed: the user's answer decides
             event.decision = "ask"
             event.approval = await self.ask(cap, canonical, event)
             if event.approval != "accept":
@@ -486,7 +551,7 @@ class _Session:
         approver, or the store cannot answer) or the subject has ``max_pending_approvals``
         suspensions (``busy``)."""
         started, t0 = self.trace.now(), time.perf_counter()
-        answer = self.journal.take_answer()
+        answer = self.journal.answer_for(self.asking)
         resume = self.resume
         if answer is not None and resume is not None and resume.waited >= self.ex.limits.max_approval_wait:
             event.approval = "unanswered"

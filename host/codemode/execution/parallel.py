@@ -63,6 +63,12 @@ class _Session(Protocol):
 
     def observe(self, cap: CompiledCapability, event: Any) -> None: ...
 
+    async def batch_replayed(self, seq: int, calls: list[Any]) -> bool: ...
+
+    def batch_asking(self, index: int) -> None: ...
+
+    def batch_log(self, calls: list[Any]) -> None: ...
+
 
 @dataclass(frozen=True)
 class Exchange:
@@ -126,6 +132,9 @@ async def run_batch(session: _Session, frame: dict[str, Any], exchange: Exchange
     """
     calls = _checked(session, frame, exchange)
     try:
+        # A resumed execute answers a batch of its replayed prefix from its call log (execution.replay).
+        if await session.batch_replayed(frame["seq"], calls):
+            return
         await _authorize(session, calls)
         await _run(session, calls)
         body = _results(session, frame["seq"], calls)
@@ -134,6 +143,7 @@ async def run_batch(session: _Session, frame: dict[str, Any], exchange: Exchange
             await session.sandbox.write(struct.pack(">I", len(data)) + data)
         except SandboxClosed:
             raise exchange.gone() from None
+        session.batch_log(calls)  # each call a log entry, in list order
     finally:
         for call in calls:
             session.observe(call.cap, call.event)
@@ -178,9 +188,12 @@ def _checked(session: _Session, frame: dict[str, Any], exchange: Exchange) -> li
 
 async def _authorize(session: _Session, calls: list[_Call]) -> None:
     """Phase 2: every call authorized (or asked about) in list order, before any of them runs."""
+    bound = 0
     for call in calls:
         if call.canonical is None:
             continue
+        session.batch_asking(bound)  # what a suspension records as its pending call
+        bound += 1
         try:
             call.typed_args = await session.authorize(call.cap, call.canonical, call.event)
         except CodeModeError as exc:

@@ -18,7 +18,7 @@ only because divergence is checked: a program that then makes another call fails
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .observe import ApprovalAnswer, CallDecision, CallOutcome
@@ -109,12 +109,50 @@ class Pending:
     Attributes:
         capability_id: the capability's stable id.
         arguments: the canonical arguments' JSON text.
-        attempt: whether it is made under ``attempt``.
+        attempt: whether it is made under ``attempt`` (a call of a batch is).
+        batch: for a call of a ``parallel(...)`` batch, the batch's calls (capability id, arguments
+            text) in list order; None for a single call.
+        index: its place among them.
+        answers: the answers already given for earlier calls of the same batch (by place).
     """
 
     capability_id: str
     arguments: str
     attempt: bool
+    batch: tuple[tuple[str, str], ...] | None = None
+    index: int = 0
+    answers: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> list[Any]:
+        """The pending call as the record's body holds it.
+
+        Returns:
+            A JSON array.
+        """
+        batch = [list(item) for item in self.batch] if self.batch is not None else None
+        answers = {str(k): v for k, v in self.answers.items()}
+        return [self.capability_id, self.arguments, self.attempt, batch, self.index, answers]
+
+    @classmethod
+    def from_json(cls, item: Any) -> Pending:
+        """Read a pending call the host wrote.
+
+        Args:
+            item: the JSON array.
+
+        Returns:
+            The pending call.
+
+        Raises:
+            ValueError: it is not one.
+        """
+        if not isinstance(item, list) or len(item) != 6:
+            raise ValueError("malformed pending call")
+        cap, args, attempt, batch, index, answers = item
+        if not (isinstance(cap, str) and isinstance(args, str) and isinstance(attempt, bool)):
+            raise ValueError("malformed pending call")
+        calls = tuple((str(c), str(a)) for c, a in batch) if batch is not None else None
+        return cls(cap, args, attempt, calls, int(index), {int(k): str(v) for k, v in answers.items()})
 
 
 class Journal:
@@ -136,6 +174,8 @@ class Journal:
         self.answer: ApprovalAnswer = answer
         #: The current call is the pending one (set by :meth:`replay`, cleared by :meth:`take_answer`).
         self.at_pending = False
+        #: Answers for calls of the batch being authorized, by place (a resumed batch).
+        self.batch_answers: dict[int, ApprovalAnswer] = {}
 
     @property
     def replaying(self) -> bool:
@@ -184,6 +224,63 @@ class Journal:
             self.at_pending = True
         return None
 
+    def replay_batch(self, calls: list[tuple[str, str]]) -> list[Entry] | None:
+        """Match a ``parallel(...)`` batch (its calls whose arguments bound, in list order).
+
+        Args:
+            calls: (capability id, canonical arguments text) per call.
+
+        Returns:
+            The recorded entries to answer with (no dispatch), or None: the batch runs live (the
+            batch that holds the pending call, or any batch after it).
+
+        Raises:
+            ReplayDiverged: the batch is not the log's next calls, nor the pending batch.
+        """
+        if self.cursor < self.replay_end:
+            end = self.cursor + len(calls)
+            recorded = self.entries[self.cursor : end]
+            if end > self.replay_end or [(e.capability_id, e.arguments, e.attempt) for e in recorded] != [
+                (c, a, True) for c, a in calls
+            ]:
+                raise ReplayDiverged(f"a batch at call {self.cursor + 1} differs from the log")
+            self.cursor = end
+            return recorded
+        pending = self.pending
+        if pending is not None:
+            if pending.batch is None or list(pending.batch) != calls:
+                raise ReplayDiverged("the pending batch differs")
+            self.pending = None
+            self.batch_answers = {**pending.answers, pending.index: self.answer}  # type: ignore[dict-item]
+            self.at_pending = True
+        return None
+
+    def answer_for(self, asking: Pending | None) -> ApprovalAnswer | None:
+        """The user's answer for the call being decided, if a resume brought one (once).
+
+        Args:
+            asking: the call (None: not journaled).
+
+        Returns:
+            The answer word, or None.
+        """
+        if asking is not None and asking.batch is not None:
+            return self.batch_answers.get(asking.index)  # kept: a later question records them
+        return self.take_answer()
+
+    def has_answer(self, asking: Pending | None) -> bool:
+        """Whether a resume brought an answer for the call being decided.
+
+        Args:
+            asking: the call.
+
+        Returns:
+            True for the pending call (or a call of the pending batch that was answered).
+        """
+        if asking is not None and asking.batch is not None:
+            return asking.index in self.batch_answers
+        return self.at_pending
+
     def take_answer(self) -> ApprovalAnswer | None:
         """The user's answer, for the pending call only (once); None for any other call.
 
@@ -202,4 +299,5 @@ class Journal:
             entry: the call.
         """
         self.at_pending = False
+        self.batch_answers = {}
         self.entries.append(entry)

@@ -279,7 +279,7 @@ class Suspensions:
                 "spent": spent,
                 "waited": waited,
                 "log": [e.to_json() for e in journal.entries],
-                "pending": [pending.capability_id, pending.arguments, pending.attempt],
+                "pending": pending.to_json(),
             }
         )
         record = Suspension(
@@ -353,8 +353,7 @@ class Suspensions:
                 )
                 raise PermissionDenied()
             entries = [Entry.from_json(item) for item in body["log"]]
-            cap, args, attempt = body["pending"]
-            pending = Pending(str(cap), str(args), bool(attempt))
+            pending = Pending.from_json(body["pending"])
             spent, waited = float(body["spent"]), float(body["waited"])
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("a suspension record could not be read: %s", exc)
