@@ -89,3 +89,17 @@ def test_sqlite_needs_a_data_dir_and_the_timeout_needs_postgres() -> None:
     ):
         load_settings(allow_all=True, transport="stdio", store_timeout=5)
     assert Settings(allow_all=True, store=" memory ").store == "memory"
+
+
+def test_the_configuration_page_snippet_loads_as_written(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    block = next(b for b in doc.split("```toml\n")[1:] if b.startswith('store = "sqlite"')).split("```")[0]
+    path = tmp_path / "codemode.toml"
+    path.write_text(block)
+    assert load_settings(path, allow_all=True, transport="http").store_kind == "sqlite"
+    # the replicas' variant: its two lines uncommented instead
+    replicas = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# store")]
+    path.write_text("\n".join(replicas) + "\n")
+    settings = load_settings(path, allow_all=True, transport="http")
+    assert (settings.store_kind, settings.store_timeout) == ("postgres", 2.0)
+    assert "secret" not in repr(settings)
