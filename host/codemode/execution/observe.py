@@ -84,8 +84,12 @@ class CallEvent:
 @dataclass(frozen=True)
 class ExecuteEvent:
     """One finished execute, whatever ended it: ``subject_id``, ``outcome``, ``seconds`` (wall time),
-    ``native_calls`` (calls that reached the host), ``worker_id`` and ``oom_killed`` (the worker's
-    memory limit ended it)."""
+    ``native_calls`` (calls that reached the host), ``worker_id``, ``oom_killed`` (the worker's
+    memory limit ended it) and ``cause``, for the operator only (never shown to a client; the words
+    of codemode.execution.causes): the limit kind of a ``resource_limit`` (``time``, ``memory``,
+    ...), except ``deadline_waiting_for_slot`` / ``deadline_waiting_for_worker`` when the deadline
+    passed before the program began; ``quota_store`` for an ``internal`` failure of the quota
+    store; else ``""``."""
 
     subject_id: str
     outcome: ExecuteOutcome
@@ -93,6 +97,7 @@ class ExecuteEvent:
     native_calls: int
     worker_id: str
     oom_killed: bool = False
+    cause: str = ""
 
 
 class Observer(Protocol):

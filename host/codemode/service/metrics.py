@@ -1,7 +1,9 @@
 """Prometheus metrics of one service instance, on its own ``CollectorRegistry``.
 
 Fed by the execute pipeline's observer hooks (ids, decisions, outcomes and durations; never values)
-and, for the warm pool, by sampling the pool when scraped and every half second.
+and, for the warm pool, the worker slots and the upstreams, by sampling them when scraped (the pool
+also every half second). k8s/monitoring/ alerts on these families and charts them; its tests read
+them off a real service's ``/metrics`` (tests/integration/test_monitoring_metrics.py).
 """
 
 from __future__ import annotations
@@ -14,15 +16,22 @@ import psutil
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE_LATEST
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from ..execution.causes import QUOTA_STORE
 from ..execution.observe import CallEvent, ExecuteEvent
+from ..execution.tracing import subject_hash
+from ..packs.health import upstream_restarts
 
 if TYPE_CHECKING:
+    from ..execution.admission import FairAdmission
     from ..runtimes.pool import WarmPool
     from ..runtimes.reuse import ReusePool
 
-__all__ = ["CONTENT_TYPE_LATEST", "EXECUTE_BUCKETS", "SPAWN_BUCKETS", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "EXECUTE_BUCKETS", "SPAWN_BUCKETS", "TOP_SUBJECTS", "Metrics"]
 
 log = logging.getLogger("codemode.service.metrics")
+
+#: How many subjects ``codemode_subject_top_active_executes`` shows (a bounded set of series).
+TOP_SUBJECTS = 5
 
 #: Histogram buckets (seconds) of execute wall times, and of worker spawns.
 EXECUTE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -34,9 +43,10 @@ class Metrics:
 
     Args:
         pool: the warm or reuse pool whose gauges are sampled for each scrape, if any.
+        slots: the server's worker slots, sampled for each scrape, if any.
     """
 
-    def __init__(self, pool: WarmPool | ReusePool | None = None) -> None:
+    def __init__(self, pool: WarmPool | ReusePool | None = None, slots: FairAdmission | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.executes = Counter(
@@ -63,6 +73,54 @@ class Metrics:
             registry=r,
         )
         self.oom_kills = Counter("codemode_oom_kills", "Workers killed by their memory limit.", registry=r)
+        self.execute_limits = Counter(
+            "codemode_execute_limits",
+            "Executes ended by a resource limit, by kind (the client's kind with _ for spaces; "
+            "deadline_waiting_for_slot / deadline_waiting_for_worker: the deadline passed before the "
+            "program began, the client was told 'concurrency').",
+            ["kind"],
+            registry=r,
+        )
+        self.quota_store_failures = Counter(
+            "codemode_quota_store_failures",
+            "Executes that failed closed (internal failure) because the quota store did not answer.",
+            registry=r,
+        )
+        self.approval_answers = Counter(
+            "codemode_approval_answers",
+            "Calls the policy left to the user, by what became of the question (accept, decline, "
+            "cancel, unanswered, unavailable, busy: the subject had max_pending_approvals open).",
+            ["answer"],
+            registry=r,
+        )
+        self.slots_total = Gauge(
+            "codemode_execution_slots",
+            "Worker slots (max_concurrent_executions) of this replica.",
+            registry=r,
+        )
+        self.slots_held = Gauge(
+            "codemode_execution_slots_held",
+            "Slots held now: an execute starting or holding a worker (a slot is free again once its "
+            "worker is reaped).",
+            registry=r,
+        )
+        self.slots_waiting = Gauge(
+            "codemode_execution_slot_waiters", "Executes waiting for a slot now.", registry=r
+        )
+        self.pool_handouts = Counter(
+            "codemode_pool_handouts",
+            "Workers (reuse mode: sandboxes) the pool handed to executes: warm=true from its idle "
+            "ones, warm=false started for the execute while it waited (a miss).",
+            ["warm"],
+            registry=r,
+        )
+        self.upstream_restarts = Counter(
+            "codemode_upstream_restarts",
+            "Sessions of an upstream MCP server that ended and were started again, or failed to "
+            "start, by upstream (its configured name).",
+            ["upstream"],
+            registry=r,
+        )
         # Never labelled by subject id: ids are tenant data, and one series per tenant is unbounded.
         self.active_subjects = Gauge(
             "codemode_active_subjects", "Subjects with at least one execute running.", registry=r
@@ -70,6 +128,13 @@ class Metrics:
         self.busiest_subject = Gauge(
             "codemode_busiest_subject_executes",
             "Executes running for the subject that has the most running (compare with the quota).",
+            registry=r,
+        )
+        self.subject_top = Gauge(
+            "codemode_subject_top_active_executes",
+            f"Executes running for each of the {TOP_SUBJECTS} subjects with the most running, labelled by "
+            "the subject's pseudonym (the codemode.subject of its traces), never its id.",
+            ["subject"],
             registry=r,
         )
         self.active_total = Gauge(
@@ -153,12 +218,16 @@ class Metrics:
         self._process = psutil.Process()
         self._active: dict[str, int] = {}
         self._pool = pool
+        self._slots = slots
+        self._seen: dict[tuple[str, str], float] = {}  # counts sampled from elsewhere, last seen
         self._last_refill: float | None = None
         self.pool_target.set(pool.size if pool is not None else 0)
 
     # ------------------------------------------------------------------ observer hooks
     def native_call(self, event: CallEvent) -> None:
         self.native_calls.labels(event.capability_id, event.decision).inc()
+        if event.approval:
+            self.approval_answers.labels(event.approval).inc()
         if event.decision in ("allow", "approved") and event.outcome != "not_run":
             self.native_call_seconds.labels(event.capability_id).observe(event.handler_seconds)
 
@@ -167,6 +236,10 @@ class Metrics:
         self.execute_seconds.labels(event.outcome).observe(max(0.0, event.seconds))
         if event.oom_killed:
             self.oom_kills.inc()
+        if event.outcome == "resource_limit":
+            self.execute_limits.labels((event.cause or "unknown").replace(" ", "_")).inc()
+        elif event.cause == QUOTA_STORE:
+            self.quota_store_failures.inc()
 
     def execute_started(self, subject_id: str) -> None:
         self._active[subject_id] = self._active.get(subject_id, 0) + 1
@@ -215,6 +288,40 @@ class Metrics:
             self.pool_refill_seconds.observe(value)
         self._last_refill = times[-1]
 
+    def _advance(self, counter: Counter, labels: tuple[str, str], total: float) -> None:
+        """Bring a counter up to a count kept elsewhere (it only grows; a lower one is a restart
+        of its source, counted again from there)."""
+        last = self._seen.get(labels, 0.0)
+        if total > last:
+            counter.labels(labels[1]).inc(total - last)
+        self._seen[labels] = total
+
+    def sample_counts(self) -> None:
+        """The slots now, and the counts the pool and the upstream packs keep, into the metrics."""
+        slots = self._slots
+        if slots is not None:
+            self.slots_total.set(slots.slots)
+            self.slots_held.set(slots.slots - slots.free)
+            self.slots_waiting.set(slots.waiting)
+        pool = self._pool
+        if pool is not None:
+            cold = getattr(pool, "cold_taken", None)  # a WarmPool's; a ReusePool counts leases
+            if cold is None:
+                cold = pool.cold  # type: ignore[union-attr]
+                warm = pool.leases - cold  # type: ignore[union-attr]
+            else:
+                warm = pool.warm_taken  # type: ignore[union-attr]
+            self._advance(self.pool_handouts, ("pool", "true"), warm)
+            self._advance(self.pool_handouts, ("pool", "false"), cold)
+        self.subject_top.clear()
+        top = sorted(self._active.items(), key=lambda item: -item[1])[:TOP_SUBJECTS]
+        for subject, running in top:
+            self.subject_top.labels(subject_hash(subject)).set(running)
+        for upstream, count in upstream_restarts().items():
+            self._advance(self.upstream_restarts, ("upstream", upstream), count)
+        self.pool_handouts.labels("true")
+        self.pool_handouts.labels("false")
+
     def sample_host(self) -> None:
         """Host pressure now: available memory, open fds against the limit, load per CPU."""
         self.host_memory_available.set(psutil.virtual_memory().available)
@@ -231,7 +338,7 @@ class Metrics:
         Returns:
             The Prometheus text exposition (:data:`CONTENT_TYPE_LATEST`).
         """
-        for sample in (self.sample_pool, self.sample_host):
+        for sample in (self.sample_pool, self.sample_counts, self.sample_host):
             try:
                 sample()
             except Exception:
