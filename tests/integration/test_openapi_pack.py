@@ -74,13 +74,13 @@ def test_operations_become_capabilities(served: tuple[OpenAPIPack, codemode.Serv
     assert ids["inventory.create_item"] == "openapi:inventory:createItem"
     # required JSON body: its properties are flattened into keyword arguments
     assert sig["inventory.create_item"] == (
-        'inventory.create_item(*, name: str, kind: "tool" | "part", price: float, tags: list[str] | None)'
+        'inventory.create_item(*, name: str, kind: "tool" | "part", price: float, tags: list[str] = [])'
     )
     # path + query + header parameters (the configured X-API-Key header is never an argument)
     assert sig["inventory.get_item"] == (
-        "inventory.get_item(*, item_id: int, verbose: bool | None, x_trace: str | None)"
+        "inventory.get_item(*, item_id: int, verbose: bool = False, x_trace: str | None)"
     )
-    assert sig["inventory.list_items"] == "inventory.list_items(*, tag: list[str] | None, limit: int | None)"
+    assert sig["inventory.list_items"] == "inventory.list_items(*, tag: list[str] | None, limit: int = 10)"
     assert server.describe("inventory.list_items").output[0]["name"] == "result"
     assert server.describe("inventory.delete_item").output == []
     skipped = dict(pack.reports["inventory"].skipped)
@@ -240,7 +240,7 @@ def test_large_real_world_document_github() -> None:
     assert len(server.capabilities) == len(report.converted)
     sig = server.describe("github.issues_list_for_repo").signature
     assert sig.startswith("github.issues_list_for_repo(*, owner: str, repo: str, milestone: str | None,")
-    assert 'state: "open" | "closed" | "all" | None' in sig
+    assert 'state: "open" | "closed" | "all" = "open"' in sig  # the document's default (issue 35 §3)
     names = [r.name for r in server.search("create an issue comment").results]
     assert "github.issues_create_comment" in names
     # a required JSON body with object properties is flattened
@@ -334,8 +334,8 @@ async def test_classic_document_forms_round_trip(
         assert ids["inventory.get_items"] == "openapi:inventory:GET:/items"
         assert server.describe("inventory.create_item").output == []
         assert server.describe("inventory.search_items").signature == (
-            "inventory.search_items(*, name: str, tags: list[str] | None, max_price: float | None,"
-            " in_stock: bool | None)"
+            "inventory.search_items(*, name: str, tags: list[str] = [], max_price: float | None,"
+            " in_stock: bool = False)"
         )
         value = await server.execute(
             run(

@@ -49,6 +49,7 @@ MODULES = (
     "codemode_capabilities.openapi.calls",
     "codemode_capabilities.openapi.config",
     "codemode_capabilities.openapi.operation",
+    "codemode_capabilities.openapi.defaults",
     "codemode_capabilities.openapi.paths",
     "codemode_capabilities.records",
     "codemode_capabilities.mcp.stdio_relay",

@@ -22,6 +22,7 @@ from .operation import METHODS, Fixed
 __all__ = ["OpenAPIConfig"]
 
 _API_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+_SHORT_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 
 
 class OpenAPIConfig(BaseModel):
@@ -58,6 +59,14 @@ class OpenAPIConfig(BaseModel):
         description="Operation glob -> path parameters whose values may contain '/' (several segments).",
     )
     on_unsupported: Literal["skip", "fail"] = Field(default="skip", description="skip (warn) or fail.")
+    rename: dict[str, str] = Field(
+        default_factory=dict,
+        description="operationId (or 'METHOD /path') -> capability name without the namespace (snake_case).",
+    )
+    short_generated_names: bool = Field(
+        default=True,
+        description="Name an operation whose operationId is FastAPI's generated one by its function name.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> OpenAPIConfig:
@@ -77,6 +86,14 @@ class OpenAPIConfig(BaseModel):
             raise ValueError(
                 f"api {self.name!r}: set only one of auth_value_from_env or auth_value_from_file"
             )
+        for key, short in self.rename.items():
+            if not _SHORT_NAME.match(short):
+                raise ValueError(
+                    f"api {self.name!r}: rename {key!r} = {short!r}: a name is 1-64 of [a-z0-9_], "
+                    "starting with a letter (the namespace is added)"
+                )
+        if len(set(self.rename.values())) != len(self.rename):
+            raise ValueError(f"api {self.name!r}: rename gives two operations the same name")
         bad = [m for m in self.methods if m.lower() not in METHODS]
         if bad:
             raise ValueError(f"api {self.name!r}: unknown HTTP methods {bad}")

@@ -14,6 +14,8 @@ from typing import Any, Literal, cast
 
 from codemode.packs import Dialect, Unsupported, argument_names, compile_schema
 
+from .defaults import declared_default
+
 __all__ = [
     "METHODS",
     "BodyMedia",
@@ -268,6 +270,7 @@ def compile_operation(
             raise Unsupported("/parameters", "malformed parameter")
         merged[(p["in"], p["name"])] = p
     fields: list[tuple[str, dict[str, Any], Where]] = []  # (original name, shape, where)
+    defaults: dict[tuple[str, str], Any] = {}  # (where, original name) -> declared default
     for (where, name), p in merged.items():
         pointer = f"/parameters/{where}/{name}"
         if where == "header" and (name.lower() in fixed.headers or name.lower() in _HOP_HEADERS):
@@ -292,10 +295,16 @@ def compile_operation(
         if not required and shape["t"] != "opt":
             shape = _optional(shape)
         fields.append((name, shape, cast(Where, where)))
+        if not required:
+            has, value = declared_default(p["schema"], shape)
+            if has:
+                defaults[(where, name)] = value
     keywords = argument_names([f[0] for f in fields])
     # two parameters with the same name in different places keep distinct keywords
     params = [Param(keywords[n], n, w, w == "path" and n in fixed.multi_segment) for n, _, w in fields]
-    record_fields: list[dict[str, Any]] = [{"name": keywords[n], "shape": s} for n, s, _ in fields]
+    record_fields: list[dict[str, Any]] = [
+        _with_default({"name": keywords[n], "shape": s}, defaults, (w, n)) for n, s, w in fields
+    ]
     body_media: BodyMedia | None = None
     body = resolve(doc, op.get("requestBody")) if op.get("requestBody") is not None else None
     chosen = _body_media(body.get("content")) if isinstance(body, Mapping) else None
@@ -318,10 +327,16 @@ def compile_operation(
         )
         if flat:
             body_keywords = argument_names([f["name"] for f in shape["fields"]], taken)
+            properties = _properties(doc, media["schema"])
             for f in shape["fields"]:
                 kw = body_keywords[f["name"]]
                 params.append(Param(kw, f["name"], "body_field"))
-                record_fields.append({"name": kw, "shape": f["shape"]})
+                has, value = declared_default(properties.get(f["name"]), f["shape"])
+                if has:
+                    defaults[("body", f["name"])] = value
+                record_fields.append(
+                    _with_default({"name": kw, "shape": f["shape"]}, defaults, ("body", f["name"]))
+                )
         else:
             kw = "body" if "body" not in taken else "body_"
             params.append(Param(kw, "body", "body"))
@@ -330,3 +345,22 @@ def compile_operation(
         doc, op.get("responses"), dialect, omissions if omissions is not None else []
     )
     return Compiled({"t": "record", "fields": record_fields}, output, params, wraps, empty, body_media)
+
+
+def _with_default(
+    field: dict[str, Any], defaults: Mapping[tuple[str, str], Any], key: tuple[str, str]
+) -> dict[str, Any]:
+    """``field`` with its declared default (codemode_capabilities.openapi.defaults), if any."""
+    if key in defaults:
+        field["default"] = defaults[key]
+    return field
+
+
+def _properties(doc: Mapping[str, Any], schema: Any) -> Mapping[str, Any]:
+    """The ``properties`` of a body schema (through one local ``$ref``), for their defaults."""
+    try:
+        resolved = resolve(doc, schema)
+    except Unsupported:
+        return {}
+    props = resolved.get("properties") if isinstance(resolved, Mapping) else None
+    return props if isinstance(props, Mapping) else {}

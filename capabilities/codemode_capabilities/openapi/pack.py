@@ -23,6 +23,7 @@ measured on published documents, are in ``docs/packs.md`` (*OpenAPI documents*):
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import logging
@@ -73,6 +74,7 @@ log = logging.getLogger("codemode.capabilities.openapi")
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 _OPERATION_ID = re.compile(r"[\x21-\x7e]{1,200}\Z")
 _ID_SAFE = "/{}:@!$&'()*+,;="  # kept as they are in an id derived from a path (others %-encoded)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}\Z")
 
 
 # --------------------------------------------------------------------------------------- document
@@ -189,12 +191,61 @@ def _entries(doc: Mapping[str, Any], report: SkipReport) -> list[_Entry]:
     return out
 
 
-def _names(namespace: str, entries: Sequence[_Entry]) -> dict[str, str]:
-    """``{key: capability name}``: operationIds claim names first, derived names take the rest."""
-    named = capability_names(namespace, [e.key for e in entries if e.operation_id is not None])
-    taken = [n[len(namespace) + 1 :] for n in named.values()]
-    derived = [e.key for e in entries if e.operation_id is None]
-    return {**named, **capability_names(namespace, derived, taken)}
+def _generated_short_name(operation_id: str, method: str, path: str) -> str | None:
+    """The function name in FastAPI's generated operationId, ``<function><path>_<method>`` with every
+    non-word character of ``<function><path>`` made ``_`` (``get_todo_todos__todo_id__get`` for
+    ``def get_todo`` on ``GET /todos/{todo_id}``).
+
+    Args:
+        operation_id: the operation's operationId.
+        method: its HTTP method.
+        path: its path, as in the document.
+
+    Returns:
+        ``get_todo``, or None when the operationId is not of that form.
+    """
+    suffix = re.sub(r"\W", "_", path) + "_" + method.lower()
+    if not operation_id.endswith(suffix):
+        return None
+    short = operation_id[: -len(suffix)]
+    return short if _IDENTIFIER.match(short) else None
+
+
+def _names(config: OpenAPIConfig, entries: Sequence[_Entry]) -> dict[str, str]:
+    """``{key: capability name}``: renamed operations first, then operationIds (FastAPI's generated
+    ones by their function name, unless two would share it), then names derived from method and
+    path."""
+    namespace = config.resolved_namespace
+    renamed = {e.key: f"{namespace}.{config.rename[e.key]}" for e in entries if e.key in config.rename}
+    taken = [n[len(namespace) + 1 :] for n in renamed.values()]
+    sources: dict[str, str] = {}
+    for e in entries:
+        if e.operation_id is not None and e.key not in renamed:
+            short = (
+                _generated_short_name(e.operation_id, e.method, e.path)
+                if config.short_generated_names
+                else None
+            )
+            sources[e.key] = short or e.operation_id
+    counts = Counter(sources.values())
+    sources = {key: source if counts[source] == 1 else key for key, source in sources.items()}
+    by_source = capability_names(namespace, sources.values(), taken)
+    named = {key: by_source[source] for key, source in sources.items()}
+    taken += [n[len(namespace) + 1 :] for n in named.values()]
+    derived = [e.key for e in entries if e.operation_id is None and e.key not in renamed]
+    return {**renamed, **named, **capability_names(namespace, derived, taken)}
+
+
+def _check_renames(config: OpenAPIConfig, entries: Sequence[_Entry]) -> None:
+    keys = {e.key for e in entries}
+    for key in config.rename:
+        if key not in keys:
+            close = difflib.get_close_matches(key, sorted(keys), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UpstreamBuildError(
+                f"api {config.name!r}: rename {key!r}: no operation has that operationId "
+                f"or 'METHOD /path'{hint}"
+            )
 
 
 def _multi_segment(config: OpenAPIConfig, entries: Sequence[_Entry]) -> dict[str, frozenset[str]]:
@@ -233,7 +284,8 @@ def compile_document(
     every = _entries(doc, report)
     multi = _multi_segment(config, every)
     entries = [e for e in every if config.wanted(e.key, e.method, e.tags)]
-    names = _names(config.resolved_namespace, entries)
+    _check_renames(config, every)
+    names = _names(config, entries)
     claimed = {e.cap_id(config.name) for e in entries if e.operation_id is not None}
     derived = [f"{e.key} ({e.unusable})" for e in entries if e.unusable]
     if derived:
