@@ -18,6 +18,11 @@ inside a longer base64 text) showed all of it, in error reasons, results and MCP
 After: none recovered, in every spelling, and a backend echoing the real credential, in any of the
 spellings of ``credential_echo.FORMS``, shows none of it.
 
+The last gap (``ENCODED``): a hostile backend that echoed the credential with every character a
+JSON ``\\u`` escape or an HTML character reference, with spaces as ``+`` among percent-escapes, as
+JSON inside a JSON string, or several of these mixed, showed it (9 of 10; the OpenAPI reason its
+first 120 characters); now none, on both paths.
+
 Real parts: a FastAPI service under uvicorn behind the OpenAPI pack, a stdio MCP server of the
 official SDK behind the upstream MCP pack, programs through ``Server.execute`` (process runtime).
 """
@@ -26,18 +31,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import html
 import json
 import logging
 import random
-import re
 import string
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote_plus
+from urllib.parse import quote
 
 import pytest
 
@@ -45,6 +48,7 @@ import codemode
 from codemode import authz
 from codemode_capabilities.mcp.upstream import upstream_mcp_pack
 from codemode_capabilities.openapi import openapi_pack
+from tests.escapes import read_out
 
 from . import credential_echo
 from .upstream_support import uvicorn_in_thread
@@ -155,7 +159,11 @@ def _pieces(text: str, size: int) -> set[str]:
     return {text[i : i + size] for i in range(len(text) - size + 1)}
 
 
-# ------------------------------------------------------------------------------------- OpenAPI
+# ---------------------------------------------------------- the two paths: OpenAPI, upstream MCP
+
+Serve = Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]]
+#: The pack and its capabilities, made once the credential is in the environment.
+MakePack = Callable[[], Awaitable[tuple[Any, list[Any]]]]
 
 
 @pytest.fixture(scope="module")
@@ -163,98 +171,6 @@ def backend() -> Iterator[tuple[str, dict[str, Any]]]:
     app = credential_echo.serve_fastapi()
     with uvicorn_in_thread(app) as base:
         yield base, app.openapi()  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def openapi_server(
-    backend: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]]:
-    base, document = backend
-    (tmp_path / "echo.json").write_text(json.dumps(document))
-
-    @contextlib.asynccontextmanager
-    async def serve(credential: str) -> AsyncIterator[codemode.Server]:
-        monkeypatch.setenv(KEY_ENV, credential)
-        pack = openapi_pack(
-            [
-                {
-                    "name": "api",
-                    "document": str(tmp_path / "echo.json"),
-                    "base_url": base,
-                    "auth_header": "Authorization",
-                    "auth_value_from_env": KEY_ENV,
-                }
-            ]
-        )
-        server = codemode.Builder(authorizer=authz.allow_all()).register(*pack.capabilities()).build()
-        try:
-            yield server
-        finally:
-            await pack.aclose()
-            await server.aclose()
-
-    return serve
-
-
-@pytest.mark.parametrize("spelling", sorted(SPELL))
-@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
-async def test_the_oracle_attack_recovers_nothing_through_an_openapi_backend(
-    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    kind: str,
-    spelling: str,
-) -> None:
-    prefix, value = CREDENTIALS[kind]
-    async with openapi_server(value) as server:
-
-        async def ask(messages: list[str]) -> list[str]:
-            return await each_execute(server, "api.error", "status=400, msg", messages)
-
-        got = await oracle_attack(ask, prefix, SPELL[spelling])
-    n = recovered(value, prefix, got)
-    print(f"RECOVERED openapi {kind}/{spelling}: {n} of {len(value) - len(prefix)}")
-    assert n == 0, f"{kind}/{spelling}: recovered {got!r} of {value!r}"
-
-
-@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
-async def test_an_openapi_backend_echoing_the_credential_shows_none_of_it(
-    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    kind: str,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """In an error reason (400) and in a result (200), in each spelling of ``FORMS``; one warning
-    for each call, naming the API and nothing of the credential."""
-    _, value = CREDENTIALS[kind]
-    async with openapi_server(value) as server:
-        with caplog.at_level(logging.WARNING):
-            shown = await server.execute(every_form("api.credential", status=400), subject=SUBJECT)
-            results = await server.execute(every_form("api.credential", status=200), subject=SUBJECT)
-    assert isinstance(shown, dict) and isinstance(results, dict)
-    for form, spell in credential_echo.FORMS.items():
-        error, result = shown[form], results[form]
-        assert error.startswith("capability failed: HTTP 400: key ") and error.endswith(" refused"), error
-        assert isinstance(result, dict) and list(result) == ["echo"], result
-        for text in (error, result["echo"]):
-            assert "[redacted]" in text and not leaks(text, spell(value)), (form, text)
-    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
-    assert len(warned) == 2 * len(credential_echo.FORMS) and all("'api'" in w for w in warned), warned
-    assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
-
-
-def every_form(capability: str, **kwargs: Any) -> str:
-    """A program calling ``capability(form=..., **kwargs)`` for every form: form -> its error text,
-    or its result."""
-    args = "".join(f", {k}={json.dumps(v)}" for k, v in kwargs.items())
-    return (
-        "def main():\n"
-        "    out = {}\n"
-        f"    for form in {json.dumps(sorted(credential_echo.FORMS))}:\n"
-        f"        r = attempt({capability}, form=form{args})\n"
-        '        out[form] = r["value"] if r["ok"] else r["error"]\n'
-        "    return out\n"
-    )
-
-
-# --------------------------------------------------------------------------------- upstream MCP
 
 
 def mcp_config(**extra: Any) -> dict[str, Any]:
@@ -271,92 +187,138 @@ def mcp_config(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def mcp_server(
-    monkeypatch: pytest.MonkeyPatch,
-) -> Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]]:
-    @contextlib.asynccontextmanager
-    async def serve(credential: str) -> AsyncIterator[codemode.Server]:
-        monkeypatch.setenv(KEY_ENV, credential)
-        pack = upstream_mcp_pack([mcp_config()])
-        caps = await pack.acapabilities()
-        server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
-        try:
-            yield server
-        finally:
-            await pack.aclose()
-            await server.aclose()
+def servers(
+    backend: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Serve]:
+    """For each path, a server (allow-all) over that pack with the credential it is given: the
+    OpenAPI pack of the echo backend (``Authorization`` header), and the upstream MCP pack of the
+    echo server (``env_from_host``)."""
+    base, document = backend
+    (tmp_path / "echo.json").write_text(json.dumps(document))
+    api = {
+        "name": "api",
+        "document": str(tmp_path / "echo.json"),
+        "base_url": base,
+        "auth_header": "Authorization",
+        "auth_value_from_env": KEY_ENV,
+    }
 
-    return serve
+    async def openapi() -> tuple[Any, list[Any]]:
+        pack = openapi_pack([api])
+        return pack, pack.capabilities()
+
+    async def mcp() -> tuple[Any, list[Any]]:
+        pack = upstream_mcp_pack([mcp_config()])
+        return pack, await pack.acapabilities()
+
+    def serving(make: MakePack) -> Serve:
+        @contextlib.asynccontextmanager
+        async def serve(credential: str) -> AsyncIterator[codemode.Server]:
+            monkeypatch.setenv(KEY_ENV, credential)
+            pack, capabilities = await make()
+            server = codemode.Builder(authorizer=authz.allow_all()).register(*capabilities).build()
+            try:
+                yield server
+            finally:
+                await pack.aclose()
+                await server.aclose()
+
+        return serve
+
+    return {"openapi": serving(openapi), "mcp": serving(mcp)}
+
+
+#: For each path, the call whose error quotes the program's value (capability, keyword), the name
+#: the host's warnings give the pack, and the calls that echo the credential the pack was given:
+#: (capability, other arguments, how what the client is shown starts).
+QUOTING = {"openapi": ("api.error", "status=400, msg"), "mcp": ("echo.say_error", "text")}
+PACK_NAME = {"openapi": "'api'", "mcp": "'echo'"}
+ECHO_CALLS: dict[str, list[tuple[str, dict[str, Any], str]]] = {
+    "openapi": [
+        ("api.credential", {"status": 400}, "capability failed: HTTP 400: key "),
+        ("api.credential", {"status": 200}, "key "),  # a result
+    ],
+    "mcp": [
+        ("echo.credential_error", {}, "capability failed: echo: Error executing tool credential_error: key "),
+        ("echo.credential", {}, "key "),  # a result, as text
+        ("echo.credential_structured", {}, "key "),  # and as structured content
+    ],
+}
 
 
 @pytest.mark.parametrize("spelling", sorted(SPELL))
 @pytest.mark.parametrize("kind", sorted(CREDENTIALS))
-async def test_the_oracle_attack_recovers_nothing_through_an_upstream_mcp_server(
-    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    kind: str,
-    spelling: str,
+@pytest.mark.parametrize("path", sorted(QUOTING))
+async def test_the_oracle_attack_recovers_nothing(
+    servers: dict[str, Serve], path: str, kind: str, spelling: str
 ) -> None:
     prefix, value = CREDENTIALS[kind]
-    async with mcp_server(value) as server:
+    capability, keyword = QUOTING[path]
+    async with servers[path](value) as server:
 
         async def ask(messages: list[str]) -> list[str]:
-            return await each_execute(server, "echo.say_error", "text", messages)
+            return await each_execute(server, capability, keyword, messages)
 
         got = await oracle_attack(ask, prefix, SPELL[spelling])
     n = recovered(value, prefix, got)
-    print(f"RECOVERED mcp {kind}/{spelling}: {n} of {len(value) - len(prefix)}")
+    print(f"RECOVERED {path} {kind}/{spelling}: {n} of {len(value) - len(prefix)}")
     assert n == 0, f"{kind}/{spelling}: recovered {got!r} of {value!r}"
 
 
-@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
-async def test_an_upstream_mcp_server_echoing_its_credential_shows_none_of_it(
-    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    kind: str,
-    caplog: pytest.LogCaptureFixture,
+def every_form(capability: str, forms: list[str], **kwargs: Any) -> str:
+    """A program calling ``capability(form=..., **kwargs)`` for every form: form -> its error text,
+    or its result."""
+    args = "".join(f", {k}={json.dumps(v)}" for k, v in kwargs.items())
+    return (
+        "def main():\n"
+        "    out = {}\n"
+        f"    for form in {json.dumps(forms)}:\n"
+        f"        r = attempt({capability}, form=form{args})\n"
+        '        out[form] = r["value"] if r["ok"] else r["error"]\n'
+        "    return out\n"
+    )
+
+
+def shown_text(shown: Any) -> str:
+    """An error text, or the text of a result (``{"echo": ...}``, an MCP text result's ``text``)."""
+    return shown if isinstance(shown, str) else str(shown.get("text", shown.get("echo")))
+
+
+async def check_echoes(
+    serve: Serve, path: str, value: str, forms: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Its ``env_from_host`` credential in an error text, in each spelling of ``FORMS``; one warning
-    for each call, naming the upstream and nothing of the credential."""
-    _, value = CREDENTIALS[kind]
-    async with mcp_server(value) as server:
+    """Every call of ``ECHO_CALLS[path]`` with each form: what the client is shown is the backend's
+    text with ``[redacted]`` for the credential and none of it (:func:`shows_none_of`); one warning
+    for each call, naming the pack and nothing of the credential."""
+    caplog.clear()
+    async with serve(value) as server:
         with caplog.at_level(logging.WARNING):
-            shown = await server.execute(every_form("echo.credential_error"), subject=SUBJECT)
-    assert isinstance(shown, dict)
-    for form, spell in credential_echo.FORMS.items():
-        error = shown[form]
-        assert error.startswith("capability failed: echo: Error executing tool credential_error: key "), error
-        assert error.endswith(" refused") and "[redacted]" in error and not leaks(error, spell(value)), error
+            shown = [
+                await server.execute(every_form(capability, forms, **args), subject=SUBJECT)
+                for capability, args, _ in ECHO_CALLS[path]
+            ]
+    for (capability, _, start), answers in zip(ECHO_CALLS[path], shown, strict=True):
+        assert isinstance(answers, dict), answers
+        for form in forms:
+            text = shown_text(answers[form])
+            assert text.startswith(start) and text.endswith(" refused"), (capability, form, text)
+            assert "[redacted]" in text and shows_none_of(text, form, value), (capability, form, text)
     warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
-    assert len(warned) == len(credential_echo.FORMS) and all("'echo'" in w for w in warned), warned
-    assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
-
-
-# ------------------------------------------------------------------ review of the fix (issue 31 §1)
+    assert len(warned) == len(ECHO_CALLS[path]) * len(forms), warned
+    assert all(PACK_NAME[path] in w for w in warned), warned
+    assert not any(leaks(w, credential_echo.spelled(form, value)) for w in warned for form in forms)
 
 
 @pytest.mark.parametrize("kind", sorted(CREDENTIALS))
-async def test_an_upstream_mcp_server_echoing_its_credential_in_a_result_shows_none_of_it(
-    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    kind: str,
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize("path", sorted(ECHO_CALLS))
+async def test_a_backend_echoing_the_credential_shows_none_of_it(
+    servers: dict[str, Serve], path: str, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A successful answer, as text and as structured content, in each spelling of ``FORMS``; one
-    warning for each call, naming the upstream. Before (review of issue 31 §1), results passed as the
-    tool returned them: every form showed the whole ``env_from_host`` key."""
-    _, value = CREDENTIALS[kind]
-    async with mcp_server(value) as server:
-        with caplog.at_level(logging.WARNING):
-            texts = await server.execute(every_form("echo.credential"), subject=SUBJECT)
-            structured = await server.execute(every_form("echo.credential_structured"), subject=SUBJECT)
-    assert isinstance(texts, dict) and isinstance(structured, dict)
-    for form, spell in credential_echo.FORMS.items():
-        for result in (texts[form], structured[form]):
-            assert isinstance(result, dict), (form, result)
-            shown = str(result.get("text", result.get("echo")))
-            assert shown.startswith("key ") and shown.endswith(" refused"), (form, shown)
-            assert "[redacted]" in shown and not leaks(shown, spell(value)), (form, shown)
-    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
-    assert len(warned) == 2 * len(credential_echo.FORMS) and all("'echo'" in w for w in warned), warned
-    assert not any(leaks(w, spell(value)) for w in warned for spell in credential_echo.FORMS.values())
+    """In each spelling of ``FORMS``: an OpenAPI error reason (400) and result (200); an upstream
+    MCP server's error text (its ``env_from_host`` credential) and successful answer, as text and
+    as structured content. Before (review of issue 31 §1), MCP results passed as the tool returned
+    them: every form showed the whole ``env_from_host`` key."""
+    await check_echoes(servers[path], path, CREDENTIALS[kind][1], sorted(credential_echo.FORMS), caplog)
 
 
 ECHO_BYTES = 256 * 1024
@@ -376,7 +338,7 @@ def echo_program(block: str) -> str:
 
 @pytest.mark.timeout(600)
 async def test_how_long_an_echo_takes_does_not_depend_on_what_it_shares_with_the_credential(
-    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
+    servers: dict[str, Serve],
 ) -> None:
     """A backend that returns what it stored hands the redaction a text the program chose. Texts
     made of a part of the credential (its last 4 characters, its last 8, the scheme and its first
@@ -391,7 +353,7 @@ async def test_how_long_an_echo_takes_does_not_depend_on_what_it_shares_with_the
     prefix, value = CREDENTIALS["bearer"]
     token = value[len(prefix) :]
     parts = [token[-4:], token[-8:], prefix + token[:4]]
-    async with openapi_server(value) as server:
+    async with servers["openapi"](value) as server:
         await server.execute(echo_program("warm"), subject=SUBJECT)
         best: dict[str, float] = {}
         for _ in range(4):
@@ -430,65 +392,25 @@ def swapped_shape(text: str) -> str:
 ENCODED_CREDENTIAL = "Token Kq7&zR/p+W x=" + _random(12)
 
 
-def fully_decoded(text: str) -> str:
-    """``text`` with its JSON ``\\uXXXX`` and ``\\\\`` escapes, HTML character references and percent
-    escapes decoded until nothing changes, ``+`` a space (the test's own view: what a client could
-    read out of what it is shown)."""
-    for _ in range(8):
-        before = text
-        text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text).replace("\\\\", "\\")
-        text = unquote_plus(html.unescape(text))
-        if text == before:
-            break
-    return text
-
-
 def shows_none_of(shown: str, form: str, value: str) -> bool:
     """Neither the credential as the backend spelled it nor, decoded, its part after the scheme."""
-    token = value.partition(" ")[2].replace("+", " ")
+    token = (value.partition(" ")[2] or value).replace("+", " ")
     wrapper = _pieces(credential_echo.spelled(form, ""), 6)  # json-double's own JSON around it
     return not set(leaks(shown, credential_echo.spelled(form, value))) - wrapper and not leaks(
-        fully_decoded(shown).replace("+", " "), token
+        read_out(shown).replace("+", " "), token
     )
 
 
 @pytest.mark.parametrize("form", sorted(credential_echo.ENCODED))
 async def test_a_credential_echoed_in_an_encoding_that_is_no_whole_spelling_shows_none_of_it(
-    openapi_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    mcp_server: Callable[[str], contextlib.AbstractAsyncContextManager[codemode.Server]],
-    form: str,
-    caplog: pytest.LogCaptureFixture,
+    servers: dict[str, Serve], form: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A hostile backend echoes the credential with every character a JSON ``\\u`` escape or an HTML
     character reference, spaces as ``+`` among percent escapes, as JSON inside a JSON string, or
-    several of these mixed: in an OpenAPI error reason and result, and in an upstream MCP error
-    text, the client sees none of it, and the host logs one warning for each."""
-    value = ENCODED_CREDENTIAL
-    calls = (
-        ("api.credential", f'form="{form}", status=400'),
-        ("api.credential", f'form="{form}", status=200'),
-    )
-    async with openapi_server(value) as server, mcp_server(value) as upstream:
-        with caplog.at_level(logging.WARNING):
-            shown = [await server.execute(one_call(cap, args), subject=SUBJECT) for cap, args in calls]
-            shown.append(
-                await upstream.execute(one_call("echo.credential_error", f'form="{form}"'), subject=SUBJECT)
-            )
-    error, result, mcp_error = (str(x) for x in shown)
-    assert error.startswith("capability failed: HTTP 400: key ") and error.endswith(" refused"), error
-    assert mcp_error.startswith("capability failed: echo: Error executing tool credential_error: key "), (
-        mcp_error
-    )
-    for text in (error, result, mcp_error):
-        assert "[redacted]" in text and shows_none_of(text, form, value), (form, text)
-    warned = [r.getMessage() for r in caplog.records if "credential" in r.getMessage()]
-    assert len(warned) == 3, warned
-
-
-def one_call(capability: str, args: str) -> str:
-    """A program calling ``capability(args)`` once: its error text, or its result's ``echo``."""
-    return (
-        "def main():\n"
-        f"    r = attempt({capability}, {args})\n"
-        '    return r["value"]["echo"] if r["ok"] else r["error"]\n'
-    )
+    several of these mixed: in every echo of both paths (an OpenAPI error reason and result, an
+    upstream MCP error text and answers) the client sees none of it, and the host logs one warning
+    for each. Before (the last gap of issue 31 §1), 9 of these 10 came back as they were: the
+    OpenAPI reason showed its first 120 characters, the credential's first characters escaped
+    among them."""
+    for path in sorted(ECHO_CALLS):
+        await check_echoes(servers[path], path, ENCODED_CREDENTIAL, [form], caplog)
