@@ -444,3 +444,21 @@ async def test_progress_reports_every_call_of_a_batch_started_and_finished() -> 
     assert (progress.started, progress.finished) == (3, 3)
     assert progress._events == 6  # three starts, three finishes (coalesced into fewer notes)
     assert notes[-1] == "util.echo finished (3): ok"
+
+
+async def test_two_executes_of_one_subject_share_one_handler_share() -> None:
+    server, _, gates = served(max_parallel_calls=32, max_execution_time=30.0)
+    threads = server._executor.handler_threads
+    source = program(f'parallel([(gate.hold, {{"value": str(i)}}) for i in range({threads + 2})])')
+    hogs = [asyncio.ensure_future(run(server, source)) for _ in range(2)]
+    try:
+        assert await wait_until(lambda: gates.holding >= 1)
+        # Alice's two programs together hold one share; Bob's sync handler still gets a thread.
+        other = await asyncio.wait_for(run(server, program('gate.quick(value="bob")'), BOB), 20)
+        assert other.value == {"value": "bob"}
+        assert gates.holding == handler_share(threads, 32) < threads
+    finally:
+        gates.release.set()
+        results = await asyncio.gather(*hogs)
+        await server.aclose()
+    assert all(len(r.value) == threads + 2 for r in results)

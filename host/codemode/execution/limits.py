@@ -201,8 +201,9 @@ class Limits:
         "calls",
         "calls of one parallel() that run at once",
         "the calls of one `parallel(...)` that run at once ([program.md](program.md#parallel-calls)); "
-        "the rest wait for one of them to finish. Sync handlers of one execute also take at most half "
-        "the host's handler threads (at least 1), so one program cannot hold them all; host",
+        "the rest wait for one of them to finish. The sync handlers of one subject's batches (all its "
+        "executes together) also take at most half the host's handler threads (at least 1), so one "
+        "tenant cannot hold them all; host",
     )
 
     max_suspension_bytes: int = _limit(

@@ -12,8 +12,8 @@ Each call of a batch passes the pipeline of a single call, on its own, in three 
    user is asked about on its own, in that order. A denied or declined call becomes its element's
    error; a policy failure or a limit (``approval wait``) ends the execute before any call runs.
 3. **Run** the authorized calls at once: at most ``max_parallel_calls`` at a time, and the sync
-   handlers of one execute on at most half the host's handler threads (at least one), so a program
-   cannot hold every thread while other tenants wait. A call whose failure ``attempt`` would catch
+   handlers of one subject's batches (all its executes together) on at most half the host's handler
+   threads (at least one), so a tenant cannot hold every thread while other tenants wait. A call whose failure ``attempt`` would catch
    (capability failed, a handler's refusal of an argument) stays in its element. Every other failure
    (a limit, an internal failure, the deadline) ends the execute: the calls still running are
    cancelled (a sync handler already in its thread finishes there, unobserved) and no result goes
@@ -28,9 +28,11 @@ the batch as its calls, a call the execute never reached as ``not run``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,10 +51,12 @@ _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=Fa
 
 class _Session(Protocol):
     """What a batch needs of the exchange with one worker (``execute._Session``): its executor
-    (``by_name``, ``limits``, ``argument_grammar``, ``is_async``, ``handler_threads``), the call count,
+    (``by_name``, ``limits``, ``argument_grammar``, ``is_async``, ``handler_threads``), the subject,
+    the call count,
     the trace, the sandbox, and the single call's pipeline split in two (authorize, then handle)."""
 
     ex: Any
+    subject: Any
     calls: int
     trace: Any
     sandbox: Any
@@ -92,16 +96,46 @@ def _recoverable(event: Any) -> bool:
 
 
 def handler_share(handler_threads: int, max_parallel_calls: int) -> int:
-    """The sync handlers one execute's ``parallel(...)`` may run at once.
+    """The sync handlers the ``parallel(...)`` batches of one subject may run at once, all its
+    executes together.
 
     Args:
         handler_threads: threads of the host's handler pool.
-        max_parallel_calls: the execute's bound on calls running at once.
+        max_parallel_calls: the bound on one batch's calls running at once.
 
     Returns:
         Half the pool (at least 1), and never more than ``max_parallel_calls``.
     """
     return max(1, min(max_parallel_calls, handler_threads // 2))
+
+
+@dataclass
+class _Share:
+    """One subject's share of the handler threads, while any of its batches runs."""
+
+    threads: asyncio.Semaphore
+    batches: int = 0
+
+
+#: Per executor (weakly: it goes with its server), the shares of the subjects running batches now.
+_SHARES: weakref.WeakKeyDictionary[Any, dict[str, _Share]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _subject_share(ex: Any, subject: str, size: int) -> Iterator[asyncio.Semaphore]:
+    """The subject's share of the handler threads for one batch (made by its first running batch,
+    dropped with its last)."""
+    shares = _SHARES.setdefault(ex, {})
+    share = shares.get(subject)
+    if share is None:
+        share = shares[subject] = _Share(asyncio.Semaphore(size))
+    share.batches += 1
+    try:
+        yield share.threads
+    finally:
+        share.batches -= 1
+        if not share.batches:
+            del shares[subject]
 
 
 @dataclass
@@ -205,32 +239,34 @@ async def _authorize(session: _Session, calls: list[_Call]) -> None:
 
 
 async def _run(session: _Session, calls: list[_Call]) -> None:
-    """Phase 3: the authorized calls at once, within ``max_parallel_calls`` and the handler share."""
+    """Phase 3: the authorized calls at once, within ``max_parallel_calls`` and the subject's share
+    of the handler threads."""
     ex = session.ex
     limit = ex.limits.max_parallel_calls
     running = asyncio.Semaphore(limit)
-    threads = asyncio.Semaphore(handler_share(ex.handler_threads, limit))
-
-    async def one(call: _Call) -> None:
-        async with running:
-            if ex.is_async(call.cap):
-                await _handle(session, call)
-                return
-            async with threads:
-                await _handle(session, call)
-
-    tasks = [asyncio.ensure_future(one(call)) for call in calls if call.runs]
-    if not tasks:
+    runnable = [call for call in calls if call.runs]
+    if not runnable:
         return
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        # One call ended the execute (or the execute was cancelled): the others are cancelled, and
-        # waited for so that each record says how far its call got.
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
-        raise
+    with _subject_share(ex, session.subject.id, handler_share(ex.handler_threads, limit)) as threads:
+
+        async def one(call: _Call) -> None:
+            async with running:
+                if ex.is_async(call.cap):
+                    await _handle(session, call)
+                    return
+                async with threads:
+                    await _handle(session, call)
+
+        tasks = [asyncio.ensure_future(one(call)) for call in runnable]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            # One call ended the execute (or the execute was cancelled): the others are cancelled,
+            # and waited for so that each record says how far its call got.
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            raise
 
 
 async def _handle(session: _Session, call: _Call) -> None:
