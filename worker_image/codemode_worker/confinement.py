@@ -45,6 +45,7 @@ child's report comes back through a pipe, so it reaches a redirected stdout or s
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import importlib.machinery
 import importlib.util
@@ -55,7 +56,7 @@ import sys
 from types import ModuleType
 from typing import Any, Final
 
-from . import STDERR_BOUNDED, STDERR_VARIABLE, readable, stderr_relay, syscalls
+from . import STDERR_BOUNDED, STDERR_VARIABLE, landlock, readable, stderr_relay, syscalls
 
 __all__ = [
     "BINDING_DIRECTORIES",
@@ -69,6 +70,7 @@ __all__ = [
     "export",
     "main",
     "prepare",
+    "prepare_files",
     "restrict_files",
 ]
 
@@ -158,6 +160,15 @@ def export(flt: Any) -> bytes:
     return b"".join(chunks)
 
 
+#: libc and the seccomp program's structure, made once at import (a warm template's workers inherit
+#: them): each cost a forked worker 0.15-0.2 ms of CPU per use on a loaded machine (issue 34 §1).
+_LIBC: Final = ctypes.CDLL(None, use_errno=True)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
 class CompiledFilter:
     """The worker's filter compiled once, for a worker forked later (``codemode_worker.template``).
 
@@ -208,20 +219,13 @@ class CompiledFilter:
         """Load ``program(pid)`` into this process: ``PR_SET_NO_NEW_PRIVS``, then
         ``seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC)`` (what libseccomp's ``load``
         does with the attributes ``build_filter`` sets). ``OSError`` when the kernel refuses."""
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        if _LIBC.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
         program = self.program(pid)
         code = ctypes.create_string_buffer(program, len(program))
-
-        class SockFprog(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-        fprog = SockFprog(len(program) // self._INSN.size, ctypes.addressof(code))
+        fprog = _SockFprog(len(program) // self._INSN.size, ctypes.addressof(code))
         if (
-            libc.syscall(
+            _LIBC.syscall(
                 self._seccomp, _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(fprog)
             )
             != 0
@@ -243,11 +247,23 @@ def _fail(reason: str) -> SystemExit:
     return SystemExit(EXIT_CONFINEMENT)
 
 
-def restrict_files() -> int | None:
+def restrict_files(prepared: landlock.Ruleset | None = None) -> int | None:
     """The Landlock domain of ``readable`` (call it while the process has one thread): its ABI
-    version, None without Landlock; ``SystemExit(EXIT_CONFINEMENT)`` when it does not hold."""
+    version, None without Landlock; ``SystemExit(EXIT_CONFINEMENT)`` when it does not hold.
+    ``prepared``: the ruleset of :func:`prepare_files`, inherited from the template (enforced and
+    its descriptor closed), else the rules are gathered here."""
     try:
-        return readable.restrict()
+        return readable.restrict(prepared)
+    except readable.Failed as exc:
+        raise _fail(str(exc)) from None
+
+
+def prepare_files() -> landlock.Ruleset | None:
+    """The Landlock ruleset of ``readable``, filled for forked workers to enforce (the template
+    calls it once; ``readable.prepare``): None without Landlock; ``SystemExit(EXIT_CONFINEMENT)``
+    when Landlock is there but a rule cannot be added."""
+    try:
+        return readable.prepare()
     except readable.Failed as exc:
         raise _fail(str(exc)) from None
 
@@ -278,10 +294,7 @@ def _open_files_limit() -> int:
 
 
 def _not_dumpable() -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(ctypes.c_int(_PR_SET_DUMPABLE), ctypes.c_ulong(0), 0, 0, 0) != 0:
+    if _LIBC.prctl(ctypes.c_int(_PR_SET_DUMPABLE), ctypes.c_ulong(0), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
 
 

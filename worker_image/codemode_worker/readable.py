@@ -56,7 +56,7 @@ from typing import Final
 
 from . import landlock
 
-__all__ = ["DEVICES", "SYSTEM_TREES", "Failed", "restrict"]
+__all__ = ["DEVICES", "SYSTEM_TREES", "Failed", "prepare", "restrict"]
 
 #: The device nodes a confined worker may read (and /dev/null write).
 DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
@@ -69,9 +69,11 @@ class Failed(Exception):
     """Landlock is there but the worker could not put itself into its domain."""
 
 
+_LIBC: Final = ctypes.CDLL(None, use_errno=True)  # once: a template's workers inherit it
+
+
 def _no_new_privs() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0) != 0:
+    if _LIBC.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0) != 0:
         raise Failed(f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}")
 
 
@@ -91,17 +93,23 @@ def _check() -> None:
     raise Failed("/dev/ptmx can still be opened under Landlock")
 
 
-def restrict() -> int | None:
-    """Put this process into the worker's Landlock domain; the ABI version, or None when the
-    kernel offers no Landlock. ``Failed`` when Landlock is there but does not hold."""
+def prepare() -> landlock.Ruleset | None:
+    """The worker's ruleset, filled and not enforced: None when the kernel offers no Landlock.
+    ``Failed`` when Landlock is there but a rule cannot be added.
+
+    The process runtime's template fills it once and each forked worker enforces it
+    (``restrict(prepared)``): the rules (a descriptor of each top-level entry of ``/`` and device)
+    cost a worker about a millisecond and a half of CPU to gather and add, enforcing a filled ruleset
+    almost nothing. Enforcing takes a snapshot: the domain is the rules the ruleset holds at that
+    moment, and the template adds none after this. So a forked worker's domain is the one it would
+    have built itself, but for a top-level entry of ``/`` created after the template started (its
+    files stay unreadable to the workers until the host restarts the template)."""
     try:
         version = landlock.abi()
     except landlock.Unavailable:
         return None
     except OSError as exc:
         raise Failed(f"Landlock ABI query: {exc.strerror}") from None
-    if _threads() != 1:
-        raise Failed("the process already runs more than one thread")
     read = landlock.ACCESS_FS_READ_FILE
     try:
         rules = landlock.Ruleset(version)
@@ -119,6 +127,29 @@ def restrict() -> int | None:
                     rules.allow(device, read | write)
                 except FileNotFoundError:
                     continue
+        except BaseException:
+            rules.close()
+            raise
+    except OSError as exc:
+        raise Failed(f"Landlock: {exc.strerror or exc}") from None
+    return rules
+
+
+def restrict(prepared: landlock.Ruleset | None = None) -> int | None:
+    """Put this process into the worker's Landlock domain; the ABI version, or None when the
+    kernel offers no Landlock. ``Failed`` when Landlock is there but does not hold.
+
+    Args:
+        prepared: a ruleset of :func:`prepare` (the template's, inherited across the fork): it is
+            enforced and its descriptor closed; None: the ruleset is filled here first.
+    """
+    rules = prepare() if prepared is None else prepared
+    if rules is None:
+        return None
+    try:
+        try:
+            if _threads() != 1:
+                raise Failed("the process already runs more than one thread")
             _no_new_privs()
             rules.restrict_self()
         finally:
@@ -126,4 +157,4 @@ def restrict() -> int | None:
     except OSError as exc:
         raise Failed(f"Landlock: {exc.strerror or exc}") from None
     _check()
-    return version
+    return rules.version

@@ -11,12 +11,15 @@ A forked worker, before it runs anything of a program (the order is the security
 
 1. leads a session of its own (the host kills its process group);
 2. makes the three descriptors it was sent its stdin, stdout and stderr and closes **every other
-   descriptor** (the control channel, the pidfds of its siblings, anything the imports opened):
-   nothing of the template is reachable from it;
+   descriptor** (the control channel, the pidfds of its siblings, anything the imports opened) but
+   the template's filled Landlock ruleset, which step 4 enforces and closes: nothing of the
+   template is reachable from it;
 3. takes its resource limits (CPU seconds, no core files, no file writes, no POSIX message queue,
    open files, address space; ``RLIMIT_NPROC`` when it gets a uid of its own), on top of the
    template's ``no_new_privs``;
-4. enters the worker's Landlock domain (``confinement.restrict_files``, while it has one thread),
+4. enters the worker's Landlock domain (``confinement.restrict_files``, while it has one thread:
+   the ruleset the template filled once, ``confinement.prepare_files``, enforced, its descriptor
+   closed; enforcing takes a snapshot of rules the template never changes after),
    takes the worker's seccomp filter for its own pid (libseccomp's program, compiled once in the
    template for any pid: ``confinement.CompiledFilter``; or built after the fork with
    ``confinement.prepare`` when that cannot be), drops to the uid the host named (``privileges``),
@@ -60,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
-from . import confinement, entry, interpreter, privileges
+from . import confinement, entry, interpreter, landlock, privileges
 from .template_wire import EXITED, FAILED, FORK, FORKED, MESSAGE, READY, REAP, WORKER_FDS, receive
 
 __all__ = ["EXIT_CONTROL", "EXIT_SETUP", "main"]
@@ -143,20 +146,29 @@ def _die_with(template: int) -> None:
         raise SystemExit(EXIT_SETUP)
 
 
-def _confine(template: int, compiled: confinement.CompiledFilter | None) -> None:
-    """Step 4 of the module docstring: the filter compiled in the template (libseccomp's program with
-    this worker's pid put in, ``confinement.CompiledFilter``), or built here when it could not be.
+def _confine(
+    template: int, compiled: confinement.CompiledFilter | None, files: landlock.Ruleset | None = None
+) -> None:
+    """Step 4 of the module docstring: the template's Landlock ruleset enforced (``files``; None:
+    gathered here), and the filter compiled in the template (libseccomp's program with this
+    worker's pid put in, ``confinement.CompiledFilter``), or built here when it could not be.
     The confinement functions are looked up when called (the unconfined escape tests replace them
     in their own template only)."""
-    confinement.restrict_files()  # the Landlock domain, while this forked child has one thread
+    # The Landlock domain, while this forked child has one thread.
+    if files is None:
+        confinement.restrict_files()
+    else:
+        confinement.restrict_files(files)
     seccomp_filter = compiled if compiled is not None else confinement.prepare()
     privileges.drop_privileges()
     _die_with(template)
     confinement.confine(seccomp_filter)
 
 
-def _worker_child(testing: bool) -> Child:
-    """What a forked worker runs after its set-up; warms up here, in the template."""
+def _worker_child(testing: bool, files: landlock.Ruleset | None = None) -> Child:
+    """What a forked worker runs after its set-up; warms up here, in the template. ``files``: the
+    Landlock ruleset the template filled (``confinement.prepare_files``), enforced by each worker
+    (the testing child gathers its own, after opening its window)."""
     template = os.getpid()
     compiled = confinement.compile_filter()
     if testing:
@@ -175,19 +187,25 @@ def _worker_child(testing: bool) -> Child:
 
     def worker_child() -> int:
         inp, out = entry.streams()
-        _confine(template, compiled)
+        _confine(template, compiled, files)
         return interpreter.on_interpreter_thread(lambda: entry.serve_confined(inp, out))
 
     return worker_child
 
 
-def _become_worker(fds: list[int], uid: int, limits: Limits, child: Child) -> NoReturn:
+def _become_worker(
+    fds: list[int], uid: int, limits: Limits, child: Child, keep: int | None = None
+) -> NoReturn:
     code = EXIT_SETUP
     try:
         os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        os.closerange(3, _MAX_FD)
+        if keep is None:
+            os.closerange(3, _MAX_FD)
+        else:  # the template's Landlock ruleset: the child enforces and closes it before any frame
+            os.closerange(3, keep)
+            os.closerange(keep + 1, _MAX_FD)
         limits.apply(own_uid=uid > 0)
         if uid > 0:
             os.environ[privileges.UID_VARIABLE] = str(uid)
@@ -210,10 +228,18 @@ class _Worker:
 class Template:
     """The fork loop on the control socket."""
 
-    def __init__(self, control: socket.socket, limits: Limits, child: Child, killer_uid: int = 0) -> None:
+    def __init__(
+        self,
+        control: socket.socket,
+        limits: Limits,
+        child: Child,
+        killer_uid: int = 0,
+        keep: int | None = None,
+    ) -> None:
         self.control = control
         self.limits = limits
         self.child = child
+        self.keep = keep  # the one descriptor of the template a worker keeps (its Landlock ruleset)
         self.workers: dict[int, _Worker] = {}
         # Without a killer uid no worker gets a uid of its own (FORK with one is refused).
         self.uids = UidKiller(killer_uid) if os.geteuid() == 0 and killer_uid > 0 else None
@@ -287,7 +313,7 @@ class Template:
             self.send(FAILED, number, exc.errno or errno.EAGAIN)
             return
         if pid == 0:  # pragma: no cover - runs in the worker and never returns
-            _become_worker(fds, uid, self.limits, self.child)
+            _become_worker(fds, uid, self.limits, self.child, self.keep)
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -354,10 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits(args.cpu_seconds, args.address_space, args.open_files, args.max_processes)
     confinement.binding()  # loaded now: a worker builds its filter without reading a file
     confinement.prepare()  # the filter builds here, or no worker would (exits EXIT_CONFINEMENT)
-    child = _worker_child(args.testing)
+    # The worker's Landlock rules, gathered once (fails closed here as a worker would); the testing
+    # child opens its window first and gathers its own.
+    files = None if args.testing else confinement.prepare_files()
+    child = _worker_child(args.testing, files)
     gc.collect()
     gc.freeze()  # the warm state: shared by every forked worker, never collected
-    return Template(control, limits, child, args.killer_uid).run()
+    keep = files.fd if files is not None else None
+    return Template(control, limits, child, args.killer_uid, keep).run()
 
 
 if __name__ == "__main__":
