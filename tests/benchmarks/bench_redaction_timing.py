@@ -7,7 +7,8 @@ text the tenant chose; the tenant can fill it with copies of a guess: the known 
 credential and ``k`` more characters, right or wrong. For each ``k`` the benchmark times
 ``Redactor.redact`` (OpenAPI results, up to ``max_response_bytes``) on ``--size`` characters of
 such copies, right guesses against wrong ones, and ``upstream_error_text`` (the upstream MCP pack)
-on one copy padded to its window; and the same for copies of the credential's last ``k``
+on one copy padded to its window; the same with every character a JSON ``\\u`` escape (``\\u``,
+read through the decoded views); and the same for copies of the credential's last ``k``
 characters (``end``), where the matcher of 2b6a3b2 looked up blocks (review of issue 31 §1: 1 MB
 of copies of the right 4 characters took 245-261 ms against 79-122 ms for wrong ones). It also
 times the earlier rule's way of matching (one regular expression of the spellings, which compares
@@ -47,6 +48,28 @@ def end_parts(k: int, right: bool, size: int) -> str:
     return part * (size // len(part))
 
 
+#: Letters and digits to others of their kind: a wrong guess of the same shape, with as many
+#: distinct characters (so as many distinct escapes) as the right one.
+_OTHER = str.maketrans(
+    string.ascii_lowercase + string.ascii_uppercase + string.digits,
+    string.ascii_lowercase[13:]
+    + string.ascii_lowercase[:13]
+    + string.ascii_uppercase[13:]
+    + string.ascii_uppercase[:13]
+    + string.digits[5:]
+    + string.digits[:5],
+)
+
+
+def escaped_guesses(k: int, right: bool, size: int) -> str:
+    """Copies of the known prefix and ``k`` more characters (right, or others of the same shape),
+    every character a JSON ``\\u`` escape (six characters for one): the decoded views
+    (``codemode.packs.unescaping``) must cost what the text is, not what it shares with the
+    credential."""
+    guess = "!" + PREFIX + (BODY[:k] if right else BODY[:k].translate(_OTHER))
+    return "".join(f"\\u{ord(c):04x}" for c in guess) * (size // (6 * len(guess)))
+
+
 def best(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
     times = []
     for _ in range(rounds):
@@ -73,6 +96,7 @@ def main() -> None:
         f" {'ratio':>6}"
     )
     series = [("prefix", k, guesses) for k in (0, 4, 8, 16, 23)] + [("end", k, end_parts) for k in (4, 8)]
+    series += [("\\u", k, escaped_guesses) for k in (8, 23)]
     for kind, k, make in series:
         right, wrong = make(k, True, args.size), make(k, False, args.size)
         rows: list[tuple[str, Callable[[str], object]]] = [
