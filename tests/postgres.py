@@ -102,7 +102,10 @@ def _through(dsn: str, name: str) -> Iterator[str]:
 def reset(dsn: str) -> None:
     """Empty the store's tables in ``dsn`` (each test starts from nothing)."""
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("DROP TABLE IF EXISTS codemode_suspensions, codemode_state, codemode_schema")
+        conn.execute(
+            "DROP TABLE IF EXISTS codemode_suspensions, codemode_state, codemode_state_versions, "
+            "codemode_schema"
+        )
 
 
 def query(dsn: str, sql: str, *params: object) -> list[tuple[object, ...]]:

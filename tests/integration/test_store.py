@@ -197,7 +197,7 @@ async def test_state_versions_and_compare_and_set(backend: Backend) -> None:
     with pytest.raises(StateConflict):
         await put(store, "alice", "k", "3", expect=0)  # 0: only if absent
     assert (await put(store, "alice", "k", "3", expect=2)).version == 3
-    assert (await put(store, "alice", "new", "1", expect=0)).version == 1
+    assert (await put(store, "alice", "new", "1", expect=0)).version == 4  # the subject's 4th put
     assert await store.state_get("alice", "k", NOW) == StateEntry("k", "3", 3, None)
     with pytest.raises(StateConflict):
         await store.state_delete("alice", "k", expect=2, now=NOW)
@@ -207,6 +207,26 @@ async def test_state_versions_and_compare_and_set(backend: Backend) -> None:
     assert await store.state_delete("alice", "k", expect=0, now=NOW) is False
     with pytest.raises(StateConflict):
         await store.state_delete("alice", "k", expect=1, now=NOW)
+
+
+async def test_a_key_deleted_and_made_again_never_repeats_a_version(backend: Backend) -> None:
+    """ABA: an execute reads version v, another deletes the key and a third makes it again; the
+    first one's compare-and-set must fail, not overwrite the new key's value."""
+    store = backend.store
+    seen = (await put(store, "alice", "k", '"first"')).version
+    assert await store.state_delete("alice", "k", expect=seen, now=NOW)
+    again = await put(store, "alice", "k", '"second"', expect=0)
+    assert again.version != seen
+    with pytest.raises(StateConflict):
+        await put(store, "alice", "k", '"stale writer"', expect=seen)
+    # the same through an expiry
+    ttl = await put(store, "alice", "t", '"a"', expires=NOW + 1)
+    renewed = await put(store, "alice", "t", '"b"', expect=0, now=NOW + 1)
+    assert renewed.version != ttl.version
+    with pytest.raises(StateConflict):
+        await put(store, "alice", "t", '"c"', expect=ttl.version, now=NOW + 1)
+    entry = await store.state_get("alice", "k", NOW)
+    assert entry is not None and entry.value == '"second"'
 
 
 async def test_one_subject_never_reaches_anothers_keys(backend: Backend) -> None:
@@ -228,7 +248,7 @@ async def test_a_key_with_a_ttl_is_gone_at_its_time(backend: Backend) -> None:
     assert await store.state_list("alice", "", after=None, limit=10, now=NOW + 10) == []
     # an expired key is absent: a put makes it anew (expect 0 holds), and the TTL can be dropped
     entry = await put(store, "alice", "t", "2", expect=0, now=NOW + 10)
-    assert (entry.version, entry.expires) == (1, None)
+    assert (entry.version, entry.expires) == (2, None)
     assert await store.expire(NOW + 1000) == 0
     assert backend.rows("codemode_state") == 1
 
@@ -397,17 +417,19 @@ async def test_racing_writers_cannot_pass_a_subjects_bounds_together(backend: Ba
     results = await asyncio.gather(*(_cas(stores[i % 3], key) for i in range(9)))
     after = await backend.store.state_get("alice", key, NOW)
     assert after is not None
-    assert after.version - before.version == sum(results)
+    won = [v for v in results if v]
+    assert won and len(set(won)) == len(won)  # each success its own version
+    assert min(won) > before.version and after.version == max(won)
 
 
 async def _cas(store: Store, key: str) -> int:
+    """The version a compare-and-set made, or 0 when another writer came first."""
     entry = await store.state_get("alice", key, NOW)
     assert entry is not None
     try:
-        await put(store, "alice", key, str(entry.version), expect=entry.version)
+        return (await put(store, "alice", key, str(entry.version), expect=entry.version)).version
     except StateConflict:
         return 0
-    return 1
 
 
 # -- SQLite: the file ----------------------------------------------------------------------------

@@ -101,7 +101,10 @@ class StateEntry:
     Attributes:
         key: the key (the namespace is the subject, never part of the key).
         value: the value's exact JSON text.
-        version: increases by one on every put of the key (1 for a new key).
+        version: the subject's puts never give one twice: every put of the key gives a higher one,
+            and a key deleted or expired and made again gets a new one, never an earlier one back,
+            so a compare-and-set by a reader that saw the old key fails (ABA). 1 for the
+            subject's first put; the subject's puts of other keys take numbers in between.
         expires: when the key goes (seconds since the epoch), or None.
     """
 
@@ -231,7 +234,7 @@ class Store(Protocol):
                 value included, its old one not).
 
         Returns:
-            The new entry (version: the old one's plus 1, or 1 for a key that was absent).
+            The new entry (its version: the subject's next, never given before).
 
         Raises:
             StateConflict: ``expect`` did not match.

@@ -32,6 +32,7 @@ class _Keys:
 
     entries: dict[str, StateEntry] = field(default_factory=dict)
     used: int = 0
+    last: int = 0  # the last version given (kept while the subject's keys come and go)
     expiring: list[tuple[float, str]] = field(default_factory=list)
 
     def purge(self, now: float) -> int:
@@ -145,10 +146,8 @@ class MemoryStore:
         for record_id in gone:
             self._unpend(self._suspensions.pop(record_id).record)
         count = len(gone)
-        for subject_id, keys in list(self._state.items()):
+        for keys in self._state.values():
             count += keys.purge(now)
-            if not keys.entries:
-                del self._state[subject_id]
         return count
 
     async def pending(self, subject_id: str | None = None) -> int:
@@ -224,7 +223,8 @@ class MemoryStore:
         used = keys.used - (state_size(key, old.value) if old is not None else 0)
         if used + state_size(key, value) > max_bytes:
             raise StoreFull(STATE_BYTES)
-        entry = StateEntry(key, value, old.version + 1 if old is not None else 1, expires)
+        keys.last += 1
+        entry = StateEntry(key, value, keys.last, expires)
         keys.set(entry)
         self._state[subject_id] = keys
         return entry
@@ -251,8 +251,6 @@ class MemoryStore:
             raise StateConflict()
         if keys is not None and entry is not None:
             keys.remove(key)
-            if not keys.entries:
-                del self._state[subject_id]
         return live is not None
 
     async def state_list(

@@ -72,6 +72,12 @@ _SCHEMA = (
         PRIMARY KEY (subject_id, key)
     )""",
     "CREATE INDEX IF NOT EXISTS codemode_state_expires ON codemode_state (expires) WHERE expires IS NOT NULL",
+    # The last state version given to each subject: never given twice, so a key deleted (or
+    # expired) and made again does not repeat one, and a stale compare-and-set fails (ABA).
+    """CREATE TABLE IF NOT EXISTS codemode_state_versions (
+        subject_id text COLLATE "C" PRIMARY KEY,
+        last bigint NOT NULL
+    )""",
     # A suspend and a state put are one function each: the subject's lock, the bound and the write
     # in one statement, one round trip (the lock keys are _lock_subject's).
     """CREATE OR REPLACE FUNCTION codemode_suspend(
@@ -95,7 +101,7 @@ _SCHEMA = (
         p_subject text, p_key text, p_value text, p_expect bigint, p_expires double precision,
         p_now double precision, p_size bigint, p_max_keys bigint, p_max_bytes bigint
     ) RETURNS bigint LANGUAGE plpgsql AS $$
-    DECLARE old bigint; n bigint; used bigint;
+    DECLARE old bigint; n bigint; used bigint; given bigint;
     BEGIN
         PERFORM pg_advisory_xact_lock(hashtextextended('codemode:state:' || p_subject, 0));
         SELECT version INTO old FROM codemode_state
@@ -106,11 +112,13 @@ _SCHEMA = (
             WHERE subject_id = p_subject AND key <> p_key AND (expires IS NULL OR expires > p_now);
         IF n + 1 > p_max_keys THEN RETURN -2; END IF;
         IF used + p_size > p_max_bytes THEN RETURN -3; END IF;
+        INSERT INTO codemode_state_versions AS v (subject_id, last) VALUES (p_subject, 1)
+            ON CONFLICT (subject_id) DO UPDATE SET last = v.last + 1 RETURNING last INTO given;
         INSERT INTO codemode_state (subject_id, key, value, version, expires, size)
-            VALUES (p_subject, p_key, p_value, old + 1, p_expires, p_size)
+            VALUES (p_subject, p_key, p_value, given, p_expires, p_size)
             ON CONFLICT (subject_id, key) DO UPDATE SET value = excluded.value,
                 version = excluded.version, expires = excluded.expires, size = excluded.size;
-        RETURN old + 1;
+        RETURN given;
     END $$""",
 )
 

@@ -51,10 +51,20 @@ CREATE TABLE IF NOT EXISTS codemode_state (
     value TEXT NOT NULL,
     PRIMARY KEY (subject_id, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS codemode_state_versions (
+    subject_id TEXT PRIMARY KEY,
+    last INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS codemode_state_expires ON codemode_state (expires) WHERE expires IS NOT NULL;
 """
 
 _LIVE = "(expires IS NULL OR expires > ?)"
+#: The subject's next state version: never given twice, so a key deleted (or expired) and made again
+#: does not repeat one, and a compare-and-set by a stale reader fails (ABA).
+_NEXT_VERSION = (
+    "INSERT INTO codemode_state_versions (subject_id, last) VALUES (?, 1) "
+    "ON CONFLICT (subject_id) DO UPDATE SET last = last + 1 RETURNING last"
+)
 # The state is clustered by subject (WITHOUT ROWID, the value last): a put's bound check reads one
 # subject's rows side by side and never a value (2,000 keys: 0.45 ms a put, 3.5 ms with rowids).
 
@@ -360,14 +370,15 @@ class SqliteStore:
                 return StoreFull(STATE_KEYS)
             if used + size > max_bytes:
                 return StoreFull(STATE_BYTES)
+            (version,) = db.execute(_NEXT_VERSION, (subject_id,)).fetchone()
             db.execute(
                 "INSERT INTO codemode_state (subject_id, key, value, version, expires, size) "
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (subject_id, key) DO UPDATE SET "
                 "value = excluded.value, version = excluded.version, expires = excluded.expires, "
                 "size = excluded.size",
-                (subject_id, key, value, version + 1, expires, size),
+                (subject_id, key, value, version, expires, size),
             )
-            return StateEntry(key, value, version + 1, expires)
+            return StateEntry(key, value, version, expires)
 
         out = await self._run(work)
         if isinstance(out, Exception):
