@@ -52,6 +52,21 @@ def deadline_passed_waiting(waiting: Waiting, deadline: float, slots: FairAdmiss
             deadline,
         )
         return WAITING_FOR_WORKER
+    if slots.free > 0:  # free slots it could not take: the reserve for subjects with none in flight
+        log.warning(
+            "an execute's deadline (%gs, --max-execution-time / CODEMODE_MAX_EXECUTION_TIME) passed "
+            "while it waited for a worker slot: %d of %d slots were held and the %d free were kept for "
+            "subjects with nothing in flight (--reserved-slots / CODEMODE_RESERVED_SLOTS), while its "
+            "subject already held one (docs/service.md, 'Fair slots'); %d other(s) waiting. The reserve "
+            "keeps one tenant from taking every slot: raise --max-execution-time if a tenant's executes "
+            "may queue longer; the client was told 'resource limit exceeded: concurrency'",
+            deadline,
+            slots.slots - slots.free,
+            slots.slots,
+            slots.free,
+            slots.waiting,
+        )
+        return WAITING_FOR_SLOT
     log.warning(
         "an execute's deadline (%gs, --max-execution-time / CODEMODE_MAX_EXECUTION_TIME) passed while "
         "it waited for a worker slot: %d of %d slots (--max-concurrent-executions / "
