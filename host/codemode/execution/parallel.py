@@ -13,8 +13,9 @@ Each call of a batch passes the pipeline of a single call, on its own, in three 
    error; a policy failure or a limit (``approval wait``) ends the execute before any call runs.
 3. **Run** the authorized calls at once: at most ``max_parallel_calls`` at a time, and the sync
    handlers of one subject's batches (all its executes together) on at most half the host's handler
-   threads (at least one), so a tenant cannot hold every thread while other tenants wait. A call whose failure ``attempt`` would catch
-   (capability failed, a handler's refusal of an argument) stays in its element. Every other failure
+   threads (at least one), so a tenant cannot hold every thread while other tenants wait. A call
+   whose failure ``attempt`` would catch (capability failed, a handler's refusal of an argument)
+   stays in its element. Every other failure
    (a limit, an internal failure, the deadline) ends the execute: the calls still running are
    cancelled (a sync handler already in its thread finishes there, unobserved) and no result goes
    back to the program.
