@@ -22,6 +22,8 @@ import codemode
 from codemode.common.errors import PermissionDenied
 from codemode.execution.suspension import UnknownSuspension
 from codemode.mcp import StaticSubject, create_server
+from codemode.store import StoreUnavailable
+from codemode.store.memory import MemoryStore
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
 
@@ -543,5 +545,30 @@ async def test_a_question_inside_a_batch_suspends_before_any_call_of_it_runs() -
             ("records.get", "ok"),
             ("records.delete", "declined"),
         ]
+    finally:
+        await server.aclose()
+
+
+class DownStore(MemoryStore):
+    """A store that cannot answer a suspension (unreachable)."""
+
+    async def suspend(self, record: Any, *, max_records: int, max_bytes: int) -> None:
+        raise StoreUnavailable("refused")
+
+
+async def test_when_the_store_cannot_answer_an_ask_declines() -> None:
+    builder = codemode.Builder(authorizer=AskDeletes(), store=DownStore())
+    records = RecordStore()
+    builder.register(*record_caps(records))
+    server = builder.build()
+    try:
+        async with mcp(server) as alice:
+            done = await alice.session.call_tool(
+                "execute", {"source": create_then_delete()}, allow_input_required=True
+            )
+        assert isinstance(done, types.CallToolResult)
+        assert error_text(done) == "permission denied"
+        assert ledger(done) == [("records.create", "ok"), ("records.delete", "declined")]
+        assert not deleted(records, 1)
     finally:
         await server.aclose()

@@ -573,6 +573,8 @@ class _Session:
         suspensions = self.ex.suspensions
         if self.approver is None or suspensions is None or self.asking is None:
             return "unavailable"
+        if not getattr(self.approver, "available", True):  # a client that cannot be asked at all
+            return "unavailable"
         shown = render_arguments(canonical)
         request = ApprovalRequest(cap.name, cap.summary, shown.text, shown.hidden)
         limits = self.ex.limits
@@ -1030,7 +1032,9 @@ class Executor:
         resume: Resume | None = None,
     ) -> Any:
         start = time.monotonic()
-        deadline = start + self.limits.max_execution_time
+        # A resumed run's replay (a fresh worker's start and the recorded prefix) has its own bound,
+        # twice max_execution_time; the program's own clock goes on at the pending call (go_live).
+        deadline = start + self.limits.max_execution_time * (2 if resume is not None else 1)
         ctx = CallContext(deadline=deadline)
         outcome: ExecuteOutcome = "internal"
         limit: str | None = None

@@ -9,7 +9,8 @@ atomically (one winner), checked against this host's pins, and replayed (codemod
 
 Budgets: the program's time, steps and calls count across its runs as one execute (the resumed run
 re-counts the replayed prefix's steps and calls itself; its time is what the record says was spent,
-and the replay of the prefix has a bound of its own, ``max_execution_time`` again). The wait for a
+and the replay, a worker's start and the prefix, has a bound of its own, twice
+``max_execution_time``). The wait for a
 person: ``max_approval_time`` per question, ``max_approval_wait`` per execute, ``max_pending_approvals``
 records and ``max_suspension_bytes`` bytes per subject.
 

@@ -80,6 +80,13 @@ class ElicitingApprover:
     def __init__(self, context: Any) -> None:
         self.context = context
 
+    @property
+    def available(self) -> bool:
+        """Whether the client can be asked at all (a back-channel and form elicitation): if not,
+        the pipeline declines at once, without suspending the execute."""
+        session = getattr(self.context, "session", None)
+        return session is not None and bool(session.can_send_request) and can_elicit(session)
+
     async def approve(self, request: ApprovalRequest) -> ApprovalAnswer:
         """Ask and read the answer (the execute pipeline bounds the wait).
 
