@@ -53,4 +53,3 @@ def test_a_port_in_use_is_the_only_line(
     ], proc.stderr
     assert proc.returncode == 2
     assert proc.stdout == ""
-
