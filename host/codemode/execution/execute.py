@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import importlib.metadata
@@ -66,7 +67,7 @@ from .observe import (
     ExecuteOutcome,
     Observer,
 )
-from .parallel import Exchange, run_batch
+from .parallel import Exchange, SubjectThreads, run_batch
 from .plan import Plan
 from .quota import Hold, QuotaStore, QuotaUnavailable
 from .replay import Entry, Journal, Pending, ReplayDiverged
@@ -655,7 +656,14 @@ class _Session:
         # its thread finishes there, unobserved).
         call = functools.partial(contextvars.copy_context().run, handler, *call_args)
         try:
-            job, handoff = self.ex.run_sync(cap, call)
+            # The subject's share of the threads, held until the handler has finished in its thread.
+            release = await self.ex.thread_shares.take(self.subject.id)
+            try:
+                job, handoff = self.ex.run_sync(cap, call)
+            except BaseException:
+                release()
+                raise
+            job.add_done_callback(_on_loop(asyncio.get_running_loop(), release))
             result = handoff.block(job, self.ctx.deadline)
             if result is NOT_YET:
                 result = await asyncio.wrap_future(job)
@@ -667,6 +675,17 @@ class _Session:
             raise CapabilityFailure() from None  # the handlers' pool shut down (server closing)
         except Exception as exc:
             _handler_failed(cap, exc)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, release: Callable[[], None]) -> Callable[[Any], None]:
+    """A pool job's done callback that calls ``release`` on ``loop``'s thread (not at all once the
+    loop is closed: its semaphores went with it)."""
+
+    def done(_job: Any) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(release)
+
+    return done
 
 
 async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None:
@@ -804,6 +823,8 @@ class Executor:
         self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: Threads of that pool (one execute's parallel calls take at most half: codemode.execution.parallel).
         self.handler_threads = min(32, (os.cpu_count() or 1) + 4)
+        #: Each subject's share of them: half, its executes and calls together (execution.parallel).
+        self.thread_shares = SubjectThreads(max(1, self.handler_threads // 2))
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
         #: Suspended executes (codemode.execution.suspension): kept in the plan's store.

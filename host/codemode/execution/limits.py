@@ -201,9 +201,10 @@ class Limits:
         "calls",
         "calls of one parallel() that run at once",
         "the calls of one `parallel(...)` that run at once ([program.md](program.md#parallel-calls)); "
-        "the rest wait for one of them to finish. The sync handlers of one subject's batches (all its "
-        "executes together) also take at most half the host's handler threads (at least 1), so one "
-        "tenant cannot hold them all; host",
+        "the rest wait for one of them to finish. The sync handlers of one subject (all its executes "
+        "and calls together, single or in a batch, and each handler its deadline gave up on until it "
+        "has finished in its thread) also take at most half the host's handler threads (at least 1), "
+        "so one tenant cannot hold them all; host",
     )
 
     max_suspension_bytes: int = _limit(

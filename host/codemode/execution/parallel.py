@@ -12,8 +12,10 @@ Each call of a batch passes the pipeline of a single call, on its own, in three 
    user is asked about on its own, in that order. A denied or declined call becomes its element's
    error; a policy failure or a limit (``approval wait``) ends the execute before any call runs.
 3. **Run** the authorized calls at once: at most ``max_parallel_calls`` at a time, and the sync
-   handlers of one subject's batches (all its executes together) on at most half the host's handler
-   threads (at least one), so a tenant cannot hold every thread while other tenants wait. A call
+   handlers of one subject (all its executes and calls together, single or batched, and those its
+   deadline gave up on until they finish in their threads: :class:`SubjectThreads`) on at most half
+   the host's handler threads (at least one), so a tenant cannot hold every thread while other
+   tenants wait. A call
    whose failure ``attempt`` would catch (capability failed, a handler's refusal of an argument)
    stays in its element. Every other failure
    (a limit, an internal failure, the deadline) ends the execute: the calls still running are
@@ -29,11 +31,9 @@ the batch as its calls, a call the execute never reached as ``not run``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import struct
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,7 +45,7 @@ from ..common.errors import CodeModeError, InvalidArguments, ResourceLimit, clie
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ledger_outcome
 from ..runtimes.base import SandboxClosed
 
-__all__ = ["Exchange", "handler_share", "run_batch"]
+__all__ = ["Exchange", "SubjectThreads", "handler_share", "run_batch"]
 
 _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -97,8 +97,9 @@ def _recoverable(event: Any) -> bool:
 
 
 def handler_share(handler_threads: int, max_parallel_calls: int) -> int:
-    """The sync handlers the ``parallel(...)`` batches of one subject may run at once, all its
-    executes together.
+    """The sync handlers one ``parallel(...)`` batch may run at once: its subject's share of the
+    handler threads (:class:`SubjectThreads`: half the pool, at least 1, all the subject's executes
+    and calls together), and never more than ``max_parallel_calls``.
 
     Args:
         handler_threads: threads of the host's handler pool.
@@ -110,33 +111,61 @@ def handler_share(handler_threads: int, max_parallel_calls: int) -> int:
     return max(1, min(max_parallel_calls, handler_threads // 2))
 
 
+class SubjectThreads:
+    """Each subject's share of the host's sync handler threads, all its executes and calls together
+    (single calls and the calls of its batches alike).
+
+    A slot is taken before a sync handler is handed to the pool and given back when the handler has
+    finished in its thread, not when the execute gives up on it: a thread cannot be stopped, so a
+    handler the deadline abandoned still holds its subject's slot while it runs (else a tenant could
+    fill the pool with abandoned handlers, an execute at a time).
+
+    Args:
+        size: the slots of each subject (:func:`handler_share`).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._shares: dict[str, _Share] = {}
+
+    async def take(self, subject: str) -> Callable[[], None]:
+        """Wait for a slot of ``subject``'s share.
+
+        Args:
+            subject: the trusted subject's id.
+
+        Returns:
+            The slot's release, to be called once on the event loop's thread when the handler has
+            finished.
+        """
+        share = self._shares.get(subject)
+        if share is None:
+            share = self._shares[subject] = _Share(asyncio.Semaphore(self.size))
+        share.users += 1
+        try:
+            await share.threads.acquire()
+        except BaseException:
+            self._leave(subject, share)
+            raise
+
+        def release() -> None:
+            share.threads.release()
+            self._leave(subject, share)
+
+        return release
+
+    def _leave(self, subject: str, share: _Share) -> None:
+        share.users -= 1
+        if not share.users and self._shares.get(subject) is share:
+            del self._shares[subject]
+
+
 @dataclass
 class _Share:
-    """One subject's share of the handler threads, while any of its batches runs."""
+    """One subject's share of the handler threads, while any of its sync handlers runs or waits."""
 
     threads: asyncio.Semaphore
-    batches: int = 0
-
-
-#: Per executor (weakly: it goes with its server), the shares of the subjects running batches now.
-_SHARES: weakref.WeakKeyDictionary[Any, dict[str, _Share]] = weakref.WeakKeyDictionary()
-
-
-@contextlib.contextmanager
-def _subject_share(ex: Any, subject: str, size: int) -> Iterator[asyncio.Semaphore]:
-    """The subject's share of the handler threads for one batch (made by its first running batch,
-    dropped with its last)."""
-    shares = _SHARES.setdefault(ex, {})
-    share = shares.get(subject)
-    if share is None:
-        share = shares[subject] = _Share(asyncio.Semaphore(size))
-    share.batches += 1
-    try:
-        yield share.threads
-    finally:
-        share.batches -= 1
-        if not share.batches:
-            del shares[subject]
+    users: int = 0
 
 
 @dataclass
@@ -242,32 +271,25 @@ async def _authorize(session: _Session, calls: list[_Call]) -> None:
 async def _run(session: _Session, calls: list[_Call]) -> None:
     """Phase 3: the authorized calls at once, within ``max_parallel_calls`` and the subject's share
     of the handler threads."""
-    ex = session.ex
-    limit = ex.limits.max_parallel_calls
-    running = asyncio.Semaphore(limit)
+    running = asyncio.Semaphore(session.ex.limits.max_parallel_calls)
     runnable = [call for call in calls if call.runs]
     if not runnable:
         return
-    with _subject_share(ex, session.subject.id, handler_share(ex.handler_threads, limit)) as threads:
 
-        async def one(call: _Call) -> None:
-            async with running:
-                if ex.is_async(call.cap):
-                    await _handle(session, call)
-                    return
-                async with threads:
-                    await _handle(session, call)
+    async def one(call: _Call) -> None:
+        async with running:  # a sync handler also waits for its subject's share (SubjectThreads)
+            await _handle(session, call)
 
-        tasks = [asyncio.ensure_future(one(call)) for call in runnable]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            # One call ended the execute (or the execute was cancelled): the others are cancelled,
-            # and waited for so that each record says how far its call got.
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
-            raise
+    tasks = [asyncio.ensure_future(one(call)) for call in runnable]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        # One call ended the execute (or the execute was cancelled): the others are cancelled,
+        # and waited for so that each record says how far its call got.
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        raise
 
 
 async def _handle(session: _Session, call: _Call) -> None:

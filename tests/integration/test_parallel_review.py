@@ -1,0 +1,56 @@
+"""Hostile review of ``parallel(...)`` (issue 33 §1): a tenant trying to take the handler threads
+another tenant needs, by ways the batch's own share did not see: handlers its deadline gave up on
+(still running in their threads), and single calls of its other executes beside a batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+from codemode.common.errors import client_text
+from codemode.execution.parallel import handler_share
+
+from .support_mcp import wait_until
+from .test_parallel import BOB, program, run, served
+
+
+async def test_handlers_a_deadline_gave_up_on_still_count_against_the_subjects_share() -> None:
+    """Alice's batch of blocking sync handlers ends at her deadline; its handlers keep their threads
+    (a thread cannot be stopped). Her next execute must not take another share on top of them."""
+    server, _, gates = served(max_parallel_calls=32, max_execution_time=5.0)
+    threads = server._executor.handler_threads
+    share = handler_share(threads, 32)
+    hog = program(f'parallel([(gate.hold, {{"value": str(i)}}) for i in range({threads + 2})])')
+    try:
+        for _ in range(2):
+            ended = await run(server, hog)
+            assert client_text(ended) == "resource limit exceeded: time"
+        assert gates.holding == share < threads  # the first execute's handlers, still running
+        other = await run(server, program('gate.quick(value="bob")'), BOB)
+        assert not isinstance(other, Exception), client_text(other)
+        assert other.value == {"value": "bob"}
+    finally:
+        gates.release.set()
+        await server.aclose()
+
+
+async def test_single_calls_of_other_executes_count_against_the_subjects_share() -> None:
+    """One execute's batch holds Alice's share; her other executes' single blocking calls must not
+    take the rest of the pool beside it."""
+    server, _, gates = served(max_parallel_calls=32, max_execution_time=30.0)
+    threads = server._executor.handler_threads
+    share = handler_share(threads, 32)
+    batch = program(f'parallel([(gate.hold, {{"value": str(i)}}) for i in range({threads + 2})])')
+    hogs = [asyncio.ensure_future(run(server, batch))]
+    try:
+        assert await wait_until(lambda: gates.holding >= share)
+        hogs += [asyncio.ensure_future(run(server, program('gate.hold(value="s")'))) for _ in range(threads)]
+        await asyncio.sleep(0)
+        other = await asyncio.wait_for(run(server, program('gate.quick(value="bob")'), BOB), 20)
+        assert other.value == {"value": "bob"}
+        assert gates.holding == share  # all of Alice's blocking calls together
+    finally:
+        gates.release.set()
+        results = await asyncio.gather(*hogs)
+        await server.aclose()
+    assert len(results[0].value) == threads + 2
+    assert all(r.value == {"value": "s"} for r in results[1:])
