@@ -52,6 +52,7 @@ MODULES = (
     "codemode_capabilities.openapi.defaults",
     "codemode_capabilities.openapi.paths",
     "codemode_capabilities.records",
+    "codemode_capabilities.state",
     "codemode_capabilities.mcp.stdio_relay",
     "codemode_capabilities.mcp.disk",
     "codemode_capabilities.mcp.loop",

@@ -6,6 +6,7 @@ A shape is JSON (see ``docs/ARCHITECTURE.md``)::
     {"t": "str", "enum": ["open", "closed"]}      (a string restricted to the listed values)
     {"t": "list", "of": SHAPE} | {"t": "dict", "of": SHAPE} | {"t": "opt", "of": SHAPE}
     {"t": "record", "fields": [{"name": "a", "shape": SHAPE}, ...]}
+    {"t": "any"}                                  (any JSON-shaped value, shown as ``json``)
 
 ``bind`` checks one value against a shape and returns a fresh normalized, JSON-shaped copy (ints
 given for floats become floats, tuples become lists, omitted/None optional record fields are
@@ -28,6 +29,7 @@ from typing import Any, Final
 from .values import INT64_MAX, INT64_MIN, NonFiniteFloat, NonStringKeys, kind_of
 
 __all__ = [
+    "ANY",
     "MAX_DEFAULT_BYTES",
     "MAX_ENUM_VALUES",
     "MAX_ENUM_VALUE_BYTES",
@@ -59,6 +61,10 @@ MAX_ENUM_VALUE_BYTES: Final = 256
 _ENUM_SHOWN = 8  # enum values quoted in one diagnostic before "..."
 
 _SCALARS = frozenset({"str", "int", "bool", "float"})
+#: The JSON-any kind: None, bool, int (int64), finite float, str, and lists and str-keyed dicts of
+#: those (the state pack's values). Its notation is ``json``; a value still passes the call's
+#: depth and byte limits (``values.check_value``) before it is bound.
+ANY: Final = "any"
 _WRAPPERS = frozenset({"list", "dict", "opt"})
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -99,7 +105,7 @@ def validate_shape(obj: object, max_depth: int = MAX_SHAPE_DEPTH) -> None:
             if set(node) != {"t", "enum"}:
                 raise ShapeError("str shape has extra keys")
             _validate_enum(node["enum"])
-        elif t in _SCALARS:
+        elif t in _SCALARS or t == ANY:
             if set(node) != {"t"}:
                 raise ShapeError(f"{t} shape has extra keys")
         elif t in _WRAPPERS:
@@ -190,6 +196,8 @@ def render(shape: Shape) -> str:
         return render_enum(shape["enum"])
     if t in _SCALARS:
         return str(t)
+    if t == ANY:
+        return "json"
     if t == "list":
         return f"list[{render(shape['of'])}]"
     if t == "dict":
@@ -278,6 +286,8 @@ def _type_error(shape: Shape, value: object, path: str) -> BindError:
 def _accepts_kind(shape: Shape, value: object) -> bool:
     """Whether ``value`` is of the kind ``shape`` binds (its contents are not checked)."""
     t = shape["t"]
+    if t == ANY:
+        return True
     if t == "str":
         return type(value) is str
     if t == "int":
@@ -384,7 +394,34 @@ def bind(shape: Shape, value: object, path: str) -> Any:
         return {key: bind(of, item, dict_item_path(path, key)) for key, item in value.items()}
     if t == "record":
         return _bind_record(shape, value, path)
+    if t == ANY:
+        return _bind_any(value, path)
     raise ShapeError(f"unknown shape kind {t!r}")
+
+
+def _bind_any(value: object, path: str) -> Any:
+    """A fresh JSON-shaped copy of ``value`` (tuples become lists); its depth is bounded by the
+    call's value limits, checked before binding."""
+    if value is None or type(value) in (str, bool):
+        return value
+    if type(value) is int:
+        assert isinstance(value, int)
+        if value < INT64_MIN or value > INT64_MAX:
+            raise BindError(f"{_argument(path)} overflows int64")
+        return value
+    if type(value) is float or isinstance(value, NonFiniteFloat):
+        if isinstance(value, NonFiniteFloat) or not math.isfinite(value):
+            raise BindError(f"{_argument(path)} must be a finite float")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_bind_any(item, list_item_path(path, i)) for i, item in enumerate(value)]
+    if isinstance(value, NonStringKeys):
+        raise BindError(f"{_argument(path)} keys must be str")
+    if isinstance(value, dict):
+        if not all(type(key) is str for key in value):
+            raise BindError(f"{_argument(path)} keys must be str")
+        return {key: _bind_any(item, dict_item_path(path, key)) for key, item in value.items()}
+    raise BindError(f"{_argument(path)} must be json, got {kind_of(value)}")
 
 
 def bind_arguments(shape: Shape, kwargs: Mapping[str, object]) -> dict[str, Any]:

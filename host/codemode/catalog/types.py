@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from codemode_worker.shapes import MAX_ENUM_VALUES, render_field
+from codemode_worker.shapes import ANY, MAX_ENUM_VALUES, render_field
 from codemode_worker.shapes import render as render_input
 
 from ..common.passed import passed_kind
@@ -83,6 +83,8 @@ def compile_type(tp: Any, _stack: tuple[type, ...] = (), *, inputs: bool = False
     """
     if tp in _SCALARS:
         return {"t": _SCALARS[tp]}
+    if tp is Any:  # JSON-any (``json`` in signatures): any plain value, within the value limits
+        return {"t": ANY}
     if inputs and passed_kind(tp) is not None:
         # A Subject (or CallContext) the program could write would be a caller it chose.
         raise TypeProblem(
@@ -380,6 +382,8 @@ def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False)
     if isinstance(obj, PlainValue):
         return to_plain(shape, obj.value, path, True)
     kind = shape["t"]
+    if kind == ANY:
+        return _plain_any(obj, path)
     if kind == "opt":
         return None if obj is None else to_plain(shape["of"], obj, path, _plain)
     if kind == "str":
@@ -436,6 +440,31 @@ def to_plain(shape: Shape, obj: Any, path: str = "result", _plain: bool = False)
             out_m[name] = to_plain(fs, obj[name], f"{path}.{name}", True)
         return out_m
     raise OutputError(f"{path}: expected {kind}, got {type(obj).__name__}")
+
+
+def _plain_any(obj: Any, path: str) -> Any:
+    """A JSON-shaped copy of ``obj`` (the ``json`` kind): None, bool, int64, finite float, str,
+    lists (or tuples) and str-keyed dicts of those."""
+    if obj is None or isinstance(obj, str | bool):
+        return obj
+    if isinstance(obj, int):
+        if not INT64_MIN <= obj <= INT64_MAX:
+            raise OutputError(f"{path}: int outside int64")
+        return int(obj)
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise OutputError(f"{path}: non-finite float")
+        return float(obj)
+    if isinstance(obj, list | tuple):
+        return [_plain_any(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise OutputError(f"{path}: non-str key")
+            out[k] = _plain_any(v, f"{path}[{k!r}]")
+        return out
+    raise OutputError(f"{path}: expected a JSON value, got {type(obj).__name__}")
 
 
 def render_output(shape: Shape) -> str:

@@ -131,6 +131,8 @@ LIMIT_KINDS: tuple[str, ...] = (
     "quota",
     "approval wait",
     "suspension bytes",
+    "state keys",
+    "state bytes",
 )
 
 

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..common.passed import passed_as
+from ..store import Store
 
 __all__ = ["CallContext"]
 
@@ -20,12 +21,15 @@ class CallContext:
     worker (for logs); ``cancelled`` is set when the execution ends for
     any reason (success, failure, deadline, client cancellation). Handlers are cooperative: they
     should stop work when ``cancelled`` is set or ``remaining()`` reaches zero. The execute call
-    does not wait for a handler that ignores both.
+    does not wait for a handler that ignores both. ``store`` is the server's store
+    (``codemode.packs.Store``: the state pack keeps its keys there, namespaced by the trusted
+    subject the handler is given; None outside an execute).
     """
 
     deadline: float
     worker_id: str = ""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    store: Store | None = None
 
     def remaining(self) -> float:
         """Seconds until the deadline.

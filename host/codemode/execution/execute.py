@@ -53,7 +53,7 @@ from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
 from ..runtimes.base import SPAWNED_WARM, ExitInfo, Sandbox, SandboxClosed
 from ..runtimes.exhaustion import exhaustion_kind
-from ..store import Store, StoreFull
+from ..store import Store, StoreFull, StoreUnavailable
 from .admission import FairAdmission
 from .approval import ApprovalRequest, Approver, render_arguments
 from .context import CallContext
@@ -754,6 +754,11 @@ def _refused_argument(cap: CompiledCapability, exc: InvalidArguments) -> Invalid
 def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
     if isinstance(exc, ResourceLimit):  # a budget of the handler's own, named by a fixed kind
         raise ResourceLimit(exc.kind) from None
+    if isinstance(exc, StoreFull):  # a per-subject bound of the store (the state pack's keys, bytes)
+        raise ResourceLimit(exc.kind) from None
+    if isinstance(exc, StoreUnavailable):  # the host's own failure: the why is for its log only
+        log.error("handler %s: the store could not answer: %s", cap.id, exc)
+        raise Internal() from None
     if isinstance(exc, AgentError):
         raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
     if isinstance(exc, InvalidArguments):
@@ -828,9 +833,10 @@ class Executor:
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
         #: Suspended executes (codemode.execution.suspension): kept in the plan's store.
-        self.suspensions: Suspensions | None = Suspensions(
-            _store_of(plan), plan.limits, self._pin()
-        )
+        store = _store_of(plan)
+        self.suspensions: Suspensions | None = Suspensions(store, plan.limits, self._pin())
+        #: Where the state pack keeps its keys: handed to handlers as ``CallContext.store``.
+        self.store = store
         self._store_down = False
         #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
         self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(plan.runtime, "spawn_for", None)
@@ -1056,7 +1062,7 @@ class Executor:
         # A resumed run's replay (a fresh worker's start and the recorded prefix) has its own bound,
         # twice max_execution_time; the program's own clock goes on at the pending call (go_live).
         deadline = start + self.limits.max_execution_time * (2 if resume is not None else 1)
-        ctx = CallContext(deadline=deadline)
+        ctx = CallContext(deadline=deadline, store=self.store)
         outcome: ExecuteOutcome = "internal"
         limit: str | None = None
         calls = 0
