@@ -2,14 +2,17 @@
 ``capability failed: <upstream name>: <text>``), shared by the MCP and OpenAPI packs.
 
 The text is the upstream's, and a tenant may steer it (server-memory quotes the entity name it was
-given), so the rule reads a bounded head of it and does nothing whose cost grows faster than
-that head: every step is one linear pass, and the token patterns are matched once per token,
-anchored at its start.
+given), so the rule finds the credentials' whole spellings in the whole text (one linear pass, as an
+upstream's answer gets), reads a bounded head of the result and does nothing whose cost grows
+faster than that head: every step is one linear pass, and the token patterns are matched once per
+token, anchored at its start.
 
-1. **Cut**: only the first :data:`LOOK_AT` characters count; :data:`REACH` more are read, so that
-   a spelling of a credential starting inside them is seen whole (a multiple of it when a
-   credential's longest spelling is longer: how far the rule reads never depends on a credential
-   of up to 1,024 characters, see step 3).
+1. **Cut**: every whole spelling of a configured credential (step 3) is first found in the whole
+   text and made ``[redacted]``; then only the first :data:`LOOK_AT` characters of that count;
+   :data:`REACH` more are read, so that a spelling of a credential starting inside them is seen
+   whole in the normal form (a multiple of it when a credential's longest spelling is longer: how
+   far the rule reads never depends on a credential of up to 1,024 characters, see step 3). Cut
+   from the text as sent, how much followed a credential depended on its length.
 2. **Normal form**: NFKC (full-width and other compatibility forms become plain ones), HTML
    character references and percent-escapes decoded (three rounds at most), NFKC again, the
    look-alike separators (``∕ ⁄ ⧸ ∖ ⧵ 。 ｡ ∶ ꞉``, ...) made ``/ \\ . :``; format characters
@@ -245,11 +248,13 @@ def upstream_error_text(
     raw, flat = _matchers(tuple(secrets))
     reach = REACH * max(1, -(-max(raw.longest, flat.longest) // REACH))
     window = LOOK_AT + reach
-    head = text[:window]
-    spans = raw.find(head)
+    # The whole text, so that the window is measured on it with each spelling the mark: read on
+    # the text as sent, where it ended followed the credential's length (review of issue 31 §1).
+    spans = raw.find(text)
     found = len(spans)
     if spans:
-        head = replaced(head, spans, MARK)
+        text = replaced(text, spans, MARK)
+    head = text[:window]
     redacted = _redact(_normal(head), flat, drop=reach if len(text) > window else 0)
     if redacted is None:
         log.warning("upstream %r: its error text nests escapes too deep to read: not shown", upstream)

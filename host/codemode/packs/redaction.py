@@ -9,7 +9,8 @@ any text, every whole occurrence of a *spelling* of one:
   (``Bearer <token>``, ``token <t>``) the credential part; for ``Basic`` the decoded
   ``user:password`` and the password;
 * each plain form percent- and form-encoded (``/`` kept or not), JSON-escaped (non-ASCII escaped
-  or not, ``/`` escaped or not), HTML-escaped, and base64-encoded (standard and URL-safe alphabet)
+  or not, ``/`` escaped or not), HTML-escaped, its UTF-8 bytes in hex (a debug dump), and
+  base64-encoded (standard and URL-safe alphabet)
   at each of the three byte alignments it can have inside a longer encoded text (the characters
   that encode only its own bits, and then also the one character on each side that encodes part
   of them, and ``=`` padding after);
@@ -73,7 +74,6 @@ from .unescaping import View, decoded_views
 __all__ = [
     "MARK",
     "MIN_SECRET",
-    "READ_PAST",
     "Found",
     "Matcher",
     "Redactor",
@@ -86,9 +86,6 @@ __all__ = [
 MARK = "[redacted]"
 #: Spellings shorter than this count only where they stand alone.
 MIN_SECRET = 6
-#: Characters :meth:`Redactor.head` reads past what it keeps (a multiple of it for a credential
-#: whose longest spelling is longer), and drops again from a cut text's most decoded view.
-READ_PAST = 1024
 #: ASCII case, the dotless and dotted i of a Turkish locale's case change (``I`` lower-cased to
 #: ``ı``, ``i`` upper-cased to ``İ``), and a space and ``+`` (form encoding writes a space as
 #: ``+``): one character each, as ``_folded`` does.
@@ -142,10 +139,10 @@ def encodings(form: str) -> tuple[set[str], set[str]]:
         form: a plain form (:func:`spellings`).
 
     Returns:
-        The text spellings (itself, percent-, form-, JSON- and HTML-escaped) and the base64 ones
-        (see the module text).
+        The text spellings (itself, percent-, form-, JSON- and HTML-escaped, its UTF-8 bytes in
+        hex) and the base64 ones (see the module text).
     """
-    texts = {form, html.escape(form)}
+    texts = {form, html.escape(form), form.encode("utf-8").hex()}  # hex: a dump of its bytes
     for safe in ("", "/"):
         texts |= {quote(form, safe=safe), quote_plus(form, safe=safe)}
     for ascii_only in (True, False):
@@ -463,6 +460,18 @@ def _widened(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _marked(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
+    """``text`` with each of ``spans`` (sorted, disjoint) the mark, and where each mark is in it."""
+    out, marks, at, shift = [], [], 0, 0
+    for start, end in spans:
+        out += [text[at:start], MARK]
+        marks.append((start + shift, start + shift + len(MARK)))
+        shift += len(MARK) - (end - start)
+        at = end
+    out.append(text[at:])
+    return "".join(out), marks
+
+
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for start, end in sorted(spans):
@@ -557,16 +566,16 @@ class Redactor:
         return self.redact(text)[0]
 
     def head(self, text: str, size: int) -> tuple[str, int]:
-        """The first ``size`` characters of ``text``, redacted: a spelling that starts inside them
-        is found whole and replaced; nothing past them is kept.
+        """The first ``size`` characters of ``text`` once every spelling is redacted (a mark begun
+        before them is kept whole).
 
-        The text is read :data:`READ_PAST` characters further (the smallest multiple of it that
-        holds the longest spelling and three more). An escape can make a spelling longer than
-        that (``&#0000115;`` is one ``s``), so when the text is longer than what is read, what
-        starts where the last :data:`READ_PAST` characters of its most decoded view begin is
-        dropped too, whatever it is: a spelling cut there may start there, and the count is fixed
-        (never the credential's length). When decoding did not settle (an escape inside more
-        escapes than the views decode), nothing is kept: ``""``.
+        The whole text is read, so every spelling is found whole however long its escapes
+        (``&#0000115;`` is one ``s``), and what is kept, and whether it is shown at all, is
+        measured on the redacted text: on the text as sent, where a read ended and where a cut
+        text's tail began followed the credential's own length, and an escape that the program's
+        value began and the credential's first characters completed decided whether decoding
+        settled (review of issue 31 §1). When decoding the redacted text's escapes does not
+        settle (an escape inside more escapes than the views decode), nothing is kept: ``""``.
 
         Args:
             text: the text.
@@ -575,15 +584,12 @@ class Redactor:
         Returns:
             The head, redacted, and how many spellings were replaced.
         """
-        reach = READ_PAST * max(1, -(-(self.matcher.longest + 3) // READ_PAST))
-        window = text[: size + reach]
-        found = self.matcher.search(window)
-        if not found.settled:
+        spans = self.matcher.find(text)
+        shown, marks = _marked(text, spans)
+        if not decoded_views(shown)[1]:
             return "", 0
-        stop = min(size, found.tail_start(reach)) if len(text) > len(window) else size
-        spans = [s for s in found.spans if s[0] < stop]
-        kept = max([stop, *(end for _, end in spans)])
-        return replaced(window[:kept], spans), len(spans)
+        kept = [m for m in marks if m[0] < size]
+        return shown[: max([size, *(end for _, end in kept)])], len(kept)
 
     def value(self, value: Any) -> tuple[Any, int]:
         """Apply :meth:`exact` to every string of a JSON value (keys too), and to every number's

@@ -57,7 +57,14 @@ def _decode_percent(escape: str) -> str:
     return unquote(escape, errors="replace")
 
 
-_DECODERS = {"\\": _decode_json, "&": html.unescape, "%": _decode_percent}
+def _decode_html(escape: str) -> str:
+    try:
+        return html.unescape(escape)
+    except ValueError:  # a number of more digits than Python converts: no character, as a browser reads it
+        return "\ufffd"
+
+
+_DECODERS = {"\\": _decode_json, "&": _decode_html, "%": _decode_percent}
 #: The same expression as one group: ``re.split`` then keeps the escapes between the plain runs.
 _SPLIT = re.compile(f"({_ESCAPE.pattern})")
 
