@@ -451,6 +451,8 @@ class Server:
         Raises:
             Unauthenticated: ``subject`` is not a Subject with a non-empty id.
             Internal: the runtime or a pack could not start (the detail is in the host log).
+            Suspended: the approver defers (its ``defers`` is true): the execute waits for the user's
+                answer as a record; :meth:`request_state` names it, :meth:`resume` goes on with it.
             CodeModeError: as :meth:`execute`.
         """
         if not isinstance(subject, Subject) or not isinstance(subject.id, str) or not subject.id:
