@@ -1,0 +1,77 @@
+"""Hostile review of ``parallel(...)`` (issue 33 §1): reaching another subject's data through a
+batch, as a tenant's program (the records pack, subject-scoped) and as a compromised worker (a batch
+that names another subject anywhere it can). Every call of a batch is authorized and run as the
+execute's trusted subject, and nothing else."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import codemode
+from codemode import authz
+from codemode_capabilities.records import RecordStore
+from codemode_capabilities.records import capabilities as record_caps
+
+from ..integration.helpers import ALICE, Recorder
+from .test_hostile_batch import outcome
+
+BOB = authz.Subject("bob")
+
+
+async def test_a_hostile_batch_runs_every_call_as_the_executes_subject() -> None:
+    calls = [{"name": "util.whoami", "args": {}} for _ in range(4)]
+    text, rec, run = await outcome("reply", json.dumps(calls))
+    assert [r["value"] for r in run.value["results"]] == [{"value": ALICE.id}] * 4, text
+    assert [i.subject for i in rec.authz_inputs] == [ALICE] * 4
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [{"name": "util.whoami", "args": {}, "subject": "bob"}],  # a key of its own on the element
+        [{"name": "util.whoami", "args": {"subject": "bob"}}],  # an argument the capability lacks
+        [{"name": "util.whoami", "args": {}}, {"name": "util.whoami", "args": {"subject": {"id": "bob"}}}],
+    ],
+)
+async def test_a_batch_that_names_another_subject_runs_nothing(calls: list[dict[str, Any]]) -> None:
+    text, rec, _ = await outcome("reply", json.dumps(calls))
+    assert text == "internal failure"
+    assert rec.authz_inputs == [] and rec.handler_calls == []
+
+
+async def test_a_batch_reaches_only_its_own_subjects_records() -> None:
+    """Bob's batch asks for Alice's record ids (and guesses around them): each is not found, as one
+    call by Bob would be, and Alice's records are unchanged."""
+    records = RecordStore()
+    builder = codemode.Builder(authorizer=Recorder(), runtime=codemode.ProcessRuntime())
+    builder.register(*record_caps(records))
+    server = builder.build()
+    try:
+        made = await server.run(
+            'def main():\n    return [records.create(title="secret " + str(i))["id"] for i in range(3)]\n',
+            subject=ALICE,
+        )
+        ids = made.value
+        tried = [*ids, max(ids) + 1, max(ids) + 2]
+        probe = (
+            "def main():\n"
+            f"    ids = {tried}\n"
+            "    gets = parallel([(records.get, {'id': i}) for i in ids])\n"
+            "    dels = parallel([(records.delete, {'id': i}) for i in ids])\n"
+            "    ups = parallel([(records.update, {'id': i, 'title': 'mine'}) for i in ids])\n"
+            "    return [gets, dels, ups, records.search()]\n"
+        )
+        got = await server.run(probe, subject=BOB)
+        single = await server.run(f"def main():\n    return attempt(records.get, id={ids[0]})\n", subject=BOB)
+    finally:
+        await server.aclose()
+    gets, dels, ups, mine = got.value
+    # Alice's ids read exactly as ids nobody has: no existence oracle either.
+    unseen = [{"ok": False, "error": f"capability failed: record {i} not found"} for i in tried]
+    assert gets == dels == ups == unseen
+    assert single.value == unseen[0]  # as one call by Bob
+    assert mine["records"] == []
+    assert [records.get(ALICE.id, i).title for i in ids] == ["secret 0", "secret 1", "secret 2"]
