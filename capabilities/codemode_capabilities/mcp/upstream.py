@@ -37,6 +37,7 @@ from codemode.packs import (
     MAX_CAPABILITIES,
     AnswerBounds,
     PackSettings,
+    Redactor,
     SkipReport,
     Unsupported,
     UpstreamBuildError,
@@ -105,6 +106,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _MIB = 1024 * 1024
 _UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _TOOL_NAME = re.compile(r"[\x21-\x7e]{1,128}\Z")
+#: Plain forms of a credential shorter than this are not redacted from the tool list (as in the
+#: upstream's answers and error texts: codemode.packs.upstream_result, upstream_error_text).
+_MIN_SECRET = 4
 # Kept importable under the old private name (tests, embedders).
 _check_command = check_command
 
@@ -529,6 +533,11 @@ def _compile_tools(
     bounds: AnswerBounds | None = None,
 ) -> tuple[list[Capability], SkipReport]:
     report = SkipReport(config.name, config.on_unsupported)
+    # The tool list reaches every client (search_api, describe_api): a whole spelling of a
+    # credential the host gave the server is cut out of its texts, and a tool whose name or
+    # schemas carry one (an enum of them, a property named so) is skipped (issue 31 §1 review).
+    redactor = Redactor(config.secret_values(None), shortest=_MIN_SECRET)
+    carried = 0
     wanted = []
     for t in tools:
         if not config.wanted(t.name):
@@ -536,6 +545,12 @@ def _compile_tools(
         if not _TOOL_NAME.match(t.name):  # before naming: a skipped tool takes no name
             report.skip(repr(t.name)[:80], "tool name is not 1-128 printable ASCII characters without spaces")
             continue
+        if redactor:
+            listed, found = redactor.value([t.name, t.input_schema, t.output_schema])
+            if found:
+                carried += 1
+                report.skip(listed[0], "its name or schemas carry a configured credential")
+                continue
         wanted.append(t)
     wanted = unique_by_name(wanted, lambda t: t.name, lambda a, b: a == b, report)
     wanted = sorted(wanted, key=lambda t: str(t.name))
@@ -566,13 +581,16 @@ def _compile_tools(
             "fields": [{"name": keywords[f["name"]], "shape": f["shape"]} for f in in_shape["fields"]],
         }
         title = tool.title or (tool.annotations.title if tool.annotations is not None else None)
+        said, found = redactor.value([title, tool.description])  # as they are when none is configured
+        title, said_description = said
+        carried += bool(found)
         cap_id = f"mcp:{config.name}:{tool.name}"
         caps.append(
             Capability(
                 id=cap_id,
                 name=names[tool.name],
-                summary=summary_of(tool.description, title or f"Upstream tool {tool.name}."),
-                description=description_of(tool.description),
+                summary=summary_of(said_description, title or f"Upstream tool {tool.name}."),
+                description=description_of(said_description),
                 search_terms=search_terms_of(tool.name, title, tool.name.replace("_", " ")),
                 handler=_Tool(
                     pack,
@@ -593,6 +611,8 @@ def _compile_tools(
             report.skip(tool.name, too_large)
             continue
         report.converted.append(tool.name)
+    if carried:
+        log.warning("upstream %r: its tool list carried a configured credential: redacted", config.name)
     report.finish()
     return caps, report
 
