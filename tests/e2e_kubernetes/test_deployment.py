@@ -103,6 +103,25 @@ def test_the_service_image_runs_the_upstream_stdio_relay(deployed: None) -> None
     assert out.split() == ["0", "42"], out
 
 
+#: Run inside the service container: a Rego policy loads and decides (regopy needs libatomic.so.1,
+#: issue 35 §3), and the worker package carries no test-only entry.
+REGO_IN_THE_IMAGE = """
+import importlib.util
+from codemode.authz import AuthorizationInput, Subject
+from codemode.authz.rego import RegoAuthorizer
+policy = "package p\\ndefault allow := false\\nallow if input.subject.id == \\"alice\\"\\n"
+a = RegoAuthorizer("data.p.allow", {"p.rego": policy})
+print(a.decide(AuthorizationInput(Subject("alice"), "x.y", "x.get", {})),
+      a.decide(AuthorizationInput(Subject("bob"), "x.y", "x.get", {})),
+      importlib.util.find_spec("codemode_worker.testing_entry") is None)
+"""
+
+
+def test_the_service_image_loads_rego_and_has_no_test_entry(deployed: None) -> None:
+    out = kubectl("exec", "-n", SERVICE_NS, "deployment/codemode", "--", "python3", "-c", REGO_IN_THE_IMAGE)
+    assert out.split() == ["True", "False", "True"], out
+
+
 @contextlib.contextmanager
 def port_forward(target: str = "deployment/codemode", port: int = 8000) -> Iterator[int]:
     """``kubectl port-forward`` of ``target``'s ``port`` (default: the Deployment's 8000) to a free
