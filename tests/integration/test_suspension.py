@@ -572,3 +572,48 @@ async def test_when_the_store_cannot_answer_an_ask_declines() -> None:
         assert not deleted(records, 1)
     finally:
         await server.aclose()
+
+
+class Later:
+    """An approver whose answer comes in another request (as the 2026-07-28 retry's)."""
+
+    defers = True
+
+    async def approve(self, request: Any) -> Any:
+        return "unavailable"
+
+
+async def test_the_replayed_prefix_sends_no_progress_and_its_prints_go_out_once() -> None:
+    from codemode.execution.progress import reporting
+    from codemode.execution.suspension import Suspended
+
+    server, _ = served(max_print_bytes=1000)
+    alice = codemode.Subject("alice")
+    src = (
+        "def main():\n"
+        '    print("before")\n'
+        '    r = records.create(title="milk")\n'
+        '    d = records.delete(id=r["id"])\n'
+        '    print("after")\n'
+        "    return d\n"
+    )
+    sent: list[str] = []
+
+    async def send(progress: float, message: str) -> None:
+        sent.append(message)
+
+    try:
+        with pytest.raises(Suspended) as asked:
+            async with reporting(send):
+                await server.run(src, subject=alice, approver=Later())
+        first = list(sent)
+        assert any("before" in m for m in first), first
+        sent.clear()
+        state = await server.request_state(asked.value)
+        async with reporting(send):
+            run = await server.resume(state, subject=alice, source=src, answer="accept", approver=Later())
+        assert run.prints == "before\nafter\n"
+        assert not any("before" in m or "records.create" in m for m in sent), sent
+        assert any("after" in m for m in sent), sent
+    finally:
+        await server.aclose()
