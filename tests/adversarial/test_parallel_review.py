@@ -1,7 +1,9 @@
 """Hostile review of ``parallel(...)`` (issue 33 §1): reaching another subject's data through a
 batch, as a tenant's program (the records pack, subject-scoped) and as a compromised worker (a batch
 that names another subject anywhere it can). Every call of a batch is authorized and run as the
-execute's trusted subject, and nothing else."""
+execute's trusted subject, and nothing else. And a resumed execute's worker whose batches are not the
+call log's (issue 32's replay): each is a divergence, and a user's answer inside a batch answers that
+batch only."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 
 import codemode
 from codemode import authz
+from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
 
@@ -75,3 +78,58 @@ async def test_a_batch_reaches_only_its_own_subjects_records() -> None:
     assert single.value == unseen[0]  # as one call by Bob
     assert mine["records"] == []
     assert [records.get(ALICE.id, i).title for i in ids] == ["secret 0", "secret 1", "secret 2"]
+
+
+# A compromised worker on a resumed execute: its batches must be the log's calls, else nothing runs.
+
+A, B, C = ("util.echo", '{"value":"a"}'), ("util.echo", '{"value":"b"}'), ("util.echo", '{"value":"c"}')
+
+
+def logged(*calls: tuple[str, str]) -> list[Entry]:
+    return [Entry(cap, args, True, '{"value":"x"}', None, 13, cap, "allow", "ok") for cap, args in calls]
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        [B, A],  # the log's calls in another order
+        [A, C],  # another argument
+        [A, B, C],  # past the recorded prefix, the rest not the pending call
+        [A],  # then a batch of the rest (the next test): a batch is whole
+    ],
+)
+def test_a_replayed_batch_must_be_the_logs_calls_in_order(sent: list[tuple[str, str]]) -> None:
+    journal = Journal(logged(A, B), Pending(*C, True))
+    if sent == [A]:
+        assert journal.replay_batch(sent) == logged(A)  # a prefix of the log is its calls
+        with pytest.raises(ReplayDiverged):
+            journal.replay_batch([B, C])
+        return
+    with pytest.raises(ReplayDiverged):
+        journal.replay_batch(sent)
+
+
+@pytest.mark.parametrize("sent", [[B, A], [A], [B], [A, B, C], [A, C]])
+def test_the_resumed_batch_must_be_the_pending_batch_itself(sent: list[tuple[str, str]]) -> None:
+    pending = Pending(*B, True, (A, B), 1, {0: "accept"})
+    with pytest.raises(ReplayDiverged):
+        Journal([], pending, "accept").replay_batch(sent)
+
+
+def test_a_single_call_cannot_take_the_answer_of_another_call_of_the_pending_batch() -> None:
+    pending = Pending(*B, True, (A, B), 1, {0: "accept"})
+    with pytest.raises(ReplayDiverged):
+        Journal([], pending, "accept").replay(*A, True)
+
+
+def test_an_answer_inside_a_batch_is_for_that_batch_only() -> None:
+    """The answers of a resumed batch are gone once it is logged: a later batch asking at the same
+    places is asked again, not answered by them."""
+    journal = Journal([], Pending(*B, True, (A, B), 1, {0: "accept"}), "accept")
+    assert journal.replay_batch([A, B]) is None  # the pending batch: it runs live
+    first = Pending(*A, True, (A, B), 0)
+    assert journal.has_answer(first) and journal.answer_for(first) == "accept"
+    for entry in logged(A, B):
+        journal.record(entry)
+    later = Pending(*C, True, (C, A), 0)
+    assert not journal.has_answer(later) and journal.answer_for(later) is None
