@@ -2,17 +2,18 @@
 ``capability failed: <upstream name>: <text>``), shared by the MCP and OpenAPI packs.
 
 The text is the upstream's, and a tenant may steer it (server-memory quotes the entity name it was
-given), so the rule finds the credentials' whole spellings in the whole text (one linear pass, as an
-upstream's answer gets), reads a bounded head of the result and does nothing whose cost grows
+given), so the rule finds the credentials' whole spellings in a bounded head of it (:data:`SCANNED`
+characters), reads a shorter head of the result and does nothing whose cost grows
 faster than that head: every step is one linear pass, and the token patterns are matched once per
 token, anchored at its start.
 
-1. **Cut**: every whole spelling of a configured credential (step 3) is first found in the whole
-   text and made ``[redacted]``; then only the first :data:`LOOK_AT` characters of that count;
-   :data:`REACH` more are read, so that a spelling of a credential starting inside them is seen
-   whole in the normal form (a multiple of it when a credential's longest spelling is longer: how
-   far the rule reads never depends on a credential of up to 1,024 characters, see step 3). Cut
-   from the text as sent, how much followed a credential depended on its length.
+1. **Cut**: every whole spelling of a configured credential (step 3) is first found in the first
+   :data:`SCANNED` characters and made ``[redacted]``; then only the first :data:`LOOK_AT`
+   characters of that count; :data:`REACH` more are read, so that a spelling of a credential
+   starting inside them is seen whole in the normal form (a multiple of it when a credential's
+   longest spelling is longer: how far the rule reads never depends on a credential of up to
+   1,024 characters, see step 3). Cut from the text as sent, how much followed a credential
+   depended on its length.
 2. **Normal form**: NFKC (full-width and other compatibility forms become plain ones), HTML
    character references and percent-escapes decoded (three rounds at most), NFKC again, the
    look-alike separators (``∕ ⁄ ⧸ ∖ ⧵ 。 ｡ ∶ ꞉``, ...) made ``/ \\ . :``; format characters
@@ -66,6 +67,7 @@ __all__ = [
     "MAX_UPSTREAM_ERROR",
     "MIN_SECRET",
     "REACH",
+    "SCANNED",
     "upstream_error_text",
 ]
 
@@ -76,6 +78,9 @@ LOOK_AT = 1024
 #: Characters read past LOOK_AT, and dropped again at the end of a longer text's normal form
 #: (rounded up to a multiple for a credential whose longest spelling is longer).
 REACH = 1024
+#: Characters of an error text in which whole spellings are found before the window is taken
+#: (four windows when a credential's spellings make the window longer).
+SCANNED = 65536
 MIN_SECRET = 4
 _DECODE_ROUNDS = 3
 
@@ -248,12 +253,14 @@ def upstream_error_text(
     raw, flat = _matchers(tuple(secrets))
     reach = REACH * max(1, -(-max(raw.longest, flat.longest) // REACH))
     window = LOOK_AT + reach
-    # The whole text, so that the window is measured on it with each spelling the mark: read on
-    # the text as sent, where it ended followed the credential's length (review of issue 31 §1).
-    spans = raw.find(text)
+    # The window is measured on the text with each spelling already the mark: on the text as
+    # sent, where it ended followed the credential's length (review of issue 31 §1). Spellings are
+    # found in the first SCANNED characters (a bounded cost: a spelling starting past them is past
+    # any window too).
+    scanned = text[: max(SCANNED, 4 * window)]
+    spans = raw.find(scanned)
     found = len(spans)
-    if spans:
-        text = replaced(text, spans, MARK)
+    text = (replaced(scanned, spans, MARK) if spans else scanned) + text[len(scanned) :]
     head = text[:window]
     redacted = _redact(_normal(head), flat, drop=reach if len(text) > window else 0)
     if redacted is None:
