@@ -84,6 +84,11 @@ SERVICE_PAGE_TEST = (
     "tests/integration/test_doc_snippets.py::test_service_page_builds_the_app_and_its_server_configuration"
 )
 
+MONITORING_TEST = (
+    "tests/e2e_kubernetes/test_monitoring.py::"
+    "test_the_base_applies_without_the_operator_and_the_component_with_it"
+)
+
 #: (page, a string of the block) -> where it runs as written: "path::test" or ".ci/run".
 RUN_BY: dict[tuple[str, str], str] = {
     (
@@ -141,6 +146,7 @@ RUN_BY: dict[tuple[str, str], str] = {
         "docs/operators.md",
         "codemode bench ",
     ): "tests/integration/test_operator_rules.py::test_bench_process_runtime",
+    ("docs/operators.md", "kubectl apply -k k8s/overlays/monitoring"): MONITORING_TEST,
     ("docs/packs.md", "args: AddIn) -> Notes"): f"{THIS}::test_packs_page_first_pack_is_the_example",
     ("docs/packs.md", "# upstreams.toml"): f"{THIS}::test_packs_page_upstreams_file_serves",
     ("docs/packs.md", "--config upstreams.toml"): f"{THIS}::test_packs_page_upstreams_file_serves",
@@ -210,7 +216,6 @@ RUN_BY: dict[tuple[str, str], str] = {
 #: Runnable blocks the suite does not run, and why (they are counted as not run).
 KNOWN_GAPS: dict[tuple[str, str], str] = {
     ("docs/docker.md", "tests.benchmarks.bench_docker"): "a benchmark (minutes of Docker time): run by hand",
-    ("docs/operators.md", "kubectl apply -k k8s/overlays/monitoring"): "needs the Prometheus Operator's CRDs",
 }
 
 
