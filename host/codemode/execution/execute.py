@@ -1284,6 +1284,8 @@ class Executor:
         pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        if self.suspensions is not None:
+            await self.suspensions.aclose()  # its expiry sweep
 
 
 def _set_replaying(report: Report, replaying: bool) -> None:

@@ -163,6 +163,7 @@ class Suspensions:
         self._key: bytes | None = None
         self._key_lock = asyncio.Lock()
         self._down = False
+        self._sweeper: asyncio.Task[None] | None = None
 
     # -- the signing key ---------------------------------------------------------------------
     async def _signing_key(self) -> bytes:
@@ -292,6 +293,8 @@ class Suspensions:
             body=body,
         )
         await self._sweep(now)
+        if self._sweeper is None:  # from the first suspension on, expired records go on time too
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweeping())
         try:
             await self.store.suspend(
                 record, max_records=limits.max_pending_approvals, max_bytes=limits.max_suspension_bytes
@@ -308,6 +311,24 @@ class Suspensions:
             await self.store.drop(record_id)
         except Exception as exc:  # it expires instead
             log.warning("dropping a suspension failed: %s", type(exc).__name__)
+
+    async def _sweeping(self) -> None:
+        """Sweep expired records every ``max_approval_time`` (at most a minute, at least a second):
+        a record nobody answered does not outlive its expiry by more than that."""
+        every = max(1.0, min(60.0, self.limits.max_approval_time))
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._sweep(time.time())
+            except Exception as exc:  # the store is down: the next sweep tries again
+                log.warning("sweeping expired suspensions failed: %s", type(exc).__name__)
+
+    async def aclose(self) -> None:
+        """Stop the expiry sweep (the server is closing; the store closes with it)."""
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
 
     async def _sweep(self, now: float) -> None:
         """Forget expired records (nothing of a suspension outlives its expiry)."""
