@@ -112,6 +112,8 @@ def _served(image: str, folder: Path, port: int) -> Iterator[str]:
             time.sleep(0.5)
         yield url + "/mcp"
     finally:
+        # SIGTERM first: the service removes the workers it started (CI counts leftovers)
+        subprocess.run(["docker", "stop", "--time", "30", name], capture_output=True, timeout=120)
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
 
 
