@@ -212,7 +212,8 @@ class Journal:
             return entry
         pending = self.pending
         if pending is not None:
-            if (pending.capability_id, pending.arguments, pending.attempt) != (
+            # a call of a pending batch comes only in that batch (replay_batch), never on its own
+            if pending.batch is not None or (pending.capability_id, pending.arguments, pending.attempt) != (
                 capability_id,
                 arguments,
                 attempt,

@@ -1,0 +1,69 @@
+"""Hostile review of replay (issue 32): what a malicious worker sends on a resumed run, checked
+against the call log (codemode.execution.replay) the host matches every call with.
+
+The worker of a resumed run is the tenant's own code: it may send any call it likes. The log decides
+what it gets without a dispatch; anything but the log's next call, or then the pending call exactly
+as it was asked about, is a divergence, and nothing is dispatched.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
+
+CREATE = ("cap-create", '{"title":"a"}')
+DELETE_1 = ("cap-delete", '{"id":1}')
+DELETE_2 = ("cap-delete", '{"id":2}')
+
+
+def _entry(cap: str, args: str, attempt: bool = False) -> Entry:
+    return Entry(cap, args, attempt, '{"id":1}', None, 8, "records.x", "allow", "ok")
+
+
+def _batch_pending() -> Pending:
+    """The second call of a batch [delete 1, delete 2] is asked about; delete 1 was accepted."""
+    return Pending(DELETE_2[0], DELETE_2[1], True, (DELETE_1, DELETE_2), 1, {0: "accept"})
+
+
+def test_a_single_call_cannot_stand_for_the_pending_call_of_a_batch() -> None:
+    """The user was asked about the second call of a batch; a resumed worker that sends that call on
+    its own (under attempt, same arguments) instead of the batch has diverged: it must not get the
+    answer (before: it matched, took the accept and ran live, the batch's first call never ran)."""
+    journal = Journal([_entry(*CREATE)], _batch_pending(), "accept")
+    assert journal.replay(*CREATE, False) is not None
+    with pytest.raises(ReplayDiverged):
+        journal.replay(DELETE_2[0], DELETE_2[1], True)
+    assert journal.take_answer() is None, "no answer reached the call"
+
+
+def test_a_batch_cannot_stand_for_a_pending_single_call() -> None:
+    journal = Journal([], Pending(DELETE_1[0], DELETE_1[1], True), "accept")
+    with pytest.raises(ReplayDiverged):
+        journal.replay_batch([DELETE_1])
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        (DELETE_1[0], '{"id":1 }', False),  # the same arguments, another text
+        (DELETE_1[0], DELETE_2[1], False),  # another record
+        ("cap-other", DELETE_1[1], False),  # another capability with the same arguments
+        (DELETE_1[0], DELETE_1[1], True),  # under attempt where the program was not
+    ],
+)
+def test_the_pending_call_is_only_the_call_asked_about(sent: tuple[str, str, bool]) -> None:
+    journal = Journal([_entry(*CREATE)], Pending(DELETE_1[0], DELETE_1[1], False), "accept")
+    journal.replay(*CREATE, False)
+    with pytest.raises(ReplayDiverged):
+        journal.replay(*sent)
+    assert journal.take_answer() is None
+
+
+def test_a_recorded_result_is_only_for_the_call_that_made_it() -> None:
+    """A worker that skips the first call of the log, or asks for the second first, gets nothing."""
+    journal = Journal(
+        [_entry(*CREATE), _entry(*DELETE_1)], Pending(DELETE_2[0], DELETE_2[1], False), "accept"
+    )
+    with pytest.raises(ReplayDiverged):
+        journal.replay(*DELETE_1, False)
