@@ -9,8 +9,9 @@ plain text inside that namespace, so no key, prefix or cursor reaches another su
 
 Values are JSON-shaped (the ``json`` type). ``put`` and ``delete`` take an optional ``expect``
 version (compare-and-set; 0: the key is absent); a mismatch fails with ``capability failed: version
-conflict``, which ``attempt`` catches. The per-subject bounds (``state keys``, ``state bytes``) end
-the execute with ``resource limit exceeded: <kind>``; a store that cannot answer ends it with
+conflict``, which ``attempt`` catches. The per-subject bounds, the limits ``max_state_keys`` and
+``max_state_bytes`` (``ctx.limits``), end the execute with ``resource limit exceeded: state keys``
+or ``state bytes``; a store that cannot answer ends it with
 ``internal failure`` (the host log says why).
 """
 
@@ -21,16 +22,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from codemode import AgentError, CallContext, Capability, InvalidArguments
+from codemode import AgentError, CallContext, Capability, InvalidArguments, Limits
 from codemode.authz import Subject
 from codemode.packs import PackSettings, StateConflict, Store
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_KEYS",
-    "MAX_BYTES_ENV",
-    "MAX_KEYS_ENV",
     "MAX_KEY_BYTES",
     "MAX_LIST_LIMIT",
     "MAX_TTL",
@@ -50,12 +47,6 @@ __all__ = [
     "pack",
 ]
 
-#: The pack options (or environment variables) of the two per-subject bounds.
-MAX_KEYS_ENV = "CODEMODE_STATE_MAX_KEYS"
-MAX_BYTES_ENV = "CODEMODE_STATE_MAX_BYTES"
-#: Keys one subject may have, and UTF-8 bytes of its keys and values together.
-DEFAULT_MAX_KEYS = 1_000
-DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 #: A key's length in UTF-8 bytes (1 to this).
 MAX_KEY_BYTES = 256
 #: ``ttl``'s bound in seconds (30 days).
@@ -205,6 +196,10 @@ def _store(ctx: CallContext) -> Store:
     return ctx.store
 
 
+def _limits(ctx: CallContext) -> Limits:
+    return ctx.limits if ctx.limits is not None else Limits()
+
+
 def _expect(expect: int | None) -> int | None:
     if expect is not None and expect < 0:
         raise InvalidArguments('argument "expect" must be 0 or more')
@@ -212,17 +207,8 @@ def _expect(expect: int | None) -> int | None:
 
 
 class StateHandlers:
-    """The four handlers, with the per-subject bounds they pass the store.
-
-    Args (of the constructor):
-        max_keys: keys one subject may have.
-        max_bytes: UTF-8 bytes of one subject's keys and values.
-    """
-
-    def __init__(self, *, max_keys: int, max_bytes: int) -> None:
-        """Keep the bounds."""
-        self.max_keys = max_keys
-        self.max_bytes = max_bytes
+    """The four handlers: the store and the per-subject bounds come with each call's context
+    (``ctx.store``, ``ctx.limits.max_state_keys`` and ``max_state_bytes``)."""
 
     async def get(self, ctx: CallContext, subject: Subject, args: GetInput) -> GetOutput:
         """``state.get``.
@@ -263,6 +249,7 @@ class StateHandlers:
             raise InvalidArguments(f'argument "ttl" must be 1 to {MAX_TTL} seconds')
         text = json.dumps(args.value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         now = time.time()
+        limits = _limits(ctx)
         try:
             entry = await _store(ctx).state_put(
                 subject.id,
@@ -271,8 +258,8 @@ class StateHandlers:
                 expect=_expect(args.expect),
                 expires=None if args.ttl is None else now + args.ttl,
                 now=now,
-                max_keys=self.max_keys,
-                max_bytes=self.max_bytes,
+                max_keys=limits.max_state_keys,
+                max_bytes=limits.max_state_bytes,
             )
         except StateConflict:
             raise AgentError(VERSION_CONFLICT) from None
@@ -330,17 +317,13 @@ class StateHandlers:
         return ListOutput(keys=page, next=page[-1].key if len(entries) > limit else None)
 
 
-def capabilities(*, max_keys: int = DEFAULT_MAX_KEYS, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Capability]:
-    """The four capabilities.
-
-    Args:
-        max_keys: keys one subject may have.
-        max_bytes: UTF-8 bytes of one subject's keys and values.
+def capabilities() -> list[Capability]:
+    """The four capabilities (what ``pack`` gives; ``Builder.register(*capabilities())``).
 
     Returns:
         ``state.get``, ``put``, ``delete`` and ``list``.
     """
-    h = StateHandlers(max_keys=max_keys, max_bytes=max_bytes)
+    h = StateHandlers()
     mine = "Keys are yours alone: no other caller sees them."
     return [
         Capability(
@@ -394,42 +377,20 @@ def capabilities(*, max_keys: int = DEFAULT_MAX_KEYS, max_bytes: int = DEFAULT_M
     ]
 
 
-def _bound(settings: PackSettings, key: str, default: int) -> int:
-    raw = settings.get(key)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = -1
-    if value < 1:
-        raise ValueError(f"{key} (--pack-option {key}=N or the environment): must be a positive whole number")
-    return value
-
-
 class StatePack:
-    """The pack object: its bounds come from the pack options (or environment variables)
-    ``CODEMODE_STATE_MAX_KEYS`` and ``CODEMODE_STATE_MAX_BYTES``; its keys live in the server's
-    store, so it opens nothing of its own."""
+    """The pack object. It takes no options: its keys live in the server's store (the ``store``
+    setting) and its bounds are the server's limits ``max_state_keys`` and ``max_state_bytes``."""
 
     def capabilities(self, settings: PackSettings) -> list[Capability]:
-        """The four capabilities with the configured bounds.
+        """The four capabilities.
 
         Args:
-            settings: the host's pack settings.
+            settings: the host's pack settings (not used: the store and limits are the server's).
 
         Returns:
             ``state.get``, ``put``, ``delete`` and ``list``.
-
-        Raises:
-            ValueError: a bound is not a positive whole number.
         """
-        if settings is None:
-            settings = PackSettings()
-        return capabilities(
-            max_keys=_bound(settings, MAX_KEYS_ENV, DEFAULT_MAX_KEYS),
-            max_bytes=_bound(settings, MAX_BYTES_ENV, DEFAULT_MAX_BYTES),
-        )
+        return capabilities()
 
 
 pack = StatePack()

@@ -25,14 +25,13 @@ ALICE = authz.Subject("alice")
 MALLORY = authz.Subject("mallory")
 
 
-def build(
-    store: Any = None, *, authorizer: Any = None, max_keys: int = 1000, max_bytes: int = 1 << 20
-) -> codemode.Server:
+def build(store: Any = None, *, authorizer: Any = None, **limits: int) -> codemode.Server:
     builder = codemode.Builder(
         authorizer=authorizer if authorizer is not None else authz.allow_all(),
         store=store if store is not None else MemoryStore(),
+        limits=codemode.Limits(**limits),
     )
-    builder.register(*capabilities(max_keys=max_keys, max_bytes=max_bytes))
+    builder.register(*capabilities())
     return builder.build()
 
 
@@ -163,7 +162,7 @@ async def test_key_ttl_and_value_bounds() -> None:
 
 
 async def test_quotas_are_named_limits_and_lose_nothing() -> None:
-    async with build(max_keys=2, max_bytes=200) as server:
+    async with build(max_state_keys=2, max_state_bytes=200) as server:
         await run(server, "state.put(key='a', value=1)\nstate.put(key='b', value=2)")
         assert (
             await fails(server, "return state.put(key='c', value=3)") == "resource limit exceeded: state keys"
@@ -220,8 +219,6 @@ def test_library_use_without_a_data_dir_keeps_state_in_memory() -> None:
     assert [c.name for c in caps] == ["state.get", "state.put", "state.delete", "state.list"]
     server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
     assert server.plan.store.name == "memory"
-    with pytest.raises(ValueError, match="CODEMODE_STATE_MAX_KEYS"):
-        StatePack().capabilities(PackSettings(environ={"CODEMODE_STATE_MAX_KEYS": "0"}))
 
 
 async def test_through_the_official_mcp_client() -> None:

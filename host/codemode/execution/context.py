@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..common.passed import passed_as
 from ..store import Store
+from .limits import Limits
 
 __all__ = ["CallContext"]
 
@@ -23,13 +24,15 @@ class CallContext:
     should stop work when ``cancelled`` is set or ``remaining()`` reaches zero. The execute call
     does not wait for a handler that ignores both. ``store`` is the server's store
     (``codemode.packs.Store``: the state pack keeps its keys there, namespaced by the trusted
-    subject the handler is given; None outside an execute).
+    subject the handler is given) and ``limits`` the server's limits (the state pack's per-subject
+    bounds ``max_state_keys`` and ``max_state_bytes``); both None outside an execute.
     """
 
     deadline: float
     worker_id: str = ""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     store: Store | None = None
+    limits: Limits | None = None
 
     def remaining(self) -> float:
         """Seconds until the deadline.

@@ -1062,7 +1062,7 @@ class Executor:
         # A resumed run's replay (a fresh worker's start and the recorded prefix) has its own bound,
         # twice max_execution_time; the program's own clock goes on at the pending call (go_live).
         deadline = start + self.limits.max_execution_time * (2 if resume is not None else 1)
-        ctx = CallContext(deadline=deadline, store=self.store)
+        ctx = CallContext(deadline=deadline, store=self.store, limits=self.limits)
         outcome: ExecuteOutcome = "internal"
         limit: str | None = None
         calls = 0

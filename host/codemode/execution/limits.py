@@ -67,7 +67,8 @@ class Limits:
     ``max_concurrent_executions`` (worker slots). Asking the user: ``max_approval_time`` (seconds a
     question may stay open), ``max_pending_approvals`` (questions one subject may have open) and
     ``max_approval_wait`` (seconds all of one execute's questions may stay open together) and
-    ``max_suspension_bytes`` (bytes of one subject's suspended executes' records).
+    ``max_suspension_bytes`` (bytes of one subject's suspended executes' records). The state pack:
+    ``max_state_keys`` and ``max_state_bytes`` (keys, and bytes of keys and values, per subject).
     ``max_parallel_calls``: the calls of one ``parallel(...)`` that run at once.
 
     Seconds are floats; every other field is a count or bytes. ``Builder.build()`` refuses a value
@@ -215,6 +216,26 @@ class Limits:
         "([authorization.md](authorization.md#asking-the-user)): the source and the call log with "
         "its recorded results, summed over the subject's pending suspensions; an ask that would "
         "keep more ends the execute with `resource limit exceeded: suspension bytes`; host (the store)",
+        minimum=1,
+    )
+
+    max_state_keys: int = _limit(
+        1_000,
+        "keys",
+        "state pack keys one subject may keep",
+        "the keys one subject keeps with the state pack ([packs.md](../packs.md#the-state-pack)), "
+        "expired keys not counted; a `state.put` of one more ends the execute with `resource limit "
+        "exceeded: state keys` and changes nothing; host (the store)",
+        minimum=1,
+    )
+
+    max_state_bytes: int = _limit(
+        4 * 1024 * 1024,
+        "UTF-8 bytes",
+        "bytes of state pack keys and values one subject may keep",
+        "the keys and values (their JSON text) one subject keeps with the state pack "
+        "([packs.md](../packs.md#the-state-pack)); a `state.put` that would keep more ends the "
+        "execute with `resource limit exceeded: state bytes` and changes nothing; host (the store)",
         minimum=1,
     )
 

@@ -439,6 +439,8 @@ class Settings(BaseSettings):
     max_pending_approvals: int = _limit("max_pending_approvals")
     max_approval_wait: float = _limit("max_approval_wait")
     max_suspension_bytes: int = _limit("max_suspension_bytes")
+    max_state_keys: int = _limit("max_state_keys")
+    max_state_bytes: int = _limit("max_state_bytes")
     max_parallel_calls: int = _limit("max_parallel_calls")
     subject_quota: int = Field(
         DEFAULT_SUBJECT_QUOTA,
