@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
+from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.parallel import handler_share
 
+from .helpers import ALICE
 from .support_mcp import wait_until
 from .test_parallel import BOB, program, run, served
+
+CAROL = authz.Subject("carol")
 
 
 async def test_handlers_a_deadline_gave_up_on_still_count_against_the_subjects_share() -> None:
@@ -54,3 +58,22 @@ async def test_single_calls_of_other_executes_count_against_the_subjects_share()
         await server.aclose()
     assert len(results[0].value) == threads + 2
     assert all(r.value == {"value": "s"} for r in results[1:])
+
+
+async def test_two_tenants_together_leave_a_third_a_handler_thread() -> None:
+    """Each of two subjects holds its share (half the pool) with a batch of blocking handlers: a
+    third subject's sync call must still get a thread."""
+    server, _, gates = served(max_parallel_calls=32, max_execution_time=30.0)
+    threads = server._executor.handler_threads
+    batch = program(f'parallel([(gate.hold, {{"value": str(i)}}) for i in range({threads + 2})])')
+    hogs = [asyncio.ensure_future(run(server, batch, who)) for who in (ALICE, CAROL)]
+    try:
+        assert await wait_until(lambda: gates.holding >= threads - 1)
+        other = await asyncio.wait_for(run(server, program('gate.quick(value="bob")'), BOB), 20)
+        assert other.value == {"value": "bob"}
+        assert gates.holding == threads - 1  # the last thread is kept for a subject holding none
+    finally:
+        gates.release.set()
+        results = await asyncio.gather(*hogs)
+        await server.aclose()
+    assert all(len(r.value) == threads + 2 for r in results)

@@ -828,8 +828,8 @@ class Executor:
         self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: Threads of that pool (one execute's parallel calls take at most half: codemode.execution.parallel).
         self.handler_threads = min(32, (os.cpu_count() or 1) + 4)
-        #: Each subject's share of them: half, its executes and calls together (execution.parallel).
-        self.thread_shares = SubjectThreads(max(1, self.handler_threads // 2))
+        #: Who may start a sync handler on them: per-subject shares (execution.parallel.SubjectThreads).
+        self.thread_shares = SubjectThreads(self.handler_threads)
         self._handoffs: dict[str, HandOff] = {}
         self.reaping: set[asyncio.Task[None]] = set()
         #: Suspended executes (codemode.execution.suspension): kept in the plan's store.

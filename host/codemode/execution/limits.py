@@ -205,7 +205,8 @@ class Limits:
         "the rest wait for one of them to finish. The sync handlers of one subject (all its executes "
         "and calls together, single or in a batch, and each handler its deadline gave up on until it "
         "has finished in its thread) also take at most half the host's handler threads (at least 1), "
-        "so one tenant cannot hold them all; host",
+        "and a subject holding one never takes the last free one (kept for a subject holding none), "
+        "so neither one tenant nor two can hold them all; host",
     )
 
     max_suspension_bytes: int = _limit(

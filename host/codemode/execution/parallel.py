@@ -14,8 +14,8 @@ Each call of a batch passes the pipeline of a single call, on its own, in three 
 3. **Run** the authorized calls at once: at most ``max_parallel_calls`` at a time, and the sync
    handlers of one subject (all its executes and calls together, single or batched, and those its
    deadline gave up on until they finish in their threads: :class:`SubjectThreads`) on at most half
-   the host's handler threads (at least one), so a tenant cannot hold every thread while other
-   tenants wait. A call
+   the host's handler threads (at least one), the last free one kept for a subject holding none, so
+   no tenant (nor two) can hold every thread while other tenants wait. A call
    whose failure ``attempt`` would catch (capability failed, a handler's refusal of an argument)
    stays in its element. Every other failure
    (a limit, an internal failure, the deadline) ends the execute: the calls still running are
@@ -112,60 +112,65 @@ def handler_share(handler_threads: int, max_parallel_calls: int) -> int:
 
 
 class SubjectThreads:
-    """Each subject's share of the host's sync handler threads, all its executes and calls together
-    (single calls and the calls of its batches alike).
+    """Who may hand a sync handler to the host's handler threads now: each subject at most its share
+    (:func:`handler_share`: half the pool, at least 1), all its executes and calls together (single
+    calls and the calls of its batches alike), and a subject that already holds one never the last
+    free thread, which is kept for a subject holding none (else two tenants' shares fill the pool).
 
-    A slot is taken before a sync handler is handed to the pool and given back when the handler has
-    finished in its thread, not when the execute gives up on it: a thread cannot be stopped, so a
-    handler the deadline abandoned still holds its subject's slot while it runs (else a tenant could
-    fill the pool with abandoned handlers, an execute at a time).
+    A thread is counted from before the handler is handed to the pool until the handler has finished
+    in it, not until the execute gives up on it: a thread cannot be stopped, so a handler the
+    deadline abandoned still counts against its subject while it runs (else a tenant could fill the
+    pool with abandoned handlers, an execute at a time).
 
     Args:
-        size: the slots of each subject (:func:`handler_share`).
+        threads: the host's handler threads.
     """
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._shares: dict[str, _Share] = {}
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.share = max(1, threads // 2)
+        self.total = 0
+        self._held: dict[str, int] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def _may_take(self, subject: str) -> bool:
+        held = self._held.get(subject, 0)
+        if held >= self.share:
+            return False
+        return self.total < (self.threads if held == 0 else self.threads - 1)
 
     async def take(self, subject: str) -> Callable[[], None]:
-        """Wait for a slot of ``subject``'s share.
+        """Wait until ``subject`` may start a sync handler, and count it.
 
         Args:
             subject: the trusted subject's id.
 
         Returns:
-            The slot's release, to be called once on the event loop's thread when the handler has
-            finished.
+            The thread's release, to be called once on the event loop's thread when the handler
+            has finished.
         """
-        share = self._shares.get(subject)
-        if share is None:
-            share = self._shares[subject] = _Share(asyncio.Semaphore(self.size))
-        share.users += 1
-        try:
-            await share.threads.acquire()
-        except BaseException:
-            self._leave(subject, share)
-            raise
+        while not self._may_take(subject):
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                self._waiters.remove(waiter)
+        self._held[subject] = self._held.get(subject, 0) + 1
+        self.total += 1
 
         def release() -> None:
-            share.threads.release()
-            self._leave(subject, share)
+            self.total -= 1
+            left = self._held[subject] - 1
+            if left:
+                self._held[subject] = left
+            else:
+                del self._held[subject]
+            for waiter in self._waiters:  # each checks again whether it may take one now
+                if not waiter.done():
+                    waiter.set_result(None)
 
         return release
-
-    def _leave(self, subject: str, share: _Share) -> None:
-        share.users -= 1
-        if not share.users and self._shares.get(subject) is share:
-            del self._shares[subject]
-
-
-@dataclass
-class _Share:
-    """One subject's share of the handler threads, while any of its sync handlers runs or waits."""
-
-    threads: asyncio.Semaphore
-    users: int = 0
 
 
 @dataclass
