@@ -6,6 +6,8 @@ through the official MCP client."""
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from codemode_capabilities.state import StatePack, capabilities
 
 from .support_mcp import call, error_text, execute_value, success_value
 
+ROOT = Path(__file__).resolve().parents[2]
 ALICE = authz.Subject("alice")
 MALLORY = authz.Subject("mallory")
 
@@ -188,27 +191,17 @@ async def test_a_store_that_cannot_answer_is_an_internal_failure(caplog: pytest.
 
 
 async def test_a_rego_policy_scopes_keys_to_a_prefix() -> None:
+    """The policy docs/packs.md shows, as written."""
     rego = pytest.importorskip("codemode.authz.rego")
-    policy = """
-package codemode.authz
-
-default allow := false
-
-allow if {
-    startswith(input.capability.name, "state.")
-    input.capability.name != "state.list"
-    startswith(input.arguments.key, "public/")
-}
-allow if {
-    input.capability.name == "state.list"
-    startswith(input.arguments.prefix, "public/")
-}
-"""
+    blocks = re.findall(r"^```rego\n(.*?)^```", (ROOT / "docs" / "packs.md").read_text(), re.M | re.S)
+    (policy,) = [b for b in blocks if "public/" in b]
     authorizer = rego.RegoAuthorizer("data.codemode.authz.allow", {"authz.rego": policy})
     async with build(authorizer=authorizer) as server:
         await run(server, "return state.put(key='public/a', value=1)")
         assert await fails(server, "return state.put(key='private/a', value=1)") == "permission denied"
         assert await fails(server, "return state.list()") == "permission denied"
+        assert await fails(server, "return state.get(key='publicx')") == "permission denied"
+        assert await fails(server, "return state.delete(key='private/a')") == "permission denied"
         assert (await run(server, "return state.list(prefix='public/')"))["keys"][0]["key"] == "public/a"
 
 
@@ -244,3 +237,12 @@ async def test_through_the_official_mcp_client() -> None:
             assert text.startswith("invalid capability arguments")
     finally:
         await server.aclose()
+
+
+@pytest.mark.timeout(120)
+def test_the_packs_page_example_runs_as_written(tmp_path: Path) -> None:
+    from .test_doc_snippets import block_with
+    from .test_readme_snippet import run_script
+
+    source = block_with("docs/packs.md", "from codemode_capabilities.state import pack")
+    assert run_script(source, tmp_path, "state_demo.py") == ["1", "2", "1"]
