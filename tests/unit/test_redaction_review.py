@@ -135,6 +135,27 @@ def test_a_numeric_reference_too_long_to_convert_is_read_not_raised(reference: s
         assert text.startswith("key [redacted] x ") or (path == "mcp-error" and text == ""), (path, text[:80])
 
 
+def test_a_credential_in_references_padded_past_what_python_converts_is_redacted() -> None:
+    """Every character of the key a reference with 4,400 leading zeros (``&#000...065;``, which a
+    browser reads as ``A``): failed before (review of issue 31 §1) with ValueError, and once that
+    was caught, each became U+FFFD in the views and the key was shown as sent (an OpenAPI result,
+    an MCP answer, each of 70 KB)."""
+    padded = "".join(f"&#{'0' * 4400}{ord(c)};" for c in ONE)
+    got = shown(ONE, f"key {padded} refused")
+    for path in ("openapi-reason", "openapi-result", "mcp-answer"):
+        assert got[path].startswith("key [redacted] refused"), (path, got[path][:80])
+
+
+def test_a_long_credential_and_a_huge_reference_in_an_mcp_error_text() -> None:
+    """A credential of 3,500 characters (a JWT in ``headers_from_file``) makes the MCP error text's
+    window longer than 4,300 characters, and its normal form decoded a 4,400-digit reference with
+    ``html.unescape``: failed before (review of issue 31 §1) with ValueError out of
+    ``upstream_error_text``, so the call ended in an exception of the host."""
+    key = ("Q7vXw2LpZ9sTn4Hb" * 219)[:3500]
+    text = upstream_error_text("up", "bad &#" + "9" * 4400 + "; " + key, secrets=[key])
+    assert text == "up: bad \ufffd [redacted]", text[:80]
+
+
 #: Encodings of the whole credential a careless backend may write (hex: a debug dump of the bytes).
 CARELESS: dict[str, Callable[[str], str]] = {
     "hex": lambda v: v.encode().hex(),

@@ -61,6 +61,7 @@ import urllib.parse
 from collections.abc import Iterable
 
 from .redaction import MARK, Matcher, matcher_of, replaced, spellings
+from .unescaping import long_references_decoded
 
 __all__ = [
     "LOOK_AT",
@@ -130,7 +131,7 @@ def _spaced(text: str) -> str:
 def _normal(text: str) -> str:
     """Step 2 of the module text, without squeezing the spaces."""
     text = unicodedata.normalize("NFKC", _spaced(text))
-    text = html.unescape(text)
+    text = html.unescape(long_references_decoded(text))  # which may raise on a long number
     for _ in range(_DECODE_ROUNDS):
         decoded = urllib.parse.unquote(text, errors="replace")
         if decoded == text:

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-__all__ = ["ROUNDS", "View", "decoded_views"]
+__all__ = ["ROUNDS", "View", "decoded_views", "long_references_decoded"]
 
 #: Rounds of decoding: a JSON string inside a JSON string, percent-escaped ``\\u`` escapes inside
 #: HTML and the like take two or three.
@@ -58,10 +58,31 @@ def _decode_percent(escape: str) -> str:
 
 
 def _decode_html(escape: str) -> str:
+    if len(escape) > 40 and escape[1:2] == "#":  # a long number: its leading zeros count for nothing
+        escape = _LEADING_ZEROS.sub("", escape)
     try:
         return html.unescape(escape)
-    except ValueError:  # a number of more digits than Python converts: no character, as a browser reads it
+    except ValueError:  # more digits than Python converts: out of range, no character (as a browser)
         return "\ufffd"
+
+
+_LEADING_ZEROS = re.compile(r"(?<=^&#)0+(?=[0-9])|(?<=^&#[xX])0+(?=[0-9a-fA-F])")
+#: A numeric character reference of more than 40 characters, for :func:`long_references_decoded`.
+_LONG_REFERENCE = re.compile(r"&#(?:[xX][0-9a-fA-F]{38,}|[0-9]{38,});?")
+
+
+def long_references_decoded(text: str) -> str:
+    """``text`` with each numeric character reference of more than 40 characters decoded as
+    ``html.unescape`` would decode it, leading zeros ignored (``html.unescape`` raises ValueError
+    for one of more than 4,300 digits; out of range is U+FFFD).
+
+    Args:
+        text: the text.
+
+    Returns:
+        The text.
+    """
+    return _LONG_REFERENCE.sub(lambda m: _decode_html(m.group()), text)
 
 
 _DECODERS = {"\\": _decode_json, "&": _decode_html, "%": _decode_percent}
