@@ -185,6 +185,8 @@ HOSTILE: dict[str, Callable[[str], str]] = {
     "base32": lambda v: base64.b32encode(v.encode()).decode(),
     "split-across-fields": _split_fields,
     "base64-twice": lambda v: base64.b64encode(base64.b64encode(v.encode())).decode(),
+    "backslash-x": lambda v: "".join(f"\\x{ord(c):02x}" for c in v),
+    "overlong-utf8": lambda v: "".join(f"%c{ord(c) >> 6:x}%{0x80 | (ord(c) & 63):02x}" for c in v),
 }
 
 
@@ -206,6 +208,7 @@ INVISIBLE: dict[str, Callable[[str], str]] = {
     "zero-width": lambda v: "\u200b".join(v),
     "soft-hyphen": lambda v: "\u00ad".join(v),
     "fullwidth": lambda v: "".join(chr(ord(c) + 0xFEE0) for c in v),
+    "line-wrapped": lambda v: v[:7] + "\n" + v[7:],
 }
 
 
