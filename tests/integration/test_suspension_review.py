@@ -16,6 +16,7 @@ replay, a filled store, another catalog, a policy that now denies).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,11 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 import codemode
+from codemode.store.postgres import PostgresStore
 from codemode.store.sqlite import SqliteStore
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests import postgres
 
 from .support_approval import AskDeletes, create_then_delete
 from .support_mcp import error_text, execute_report, execute_value, ledger, wait_until
@@ -211,3 +214,43 @@ async def test_what_could_differ_between_runs_replays_the_same() -> None:
         assert execute_report(done)["prints"].count("\n") == 1, "the prefix's print is shown once"
     finally:
         await server.aclose()
+
+
+async def test_postgresql_gone_between_the_question_and_the_answer_fails_closed(postgres_dsn: str) -> None:
+    """PostgreSQL stops after the question: the retry dispatches nothing and is an internal failure
+    (not a hang), a new ask declines at once; PostgreSQL back, the same retry resumes and the pending
+    delete runs once."""
+    postgres.reset(postgres_dsn)
+    relay = postgres.Relay(postgres_dsn)
+    through = await relay.start()
+    records = RecordStore()
+    builder = codemode.Builder(authorizer=AskDeletes(), store=PostgresStore(through, timeout=1.0))
+    builder.register(*record_caps(records))
+    server = builder.build()
+    src = create_then_delete()
+    try:
+        async with mcp(server) as alice:
+            first = await ask(alice, src)
+            await relay.cut()
+            down: Any = await retry(alice, src, first.request_state)
+            assert isinstance(down, types.CallToolResult) and error_text(down) == "internal failure"
+            asked = await alice.session.call_tool("execute", {"source": src}, allow_input_required=True)
+            assert isinstance(asked, types.CallToolResult), "no question is asked without a store"
+            assert error_text(asked) == "permission denied"
+            assert ledger(asked)[-1] == ("records.delete", "declined")
+            assert not deleted(records, 1) and not deleted(records, 2)
+            await relay.start(relay.port)
+            done: Any = None
+            async with asyncio.timeout(30):  # the pool reconnects with a back-off
+                while done is None:
+                    done = await retry(alice, src, first.request_state)
+                    if isinstance(done, types.CallToolResult) and done.is_error:
+                        assert error_text(done) == "internal failure"
+                        done = None
+                        await asyncio.sleep(0.2)
+            assert execute_value(done) == {"id": 1, "deleted": True}
+            assert deleted(records, 1) and not deleted(records, 2)
+        assert postgres.query(postgres_dsn, "SELECT count(*) FROM codemode_suspensions") == [(0,)]
+    finally:
+        await server.aclose()
+        await relay.cut()
