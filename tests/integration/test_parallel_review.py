@@ -1,17 +1,24 @@
 """Hostile review of ``parallel(...)`` (issue 33 §1): a tenant trying to take the handler threads
 another tenant needs, by ways the batch's own share did not see: handlers its deadline gave up on
-(still running in their threads), and single calls of its other executes beside a batch."""
+(still running in their threads), single calls of its other executes beside a batch, and two tenants'
+shares together; and a question inside a batch over MCP (2026-07-28), whose calls run once."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+
+import mcp_types as types
+from mcp import Client, StdioServerParameters
 
 from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.parallel import handler_share
 
 from .helpers import ALICE
-from .support_mcp import wait_until
+from .support_approval import ACCEPT, User
+from .support_mcp import execute_value, ledger, wait_until
+from .test_approval_served import child_env, stdio_argv
 from .test_parallel import BOB, program, run, served
 
 CAROL = authz.Subject("carol")
@@ -77,3 +84,47 @@ async def test_two_tenants_together_leave_a_third_a_handler_thread() -> None:
         results = await asyncio.gather(*hogs)
         await server.aclose()
     assert all(len(r.value) == threads + 2 for r in results)
+
+
+async def test_a_question_inside_a_batch_over_mcp_runs_no_call_twice(tmp_path: Path) -> None:
+    """The official client on 2026-07-28 against ``serve --stdio`` (asking Rego policy, SQLite
+    store): a batch with a delete the user must answer, between a create before it and creates in
+    it. The first answer is a question and no call of the batch has run; the retry with the accept
+    runs the batch once, and the create before it is replayed, not run again."""
+    data = tmp_path / "data"
+    data.mkdir()
+    src = (
+        "def main():\n"
+        '    first = records.create(title="before")\n'
+        '    rs = parallel([(records.create, {"title": "in"}), (records.delete, {"id": first["id"]}),'
+        ' (records.create, {"title": "in too"})])\n'
+        "    return [first, rs]\n"
+    )
+    argv = stdio_argv(tmp_path, "--data-dir", str(data), "--store", "sqlite")
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=child_env())
+    async with Client(params, mode="auto", elicitation_callback=User()) as client:
+        first = await client.session.call_tool("execute", {"source": src}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state
+        probe = await client.call_tool("execute", {"source": "def main():\n    return records.search()\n"})
+        assert [r["title"] for r in execute_value(probe)["records"]] == ["before"], "nothing of the batch ran"
+        done = await client.session.call_tool(
+            "execute",
+            {"source": src},
+            input_responses={"approve": ACCEPT},
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+        assert isinstance(done, types.CallToolResult)
+        value = execute_value(done)
+        assert value[0]["id"] == 1 and [r["ok"] for r in value[1]] == [True, True, True]
+        assert ledger(done) == [
+            ("records.create", "ok"),
+            ("records.create", "ok"),
+            ("records.delete", "ok"),
+            ("records.create", "ok"),
+        ]
+        after = await client.call_tool("execute", {"source": "def main():\n    return records.search()\n"})
+        assert sorted(r["title"] for r in execute_value(after)["records"]) == ["in", "in too"]
+        make = 'def main():\n    return records.create(title="x")\n'
+        again = await client.call_tool("execute", {"source": make})
+        assert execute_value(again)["id"] == 4, "three records were ever created: none twice"
