@@ -56,6 +56,7 @@ from ..runtimes.exhaustion import exhaustion_kind
 from ..store import Store, StoreFull, StoreUnavailable
 from .admission import FairAdmission
 from .approval import ApprovalRequest, Approver, render_arguments
+from .causes import QUOTA_STORE, Waiting, deadline_passed_waiting
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
 from .observe import (
@@ -1019,6 +1020,7 @@ class Executor:
                     exc,
                 )
             self._quota_down = True
+            self.observer.execute(ExecuteEvent(subject_id, "internal", 0.0, 0, "", cause=QUOTA_STORE))
             trace.finish("internal", None, 0, "")
             raise Internal() from None
         if self._quota_down:
@@ -1065,6 +1067,8 @@ class Executor:
         ctx = CallContext(deadline=deadline, store=self.store, limits=self.limits)
         outcome: ExecuteOutcome = "internal"
         limit: str | None = None
+        cause = ""  # for the operator (ExecuteEvent.cause): which wait a deadline passed in
+        waiting: Waiting = "slot"
         calls = 0
         worker_id = ""
         oom = False
@@ -1080,6 +1084,7 @@ class Executor:
             try:
                 async with asyncio.timeout_at(loop.time() + (deadline - time.monotonic())) as clock:
                     await self._admit(subject.id, trace, hold.elsewhere if hold is not None else 0)
+                    waiting = "worker"
                     sandbox = await self._acquire(subject.id, trace)
                     worker_id = ctx.worker_id = sandbox.worker_id
                     session = _Session(self, sandbox, subject, ctx, report, trace, approver, clock, resume)
@@ -1087,7 +1092,8 @@ class Executor:
                     reusable = True
             except TimeoutError:
                 if sandbox is None:
-                    # Still waiting for a slot when the deadline passed: the host was full.
+                    # Still waiting for a slot, or for its worker to start: the log says which.
+                    cause = deadline_passed_waiting(waiting, self.limits.max_execution_time, self.slots)
                     raise ExecutionTimeout("concurrency") from None
                 late, sandbox = sandbox, None  # from here on the reap alone owns worker and slot
                 if await self._limit_at_deadline(late, subject.id, trace) == "memory":
@@ -1160,6 +1166,7 @@ class Executor:
                     native_calls=calls,
                     worker_id=worker_id,
                     oom_killed=oom,
+                    cause=cause or (limit or ""),
                 )
             )
             trace.finish(outcome, limit, calls, worker_id)
