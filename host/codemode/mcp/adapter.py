@@ -178,6 +178,7 @@ Get the exact contract of one capability before calling it: its signature, every
 
 Pass the exact dotted name from search_api, e.g. "records.create": case-sensitive, no spaces, no \
 parentheses. Types use Python-like notation: str, int, bool, float, list[T], dict[str, T], \
+json (any JSON value: None, bool, int, float, str, or a list or dict of those), \
 {a: T, b: U} for a nested object (pass a dict with exactly those keys), and "T | None" for an \
 optional input (required=false: omit it or pass None). Output fields with required=false may be \
 absent from the returned dict, and nested optional output fields are written "name?: T".
