@@ -74,3 +74,28 @@ async def test_a_deadline_passing_in_the_slot_queue_names_the_slots_and_the_dead
     (line,) = [r.getMessage() for r in caplog.records if "deadline" in r.getMessage()]
     assert "while it waited for a worker slot: 1 of 1 slots" in line, line
     assert "--max-concurrent-executions" in line and "--max-execution-time" in line, line
+
+
+async def test_a_refusal_at_the_quota_is_counted_as_its_kind() -> None:
+    """The quota's refusal ends the execute before it waits for anything: kind ``quota``."""
+    metrics = Metrics()
+    server = codemode.Builder(
+        authorizer=authz.allow_all(),
+        limits=codemode.Limits(max_concurrent_executions=2),
+        runtime=codemode.ProcessRuntime(),
+        observer=metrics,
+        subject_quota=1,
+        reserved_slots=0,
+    ).build()
+    async with server:
+        await server.start()
+        quota = server._executor.quota  # alice's one execute in flight, as the quota counts it
+        hold = await quota.acquire("alice", 1)
+        assert hold is not None
+        try:
+            with pytest.raises(codemode.ResourceLimit) as err:
+                await server.execute(TRIVIAL, subject=authz.Subject("alice"))
+        finally:
+            quota.release(hold)
+    assert client_text(err.value) == "resource limit exceeded: quota"
+    assert _limits(metrics, "quota") == 1 and _limits(metrics, "unknown") == 0

@@ -1027,7 +1027,7 @@ class Executor:
             self._quota_down = False
             log.warning("quota store %r answers again", self.quota.name)
         if hold is None:
-            self.observer.execute(ExecuteEvent(subject_id, "resource_limit", 0.0, 0, ""))
+            self.observer.execute(ExecuteEvent(subject_id, "resource_limit", 0.0, 0, "", cause="quota"))
             trace.finish("resource_limit", "quota", 0, "")
             raise ResourceLimit("quota")
         return hold
