@@ -264,3 +264,24 @@ def test_authorization_md_states_the_bounded_paths_limits() -> None:
         f"one inline evaluation over {2 * budget_ms:g} ms of CPU time or past its deadline, or "
         f"{rego._SLOW_LIMIT} over {budget_ms:g} ms within {rego._SLOW_WINDOW:g} s" in text
     )
+
+
+def test_the_state_pack_page_shows_each_call_and_bound_as_the_code_has_them() -> None:
+    """state.md's signatures are describe_api's, its bounds the pack's constants, its errors the
+    pack's and the limit kinds'."""
+    import codemode
+    from codemode_capabilities import state
+
+    server = codemode.Builder(authorizer=codemode.allow_all()).register(*state.capabilities()).build()
+    text = flat("state.md")
+    for cap in server.plan.capabilities:
+        shown = server.describe(cap.name).to_dict()["signature"].replace("|", "\\|")
+        assert f"`{shown}`" in text, f"state.md lacks {shown}"
+        assert f"`{cap.id}`" in text
+    assert f"1 to {state.MAX_KEY_BYTES} UTF-8 bytes" in text
+    assert f"1 to {state.MAX_TTL:,} seconds" in text
+    assert f"1 to {state.MAX_LIST_LIMIT}, default {state.DEFAULT_LIST_LIMIT}" in text
+    assert f"`capability failed: {state.VERSION_CONFLICT}`" in text
+    for kind in ("state keys", "state bytes"):
+        assert kind in errors.LIMIT_KINDS and f"`resource limit exceeded: {kind}`" in text
+    assert "`max_state_keys`" in text and "`max_state_bytes`" in text
