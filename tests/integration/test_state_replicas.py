@@ -13,9 +13,15 @@ from pathlib import Path
 
 import httpx2
 import mcp_types as types
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+import codemode
+from codemode import authz
+from codemode.common.errors import client_text
+from codemode.store.postgres import PostgresStore
+from codemode_capabilities.state import capabilities
 from tests import postgres
 
 from .support_mcp import error_text, execute_value
@@ -71,3 +77,35 @@ async def test_two_replicas_on_one_postgresql_share_a_subjects_keys_and_nobody_e
         assert final["value"]["step"] in (2, 3) and final["version"] > 1
     rows = postgres.query(postgres_dsn, "SELECT subject_id, key FROM codemode_state ORDER BY key")
     assert [r[1] for r in rows] == ["plan"]
+
+
+async def test_a_postgresql_that_stops_answering_is_an_internal_failure_not_a_hang(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A frozen server (connections open, nothing answers) and a gone one: the state call ends as
+    ``internal failure`` within the store's timeout (1 s), not at the execute's deadline (which would
+    be ``resource limit exceeded: time``); the host log says why, the client nothing more."""
+    postgres.reset(postgres_dsn)
+    relay = postgres.Relay(postgres_dsn)
+    through = await relay.start()
+    builder = codemode.Builder(
+        authorizer=authz.allow_all(),
+        store=PostgresStore(through, timeout=1.0),
+        limits=codemode.Limits(max_execution_time=20.0),
+    )
+    server = builder.register(*capabilities()).build()
+    get = "def main():\n    return attempt(state.get, key='k')\n"
+    try:
+        async with server:
+            put = "def main():\n    return state.put(key='k', value=1)\n"
+            assert await server.execute(put, subject=authz.Subject("alice")) == {"version": 1}
+            relay.freeze()
+            with pytest.raises(codemode.Internal) as frozen:
+                await server.execute(get, subject=authz.Subject("alice"))
+            assert client_text(frozen.value) == "internal failure"
+            await relay.cut()
+            with pytest.raises(codemode.Internal):
+                await server.execute(get, subject=authz.Subject("alice"))
+    finally:
+        await relay.cut()
+    assert "the store could not answer" in caplog.text
