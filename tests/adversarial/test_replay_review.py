@@ -8,9 +8,21 @@ as it was asked about, is a divergence, and nothing is dispatched.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
 import pytest
 
+import codemode
 from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
+from codemode_capabilities.records import RecordStore
+from codemode_capabilities.records import capabilities as record_caps
+
+from ..integration.support_approval import AskDeletes, create_then_delete
+from ..integration.support_mcp import error_text, ledger
+from ..integration.test_suspension import ask, mcp, retry, share, store_of
 
 CREATE = ("cap-create", '{"title":"a"}')
 DELETE_1 = ("cap-delete", '{"id":1}')
@@ -67,3 +79,53 @@ def test_a_recorded_result_is_only_for_the_call_that_made_it() -> None:
     )
     with pytest.raises(ReplayDiverged):
         journal.replay(*DELETE_1, False)
+
+
+# ------------------------------------------------------------------------------------------------
+# End to end: the question asked on an honest server, the retry resumed (through the official MCP
+# client) on a server sharing its store whose worker is hostile.
+# ------------------------------------------------------------------------------------------------
+
+HOSTILE = str(Path(__file__).with_name("replay_worker.py"))
+
+
+def _server(records: RecordStore, runtime: Any = None) -> codemode.Server:
+    builder = codemode.Builder(authorizer=AskDeletes(), runtime=runtime)
+    builder.register(*record_caps(records))
+    return builder.build()
+
+
+async def _resumed_by(mode: str) -> tuple[types.CallToolResult, RecordStore]:
+    records = RecordStore()
+    records.create("alice", "other", None, None)  # record 1; the program's create makes record 2
+    honest = _server(records)
+    hostile = _server(records, codemode.ProcessRuntime(argv=[sys.executable, HOSTILE, mode]))
+    share(honest, hostile)
+    src = create_then_delete()
+    try:
+        async with mcp(honest) as a, mcp(hostile) as b:
+            first = await ask(a, src)
+            done = await retry(b, src, first.request_state or "")
+        assert isinstance(done, types.CallToolResult)
+        assert await store_of(honest).pending() == 0
+        return done, records
+    finally:
+        await honest.aclose()
+        await hostile.aclose()
+
+
+@pytest.mark.parametrize("mode", ["pending_first", "other_args", "other_delete"])
+async def test_a_hostile_resumed_worker_dispatches_nothing(mode: str) -> None:
+    done, records = await _resumed_by(mode)
+    assert error_text(done) == "internal failure"
+    assert ledger(done)[-1][1] == "replay diverged"
+    assert len(records.search("alice", None, None, None).records) == 2, "nothing was deleted or made"
+
+
+@pytest.mark.parametrize("mode", ["final_first", "final_after_prefix"])
+async def test_a_resumed_worker_that_ends_before_the_pending_call_fails_closed(mode: str) -> None:
+    """An honest resumed program reaches the pending call; a worker that ends first (before or after
+    the recorded prefix) has diverged (before: its final value was the execute's result)."""
+    done, records = await _resumed_by(mode)
+    assert len(records.search("alice", None, None, None).records) == 2, "nothing was deleted"
+    assert error_text(done) == "internal failure"

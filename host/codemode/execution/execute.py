@@ -233,6 +233,9 @@ class _Session:
                     raise WorkerMisbehaved(str(exc)) from None
             elif kind == "final":
                 self.worker_done = True
+                if self.resume is not None and self.journal.replaying:
+                    # an honest resumed program reaches the pending call: one that ends first diverged
+                    raise ReplayDiverged("the program ended before the pending call")
                 return self.final_value(frame["value"])
             elif kind == "final_error":
                 self.worker_done = True

@@ -1,0 +1,55 @@
+"""A hostile worker for a resumed run (tests/adversarial/test_replay_review.py): answers the probe
+honestly, then sends what argv[1] names instead of running the program."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import time
+
+from codemode_worker.privileges import drop_privileges
+from codemode_worker.protocol import encode_frame
+
+out = sys.stdout.buffer
+inp = sys.stdin.buffer
+
+
+def send(obj: object) -> None:
+    out.write(encode_frame(obj))
+    out.flush()
+
+
+def read_frame() -> dict:
+    (n,) = struct.unpack(">I", inp.read(4))
+    return json.loads(inp.read(n))
+
+
+def call(seq: int, name: str, args: dict, kind: str = "native_call") -> dict:
+    send({"k": kind, "seq": seq, "name": name, "args": args})
+    return read_frame()
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    drop_privileges()
+    assert read_frame()["k"] == "probe"
+    send({"k": "probe_ack", "v": 1})
+    read_frame()  # exec
+    if mode == "final_first":  # ends before the log and the pending call
+        send({"k": "final", "value": "done"})
+    elif mode == "final_after_prefix":  # the recorded create, then ends before the pending call
+        got = call(1, "records.create", {"title": "Buy milk"})
+        send({"k": "final", "value": got.get("value")})
+    elif mode == "pending_first":  # skips the log, straight to the approved delete of record 2
+        send({"k": "final", "value": call(1, "records.delete", {"id": 2})})
+    elif mode == "other_args":  # the log's capability with other arguments
+        send({"k": "final", "value": call(1, "records.create", {"title": "Buy bread"})})
+    elif mode == "other_delete":  # the prefix as recorded, then record 1, not the approved 2
+        call(1, "records.create", {"title": "Buy milk"})
+        send({"k": "final", "value": call(2, "records.delete", {"id": 1})})
+    time.sleep(5)
+
+
+if __name__ == "__main__":
+    main()
