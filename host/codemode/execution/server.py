@@ -12,13 +12,14 @@ from ..authz import Authorizer, Subject
 from ..catalog.answers import AnswerBounds, describe_document, search_entry
 from ..catalog.capability import Capability, CompiledCapability, validate_catalog
 from ..catalog.search import SearchIndex, SearchLimitError, SearchResponse
+from ..catalog.suggest import Suggester
 from ..common.errors import Internal, InvalidRegistration, NotFound, ResourceLimit, Unauthenticated
 from ..common.outcomes import ExecuteResult
 from ..packs.lifecycle import Lifecycle, LoadedPack, close_now, close_reversed, load, load_spec
 from ..packs.loading import PackSettings
 from ..runtimes.base import Runtime
 from ..store import Store
-from .admission import Admission
+from .admission import Admission, FairAdmission
 from .approval import Approver
 from .execute import Executor
 from .limits import Limits
@@ -36,8 +37,8 @@ log = logging.getLogger("codemode.server")
 @dataclass(frozen=True)
 class Description:
     """``describe_api``'s answer: ``name``, ``signature``, ``summary``, ``description`` and the
-    ``input`` and ``output`` fields (docs/reference/describe.md). The capability id is deliberately
-    absent."""
+    ``input`` and ``output`` fields, and ``returns``, the result's type when it is not an object
+    (docs/reference/describe.md). The capability id is deliberately absent."""
 
     name: str
     signature: str
@@ -45,15 +46,19 @@ class Description:
     description: str
     input: list[dict[str, Any]]
     output: list[dict[str, Any]]
+    #: The result's type when it is not an object (a function returning ``str``): ``output`` is
+    #: then empty. None for an object result.
+    returns: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object ``describe_api`` answers with (docs/reference/describe.md).
 
         Returns:
             ``{name, signature, summary, description, input, output}``; ``input`` and ``output``
-            are lists of ``{name, type, required}`` (and ``default`` for an input with one).
+            are lists of ``{name, type, required}`` (and ``default`` for an input with one); plus
+            ``returns`` when the result is not an object.
         """
-        return {
+        out = {
             "name": self.name,
             "signature": self.signature,
             "summary": self.summary,
@@ -61,6 +66,9 @@ class Description:
             "input": [dict(i) for i in self.input],
             "output": [dict(o) for o in self.output],
         }
+        if self.returns is not None:
+            out["returns"] = self.returns
+        return out
 
 
 class Builder:
@@ -301,6 +309,7 @@ class Server:
             max_results=plan.limits.max_search_results,
             max_response_bytes=plan.limits.max_search_response_bytes,
         )
+        self._suggester = Suggester(list(self._by_name))  # from the catalog search_api shows everyone
         self._executor = Executor(plan)
         self._started = False
         self._start_lock: asyncio.Lock | None = None
@@ -324,6 +333,12 @@ class Server:
     def capabilities(self) -> list[CompiledCapability]:
         """The enabled capabilities, compiled (name, id, shapes, signature), in registration order."""
         return list(self._by_name.values())
+
+    @property
+    def slots(self) -> FairAdmission:
+        """The worker slots (``max_concurrent_executions``): how many are free and how many executes
+        wait, for metrics. Read it; taking or giving back a slot is the server's own business."""
+        return self._executor.slots
 
     def search(self, query: str) -> SearchResponse:
         """``search_api``: capabilities ranked for a task description (docs/reference/search.md).
@@ -354,11 +369,13 @@ class Server:
             Its :class:`Description`.
 
         Raises:
-            NotFound: no enabled capability has that name.
+            NotFound: no enabled capability has that name (its detail ``did you mean <name>?``
+                names the closest enabled one, when one is close).
         """
         cap = self._by_name.get(name) if isinstance(name, str) else None
         if cap is None:
-            raise NotFound()
+            close = self._suggester.closest(name) if isinstance(name, str) else None
+            raise NotFound(f"did you mean {close}?" if close is not None else None)
         return Description(**describe_document(cap))
 
     async def start(self) -> None:
