@@ -6,7 +6,8 @@ replay, a filled store, another catalog, a policy that now denies).
 - A client that walks away leaves a record that must be gone once its time has passed, whether or
   not anything else happens on the host afterwards: the row is gone from the SQLite table (before
   9cf3d51 only the next suspension swept, so on a quiet host the record, with the handler results it
-  holds, stayed in the store for ever), also when the host that wrote it stopped (open: xfail).
+  holds, stayed in the store for ever), also when the host that wrote it stopped (before, the
+  next host swept only once it suspended something).
 - A replay feeds back what could differ between runs (hash(), dict order, floats, attempt errors,
   prints, a mutated result) and counts steps near the limit once.
 - A ``request_state`` that is not this subject's own live one is one and the same error, whatever it
@@ -111,11 +112,6 @@ async def test_a_state_after_its_decline_is_the_same_error() -> None:
         await server.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the expiry sweep starts at a host's first suspension (9cf3d51), not when the host starts: a "
-    "record left by a host that stopped stays in the store until a later host suspends something",
-)
 async def test_a_record_left_by_a_host_that_stopped_is_gone_after_its_time(tmp_path: Path) -> None:
     """A host stops (a restart, a rolling update) while a question waits and nobody retries: the
     next host on the same store, which only runs executes that ask nothing, still drops the row at

@@ -998,6 +998,8 @@ class Executor:
         approver: Approver | None,
         resume: Resume | None,
     ) -> ExecuteResult:
+        if self.suspensions is not None:  # expired records go on time, this host's or a stopped one's
+            self.suspensions.sweep_on_time()
         trace: Trace = self.tracer.start(subject.id, trace_context) if self.tracer is not None else NULL_TRACE
         hold = await self._hold(subject.id, trace) if self.subject_quota else None
         self.observer.execute_started(subject.id)

@@ -293,8 +293,7 @@ class Suspensions:
             body=body,
         )
         await self._sweep(now)
-        if self._sweeper is None:  # from the first suspension on, expired records go on time too
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweeping())
+        self.sweep_on_time()
         try:
             await self.store.suspend(
                 record, max_records=limits.max_pending_approvals, max_bytes=limits.max_suspension_bytes
@@ -311,6 +310,13 @@ class Suspensions:
             await self.store.drop(record_id)
         except Exception as exc:  # it expires instead
             log.warning("dropping a suspension failed: %s", type(exc).__name__)
+
+    def sweep_on_time(self) -> None:
+        """Start the expiry sweep, once (it runs until :meth:`aclose`). The executor starts it at the
+        host's first execute, so records a stopped host left behind go on time too, not only after
+        this host suspends something."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweeping())
 
     async def _sweeping(self) -> None:
         """Sweep expired records every ``max_approval_time`` (at most a minute, at least a second):
