@@ -246,3 +246,19 @@ def test_the_packs_page_example_runs_as_written(tmp_path: Path) -> None:
 
     source = block_with("docs/packs.md", "from codemode_capabilities.state import pack")
     assert run_script(source, tmp_path, "state_demo.py") == ["1", "2", "1"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_prefix_is_plain_text_not_a_pattern(kind: str, tmp_path: Path) -> None:
+    from codemode.store.sqlite import SqliteStore
+
+    store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "store.sqlite3")
+    async with build(store) as server:
+        for key in ["a%b", "axb", "a_c", "abc", "A%b", "a\\%"]:
+            await run(server, f"return state.put(key={key!r}, value=1)")
+        listed = await run(server, "return [e['key'] for e in state.list(prefix='a%')['keys']]")
+        assert listed == ["a%b"]
+        listed = await run(server, "return [e['key'] for e in state.list(prefix='a_')['keys']]")
+        assert listed == ["a_c"]
+        listed = await run(server, "return [e['key'] for e in state.list(prefix='a\\\\')['keys']]")
+        assert listed == ["a\\%"]
