@@ -55,6 +55,19 @@ def test_a_batch_cannot_stand_for_a_pending_single_call() -> None:
         journal.replay_batch([DELETE_1])
 
 
+def test_a_batch_sent_in_another_order_diverges() -> None:
+    """A batch of the recorded prefix, or the pending batch, with its calls in another order gets
+    no recorded results and no answer."""
+    prefix = [_entry(*DELETE_1, True), _entry(*DELETE_2, True)]
+    journal = Journal(prefix, Pending(CREATE[0], CREATE[1], False), "accept")
+    with pytest.raises(ReplayDiverged):
+        journal.replay_batch([DELETE_2, DELETE_1])
+    pending = Journal([], _batch_pending(), "accept")
+    with pytest.raises(ReplayDiverged):
+        pending.replay_batch([DELETE_2, DELETE_1])
+    assert pending.batch_answers == {}
+
+
 @pytest.mark.parametrize(
     "sent",
     [
