@@ -262,3 +262,24 @@ async def test_a_prefix_is_plain_text_not_a_pattern(kind: str, tmp_path: Path) -
         assert listed == ["a_c"]
         listed = await run(server, "return [e['key'] for e in state.list(prefix='a\\\\')['keys']]")
         assert listed == ["a\\%"]
+
+
+@pytest.mark.timeout(120)
+async def test_serve_stdio_keeps_keys_between_executes_of_one_session(tmp_path: Path) -> None:
+    """``codemode serve --stdio --pack codemode_capabilities.state:pack`` (no data dir: memory), the
+    official client over stdio: put in one execute, get in the next."""
+    from mcp import StdioServerParameters
+
+    from .support_mcp import child_env, cli_command
+
+    argv = cli_command("serve", "--stdio", "--allow-all", "--pack", "codemode_capabilities.state:pack")
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=child_env(), cwd=str(tmp_path))
+    async with Client(params, mode="legacy") as client:
+        put = "def main():\n    return state.put(key='todo', value=['milk'], ttl=600)\n"
+        assert execute_value(await call(client, "execute", source=put)) == {"version": 1}
+        get = "def main():\n    return state.get(key='todo')\n"
+        assert execute_value(await call(client, "execute", source=get)) == {
+            "found": True,
+            "value": ["milk"],
+            "version": 1,
+        }
