@@ -71,6 +71,21 @@ async def _exported(tmp_path: Path) -> Exported:
             refused = await client.post(srv.mcp_url, headers={"Authorization": "Bearer wrong"}, json={})
         assert refused.status_code == 401
         text = (await http_get(srv.metrics_url)).text
+        values = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+        # The gauges are the server's own slots; each of the 3 executes took one worker of the pool.
+        assert values[("codemode_execution_slots", ())] == app_settings.max_concurrent_executions
+        assert (
+            values[("codemode_execution_slots_held", ())]
+            == values[("codemode_execution_slot_waiters", ())]
+            == 0
+        )
+        handed = [values[("codemode_pool_handouts_total", (("warm", w),))] for w in ("true", "false")]
+        assert sum(handed) == 3, handed
+        assert values[("codemode_execute_limits_total", (("kind", "steps"),))] == 1
         out = Exported()
         for family in text_string_to_metric_families(text):
             names = set().union(*(set(s.labels) for s in family.samples)) if family.samples else set()

@@ -233,7 +233,7 @@ class Service:
         self.pool: WarmPool | ReusePool | None = (
             self.server.runtime if isinstance(self.server.runtime, WarmPool | ReusePool) else None
         )
-        self.metrics = Metrics(self.pool)
+        self.metrics = Metrics(self.pool, slots=self.server.slots)
         self.audit = AuditLog()
         for problem in self.problems:
             self.metrics.startup_problems.labels(problem.component, problem.detail[:300]).set(1)
