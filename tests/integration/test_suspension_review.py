@@ -35,7 +35,7 @@ from tests import postgres
 
 from .support_approval import AskDeletes, create_then_delete
 from .support_mcp import error_text, execute_report, execute_value, ledger, wait_until
-from .test_suspension import DECLINED, STATE_ERROR, ask, deleted, mcp, retry, served, store_of
+from .test_suspension import DECLINED, STATE_ERROR, ask, deleted, mcp, retry, served, share, store_of
 
 
 def _rows(path: Path) -> int:
@@ -250,3 +250,28 @@ async def test_postgresql_gone_between_the_question_and_the_answer_fails_closed(
     finally:
         await server.aclose()
         await relay.cut()
+
+
+async def test_a_decline_wins_over_a_policy_that_now_allows() -> None:
+    """Between the question and the answer the policy stops asking (allows everything): the user's
+    decline still decides the pending call, and the replayed create is not run again."""
+    records = RecordStore()
+    one, _ = served(records=records)
+    two, _ = served(records=records)
+    share(one, two)
+    two._executor.authorizer = codemode.authz.allow_all()
+    src = (
+        "def main():\n"
+        '    r = records.create(title="milk")\n'
+        '    return attempt(records.delete, id=r["id"])["ok"]\n'
+    )
+    try:
+        async with mcp(one) as a, mcp(two) as b:
+            first = await ask(a, src)
+            done = await retry(b, src, first.request_state or "", DECLINED)
+        assert execute_value(done) is False
+        assert ledger(done) == [("records.create", "ok"), ("records.delete", "declined")]
+        assert not deleted(records, 1) and len(records.search("alice", None, None, None).records) == 1
+    finally:
+        await one.aclose()
+        await two.aclose()
