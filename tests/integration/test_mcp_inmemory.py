@@ -80,7 +80,7 @@ async def test_tools_list_exact(mode: str) -> None:
     item = outputs["execute"]["properties"]["calls"]["items"]
     assert item["properties"]["outcome"]["enum"] == [
         "ok", "denied", "policy failure", "invalid arguments", "failed", "limit exceeded",
-        "interrupted", "not run", "declined",
+        "interrupted", "not run", "declined", "replay diverged",
     ]  # fmt: skip
 
 
