@@ -101,6 +101,7 @@ MODULES = (
     "codemode.packs.jsonschema",
     "codemode.packs.lifecycle",
     "codemode.packs.loading",
+    "codemode.packs.off_loop",
     "codemode.packs.redaction",
     "codemode.packs.health",
     "codemode.packs.registry",

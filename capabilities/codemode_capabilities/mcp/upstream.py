@@ -509,7 +509,7 @@ class _Tool:
         if result.is_error:
             text = _text_of(result.content)
             budget.returned(subject.id, len(text.encode("utf-8")))
-            shown = upstream_error_text(cfg.name, text, secrets=secrets)
+            shown = await Redactor.off_loop(subject.id, len(text), _error_text, cfg.name, text, secrets)
             if not shown:
                 log.warning("upstream %r: %s returned isError without text", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
@@ -519,11 +519,21 @@ class _Tool:
             if not isinstance(value, dict):
                 log.warning("upstream %r: %s returned no structuredContent object", cfg.name, self.cap_id)
                 raise UpstreamCallFailed(self.cap_id)
-            budget.returned(subject.id, len(json.dumps(value, ensure_ascii=False).encode("utf-8")))
-            return upstream_result(cfg.name, value, secrets=secrets)
+            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+            budget.returned(subject.id, size)
+            return await Redactor.off_loop(subject.id, size, _answer, cfg.name, value, secrets)
         text = _text_of(result.content)
         budget.returned(subject.id, len(text.encode("utf-8")))
-        return upstream_result(cfg.name, {"text": text}, secrets=secrets)
+        return await Redactor.off_loop(subject.id, len(text), _answer, cfg.name, {"text": text}, secrets)
+
+
+# A large answer or error text is redacted off the serving loop (codemode.packs.off_loop).
+def _error_text(upstream: str, text: str, secrets: list[str]) -> str:
+    return upstream_error_text(upstream, text, secrets=secrets)
+
+
+def _answer(upstream: str, value: dict[str, Any], secrets: list[str]) -> dict[str, Any]:
+    return upstream_result(upstream, value, secrets=secrets)
 
 
 def _compile_tools(

@@ -155,6 +155,10 @@ def reason(response: httpx.Response, body: bytes, redactor: Redactor) -> tuple[s
     return text[:MAX_REASON], found
 
 
+def _redacted_json(raw: bytes, redactor: Redactor) -> tuple[Any, int]:
+    return redactor.value(json.loads(raw))
+
+
 def _form(body: Mapping[str, Any]) -> dict[str, str | list[str]]:
     out: dict[str, str | list[str]] = {}
     for name, value in body.items():
@@ -259,7 +263,9 @@ class Handler:
         if not 200 <= response.status_code < 300:
             # An authentication answer may echo part of the host's credential: status only.
             why, found = (
-                ("", 0) if response.status_code in (401, 403, 407) else reason(response, raw, http.redactor)
+                ("", 0)
+                if response.status_code in (401, 403, 407)
+                else await Redactor.off_loop(subject.id, len(raw), reason, response, raw, http.redactor)
             )
             if found:
                 log.warning(
@@ -269,7 +275,10 @@ class Handler:
         if op.empty_result:
             return {}
         try:
-            value, redacted = http.redactor.value(json.loads(raw))
+            # A large answer is parsed and redacted off the serving loop (codemode.packs.off_loop).
+            value, redacted = await Redactor.off_loop(
+                subject.id, len(raw), _redacted_json, raw, http.redactor
+            )
         except (ValueError, RecursionError):
             log.warning(
                 "api %r: %s returned a body that is not usable JSON (%s)",

@@ -62,13 +62,14 @@ import secrets
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 # numpy after regopy: codemode/__init__.py loads regopy first (else RegoAuthorizer aborts the
 # process in rego_bundle_save once numpy has loaded the system's libstdc++).
 import numpy as np
 
+from .off_loop import off_loop
 from .unescaping import View, decoded_views
 
 __all__ = [
@@ -82,6 +83,8 @@ __all__ = [
     "replaced",
     "spellings",
 ]
+
+T = TypeVar("T")
 
 MARK = "[redacted]"
 #: Spellings shorter than this count only where they stand alone.
@@ -541,6 +544,24 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return bool(self.matcher)
+
+    @staticmethod
+    async def off_loop(subject: str, size: int, job: Callable[..., T], *args: Any) -> T:
+        """Run a redaction (``job(*args)``, any of this module's or ``upstream_error_text``,
+        ``upstream_result``) from an async handler without stalling the serving loop: one of
+        ``size`` 8 KiB or more runs on the host's redaction threads, at most one at a time for each
+        subject; a shorter one inline (:mod:`codemode.packs.off_loop`).
+
+        Args:
+            subject: the subject the call is for (``subject.id``).
+            size: the size of the text or JSON body the job reads.
+            job: the redaction.
+            *args: its arguments.
+
+        Returns:
+            What ``job`` returned (or raises what it raised).
+        """
+        return await off_loop(subject, size, job, *args)
 
     def redact(self, text: str) -> tuple[str, int]:
         """Replace every whole spelling of a secret.
