@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from codemode import AgentError, CallContext, Capability, InvalidArguments, Limits
+from codemode import AgentError, CallContext, Capability, InvalidArguments, Limits, ResourceLimit
 from codemode.authz import Subject
 from codemode.packs import PackSettings, StateConflict, Store
 
@@ -56,6 +56,8 @@ DEFAULT_LIST_LIMIT = 50
 MAX_LIST_LIMIT = 100
 #: The ``AgentError`` text of a compare-and-set that found another version.
 VERSION_CONFLICT = "version conflict"
+#: The most bytes a ``state.get`` result adds around its value's JSON text (the largest version).
+_GET_BYTES = len('{"found":true,"value":,"version":9223372036854775807}')
 
 
 @dataclass
@@ -200,6 +202,29 @@ def _limits(ctx: CallContext) -> Limits:
     return ctx.limits if ctx.limits is not None else Limits()
 
 
+def _depth(value: Any) -> int:
+    """The nesting depth of a JSON-shaped value as the value limits count it (a scalar: 1)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            todo.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            todo.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _readable(value: Any, text: str, limits: Limits) -> None:
+    """Refuse a value whose ``state.get`` result would not fit the value limits (that result wraps it
+    one level deeper and in more bytes than ``put``'s arguments): stored, it could never be read."""
+    if (
+        len(text.encode("utf-8")) + _GET_BYTES > limits.max_value_bytes
+        or _depth(value) + 1 > limits.max_value_depth
+    ):
+        raise ResourceLimit("value size")
+
+
 def _expect(expect: int | None) -> int | None:
     if expect is not None and expect < 0:
         raise InvalidArguments('argument "expect" must be 0 or more')
@@ -243,6 +268,8 @@ class StateHandlers:
         Raises:
             AgentError: ``version conflict``.
             InvalidArguments: a key, ``ttl`` or ``expect`` out of bounds, or a value no store keeps.
+            ResourceLimit: ``value size``: the value's ``state.get`` result would not fit the value
+                limits.
         """
         key = _key("key", args.key)
         if args.ttl is not None and not 1 <= args.ttl <= MAX_TTL:
@@ -250,6 +277,7 @@ class StateHandlers:
         text = json.dumps(args.value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         now = time.time()
         limits = _limits(ctx)
+        _readable(args.value, text, limits)
         try:
             entry = await _store(ctx).state_put(
                 subject.id,
