@@ -232,3 +232,51 @@ async def test_every_value_put_accepts_can_be_read_back(store: Any) -> None:
         for key in listed:
             got = await outcome(server, f"return state.get(key={key!r})['found']")
             assert got is True, (key, got)
+
+
+WALKED = [
+    "a%b",
+    "axb",
+    "a_c",
+    "a\\%",
+    "A%b",
+    "Z",
+    "a",
+    "\u00e9",
+    "\uffff",
+    "\U00010000",
+    "\U0010ffff",
+    "a\U0001f600",
+]
+
+
+async def test_every_store_walks_pages_in_code_point_order_and_a_prefix_is_plain_text(store: Any) -> None:
+    """One order on every store (PostgreSQL's "C" collation, SQLite's bytes, Python's code points),
+    so a cursor neither skips nor repeats a key; ``%``, ``_`` and ``\\`` match only themselves."""
+    async with build(store) as server:
+        for key in WALKED:
+            await run(server, f"return state.put(key={key!r}, value=1)")
+        walk = """
+seen = []
+after = None
+for _ in range(50):
+    page = state.list(prefix=%r, after=after, limit=1) if after else state.list(prefix=%r, limit=1)
+    seen.extend([e['key'] for e in page['keys']])
+    after = page.get('next')
+    if not after:
+        break
+return seen
+"""
+        for prefix in ["", "a", "a%", "a_", "a\\", "\U0001f600"]:
+            got = await run(server, walk % (prefix, prefix))
+            assert got == sorted(k for k in WALKED if k.startswith(prefix)), prefix
+
+
+async def test_parallel_puts_cannot_overshoot_a_quota(store: Any) -> None:
+    async with build(store, max_state_keys=3, max_state_bytes=1000, max_parallel_calls=10) as server:
+        burst = "return parallel([(state.put, {'key': 'k%d' % i, 'value': 'v' * 100}) for i in range(10)])"
+        assert await outcome(server, burst) == "error: resource limit exceeded: state keys"
+        assert len((await run(server, "return state.list()"))["keys"]) == 3
+        burst = "return parallel([(state.put, {'key': 'b%d' % i, 'value': 'v' * 400}) for i in range(10)])"
+        assert await outcome(server, burst, MALLORY) == "error: resource limit exceeded: state bytes"
+        assert len((await run(server, "return state.list()", MALLORY))["keys"]) == 2
