@@ -6,6 +6,7 @@ whole output must be identical whether or not another subject holds keys (no sig
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -280,3 +281,48 @@ async def test_parallel_puts_cannot_overshoot_a_quota(store: Any) -> None:
         burst = "return parallel([(state.put, {'key': 'b%d' % i, 'value': 'v' * 400}) for i in range(10)])"
         assert await outcome(server, burst, MALLORY) == "error: resource limit exceeded: state bytes"
         assert len((await run(server, "return state.list()", MALLORY))["keys"]) == 2
+
+
+async def test_no_argument_names_a_namespace(store: Any) -> None:
+    async with build(store) as server:
+        await run(server, "return state.put(key='secret', value=1)")
+        for call in [
+            "state.get, key='secret', subject='tenant'",
+            "state.get, key='secret', subject_id='tenant'",
+            "state.list, namespace='tenant'",
+            "state.put, key='secret', value=2, owner='tenant'",
+            "state.delete, key='secret', subject='tenant'",
+        ]:
+            got = await outcome(server, f"return attempt({call})", MALLORY)
+            assert got["ok"] is False and got["error"].startswith("invalid capability arguments"), (call, got)
+        assert await run(server, "return state.get(key='secret')") == {
+            "found": True,
+            "value": 1,
+            "version": 1,
+        }
+
+
+async def test_a_prefix_policy_holds_against_path_like_keys() -> None:
+    """Keys are literal text: ``public/../private/a`` passes a ``public/`` policy and is its own key,
+    never ``private/a``; a listing under ``public/`` with a cursor past it shows nothing else."""
+    rego = pytest.importorskip("codemode.authz.rego")
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "packs.md").read_text()
+    (policy,) = [b for b in re.findall(r"^```rego\n(.*?)^```", text, re.M | re.S) if "public/" in b]
+    store = MemoryStore()
+    async with build(store) as open_server:
+        await run(open_server, "return state.put(key='private/a', value='hidden')")
+    authorizer = rego.RegoAuthorizer("data.codemode.authz.allow", {"authz.rego": policy})
+    builder = codemode.Builder(authorizer=authorizer, store=store)
+    async with builder.register(*capabilities()).build() as server:
+        got = await run(server, "return state.get(key='public/../private/a')")
+        assert got == {"found": False, "value": None, "version": 0}
+        await run(server, "return state.put(key='public/../private/a', value='mine')")
+        listed = await run(server, "return state.list(prefix='public/', after='public/')")
+        assert [e["key"] for e in listed["keys"]] == ["public/../private/a"]
+        assert (
+            await outcome(server, "return state.list(prefix='', after='public/')")
+            == "error: permission denied"
+        )
+    async with build(store) as open_server:
+        assert (await run(open_server, "return state.get(key='private/a')"))["value"] == "hidden"
