@@ -6,6 +6,7 @@ whole output must be identical whether or not another subject holds keys (no sig
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -326,3 +327,26 @@ async def test_a_prefix_policy_holds_against_path_like_keys() -> None:
         )
     async with build(store) as open_server:
         assert (await run(open_server, "return state.get(key='private/a')"))["value"] == "hidden"
+
+
+@pytest.mark.timeout(180)
+async def test_a_burst_of_large_parallel_puts_does_not_fail_another_subjects_calls(store: Any) -> None:
+    """The store is shared (SQLite's one thread, PostgreSQL's pool of 8 connections and its 2 s
+    answer bound): one subject's executes, each a parallel(...) of ten 90 KB puts, run beside
+    another subject's gets, which all answer."""
+    async with build(store) as server:
+        await run(server, "return state.put(key='mine', value='alice')")
+        burst = (
+            "for r in range(3):\n"
+            "    rs = parallel([(state.put, {'key': 'k%d' % i, 'value': 'x' * 90000}) for i in range(10)])\n"
+            "    if not all([x['ok'] for x in rs]):\n"
+            "        fail(rs)\n"
+            "return len(rs)"
+        )
+
+        async def alice() -> list[Any]:
+            return [await outcome(server, "return state.get(key='mine')['value']") for _ in range(6)]
+
+        results = await asyncio.gather(*(outcome(server, burst, MALLORY) for _ in range(4)), alice())
+        assert results[-1] == ["alice"] * 6, results[-1]
+        assert results[:-1] == [10] * 4, results[:-1]
