@@ -33,6 +33,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import client_text
+from codemode.packs.health import upstream_restarts
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack, upstream_mcp_pack
 
@@ -93,6 +94,7 @@ async def test_a_dead_upstream_is_started_again_and_the_host_says_why(
 ) -> None:
     pack, server = shared
     first = await server.execute(run("return hostile.pid()"), subject=BOB)
+    restarts = upstream_restarts().get("hostile", 0)
     with caplog.at_level(logging.WARNING, logger="codemode.capabilities.mcp_upstream"):
         with pytest.raises(codemode.CapabilityFailure) as info:
             await server.execute(run("return hostile.crash()"), subject=ALICE)
@@ -100,6 +102,8 @@ async def test_a_dead_upstream_is_started_again_and_the_host_says_why(
         again = await server.execute(run("return hostile.pid()"), subject=BOB)
     assert again != first and pack.pools["hostile"].starts == 2
     assert "the server ended the connection" in caplog.text
+    # One session ended: codemode_upstream_restarts_total{upstream="hostile"} counts one (issue 35 §4).
+    assert upstream_restarts().get("hostile", 0) == restarts + 1
 
 
 async def test_restarts_are_charged_to_the_tenant_who_crashes_the_server_not_to_everyone(

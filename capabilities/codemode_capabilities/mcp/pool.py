@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from codemode import ResourceLimit
+from codemode.packs import upstream_restarted
 
 from .session import (
     Launch,
@@ -150,6 +151,7 @@ class SessionPool:
         log.info("upstream %r: a restart charged to %s: %s", self.upstream, who, why)
 
     def _died(self, subjects: list[str | None], why: str) -> None:
+        upstream_restarted(self.upstream)  # one session ended: codemode_upstream_restarts_total
         for subject in subjects:
             if subject is not None or self.tenancy == "shared":
                 self.charge(subject, why)
@@ -322,6 +324,7 @@ class SessionPool:
         except BaseException as exc:
             if session.attempts == attempts or session.starter is not asyncio.current_task():
                 raise  # no start was tried by this call
+            upstream_restarted(self.upstream)  # a failed start: counted as one
             self.charge(subject_id, f"a start failed for {cap_id}: {brief(exc)}")
             # The caller left (its execute ended or was cancelled) or its deadline cut the start
             # short: that is its own doing, never a failed start of the server's.

@@ -3,14 +3,16 @@ top-level ``codemode`` names and ``codemode.authz``.
 
 Re-exported here: the pack protocol and loading (``loading``), a pack's lifecycle (``lifecycle``),
 JSON Schema to shapes (``jsonschema``), credential redaction (``redaction``), the naming, text and
-error rules upstream packs share (``upstream``), the catalog bounds a pack builds against, and the
-store's interface a handler reaches as ``ctx.store`` (``codemode.store``: the state pack). The
+error rules upstream packs share (``upstream``), what a pack reports about its upstreams' health
+(``health``), the catalog bounds a pack builds against, and the store's interface a handler reaches
+as ``ctx.store`` (``codemode.store``: the state pack). The
 packs that ship (``codemode_capabilities``) import only these. The decorator form is ``registry``.
 See docs/packs.md."""
 
 from ..catalog.answers import AnswerBounds
 from ..catalog.capability import MAX_CAPABILITIES, MAX_ID_BYTES
 from ..store import StateConflict, StateEntry, Store, StoreFull, StoreUnavailable
+from .health import upstream_restarted
 from .jsonschema import Dialect, Unsupported, compile_schema, record_of
 from .lifecycle import Lifecycle, LoadedPack, PackOpenError
 from .loading import Pack, PackError, PackSettings, load_pack, load_packs, pack_capabilities, split_specs
@@ -69,5 +71,6 @@ __all__ = [
     "summary_of",
     "unique_by_name",
     "upstream_error_text",
+    "upstream_restarted",
     "upstream_result",
 ]
