@@ -312,8 +312,9 @@ def protocols() -> list[type]:
     from codemode.mcp import Resolver
     from codemode.packs import Lifecycle, Pack
     from codemode.service.auth import Authenticator
+    from codemode.store import Store
 
-    return [Runtime, Sandbox, authz.Authorizer, Resolver, Observer, Pack, Lifecycle, Authenticator]
+    return [Runtime, Sandbox, authz.Authorizer, Resolver, Observer, Pack, Lifecycle, Authenticator, Store]
 
 
 def inherited_doc(cls: type, name: str) -> str:

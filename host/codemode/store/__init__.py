@@ -133,6 +133,8 @@ class Store(Protocol):
         Raises:
             StoreFull: a bound was reached (kind ``suspensions`` or ``suspension bytes``).
             StoreUnavailable: the store could not answer.
+            ValueError: the id is taken, or a text holds U+0000 or a lone surrogate
+                (:mod:`codemode.store.rules`).
         """
         ...
 
@@ -240,6 +242,7 @@ class Store(Protocol):
             StateConflict: ``expect`` did not match.
             StoreFull: a bound was reached (kind ``state keys`` or ``state bytes``).
             StoreUnavailable: the store could not answer.
+            ValueError: a text holds U+0000 or a lone surrogate (:mod:`codemode.store.rules`).
         """
         ...
 

@@ -71,17 +71,7 @@ class MemoryStore:
     # -- suspensions ---------------------------------------------------------------------------
 
     async def suspend(self, record: Suspension, *, max_records: int, max_bytes: int) -> None:
-        """Keep ``record`` as pending (:meth:`codemode.store.Store.suspend`).
-
-        Args:
-            record: the suspension (its id is new).
-            max_records: pending suspensions its subject may have (this one included).
-            max_bytes: bytes its subject's pending suspensions may hold.
-
-        Raises:
-            StoreFull: kind ``suspensions`` or ``suspension bytes``.
-            ValueError: the id is taken, or a text holds U+0000 or a lone surrogate.
-        """
+        """Keep ``record`` as pending (:meth:`codemode.store.Store.suspend`)."""
         check_texts(record.id, record.subject_id, record.source, record.body)
         if record.id in self._suspensions:
             raise ValueError("a suspension with this id exists")
@@ -96,16 +86,7 @@ class MemoryStore:
         self._pending.setdefault(record.subject_id, {})[record.id] = record
 
     async def claim(self, record_id: str, subject_id: str, now: float) -> Suspension | None:
-        """Take a pending suspension (:meth:`codemode.store.Store.claim`).
-
-        Args:
-            record_id: the id.
-            subject_id: the subject asking.
-            now: the time.
-
-        Returns:
-            The record, or None (absent, another subject's, expired or claimed).
-        """
+        """Take a pending suspension (:meth:`codemode.store.Store.claim`)."""
         held = self._suspensions.get(record_id)
         if (
             held is None
@@ -124,24 +105,13 @@ class MemoryStore:
             del self._pending[record.subject_id]
 
     async def drop(self, record_id: str) -> None:
-        """Forget a suspension (:meth:`codemode.store.Store.drop`).
-
-        Args:
-            record_id: the id (unknown ids are ignored).
-        """
+        """Forget a suspension (:meth:`codemode.store.Store.drop`)."""
         held = self._suspensions.pop(record_id, None)
         if held is not None:
             self._unpend(held.record)
 
     async def expire(self, now: float) -> int:
-        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`).
-
-        Args:
-            now: the time.
-
-        Returns:
-            How many records went.
-        """
+        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`)."""
         gone = [i for i, h in self._suspensions.items() if expired(h.record.expires, now)]
         for record_id in gone:
             self._unpend(self._suspensions.pop(record_id).record)
@@ -151,14 +121,7 @@ class MemoryStore:
         return count
 
     async def pending(self, subject_id: str | None = None) -> int:
-        """Pending suspensions (:meth:`codemode.store.Store.pending`).
-
-        Args:
-            subject_id: one subject's, or None: all.
-
-        Returns:
-            How many.
-        """
+        """Pending suspensions (:meth:`codemode.store.Store.pending`)."""
         if subject_id is not None:
             return len(self._pending.get(subject_id, {}))
         return sum(len(mine) for mine in self._pending.values())
@@ -166,16 +129,7 @@ class MemoryStore:
     # -- state ---------------------------------------------------------------------------------
 
     async def state_get(self, subject_id: str, key: str, now: float) -> StateEntry | None:
-        """The subject's key (:meth:`codemode.store.Store.state_get`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            now: the time.
-
-        Returns:
-            The entry, or None (absent or expired).
-        """
+        """The subject's key (:meth:`codemode.store.Store.state_get`)."""
         keys = self._state.get(subject_id)
         entry = keys.entries.get(key) if keys is not None else None
         return None if entry is None or expired(entry.expires, now) else entry
@@ -192,26 +146,7 @@ class MemoryStore:
         max_keys: int,
         max_bytes: int,
     ) -> StateEntry:
-        """Set the subject's key (:meth:`codemode.store.Store.state_put`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            value: the value's JSON text.
-            expect: the version it must have (0: absent; None: any).
-            expires: when it goes (None: never).
-            now: the time.
-            max_keys: keys the subject may have.
-            max_bytes: bytes (keys and values) the subject's keys may hold.
-
-        Returns:
-            The new entry.
-
-        Raises:
-            StateConflict: ``expect`` did not match.
-            StoreFull: kind ``state keys`` or ``state bytes``.
-            ValueError: a text holds U+0000 or a lone surrogate.
-        """
+        """Set the subject's key (:meth:`codemode.store.Store.state_put`)."""
         check_texts(subject_id, key, value)
         keys = self._state.get(subject_id) or _Keys()
         keys.purge(now)  # expired keys are absent and count for no bound
@@ -230,20 +165,7 @@ class MemoryStore:
         return entry
 
     async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
-        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            expect: the version it must have (0: absent; None: any).
-            now: the time.
-
-        Returns:
-            True if it was there.
-
-        Raises:
-            StateConflict: ``expect`` did not match.
-        """
+        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`)."""
         keys = self._state.get(subject_id)
         entry = keys.entries.get(key) if keys is not None else None
         live = entry if entry is not None and not expired(entry.expires, now) else None
@@ -256,18 +178,7 @@ class MemoryStore:
     async def state_list(
         self, subject_id: str, prefix: str, *, after: str | None, limit: int, now: float
     ) -> list[StateEntry]:
-        """The subject's keys (:meth:`codemode.store.Store.state_list`).
-
-        Args:
-            subject_id: the subject.
-            prefix: the keys' common start.
-            after: only keys after this one (None: from the first).
-            limit: at most this many.
-            now: the time.
-
-        Returns:
-            The entries, in key order (code points).
-        """
+        """The subject's keys (:meth:`codemode.store.Store.state_list`)."""
         held = self._state.get(subject_id)
         if held is None or limit <= 0:
             return []

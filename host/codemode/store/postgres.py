@@ -244,18 +244,7 @@ class PostgresStore:
 
     async def suspend(self, record: Suspension, *, max_records: int, max_bytes: int) -> None:
         """Keep ``record`` as pending (:meth:`codemode.store.Store.suspend`); the subject's bounds
-        are checked and the record written under the subject's advisory lock.
-
-        Args:
-            record: the suspension (its id is new).
-            max_records: pending suspensions its subject may have (this one included).
-            max_bytes: bytes its subject's pending suspensions may hold.
-
-        Raises:
-            StoreFull: kind ``suspensions`` or ``suspension bytes``.
-            StoreUnavailable: the database did not answer in time, or refused.
-            ValueError: the id is taken, or a text holds U+0000 or a lone surrogate.
-        """
+        are checked and the record written under the subject's advisory lock."""
         check_texts(record.id, record.subject_id, record.source, record.body)
 
         async def work(conn: AsyncConnection[Any]) -> str:
@@ -284,19 +273,7 @@ class PostgresStore:
             raise StoreUnavailable(f"{self.where}: codemode_suspend answered {outcome[:40]!r}")
 
     async def claim(self, record_id: str, subject_id: str, now: float) -> Suspension | None:
-        """Take a pending suspension, one winner across replicas (:meth:`codemode.store.Store.claim`).
-
-        Args:
-            record_id: the id.
-            subject_id: the subject asking.
-            now: the time.
-
-        Returns:
-            The record, or None (absent, another subject's, expired or claimed).
-
-        Raises:
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """Take a pending suspension, one winner across replicas (:meth:`codemode.store.Store.claim`)."""
         if not storable(record_id, subject_id):
             return None  # no stored record holds such a text (and PostgreSQL would refuse it)
 
@@ -313,14 +290,7 @@ class PostgresStore:
         return None if row is None else Suspension(*row)
 
     async def drop(self, record_id: str) -> None:
-        """Forget a suspension (:meth:`codemode.store.Store.drop`).
-
-        Args:
-            record_id: the id (unknown ids are ignored).
-
-        Raises:
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """Forget a suspension (:meth:`codemode.store.Store.drop`)."""
 
         async def work(conn: AsyncConnection[Any]) -> None:
             await conn.execute("DELETE FROM codemode_suspensions WHERE id = %s", (record_id,))
@@ -328,17 +298,7 @@ class PostgresStore:
         await self._run(work)
 
     async def expire(self, now: float) -> int:
-        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`).
-
-        Args:
-            now: the time.
-
-        Returns:
-            How many records went.
-
-        Raises:
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`)."""
 
         async def work(conn: AsyncConnection[Any]) -> int:
             async with conn.transaction():
@@ -351,17 +311,7 @@ class PostgresStore:
         return await self._run(work)
 
     async def pending(self, subject_id: str | None = None) -> int:
-        """Pending suspensions (:meth:`codemode.store.Store.pending`).
-
-        Args:
-            subject_id: one subject's, or None: all.
-
-        Returns:
-            How many.
-
-        Raises:
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """Pending suspensions (:meth:`codemode.store.Store.pending`)."""
 
         async def work(conn: AsyncConnection[Any]) -> int:
             if subject_id is None:
@@ -378,19 +328,7 @@ class PostgresStore:
     # -- state ---------------------------------------------------------------------------------
 
     async def state_get(self, subject_id: str, key: str, now: float) -> StateEntry | None:
-        """The subject's key (:meth:`codemode.store.Store.state_get`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            now: the time.
-
-        Returns:
-            The entry, or None (absent or expired).
-
-        Raises:
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """The subject's key (:meth:`codemode.store.Store.state_get`)."""
         if not storable(subject_id, key):
             return None
 
@@ -418,27 +356,7 @@ class PostgresStore:
         max_bytes: int,
     ) -> StateEntry:
         """Set the subject's key (:meth:`codemode.store.Store.state_put`); the version check, the
-        bounds and the write happen under the subject's advisory lock.
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            value: the value's JSON text.
-            expect: the version it must have (0: absent; None: any).
-            expires: when it goes (None: never).
-            now: the time.
-            max_keys: keys the subject may have.
-            max_bytes: bytes (keys and values) the subject's keys may hold.
-
-        Returns:
-            The new entry.
-
-        Raises:
-            StateConflict: ``expect`` did not match.
-            StoreFull: kind ``state keys`` or ``state bytes``.
-            StoreUnavailable: the database did not answer in time, or refused.
-            ValueError: a text holds U+0000 or a lone surrogate.
-        """
+        bounds and the write happen under the subject's advisory lock."""
         check_texts(subject_id, key, value)
         size = state_size(key, value)
 
@@ -469,21 +387,7 @@ class PostgresStore:
         return StateEntry(key, value, version, expires)
 
     async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
-        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            expect: the version it must have (0: absent; None: any).
-            now: the time.
-
-        Returns:
-            True if it was there.
-
-        Raises:
-            StateConflict: ``expect`` did not match.
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`)."""
         if not storable(subject_id, key):
             if expect:
                 raise StateConflict()
@@ -512,21 +416,8 @@ class PostgresStore:
     async def state_list(
         self, subject_id: str, prefix: str, *, after: str | None, limit: int, now: float
     ) -> list[StateEntry]:
-        """The subject's keys (:meth:`codemode.store.Store.state_list`).
-
-        Args:
-            subject_id: the subject.
-            prefix: the keys' common start.
-            after: only keys after this one (None: from the first).
-            limit: at most this many.
-            now: the time.
-
-        Returns:
-            The entries, in key order (code points: the ``C`` collation of a UTF8 database).
-
-        Raises:
-            StoreUnavailable: the database did not answer in time, or refused.
-        """
+        """The subject's keys (:meth:`codemode.store.Store.state_list`), in code point order: the ``C``
+        collation of a UTF8 database."""
         if not storable(subject_id, prefix, after or ""):
             return []
 

@@ -154,18 +154,7 @@ class SqliteStore:
     # -- suspensions ---------------------------------------------------------------------------
 
     async def suspend(self, record: Suspension, *, max_records: int, max_bytes: int) -> None:
-        """Keep ``record`` as pending (:meth:`codemode.store.Store.suspend`).
-
-        Args:
-            record: the suspension (its id is new).
-            max_records: pending suspensions its subject may have (this one included).
-            max_bytes: bytes its subject's pending suspensions may hold.
-
-        Raises:
-            StoreFull: kind ``suspensions`` or ``suspension bytes``.
-            StoreUnavailable: the file cannot be read or written.
-            ValueError: the id is taken, or a text holds U+0000 or a lone surrogate.
-        """
+        """Keep ``record`` as pending (:meth:`codemode.store.Store.suspend`)."""
         check_texts(record.id, record.subject_id, record.source, record.body)
 
         def work(db: sqlite3.Connection) -> str | None:
@@ -203,19 +192,7 @@ class SqliteStore:
             raise StoreFull(full)
 
     async def claim(self, record_id: str, subject_id: str, now: float) -> Suspension | None:
-        """Take a pending suspension, one winner (:meth:`codemode.store.Store.claim`).
-
-        Args:
-            record_id: the id.
-            subject_id: the subject asking.
-            now: the time.
-
-        Returns:
-            The record, or None (absent, another subject's, expired or claimed).
-
-        Raises:
-            StoreUnavailable: the file cannot be read or written.
-        """
+        """Take a pending suspension, one winner (:meth:`codemode.store.Store.claim`)."""
         if not storable(record_id, subject_id):
             return None
 
@@ -231,28 +208,11 @@ class SqliteStore:
         return None if row is None else Suspension(*row)
 
     async def drop(self, record_id: str) -> None:
-        """Forget a suspension (:meth:`codemode.store.Store.drop`).
-
-        Args:
-            record_id: the id (unknown ids are ignored).
-
-        Raises:
-            StoreUnavailable: the file cannot be written.
-        """
+        """Forget a suspension (:meth:`codemode.store.Store.drop`)."""
         await self._run(lambda db: db.execute("DELETE FROM codemode_suspensions WHERE id = ?", (record_id,)))
 
     async def expire(self, now: float) -> int:
-        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`).
-
-        Args:
-            now: the time.
-
-        Returns:
-            How many records went.
-
-        Raises:
-            StoreUnavailable: the file cannot be written.
-        """
+        """Forget every record whose time has passed (:meth:`codemode.store.Store.expire`)."""
 
         def work(db: sqlite3.Connection) -> int:
             gone = db.execute("DELETE FROM codemode_suspensions WHERE expires <= ?", (now,)).rowcount
@@ -264,17 +224,7 @@ class SqliteStore:
         return await self._run(work)
 
     async def pending(self, subject_id: str | None = None) -> int:
-        """Pending suspensions (:meth:`codemode.store.Store.pending`).
-
-        Args:
-            subject_id: one subject's, or None: all.
-
-        Returns:
-            How many.
-
-        Raises:
-            StoreUnavailable: the file cannot be read.
-        """
+        """Pending suspensions (:meth:`codemode.store.Store.pending`)."""
 
         def work(db: sqlite3.Connection) -> int:
             if subject_id is None:
@@ -291,19 +241,7 @@ class SqliteStore:
     # -- state ---------------------------------------------------------------------------------
 
     async def state_get(self, subject_id: str, key: str, now: float) -> StateEntry | None:
-        """The subject's key (:meth:`codemode.store.Store.state_get`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            now: the time.
-
-        Returns:
-            The entry, or None (absent or expired).
-
-        Raises:
-            StoreUnavailable: the file cannot be read.
-        """
+        """The subject's key (:meth:`codemode.store.Store.state_get`)."""
         if not storable(subject_id, key):
             return None
 
@@ -329,27 +267,7 @@ class SqliteStore:
         max_keys: int,
         max_bytes: int,
     ) -> StateEntry:
-        """Set the subject's key (:meth:`codemode.store.Store.state_put`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            value: the value's JSON text.
-            expect: the version it must have (0: absent; None: any).
-            expires: when it goes (None: never).
-            now: the time.
-            max_keys: keys the subject may have.
-            max_bytes: bytes (keys and values) the subject's keys may hold.
-
-        Returns:
-            The new entry.
-
-        Raises:
-            StateConflict: ``expect`` did not match.
-            StoreFull: kind ``state keys`` or ``state bytes``.
-            StoreUnavailable: the file cannot be read or written.
-            ValueError: a text holds U+0000 or a lone surrogate.
-        """
+        """Set the subject's key (:meth:`codemode.store.Store.state_put`)."""
         check_texts(subject_id, key, value)
         size = state_size(key, value)
 
@@ -386,21 +304,7 @@ class SqliteStore:
         return out
 
     async def state_delete(self, subject_id: str, key: str, *, expect: int | None, now: float) -> bool:
-        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`).
-
-        Args:
-            subject_id: the subject.
-            key: the key.
-            expect: the version it must have (0: absent; None: any).
-            now: the time.
-
-        Returns:
-            True if it was there.
-
-        Raises:
-            StateConflict: ``expect`` did not match.
-            StoreUnavailable: the file cannot be read or written.
-        """
+        """Remove the subject's key (:meth:`codemode.store.Store.state_delete`)."""
         if not storable(subject_id, key):
             if expect:
                 raise StateConflict()
@@ -424,21 +328,8 @@ class SqliteStore:
     async def state_list(
         self, subject_id: str, prefix: str, *, after: str | None, limit: int, now: float
     ) -> list[StateEntry]:
-        """The subject's keys (:meth:`codemode.store.Store.state_list`).
-
-        Args:
-            subject_id: the subject.
-            prefix: the keys' common start.
-            after: only keys after this one (None: from the first).
-            limit: at most this many.
-            now: the time.
-
-        Returns:
-            The entries, in key order (code points: SQLite compares UTF-8 bytes).
-
-        Raises:
-            StoreUnavailable: the file cannot be read.
-        """
+        """The subject's keys (:meth:`codemode.store.Store.state_list`), in code point order: SQLite
+        compares UTF-8 bytes."""
         if not storable(subject_id, prefix, after or ""):
             return []
 
