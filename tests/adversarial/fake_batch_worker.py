@@ -4,31 +4,12 @@ argv[1] names (and, when the host answers, returns its reply as the program's va
 from __future__ import annotations
 
 import json
-import struct
 import sys
 import time
 
-from codemode_worker.privileges import drop_privileges
+from worker_frames import raw, read_frame, send, start  # the script's folder is on sys.path
+
 from codemode_worker.protocol import encode_frame
-
-out = sys.stdout.buffer
-inp = sys.stdin.buffer
-
-
-def send(obj: object) -> None:
-    out.write(encode_frame(obj))
-    out.flush()
-
-
-def raw(data: bytes) -> None:
-    out.write(data)
-    out.flush()
-
-
-def read_frame() -> dict:
-    header = inp.read(4)
-    (n,) = struct.unpack(">I", header)
-    return json.loads(inp.read(n))
 
 
 def echo(value: object = "x") -> dict:
@@ -40,11 +21,7 @@ def batch(seq: int, calls: list[dict]) -> dict:
 
 
 def main() -> None:
-    mode = sys.argv[1]
-    drop_privileges()
-    assert read_frame()["k"] == "probe"
-    send({"k": "probe_ack", "v": 1})
-    read_frame()  # exec
+    mode = start()
     if mode == "reply":  # argv: reply JSON-CALLS: one batch, its reply as the value
         send(batch(1, json.loads(sys.argv[2])))
         send({"k": "final", "value": read_frame()})

@@ -9,27 +9,10 @@ import struct
 import sys
 import time
 
+from worker_frames import raw, read_frame, send  # the script's folder is on sys.path
+
 from codemode_worker.privileges import drop_privileges
 from codemode_worker.protocol import encode_frame
-
-out = sys.stdout.buffer
-inp = sys.stdin.buffer
-
-
-def send(obj: object) -> None:
-    out.write(encode_frame(obj))
-    out.flush()
-
-
-def raw(data: bytes) -> None:
-    out.write(data)
-    out.flush()
-
-
-def read_frame() -> dict:
-    header = inp.read(4)
-    (n,) = struct.unpack(">I", header)
-    return json.loads(inp.read(n))
 
 
 def nested(depth: int) -> object:

@@ -3,26 +3,9 @@ honestly, then sends what argv[1] names instead of running the program."""
 
 from __future__ import annotations
 
-import json
-import struct
-import sys
 import time
 
-from codemode_worker.privileges import drop_privileges
-from codemode_worker.protocol import encode_frame
-
-out = sys.stdout.buffer
-inp = sys.stdin.buffer
-
-
-def send(obj: object) -> None:
-    out.write(encode_frame(obj))
-    out.flush()
-
-
-def read_frame() -> dict:
-    (n,) = struct.unpack(">I", inp.read(4))
-    return json.loads(inp.read(n))
+from worker_frames import read_frame, send, start  # the script's folder is on sys.path
 
 
 def call(seq: int, name: str, args: dict, kind: str = "native_call") -> dict:
@@ -31,11 +14,7 @@ def call(seq: int, name: str, args: dict, kind: str = "native_call") -> dict:
 
 
 def main() -> None:
-    mode = sys.argv[1]
-    drop_privileges()
-    assert read_frame()["k"] == "probe"
-    send({"k": "probe_ack", "v": 1})
-    read_frame()  # exec
+    mode = start()
     if mode == "final_first":  # ends before the log and the pending call
         send({"k": "final", "value": "done"})
     elif mode == "final_after_prefix":  # the recorded create, then ends before the pending call
