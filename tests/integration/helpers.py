@@ -12,6 +12,26 @@ import codemode
 from codemode import authz
 
 
+class Events:
+    """An observer that keeps the call and execute events, in the order they were recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[codemode.CallEvent] = []
+        self.executes: list[codemode.ExecuteEvent] = []
+
+    def native_call(self, event: codemode.CallEvent) -> None:
+        self.calls.append(event)
+
+    def execute(self, event: codemode.ExecuteEvent) -> None:
+        self.executes.append(event)
+
+    def execute_started(self, subject_id: str) -> None:
+        return None
+
+    def execute_finished(self, subject_id: str) -> None:
+        return None
+
+
 @dataclass
 class LookupIn:
     key: str

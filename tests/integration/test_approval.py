@@ -29,27 +29,9 @@ from codemode.mcp import StaticSubject, create_server
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
 
+from .helpers import Events
 from .support_approval import ACCEPT, AskDeletes, User, create_then_delete
 from .support_mcp import call, error_text, execute_report, execute_value, ledger, wait_until
-
-
-class Events:
-    """Records the observer's call events."""
-
-    def __init__(self) -> None:
-        self.calls: list[codemode.CallEvent] = []
-
-    def native_call(self, event: codemode.CallEvent) -> None:
-        self.calls.append(event)
-
-    def execute(self, event: codemode.ExecuteEvent) -> None:
-        return None
-
-    def execute_started(self, subject_id: str) -> None:
-        return None
-
-    def execute_finished(self, subject_id: str) -> None:
-        return None
 
 
 def served(events: Events | None = None, **limits: Any) -> tuple[codemode.Server, RecordStore]:

@@ -19,29 +19,10 @@ from codemode.execution.approval import ApprovalRequest
 from codemode.execution.parallel import handler_share
 from codemode.execution.progress import reporting
 
-from .helpers import ALICE, EchoIn, EchoOut, Recorder, make_capabilities
+from .helpers import ALICE, EchoIn, EchoOut, Events, Recorder, make_capabilities
 from .support_mcp import wait_until
 
 BOB = authz.Subject("bob")
-
-
-class Events:
-    """The observer's call events, in the order they were recorded."""
-
-    def __init__(self) -> None:
-        self.calls: list[codemode.CallEvent] = []
-
-    def native_call(self, event: codemode.CallEvent) -> None:
-        self.calls.append(event)
-
-    def execute(self, event: codemode.ExecuteEvent) -> None:
-        return None
-
-    def execute_started(self, subject_id: str) -> None:
-        return None
-
-    def execute_finished(self, subject_id: str) -> None:
-        return None
 
 
 @dataclass

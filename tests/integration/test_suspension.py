@@ -27,32 +27,13 @@ from codemode.store.memory import MemoryStore
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
 
+from .helpers import Events
 from .support_approval import ACCEPT, AskDeletes, User, create_then_delete
 from .support_mcp import error_text, execute_report, execute_value, ledger, wait_until
 
 ACCEPTED = {"approve": ACCEPT}
 DECLINED = {"approve": types.ElicitResult(action="decline")}
 STATE_ERROR = "unknown or expired request state"
-
-
-class Events:
-    """The observer's call and execute events."""
-
-    def __init__(self) -> None:
-        self.calls: list[codemode.CallEvent] = []
-        self.executes: list[codemode.ExecuteEvent] = []
-
-    def native_call(self, event: codemode.CallEvent) -> None:
-        self.calls.append(event)
-
-    def execute(self, event: codemode.ExecuteEvent) -> None:
-        self.executes.append(event)
-
-    def execute_started(self, subject_id: str) -> None:
-        return None
-
-    def execute_finished(self, subject_id: str) -> None:
-        return None
 
 
 def served(
