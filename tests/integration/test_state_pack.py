@@ -19,27 +19,14 @@ from codemode.common.errors import client_text
 from codemode.mcp import StaticSubject, create_server
 from codemode.store import StoreUnavailable
 from codemode.store.memory import MemoryStore
-from codemode_capabilities.state import StatePack, capabilities
+from codemode_capabilities.state import StatePack
 
 from .support_mcp import call, error_text, execute_value, success_value
+from .support_state import build, main
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE = authz.Subject("alice")
 MALLORY = authz.Subject("mallory")
-
-
-def build(store: Any = None, *, authorizer: Any = None, **limits: int) -> codemode.Server:
-    builder = codemode.Builder(
-        authorizer=authorizer if authorizer is not None else authz.allow_all(),
-        store=store if store is not None else MemoryStore(),
-        limits=codemode.Limits(**limits),
-    )
-    builder.register(*capabilities())
-    return builder.build()
-
-
-def main(body: str) -> str:
-    return "def main():\n" + "".join(f"    {line}\n" for line in body.strip().splitlines())
 
 
 async def run(server: codemode.Server, body: str, subject: authz.Subject = ALICE) -> Any:

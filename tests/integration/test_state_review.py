@@ -23,6 +23,8 @@ from codemode.store.sqlite import SqliteStore
 from codemode_capabilities.state import capabilities
 from tests import postgres
 
+from .support_state import build, main
+
 ALICE = authz.Subject("tenant")
 # Subject ids that look like alice's namespace with a separator, a prefix or a case change.
 LOOKALIKES = [authz.Subject(s) for s in ("tenant/", "tenan", "TENANT", "tenant:x", "tenant\u0301")]
@@ -41,16 +43,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         dsn = request.getfixturevalue("postgres_dsn")
         postgres.reset(dsn)
         yield PostgresStore(dsn)
-
-
-def build(store: Any, **limits: int) -> codemode.Server:
-    builder = codemode.Builder(authorizer=authz.allow_all(), store=store, limits=codemode.Limits(**limits))
-    builder.register(*capabilities())
-    return builder.build()
-
-
-def main(body: str) -> str:
-    return "def main():\n" + "".join(f"    {line}\n" for line in body.strip().splitlines())
 
 
 async def run(server: codemode.Server, body: str, subject: authz.Subject = ALICE) -> Any:
