@@ -20,32 +20,19 @@ import argparse
 import asyncio
 import statistics
 import time
-from dataclasses import dataclass
 
 import codemode
 from codemode import authz
+
+from .shared_parts import In, Out, echo
 
 SUBJECT = authz.Subject("bench")
 SLEEP = 0.2
 GOAL_MS = 260.0
 
 
-@dataclass
-class In:
-    n: int
-
-
-@dataclass
-class Out:
-    n: int
-
-
 async def nap(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
     await asyncio.sleep(SLEEP)
-    return Out(args.n)
-
-
-async def echo(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
     return Out(args.n)
 
 

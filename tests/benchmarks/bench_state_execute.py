@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import codemode
@@ -30,21 +27,9 @@ from codemode.store.memory import MemoryStore
 from codemode.store.sqlite import SqliteStore
 from codemode_capabilities.state import capabilities
 
+from .shared_parts import echo, postgres_dsn
+
 SUBJECT = authz.Subject("bench")
-
-
-@dataclass
-class In:
-    n: int
-
-
-@dataclass
-class Out:
-    n: int
-
-
-async def echo(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
-    return Out(args.n)
 
 
 def programs(calls: int) -> dict[str, str]:
@@ -85,25 +70,11 @@ async def measure(name: str, store: Store, n: int, calls: int) -> None:
             )
 
 
-@contextlib.contextmanager
-def _postgres_dsn() -> Iterator[str | None]:
-    from tests import postgres
-
-    try:
-        with postgres.throwaway_database() as dsn:
-            yield dsn
-    except BaseException as exc:  # pytest's skip outside pytest: no server
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        print(f"postgres: not measured ({exc})")
-        yield None
-
-
 async def main(n: int, calls: int) -> None:
     await measure("memory", MemoryStore(), n, calls)
     with tempfile.TemporaryDirectory() as tmp:
         await measure("sqlite", SqliteStore(Path(tmp) / "store.sqlite3"), n, calls)
-    with _postgres_dsn() as dsn:
+    with postgres_dsn() as dsn:
         if dsn is not None:
             from codemode.store.postgres import PostgresStore
 

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import secrets
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from codemode.store import Store, Suspension
 from codemode.store.memory import MemoryStore
 from codemode.store.sqlite import SqliteStore
+
+from .shared_parts import postgres_dsn
 
 BIG = 10**12
 NOW = time.time()
@@ -90,20 +91,6 @@ def _print(name: str, results: dict[str, list[float]]) -> None:
         print(f"  {op:<10} p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  ({ratio})")
 
 
-@contextlib.contextmanager
-def _postgres_dsn() -> Iterator[str | None]:
-    from tests import postgres
-
-    try:
-        with postgres.throwaway_database() as dsn:
-            yield dsn
-    except BaseException as exc:  # pytest's skip outside pytest: no server
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        print(f"postgres: not measured ({exc})")
-        yield None
-
-
 async def main(ops: int, suspensions: int) -> None:
     memory = MemoryStore()
 
@@ -124,7 +111,7 @@ async def main(ops: int, suspensions: int) -> None:
         finally:
             await sqlite.aclose()
 
-    with _postgres_dsn() as dsn:
+    with postgres_dsn() as dsn:
         if dsn is None:
             return
         import psycopg

@@ -24,29 +24,16 @@ import contextlib
 import statistics
 import time
 import tracemalloc
-from dataclasses import dataclass
 from typing import Any
 
 import codemode
 from codemode import authz
 from codemode.execution.suspension import Suspended
 
+from .shared_parts import echo
+
 SUBJECT = authz.Subject("bench")
 GOAL_RATIO = 1.2
-
-
-@dataclass
-class In:
-    n: int
-
-
-@dataclass
-class Out:
-    n: int
-
-
-async def echo(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> Out:
-    return Out(args.n)
 
 
 class AskAboutGuarded:
