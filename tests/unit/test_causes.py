@@ -57,3 +57,18 @@ async def test_a_wait_for_the_reserve_names_the_reserve_not_the_slots(
     assert "6 of 8 slots were held and the 2 free were kept" in line
     assert "--reserved-slots / CODEMODE_RESERVED_SLOTS" in line
     assert "--max-concurrent-executions" not in line
+
+
+async def test_a_slot_freed_as_the_deadline_passed_does_not_blame_an_absent_reserve(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The holder gave its slot back just as the waiter's deadline passed (seen by the issue 35
+    new-user run with --reserved-slots 0): the line names the slots, never a reserve of 0."""
+    slots = FairAdmission(1, reserved=0)
+    await slots.acquire("a")
+    slots.release("a")  # free again by the time the waiter's deadline is logged
+    with caplog.at_level(logging.WARNING, logger="codemode.execution"):
+        assert deadline_passed_waiting("slot", 0.05, slots) == WAITING_FOR_SLOT
+    line = _said(caplog)
+    assert "--reserved-slots" not in line
+    assert "--max-concurrent-executions / CODEMODE_MAX_CONCURRENT_EXECUTIONS" in line

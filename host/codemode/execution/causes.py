@@ -52,7 +52,10 @@ def deadline_passed_waiting(waiting: Waiting, deadline: float, slots: FairAdmiss
             deadline,
         )
         return WAITING_FOR_WORKER
-    if slots.free > 0:  # free slots it could not take: the reserve for subjects with none in flight
+    # Free slots it could not take are the reserve for subjects with none in flight; free slots
+    # beyond the reserve (or with no reserve) came free as the deadline passed: the slots it waited
+    # for were held until then, so the line names them.
+    if 0 < slots.free <= slots.reserved:
         log.warning(
             "an execute's deadline (%gs, --max-execution-time / CODEMODE_MAX_EXECUTION_TIME) passed "
             "while it waited for a worker slot: %d of %d slots were held and the %d free were kept for "
