@@ -68,3 +68,35 @@ def test_a_limits_typo_names_the_file_and_the_close_limit(
     assert main(["serve", "--stdio", "--allow-all", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err == f"codemode: --config / CODEMODE_CONFIG: {str(bad)!r}: {problem}\n"
+
+
+def test_a_misspelt_table_name_gets_the_close_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[limit]`` for ``[limits]`` (found by issue 35's second new-user run): as close as a
+    misspelt top-level key, which gets its suggestion."""
+    bad = tmp_path / "codemode.toml"
+    bad.write_text("[limit]\nmax_execution_time = 2\n", encoding="utf-8")
+    assert main(["serve", "--stdio", "--allow-all", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"codemode: --config / CODEMODE_CONFIG: {str(bad)!r}: unknown setting 'limit' "
+        "(did you mean 'limits'?)\n"
+    )
+
+
+def test_a_typo_in_an_upstream_table_names_the_file_and_the_close_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt key of an ``[[openapi]]`` table says where it is and what was meant, as a
+    ``[limits]`` typo does (issue 35's second new-user run: 'Extra inputs are not permitted')."""
+    bad = tmp_path / "codemode.toml"
+    bad.write_text(
+        '[[openapi]]\nname = "todo"\ndocument = "todo.json"\nbase_url = "http://127.0.0.1:9"\nrenam = {}\n',
+        encoding="utf-8",
+    )
+    assert main(["serve", "--stdio", "--allow-all", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"codemode: --config / CODEMODE_CONFIG: {str(bad)!r}: upstreams: ")
+    assert "openapi[0].renam: unknown key (did you mean 'rename'?)" in err
+    assert err.count("\n") == 1

@@ -283,7 +283,9 @@ def upstream_packs(settings: Settings) -> list[tuple[str, str, Any]]:
         build = resolve_spec(UPSTREAM_TABLES)
         return list(build(settings.upstream_mcp, settings.openapi))
     except PackError as exc:
-        raise ConfigError(f"{_CONFIG}: {_one_line(str(exc))}") from None
+        origin = settings.origin()
+        where = origin if origin != "settings" else _CONFIG
+        raise ConfigError(f"{where}: {_one_line(str(exc))}") from None
 
 
 _CONFIG = "--config / CODEMODE_CONFIG"

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -214,6 +214,17 @@ class Settings(BaseSettings):
         extra="forbid",
         validate_default=True,
     )
+    #: Where these settings were read from, for problems found after loading (:meth:`origin`).
+    _origin: str = PrivateAttr(default="settings")
+
+    def origin(self) -> str:
+        """Where a problem of these settings is, for its one line: the configuration file
+        (``--config / CODEMODE_CONFIG: 'path'``) when one was read, else ``settings``.
+
+        Returns:
+            The origin, without a trailing colon.
+        """
+        return self._origin
 
     # ---------------------------------------------------------------------------- front end
     transport: Literal["stdio", "http"] | None = Field(
@@ -1158,9 +1169,11 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     _warn_misspelled()
     with _using_config(path):
         try:
-            return Settings(**overrides)
+            settings = Settings(**overrides)
         except ValidationError as exc:
             raise ConfigError(_describe(exc)) from None
+        settings._origin = _config_origin()
+        return settings
 
 
 def _describe(exc: Any) -> str:
@@ -1190,20 +1203,28 @@ def _close_setting(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _config_origin() -> str:
+    """Where a configuration problem is, for its one line: ``--config / CODEMODE_CONFIG: 'path'``
+    when a file was read (the only source of a table or an unknown key), else ``settings``.
+
+    Returns:
+        The origin, without a trailing colon.
+    """
+    where = _config_path()
+    return f"--config / {CONFIG_ENV}: {where!r}" if where else "settings"
+
+
 def _unknown_setting(key: str) -> str:
     """An unknown key: in the configuration file (the only source that can hold one), with the
-    closest setting name."""
-    where = _config_path()
-    origin = f"--config / {CONFIG_ENV}: {where!r}" if where else "settings"
-    return f"{origin}: unknown setting {key!r}{_close_setting(key, Settings.model_fields)}"
+    closest setting name (the ``[limits]`` table's name among them: ``[limit]`` is a typo too)."""
+    choices = [*Settings.model_fields, "limits"]
+    return f"{_config_origin()}: unknown setting {key!r}{_close_setting(key, choices)}"
 
 
 def _unknown_limit(key: str) -> str:
     """An unknown key of the ``[limits]`` table, said as an unknown top-level key is: where it
     is, and the closest limit name."""
-    where = _config_path()
-    origin = f"--config / {CONFIG_ENV}: {where!r}" if where else "settings"
-    return f"{origin}: unknown limit {key!r} in [limits]{_close_setting(key, LIMIT_FIELDS)}"
+    return f"{_config_origin()}: unknown limit {key!r} in [limits]{_close_setting(key, LIMIT_FIELDS)}"
 
 
 #: ``CODEMODE_*`` variables the host reads that are not settings (packs read their own
