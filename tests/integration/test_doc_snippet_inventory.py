@@ -184,6 +184,7 @@ RUN_BY: dict[tuple[str, str], str] = {
         "# todo.toml",
     ): "tests/integration/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
     ("docs/reference/program.md", "attempt(records.delete, id=7)"): f"{THIS}::test_program_page_attempt_runs",
+    ("docs/reference/program.md", "rs = parallel([(records.get"): f"{THIS}::test_program_page_parallel_runs",
     (
         "docs/reference/python-api.md",
         "disabled=[",
@@ -386,4 +387,18 @@ async def test_program_page_attempt_runs(tmp_path: Path) -> None:
     )
     async with builder.build() as server:
         value = await server.execute(source, subject=authz.Subject("alice"))
-    assert value == {"kept": 7, "why": "not found"} or json.dumps(value)
+    assert value == {"kept": 7, "why": "capability failed: record 7 not found"}, json.dumps(value)
+
+
+async def test_program_page_parallel_runs(tmp_path: Path) -> None:
+    from codemode.packs import PackSettings
+    from codemode_capabilities.records import pack
+
+    source = block("docs/reference/program.md", "rs = parallel([(records.get").text
+    builder = codemode.Builder(authorizer=authz.allow_all())
+    builder.register(
+        *pack.capabilities(PackSettings(environ={"CODEMODE_RECORDS_DB": str(tmp_path / "r.db")}))
+    )
+    async with builder.build() as server:
+        value = await server.execute(source, subject=authz.Subject("alice"))
+    assert value == ["first", "capability failed: record 999 not found"], json.dumps(value)
