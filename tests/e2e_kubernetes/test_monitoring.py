@@ -74,7 +74,11 @@ def test_the_base_applies_without_the_operator_and_the_component_with_it(cluster
     assert "deployment.apps/codemode" in base and GROUP not in base, base
     overlay = str(REPO / "k8s" / "overlays" / "monitoring")
     refused = kubectl("apply", "-k", overlay, "--dry-run=server", check=False)
-    assert "ServiceMonitor" in refused and "PrometheusRule" in refused, refused
+    # Refused either as "no matches for kind ServiceMonitor" or, when kubectl's discovery cache
+    # still knows the stand-in CRDs of an earlier run, as NotFound on servicemonitors.<group>.
+    said = refused.lower()
+    assert "servicemonitor" in said and "prometheusrule" in said, refused
+    assert "error" in said or "no matches" in said, refused
     with stand_in_crds():
         applied = kubectl("apply", "-k", overlay, "--dry-run=server")
     assert f"servicemonitor.{GROUP}/codemode" in applied, applied
