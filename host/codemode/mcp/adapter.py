@@ -308,8 +308,13 @@ def _object(properties: JSONObject, description: str | None = None) -> JSONObjec
 
 _STRING: JSONObject = {"type": "string"}
 _FIELD_ITEM = _object({"name": _STRING, "type": _STRING, "required": {"type": "boolean"}})
-# An input with a default carries it (any JSON value): optional, so the client's check accepts it.
-_FIELD_ITEM["properties"]["default"] = {}
+# An input with a default carries it: optional, any JSON value, said as such (a bare {} constrains
+# nothing, which the MCP Inspector's strict check flags).
+_FIELD_ITEM["properties"]["default"] = {
+    "anyOf": [
+        {"type": kind} for kind in ("string", "number", "integer", "boolean", "array", "object", "null")
+    ]
+}
 _FIELD_LIST: JSONObject = {"type": "array", "items": _FIELD_ITEM}
 
 #: The three tools' output schemas (their ``structuredContent``).
