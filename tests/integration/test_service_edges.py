@@ -115,7 +115,11 @@ async def test_metrics_are_not_on_the_main_port_and_carry_no_subject_id(tmp_path
         samples = await scrape(murl)
         assert await task == {"result": "slept"}
     assert "alice-secret-tenant" not in text
-    assert all("subject" not in dict(labels) for _, labels in samples)
+    # Only the per-subject top-N is labelled by subject, and by its pseudonym (the codemode.subject
+    # of its traces), never its id (issue 35 §4's dashboard).
+    labelled = {name: dict(labels)["subject"] for name, labels in samples if "subject" in dict(labels)}
+    assert set(labelled) <= {"codemode_subject_top_active_executes"}, labelled
+    assert all("alice" not in value for value in labelled.values()), labelled
     assert samples[("codemode_active_subjects", ())] == 1
     assert samples[("codemode_busiest_subject_executes", ())] == 1
 
