@@ -598,3 +598,32 @@ async def test_the_replayed_prefix_sends_no_progress_and_its_prints_go_out_once(
         assert any("after" in m for m in sent), sent
     finally:
         await server.aclose()
+
+
+async def test_the_pending_suspensions_gauge_counts_the_whole_store_and_falls_on_resume() -> None:
+    """``codemode_suspensions_pending`` (the alert CodemodeSuspensionsPiling reads it): every
+    subject's pending records in the store, up at each suspend, down at each resume."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from codemode.service.metrics import Metrics
+
+    server, _ = served(max_pending_approvals=2)
+    metrics = Metrics(suspensions=server.pending_suspensions)
+
+    def gauge() -> float:
+        families = text_string_to_metric_families(metrics.render().decode())
+        family = next(f for f in families if f.name == "codemode_suspensions_pending")
+        return family.samples[0].value
+
+    src = create_then_delete()
+    try:
+        assert server.pending_suspensions() is None and gauge() == 0
+        async with mcp(server) as alice, mcp(server, "bob") as bob:
+            first = await ask(alice, src)
+            await ask(alice, src)
+            await ask(bob, src)
+            assert server.pending_suspensions() == 3 and gauge() == 3
+            assert execute_value(await retry(alice, src, first.request_state))["deleted"] is True
+            assert server.pending_suspensions() == 2 and gauge() == 2
+    finally:
+        await server.aclose()

@@ -334,6 +334,16 @@ class Server:
         """The enabled capabilities, compiled (name, id, shapes, signature), in registration order."""
         return list(self._by_name.values())
 
+    def pending_suspensions(self) -> int | None:
+        """Suspended executes waiting for an answer in the whole store (every host sharing it), as
+        counted after this server's last expiry sweep, suspend or resume.
+
+        Returns:
+            The count, or None before the first count or when no execute can ask.
+        """
+        suspensions = self._executor.suspensions
+        return suspensions.pending if suspensions is not None else None
+
     @property
     def slots(self) -> FairAdmission:
         """The worker slots (``max_concurrent_executions``): how many are free and how many executes

@@ -164,6 +164,10 @@ class Suspensions:
         self._key_lock = asyncio.Lock()
         self._down = False
         self._sweeper: asyncio.Task[None] | None = None
+        #: Pending suspensions in the whole store (every host sharing it), as counted after this
+        #: host's last sweep, suspend or claim; None until the first count (the
+        #: ``codemode_suspensions_pending`` gauge).
+        self.pending: int | None = None
 
     # -- the signing key ---------------------------------------------------------------------
     async def _signing_key(self) -> bytes:
@@ -302,6 +306,7 @@ class Suspensions:
             if exc.kind == "suspension bytes":
                 raise ResourceLimit("suspension bytes") from None
             raise
+        await self._count()
         return Suspended(record.id, request, record.expires, subject_id, source, waited)
 
     async def _forget(self, record_id: str) -> None:
@@ -341,6 +346,14 @@ class Suspensions:
         gone = await self.store.expire(now)
         if gone:
             log.info("%d suspended execute(s) expired unanswered: declined, records dropped", gone)
+        await self._count()
+
+    async def _count(self) -> None:
+        """Count the store's pending suspensions for the gauge (a failure leaves the last count)."""
+        try:
+            self.pending = await self.store.pending()
+        except StoreUnavailable as exc:
+            log.warning("counting pending suspensions failed: %s", type(exc).__name__)
 
     # -- resume ------------------------------------------------------------------------------
     async def claim(self, record_id: str, subject_id: str, answer: ApprovalAnswer) -> Resume:
@@ -370,6 +383,7 @@ class Suspensions:
             await self.store.drop(record.id)
         except StoreUnavailable as exc:  # claimed already: nobody else can take it; it expires
             log.warning("dropping a claimed suspension failed: %s", exc)
+        await self._count()
         try:
             body = json.loads(record.body)
             if not isinstance(body, dict) or body.get("v") != BODY_VERSION:

@@ -233,7 +233,9 @@ class Service:
         self.pool: WarmPool | ReusePool | None = (
             self.server.runtime if isinstance(self.server.runtime, WarmPool | ReusePool) else None
         )
-        self.metrics = Metrics(self.pool, slots=self.server.slots)
+        self.metrics = Metrics(
+            self.pool, slots=self.server.slots, suspensions=self.server.pending_suspensions
+        )
         self.audit = AuditLog()
         for problem in self.problems:
             self.metrics.startup_problems.labels(problem.component, problem.detail[:300]).set(1)

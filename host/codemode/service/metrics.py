@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import resource
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import psutil
@@ -44,9 +45,16 @@ class Metrics:
     Args:
         pool: the warm or reuse pool whose gauges are sampled for each scrape, if any.
         slots: the server's worker slots, sampled for each scrape, if any.
+        suspensions: counts the store's pending suspensions (``Server.pending_suspensions``),
+            sampled for each scrape, if any.
     """
 
-    def __init__(self, pool: WarmPool | ReusePool | None = None, slots: FairAdmission | None = None) -> None:
+    def __init__(
+        self,
+        pool: WarmPool | ReusePool | None = None,
+        slots: FairAdmission | None = None,
+        suspensions: Callable[[], int | None] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.executes = Counter(
@@ -91,6 +99,12 @@ class Metrics:
             "Calls the policy left to the user, by what became of the question (accept, decline, "
             "cancel, unanswered, unavailable, busy: the subject had max_pending_approvals open).",
             ["answer"],
+            registry=r,
+        )
+        self.suspensions_pending = Gauge(
+            "codemode_suspensions_pending",
+            "Suspended executes waiting for the user's answer, in the whole store (every replica "
+            "sharing it), as counted after this replica's last expiry sweep, suspend or resume.",
             registry=r,
         )
         self.slots_total = Gauge(
@@ -219,6 +233,7 @@ class Metrics:
         self._active: dict[str, int] = {}
         self._pool = pool
         self._slots = slots
+        self._suspensions = suspensions
         self._seen: dict[tuple[str, str], float] = {}  # counts sampled from elsewhere, last seen
         self._last_refill: float | None = None
         self.pool_target.set(pool.size if pool is not None else 0)
@@ -298,6 +313,9 @@ class Metrics:
 
     def sample_counts(self) -> None:
         """The slots now, and the counts the pool and the upstream packs keep, into the metrics."""
+        pending = self._suspensions() if self._suspensions is not None else None
+        if pending is not None:
+            self.suspensions_pending.set(pending)
         slots = self._slots
         if slots is not None:
             self.slots_total.set(slots.slots)
