@@ -2,27 +2,49 @@
 
 A runtime spawns *sandboxes*. A sandbox is one started, warm, single-use worker reachable through a
 bidirectional byte stream. This module is the only thing the process, Docker and Kubernetes
-runtimes implement; the execute pipeline and the warm pool know nothing else about them.
+runtimes implement; the execute pipeline and the pools know nothing else about them.
+
+Besides ``Runtime`` and ``Sandbox``, the seam has optional parts, each a protocol checked with
+``isinstance`` (never looked up by name):
+
+* ``SubjectSpawner``: ``spawn_for(subject)`` hands out a sandbox for one subject and says whether it
+  was started ahead of time (``Spawned``); the warm pool and the reuse pool. The executor uses it
+  when the runtime has it, else ``spawn()`` (a cold start);
+* ``SupervisingRuntime``: ``spawn_supervised()`` starts a reusable sandbox (Docker, Kubernetes), what
+  the reuse pool (``codemode.runtimes.reuse``) is built on;
+* ``ConcurrentRefill``: ``concurrent_refill``, whether workers cost this host little to start, so a
+  pool may start many at once (Kubernetes, the process runtime's template);
+* ``LimitedLifetime``: ``max_lifetime``, the seconds after which the runtime ends any sandbox
+  (Kubernetes' ``activeDeadlineSeconds``), which the reuse pool recycles before;
+* ``ReusableSandbox``: ``reusable(worker_done)``, told by the executor that an execute ended cleanly
+  (a lease of the reuse pool).
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ..common.errors import Internal, ResourceLimit
 
 __all__ = [
     "SPAWNED_WARM",
     "CapacityExhausted",
+    "ConcurrentRefill",
     "ExitInfo",
+    "LimitedLifetime",
+    "ReusableSandbox",
     "Runtime",
     "RuntimeClosing",
     "RuntimeUnavailable",
     "Sandbox",
     "SandboxClosed",
     "SpawnFailed",
+    "Spawned",
+    "SubjectSpawner",
+    "SupervisingRuntime",
+    "concurrent_refill",
 ]
 
 
@@ -177,3 +199,102 @@ class Runtime(Protocol):
 
     async def aclose(self) -> None:
         """Stop background work and destroy every sandbox this runtime still owns."""
+
+
+@runtime_checkable
+class ReusableSandbox(Sandbox, Protocol):
+    """A sandbox that may serve its subject again (a lease of the reuse pool): the executor marks it
+    when an execute ended cleanly; any other sandbox is single-use."""
+
+    def reusable(self, worker_done: bool = False) -> None:
+        """The execute ended cleanly: the sandbox may be scrubbed and leased again.
+
+        Args:
+            worker_done: the worker sent its own last frame and ends by itself (not when the host
+                ended it while the worker waited for an answer).
+        """
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """What ``spawn_for`` hands out: the ``sandbox`` and whether it was started ahead of time
+    (``warm``: it waited in a pool; False for one started on demand)."""
+
+    sandbox: Sandbox
+    warm: bool = False
+
+
+@runtime_checkable
+class SubjectSpawner(Runtime, Protocol):
+    """A runtime that hands sandboxes out per subject (the warm pool, the reuse pool)."""
+
+    async def spawn_for(self, subject: str) -> Spawned:
+        """A started sandbox for one subject.
+
+        Args:
+            subject: the subject id the execute runs for.
+
+        Returns:
+            The sandbox, and whether it was started ahead of time.
+
+        Raises:
+            SpawnFailed: this worker could not start.
+            RuntimeUnavailable: the runtime (or pool) cannot create workers.
+        """
+        ...
+
+
+#: What a supervising runtime starts (``codemode.runtimes.supervised.Supervised``; named by a type
+#: variable because that module builds on this one).
+BoxT_co = TypeVar("BoxT_co", covariant=True)
+
+
+@runtime_checkable
+class SupervisingRuntime(Runtime, Protocol[BoxT_co]):
+    """A runtime that can start reusable sandboxes (Docker, Kubernetes): the reuse mode's seam."""
+
+    async def spawn_supervised(self) -> BoxT_co:
+        """A started reusable sandbox whose supervisor has said hello (its first worker is
+        starting).
+
+        Returns:
+            The sandbox.
+
+        Raises:
+            SpawnFailed: this sandbox did not start.
+            RuntimeUnavailable: the runtime cannot create sandboxes.
+        """
+        ...
+
+
+@runtime_checkable
+class ConcurrentRefill(Protocol):
+    """A runtime that says whether its workers cost this host little to start (a pool then starts
+    as many at once as it needs; otherwise one per CPU)."""
+
+    @property
+    def concurrent_refill(self) -> bool:
+        """True when many workers may start at once."""
+        ...
+
+
+@runtime_checkable
+class LimitedLifetime(Protocol):
+    """A runtime that ends every sandbox after ``max_lifetime`` seconds (Kubernetes)."""
+
+    @property
+    def max_lifetime(self) -> float:
+        """Seconds a sandbox lives at most."""
+        ...
+
+
+def concurrent_refill(runtime: object) -> bool:
+    """Whether a pool may start ``runtime``'s workers all at once (``ConcurrentRefill``).
+
+    Args:
+        runtime: the runtime a pool wraps.
+
+    Returns:
+        True when the runtime declares it.
+    """
+    return isinstance(runtime, ConcurrentRefill) and bool(runtime.concurrent_refill)

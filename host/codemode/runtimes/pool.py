@@ -38,7 +38,15 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .base import SPAWNED_WARM, Runtime, RuntimeClosing, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import (
+    SPAWNED_WARM,
+    Runtime,
+    RuntimeClosing,
+    RuntimeUnavailable,
+    Sandbox,
+    SpawnFailed,
+    concurrent_refill,
+)
 from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
 
@@ -111,7 +119,7 @@ class WarmPool:
         self.shares = Shares(subject_share)
         self.contention = Contention(recent_seconds, clock)
         self.retry_delay = retry_delay
-        self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
+        self.concurrent = concurrent_refill(runtime)
         if refill_concurrency is None:
             refill_concurrency = max(1, maximum if self.concurrent else (os.cpu_count() or 1))
         self.refill_concurrency = refill_concurrency

@@ -71,9 +71,17 @@ import random
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from .base import Runtime, RuntimeClosing, RuntimeUnavailable, Sandbox, SpawnFailed
+from .base import (
+    LimitedLifetime,
+    RuntimeClosing,
+    RuntimeUnavailable,
+    Sandbox,
+    SpawnFailed,
+    SupervisingRuntime,
+    concurrent_refill,
+)
 from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
 from .handshake import probe
@@ -91,23 +99,6 @@ def _closed() -> RuntimeClosing:
     """A sandbox asked of a closed reuse pool: one line, no traceback."""
     log.warning("no sandbox is leased: the reuse pool is closing")
     return RuntimeClosing("the reuse pool is closing")
-
-
-@runtime_checkable
-class SupervisingRuntime(Runtime, Protocol):
-    """A runtime that can start reusable sandboxes (Docker, Kubernetes)."""
-
-    async def spawn_supervised(self) -> Supervised:
-        """A started reusable sandbox whose supervisor has said hello (its first worker is
-        starting).
-
-        Returns:
-            The sandbox.
-
-        Raises:
-            SpawnFailed: this sandbox did not start.
-            RuntimeUnavailable: the runtime cannot create sandboxes.
-        """
 
 
 class ReusePool:
@@ -143,7 +134,7 @@ class ReusePool:
 
     def __init__(
         self,
-        runtime: SupervisingRuntime,
+        runtime: SupervisingRuntime[Supervised],
         size: int,
         *,
         max_executes: int = 100,
@@ -181,13 +172,12 @@ class ReusePool:
         self.max_executes = max_executes
         self.idle_seconds = idle_seconds
         self.per_subject = per_subject
-        lifetime = getattr(runtime, "max_lifetime", None)
-        if max_age is None and isinstance(lifetime, int | float):
-            max_age = 0.9 * lifetime  # before Kubernetes' activeDeadlineSeconds ends the pod
+        if max_age is None and isinstance(runtime, LimitedLifetime):
+            max_age = 0.9 * runtime.max_lifetime  # before Kubernetes' activeDeadlineSeconds ends the pod
         self.max_age = max_age
         self.probe_timeout = probe_timeout
         self.retry_delay = retry_delay
-        self.concurrent = bool(getattr(runtime, "concurrent_refill", False))
+        self.concurrent = concurrent_refill(runtime)
         if refill_concurrency is None:  # as codemode.runtimes.pool: all at once, or one per CPU
             refill_concurrency = max(1, maximum if self.concurrent else (os.cpu_count() or 1))
         self.refill_concurrency = refill_concurrency
