@@ -89,7 +89,7 @@ async def test_the_pool_grows_with_demand_within_its_bounds_refilling_at_most_n_
     try:
         await pool.wait_warm(60)
         assert pool.size == 1  # nothing measured yet: the minimum
-        taken = [await pool.spawn_for("alice")]  # warm: every spawn from now on is a refill
+        taken = [(await pool.spawn_for("alice")).sandbox]  # warm: every spawn from now on is a refill
         assert pool.size == 6  # demand measured: the maximum, not more
         async with asyncio.timeout(120):
             while pool.idle < 6:
@@ -112,7 +112,8 @@ async def test_idle_workers_are_given_back_when_demand_falls_each_destroyed_once
     await pool.start()
     try:
         first = await pool.spawn_for("alice")  # cold: the pool's minimum is 0
-        await first.destroy()
+        assert not first.warm
+        await first.sandbox.destroy()
         assert pool.size == 4
         async with asyncio.timeout(60):
             while pool.idle < 4:

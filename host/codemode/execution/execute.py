@@ -51,7 +51,7 @@ from ..common.errors import (
 )
 from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ExecuteResult, ledger_outcome
-from ..runtimes.base import SPAWNED_WARM, ExitInfo, Sandbox, SandboxClosed
+from ..runtimes.base import ExitInfo, ReusableSandbox, Sandbox, SandboxClosed, Spawned, SubjectSpawner
 from ..runtimes.exhaustion import exhaustion_kind
 from ..store import Store, StoreFull, StoreUnavailable
 from .admission import FairAdmission
@@ -842,8 +842,10 @@ class Executor:
         #: Where the state pack keeps its keys: handed to handlers as ``CallContext.store``.
         self.store = store
         self._store_down = False
-        #: A runtime that leases sandboxes per subject (the reuse mode, ``codemode.runtimes.reuse``).
-        self._spawn_for: Callable[[str], Awaitable[Sandbox]] | None = getattr(plan.runtime, "spawn_for", None)
+        #: A runtime that hands out sandboxes per subject (the warm and reuse pools: ``SubjectSpawner``).
+        self._spawn_for: Callable[[str], Awaitable[Spawned]] | None = (
+            plan.runtime.spawn_for if isinstance(plan.runtime, SubjectSpawner) else None
+        )
 
     def is_async(self, cap: CompiledCapability) -> bool:
         """Whether ``cap``'s handler is a coroutine function (asked once per capability).
@@ -1191,19 +1193,18 @@ class Executor:
         """A started sandbox from the runtime (warm from a pool, or cold), traced; the slot goes
         back when there is none."""
         started = trace.now()
-        token = SPAWNED_WARM.set(None)
-        sandbox: Sandbox | None = None
+        spawned: Spawned | None = None
         try:
-            sandbox = await (
-                self._spawn_for(subject_id) if self._spawn_for is not None else self.runtime.spawn()
-            )
-            return sandbox
+            if self._spawn_for is not None:
+                spawned = await self._spawn_for(subject_id)
+            else:
+                spawned = Spawned(await self.runtime.spawn())
+            return spawned.sandbox
         except BaseException:
             self.slots.release(subject_id)
             raise
         finally:
-            trace.acquire(started, sandbox is not None, SPAWNED_WARM.get() is True)
-            SPAWNED_WARM.reset(token)
+            trace.acquire(started, spawned is not None, spawned is not None and spawned.warm)
 
     async def _limit_at_deadline(self, sandbox: Sandbox, subject_id: str, trace: Trace) -> str | None:
         """For a worker already dead at the deadline, the limit its exit shows (``memory``) when it
@@ -1339,9 +1340,8 @@ def _mark_reusable(sandbox: Sandbox, worker_done: bool) -> None:
     cleanly (``worker_done``: with the worker's own last frame, after which it ends by itself; not
     when the host ended it, such as a denied call, while the worker waits for an answer); any other
     sandbox has no such method and is single-use anyway."""
-    mark = getattr(sandbox, "reusable", None)
-    if mark is not None:
-        mark(worker_done=worker_done)
+    if isinstance(sandbox, ReusableSandbox):
+        sandbox.reusable(worker_done=worker_done)
 
 
 def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:

@@ -22,14 +22,12 @@ Besides ``Runtime`` and ``Sandbox``, the seam has optional parts, each a protoco
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from ..common.errors import Internal, ResourceLimit
 
 __all__ = [
-    "SPAWNED_WARM",
     "CapacityExhausted",
     "ConcurrentRefill",
     "ExitInfo",
@@ -46,13 +44,6 @@ __all__ = [
     "SupervisingRuntime",
     "concurrent_refill",
 ]
-
-
-#: Set during ``spawn()`` by a runtime that hands out sandboxes started ahead of time (``WarmPool``):
-#: True for one that was waiting, False for one started on demand; unset means started on demand.
-#: The caller reads it right after ``await runtime.spawn()`` (same task, same context): traces
-#: say whether an execute got a warm worker (codemode.execution.tracing).
-SPAWNED_WARM: ContextVar[bool | None] = ContextVar("codemode_spawned_warm", default=None)
 
 
 class RuntimeUnavailable(Exception):

@@ -39,11 +39,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .base import (
-    SPAWNED_WARM,
     Runtime,
     RuntimeClosing,
     RuntimeUnavailable,
     Sandbox,
+    Spawned,
     SpawnFailed,
     concurrent_refill,
 )
@@ -184,9 +184,9 @@ class WarmPool:
 
     async def spawn(self) -> Sandbox:
         """A warm sandbox if one is ready, else a cold one (no subject: never capped)."""
-        return await self._take(None)
+        return (await self._take(None)).sandbox
 
-    async def spawn_for(self, subject: str) -> Sandbox:
+    async def spawn_for(self, subject: str) -> Spawned:
         """A warm sandbox unless none is ready, or ``subject`` holds its share while another subject
         competes for them, else a cold one.
 
@@ -194,7 +194,7 @@ class WarmPool:
             subject: the subject id the execute runs for.
 
         Returns:
-            The started sandbox.
+            The started sandbox, and whether it waited in the pool (``warm``).
 
         Raises:
             SpawnFailed: a cold start failed.
@@ -212,7 +212,7 @@ class WarmPool:
             return True
         return self.shares.may_take(subject, self.demand.target())
 
-    async def _take(self, subject: str | None) -> Sandbox:
+    async def _take(self, subject: str | None) -> Spawned:
         if self._closed:
             raise _closed()
         self.demand.arrival()
@@ -223,18 +223,16 @@ class WarmPool:
                     if subject is not None:
                         self.shares.took(subject)
                     self.warm_taken += 1
-                    SPAWNED_WARM.set(True)
                     self._kick()
-                    return sandbox
+                    return Spawned(sandbox, warm=True)
                 log.warning("pooled worker %s died while waiting; replacing it", sandbox.worker_id)
                 await sandbox.destroy()
         self._kick()
-        SPAWNED_WARM.set(False)
         self.cold_taken += 1
         started = time.monotonic()
         sandbox = await self.inner.spawn()
         self.demand.spawned(time.monotonic() - started)
-        return sandbox
+        return Spawned(sandbox, warm=False)
 
     def _kick(self) -> None:
         if self._wake is not None:

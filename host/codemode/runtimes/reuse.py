@@ -78,6 +78,7 @@ from .base import (
     RuntimeClosing,
     RuntimeUnavailable,
     Sandbox,
+    Spawned,
     SpawnFailed,
     SupervisingRuntime,
     concurrent_refill,
@@ -261,14 +262,15 @@ class ReusePool:
             raise _closed()
         return await self.inner.spawn()
 
-    async def spawn_for(self, subject: str) -> Sandbox:
+    async def spawn_for(self, subject: str) -> Spawned:
         """A worker in a sandbox of the subject's own (reused, warm or new).
 
         Args:
             subject: the subject id the sandbox is leased to.
 
         Returns:
-            The probed worker.
+            The probed worker (a ``ReusableSandbox``), ``warm`` when its sandbox was running before
+            this lease (reused or warm; not one started for it).
 
         Raises:
             RuntimeUnavailable: the pool is closed or its runtime cannot create sandboxes.
@@ -279,7 +281,7 @@ class ReusePool:
             self._kick()  # another subject's sandboxes past its share may stop counting now
             return await self._lease_for(subject)
 
-    async def _lease_for(self, subject: str) -> Sandbox:
+    async def _lease_for(self, subject: str) -> Spawned:
         counted = False
         while True:
             box = self._take_own(subject)
@@ -321,7 +323,7 @@ class ReusePool:
             self.leases += 1
             if box.executes:
                 self.reused += 1
-            return lease
+            return Spawned(lease, warm=not cold)
 
     async def aclose(self) -> None:
         self._closed = True
