@@ -46,18 +46,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from codemode.ops.bench import aecho
+from codemode.ops.percentile import percentile
 from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerRuntime
 
 from . import pool_burst
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
-
-
 def show(name: str, xs: list[float]) -> dict[str, float]:
-    p50, p99, mean = pct(xs, 50) * 1000, pct(xs, 99) * 1000, statistics.mean(xs) * 1000
+    p50, p99, mean = percentile(xs, 50) * 1000, percentile(xs, 99) * 1000, statistics.mean(xs) * 1000
     print(f"{name:<34} n={len(xs):<4} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   mean {mean:8.1f} ms")
     return {"p50_ms": p50, "p99_ms": p99}
 

@@ -28,12 +28,23 @@ from codemode.ops.bench import (  # the measuring helpers are shared with `codem
     aecho,
     echo,
     line,
-    pct,
     timed,
 )
 from codemode.ops.bench import build_server as build
+from codemode.ops.percentile import percentile
 
-__all__ = ["HUNDRED", "ONE_CALL", "TRIVIAL", "EchoIn", "EchoOut", "aecho", "build", "echo", "line", "pct"]
+__all__ = [
+    "HUNDRED",
+    "ONE_CALL",
+    "TRIVIAL",
+    "EchoIn",
+    "EchoOut",
+    "aecho",
+    "build",
+    "echo",
+    "line",
+    "percentile",
+]
 
 ALICE = SUBJECT
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import codemode
 from codemode import authz
 from codemode.execution.admission import FairAdmission
+from codemode.ops.percentile import percentile
 
 QUOTA = 4
 SLOTS = 8
@@ -68,11 +69,6 @@ def build(fair: bool) -> codemode.Server:
 
 
 LIGHT = "def main():\n    return bench.now()['t']\n"
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def light_delays(server: codemode.Server, duration: float, gap: float) -> list[float]:
@@ -121,7 +117,7 @@ async def run(fair: bool, k: int, duration: float, program: float) -> tuple[list
 
 
 def show(label: str, delays: list[float], base: float, program: float, done: int | None = None) -> None:
-    p50, p99 = statistics.median(delays), pct(delays, 99)
+    p50, p99 = statistics.median(delays), percentile(delays, 99)
     extra = f"  greedy executes done={done}" if done is not None else ""
     print(
         f"{label:22} n={len(delays):3}  p50={p50 * 1000:7.1f} ms ({p50 / base:5.1f}x base)  "

@@ -39,19 +39,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from codemode.ops.percentile import percentile
 from codemode.runtimes.kubernetes import KubernetesRuntime
 
 from .bench_docker import ONE_CALL, TRIVIAL, build_server
 from .bench_reuse import bare_pod_once
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
-
-
 def show(name: str, xs: list[float]) -> dict[str, float]:
-    p50, p99, mean = pct(xs, 50) * 1000, pct(xs, 99) * 1000, statistics.mean(xs) * 1000
+    p50, p99, mean = percentile(xs, 50) * 1000, percentile(xs, 99) * 1000, statistics.mean(xs) * 1000
     print(f"{name:<40} n={len(xs):<4} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   mean {mean:8.1f} ms")
     return {"p50_ms": p50, "p99_ms": p99}
 

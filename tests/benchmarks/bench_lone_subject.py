@@ -20,7 +20,7 @@ import time
 
 import codemode
 from codemode import authz
-from codemode.ops.bench import pct
+from codemode.ops.percentile import percentile
 from codemode.runtimes.base import Runtime
 from codemode.runtimes.pool import WarmPool
 
@@ -71,7 +71,7 @@ async def run_all(args: argparse.Namespace) -> None:
     )
     for share in args.share:
         latencies, warm = await one_share(share, args)
-        p50, p90 = pct(latencies, 50) * 1e3, pct(latencies, 90) * 1e3
+        p50, p90 = percentile(latencies, 50) * 1e3, percentile(latencies, 90) * 1e3
         print(f"share {share:<4}: p50 {p50:8.1f} ms  p90 {p90:8.1f} ms  warm {warm}/{len(latencies)}")
 
 

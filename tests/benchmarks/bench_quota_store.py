@@ -20,13 +20,9 @@ import statistics
 import time
 
 import codemode
+from codemode.ops.percentile import percentile
 
 NAMESPACE = "codemode-quota-bench"
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def pairs(store: codemode.QuotaStore, clients: int, rounds: int, shared: bool) -> list[float]:

@@ -45,11 +45,6 @@ CGROUPS = {"docker": "/sys/fs/cgroup/cpuacct/docker", "kubernetes": "/sys/fs/cgr
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
-
-
 # ------------------------------------------------------------------------------------------ CPU
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from codemode.catalog.search import SearchEntry, SearchIndex, tokenize
+from codemode.ops.percentile import percentile
 
 
 def _words(text: str) -> list[str]:
@@ -178,11 +179,6 @@ def build_catalog(n: int, seed: int) -> tuple[list[SearchEntry], list[str]]:
     return entries, vocabulary
 
 
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--capabilities", type=int, default=10_000)
@@ -246,11 +242,11 @@ def main() -> None:
                 returned += len(response.results)
         all_samples.extend(samples)
         print(
-            f"{kind:34} {statistics.median(samples):8.3f} {percentile(samples, 0.99):8.3f} "
+            f"{kind:34} {statistics.median(samples):8.3f} {percentile(samples, 99):8.3f} "
             f"{max(samples):8.3f} {returned / len(samples):12.1f}"
         )
     print(
-        f"{'all kinds':34} {statistics.median(all_samples):8.3f} {percentile(all_samples, 0.99):8.3f} "
+        f"{'all kinds':34} {statistics.median(all_samples):8.3f} {percentile(all_samples, 99):8.3f} "
         f"{max(all_samples):8.3f}"
     )
 

@@ -63,6 +63,7 @@ from mcp.client.streamable_http import streamable_http_client
 import codemode
 from codemode import authz
 from codemode.ops.bench import EchoOut, aecho
+from codemode.ops.percentile import percentile
 
 from . import load_floors, load_runtimes
 
@@ -92,11 +93,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def docker_count(*filters: str) -> int | None:
@@ -439,11 +435,12 @@ async def run(args: argparse.Namespace) -> int:
         print(f"throughput                {outcome.ok / wall:.1f} calls/s")
         print(
             f"latency (client)          p50={statistics.median(lat) * 1e3:.1f} ms  "
-            f"p90={pct(lat, 90) * 1e3:.1f} ms  p99={pct(lat, 99) * 1e3:.1f} ms  max={max(lat) * 1e3:.1f} ms"
+            f"p90={percentile(lat, 90) * 1e3:.1f} ms  p99={percentile(lat, 99) * 1e3:.1f} ms  "
+            f"max={max(lat) * 1e3:.1f} ms"
         )
         load_floors.print_cpu(cpu, outcome.ok, wall)
     if search.latencies:
-        p50, p99 = statistics.median(search.latencies) * 1e3, pct(search.latencies, 99) * 1e3
+        p50, p99 = statistics.median(search.latencies) * 1e3, percentile(search.latencies, 99) * 1e3
         print(
             f"floor: service path      {search.ok / search_wall:.1f} search_api calls/s  "
             f"p50={p50:.1f} ms  p99={p99:.1f} ms  (same server and clients, no worker)"
@@ -465,9 +462,11 @@ async def run(args: argparse.Namespace) -> int:
             forks_per_cpu=forks["n"] / forks["cpu"] if forks and forks["cpu"] else None,
             clients=args.clients,
             throughput=outcome.ok / wall if wall else 0.0,
-            p99=pct(lat, 99),
+            p99=percentile(lat, 99),
             open_rate=open_rate if opened is not None else None,
-            open_p99=pct(opened[0].latencies, 99) if opened is not None and opened[0].latencies else None,
+            open_p99=(
+                percentile(opened[0].latencies, 99) if opened is not None and opened[0].latencies else None
+            ),
         )
     print(f"server executes_total     {server_counts}")
     print(f"server exit code          {proc.returncode}")
@@ -489,7 +488,7 @@ async def run(args: argparse.Namespace) -> int:
         "wall": wall,
         "throughput": outcome.ok / wall if wall else 0.0,
         "p50": statistics.median(lat) if lat else None,
-        "p99": pct(lat, 99) if lat else None,
+        "p99": percentile(lat, 99) if lat else None,
         "errors": dict(outcome.errors),
         "rc": rc,
         # the server's process tree (the service, its workers and template; not an engine's side)

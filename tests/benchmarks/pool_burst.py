@@ -27,13 +27,9 @@ from typing import Any
 
 import codemode
 from codemode import authz
+from codemode.ops.percentile import percentile
 
 TRIVIAL = "def main():\n    return 1\n"
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 @dataclass
@@ -108,7 +104,7 @@ async def run_pattern(name: str, pool: codemode.WarmPool, args: argparse.Namespa
     return Result(
         name,
         statistics.median(latencies) * 1e3,
-        pct(latencies, 99) * 1e3,
+        percentile(latencies, 99) * 1e3,
         warm,
         idle_after,
         idle_end,

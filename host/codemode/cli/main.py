@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from ..common.command import CommandError
 from .serve import add_serve, run_serve
 from .token import add_token, run_token
 
@@ -122,15 +123,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments (None: ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0 success, 1 a run-time failure, 2 a configuration or usage error, 141
-        when the reader of standard output went away (``codemode image audit --json | head``).
+        The exit status: 0 success, 1 a run-time failure, 2 a configuration or usage error (a
+        command's :class:`~codemode.common.command.CommandError` carries which, printed here as
+        one line), 130 when interrupted, 141 when the reader of standard output went away
+        (``codemode image audit --json | head``).
     """
     try:
         status = _dispatch(argv)
         sys.stdout.flush()  # inside the try: a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:
         return _reader_gone()
+    except KeyboardInterrupt:
+        return _INTERRUPTED_STATUS
     return status
+
+
+#: The status a command ends with when interrupted (128 + SIGINT).
+_INTERRUPTED_STATUS = 130
 
 
 #: The status a command ends with when its output's reader went away (128 + SIGPIPE, as ``cat``).
@@ -158,6 +167,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         target = leaves.get(_leaf(args), parser)
         assert isinstance(target, _Parser)
         target.unknown(unknown)
+    try:
+        return _run(parser, args)
+    except CommandError as exc:
+        print(f"codemode {_leaf(args)}: {exc}", file=sys.stderr)
+        return exc.status
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "serve":
         return run_serve(args)
     if args.command == "token":

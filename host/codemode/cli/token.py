@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..common.command import FAILED, USAGE, CommandError
 from ..startup.config import ConfigError, default_token_file, env_var
 
 __all__ = ["add_token", "run_token"]
@@ -65,15 +66,18 @@ def run_token(args: argparse.Namespace) -> int:
         args: the parsed flags.
 
     Returns:
-        The exit status: 0 on success, 1 when ``revoke`` found no token of the subject, 2 on a
-        usage, configuration or file error.
+        The exit status: 0 on success.
+
+    Raises:
+        CommandError: status 1 when ``revoke`` found no token of the subject, 2 on a usage,
+            configuration or file error.
     """
     from ..service.tokens import add_token as add
     from ..service.tokens import read_entries, revoke_subject
 
     if args.token_command is None:
         print(args.group_help(), file=sys.stderr)
-        return 2
+        return USAGE
     path = _path(args)
     try:
         if args.token_command == "new":
@@ -91,13 +95,10 @@ def run_token(args: argparse.Namespace) -> int:
             return 0
         removed = revoke_subject(path, args.subject)
     except ConfigError as exc:
-        print(f"codemode: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from None
     except OSError as exc:
-        print(f"codemode: token file {str(path)!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        raise CommandError(f"token file {str(path)!r}: {exc.strerror or exc}") from None
     if removed == 0:
-        print(f"codemode: no token of {args.subject!r} in {path}", file=sys.stderr)
-        return 1
+        raise CommandError(f"no token of {args.subject!r} in {path}", FAILED)
     print(f"codemode: revoked {removed} token(s) of {args.subject!r}", file=sys.stderr)
     return 0

@@ -41,12 +41,14 @@ from codemode_worker.protocol import encode_frame
 
 from .. import authz
 from ..catalog.capability import Capability
+from ..common.command import FAILED, CommandError
 from ..common.errors import CodeModeError, ResourceLimit
 from ..execution.context import CallContext
 from ..execution.frames import HostFrameDecoder
 from ..execution.observe import Observer
 from ..execution.server import Builder, Server
 from ..runtimes.base import Runtime, Sandbox
+from .percentile import percentile
 
 __all__ = [
     "HUNDRED",
@@ -61,7 +63,6 @@ __all__ = [
     "build_server",
     "echo",
     "line",
-    "pct",
     "run",
     "run_bench",
     "timed",
@@ -147,20 +148,6 @@ def build_server(
     return b.build()
 
 
-def pct(xs: list[float], p: float) -> float:
-    """Nearest-rank percentile.
-
-    Args:
-        xs: the samples (non-empty).
-        p: the percentile, 0 to 100.
-
-    Returns:
-        The sample at that rank.
-    """
-    ordered = sorted(xs)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 def line(label: str, xs: list[float], *, quiet: bool = False) -> dict[str, float]:
     """Print (unless ``quiet``) and return p50/p99 of ``xs`` seconds, in milliseconds.
 
@@ -172,7 +159,7 @@ def line(label: str, xs: list[float], *, quiet: bool = False) -> dict[str, float
     Returns:
         ``{"p50": ms, "p99": ms}``.
     """
-    p50, p99 = statistics.median(xs) * 1e3, pct(xs, 99) * 1e3
+    p50, p99 = percentile(xs, 50) * 1e3, percentile(xs, 99) * 1e3
     if not quiet:
         print(f"{label:<38} n={len(xs):<5} p50={p50:8.3f} ms  p99={p99:8.3f} ms", flush=True)
     return {"p50": p50, "p99": p99}
@@ -508,8 +495,8 @@ async def _load(server: Server, n: int, subjects: int) -> dict[str, Any]:
     return {
         "executes": done,
         "rate": round(done / wall, 2),
-        "p50": round(pct(latencies, 50) * 1e3, 3) if latencies else None,
-        "p99": round(pct(latencies, 99) * 1e3, 3) if latencies else None,
+        "p50": round(percentile(latencies, 50) * 1e3, 3) if latencies else None,
+        "p99": round(percentile(latencies, 99) * 1e3, 3) if latencies else None,
         "cpu_ms_per_execute": round(cpu / ended * 1e3, 3),
         "limits": dict(sorted(limits.items())),
         "failed": dict(sorted(failed.items())),
@@ -572,35 +559,29 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed flags.
 
     Returns:
-        The exit status: 0 on success, 1 when the runtime fails, 2 on bad arguments, 130 when
-        interrupted.
+        The exit status: 0 on success.
+
+    Raises:
+        CommandError: status 2 on bad arguments, 1 when the runtime fails.
     """
     if args.n <= 0:
-        print("codemode bench: --n must be positive", file=sys.stderr)
-        return 2
+        raise CommandError("--n must be positive")
     if args.pool < 0:
-        print("codemode bench: --pool must not be negative", file=sys.stderr)
-        return 2
+        raise CommandError("--pool must not be negative")
     if args.clients < 0 or args.load <= 0:
-        print("codemode bench: --clients must not be negative and --load must be positive", file=sys.stderr)
-        return 2
+        raise CommandError("--clients must not be negative and --load must be positive")
     if args.reuse < 0 or (args.reuse and args.runtime == "process"):
-        print("codemode bench: --reuse needs --runtime docker or kubernetes and N >= 0", file=sys.stderr)
-        return 2
+        raise CommandError("--reuse needs --runtime docker or kubernetes and N >= 0")
     from ..startup.config import ConfigError
 
     try:
         _make_runtime(args)
     except ConfigError as exc:
-        print(f"codemode bench: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from None
     try:
         report = asyncio.run(run_bench(args))
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
-        print(f"codemode bench: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(f"failed: {type(exc).__name__}: {exc}", FAILED) from None
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         print()

@@ -31,6 +31,7 @@ from typing import Any
 
 from codemode_worker import PROTOCOL_VERSION
 
+from ..common.command import CommandError
 from .image_rules import (
     ALLOWABLE,
     ROLE_LABEL,
@@ -347,19 +348,17 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed flags.
 
     Returns:
-        The exit status: 0 when no check fails, 1 when one does, 2 when the audit could not be
-        carried out (daemon unreachable, image missing, bad arguments).
+        The exit status: 0 when no check fails, 1 when one does.
+
+    Raises:
+        CommandError: status 2, the audit could not be carried out (daemon unreachable, image
+            missing, bad arguments).
     """
     if not args.probe_timeout > 0:
-        print("codemode image audit: --probe-timeout must be positive", file=sys.stderr)
-        return 2
+        raise CommandError("--probe-timeout must be positive")
     unknown = sorted(set(args.allow) - set(ALLOWABLE))
     if unknown:
-        print(
-            f"codemode image audit: --allow {', '.join(unknown)}: not one of {', '.join(ALLOWABLE)}",
-            file=sys.stderr,
-        )
-        return 2
+        raise CommandError(f"--allow {', '.join(unknown)}: not one of {', '.join(ALLOWABLE)}")
     try:
         report = asyncio.run(
             audit_image(
@@ -375,8 +374,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             json.dump({"image": args.image, "ok": False, "error": str(exc)}, sys.stdout, indent=2)
             print()
-        print(f"codemode image audit: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc)) from None
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()

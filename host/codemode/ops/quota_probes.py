@@ -151,9 +151,10 @@ def _number(data: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Reading:
-    """What one worker used, as far as its runtime can tell (None = not measured there).
+    """What one worker used, as far as its runtime can tell (None = not measured there); a run's
+    sample of ``quotas tune`` (``codemode.ops.quotas.RunSample``) is one, plus what the run adds.
 
     Attributes:
         memory_peak_bytes: its peak memory.
@@ -166,7 +167,9 @@ class Reading:
         pids_peak: the most processes it had (Docker).
         threads_peak: the most threads it had.
         fds_peak: the most open files it had (process runtime).
-        counters_final: whether the final reading was taken (else the counters may be short).
+        counters_final: whether the final reading was taken; False when the worker had exited
+            before it (it died): the counters are then those of the last reading while it ran,
+            i.e. lower bounds.
     """
 
     memory_peak_bytes: int | None = None

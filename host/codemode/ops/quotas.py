@@ -35,9 +35,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..common.command import FAILED, CommandError
 from ..common.errors import CodeModeError, client_text
 from ..execution.limits import Limits
 from ..runtimes.base import RuntimeUnavailable
+from .percentile import percentile
 from .quota_probes import (
     DockerProbe,
     MeasuringRuntime,
@@ -135,45 +137,27 @@ _PLACEMENT = {
 
 
 @dataclass
-class RunSample:
-    """What one measured run used (None: not measured on this runtime).
+class RunSample(Reading):
+    """What one measured run used: the worker's :class:`~codemode.ops.quota_probes.Reading`, given
+    by keyword and documented there (``memory_peak_bytes``, ``memory_method``,
+    ``memory_rss_end_bytes``, ``address_space_peak_bytes``, ``cpu_s``, ``throttled_periods``,
+    ``pids_peak``, ``threads_peak``, ``fds_peak``, ``counters_final``; None: not measured on this
+    runtime), and the run's own figures.
 
     Attributes:
         outcome: ``ok`` or the coarse error text (e.g. ``resource limit exceeded``).
+        execute_s: the execute's wall time (starting the worker included).
         detail: for a failed run, the text an execute's client gets (the coarse text plus its
             approved suffix, e.g. ``invalid program: <codemode>:2:12: ...``); ``""`` for ``ok``.
-        execute_s: the execute's wall time (starting the worker included).
         spawn_s: the worker's spawn time.
-        memory_peak_bytes: peak memory.
-        memory_method: how the peak was read (docs/operators.md).
-        memory_rss_end_bytes: resident memory at the end.
-        address_space_peak_bytes: peak address space (process runtime).
-        cpu_s: CPU seconds.
-        throttled_periods: CFS periods throttled (Docker).
-        pids_peak: the most processes (Docker).
-        threads_peak: the most threads.
-        fds_peak: the most open files.
         oom_killed: whether the worker was killed for memory.
-        counters_final: False when the worker had exited before the final reading (lower bounds).
     """
 
     outcome: str
     execute_s: float
     detail: str = ""
     spawn_s: float | None = None
-    memory_peak_bytes: int | None = None
-    memory_method: str = ""
-    memory_rss_end_bytes: int | None = None
-    address_space_peak_bytes: int | None = None
-    cpu_s: float | None = None
-    throttled_periods: int | None = None
-    pids_peak: int | None = None
-    threads_peak: int | None = None
-    fds_peak: int | None = None
     oom_killed: bool = False
-    #: False when the worker had exited before the final reading (it died): the counters are then
-    #: those of the last reading while it ran, i.e. lower bounds.
-    counters_final: bool = True
 
     @property
     def cpu_utilisation(self) -> float | None:
@@ -238,13 +222,10 @@ class Burst:
 def _sample_from(
     outcome: str, detail: str, execute_s: float, sandbox: Any, limit_bytes: int | None
 ) -> RunSample:
-    sample = RunSample(outcome=outcome, execute_s=execute_s, detail=detail)
     if sandbox is None:
-        return sample
-    sample.spawn_s = sandbox.spawn_s
+        return RunSample(outcome, execute_s, detail)
     reading: Reading = sandbox.reading()
-    for name, value in asdict(reading).items():
-        setattr(sample, name, value)
+    sample = RunSample(outcome, execute_s, detail, sandbox.spawn_s, **asdict(reading))
     if sandbox.exit is not None and sandbox.exit.oom_killed:
         sample.oom_killed = True
         sample.memory_peak_bytes = limit_bytes
@@ -255,11 +236,6 @@ def _sample_from(
 # --------------------------------------------------------------------------------------------------
 # Recommendation (pure)
 # --------------------------------------------------------------------------------------------------
-
-
-def _pct(xs: list[float], p: float) -> float:
-    ordered = sorted(xs)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def _round_up(value: float, step: float) -> float:
@@ -293,7 +269,7 @@ def _kubernetes_settings(good: list[RunSample], basis: dict[str, Any]) -> dict[s
     memory = max(MEMORY_STEP, int(_round_up(peak * MEMORY_FACTOR, MEMORY_STEP))) if peak else 256 * MiB
     utils = [u for s in good if (u := s.cpu_utilisation) is not None]
     cpu = max(CPU_STEP, _round_up(max(utils) * CPU_FACTOR, CPU_STEP)) if utils else 1.0
-    median = _pct(utils, 50) if utils else None
+    median = percentile(utils, 50) if utils else None
     basis["cpu_utilisation_p50"] = median
     request = _round_up(median * CPU_FACTOR, CPU_REQUEST_STEP) if median is not None else 0.1
     request = min(cpu, max(CPU_REQUEST_STEP, request))
@@ -377,17 +353,17 @@ def recommend(
         "memory_method": sorted({s.memory_method for s in good if s.memory_method}),
         "cpu_utilisation_max": max(utils) if utils else None,
         "cpu_seconds_max": max((s.cpu_s for s in good if s.cpu_s is not None), default=None),
-        "execute_p50_s": _pct(times, 50),
-        "execute_p99_s": _pct(times, 99),
+        "execute_p50_s": percentile(times, 50),
+        "execute_p99_s": percentile(times, 99),
         "execute_max_s": max(times),
-        "execute_minus_spawn_p99_s": _pct(warm, 99),
-        "spawn_p50_s": _pct([s.spawn_s for s in good if s.spawn_s is not None] or [0.0], 50),
+        "execute_minus_spawn_p99_s": percentile(warm, 99),
+        "spawn_p50_s": percentile([s.spawn_s for s in good if s.spawn_s is not None] or [0.0], 50),
         "throttled_periods_max": max((s.throttled_periods or 0 for s in good), default=0),
     }
     slowest = max(times)
     if burst is not None and burst.seconds:
         basis["burst_slowest_s"] = max(burst.seconds)
-        basis["burst_p50_s"] = _pct(burst.seconds, 50)
+        basis["burst_p50_s"] = percentile(burst.seconds, 50)
         slowest = max(slowest, basis["burst_slowest_s"])
     elif burst is not None:
         burst = None  # no execute of the burst succeeded: its failures are reported, not counted
@@ -407,7 +383,7 @@ def recommend(
 # --------------------------------------------------------------------------------------------------
 
 
-class TuneError(Exception):
+class TuneError(CommandError):
     """A problem with the arguments or the environment (exit 2)."""
 
 
@@ -752,7 +728,7 @@ def format_report(report: dict[str, Any]) -> str:
     burst = report.get("burst")
     if burst is not None:
         times = burst["seconds"]
-        spread = f": p50 {times[len(times) // 2]:.3f} s, slowest {times[-1]:.3f} s" if times else ""
+        spread = f": p50 {percentile(times, 50):.3f} s, slowest {max(times):.3f} s" if times else ""
         lines += [
             "",
             f"burst: {burst['executes']} executes at once on {burst['slots']} slots, no warm worker, "
@@ -920,8 +896,10 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed flags.
 
     Returns:
-        The exit status: 0 with a recommendation from all runs, 1 when a run failed or the runtime
-        is unavailable, 2 on bad arguments, 130 when interrupted.
+        The exit status: 0 with a recommendation from all runs, 1 when a run failed.
+
+    Raises:
+        CommandError: status 2 on bad arguments, 1 when the runtime is unavailable or fails.
     """
     if args.runtime is None:
         args.runtime = DEFAULT_RUNTIME
@@ -931,17 +909,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.runs <= 0 or args.warmup < 0:
-        print("codemode quotas tune: --runs must be positive and --warmup not negative", file=sys.stderr)
-        return 2
+        raise CommandError("--runs must be positive and --warmup not negative")
     if args.burst is None:
         args.burst = args.max_concurrent_executions
     if args.burst < 0 or args.max_concurrent_executions < 1:
-        print(
-            "codemode quotas tune: --burst must not be negative and --max-concurrent-executions must be "
-            "at least 1",
-            file=sys.stderr,
-        )
-        return 2
+        raise CommandError("--burst must not be negative and --max-concurrent-executions must be at least 1")
     positive = ("max_execution_time", "docker_cpus", "docker_max_processes", "process_cpu_seconds")
     bad = [
         n
@@ -949,33 +921,21 @@ def run(args: argparse.Namespace) -> int:
         if (v := getattr(args, n)) is not None and v <= 0
     ]
     if bad:
-        flags = ", ".join("--" + n.replace("_", "-") for n in bad)
-        print(f"codemode quotas tune: {flags} must be positive", file=sys.stderr)
-        return 2
-    try:
-        _limits(args)
-    except TuneError as exc:
-        print(f"codemode quotas tune: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(", ".join("--" + n.replace("_", "-") for n in bad) + " must be positive")
+    _limits(args)
     try:
         with open(args.program, encoding="utf-8") as fh:
             source = fh.read()
     except OSError as exc:
-        print(f"codemode quotas tune: cannot read {args.program!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        raise CommandError(f"cannot read {args.program!r}: {exc.strerror or exc}") from None
     try:
         report = asyncio.run(tune(args, source, progress=not args.json))
-    except TuneError as exc:
-        print(f"codemode quotas tune: {exc}", file=sys.stderr)
-        return 2
+    except CommandError:  # a TuneError: bad flags, settings or runtime configuration
+        raise
     except RuntimeUnavailable as exc:
-        print(f"codemode quotas tune: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+        raise CommandError(str(exc), FAILED) from None
     except Exception as exc:
-        print(f"codemode quotas tune: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(f"failed: {type(exc).__name__}: {exc}", FAILED) from None
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         print()
