@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from codemode.catalog.types import OutputError, compile_type, render_output, to_plain
+from codemode.catalog.types import OutputError, compile_type, to_plain
 from codemode_worker.shapes import BindError, ShapeError, bind, bind_arguments, render, validate_shape
 from codemode_worker.values import INT64_MAX, NonFiniteFloat, NonStringKeys, Unsupported
 
@@ -24,7 +24,7 @@ def test_it_is_a_shape_of_its_own_shown_as_json() -> None:
         validate_shape({"t": "any", "of": {"t": "str"}})
     assert render(ANY) == "json"
     assert render({"t": "list", "of": ANY}) == "list[json]"
-    assert render_output({"t": "dict", "of": ANY}) == "dict[str, json]"
+    assert render({"t": "dict", "of": ANY}, output=True) == "dict[str, json]"
 
 
 def test_it_binds_plain_values_to_a_fresh_copy() -> None:

@@ -188,9 +188,22 @@ def _record_key(name: str) -> str:
     return name if _IDENTIFIER.match(name) else json.dumps(name, ensure_ascii=False)
 
 
-def render(shape: Shape) -> str:
+def render(shape: Shape, *, output: bool = False) -> str:
     """Model-facing notation: ``str``, ``list[T]``, ``dict[str, T]``, ``T | None``,
-    ``{a: T, b: U | None}``."""
+    ``{a: T, b: U | None}``; a record field with a default reads ``size: int = 10``. The one place
+    the notation is written: the host's describe and signatures use it too.
+
+    Args:
+        shape: the shape.
+        output: write an output's notation: an optional record field reads ``name?: T``, and
+            defaults are not shown (an output has none).
+
+    Returns:
+        The notation.
+
+    Raises:
+        ShapeError: an unknown shape kind.
+    """
     t = shape["t"]
     if t == "str" and "enum" in shape:
         return render_enum(shape["enum"])
@@ -199,20 +212,25 @@ def render(shape: Shape) -> str:
     if t == ANY:
         return "json"
     if t == "list":
-        return f"list[{render(shape['of'])}]"
+        return f"list[{render(shape['of'], output=output)}]"
     if t == "dict":
-        return f"dict[str, {render(shape['of'])}]"
+        return f"dict[str, {render(shape['of'], output=output)}]"
     if t == "opt":
-        return f"{render(shape['of'])} | None"
+        return f"{render(shape['of'], output=output)} | None"
     if t == "record":
-        inner = ", ".join(render_field(f, _record_key(f["name"])) for f in shape["fields"])
+        inner = ", ".join(render_field(f, _record_key(f["name"]), output=output) for f in shape["fields"])
         return "{" + inner + "}"
     raise ShapeError(f"unknown shape kind {t!r}")
 
 
-def render_field(field: dict[str, Any], key: str | None = None) -> str:
-    """``name: T``, or ``name: T = <default>`` for a field with a default (which may be omitted)."""
+def render_field(field: dict[str, Any], key: str | None = None, *, output: bool = False) -> str:
+    """``name: T``, or ``name: T = <default>`` for an input field with a default (which may be
+    omitted), or ``name?: T`` for an optional output field."""
     key = field["name"] if key is None else key
+    if output and field["shape"]["t"] == "opt":
+        return f"{key}?: {render(field['shape']['of'], output=True)}"
+    if output:
+        return f"{key}: {render(field['shape'], output=True)}"
     if "default" in field:
         return f"{key}: {render(field['shape']['of'])} = {literal(field['default'])}"
     return f"{key}: {render(field['shape'])}"

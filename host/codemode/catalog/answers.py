@@ -13,9 +13,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from codemode_worker.shapes import render
+
 from .capability import CompiledCapability
 from .search import DEFAULT_MAX_RESPONSE_BYTES, SearchEntry, oversized_entries
-from .types import describe_fields, render_output
+from .types import describe_fields
 
 __all__ = [
     "DEFAULT_MAX_DESCRIBE_RESPONSE_BYTES",
@@ -67,7 +69,7 @@ def _output(shape: dict[str, Any]) -> dict[str, Any]:
     ``str`` or ``list[T]``) has no fields, and ``returns`` gives its type instead."""
     if shape["t"] == "record":
         return {"output": [f.to_dict() for f in describe_fields(shape, output=True)]}
-    return {"output": [], "returns": render_output(shape)}
+    return {"output": [], "returns": render(shape, output=True)}
 
 
 def search_entry(c: CompiledCapability) -> SearchEntry:

@@ -21,8 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from codemode_worker.shapes import ANY, MAX_ENUM_VALUES, render_field
-from codemode_worker.shapes import render as render_input
+from codemode_worker.shapes import ANY, MAX_ENUM_VALUES, render, render_field
 
 from ..common.passed import passed_kind
 
@@ -41,7 +40,6 @@ __all__ = [
     "construct",
     "constructor",
     "describe_fields",
-    "render_output",
     "signature",
     "to_plain",
     "without_defaults",
@@ -467,34 +465,6 @@ def _plain_any(obj: Any, path: str) -> Any:
     raise OutputError(f"{path}: expected a JSON value, got {type(obj).__name__}")
 
 
-def render_output(shape: Shape) -> str:
-    """Output notation: like inputs, but optional record fields read ``name?: T``.
-
-    Args:
-        shape: the output shape.
-
-    Returns:
-        Its notation (``{id: str, note?: str}``).
-    """
-    kind = shape["t"]
-    if kind == "opt":
-        return f"{render_output(shape['of'])} | None"
-    if kind == "list":
-        return f"list[{render_output(shape['of'])}]"
-    if kind == "dict":
-        return f"dict[str, {render_output(shape['of'])}]"
-    if kind == "record":
-        parts = []
-        for f in shape["fields"]:
-            fs = f["shape"]
-            if fs["t"] == "opt":
-                parts.append(f"{f['name']}?: {render_output(fs['of'])}")
-            else:
-                parts.append(f"{f['name']}: {render_output(fs)}")
-        return "{" + ", ".join(parts) + "}"
-    return render_input(shape)
-
-
 _NO_DEFAULT: Any = object()
 
 
@@ -545,11 +515,11 @@ def describe_fields(record: Shape, *, output: bool) -> list[FieldDoc]:
         fs = f["shape"]
         required = fs["t"] != "opt"
         if output:
-            items.append(FieldDoc(f["name"], render_output(fs if required else fs["of"]), required))
+            items.append(FieldDoc(f["name"], render(fs if required else fs["of"], output=True), required))
         elif "default" in f:  # may be omitted: the type without "| None", and the default
-            items.append(FieldDoc(f["name"], render_input(fs["of"]), False, f["default"]))
+            items.append(FieldDoc(f["name"], render(fs["of"]), False, f["default"]))
         else:
-            items.append(FieldDoc(f["name"], render_input(fs), required))
+            items.append(FieldDoc(f["name"], render(fs), required))
     return items
 
 
