@@ -17,6 +17,7 @@ from codemode.ops.bench import aecho
 from codemode.runtimes import kubernetes as kmod
 from codemode.runtimes.handshake import PROBE
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import _attach as kattach
 from codemode.runtimes.streams import LaunchHandoff
 
 from .support import KUBECONFIG, WORKERS, core_api
@@ -108,7 +109,7 @@ async def test_a_pod_whose_worker_does_not_run_yet_is_refused_exactly_and_retrie
     try:
         refusals = []
         for _ in range(2):
-            with pytest.raises(kmod._Refused) as refused:
+            with pytest.raises(kattach._Refused) as refused:
                 rt._attach_blocking(api, name, PROBE, LaunchHandoff())
             refusals.append(refused.value.text)
             while not api.read_namespaced_pod(name, WORKERS).spec.node_name:

@@ -3,7 +3,7 @@
 ``KubernetesRuntime(testing_entry=True)`` runs the test twin of the worker image
 (``codemode-worker-testing``, imported by scripts/provision-kubernetes.sh; another name with
 ``CODEMODE_TESTING_IMAGE``), which executes the exec frame's source as Python: the worst case of a
-Starlark escape. The program reports what it finds: what the pod spec ``kubernetes_pod.worker_pod``
+Starlark escape. The program reports what it finds: what the pod spec ``kubernetes.pod.worker_pod``
 (capabilities dropped, no privilege escalation, RuntimeDefault seccomp, read-only root and tmpfs
 mounts, no token) and the cluster (own PID namespace, a network namespace without a route) leave it.
 """

@@ -23,7 +23,7 @@ from codemode import authz
 from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.ops.bench import aecho
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
-from codemode.runtimes.kubernetes_pod import SPREAD_TOPOLOGY_KEY
+from codemode.runtimes.kubernetes.pod import SPREAD_TOPOLOGY_KEY
 
 from .support import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl
 

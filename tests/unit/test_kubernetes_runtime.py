@@ -44,6 +44,8 @@ from codemode.runtimes.kubernetes import (
     KubernetesRuntime,
     KubernetesSandbox,
 )
+from codemode.runtimes.kubernetes import _attach as kattach
+from codemode.runtimes.kubernetes import _orphans as korphans
 from codemode.service.app import _sweep as app_sweep
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import FrameDecoder, encode_frame
@@ -740,8 +742,8 @@ async def test_a_worker_that_stops_reading_never_blocks_the_loop(
     sandbox = await rt.spawn()
     assert isinstance(sandbox, KubernetesSandbox)
     if notsent_lowat is not None:
-        sandbox._ws.sock.setsockopt(socket.IPPROTO_TCP, kmod._TCP_NOTSENT_LOWAT, notsent_lowat)
-        assert not kmod._has_room(sandbox._ws.sock, 4096)  # unsent bytes are capped far below it
+        sandbox._ws.sock.setsockopt(socket.IPPROTO_TCP, kattach._TCP_NOTSENT_LOWAT, notsent_lowat)
+        assert not kattach._has_room(sandbox._ws.sock, 4096)  # unsent bytes are capped far below it
     await sandbox.write(b"go")
     ticks = 0
 
@@ -1338,7 +1340,7 @@ async def test_cancelled_spawn_deletes_its_pod(cluster: FakeCluster) -> None:
 async def test_attach_uses_its_own_api_client(cluster: FakeCluster) -> None:
     # kubernetes.stream swaps call_api on the ApiClient it is given; REST calls made by other threads
     # on that client meanwhile would turn into websocket requests. The runtime never shares it.
-    method = KubernetesRuntime._attach_method(cluster.api)
+    method = kattach._attach_method(cluster.api)
     bound: Any = method
     assert bound.__self__.api_client is not cluster.api.api_client
     assert bound.__self__.api_client.configuration is cluster.api.api_client.configuration
@@ -1445,7 +1447,7 @@ async def test_an_attach_stream_reads_without_a_timeout_once_upgraded(cluster: F
 def test_the_upgrade_bound_applies_to_its_own_thread_only() -> None:
     from kubernetes.stream import ws_client
 
-    from codemode.runtimes import kubernetes_upgrade
+    from codemode.runtimes.kubernetes import upgrade as kubernetes_upgrade
 
     seen: dict[str, Any] = {}
 
@@ -1524,7 +1526,7 @@ def host_pod(name: str, uid: str, phase: str = "Running") -> k8s.V1Pod:
 @pytest.fixture
 def me(monkeypatch: pytest.MonkeyPatch) -> Any:
     """This host runs in pod codemode/host-1 (uid u1), in another pid namespace than any pod below."""
-    owner = kmod._OWNER
+    owner = korphans._OWNER
     monkeypatch.setattr(owner, "pod", f"{HOST_NS}/host-1")
     monkeypatch.setattr(owner, "pod_uid", "u1")
     return owner
@@ -1774,7 +1776,7 @@ async def test_the_host_name_rule_runs_at_start_only(
 
 def test_the_owner_started_annotation_is_at_or_after_this_process_start(me: Any) -> None:
     # The rule's soundness: a container running this process started no later than it says.
-    ann = kmod._OWNER.annotations()
+    ann = korphans._OWNER.annotations()
     started = datetime.datetime.strptime(ann["io.codemode.owner-started"], "%Y-%m-%dT%H:%M:%SZ")
     btime = next(
         int(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime")
@@ -2047,7 +2049,7 @@ def _pod(phase: str = "Pending", node: str | None = None, **status: Any) -> k8s.
 
 
 def test_progress_and_scheduled_read_the_pod_status() -> None:
-    from codemode.runtimes.kubernetes_pod import progress, scheduled
+    from codemode.runtimes.kubernetes.pod import progress, scheduled
 
     def cond(reason: str) -> list[k8s.V1PodCondition]:
         return [k8s.V1PodCondition(type="PodScheduled", status="False", reason=reason, message="0/1 nodes")]
@@ -2072,7 +2074,7 @@ def test_progress_and_scheduled_read_the_pod_status() -> None:
 
 
 def test_the_api_servers_dial_errors_mean_an_unreachable_kubelet() -> None:
-    from codemode.runtimes.kubernetes_nodes import kubelet_unreachable
+    from codemode.runtimes.kubernetes.nodes import kubelet_unreachable
 
     assert kubelet_unreachable(
         'Handshake status 500 Internal Server Error -+-+- {} -+-+- b\'{"message":"error dialing backend:'
@@ -2090,7 +2092,7 @@ def test_the_api_servers_dial_errors_mean_an_unreachable_kubelet() -> None:
 
 
 def test_a_suspected_node_is_avoided_for_the_quarantine_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from codemode.runtimes import kubernetes_nodes
+    from codemode.runtimes.kubernetes import nodes as kubernetes_nodes
 
     now = [100.0]
     monkeypatch.setattr(kubernetes_nodes.time, "monotonic", lambda: now[0])
@@ -2258,7 +2260,7 @@ async def _dropped_worker(
     cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, node: str, exit_wait: float
 ) -> tuple[KubernetesRuntime, KubernetesSandbox]:
     """A started worker on ``node`` whose attach stream has ended while its container runs."""
-    import codemode.runtimes.kubernetes as kubernetes_runtime
+    import codemode.runtimes.kubernetes.runtime as kubernetes_runtime
 
     monkeypatch.setattr(kubernetes_runtime, "_LOST_CHECK_AFTER", 0.05)
     cluster.nodes = [node]

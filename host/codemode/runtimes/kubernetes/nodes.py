@@ -14,7 +14,7 @@ by what its pods show:
   runs, and a fresh attach to it fails because the API server cannot dial the node's kubelet.
 
 Either way the node is *suspected* for ``node_quarantine`` seconds: new worker pods carry a required
-node affinity that excludes it (``kubernetes_pod.avoid_nodes``). The list is a hint, never a reason
+node affinity that excludes it (``pod.avoid_nodes``). The list is a hint, never a reason
 to fail: a pod that no other node can take is made again without it.
 """
 
