@@ -14,7 +14,7 @@ import pytest
 
 import codemode
 from codemode.common.errors import ExecutionTimeout, client_text
-from codemode.execution.execute import DEADLINE_EXIT_WAIT
+from codemode.execution.executor import DEADLINE_EXIT_WAIT
 from codemode.runtimes.process import DEFAULT_UID_BASE
 
 from ..integration.helpers import ALICE, Recorder, make_server

@@ -13,7 +13,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.execution.admission import Admission
-from codemode.execution.execute import Executor
+from codemode.execution.executor import Executor
 from codemode.execution.limits import DEFAULTS, Limits
 from codemode.execution.plan import Plan
 from codemode.startup.config import ConfigError, load_settings, names

@@ -9,7 +9,7 @@ from typing import Any
 
 from codemode.authz import Subject, allow_all
 from codemode.execution.admission import Admission
-from codemode.execution.execute import Executor
+from codemode.execution.executor import Executor
 from codemode.execution.limits import Limits
 from codemode.execution.plan import Plan
 from codemode.runtimes.base import ExitInfo

@@ -24,7 +24,7 @@ Each call of a batch passes the pipeline of a single call, on its own, in three 
 
 The results go back in one ``native_batch_result`` frame, one ``{ok, value}`` or ``{ok, error}`` per
 call, the whole list bounded by ``max_value_bytes`` like one result. Every call of the batch is then
-recorded, in list order, whatever happened (``_Session.observe``): the ledger and the audit log list
+recorded, in list order, whatever happened (``session.Session.observe``): the ledger and the audit log list
 the batch as its calls, a call the execute never reached as ``not run``.
 """
 
@@ -51,7 +51,7 @@ _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=Fa
 
 
 class _Session(Protocol):
-    """What a batch needs of the exchange with one worker (``execute._Session``): its executor
+    """What a batch needs of the exchange with one worker (``session.Session``): its executor
     (``by_name``, ``limits``, ``argument_grammar``, ``is_async``, ``handler_threads``), the subject,
     the call count,
     the trace, the sandbox, and the single call's pipeline split in two (authorize, then handle)."""
@@ -77,7 +77,7 @@ class _Session(Protocol):
 
 @dataclass(frozen=True)
 class Exchange:
-    """The pipeline's own types a batch uses (passed in: this module builds on ``execute``, which
+    """The pipeline's own types a batch uses (passed in: this module builds on ``session``, which
     imports it).
 
     Args:

@@ -21,7 +21,7 @@ from ..runtimes.base import Runtime
 from ..store import Store
 from .admission import Admission, FairAdmission
 from .approval import Approver
-from .execute import Executor
+from .executor import Executor
 from .limits import Limits
 from .observe import ApprovalAnswer, NullObserver, Observer
 from .plan import Plan
