@@ -12,9 +12,9 @@ nothing. Measures, on one realistic policy:
   in flight;
 - the hand-off's own floor: an empty job through a daemon thread, waited for blocking and awaited;
 - the inline bound: ``decide()`` on the largest input a bounded policy still evaluates inline
-  (``codemode.authz._rego_bounded``: values and characters at their caps) and on the costliest nesting
+  (``codemode.authz.rego._bounded``: values and characters at their caps) and on the costliest nesting
   (chains at the depth cap), against ``INLINE_BUDGET``; and what the construction's calibration measured
-  (``codemode.authz._rego_calibrate``: the most the policy adds over its worst inputs);
+  (``codemode.authz.rego._calibrate``: the most the policy adds over its worst inputs);
 - for comparison, the same evaluation through regopy's public API only, and an ad-hoc query.
 """
 
@@ -35,10 +35,10 @@ from typing import Any
 import regopy
 
 from codemode.authz import AuthorizationInput, Denied, Subject
-from codemode.authz import _rego_bounded as bounded
-from codemode.authz import _rego_calibrate as calibrate
-from codemode.authz import rego as rego_module
 from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
+from codemode.authz.rego import _authorizer as rego_module
+from codemode.authz.rego import _bounded as bounded
+from codemode.authz.rego import _calibrate as calibrate
 
 POLICY = """package codemode.authz
 

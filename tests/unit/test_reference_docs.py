@@ -247,9 +247,9 @@ def test_the_pack_lifecycle_is_documented() -> None:
 
 def test_authorization_md_states_the_bounded_paths_limits() -> None:
     """authorization.md: the inline caps, the calibration limit, the per-turn budget and the guard's
-    trip points are the code's (codemode.authz.rego, codemode.authz._rego_bounded)."""
-    from codemode.authz import _rego_bounded as bounded
-    from codemode.authz import rego
+    trip points are the code's (codemode.authz.rego, codemode.authz.rego._bounded)."""
+    from codemode.authz.rego import _authorizer as rego
+    from codemode.authz.rego import _bounded as bounded
 
     text = flat("authorization.md")
     budget_ms = rego.INLINE_BUDGET * 1e3

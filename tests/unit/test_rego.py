@@ -19,8 +19,8 @@ import pytest
 import regopy
 
 from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
-from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, UnknownDecision, from_files
+from codemode.authz.rego import _authorizer as rego_module
 
 from .support_loop import ticks_while
 

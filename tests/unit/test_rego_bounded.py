@@ -1,4 +1,4 @@
-"""Bounded policies evaluated on the event loop's thread (codemode.authz._rego_bounded): which policies
+"""Bounded policies evaluated on the event loop's thread (codemode.authz.rego._bounded): which policies
 qualify, that their decisions are the pool's, and that neither a slow policy nor a large tenant input
 holds the loop (the deadline and cancellation outcomes stay as they are on the pool)."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
-from codemode.authz import _rego_bounded as bounded
-from codemode.authz import rego as rego_module
 from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
+from codemode.authz.rego import _authorizer as rego_module
+from codemode.authz.rego import _bounded as bounded
 
 from ..benchmarks import bench_authz
 from .support_loop import ticks_while

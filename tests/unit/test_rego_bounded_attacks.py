@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from codemode.authz import AuthorizationInput, PolicyError, Subject
-from codemode.authz import _rego_bounded as bounded
-from codemode.authz import rego as rego_module
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
+from codemode.authz.rego import _authorizer as rego_module
+from codemode.authz.rego import _bounded as bounded
 
 from .support_loop import ticks_while
 from .test_rego_bounded import Ctx, outcome, rego_threads

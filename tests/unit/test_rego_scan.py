@@ -1,10 +1,11 @@
-"""The lexical scanner behind RegoAuthorizer's construction checks (codemode.authz._rego_scan)."""
+"""The lexical scanner behind RegoAuthorizer's construction checks (codemode.authz.rego._scan)."""
 
 from __future__ import annotations
 
 import pytest
 
-from codemode.authz._rego_scan import (
+from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
+from codemode.authz.rego._scan import (
     IDENT,
     PUNCT,
     STRING,
@@ -15,7 +16,6 @@ from codemode.authz._rego_scan import (
     refs,
     tokenize,
 )
-from codemode.authz.rego import InvalidPolicy, RegoAuthorizer
 
 
 def known(name: str) -> bool:
@@ -255,7 +255,7 @@ def test_not_inside_every_is_refused(policy: str) -> None:
 def test_the_engine_really_gets_not_inside_every_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
     """Why the rule exists: with the scan off, the engine allows xs = [1, 2] for 'no element is 2'."""
     from codemode.authz import AuthorizationInput, Subject
-    from codemode.authz import rego as rego_module
+    from codemode.authz.rego import _authorizer as rego_module
 
     monkeypatch.setattr(rego_module, "check_modules", lambda modules, is_builtin: None)
     a = RegoAuthorizer("data.t.allow", {"t.rego": NOT_IN_EVERY[0]})

@@ -1,6 +1,6 @@
 """Which policies may be evaluated on the event loop's thread: a conservative lexical allow-list.
 
-Private to :mod:`codemode.authz.rego`. rego-cpp cannot be interrupted, so an evaluation may run on
+Part of :mod:`codemode.authz.rego`. rego-cpp cannot be interrupted, so an evaluation may run on
 the loop's thread only if its time is bounded whatever the input. A policy is *bounded* here when
 nothing in it can iterate or do more than linear work on a value: no ``some``, ``every``, ``with``,
 comprehensions, set operators, template strings, user functions, imports other than ``rego.v1`` and
@@ -14,7 +14,7 @@ makes the policy unbounded: being wrong that way costs speed (the decision goes 
 thread), never the loop.
 
 The forms bound the work per rule, not the number of rules: a bounded policy's cost is measured at
-construction (:mod:`codemode.authz._rego_calibrate`, on inputs built from :func:`input_paths`).
+construction (:mod:`codemode.authz.rego._calibrate`, on inputs built from :func:`input_paths`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ._rego_scan import (
+from ._scan import (
     IDENT,
     KEYWORDS,
     PUNCT,
@@ -94,7 +94,7 @@ def unbounded_reason(modules: Mapping[str, str]) -> str | None:
     """None when every module is bounded (see the module docstring), else why not (for the log).
 
     Args:
-        modules: filename → Rego source, already accepted by ``_rego_scan.check_modules``.
+        modules: filename → Rego source, already accepted by ``_scan.check_modules``.
 
     Returns:
         None, or the first construct that makes the policy unbounded.

@@ -3,14 +3,14 @@ values, errors) is docs/reference/authorization.md; the design (what constructio
 safety, speed, deadlines, measurements) is docs/authz.md.
 
 For the code reader: :class:`RegoAuthorizer` validates everything at construction (the lexical scan
-is :mod:`codemode.authz._rego_scan`, then compilation, the audit of the builtins the compiled plan
+is :mod:`codemode.authz.rego._scan`, then compilation, the audit of the builtins the compiled plan
 links, and one probe evaluation). A regopy ``Interpreter`` must never be used by two threads at once
 (it crashes the process), so each evaluating thread builds its own interpreter and compiled bundle
 from the validated sources, lazily, never shared; the input goes to the C API directly
-(:mod:`codemode.authz._rego_direct`). :meth:`RegoAuthorizer.authorize` hands the evaluation to a
+(:mod:`codemode.authz.rego._direct`). :meth:`RegoAuthorizer.authorize` hands the evaluation to a
 small pool of daemon threads through ``codemode.common.handoff`` (``evaluate_inline=True``
-evaluates on the calling thread instead), or evaluates a bounded policy (``_rego_bounded``, whose
-cost ``_rego_calibrate`` measured at construction) on the calling thread, under a guard and a
+evaluates on the calling thread instead), or evaluates a bounded policy (``_bounded``, whose
+cost ``_calibrate`` measured at construction) on the calling thread, under a guard and a
 per-loop-turn budget.
 """
 
@@ -35,18 +35,18 @@ from typing import Any, Final, Literal
 
 import regopy
 
-from ..common.handoff import NOT_YET, HandOff
-from . import AskUser, AuthorizationInput, Denied, PolicyError, Subject
-from ._rego_bounded import input_paths, small_input, unbounded_reason
-from ._rego_calibrate import worst_case, worst_inputs
-from ._rego_direct import DIRECT as _DIRECT
-from ._rego_direct import INT64_MAX as _INT64_MAX
-from ._rego_direct import INT64_MIN as _INT64_MIN
-from ._rego_direct import MAX_INPUT_DEPTH as _MAX_INPUT_DEPTH
-from ._rego_direct import NUL_MESSAGE as _NUL_MESSAGE
-from ._rego_direct import SURROGATE_MESSAGE as _SURROGATE_MESSAGE
-from ._rego_direct import evaluate as direct_evaluate
-from ._rego_scan import (
+from ...common.handoff import NOT_YET, HandOff
+from .. import AskUser, AuthorizationInput, Denied, PolicyError, Subject
+from ._bounded import input_paths, small_input, unbounded_reason
+from ._calibrate import worst_case, worst_inputs
+from ._direct import DIRECT as _DIRECT
+from ._direct import INT64_MAX as _INT64_MAX
+from ._direct import INT64_MIN as _INT64_MIN
+from ._direct import MAX_INPUT_DEPTH as _MAX_INPUT_DEPTH
+from ._direct import NUL_MESSAGE as _NUL_MESSAGE
+from ._direct import SURROGATE_MESSAGE as _SURROGATE_MESSAGE
+from ._direct import evaluate as direct_evaluate
+from ._scan import (
     ScanError,
     check_modules,
     defined_rules,
@@ -559,7 +559,7 @@ class RegoAuthorizer:
 
     def _calibrate(self, evaluator: _Evaluator) -> bool:
         """Whether the policy adds at most a quarter of :data:`INLINE_BUDGET` to the evaluation of
-        each of its worst inline inputs (:mod:`codemode.authz._rego_calibrate`): a bounded form is not
+        each of its worst inline inputs (:mod:`codemode.authz.rego._calibrate`): a bounded form is not
         a bounded cost (a long deny list of allowed forms is slow)."""
         limit = INLINE_BUDGET / 4
         inputs = worst_inputs(input_paths(self._modules))

@@ -1,7 +1,7 @@
 """What a bounded policy costs on the worst inputs the inline caps let through: measured once, at
 construction.
 
-Private to :mod:`codemode.authz.rego`. The allow-list of :mod:`codemode.authz._rego_bounded` bounds
+Part of :mod:`codemode.authz.rego`. The allow-list of :mod:`codemode.authz.rego._bounded` bounds
 the work of each rule by the input's size, not the number of rules: a deny list of 400 one-line
 rules, every form allowed, takes tens of milliseconds on a 4,000-character argument. Every input
 reference of a bounded policy is a static path (``input.arguments.sql``), so the inputs that make
@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from . import PolicyError
-from ._rego_bounded import MAX_INLINE_CHARS, MAX_INLINE_DEPTH, MAX_INLINE_VALUES, small_input
+from .. import PolicyError
+from ._bounded import MAX_INLINE_CHARS, MAX_INLINE_DEPTH, MAX_INLINE_VALUES, small_input
 
 __all__ = ["worst_case", "worst_inputs"]
 
@@ -97,7 +97,7 @@ def worst_inputs(paths: Iterable[tuple[str, ...]]) -> list[dict[str, Any]]:
     """The inputs described in the module docstring, each within the inline caps.
 
     Args:
-        paths: the static ``input`` paths of the policy (:func:`_rego_bounded.input_paths`).
+        paths: the static ``input`` paths of the policy (:func:`_bounded.input_paths`).
 
     Returns:
         The input documents.

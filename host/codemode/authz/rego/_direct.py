@@ -1,6 +1,6 @@
 """The fast path to rego-cpp: its C API called directly through regopy's own ctypes handle.
 
-Private to :mod:`codemode.authz.rego`, which decides when to use it (``DIRECT`` is None when this
+Part of :mod:`codemode.authz.rego`, which decides when to use it (``DIRECT`` is None when this
 regopy does not expose every function the path needs; the public regopy API is used then). Two
 things make it fast and keep results exact:
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import regopy
 
-from . import PolicyError
+from .. import PolicyError
 
 __all__ = [
     "DIRECT",
