@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 import codemode
-from codemode.runtimes.ipc_cleanup import ipc_of
 from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
+from codemode.runtimes.process.ipc_cleanup import ipc_of
 from codemode_worker.confinement import OPEN_FILES_HEADROOM
 
 from ..integration.helpers import ALICE, make_server

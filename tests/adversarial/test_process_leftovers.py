@@ -135,7 +135,7 @@ def _queue_exists(name: bytes) -> bool:
 
 
 def test_the_posix_ipc_of_a_uid_is_removed_and_nothing_else() -> None:
-    from codemode.runtimes.posix_ipc_cleanup import remove_posix_ipc_of
+    from codemode.runtimes.process.posix_ipc_cleanup import remove_posix_ipc_of
 
     python = shutil.which("python3", path="/usr/bin:/bin")  # the test venv's lives under /root
     if python is None:

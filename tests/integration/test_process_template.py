@@ -1,4 +1,4 @@
-"""The worker template's contract with the host (``codemode.runtimes.template``, ``forked``): each
+"""The worker template's contract with the host (``codemode.runtimes.process.template``, ``forked``): each
 worker is a fresh process that is killed and reaped exactly once, and the host learns how it ended
 (exit code, signal) from the template; a template that reads a control message it does not accept
 ends, and its workers with it; closing the runtime leaves no process behind."""
@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from codemode.runtimes.base import SpawnFailed
-from codemode.runtimes.forked import ForkedSandbox
 from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process.forked import ForkedSandbox
 from codemode_worker.protocol import encode_frame
 
 TESTING = {"CODEMODE_WORKER_TESTING": "1"}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-_REPORT = "\nfrom codemode.runtimes import host_memory\nprint(host_memory.dumpable())\n"
+_REPORT = "\nfrom codemode.runtimes.process import host_memory\nprint(host_memory.dumpable())\n"
 
 ENTRIES = {
     # codemode.Builder(...).build() without a runtime: the library's default ProcessRuntime

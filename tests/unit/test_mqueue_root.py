@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from codemode.runtimes import posix_ipc_cleanup
+from codemode.runtimes.process import posix_ipc_cleanup
 
 
 def test_the_mount_point_is_read_once_and_again_when_its_file_system_changes(

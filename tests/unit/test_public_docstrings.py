@@ -34,7 +34,12 @@ import codemode
 
 #: The public modules: their ``__all__`` is the API (docs/reference/python-api.md). The submodules of
 #: PACKAGES are public too.
-PACKAGES = ("codemode.runtimes", "codemode.runtimes.kubernetes", "codemode.store")
+PACKAGES = (
+    "codemode.runtimes",
+    "codemode.runtimes.kubernetes",
+    "codemode.runtimes.process",
+    "codemode.store",
+)
 MODULES = (
     "codemode",
     "codemode.authz",

@@ -42,7 +42,7 @@ Kernels without Landlock (before 5.13, Landlock not in the ``lsm=`` list, gVisor
 profile that refuses the calls: ``landlock.Unavailable``): ``restrict`` returns None and the worker
 goes on without it; the file-descriptor limit ``confinement`` sets (``OPEN_FILES_HEADROOM`` above
 what the worker holds) is then what bounds the ptys a worker can take, and the host's
-non-dumpable flag keeps its memory (``codemode.runtimes.host_memory``). **Fail closed** otherwise:
+non-dumpable flag keeps its memory (``codemode.runtimes.process.host_memory``). **Fail closed** otherwise:
 Landlock present but a rule, the restriction or the check failing ends the worker with
 ``confinement.EXIT_CONFINEMENT`` before any frame is read (``Failed``).
 """

@@ -22,7 +22,7 @@ from typing import Any
 
 from codemode_worker.template_wire import EXITED, FAILED, FORK, FORKED, MESSAGE, READY, REAP, receive
 
-from .base import SpawnFailed
+from ..base import SpawnFailed
 
 __all__ = ["EXIT_GRACE", "STDERR_TAIL", "TemplateGone", "WorkerTemplate", "drain_tail", "keep_tail"]
 

@@ -1,4 +1,4 @@
-"""A worker forked by the worker template (``codemode.runtimes.template``), reached through its pipes.
+"""A worker forked by the worker template (``codemode.runtimes.process.template``), reached through its pipes.
 
 The host made the worker's three pipes and holds their other ends (non-blocking, read and written
 straight from the event loop), and a pidfd of the worker (sent by the template). The worker is the
@@ -29,7 +29,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from .base import ExitInfo, SandboxClosed
+from ..base import ExitInfo, SandboxClosed
 from .ipc_cleanup import remove_all_ipc_of
 from .template import TemplateGone, WorkerTemplate, keep_tail
 

@@ -21,8 +21,8 @@ Kubernetes runtime for untrusted tenants.
 
 How a worker process is made (``spawn``): by default (``"template"``) a worker template
 (``codemode_worker.template``, a pre-imported interpreter started like a worker) forks each worker
-from its warm state, and the worker confines itself after the fork (``codemode.runtimes.template``,
-``codemode.runtimes.forked``); ``"classic"`` starts ``python -I -m codemode_worker`` for every
+from its warm state, and the worker confines itself after the fork (``codemode.runtimes.process.template``,
+``codemode.runtimes.process.forked``); ``"classic"`` starts ``python -I -m codemode_worker`` for every
 worker. Either way every execute gets a fresh process that is killed and reaped exactly once, with
 the same limits, uid and filter.
 """
@@ -49,10 +49,10 @@ import psutil
 from codemode_worker import WORKER_ENV_MARKER
 from codemode_worker.privileges import UID_VARIABLE
 
+from ..base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
+from ..handshake import probe
 from . import host_memory
-from .base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from .forked import ForkedSandbox
-from .handshake import probe
 from .ipc_cleanup import remove_all_ipc_of
 from .template import WorkerTemplate, drain_tail
 
