@@ -7,7 +7,7 @@ name an image keep it; unit tests keep the real default).
 
 Docker: a test that needs the engine takes ``docker_api`` (one low-level client for the session).
 Without a reachable engine or without the worker image the test is skipped with the reason locally
-and fails under ``CI=true`` (see tests/environment.py). ``scripts/provision-docker.sh`` starts the
+and fails under ``CI=true`` (see tests/support/environment.py). ``scripts/provision-docker.sh`` starts the
 engine and builds the images.
 """
 
@@ -24,8 +24,8 @@ import pytest
 
 from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
 from codemode.runtimes.kubernetes import KubernetesRuntime
-from tests import environment, postgres
-from tests.environment import unavailable
+from tests.support import environment, postgres
+from tests.support.environment import unavailable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -111,7 +111,7 @@ def _missing_image(api: Any, image: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
-    """A DSN of a PostgreSQL database made for this session (tests/postgres.py): skipped without a
+    """A DSN of a PostgreSQL database made for this session (tests/support/postgres.py): skipped without a
     server locally, required with ``CI=true``."""
     with postgres.throwaway_database() as dsn:
         yield dsn

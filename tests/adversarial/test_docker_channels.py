@@ -20,8 +20,8 @@ import pytest
 from codemode import authz
 from codemode.runtimes.docker import _OWNER, DockerRuntime
 from codemode.runtimes.masked_paths import ENGINE_DEFAULTS, MASKED_PATHS
-from tests.integration.support_docker import worker_containers
-from tests.integration.support_reuse import reuse_server
+from tests.support.docker_engine import worker_containers
+from tests.support.reuse import reuse_server
 
 from . import channel_probes as cp
 from . import reuse_probe as rp

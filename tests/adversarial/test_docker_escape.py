@@ -35,7 +35,7 @@ from codemode.runtimes.base import SpawnFailed
 from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, STDERR_TAIL, DockerRuntime, DockerSandbox
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
-from tests.integration.support_docker import read_exact, read_frame, worker_containers
+from tests.support.docker_engine import read_exact, read_frame, worker_containers
 
 from . import review_probes
 from .kernel_probe import PROBE, not_refused

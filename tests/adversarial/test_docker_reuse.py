@@ -22,8 +22,8 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.runtimes.docker import _OWNER, DockerRuntime
-from tests.integration.support_docker import worker_containers
-from tests.integration.support_reuse import Sandboxes, reuse_server
+from tests.support.docker_engine import worker_containers
+from tests.support.reuse import Sandboxes, reuse_server
 
 from . import reuse_probe as rp
 from .test_docker_escape import OCI_RUNTIME, TESTING_IMAGE

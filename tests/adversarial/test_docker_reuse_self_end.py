@@ -29,9 +29,9 @@ from codemode.runtimes import supervised
 from codemode.runtimes.docker import DockerRuntime
 from codemode.runtimes.reuse import ReusePool
 from codemode_worker import supervisor_channel as channel
-from tests.integration.helpers import Recorder, make_capabilities
-from tests.integration.support_docker import worker_containers
-from tests.integration.support_reuse import Sandboxes
+from tests.support.docker_engine import worker_containers
+from tests.support.recorder import Recorder, make_capabilities
+from tests.support.reuse import Sandboxes
 
 from . import reuse_probe as rp
 from .test_docker_escape import OCI_RUNTIME, TESTING_IMAGE

@@ -34,8 +34,8 @@ import codemode
 from codemode import authz
 from codemode.common.errors import ResourceLimit
 from codemode.runtimes.docker import DockerRuntime
-from tests.integration.support_docker import worker_containers
-from tests.integration.support_reuse import reuse_server
+from tests.support.docker_engine import worker_containers
+from tests.support.reuse import reuse_server
 
 from . import reuse_probe as rp
 from .test_docker_escape import OCI_RUNTIME, TESTING_IMAGE

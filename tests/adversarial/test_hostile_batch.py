@@ -14,8 +14,7 @@ import pytest
 
 import codemode
 from codemode.common.errors import client_text
-
-from ..integration.helpers import ALICE, Recorder, make_server
+from tests.support.recorder import ALICE, Recorder, make_server
 
 FAKE = str(Path(__file__).with_name("fake_batch_worker.py"))
 

@@ -16,8 +16,7 @@ import codemode
 from codemode.common.errors import ExecutionTimeout, client_text
 from codemode.execution.executor import DEADLINE_EXIT_WAIT
 from codemode.runtimes.process import DEFAULT_UID_BASE
-
-from ..integration.helpers import ALICE, Recorder, make_server
+from tests.support.recorder import ALICE, Recorder, make_server
 
 FAKE = str(Path(__file__).with_name("fake_worker.py"))
 

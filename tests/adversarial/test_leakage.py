@@ -16,8 +16,7 @@ from mcp import Client
 import codemode
 from codemode import authz
 from codemode.mcp import create_server
-
-from ..integration.support_mcp import (
+from tests.support.mcp_client import (
     CLIENT_MODES,
     CountingResolver,
     EchoIn,

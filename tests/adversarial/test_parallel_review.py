@@ -17,8 +17,8 @@ from codemode import authz
 from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.support.recorder import ALICE, Recorder
 
-from ..integration.helpers import ALICE, Recorder
 from .test_hostile_batch import outcome
 
 BOB = authz.Subject("bob")

@@ -18,8 +18,8 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
+from tests.support.recorder import make_server
 
-from ..integration.helpers import make_server
 from . import channel_probes as cp
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")

@@ -28,8 +28,8 @@ import codemode
 from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
 from codemode.runtimes.process.ipc_cleanup import ipc_of
 from codemode_worker.confinement import OPEN_FILES_HEADROOM
+from tests.support.recorder import ALICE, make_server
 
-from ..integration.helpers import ALICE, make_server
 from . import review_probes
 from .kernel_probe import PROBE, not_refused
 
@@ -333,7 +333,7 @@ async def test_argument_forms_and_other_abis_are_refused(server: codemode.Server
 SAME_UID_HOST = """
 import asyncio, json, sys
 from codemode.runtimes.process import ProcessRuntime
-from tests.integration.helpers import ALICE, make_server
+from tests.support.recorder import ALICE, make_server
 from tests.adversarial import review_probes
 
 held = [review_probes.NEEDLE.encode()]  # another tenant's credential, in the host's memory

@@ -25,8 +25,8 @@ import pytest
 
 import codemode
 from codemode.runtimes.process import ProcessRuntime, Spawn
+from tests.support.recorder import ALICE, make_server
 
-from ..integration.helpers import ALICE, make_server
 from .test_process_containment import BOTH_SPAWNS, spawn, unconfined_runtime  # noqa: F401
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")

@@ -19,9 +19,9 @@ import codemode
 from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.support.approval import AskDeletes, create_then_delete
+from tests.support.mcp_client import error_text, ledger
 
-from ..integration.support_approval import AskDeletes, create_then_delete
-from ..integration.support_mcp import error_text, ledger
 from ..integration.test_suspension import ask, mcp, retry, share, store_of
 
 CREATE = ("cap-create", '{"title":"a"}')

@@ -22,8 +22,8 @@ import pytest
 
 import codemode
 from codemode.runtimes.process import ProcessRuntime
+from tests.support.recorder import ALICE, make_server
 
-from ..integration.helpers import ALICE, make_server
 from .test_process_containment import TESTING, unconfined_runtime
 
 BOB = codemode.Subject("bob")

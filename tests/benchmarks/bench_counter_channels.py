@@ -38,9 +38,9 @@ def runtime(kind: str) -> codemode.Runtime:
         )
     if kind == "docker":
         return DockerRuntime(testing_entry=True, image=DOCKER_TESTING_IMAGE)
-    from tests.e2e_kubernetes.support import KUBECONFIG, WORKERS, ready_nodes
     from tests.e2e_kubernetes.test_channels import OnOneNode
     from tests.e2e_kubernetes.test_containment import TESTING_IMAGE
+    from tests.support.cluster import KUBECONFIG, WORKERS, ready_nodes
 
     return OnOneNode(
         ready_nodes()[0],

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.integration.support_service import INITIALIZE
+from tests.support.service import INITIALIZE
 
 from .bench_preauth import start_service, stop_service
 

@@ -8,7 +8,7 @@ JSON value), ``suspend`` and ``claim`` p50/p99 (a 2 KiB record, 100 subjects), e
 awaited alone as a caller would. Beside them, the floor of the same run: one empty round trip to
 the same place (memory: an await; SQLite: a ``SELECT 1`` on the store's own thread; PostgreSQL:
 ``SELECT 1`` on one psycopg connection), and each figure's ratio to it. PostgreSQL is the local
-cluster through a throwaway database (tests/postgres.py), or ``CODEMODE_TEST_POSTGRES_DSN``.
+cluster through a throwaway database (tests/support/postgres.py), or ``CODEMODE_TEST_POSTGRES_DSN``.
 """
 
 from __future__ import annotations

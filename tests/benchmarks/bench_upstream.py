@@ -41,7 +41,7 @@ from codemode_capabilities.openapi import openapi_pack
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.integration.upstream_support import everything_command, octokit_openapi_document  # noqa: E402
+from tests.support.upstreams import everything_command, octokit_openapi_document  # noqa: E402
 
 
 def _size(obj: Any) -> int:

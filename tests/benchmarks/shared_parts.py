@@ -29,7 +29,7 @@ async def echo(ctx: codemode.CallContext, subject: authz.Subject, args: In) -> O
 @contextlib.contextmanager
 def postgres_dsn() -> Iterator[str | None]:
     """A throwaway database's DSN, or None (after printing why) when no server answers."""
-    from tests import postgres
+    from tests.support import postgres
 
     try:
         with postgres.throwaway_database() as dsn:

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import OVERLAY, SERVICE_IMAGE, SERVICE_NS, kubectl, ready_nodes, require_cluster, worker_pods
+from tests.support.cluster import (
+    OVERLAY,
+    SERVICE_IMAGE,
+    SERVICE_NS,
+    kubectl,
+    ready_nodes,
+    require_cluster,
+    worker_pods,
+)
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from .support import SERVICE_NS, configuration
+from tests.support.cluster import SERVICE_NS, configuration
 
 __all__ = ["PodStops", "ServiceProxy"]
 
@@ -251,7 +251,7 @@ class PodStops:
     node; from a real watch of the pods."""
 
     def __init__(self) -> None:
-        from .support import core_api
+        from tests.support.cluster import core_api
 
         self._lock = threading.Lock()
         #: Pod name -> monotonic time its deletionTimestamp was first seen.

@@ -19,9 +19,9 @@ from kubernetes import client as k8s
 import codemode
 from codemode import authz
 from codemode.runtimes.kubernetes import KubernetesRuntime
+from tests.support.cluster import KUBECONFIG, WORKERS, ready_nodes
 
 from ..adversarial import channel_probes as cp
-from .support import KUBECONFIG, WORKERS, ready_nodes
 from .test_containment import TESTING_IMAGE
 
 pytestmark = pytest.mark.kubernetes

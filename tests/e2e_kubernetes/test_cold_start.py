@@ -19,8 +19,7 @@ from codemode.runtimes.handshake import PROBE
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode.runtimes.kubernetes import _attach as kattach
 from codemode.runtimes.streams import LaunchHandoff
-
-from .support import KUBECONFIG, WORKERS, core_api
+from tests.support.cluster import KUBECONFIG, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 

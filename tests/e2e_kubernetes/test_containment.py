@@ -26,11 +26,18 @@ from codemode import authz
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode.runtimes.seccomp_profile import docker_profile
 from codemode_worker import PROTOCOL_VERSION
+from tests.support.cluster import (
+    KUBECONFIG,
+    KUBELET_SECCOMP_ROOT,
+    WORKERS,
+    core_api,
+    kubelet_seccomp_roots,
+    pod_log_dirs,
+)
 
 from ..adversarial import review_probes, write_probe
 from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
 from ..adversarial.kernel_probe import not_refused
-from .support import KUBECONFIG, KUBELET_SECCOMP_ROOT, WORKERS, core_api, kubelet_seccomp_roots, pod_log_dirs
 
 pytestmark = pytest.mark.kubernetes
 

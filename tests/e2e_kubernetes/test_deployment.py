@@ -17,9 +17,7 @@ import httpx
 import pytest
 
 from codemode.runtimes.kubernetes import KubernetesRuntime
-
-from ..integration.support_service import call, mcp_client
-from .support import (
+from tests.support.cluster import (
     KUBECONFIG,
     REPO,
     SERVICE_ACCOUNT,
@@ -34,6 +32,7 @@ from .support import (
     kubectl_path,
     server_version,
 )
+from tests.support.service import call, mcp_client
 
 pytestmark = pytest.mark.kubernetes
 

@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from .support import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl, kubectl_path
+from tests.support.cluster import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl, kubectl_path
+
 from .test_deployment import port_forward
 
 pytestmark = pytest.mark.kubernetes

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import REPO, kubectl
+from tests.support.cluster import REPO, kubectl
 
 pytestmark = pytest.mark.kubernetes
 

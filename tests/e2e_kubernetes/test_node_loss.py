@@ -37,8 +37,7 @@ from codemode.common.errors import client_text
 from codemode.execution.context import CallContext
 from codemode.ops.bench import EchoIn, EchoOut
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
-
-from .support import KUBECONFIG, REPO, WORKERS, core_api
+from tests.support.cluster import KUBECONFIG, REPO, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 

@@ -24,8 +24,7 @@ from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.ops.bench import aecho
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
 from codemode.runtimes.kubernetes.pod import SPREAD_TOPOLOGY_KEY
-
-from .support import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl
+from tests.support.cluster import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl
 
 pytestmark = pytest.mark.kubernetes
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from codemode import cli
-
-from .support import KUBECONFIG, WORKERS, worker_pods
+from tests.support.cluster import KUBECONFIG, WORKERS, worker_pods
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 
 from codemode.runtimes.kubernetes import KubernetesRuntime
+from tests.support.cluster import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl, worker_pods
 
 from ..benchmarks.bench_service_load import Outcome, client_loop
 from .service_proxy import PodStops, ServiceProxy
-from .support import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl, worker_pods
 
 pytestmark = pytest.mark.kubernetes
 

@@ -24,10 +24,10 @@ import codemode
 from codemode import authz
 from codemode.runtimes.kubernetes import KubernetesRuntime
 from codemode_worker import PROTOCOL_VERSION
+from tests.support.cluster import KUBECONFIG, WORKERS, core_api
+from tests.support.reuse import Sandboxes, reuse_server
 
 from ..adversarial import reuse_probe as rp
-from ..integration.support_reuse import Sandboxes, reuse_server
-from .support import KUBECONFIG, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
 

@@ -25,9 +25,8 @@ from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.ops.bench import aecho
 from codemode.runtimes.base import CapacityExhausted
 from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
-
-from ..integration.helpers import value_at_the_limit
-from .support import KUBECONFIG, REPO, WORKERS, core_api, kubectl, worker_pods
+from tests.support.cluster import KUBECONFIG, REPO, WORKERS, core_api, kubectl, worker_pods
+from tests.support.recorder import value_at_the_limit
 
 pytestmark = pytest.mark.kubernetes
 

@@ -25,8 +25,7 @@ import yaml
 
 import codemode
 from codemode import authz
-
-from .support import KUBECONFIG, core_api, require_cluster
+from tests.support.cluster import KUBECONFIG, core_api, require_cluster
 
 pytestmark = pytest.mark.kubernetes
 

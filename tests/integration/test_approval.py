@@ -28,10 +28,9 @@ from codemode.execution.approval import MAX_MESSAGE_BYTES
 from codemode.mcp import StaticSubject, create_server
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
-
-from .helpers import Events
-from .support_approval import ACCEPT, AskDeletes, User, create_then_delete
-from .support_mcp import call, error_text, execute_report, execute_value, ledger, wait_until
+from tests.support.approval import ACCEPT, AskDeletes, User, create_then_delete
+from tests.support.mcp_client import call, error_text, execute_report, execute_value, ledger, wait_until
+from tests.support.recorder import Events
 
 
 def served(events: Events | None = None, **limits: Any) -> tuple[codemode.Server, RecordStore]:

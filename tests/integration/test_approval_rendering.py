@@ -27,9 +27,8 @@ from codemode.execution.approval import MAX_MESSAGE_BYTES
 from codemode.mcp import StaticSubject, create_server
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
-
-from .support_approval import User
-from .support_mcp import call, error_text
+from tests.support.approval import User
+from tests.support.mcp_client import call, error_text
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 HEAD = "A program running for you wants to call a capability that needs your approval."

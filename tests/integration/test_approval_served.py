@@ -20,9 +20,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from .support_approval import ASK_REGO, User, create_then_delete
-from .support_mcp import RECORDS_PACK, child_env, cli_command, error_text, execute_value, ledger
-from .support_service import RECORDS_SPEC, service, settings, write_token_file
+from tests.support.approval import ASK_REGO, User, create_then_delete
+from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command, error_text, execute_value, ledger
+from tests.support.service import RECORDS_SPEC, service, settings, write_token_file
 
 pytestmark = pytest.mark.slow
 

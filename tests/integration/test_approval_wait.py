@@ -19,9 +19,9 @@ import pytest
 
 import codemode
 from codemode.execution.limits import Limits
+from tests.support.approval import User
+from tests.support.mcp_client import call, error_text, execute_value, ledger, wait_until
 
-from .support_approval import User
-from .support_mcp import call, error_text, execute_value, ledger, wait_until
 from .test_approval import Events, client, served
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -48,10 +48,9 @@ import codemode
 from codemode import authz
 from codemode_capabilities.mcp.upstream import upstream_mcp_pack
 from codemode_capabilities.openapi import openapi_pack
-from tests.escapes import read_out
-
-from . import credential_echo
-from .upstream_support import uvicorn_in_thread
+from tests.support.escapes import read_out
+from tests.support.servers import credential_echo
+from tests.support.upstreams import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 

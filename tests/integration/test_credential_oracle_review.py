@@ -21,9 +21,8 @@ import codemode
 from codemode import authz
 from codemode_capabilities.mcp.upstream import upstream_mcp_pack
 from codemode_capabilities.openapi import openapi_pack
-
-from . import credential_in_tool_list
-from .upstream_support import uvicorn_in_thread
+from tests.support.servers import credential_in_tool_list
+from tests.support.upstreams import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 

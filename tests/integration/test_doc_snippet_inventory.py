@@ -29,8 +29,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.startup.config import load_settings
-
-from .support_mcp import child_env, cli_command
+from tests.support.mcp_client import child_env, cli_command
 
 ROOT = Path(__file__).resolve().parents[2]
 THIS = "tests/integration/test_doc_snippet_inventory.py"

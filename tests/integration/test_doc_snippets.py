@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .support_mcp import child_env, cli_command
+from tests.support.mcp_client import child_env, cli_command
+
 from .test_readme_snippet import run_script
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from codemode.runtimes.docker import DockerRuntime
-
-from .support_docker import encode, fake_worker, read_frame
+from tests.support.docker_engine import encode, fake_worker, read_frame
 
 pytestmark = pytest.mark.docker
 

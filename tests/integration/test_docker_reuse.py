@@ -20,9 +20,8 @@ from codemode import authz
 from codemode.common.errors import ExecutionTimeout, ResourceLimit
 from codemode.runtimes.docker import DockerRuntime
 from codemode.runtimes.reuse import ReusePool
-
-from .support_docker import worker_containers
-from .support_reuse import Sandboxes, reuse_server
+from tests.support.docker_engine import worker_containers
+from tests.support.reuse import Sandboxes, reuse_server
 
 pytestmark = pytest.mark.docker
 

@@ -22,9 +22,8 @@ import pytest
 
 from codemode import authz
 from codemode.runtimes.docker import DockerRuntime
-
-from .support_docker import worker_containers
-from .support_reuse import reuse_server
+from tests.support.docker_engine import worker_containers
+from tests.support.reuse import reuse_server
 
 pytestmark = pytest.mark.docker
 

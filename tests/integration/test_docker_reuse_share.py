@@ -26,8 +26,7 @@ import codemode
 from codemode import authz
 from codemode.runtimes.docker import DockerRuntime
 from codemode.runtimes.reuse import ReusePool
-
-from .support_docker import worker_containers
+from tests.support.docker_engine import worker_containers
 
 pytestmark = pytest.mark.docker
 

@@ -29,15 +29,14 @@ from codemode.runtimes.docker import (
     DockerSandbox,
 )
 from codemode.runtimes.seccomp_profile import docker_profile
-
-from .helpers import value_at_the_limit
-from .support_docker import (
+from tests.support.docker_engine import (
     encode,
     fake_worker,
     read_exact,
     read_frame,
     worker_containers,
 )
+from tests.support.recorder import value_at_the_limit
 
 pytestmark = pytest.mark.docker
 

@@ -13,8 +13,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import client_text
-
-from .helpers import ALICE, Recorder, make_capabilities, make_server
+from tests.support.recorder import ALICE, Recorder, make_capabilities, make_server
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ import pytest
 
 import codemode
 from codemode.common.errors import client_text
-
-from .helpers import ALICE, make_server
+from tests.support.recorder import ALICE, make_server
 
 DOUBLE = "def main():\n    s = 'x'\n    for i in range(40):\n        s = s + s\n    return len(s)\n"
 A50 = "a" * 50

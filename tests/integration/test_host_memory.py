@@ -11,8 +11,7 @@ import pytest
 import codemode
 from codemode.common.errors import client_text
 from codemode.execution.frames import CONTAINER_COST, FrameTooCostly, HostFrameDecoder, estimated_cost
-
-from .helpers import ALICE, make_server
+from tests.support.recorder import ALICE, make_server
 
 EMPTY_DICTS = "def main():\n    return [{} for _ in range(340000)]\n"  # ~1 MiB of JSON, ~25 MiB decoded
 

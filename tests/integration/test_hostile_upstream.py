@@ -21,12 +21,21 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from .support_mcp import RECORDS_PACK, call, child_env, cli_command, error_text, execute_value, success_value
-from .upstream_support import free_port
+from tests.support.mcp_client import (
+    RECORDS_PACK,
+    call,
+    child_env,
+    cli_command,
+    error_text,
+    execute_value,
+    success_value,
+)
+from tests.support.servers import FOLDER as SERVERS
+from tests.support.upstreams import free_port
 
 pytestmark = pytest.mark.slow
 
-HOSTILE = Path(__file__).with_name("hostile_catalog_server.py")
+HOSTILE = SERVERS / "hostile_catalog_server.py"
 
 
 def upstream_table(scenario: str, arg: str = "", *, name: str = "hostile", namespace: str = "a") -> str:

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .support_mcp import RECORDS_PACK, child_env, cli_command
-from .support_service import write_token_file
+from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
+from tests.support.service import write_token_file
+
 from .test_mcp_inspector import VERSION, inspector  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

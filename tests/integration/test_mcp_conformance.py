@@ -29,10 +29,9 @@ from typing import Any
 import pytest
 
 from codemode.service.auth import hash_token
-from tests.environment import unavailable
-
-from .conformance_support import BearerProxy, StdioBridge
-from .support_mcp import RECORDS_PACK, child_env, cli_command
+from tests.support.conformance import BearerProxy, StdioBridge
+from tests.support.environment import unavailable
+from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

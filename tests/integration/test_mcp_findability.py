@@ -11,8 +11,15 @@ from mcp import Client
 
 import codemode
 from codemode import authz
-
-from .support_mcp import CLIENT_MODES, assert_coarse, build, call, error_text, mcp_for, success_value
+from tests.support.mcp_client import (
+    CLIENT_MODES,
+    assert_coarse,
+    build,
+    call,
+    error_text,
+    mcp_for,
+    success_value,
+)
 
 pytestmark = pytest.mark.parametrize("mode", CLIENT_MODES)
 

@@ -18,8 +18,7 @@ from mcp import Client
 import codemode
 from codemode import authz
 from codemode.mcp import TOOL_NAMES, ContextSubject, StaticSubject, create_server
-
-from .support_mcp import (
+from tests.support.mcp_client import (
     CLIENT_MODES,
     CountingResolver,
     EchoIn,

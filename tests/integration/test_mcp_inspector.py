@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.environment import unavailable
-
-from .support_mcp import RECORDS_PACK, child_env, cli_command
+from tests.support.environment import unavailable
+from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
 
 # The module's first run installs the Inspector from npm (up to 240 s) inside the fixture's time.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -13,9 +13,7 @@ from mcp import Client
 
 import codemode
 from codemode.mcp import tool_definitions
-
-from .helpers import Recorder
-from .support_mcp import (
+from tests.support.mcp_client import (
     CLIENT_MODES,
     CountingResolver,
     assert_coarse,
@@ -28,6 +26,7 @@ from .support_mcp import (
     ledger,
     mcp_for,
 )
+from tests.support.recorder import Recorder
 
 pytestmark = pytest.mark.parametrize("mode", CLIENT_MODES)
 

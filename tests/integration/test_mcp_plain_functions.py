@@ -11,8 +11,7 @@ from mcp import Client
 
 import codemode
 from codemode import authz
-
-from .support_mcp import CLIENT_MODES, call, execute_value, mcp_for, success_value
+from tests.support.mcp_client import CLIENT_MODES, call, execute_value, mcp_for, success_value
 
 pytestmark = pytest.mark.parametrize("mode", CLIENT_MODES)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from .support_mcp import (
+from tests.support.mcp_client import (
     RECORDS_PACK,
     assert_coarse,
     call,

@@ -29,8 +29,7 @@ from codemode_capabilities.mcp.upstream import (
     _check_command,
     upstream_mcp_pack,
 )
-
-from .upstream_support import SERVER_SCRIPT, everything_command, free_port, start_http_upstream
+from tests.support.upstreams import SERVER_SCRIPT, everything_command, free_port, start_http_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -535,7 +534,7 @@ async def test_cli_serves_an_upstream_pack_file_over_stdio(markers: Path) -> Non
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from .support_mcp import REPO, child_env, cli_command
+    from tests.support.mcp_client import REPO, child_env, cli_command
 
     pack_file = REPO / "tests" / "benchmarks" / "upstream_bench_pack.py"
     argv = cli_command("serve", "--stdio", "--allow-all", "--pack", f"{pack_file}:pack")

@@ -22,8 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from codemode.common.errors import LIMIT_KINDS
 from codemode.execution.causes import WAITING_FOR_SLOT, WAITING_FOR_WORKER
 from codemode.execution.observe import ApprovalAnswer, CallDecision, ExecuteOutcome
-
-from .support_service import execute, http_get, service, settings, write_token_file
+from tests.support.service import execute, http_get, service, settings, write_token_file
 
 pytestmark = [pytest.mark.timeout(180)]
 

@@ -1,13 +1,13 @@
 """Coverage of published OpenAPI documents (issue 20 §4): every operation becomes a capability or
 is skipped with its reason, at least 95 % of the classic documents' operations together convert,
 and the table in docs/packs.md is what this run measures (``python -m
-tests.integration.openapi_coverage`` rewrites it)."""
+tests.support.openapi_coverage`` rewrites it)."""
 
 from __future__ import annotations
 
 import pytest
 
-from . import openapi_coverage as coverage
+from tests.support import openapi_coverage as coverage
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_published_documents_convert_and_the_table_is_current() -> None:
     operations = sum(r.operations for r in classic)
     assert converted >= 0.95 * operations, f"{converted} of {operations}"
     assert generated == coverage.documented(), (
-        "docs/packs.md's coverage table is stale: run python -m tests.integration.openapi_coverage"
+        "docs/packs.md's coverage table is stale: run python -m tests.support.openapi_coverage"
     )
 
 

@@ -25,9 +25,8 @@ import codemode
 from codemode import authz
 from codemode.packs.upstream import UpstreamBuildError
 from codemode_capabilities.openapi import OpenAPIPack, openapi_pack
-
-from .support_mcp import call, child_env, cli_command, execute_value, success_value
-from .upstream_support import uvicorn_in_thread
+from tests.support.mcp_client import call, child_env, cli_command, execute_value, success_value
+from tests.support.upstreams import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,8 @@ from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
 from codemode_capabilities.openapi import OpenAPIConfig, OpenAPIPack, openapi_pack
 from codemode_capabilities.openapi.paths import ONE_SEGMENT
-
-from . import openapi_app
-from .upstream_support import octokit_openapi_document, uvicorn_in_thread
+from tests.support.servers import openapi_app
+from tests.support.upstreams import octokit_openapi_document, uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -25,9 +25,8 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.packs.upstream import UpstreamBuildError
 from codemode_capabilities.openapi import openapi_pack
-
-from . import openapi_app
-from .upstream_support import uvicorn_in_thread
+from tests.support.servers import openapi_app
+from tests.support.upstreams import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 

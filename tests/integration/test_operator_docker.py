@@ -21,8 +21,7 @@ import pytest
 from codemode import cli
 from codemode.runtimes.docker import DEFAULT_IMAGE
 from codemode.startup.config import parse_size
-
-from .support_docker import worker_containers
+from tests.support.docker_engine import worker_containers
 
 # Containers started by this test process (other hosts may share the daemon).
 MINE = f"io.codemode.owner-pid={os.getpid()}"

@@ -19,8 +19,7 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.common.outcomes import AUDIT_OUTCOMES, LedgerEntry
 from codemode.service.audit import AuditLog
-
-from .helpers import ALICE, Recorder, make_capabilities, make_server
+from tests.support.recorder import ALICE, Recorder, make_capabilities, make_server
 
 
 class Lines(logging.Handler):

@@ -1,6 +1,6 @@
 """One pack lifecycle, served (docs/packs.md, "A pack's lifecycle"): a pack given to ``serve --stdio``
 or ``serve --http`` is opened once before serving and closed once at shutdown (the test pack,
-tests/lifecycle_pack.py, logs each step to a file); a pack whose open fails stops ``serve --stdio``
+tests/support/lifecycle_pack.py, logs each step to a file); a pack whose open fails stops ``serve --stdio``
 with exit 2 and one line, the others closed. Upstream packs, from ``--config`` tables and from the
 bundled ``codemode_capabilities.upstreams:pack``, are opened and closed once each, and no upstream
 process or pack thread is left after the server closed (real MCP servers over stdio)."""
@@ -25,14 +25,13 @@ from codemode.service import create_app
 from codemode.startup.bootstrap import build_server, check_runtime
 from codemode.startup.config import Settings
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack
-from tests.lifecycle_pack import steps
-
-from .support_mcp import child_env, cli_command, execute_value
-from .support_service import http_get, mcp_client, running, settings, tool_value, write_token_file
-from .upstream_support import SERVER_SCRIPT
+from tests.support.lifecycle_pack import steps
+from tests.support.mcp_client import child_env, cli_command, execute_value
+from tests.support.service import http_get, mcp_client, running, settings, tool_value, write_token_file
+from tests.support.upstreams import SERVER_SCRIPT
 
 ROOT = Path(__file__).resolve().parents[2]
-FILE_PACK = "./tests/lifecycle_pack.py"  # from the repository root, as docs/packs.md runs it
+FILE_PACK = "./tests/support/lifecycle_pack.py"  # from the repository root, as docs/packs.md runs it
 
 
 #: The log when ``second`` (after ``first``) fails to open: both closed, last first.
@@ -57,7 +56,7 @@ def lifecycle(names: list[str]) -> list[str]:
 def stdio_argv(log: Path, *flags: str) -> list[str]:
     return cli_command(
         "serve", "--stdio", "--allow-all", "--pack", f"{FILE_PACK}:first", "--pack",
-        "tests.lifecycle_pack:second", "--pack-option", f"LIFECYCLE_LOG={log}", *flags,
+        "tests.support.lifecycle_pack:second", "--pack-option", f"LIFECYCLE_LOG={log}", *flags,
     )  # fmt: skip
 
 
@@ -92,7 +91,7 @@ def test_serve_stdio_stops_in_one_line_when_a_pack_cannot_open(tmp_path: Path) -
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
-        "codemode: --pack / CODEMODE_PACKS: pack 'tests.lifecycle_pack:second': open failed: "
+        "codemode: --pack / CODEMODE_PACKS: pack 'tests.support.lifecycle_pack:second': open failed: "
         "ConnectionError: second database is unreachable"
     ]
     assert steps(log) == SECOND_FAILED_TO_OPEN
@@ -105,7 +104,7 @@ async def test_serve_http_opens_each_pack_before_serving_and_closes_it_at_shutdo
     log = tmp_path / "log"
     tokens = write_token_file(tmp_path, ["alice"])
     app_settings = settings(
-        packs=[f"{FILE_PACK}:first", "tests.lifecycle_pack:second"],
+        packs=[f"{FILE_PACK}:first", "tests.support.lifecycle_pack:second"],
         pack_options=[f"LIFECYCLE_LOG={log}"],
         token_file=tokens.path,
         data_dir=tmp_path / "data",
@@ -211,7 +210,7 @@ async def test_serve_http_start_degraded_with_a_pack_that_cannot_open_is_not_rea
     log = tmp_path / "log"
     tokens = write_token_file(tmp_path, ["alice"])
     app_settings = settings(
-        packs=[f"{FILE_PACK}:first", "tests.lifecycle_pack:second"],
+        packs=[f"{FILE_PACK}:first", "tests.support.lifecycle_pack:second"],
         pack_options=[f"LIFECYCLE_LOG={log}", "LIFECYCLE_FAIL_OPEN=second"],
         token_file=tokens.path,
         data_dir=tmp_path / "data",

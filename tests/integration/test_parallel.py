@@ -18,9 +18,8 @@ from codemode.common.errors import client_text
 from codemode.execution.approval import ApprovalRequest
 from codemode.execution.parallel import handler_share
 from codemode.execution.progress import reporting
-
-from .helpers import ALICE, EchoIn, EchoOut, Events, Recorder, make_capabilities
-from .support_mcp import wait_until
+from tests.support.mcp_client import wait_until
+from tests.support.recorder import ALICE, EchoIn, EchoOut, Events, Recorder, make_capabilities
 
 BOB = authz.Subject("bob")
 

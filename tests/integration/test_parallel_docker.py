@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 import codemode
+from tests.support.recorder import ALICE
 
-from .helpers import ALICE
 from .test_parallel import Gates, gated_capabilities
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from .support_mcp import RECORDS_PACK, call, child_env, cli_command, error_text, execute_report, execute_value
+from tests.support.mcp_client import (
+    RECORDS_PACK,
+    call,
+    child_env,
+    cli_command,
+    error_text,
+    execute_report,
+    execute_value,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,10 @@ from mcp import Client, StdioServerParameters
 from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.parallel import handler_share
+from tests.support.approval import ACCEPT, User
+from tests.support.mcp_client import execute_value, ledger, wait_until
+from tests.support.recorder import ALICE
 
-from .helpers import ALICE
-from .support_approval import ACCEPT, User
-from .support_mcp import execute_value, ledger, wait_until
 from .test_approval_served import child_env, stdio_argv
 from .test_parallel import BOB, program, run, served
 

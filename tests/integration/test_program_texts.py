@@ -14,8 +14,7 @@ import pytest
 
 import codemode
 from codemode.common.errors import client_text
-
-from .helpers import ALICE, make_server
+from tests.support.recorder import ALICE, make_server
 
 #: An 8,000-digit integer: Starlark computes it, CPython will not parse it from text.
 BIG = "    big = int('9' * 4000) * int('9' * 4000)\n"

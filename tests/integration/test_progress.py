@@ -22,8 +22,7 @@ import codemode
 from codemode import authz
 from codemode.common.outcomes import LEDGER_OUTCOMES
 from codemode.execution.progress import PRINT_PREFIX, PROGRESS_INTERVAL
-
-from .support_mcp import (
+from tests.support.mcp_client import (
     RECORDS_PACK,
     EchoIn,
     EchoOut,
@@ -34,7 +33,7 @@ from .support_mcp import (
     execute_report,
     mcp_for,
 )
-from .support_service import PACK_SPEC, mcp_client, service, settings, write_token_file
+from tests.support.service import PACK_SPEC, mcp_client, service, settings, write_token_file
 
 pytestmark = pytest.mark.slow
 

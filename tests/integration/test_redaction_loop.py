@@ -37,8 +37,7 @@ import codemode
 from codemode import authz
 from codemode.packs import Redactor
 from codemode_capabilities.openapi import openapi_pack
-
-from .upstream_support import uvicorn_in_thread
+from tests.support.upstreams import uvicorn_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,7 @@ import httpx
 import pytest
 
 from codemode.service.logfilter import RepeatFilter
-
-from .support_service import (
+from tests.support.service import (
     PACK_SPEC,
     closed_within,
     execute,

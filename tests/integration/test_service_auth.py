@@ -16,8 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from codemode.service.auth import TokenFileAuthenticator, hash_token, load_token_file
 from codemode.startup.config import ConfigError
-
-from .support_service import (
+from tests.support.service import (
     AUDIENCE,
     CALLS,
     INITIALIZE,
@@ -340,8 +339,7 @@ async def test_jwt_from_a_jwks_url_with_es256_and_key_rotation(tmp_path: Path) -
     from starlette.routing import Route
 
     from codemode.service.auth import JWTAuthenticator
-
-    from .support_service import running
+    from tests.support.service import running
 
     def es_key(kid: str) -> tuple[Any, dict[str, Any]]:
         key = ec.generate_private_key(ec.SECP256R1())

@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 
 from codemode.service.logfilter import RepeatFilter
-
-from .support_service import INITIALIZE, PACK_SPEC, execute, service, settings, write_token_file
+from tests.support.service import INITIALIZE, PACK_SPEC, execute, service, settings, write_token_file
 
 SLOW = "def main():\n    return svc.slow(seconds=2.0)['value']\n"
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"

@@ -18,9 +18,8 @@ import pytest
 
 from codemode.service import create_app
 from codemode.startup.config import ConfigError
-
-from .support_docker import worker_containers
-from .support_service import execute, http_get, service, settings, write_token_file
+from tests.support.docker_engine import worker_containers
+from tests.support.service import execute, http_get, service, settings, write_token_file
 
 pytestmark = pytest.mark.docker
 

@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from codemode.startup.config import load_settings
-
-from .support_service import (
+from tests.support.service import (
     AUDIENCE,
     ISSUER,
     PACK_SPEC,

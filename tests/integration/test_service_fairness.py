@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from codemode.startup.config import ConfigError, load_settings
-
-from .support_service import PACK_SPEC, execute, service, settings, write_token_file
+from tests.support.service import PACK_SPEC, execute, service, settings, write_token_file
 
 GREEDY = "def main():\n    return svc.slow(seconds=4.0)['value']\n"
 LIGHT = "def main():\n    return svc.slow(seconds=0.5)['value']\n"

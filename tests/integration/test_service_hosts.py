@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .support_service import PACK_SPEC, execute, service, settings, write_token_file
+from tests.support.service import PACK_SPEC, execute, service, settings, write_token_file
 
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
 LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

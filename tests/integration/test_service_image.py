@@ -24,10 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.environment import unavailable
-
-from .support_mcp import cli_command
-from .support_service import call, mcp_client, write_token_file
+from tests.support.environment import unavailable
+from tests.support.mcp_client import cli_command
+from tests.support.service import call, mcp_client, write_token_file
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

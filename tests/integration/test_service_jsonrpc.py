@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .support_service import PACK_SPEC, call, mcp_client, service, settings, write_token_file
+from tests.support.service import PACK_SPEC, call, mcp_client, service, settings, write_token_file
 
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
 INVALID = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}

@@ -14,9 +14,8 @@ import httpx
 import pytest
 
 from codemode.service.logfilter import RepeatFilter
-
-from .support_process import service_process
-from .support_service import PACK_SPEC, passed_records, service, settings, write_token_file
+from tests.support.service import PACK_SPEC, passed_records, service, settings, write_token_file
+from tests.support.service_process import service_process
 
 ACCEPT = "application/json, text/event-stream"
 SDK_LOGGER = "mcp.server.streamable_http_manager"

@@ -17,8 +17,7 @@ from codemode.execution.observe import ExecuteEvent
 from codemode.runtimes.base import Sandbox
 from codemode.service import create_app
 from codemode.startup.config import ConfigError, load_settings
-
-from .support_service import (
+from tests.support.service import (
     PACK_SPEC,
     ToggleRuntime,
     call,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from .support_mcp import child_env, cli_command
-from .support_service import write_token_file
+from tests.support.mcp_client import child_env, cli_command
+from tests.support.service import write_token_file
 
 
 @pytest.fixture

@@ -16,7 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
-from .support_service import PACK_SPEC, Running, closed_within, execute, service, settings, write_token_file
+from tests.support.service import (
+    PACK_SPEC,
+    Running,
+    closed_within,
+    execute,
+    service,
+    settings,
+    write_token_file,
+)
 
 ECHO = "def main():\n    return svc.echo(value='x')['value']\n"
 ACCEPT = "application/json, text/event-stream"

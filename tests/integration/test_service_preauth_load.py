@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .support_process import service_process
-from .support_service import PACK_SPEC, execute, write_token_file
+from tests.support.service import PACK_SPEC, execute, write_token_file
+from tests.support.service_process import service_process
 
 MAX_CONNECTIONS = 64
 PER_ADDRESS = 8

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .support_service import service, settings, write_token_file
+from tests.support.service import service, settings, write_token_file
 
 
 @pytest.mark.parametrize("runtime", ["process"])

@@ -16,9 +16,8 @@ import pytest
 import uvicorn
 
 from codemode.service import serve_async
-
-from .support_process import free_port
-from .support_service import settings, write_token_file
+from tests.support.service import settings, write_token_file
+from tests.support.service_process import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 from codemode.startup.config import Settings
-
-from .support_service import call, http_get, mcp_client, service, settings, write_token_file
+from tests.support.service import call, http_get, mcp_client, service, settings, write_token_file
 
 ECHO = "def main():\n    return svc.echo(value=%r)['value']\n"
 

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from .support_service import call, mcp_client, service, settings, write_token_file
+from tests.support.service import call, mcp_client, service, settings, write_token_file
 
 #: svc.whoami is allowed at once; svc.echo's value is checked against 400 patterns (each line
 #: lower-cases it again): bounded by the allow-list, slow only for a long value.

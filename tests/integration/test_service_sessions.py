@@ -13,8 +13,7 @@ import pytest
 
 from codemode.service import create_app
 from codemode.startup.config import ConfigError
-
-from .support_service import INITIALIZE, PACK_SPEC, metric, scrape, service, settings, write_token_file
+from tests.support.service import INITIALIZE, PACK_SPEC, metric, scrape, service, settings, write_token_file
 
 ACCEPT = "application/json, text/event-stream"
 VERSION = "2025-06-18"

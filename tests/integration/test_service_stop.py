@@ -13,8 +13,8 @@ import socket
 import time
 from pathlib import Path
 
-from .support_process import service_process
-from .support_service import PACK_SPEC, call, http_get, mcp_client, write_token_file
+from tests.support.service import PACK_SPEC, call, http_get, mcp_client, write_token_file
+from tests.support.service_process import service_process
 
 SLOW = "def main():\n    return svc.slow(seconds=%s)['value']\n"
 ECHO = "def main():\n    return svc.echo(value=%r)['value']\n"

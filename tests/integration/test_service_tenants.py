@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from .support_service import (
+from tests.support.service import (
     PACK_SPEC,
     RECORDS_SPEC,
     call,

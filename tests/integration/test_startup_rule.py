@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .support_mcp import RECORDS_PACK, child_env, cli_command
-from .support_service import mcp_client, tool_value, write_token_file
-from .upstream_support import free_port, stop, wait_listening
+from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
+from tests.support.service import mcp_client, tool_value, write_token_file
+from tests.support.upstreams import free_port, stop, wait_listening
 
 pytestmark = pytest.mark.slow
 

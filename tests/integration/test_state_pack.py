@@ -20,9 +20,8 @@ from codemode.mcp import StaticSubject, create_server
 from codemode.store import StoreUnavailable
 from codemode.store.memory import MemoryStore
 from codemode_capabilities.state import StatePack
-
-from .support_mcp import call, error_text, execute_value, success_value
-from .support_state import build, main
+from tests.support.mcp_client import call, error_text, execute_value, success_value
+from tests.support.state import build, main
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE = authz.Subject("alice")
@@ -257,7 +256,7 @@ async def test_serve_stdio_keeps_keys_between_executes_of_one_session(tmp_path: 
     official client over stdio: put in one execute, get in the next."""
     from mcp import StdioServerParameters
 
-    from .support_mcp import child_env, cli_command
+    from tests.support.mcp_client import child_env, cli_command
 
     argv = cli_command("serve", "--stdio", "--allow-all", "--pack", "codemode_capabilities.state:pack")
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=child_env(), cwd=str(tmp_path))

@@ -2,7 +2,7 @@
 (real uvicorn servers, stateless MCP, ``--store postgresql://...``, ``--pack
 codemode_capabilities.state:pack``), each reached with the official client. A key put through one
 is read through the other; another tenant reads nothing on either; a compare-and-set raced from both
-replicas at once has one winner. Required with CI=true (tests/postgres.py)."""
+replicas at once has one winner. Required with CI=true (tests/support/postgres.py)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.store.postgres import PostgresStore
 from codemode_capabilities.state import capabilities
-from tests import postgres
-
-from .support_mcp import error_text, execute_value
-from .support_service import service, settings, write_token_file
+from tests.support import postgres
+from tests.support.mcp_client import error_text, execute_value
+from tests.support.service import service, settings, write_token_file
 
 STATE_PACK = "codemode_capabilities.state:pack"
 

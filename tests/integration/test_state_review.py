@@ -1,6 +1,6 @@
 """Hostile review of the state pack (issue 33 §3): a tenant writing programs tries to reach, learn
 about or starve another subject's keys, on each store (memory, SQLite, the real PostgreSQL of
-tests/postgres.py). Each attack has a defined outcome; the strongest form is a probe program whose
+tests/support/postgres.py). Each attack has a defined outcome; the strongest form is a probe program whose
 whole output must be identical whether or not another subject holds keys (no signal depends on them).
 """
 
@@ -21,9 +21,8 @@ from codemode.store.memory import MemoryStore
 from codemode.store.postgres import PostgresStore
 from codemode.store.sqlite import SqliteStore
 from codemode_capabilities.state import capabilities
-from tests import postgres
-
-from .support_state import build, main
+from tests.support import postgres
+from tests.support.state import build, main
 
 ALICE = authz.Subject("tenant")
 # Subject ids that look like alice's namespace with a separator, a prefix or a case change.

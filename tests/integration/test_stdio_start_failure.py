@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
-from .support_mcp import RECORDS_PACK, child_env, cli_command
+from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """The store's contract (codemode.store.Store), the same tests over every backend: memory, a SQLite
-file and a real PostgreSQL server (tests/postgres.py; required with CI=true).
+file and a real PostgreSQL server (tests/support/postgres.py; required with CI=true).
 
 What is checked: a suspension is claimed once, by its subject, before its expiry; expired records
 are gone from the tables; the per-subject bounds (suspensions, suspension bytes, state keys, state
@@ -27,7 +27,7 @@ import pytest
 from codemode.store import StateConflict, StateEntry, Store, StoreFull, StoreUnavailable, Suspension
 from codemode.store.memory import MemoryStore
 from codemode.store.sqlite import SqliteStore
-from tests import postgres
+from tests.support import postgres
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import postgres
-
-from .support_service import http_get, service, settings, write_token_file
+from tests.support import postgres
+from tests.support.service import http_get, service, settings, write_token_file
 
 pytestmark = pytest.mark.timeout(120)
 

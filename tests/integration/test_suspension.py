@@ -26,10 +26,9 @@ from codemode.store import StoreUnavailable
 from codemode.store.memory import MemoryStore
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
-
-from .helpers import Events
-from .support_approval import ACCEPT, AskDeletes, User, create_then_delete
-from .support_mcp import error_text, execute_report, execute_value, ledger, wait_until
+from tests.support.approval import ACCEPT, AskDeletes, User, create_then_delete
+from tests.support.mcp_client import error_text, execute_report, execute_value, ledger, wait_until
+from tests.support.recorder import Events
 
 ACCEPTED = {"approve": ACCEPT}
 DECLINED = {"approve": types.ElicitResult(action="decline")}

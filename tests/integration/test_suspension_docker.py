@@ -13,10 +13,10 @@ import codemode
 from codemode.runtimes.docker import DockerRuntime
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.support.approval import AskDeletes, create_then_delete
+from tests.support.docker_engine import worker_containers
+from tests.support.mcp_client import execute_value, ledger, wait_until
 
-from .support_approval import AskDeletes, create_then_delete
-from .support_docker import worker_containers
-from .support_mcp import execute_value, ledger, wait_until
 from .test_suspension import ask, count, mcp, retry
 
 pytestmark = pytest.mark.docker

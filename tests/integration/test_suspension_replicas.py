@@ -2,7 +2,7 @@
 uvicorn servers, stateless MCP, the Rego policy that asks about deletes) with ``--store
 postgresql://...``. A question asked on one is resumed by the retry on the other; the same answer
 sent to both at once runs the pending call once (the loser gets -32602); another tenant's retry
-on either gets -32602. Required with CI=true (tests/postgres.py).
+on either gets -32602. Required with CI=true (tests/support/postgres.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests import postgres
+from tests.support import postgres
+from tests.support.approval import ACCEPT, User, create_then_delete
+from tests.support.mcp_client import execute_value
+from tests.support.service import service
 
-from .support_approval import ACCEPT, User, create_then_delete
-from .support_mcp import execute_value
-from .support_service import service
 from .test_approval_served import http_settings
 
 ACCEPTED = {"approve": ACCEPT}

@@ -31,10 +31,10 @@ from codemode.store.postgres import PostgresStore
 from codemode.store.sqlite import SqliteStore
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
-from tests import postgres
+from tests.support import postgres
+from tests.support.approval import AskDeletes, create_then_delete
+from tests.support.mcp_client import error_text, execute_report, execute_value, ledger, wait_until
 
-from .support_approval import AskDeletes, create_then_delete
-from .support_mcp import error_text, execute_report, execute_value, ledger, wait_until
 from .test_suspension import DECLINED, STATE_ERROR, ask, deleted, mcp, retry, served, share, store_of
 
 

@@ -31,8 +31,7 @@ import codemode
 from codemode import authz
 from codemode.execution.tracing import ATTRIBUTES, SPAN_NAMES, subject_hash
 from codemode.startup.config import ConfigError, load_settings
-
-from .support_mcp import CLIENT_MODES, call, execute_report, mcp_for
+from tests.support.mcp_client import CLIENT_MODES, call, execute_report, mcp_for
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"

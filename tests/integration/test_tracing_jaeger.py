@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from codemode.execution.tracing import subject_hash
-
-from .support_jaeger import running_jaeger
-from .support_service import RECORDS_SPEC, mcp_client, service, settings, write_token_file
+from tests.support.jaeger import running_jaeger
+from tests.support.service import RECORDS_SPEC, mcp_client, service, settings, write_token_file
 
 # The first run builds Jaeger from source (about 5.5 minutes on 2 cores) inside the test's time.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -34,9 +34,9 @@ from codemode.packs import PackSettings
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
+from tests.support.upstreams import filesystem_command
 
 from .test_upstream_tenancy import EXAMPLE_POLICY, documented_tables, shared_files_server
-from .upstream_support import filesystem_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

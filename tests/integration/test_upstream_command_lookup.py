@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from .support_mcp import call, child_env, cli_command, execute_value, success_value
+from tests.support.mcp_client import call, child_env, cli_command, execute_value, success_value
 
 pytestmark = pytest.mark.slow
 

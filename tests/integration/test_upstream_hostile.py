@@ -36,10 +36,11 @@ from codemode.common.errors import client_text
 from codemode.packs.health import upstream_restarts
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack, upstream_mcp_pack
+from tests.support.servers import FOLDER as SERVERS
 
 pytestmark = pytest.mark.slow
 
-HOSTILE = Path(__file__).with_name("hostile_mcp_server.py")
+HOSTILE = SERVERS / "hostile_mcp_server.py"
 ALICE, BOB, CAROL = authz.Subject("alice"), authz.Subject("bob"), authz.Subject("carol")
 
 

@@ -22,8 +22,7 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPConfig, UpstreamMCPPack, upstream_mcp_pack
-
-from .upstream_support import SERVER_SCRIPT, free_port, start_http_upstream
+from tests.support.upstreams import SERVER_SCRIPT, free_port, start_http_upstream
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,7 @@ from mcp import Client, StdioServerParameters
 
 from codemode.startup.bootstrap import build_server
 from codemode.startup.config import ConfigError, load_settings
-
-from .support_mcp import call, child_env, cli_command, execute_value, success_value
+from tests.support.mcp_client import call, child_env, cli_command, execute_value, success_value
 
 pytestmark = pytest.mark.slow
 

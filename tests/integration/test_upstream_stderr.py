@@ -14,13 +14,14 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests.support.servers import FOLDER as SERVERS
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-HOSTILE = Path(__file__).with_name("hostile_mcp_server.py")
+HOSTILE = SERVERS / "hostile_mcp_server.py"
 
 HOST = textwrap.dedent(
     """

@@ -29,8 +29,7 @@ from codemode.packs import PackSettings
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
-
-from .upstream_support import filesystem_command, memory_command
+from tests.support.upstreams import filesystem_command, memory_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -38,10 +38,10 @@ from codemode.packs import PackSettings, UpstreamBuildError
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
-from tests import environment
+from tests.support import environment
+from tests.support.upstreams import filesystem_command, memory_command
 
 from .test_upstream_tenancy import documented_tables
-from .upstream_support import filesystem_command, memory_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -14,9 +14,8 @@ import pytest
 import codemode
 from codemode.packs import PackError, PackSettings
 from codemode_capabilities.upstreams import UpstreamsPack, upstream_packs
-
-from . import openapi_app
-from .upstream_support import SERVER_SCRIPT
+from tests.support.servers import openapi_app
+from tests.support.upstreams import SERVER_SCRIPT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,7 +87,7 @@ def test_the_config_form_and_the_start_line(tmp_path: Path) -> None:
     import shutil
     import subprocess
 
-    from .support_mcp import child_env, cli_command
+    from tests.support.mcp_client import child_env, cli_command
 
     command = shutil.which("mcp-server-time") or str(Path(sys.executable).with_name("mcp-server-time"))
     config = tmp_path / "upstreams.toml"

@@ -10,8 +10,7 @@ import pytest
 import codemode
 from codemode.common.errors import client_text
 from codemode.runtimes.base import RuntimeUnavailable
-
-from ..integration.helpers import ALICE, Recorder, make_capabilities
+from tests.support.recorder import ALICE, Recorder, make_capabilities
 
 
 async def test_execute_against_a_dead_daemon_is_internal_failure(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import environment
+from tests.support import environment
 
 
 def test_missing_requirement_skips_locally(monkeypatch: pytest.MonkeyPatch) -> None:

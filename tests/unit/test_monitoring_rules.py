@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.environment import unavailable
+from tests.support.environment import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "k8s" / "components" / "monitoring"

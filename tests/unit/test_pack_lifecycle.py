@@ -1,7 +1,7 @@
 """One pack lifecycle (docs/packs.md, "A pack's lifecycle"): every pack, by every loading path, has
 its ``capabilities(settings)`` taken once, ``open()`` awaited once before serving and ``aclose()``
 awaited once at shutdown (in reverse order), also when the start fails part of the way. The test
-pack (tests/lifecycle_pack.py) logs each step to a file."""
+pack (tests/support/lifecycle_pack.py) logs each step to a file."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from codemode.packs import PackSettings
 from codemode.runtimes.process import ProcessRuntime
 from codemode.startup.bootstrap import StartupProblem, build_server, check_runtime
 from codemode.startup.config import ConfigError, Settings
-from tests import lifecycle_pack
-from tests.lifecycle_pack import steps
+from tests.support import lifecycle_pack
+from tests.support.lifecycle_pack import steps
 
 ROOT = Path(__file__).resolve().parents[2]
-FILE_PACK = f"{ROOT}/tests/lifecycle_pack.py"
+FILE_PACK = f"{ROOT}/tests/support/lifecycle_pack.py"
 
 
 def lifecycle(names: list[str], opened: bool = True) -> list[str]:
@@ -39,7 +39,7 @@ def settings_for(log: Path, *packs: str, options: tuple[str, ...] = ()) -> Setti
 
 def second_fails_to_load(log: Path) -> Settings:
     """``--pack`` first, second and third, the second's ``capabilities()`` raising."""
-    packs = [f"tests.lifecycle_pack:{name}" for name in ("first", "second", "third")]
+    packs = [f"tests.support.lifecycle_pack:{name}" for name in ("first", "second", "third")]
     return settings_for(log, *packs, options=("LIFECYCLE_FAIL_LOAD=second",))
 
 
@@ -54,7 +54,7 @@ async def test_builder_add_pack_opens_before_serving_and_closes_at_exit(tmp_path
     log = tmp_path / "log"
     builder = codemode.Builder(authorizer=codemode.allow_all(), runtime=ProcessRuntime())
     builder.add_pack(lifecycle_pack.first, pack_settings(log))
-    builder.add_pack("tests.lifecycle_pack:factory", pack_settings(log))
+    builder.add_pack("tests.support.lifecycle_pack:factory", pack_settings(log))
     async with builder.build() as server:
         assert steps(log) == ["first capabilities", "made capabilities", "first open", "made open"]
         assert await server.execute(
@@ -108,7 +108,10 @@ async def test_a_failing_open_closes_what_was_opened_and_names_the_pack(tmp_path
 async def test_every_pack_spec_form_is_opened_and_closed_once(tmp_path: Path) -> None:
     log = tmp_path / "log"
     settings = settings_for(
-        log, "tests.lifecycle_pack:first", f"{FILE_PACK}:second", "tests.lifecycle_pack:factory"
+        log,
+        "tests.support.lifecycle_pack:first",
+        f"{FILE_PACK}:second",
+        "tests.support.lifecycle_pack:factory",
     )
     server = build_server(settings)
     assert steps(log) == ["first capabilities", "second capabilities", "made capabilities"]
@@ -121,7 +124,7 @@ async def test_every_pack_spec_form_is_opened_and_closed_once(tmp_path: Path) ->
 async def test_a_pack_that_fails_to_load_closes_the_ones_loaded_before(tmp_path: Path) -> None:
     log = tmp_path / "log"
     settings = second_fails_to_load(log)
-    with pytest.raises(ConfigError, match=re.escape("pack 'tests.lifecycle_pack:second'")):
+    with pytest.raises(ConfigError, match=re.escape("pack 'tests.support.lifecycle_pack:second'")):
         build_server(settings)
     assert steps(log) == ["first capabilities", "second capabilities", "second close", "first close"]
 
@@ -148,7 +151,7 @@ async def test_degraded_start_closes_the_pack_left_out_and_serves_the_rest(tmp_p
 
 async def test_a_build_failure_after_loading_closes_every_pack(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    settings = settings_for(log, "tests.lifecycle_pack:first", "tests.lifecycle_pack:third")
+    settings = settings_for(log, "tests.support.lifecycle_pack:first", "tests.support.lifecycle_pack:third")
     settings = settings.model_copy(update={"disable": ["no.such.id"]})
     with pytest.raises(ConfigError):
         build_server(settings)
@@ -159,9 +162,9 @@ async def test_a_pack_whose_open_fails_is_one_start_up_problem(tmp_path: Path) -
     log = tmp_path / "log"
     settings = settings_for(
         log,
-        "tests.lifecycle_pack:first",
+        "tests.support.lifecycle_pack:first",
         f"{FILE_PACK}:second",
-        "tests.lifecycle_pack:third",
+        "tests.support.lifecycle_pack:third",
         options=("LIFECYCLE_FAIL_OPEN=second",),
     )
     server = build_server(settings)

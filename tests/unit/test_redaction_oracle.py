@@ -24,7 +24,7 @@ import pytest
 
 from codemode.packs.redaction import MARK, Redactor, encodings, spellings
 from codemode.packs.upstream import upstream_error_text
-from tests.escapes import read_out
+from tests.support.escapes import read_out
 
 CREDENTIALS = {
     "bearer": "Bearer b8oYsfroDrsehrD5-x_Q",

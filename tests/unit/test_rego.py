@@ -21,8 +21,7 @@ import regopy
 from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, UnknownDecision, from_files
 from codemode.authz.rego import _authorizer as rego_module
-
-from .support_loop import ticks_while
+from tests.support.loop import ticks_while
 
 ALLOW_ALICE = """package app
 import rego.v1

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tests import environment
+from tests.support import environment
 
-SERVER_SCRIPT = Path(__file__).with_name("upstream_mcp_server.py")
+SERVER_SCRIPT = Path(__file__).resolve().parent / "servers" / "upstream_mcp_server.py"
 EVERYTHING = "@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION = os.environ.get("CODEMODE_EVERYTHING_VERSION", "2026.8.31")
 

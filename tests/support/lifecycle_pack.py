@@ -4,7 +4,8 @@
 
 Pack options (``--pack-option`` / ``PackSettings.options``): ``LIFECYCLE_LOG`` the log file (required);
 ``LIFECYCLE_FAIL_OPEN`` / ``LIFECYCLE_FAIL_LOAD`` the name of the pack whose ``open()`` /
-``capabilities()`` raises. Load it as ``tests.lifecycle_pack:first`` or ``./tests/lifecycle_pack.py:first``
+``capabilities()`` raises. Load it as ``tests.support.lifecycle_pack:first`` or
+``./tests/support/lifecycle_pack.py:first``
 (``first``, ``second``, ``third``; ``factory`` builds a fourth, ``made``, from a factory).
 """
 

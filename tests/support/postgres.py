@@ -6,7 +6,7 @@ itself when its role may not create databases); otherwise through the local Debi
 (``pg_ctlcluster 15 main start``, which ``.ci/run`` does), as its superuser ``postgres`` with
 ``runuser``: a login role with a random password and a UTF8 database it owns, reached over TCP on
 loopback. Missing either, the test is skipped locally and fails with ``CI=true``
-(tests/environment.py).
+(tests/support/environment.py).
 
 :class:`Relay` stands between a store and the server: cut, the server is gone (refused, connections
 closed); frozen, it is a black hole (connections stay open, nothing answers).
@@ -26,7 +26,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.environment import unavailable
+from tests.support.environment import unavailable
 
 ENV = "CODEMODE_TEST_POSTGRES_DSN"
 _LOCAL = ("127.0.0.1", 5432)

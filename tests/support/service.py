@@ -92,7 +92,7 @@ PACK = [
     codemode.Capability(id="svc.slow.v1", name="svc.slow", summary="Sleep a while.", handler=_slow),
     codemode.Capability(id="svc.whoami.v1", name="svc.whoami", summary="The caller.", handler=_whoami),
 ]
-PACK_SPEC = "tests.integration.support_service:PACK"
+PACK_SPEC = "tests.support.service:PACK"
 RECORDS_SPEC = "codemode_capabilities.records:pack"
 
 

@@ -41,7 +41,7 @@ def docker_found() -> str:
 
 def cluster_found() -> str:
     """One line: the project's cluster this run will use, or why there is none."""
-    from tests.e2e_kubernetes.support import KUBECONFIG, cluster_problem
+    from tests.support.cluster import KUBECONFIG, cluster_problem
 
     problem = cluster_problem()
     if problem is None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.environment import unavailable
+from tests.support.environment import unavailable
 
 VERSION = os.environ.get("CODEMODE_JAEGER_VERSION", "v1.76.0")
 MODULE = "github.com/jaegertracing/jaeger/cmd/jaeger"
