@@ -10,7 +10,9 @@ The executor serves any object implementing ``SubjectSpawner`` through ``spawn_f
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -19,10 +21,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import codemode
 from codemode import authz
+from codemode.common.errors import client_text
 from codemode.runtimes.base import (
     ConcurrentRefill,
     ExitInfo,
     LimitedLifetime,
+    MemoryLimited,
     ReusableSandbox,
     Runtime,
     Sandbox,
@@ -193,3 +197,22 @@ def test_the_pools_read_only_declared_hints() -> None:
 
 def test_only_a_lease_is_marked_reusable() -> None:
     assert not isinstance(Box(), ReusableSandbox)
+
+
+FAKE_WORKER = str(Path(__file__).resolve().parents[1] / "adversarial" / "fake_worker.py")
+
+
+@pytest.mark.parametrize("pooled", ["bare", "warm pool"])
+async def test_an_allocation_abort_under_a_memory_limit_is_memory_behind_a_pool_too(pooled: str) -> None:
+    # The worker dies of SIGABRT with the allocator's line, under the process runtime's
+    # address-space limit: out of memory, whether the executor holds the runtime or a pool of it.
+    runtime: Runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE_WORKER, "abort_alloc"])
+    assert isinstance(runtime, MemoryLimited) and runtime.memory_limited
+    if pooled == "warm pool":
+        runtime = WarmPool(runtime, 0)
+        assert isinstance(runtime, MemoryLimited) and runtime.memory_limited
+    builder = codemode.Builder(authorizer=authz.allow_all(), runtime=runtime)
+    async with builder.build() as server:
+        with pytest.raises(codemode.ResourceLimit) as info:
+            await server.run("def main():\n    return 1\n", subject=authz.Subject("alice"))
+    assert client_text(info.value) == "resource limit exceeded: memory"

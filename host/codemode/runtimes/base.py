@@ -14,6 +14,9 @@ Besides ``Runtime`` and ``Sandbox``, the seam has optional parts, each a protoco
   the reuse pool (``codemode.runtimes.reuse``) is built on;
 * ``ConcurrentRefill``: ``concurrent_refill``, whether workers cost this host little to start, so a
   pool may start many at once (Kubernetes, the process runtime's template);
+* ``MemoryLimited``: ``memory_limited``, whether the runtime runs its workers under a memory limit of
+  its own (an address-space rlimit, a cgroup limit): a worker that died of an allocation failure
+  then hit that limit (``codemode.runtimes.exhaustion``). A pool says what its runtime says;
 * ``LimitedLifetime``: ``max_lifetime``, the seconds after which the runtime ends any sandbox
   (Kubernetes' ``activeDeadlineSeconds``), which the reuse pool recycles before;
 * ``ReusableSandbox``: ``reusable(worker_done)``, told by the executor that an execute ended cleanly
@@ -32,6 +35,7 @@ __all__ = [
     "ConcurrentRefill",
     "ExitInfo",
     "LimitedLifetime",
+    "MemoryLimited",
     "ReusableSandbox",
     "Runtime",
     "RuntimeClosing",
@@ -266,6 +270,16 @@ class ConcurrentRefill(Protocol):
     @property
     def concurrent_refill(self) -> bool:
         """True when many workers may start at once."""
+        ...
+
+
+@runtime_checkable
+class MemoryLimited(Protocol):
+    """A runtime that says whether its workers run under a memory limit of its own."""
+
+    @property
+    def memory_limited(self) -> bool:
+        """True with an address-space rlimit or a cgroup memory limit on every worker."""
         ...
 
 

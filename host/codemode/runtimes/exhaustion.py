@@ -27,7 +27,7 @@ import re
 import signal
 from typing import Final
 
-from .base import ExitInfo
+from .base import ExitInfo, MemoryLimited
 
 __all__ = ["ALLOCATION_FAILED", "exhaustion_kind", "memory_limited"]
 
@@ -37,18 +37,18 @@ _ABORT_EXIT: Final = 128 + int(signal.SIGABRT)
 
 
 def memory_limited(runtime: object) -> bool:
-    """Whether a runtime runs its workers under a memory limit of its own.
+    """Whether a runtime runs its workers under a memory limit of its own (``MemoryLimited``).
 
     Args:
-        runtime: the runtime.
+        runtime: the runtime (or a pool of it).
 
     Returns:
         True with an address-space rlimit or a cgroup memory limit.
     """
-    for attribute in ("address_space_bytes", "memory_bytes", "memory"):
-        if getattr(runtime, attribute, None):
-            return True
-    return False
+    if isinstance(runtime, MemoryLimited):
+        return bool(runtime.memory_limited)
+    # A runtime that does not declare it yet: its limit's attribute (Docker, Kubernetes).
+    return any(getattr(runtime, name, None) for name in ("memory_bytes", "memory"))
 
 
 def exhaustion_kind(info: ExitInfo, runtime: object) -> str | None:

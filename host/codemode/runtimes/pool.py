@@ -49,6 +49,7 @@ from .base import (
 )
 from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
+from .exhaustion import memory_limited
 
 __all__ = ["WarmPool"]
 
@@ -141,6 +142,11 @@ class WarmPool:
     @property
     def name(self) -> str:
         return f"{self.inner.name}+pool"
+
+    @property
+    def memory_limited(self) -> bool:
+        """What its runtime says (``codemode.runtimes.exhaustion``)."""
+        return memory_limited(self.inner)
 
     @property
     def idle(self) -> int:

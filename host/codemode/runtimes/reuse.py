@@ -85,6 +85,7 @@ from .base import (
 )
 from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
+from .exhaustion import memory_limited
 from .handshake import probe
 from .supervised import Supervised
 
@@ -219,6 +220,11 @@ class ReusePool:
         """The number of sandboxes to keep now (the target: ``minimum`` ≤ target ≤ ``maximum``;
         see the module docstring)."""
         return self.demand.target(self.contention.active())
+
+    @property
+    def memory_limited(self) -> bool:
+        """What its runtime says (``codemode.runtimes.exhaustion``)."""
+        return memory_limited(self.inner)
 
     @property
     def idle(self) -> int:

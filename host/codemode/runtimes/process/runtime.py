@@ -406,6 +406,11 @@ class ProcessRuntime:
         return "process"
 
     @property
+    def memory_limited(self) -> bool:
+        """Whether workers run under an address-space limit (``RLIMIT_AS``; 0: none)."""
+        return self.address_space_bytes > 0
+
+    @property
     def concurrent_refill(self) -> bool:
         """A forked worker costs the host a few system calls, not a fork of itself: a pool starts
         every missing one at once (``runtimes.pool``; the classic spawn: one per CPU at a time)."""
