@@ -23,19 +23,12 @@ import pytest
 from codemode import authz
 from codemode.runtimes.docker import DockerRuntime
 from tests.support.docker_engine import worker_containers
+from tests.support.fakes import Clock
 from tests.support.reuse import reuse_server
 
 pytestmark = pytest.mark.docker
 
 ECHO = "def main():\n    return %r\n"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def until(condition: Callable[[], object], what: str, seconds: float = 60.0) -> None:

@@ -13,14 +13,7 @@ import collections
 
 import codemode
 from codemode.runtimes.base import ExitInfo, Sandbox
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import Clock
 
 
 class Counted:

@@ -33,20 +33,11 @@ from codemode.service import create_app
 from codemode.service.app import server_config
 from codemode.service.auth import hash_token
 from codemode.startup.config import Settings
+from tests.support.recorder import EchoIn, EchoOut
 
 # --------------------------------------------------------------------------------------------------
 # A test pack: module-level counters so tests can see what ran
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class EchoIn:
-    value: str
-
-
-@dataclass
-class EchoOut:
-    value: str
 
 
 @dataclass

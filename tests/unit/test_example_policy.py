@@ -7,8 +7,6 @@ built server with the records pack, so a denial is seen end to end as ``permissi
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from codemode import authz
 from codemode.authz import AuthorizationInput, Denied, Subject
 from codemode.authz.rego import RegoAuthorizer, from_files
 from codemode_capabilities import records
+from tests.support.fakes import Ctx
 
 POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.rego"
 DECISION = "data.codemode.records.allow"
@@ -91,12 +90,6 @@ def test_decisions(
 def test_a_capability_outside_the_records_pack_is_denied_even_for_admins(authorizer: RegoAuthorizer) -> None:
     outside = AuthorizationInput(Subject("alice"), "weather.forecast.get", "weather.get", {})
     assert authorizer.decide(outside) is False
-
-
-@dataclasses.dataclass
-class Ctx:
-    deadline: float
-    cancelled: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 async def test_authorize_allows_by_returning_and_denies_by_raising(authorizer: RegoAuthorizer) -> None:

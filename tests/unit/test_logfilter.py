@@ -10,14 +10,7 @@ from collections.abc import Iterator
 from codemode import authz
 from codemode.service import peers
 from codemode.service.logfilter import RepeatFilter, template
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import Clock
 
 
 def _record(msg: str, *args: object, name: str = "t") -> logging.LogRecord:

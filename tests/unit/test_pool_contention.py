@@ -15,14 +15,7 @@ import pytest
 from codemode.runtimes.base import ExitInfo
 from codemode.runtimes.contention import RECENT_SECONDS, Contention
 from codemode.runtimes.pool import WarmPool
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import Clock
 
 
 class Box:
@@ -66,7 +59,7 @@ async def _full(pool: WarmPool) -> None:
 
 
 def test_a_subject_alone_has_no_contention() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     contention = Contention(10.0, clock)
     with contention.waiting("alice"):
         assert not contention.others("alice")
@@ -75,7 +68,7 @@ def test_a_subject_alone_has_no_contention() -> None:
 
 
 def test_served_recently_means_within_the_window() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     contention = Contention(10.0, clock)
     with contention.waiting("bob"):
         pass
@@ -86,7 +79,7 @@ def test_served_recently_means_within_the_window() -> None:
 
 
 def test_a_subject_waiting_counts_however_long_it_waits() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     contention = Contention(10.0, clock)
     with contention.waiting("bob"):
         clock.now += 3600
@@ -106,7 +99,7 @@ async def test_a_lone_subject_takes_the_idle_warm_sandbox() -> None:
     # Before: with the share of 0.5 of a pool of 2, the lone subject's second execute started cold
     # beside the idle warm sandbox until the refill had replaced its first one.
     runtime = Runtime()
-    pool = WarmPool(runtime, 2, subject_share=0.5, clock=Clock())  # type: ignore[arg-type]
+    pool = WarmPool(runtime, 2, subject_share=0.5, clock=Clock(1000.0))  # type: ignore[arg-type]
     await pool.start()
     try:
         await _full(pool)
@@ -118,7 +111,7 @@ async def test_a_lone_subject_takes_the_idle_warm_sandbox() -> None:
 
 
 async def test_with_another_subject_served_recently_the_share_bites() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     pool = WarmPool(Runtime(), 2, subject_share=0.5, clock=clock)  # type: ignore[arg-type]
     await pool.start()
     try:
@@ -139,7 +132,7 @@ async def test_with_another_subject_served_recently_the_share_bites() -> None:
 
 
 async def test_a_flood_past_its_share_leaves_the_warm_sandboxes_to_a_recent_subject() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     pool = WarmPool(Runtime(), 4, subject_share=0.5, clock=clock)  # type: ignore[arg-type]
     await pool.start()
     try:

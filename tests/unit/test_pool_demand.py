@@ -13,14 +13,7 @@ import pytest
 from codemode.runtimes.demand import Demand, Shares
 from codemode.startup.bootstrap import with_pool
 from codemode.startup.config import ConfigError, Settings, load_settings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fakes import Clock
 
 
 def steady(demand: Demand, clock: Clock, rate: float, seconds: float) -> None:
@@ -32,14 +25,14 @@ def steady(demand: Demand, clock: Clock, rate: float, seconds: float) -> None:
 
 
 def test_a_steady_rate_is_measured() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(0, 100, window=10.0, clock=clock)
     steady(demand, clock, rate=20.0, seconds=100.0)  # ten windows: converged
     assert demand.rate() == pytest.approx(20.0, rel=0.03)
 
 
 def test_with_no_arrivals_the_rate_decays_with_the_window() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(0, 100, window=10.0, clock=clock)
     steady(demand, clock, rate=20.0, seconds=100.0)
     before = demand.rate()
@@ -50,7 +43,7 @@ def test_with_no_arrivals_the_rate_decays_with_the_window() -> None:
 
 
 def test_the_target_is_rate_times_spawn_time_times_headroom_rounded_up() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(1, 50, window=10.0, headroom=2.0, clock=clock)
     steady(demand, clock, rate=20.0, seconds=100.0)
     assert demand.target() == 1  # no spawn measured yet: the minimum
@@ -64,7 +57,7 @@ def test_the_target_is_rate_times_spawn_time_times_headroom_rounded_up() -> None
 
 
 def test_the_target_stays_within_the_bounds() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(2, 6, window=1.0, headroom=2.0, clock=clock)
     demand.spawned(1.0)
     assert demand.target() == 2  # no demand: the minimum
@@ -75,7 +68,7 @@ def test_the_target_stays_within_the_bounds() -> None:
 
 
 def test_a_fixed_pool_never_moves() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(4, 4, clock=clock)
     demand.spawned(5.0)
     steady(demand, clock, rate=1000.0, seconds=5.0)
@@ -83,7 +76,7 @@ def test_a_fixed_pool_never_moves() -> None:
 
 
 def test_the_spawn_time_is_a_moving_average() -> None:
-    demand = Demand(0, 10, alpha=0.5, clock=Clock())
+    demand = Demand(0, 10, alpha=0.5, clock=Clock(1000.0))
     demand.spawned(1.0)
     demand.spawned(3.0)
     assert demand.spawn_seconds() == 2.0
@@ -92,7 +85,7 @@ def test_the_spawn_time_is_a_moving_average() -> None:
 
 
 def test_a_burst_raises_the_target_then_it_falls_back() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(1, 16, window=10.0, headroom=2.0, clock=clock)
     demand.spawned(0.1)
     for _ in range(200):  # 200 executes in one second
@@ -107,7 +100,7 @@ def test_a_burst_raises_the_target_then_it_falls_back() -> None:
 
 
 def test_the_target_grows_at_once_and_holds_its_peak_before_it_shrinks() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(1, 16, window=2.0, hold=10.0, headroom=2.0, clock=clock)
     demand.spawned(0.5)
     for _ in range(40):  # a burst: 40 arrivals in 0.4 s
@@ -124,7 +117,7 @@ def test_the_target_grows_at_once_and_holds_its_peak_before_it_shrinks() -> None
 
 
 def test_without_a_hold_the_target_follows_the_rate() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     demand = Demand(0, 16, window=2.0, hold=0.0, clock=clock)
     demand.spawned(0.5)
     steady(demand, clock, rate=8.0, seconds=20.0)

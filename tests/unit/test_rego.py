@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import enum
 import gc
 import random
@@ -21,6 +20,7 @@ import regopy
 from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Subject
 from codemode.authz.rego import InvalidPolicy, RegoAuthorizer, UnknownDecision, from_files
 from codemode.authz.rego import _authorizer as rego_module
+from tests.support.fakes import Ctx
 from tests.support.loop import ticks_while
 
 ALLOW_ALICE = """package app
@@ -36,12 +36,6 @@ def inp(
     subject: str = "alice", arguments: dict[str, Any] | None = None, name: str = "records.lookup"
 ) -> AuthorizationInput:
     return AuthorizationInput(Subject(subject), "records.entry.lookup", name, arguments or {})
-
-
-@dataclasses.dataclass
-class Ctx:
-    deadline: float
-    cancelled: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 def policy(body: str, package: str = "app") -> dict[str, str]:

@@ -5,7 +5,6 @@ holds the loop (the deadline and cancellation outcomes stay as they are on the p
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import threading
 import time
@@ -17,6 +16,7 @@ from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Sub
 from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
 from codemode.authz.rego import _authorizer as rego_module
 from codemode.authz.rego import _bounded as bounded
+from tests.support.fakes import Ctx
 from tests.support.loop import ticks_while
 
 from ..benchmarks import bench_authz
@@ -69,12 +69,6 @@ UNBOUNDED = {
 
 def inp(subject: str = "alice", name: str = "records.lookup", **arguments: Any) -> AuthorizationInput:
     return AuthorizationInput(Subject(subject), name.replace("records.", "records.entry."), name, arguments)
-
-
-@dataclasses.dataclass
-class Ctx:
-    deadline: float
-    cancelled: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 def rego_threads() -> set[threading.Thread]:
