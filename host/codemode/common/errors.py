@@ -8,7 +8,9 @@ logs, never into these objects.
 
 from __future__ import annotations
 
-from .outcomes import LedgerEntry
+from typing import ClassVar, Literal
+
+from .outcomes import ExecuteOutcome, LedgerEntry
 
 __all__ = [
     "LIMIT_KINDS",
@@ -46,6 +48,8 @@ class CodeModeError(Exception):
     """
 
     text = "internal failure"
+    #: What an execute this error ends records (``ExecuteEvent.outcome``): its text in snake case.
+    outcome: ClassVar[ExecuteOutcome] = "internal"
 
     def __init__(self, detail: str | None = None) -> None:
         super().__init__(self.text)
@@ -68,6 +72,7 @@ class InvalidRegistration(CodeModeError):
     """
 
     text = "invalid registration"
+    outcome: ClassVar[Literal["internal"]] = "internal"  # a host problem
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__(None)
@@ -81,12 +86,14 @@ class Unauthenticated(CodeModeError):
     """No trusted subject: the request's credentials or the resolver failed (``unauthenticated``)."""
 
     text = "unauthenticated"
+    outcome: ClassVar[Literal["unauthenticated"]] = "unauthenticated"
 
 
 class NotFound(CodeModeError):
     """``describe_api`` named no enabled capability (``capability not found``)."""
 
     text = "capability not found"
+    outcome: ClassVar[Literal["not_found"]] = "not_found"
 
 
 class InvalidProgram(CodeModeError):
@@ -94,6 +101,7 @@ class InvalidProgram(CodeModeError):
     (``invalid program``; the approved suffix is ``<codemode>:LINE:COL: message``)."""
 
     text = "invalid program"
+    outcome: ClassVar[Literal["invalid_program"]] = "invalid_program"
 
 
 class InvalidArguments(CodeModeError):
@@ -101,12 +109,14 @@ class InvalidArguments(CodeModeError):
     (``invalid capability arguments``; the suffix is a binding diagnostic naming the argument)."""
 
     text = "invalid capability arguments"
+    outcome: ClassVar[Literal["invalid_arguments"]] = "invalid_arguments"
 
 
 class PermissionDenied(CodeModeError):
     """The authorizer denied the call (``permission denied``)."""
 
     text = "permission denied"
+    outcome: ClassVar[Literal["permission_denied"]] = "permission_denied"
 
 
 class PolicyFailure(CodeModeError):
@@ -114,6 +124,7 @@ class PolicyFailure(CodeModeError):
     (``authorization policy failure``)."""
 
     text = "authorization policy failure"
+    outcome: ClassVar[Literal["policy_failure"]] = "policy_failure"
 
 
 #: The limits a client may learn were exceeded (``resource limit exceeded: <kind>``). Fixed: no
@@ -146,6 +157,7 @@ class ResourceLimit(CodeModeError):
     """
 
     text = "resource limit exceeded"
+    outcome: ClassVar[Literal["resource_limit"]] = "resource_limit"
 
     def __init__(self, kind: str | None = None) -> None:
         known = kind if kind in LIMIT_KINDS else None
@@ -173,12 +185,14 @@ class CapabilityFailure(CodeModeError):
     suffix)."""
 
     text = "capability failed"
+    outcome: ClassVar[Literal["capability_failed"]] = "capability_failed"
 
 
 class Internal(CodeModeError):
     """The host failed (``internal failure``); the detail is in the host log only."""
 
     text = "internal failure"
+    outcome: ClassVar[Literal["internal"]] = "internal"
 
 
 class AgentError(Exception):

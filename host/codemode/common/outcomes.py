@@ -10,18 +10,37 @@ id, no argument, no policy or handler text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 __all__ = [
     "AUDIT_OUTCOMES",
     "LEDGER_OUTCOMES",
     "PRINTS_CUT_MARKER",
     "RECOVERABLE_OUTCOMES",
+    "ExecuteOutcome",
     "ExecuteResult",
     "LedgerEntry",
     "ledger_outcome",
 ]
 
+#: How one execute ended (``ExecuteEvent.outcome``, the metrics' and the audit log's word): ``ok``,
+#: ``cancelled``, ``suspended`` (it waits for the user's answer, as a record: a resume is another
+#: execute event), or its error in snake case, which each error class carries as ``outcome``
+#: (codemode.common.errors).
+ExecuteOutcome = Literal[
+    "ok",
+    "cancelled",
+    "suspended",
+    "unauthenticated",
+    "not_found",
+    "invalid_program",
+    "invalid_arguments",
+    "permission_denied",
+    "policy_failure",
+    "resource_limit",
+    "capability_failed",
+    "internal",
+]
 #: The audit log's ``(decision, outcome)`` of a ``native_call`` line → the ledger's outcome word.
 AUDIT_OUTCOMES: Final[dict[tuple[str, str], str]] = {
     ("allow", "ok"): "ok",

@@ -31,14 +31,10 @@ from ..authz import Subject
 from ..catalog.capability import CompiledCapability
 from ..catalog.types import without_defaults
 from ..common.errors import (
-    CapabilityFailure,
     CodeModeError,
     ExecutionTimeout,
     Internal,
-    InvalidArguments,
     InvalidProgram,
-    PermissionDenied,
-    PolicyFailure,
     ResourceLimit,
 )
 from ..common.handoff import HandOff
@@ -397,16 +393,13 @@ class Executor:
             value = await self._serve(run, source, report, approver, hold, resume)
             run.outcome = "ok"
             return value
-        except CodeModeError as exc:
-            run.outcome = _outcome_name(exc)
+        except (CodeModeError, Suspended) as exc:
+            run.outcome = exc.outcome
             if isinstance(exc, ResourceLimit):
                 run.limit = exc.kind
             raise
         except asyncio.CancelledError:
             run.outcome = "cancelled"
-            raise
-        except Suspended:
-            run.outcome = "suspended"
             raise
         finally:
             self._record(run)
@@ -455,7 +448,7 @@ class Executor:
         except CodeModeError as exc:
             # The program's own outcome (not a limit, not the host's fault): the worker ended
             # or waits at a frame boundary, so a reusable sandbox may serve this subject again.
-            reusable = isinstance(exc, _PROGRAM_OUTCOMES)
+            reusable = exc.outcome in _PROGRAM_OUTCOMES
             raise
         except asyncio.CancelledError:
             raise
@@ -658,8 +651,10 @@ def _store_of(plan: Plan) -> Store:
     return store
 
 
-#: Outcomes after which a reusable sandbox may serve the same subject again (see ``_execute``).
-_PROGRAM_OUTCOMES = (InvalidProgram, InvalidArguments, PermissionDenied, PolicyFailure, CapabilityFailure)
+#: Outcomes after which a reusable sandbox may serve the same subject again (see ``Executor._serve``).
+_PROGRAM_OUTCOMES: frozenset[ExecuteOutcome] = frozenset(
+    {"invalid_program", "invalid_arguments", "permission_denied", "policy_failure", "capability_failed"}
+)
 
 
 def _mark_reusable(sandbox: Sandbox, worker_done: bool) -> None:
@@ -669,17 +664,3 @@ def _mark_reusable(sandbox: Sandbox, worker_done: bool) -> None:
     sandbox has no such method and is single-use anyway."""
     if isinstance(sandbox, ReusableSandbox):
         sandbox.reusable(worker_done=worker_done)
-
-
-def _outcome_name(exc: CodeModeError) -> ExecuteOutcome:
-    names: dict[str, ExecuteOutcome] = {
-        "unauthenticated": "unauthenticated",
-        "capability not found": "not_found",
-        "invalid program": "invalid_program",
-        "invalid capability arguments": "invalid_arguments",
-        "permission denied": "permission_denied",
-        "authorization policy failure": "policy_failure",
-        "resource limit exceeded": "resource_limit",
-        "capability failed": "capability_failed",
-    }
-    return names.get(exc.text, "internal")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from ..common.outcomes import ExecuteOutcome
+
 __all__ = [
     "ApprovalAnswer",
     "CallDecision",
@@ -39,22 +41,6 @@ ApprovalAnswer = Literal["", "accept", "decline", "cancel", "unanswered", "unava
 #: What became of one call once decided (``interrupted``: the deadline came while its handler ran).
 CallOutcome = Literal[
     "ok", "capability_failed", "invalid_arguments", "resource_limit", "interrupted", "not_run"
-]
-#: How one execute ended: ``ok``, ``cancelled``, ``suspended`` (it waits for the user's answer, as
-#: a record: a resume is another execute event), or its error in snake case.
-ExecuteOutcome = Literal[
-    "ok",
-    "cancelled",
-    "suspended",
-    "unauthenticated",
-    "not_found",
-    "invalid_program",
-    "invalid_arguments",
-    "permission_denied",
-    "policy_failure",
-    "resource_limit",
-    "capability_failed",
-    "internal",
 ]
 
 

@@ -625,14 +625,10 @@ class Session:
         t1 = time.perf_counter()
         try:
             result = await self._run_handler(cap, typed_args)
-        except CapabilityFailure:
-            event.outcome = "capability_failed"
-            raise
-        except ResourceLimit:  # the handler's own budget (_handler_failed): it ran, a limit stopped it
-            event.outcome = "resource_limit"
-            raise
-        except InvalidArguments:  # the handler refused an argument's value (approved form only)
-            event.outcome = "invalid_arguments"
+        except (CapabilityFailure, ResourceLimit, InvalidArguments) as exc:
+            # It ran and failed, a budget of its own stopped it, or it refused an argument's value
+            # (_handler_failed: only these come out of it): the error's word is the call's outcome.
+            event.outcome = exc.outcome
             raise
         finally:
             event.handler = time.perf_counter() - t1

@@ -31,9 +31,10 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..common.errors import Internal, PermissionDenied, ResourceLimit
+from ..common.outcomes import ExecuteOutcome
 from ..store import StateConflict, Store, StoreFull, StoreUnavailable, Suspension
 from .approval import ApprovalRequest, Approver
 from .limits import Limits
@@ -86,6 +87,9 @@ class Suspended(Exception):
         source: the program.
         waited: seconds its earlier questions were open.
     """
+
+    #: What the execute it ends records (``ExecuteEvent.outcome``), as each client error carries its own.
+    outcome: ClassVar[ExecuteOutcome] = "suspended"
 
     def __init__(
         self,
