@@ -56,6 +56,7 @@ def _mode(args: argparse.Namespace) -> Mode:
 
 
 def _configure_logging(level: str) -> None:
+    """Logging of ``serve --stdio`` (``serve --http``'s is the service's own)."""
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ConfigError(f"--log-level / CODEMODE_LOG_LEVEL: unknown level {level!r}")
@@ -112,12 +113,11 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         mode = _mode(args)
         settings = load_settings(config_file=args.config, **overrides(args, mode))
-        _configure_logging(settings.log_level if mode == "http" or args.log_level else "warning")
         if mode == "http":
-            problems = settings.http_problems()
-            if problems:
-                raise ConfigError("; ".join(problems))
+            # The service checks its settings and configures logging itself, once
+            # (codemode.service.serve_async), before it binds a port.
             return _run_http(settings)
+        _configure_logging(settings.log_level if args.log_level else "warning")
         from ..startup.bootstrap import build_server
 
         server = build_server(settings)

@@ -191,9 +191,6 @@ class Service:
     ) -> None:
         from ..mcp.adapter import ContextSubject, create_server
 
-        problems = settings.http_problems()
-        if problems:
-            raise ConfigError("; ".join(problems))
         if settings.transport != "http":
             # This is the HTTP service whatever built the settings (packs keep state on disk).
             settings = settings.model_copy(update={"transport": "http"})
@@ -581,6 +578,28 @@ def create_app(
     """
     if settings is None:
         settings = load_settings()
+    _check_http(settings)
+    return _app(settings, runtime, authorizer)
+
+
+def _check_http(settings: Settings) -> None:
+    """The one check of what ``serve --http`` needs beyond the settings' own rules
+    (``Settings.http_problems``: authentication, listening); :func:`create_app` and
+    :func:`serve_async` make it first.
+
+    Args:
+        settings: the settings.
+
+    Raises:
+        ConfigError: the problems, in one line.
+    """
+    problems = settings.http_problems()
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _app(settings: Settings, runtime: Runtime | None, authorizer: authz.Authorizer | None) -> FastAPI:
+    """:func:`create_app` once the settings are checked."""
     configure_audit_logger(settings.audit_log)
     service = Service(settings, runtime=runtime, authorizer=authorizer)
 
@@ -625,13 +644,14 @@ async def serve_async(settings: Settings | None = None) -> None:
     """
     if settings is None:
         settings = load_settings()
+    _check_http(settings)
     # Every port first: one in use (any of the three) ends the start in one line naming its
     # setting (exit 2), before anything is logged or started.
     listeners = bind_listeners(settings)
     try:
         # Once, for every server of this process (the metrics and health servers touch nothing).
         configure_logging(settings.log_level)
-        app = create_app(settings)
+        app = _app(settings, None, None)
         service: Service = app.state.codemode
         service.bound = {"metrics_port": listeners.metrics, "health_port": listeners.health}
         try:

@@ -16,6 +16,7 @@ import uvicorn
 
 from ..startup.config import ConfigError, names
 from .edge import ConnectionGuard, guarded_protocol
+from .logconfig import side_listener
 
 if TYPE_CHECKING:
     from ..startup.config import Settings
@@ -69,6 +70,11 @@ class SideServer:
             self._task.cancel()
         finally:
             self._socket.close()
+
+
+async def _serve_side(server: uvicorn.Server, sock: socket.socket) -> None:
+    side_listener()  # in this task's own context: its lifecycle lines are the MCP listener's
+    await server.serve(sockets=[sock])
 
 
 def bind_listener(host: str, port: int, field: str) -> socket.socket:
@@ -192,7 +198,7 @@ async def start_side_server(
         proxy_headers=False,
     )
     server = _EmbeddedServer(config)
-    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    task = asyncio.get_running_loop().create_task(_serve_side(server, sock))
     try:
         async with asyncio.timeout(10):
             while not server.started:

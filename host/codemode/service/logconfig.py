@@ -8,11 +8,13 @@ handlers and formats (``uvicorn`` on stderr, ``uvicorn.access`` on stdout), the 
 everything else on stderr, the level, and the process-wide repeat filter on every one of those
 handlers. Every ``uvicorn.Config`` of the service is then built with ``log_config=None`` and
 ``log_level=None``, so no server touches logging again; side listeners write no access lines
-(their protocol turns the access log off for their own connections only).
+(their protocol turns the access log off for their own connections only), and uvicorn's lifecycle
+lines (started, shutting down, finished) are the MCP listener's alone (:func:`side_listener`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import logging
 import logging.config
@@ -22,7 +24,29 @@ from uvicorn.config import LOGGING_CONFIG
 from ..startup.config import ConfigError, names
 from .logfilter import RepeatFilter, install_repeat_filter
 
-__all__ = ["configure_logging", "log_level"]
+__all__ = ["configure_logging", "log_level", "side_listener"]
+
+
+#: True in a side listener's task: uvicorn's lifecycle lines are the MCP listener's alone.
+_SIDE_LISTENER: contextvars.ContextVar[bool] = contextvars.ContextVar("codemode_side_listener", default=False)
+
+
+def side_listener() -> None:
+    """Mark the running task as a side listener's (the metrics or the health port): uvicorn's
+    lifecycle lines it logs (``Started server process``, ``Shutting down``, ``Finished server
+    process``; info and below) are dropped, since the MCP listener's say the same of the same
+    process. Its warnings and errors are kept."""
+    _SIDE_LISTENER.set(True)
+
+
+class _MainListenerLifecycle(logging.Filter):
+    """On ``uvicorn.error``: drops the info lines of a side listener's task (:func:`side_listener`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or not _SIDE_LISTENER.get()
+
+
+_LIFECYCLE_FILTER = _MainListenerLifecycle()
 
 
 def log_level(name: str) -> int:
@@ -65,4 +89,5 @@ def configure_logging(name: str) -> RepeatFilter:
     if not root.handlers:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("codemode").setLevel(level)
+    logging.getLogger("uvicorn.error").addFilter(_LIFECYCLE_FILTER)  # the same object: added once
     return install_repeat_filter()
