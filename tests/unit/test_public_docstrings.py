@@ -128,11 +128,11 @@ MODULES = (
     "codemode.ops.quota_recommend",
     "codemode.ops.quotas",
     "codemode.service",
-    "codemode.service.admission",
+    "codemode.service.connection_guard",
     "codemode.service.app",
     "codemode.service.audit",
     "codemode.service.auth",
-    "codemode.service.connections",
+    "codemode.service.open_requests",
     "codemode.service.edge",
     "codemode.service.hosts",
     "codemode.service.jsonrpc",
@@ -148,7 +148,7 @@ MODULES = (
     "codemode.service.tokens",
     "codemode.startup.bootstrap",
     "codemode.startup.config",
-    "codemode.startup.traces",
+    "codemode.startup.trace_export",
 )
 
 

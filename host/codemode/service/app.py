@@ -63,7 +63,7 @@ from ..startup.config import ConfigError, Settings, load_settings, names
 from ..store import StoreUnavailable
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
-from .connections import RequestGuard
+from .open_requests import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
 from .hosts import HostOriginCheck, allowed_hosts_for
 from .jsonrpc import JSONRPCBodyCheck

@@ -60,7 +60,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.utils import get_remote_addr
 
 from .. import authz
-from .admission import Connection, ConnectionGuard
+from .connection_guard import Connection, ConnectionGuard
 
 __all__ = [
     "UNDELIVERED_LIMIT",

@@ -389,7 +389,7 @@ def _build(
     base = runtime if runtime is not None else build_runtime(settings)
     tracing, export = None, None
     if settings.trace_endpoint is not None:
-        from .traces import build_tracing  # the SDK and exporter only when tracing is on
+        from .trace_export import build_tracing  # the SDK and exporter only when tracing is on
 
         tracing, export = build_tracing(settings)
     builder = Builder(
