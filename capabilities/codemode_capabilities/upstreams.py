@@ -10,16 +10,15 @@ calls).
 
 from __future__ import annotations
 
-import difflib
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from codemode import Capability
-from codemode.packs import PackError, PackSettings
+from codemode.packs import PackError, PackSettings, did_you_mean
 
 from .mcp import UpstreamMCPConfig, UpstreamMCPPack
 from .openapi import OpenAPIConfig, OpenAPIPack
@@ -29,12 +28,6 @@ __all__ = ["FILE_OPTION", "UpstreamsPack", "pack", "table_packs", "upstream_pack
 #: The pack option (or environment variable) naming the TOML file.
 FILE_OPTION = "CODEMODE_UPSTREAMS_FILE"
 _KEYS = ("upstream_mcp", "openapi")
-
-
-def _close_key(key: str, fields: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the table key closest to a misspelt one, or nothing."""
-    close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def upstream_packs(
@@ -65,7 +58,7 @@ def upstream_packs(
                     where = ".".join(str(p) for p in err["loc"])
                     message = err["msg"]
                     if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
-                        message = "unknown key" + _close_key(str(err["loc"][0]), model.model_fields)
+                        message = "unknown key" + did_you_mean(str(err["loc"][0]), model.model_fields)
                     problems.append(f"{key}[{i}]{'.' + where if where else ''}: {message}")
         return out
 

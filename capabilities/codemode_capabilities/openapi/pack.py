@@ -23,7 +23,6 @@ measured on published documents, are in ``docs/packs.md`` (*OpenAPI documents*):
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import json
 import logging
@@ -50,6 +49,7 @@ from codemode.packs import (
     capability_names,
     check_unique_names,
     description_of,
+    did_you_mean,
     search_terms_of,
     summary_of,
 )
@@ -240,11 +240,9 @@ def _check_renames(config: OpenAPIConfig, entries: Sequence[_Entry]) -> None:
     keys = {e.key for e in entries}
     for key in config.rename:
         if key not in keys:
-            close = difflib.get_close_matches(key, sorted(keys), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UpstreamBuildError(
                 f"api {config.name!r}: rename {key!r}: no operation has that operationId "
-                f"or 'METHOD /path'{hint}"
+                f"or 'METHOD /path'{did_you_mean(key, sorted(keys), cutoff=0.6)}"
             )
 
 

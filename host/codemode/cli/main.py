@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..common.command import CommandError
+from ..common.did_you_mean import closest
 from .serve import add_serve, run_serve
 from .token import add_token, run_token
 
@@ -33,9 +33,9 @@ class _Parser(argparse.ArgumentParser):
         known = [o for o in self._option_string_actions if o.startswith("--")]
         hints = []
         for given in flags:
-            close = difflib.get_close_matches(given.split("=", 1)[0], known, n=1, cutoff=0.75)
-            if close:
-                hints.append(f"{given}: did you mean {close[0]}?")
+            close = closest(given.split("=", 1)[0], known)
+            if close is not None:
+                hints.append(f"{given}: did you mean {close}?")
         detail = f" ({'; '.join(hints)})" if hints else ""
         self.error(f"unrecognized arguments: {' '.join(flags)}{detail}")
 

@@ -3,7 +3,8 @@ top-level ``codemode`` names and ``codemode.authz``.
 
 Re-exported here: the pack protocol and loading (``loading``), a pack's lifecycle (``lifecycle``),
 JSON Schema to shapes (``jsonschema``), credential redaction (``redaction``), the naming, text and
-error rules upstream packs share (``upstream``), what a pack reports about its upstreams' health
+error rules upstream packs share (``upstream``), the one "did you mean" of a misspelt table key
+(``codemode.common.did_you_mean``), what a pack reports about its upstreams' health
 (``health``), the catalog bounds a pack builds against, and the store's interface a handler reaches
 as ``ctx.store`` (``codemode.store``: the state pack). The
 packs that ship (``codemode_capabilities``) import only these. The decorator form is ``registry``.
@@ -11,6 +12,7 @@ See docs/packs.md."""
 
 from ..catalog.answers import AnswerBounds
 from ..catalog.capability import MAX_CAPABILITIES, MAX_ID_BYTES
+from ..common.did_you_mean import did_you_mean
 from ..store import StateConflict, StateEntry, Store, StoreFull, StoreUnavailable
 from .health import upstream_restarted
 from .jsonschema import Dialect, Unsupported, compile_schema, record_of
@@ -61,6 +63,7 @@ __all__ = [
     "check_unique_names",
     "compile_schema",
     "description_of",
+    "did_you_mean",
     "load_pack",
     "load_packs",
     "pack_capabilities",
