@@ -601,7 +601,7 @@ import_images() {
     import_pause_image "$SOCK"
     docker image inspect "$WORKER_IMAGE" >/dev/null 2>&1 || die "worker image $WORKER_IMAGE missing: run scripts/provision-docker.sh first"
     import_docker_image "$WORKER_IMAGE"
-    # The test twin (arbitrary Python; KubernetesRuntime(testing_entry=True)) for the containment
+    # The test twin (arbitrary Python; KubernetesOptions(testing_entry=True)) for the containment
     # tests and the transport benchmarks; never used by the service.
     if docker image inspect "$TESTING_IMAGE" >/dev/null 2>&1; then
         import_docker_image "$TESTING_IMAGE"

@@ -109,9 +109,9 @@ def _docker() -> Runtime:
 def _kubernetes() -> Runtime | None:
     if not cluster_reachable():
         return None
-    from codemode.runtimes.kubernetes import KubernetesRuntime
+    from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 
-    return KubernetesRuntime(testing_entry=True, image=_TESTING_IMAGE)
+    return KubernetesRuntime(KubernetesOptions(testing_entry=True, image=_TESTING_IMAGE))
 
 
 RUNTIMES: dict[str, Callable[[], Runtime | None]] = {

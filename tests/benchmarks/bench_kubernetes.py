@@ -40,7 +40,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from codemode.ops.percentile import percentile
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 
 from .bench_docker import ONE_CALL, TRIVIAL, build_server
 from .bench_reuse import bare_pod_once
@@ -260,7 +260,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     results["kubectl_run"] = show("bare kubectl run --rm -i (worker image)", bare)
     results["kubernetes"] = await runtime_figures(
         "k8s",
-        lambda: KubernetesRuntime(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image),
+        lambda: KubernetesRuntime(
+            KubernetesOptions(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image)
+        ),
         args,
     )
     k = results["kubernetes"]

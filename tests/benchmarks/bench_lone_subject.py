@@ -35,9 +35,11 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
 
         return DockerRuntime()
     if args.runtime == "kubernetes":
-        from codemode.runtimes.kubernetes import KubernetesRuntime
+        from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 
-        return KubernetesRuntime(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image)
+        return KubernetesRuntime(
+            KubernetesOptions(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image)
+        )
     return codemode.ProcessRuntime(spawn="classic")
 
 

@@ -201,9 +201,11 @@ def kubernetes_floor(kubeconfig: str, namespace: str, image: str, n: int) -> dic
 async def kubernetes_cold(args: argparse.Namespace, n: int) -> dict[str, Any]:
     import codemode
     from codemode import authz
-    from codemode.runtimes.kubernetes import KubernetesRuntime
+    from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 
-    rt = KubernetesRuntime(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image)
+    rt = KubernetesRuntime(
+        KubernetesOptions(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image)
+    )
     server = codemode.Builder(authorizer=authz.allow_all(), runtime=rt).build()
     times: list[float] = []
     phases: list[dict[str, float]] = []

@@ -16,7 +16,7 @@ from codemode import authz
 from codemode.ops.bench import aecho
 from codemode.runtimes import kubernetes as kmod
 from codemode.runtimes.handshake import PROBE
-from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesOptions, KubernetesRuntime
 from codemode.runtimes.kubernetes import _attach as kattach
 from codemode.runtimes.streams import LaunchHandoff
 from tests.support.cluster import KUBECONFIG, WORKERS, core_api
@@ -77,7 +77,7 @@ async def gone(rt: KubernetesRuntime, timeout: float = 20.0) -> bool:
 async def test_a_fresh_pod_is_attached_before_the_api_reports_it_running_and_loses_no_frame(
     cluster: None,
 ) -> None:
-    rt = KubernetesRuntime(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0)
+    rt = KubernetesRuntime(KubernetesOptions(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0))
     srv = server(rt)
     early: list[dict[str, float]] = []
     try:

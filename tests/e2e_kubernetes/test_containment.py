@@ -23,7 +23,7 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesOptions, KubernetesRuntime
 from codemode.runtimes.seccomp_profile import docker_profile
 from codemode_worker import PROTOCOL_VERSION
 from tests.support.cluster import (
@@ -88,12 +88,14 @@ PROBE = textwrap.dedent(
 async def run_in_a_pod(source: str, **runtime: Any) -> tuple[KubernetesRuntime, Any]:
     """Run ``source`` (Python) in a fresh worker pod of the test image; (runtime, final value)."""
     rt = KubernetesRuntime(
-        kubeconfig=KUBECONFIG,
-        namespace=WORKERS,
-        image=TESTING_IMAGE,
-        testing_entry=True,
-        spawn_timeout=60.0,
-        **runtime,
+        KubernetesOptions(
+            kubeconfig=KUBECONFIG,
+            namespace=WORKERS,
+            image=TESTING_IMAGE,
+            testing_entry=True,
+            spawn_timeout=60.0,
+            **runtime,
+        )
     )
     b = codemode.Builder(
         authorizer=authz.allow_all(), runtime=rt, limits=codemode.Limits(max_execution_time=30.0)
@@ -239,7 +241,13 @@ async def test_a_workers_container_log_stays_within_its_ephemeral_storage(cluste
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     rt = KubernetesRuntime(
-        kubeconfig=KUBECONFIG, namespace=WORKERS, image=TESTING_IMAGE, testing_entry=True, spawn_timeout=60.0
+        KubernetesOptions(
+            kubeconfig=KUBECONFIG,
+            namespace=WORKERS,
+            image=TESTING_IMAGE,
+            testing_entry=True,
+            spawn_timeout=60.0,
+        )
     )
     srv = codemode.Builder(
         authorizer=authz.allow_all(), runtime=rt, limits=codemode.Limits(max_execution_time=30.0)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 from tests.support.cluster import (
     KUBECONFIG,
     REPO,
@@ -265,7 +265,9 @@ def test_the_service_account_has_least_privilege(deployed: None) -> None:
     conf.api_key = {"authorization": f"Bearer {token}"}
     as_host = client.CoreV1Api(client.ApiClient(conf))
     as_host.list_namespaced_pod(WORKERS, limit=1)  # what it may do works
-    pod = KubernetesRuntime(api=object(), namespace=SERVICE_NS).pod_manifest("codemode-e2e-elsewhere")
+    pod = KubernetesRuntime(KubernetesOptions(namespace=SERVICE_NS), api=object()).pod_manifest(
+        "codemode-e2e-elsewhere"
+    )
     attempts = {
         "read secrets": lambda: as_host.list_namespaced_secret(SERVICE_NS),
         "read secrets (workers)": lambda: as_host.list_namespaced_secret(WORKERS),
@@ -308,7 +310,9 @@ def test_pod_security_restricted_is_enforced_on_the_workers_namespace(deployed: 
 
     api = core_api()
     # The runtime's own pod is admitted (server-side dry run: full admission, nothing created).
-    pod = KubernetesRuntime(api=object(), namespace=WORKERS).pod_manifest("codemode-e2e-admitted")
+    pod = KubernetesRuntime(KubernetesOptions(namespace=WORKERS), api=object()).pod_manifest(
+        "codemode-e2e-admitted"
+    )
     api.create_namespaced_pod(WORKERS, pod, dry_run="All")
     # A root pod is rejected by Pod Security admission.
     root = client.V1Pod(

@@ -36,7 +36,7 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.context import CallContext
 from codemode.ops.bench import EchoIn, EchoOut
-from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesOptions, KubernetesRuntime
 from tests.support.cluster import KUBECONFIG, REPO, WORKERS, core_api
 
 pytestmark = pytest.mark.kubernetes
@@ -136,7 +136,9 @@ def _server(rt: KubernetesRuntime, calls: Calls) -> codemode.Server:
 
 
 def _runtime() -> KubernetesRuntime:
-    return KubernetesRuntime(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=SPAWN_TIMEOUT)
+    return KubernetesRuntime(
+        KubernetesOptions(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=SPAWN_TIMEOUT)
+    )
 
 
 def _nodes_of(rt: KubernetesRuntime) -> dict[str, str]:

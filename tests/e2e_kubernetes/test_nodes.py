@@ -22,7 +22,7 @@ import codemode
 from codemode import authz
 from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.ops.bench import aecho
-from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesOptions, KubernetesRuntime
 from codemode.runtimes.kubernetes.pod import SPREAD_TOPOLOGY_KEY
 from tests.support.cluster import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl
 
@@ -43,7 +43,7 @@ class Workers(NullObserver):
 
 
 def runtime() -> KubernetesRuntime:
-    return KubernetesRuntime(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0)
+    return KubernetesRuntime(KubernetesOptions(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0))
 
 
 def nodes_of(rt: KubernetesRuntime) -> dict[str, str]:

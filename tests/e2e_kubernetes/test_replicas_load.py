@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 from tests.support.cluster import KUBECONFIG, SERVICE_NS, WORKERS, core_api, kubectl, worker_pods
 
 from ..benchmarks.bench_service_load import Outcome, client_loop
@@ -287,7 +287,7 @@ async def test_a_sigkilled_replica_costs_only_its_in_flight_executes(two_replica
         assert set(by_other) | set(by_victim) == set(orphans), (by_other, by_victim)
         # The rule itself, judged now by a host that is neither replica: the victim's old process is
         # dead (its container restarted after that process started), the other replica is alive.
-        judge = KubernetesRuntime(kubeconfig=KUBECONFIG, namespace=WORKERS)
+        judge = KubernetesRuntime(KubernetesOptions(kubeconfig=KUBECONFIG, namespace=WORKERS))
         try:
             for meta in orphans.values():
                 assert judge._is_orphan(meta.labels, meta.annotations, {}, proven_only=True)

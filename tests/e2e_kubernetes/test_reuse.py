@@ -22,7 +22,7 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 from codemode_worker import PROTOCOL_VERSION
 from tests.support.cluster import KUBECONFIG, WORKERS, core_api
 from tests.support.reuse import Sandboxes, reuse_server
@@ -36,7 +36,9 @@ ALICE = authz.Subject("alice")
 
 
 def _runtime(**kwargs: Any) -> KubernetesRuntime:
-    return KubernetesRuntime(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0, **kwargs)
+    return KubernetesRuntime(
+        KubernetesOptions(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0, **kwargs)
+    )
 
 
 def _pods_of(rt: KubernetesRuntime) -> list[str]:

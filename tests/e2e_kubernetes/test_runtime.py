@@ -24,7 +24,7 @@ from codemode.common.errors import ResourceLimit
 from codemode.execution.observe import ExecuteEvent, NullObserver
 from codemode.ops.bench import aecho
 from codemode.runtimes.base import CapacityExhausted
-from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import INSTANCE_LABEL, KubernetesOptions, KubernetesRuntime
 from tests.support.cluster import KUBECONFIG, REPO, WORKERS, core_api, kubectl, worker_pods
 from tests.support.recorder import value_at_the_limit
 
@@ -50,7 +50,7 @@ class Events(NullObserver):
 def runtime(**kwargs: Any) -> KubernetesRuntime:
     kwargs.setdefault("namespace", WORKERS)
     kwargs.setdefault("spawn_timeout", 60.0)
-    return KubernetesRuntime(kubeconfig=KUBECONFIG, **kwargs)
+    return KubernetesRuntime(KubernetesOptions(kubeconfig=KUBECONFIG, **kwargs))
 
 
 def server(rt: Any, *, time_limit: float = 30.0, observer: Any = None, steps: int | None = None) -> Any:

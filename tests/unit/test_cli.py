@@ -481,7 +481,7 @@ def test_kubernetes_runtime_gets_the_flags(config: Config) -> None:
     )
     runtime: Any = build_runtime(c)
     assert isinstance(runtime, codemode.KubernetesRuntime)
-    assert (runtime.namespace, runtime.image) == ("ns1", "w:1")
+    assert (runtime.options.namespace, runtime.options.image) == ("ns1", "w:1")
 
 
 def test_runtime_flags_need_their_runtime(config: Config) -> None:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from codemode.runtimes.kubernetes import DEFAULT_NAMESPACE, ROLE_LABEL, KubernetesRuntime
+from codemode.runtimes.kubernetes import DEFAULT_NAMESPACE, ROLE_LABEL, KubernetesOptions, KubernetesRuntime
 from codemode.startup.config import Settings
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
@@ -256,7 +256,9 @@ def test_host_deployment_is_hardened() -> None:
 
 @pytest.mark.parametrize("runtime_class", [None, "gvisor"])
 def test_the_worker_pod_meets_the_restricted_profile(runtime_class: str | None) -> None:
-    pod = KubernetesRuntime(api=object(), runtime_class=runtime_class).pod_manifest("codemode-worker-x")
+    pod = KubernetesRuntime(KubernetesOptions(runtime_class=runtime_class), api=object()).pod_manifest(
+        "codemode-worker-x"
+    )
     spec = wire(pod)["spec"]
     assert restricted_violations(spec) == []
 
@@ -264,7 +266,7 @@ def test_the_worker_pod_meets_the_restricted_profile(runtime_class: str | None) 
 def test_a_localhost_seccomp_profile_replaces_runtime_default() -> None:
     plain = wire(KubernetesRuntime(api=object()).pod_manifest("p"))["spec"]
     assert plain["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    rt = KubernetesRuntime(api=object(), seccomp_profile="profiles/codemode-worker.json")
+    rt = KubernetesRuntime(KubernetesOptions(seccomp_profile="profiles/codemode-worker.json"), api=object())
     spec = wire(rt.pod_manifest("p"))["spec"]
     assert spec["securityContext"]["seccompProfile"] == {
         "type": "Localhost",
@@ -278,7 +280,7 @@ def test_a_localhost_seccomp_profile_replaces_runtime_default() -> None:
 )
 def test_a_seccomp_profile_outside_the_kubelets_root_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="seccomp_profile"):
-        KubernetesRuntime(api=object(), seccomp_profile=bad)
+        KubernetesRuntime(KubernetesOptions(seccomp_profile=bad), api=object())
 
 
 def test_only_the_test_entry_replaces_the_worker_command(caplog: pytest.LogCaptureFixture) -> None:
@@ -290,7 +292,7 @@ def test_only_the_test_entry_replaces_the_worker_command(caplog: pytest.LogCaptu
         "CODEMODE_WORKER_STDERR": "bounded",
     }
     with caplog.at_level("WARNING", logger="codemode.runtimes.kubernetes"):
-        testing = KubernetesRuntime(api=object(), testing_entry=True)
+        testing = KubernetesRuntime(KubernetesOptions(testing_entry=True), api=object())
     assert "TEST-ONLY" in caplog.text
     c = wire(testing.pod_manifest("p"))["spec"]["containers"][0]
     assert c["command"] == ["python3", "-I", "-m", "codemode_worker.testing_entry"]
@@ -319,7 +321,10 @@ def test_the_quota_admits_worker_pods() -> None:
 def test_the_optional_runtime_class_matches_the_runtime_option() -> None:
     rc = one("RuntimeClass", "gvisor")
     assert rc["handler"] == "runsc"
-    assert KubernetesRuntime(api=object(), runtime_class=rc["metadata"]["name"]).name == "kubernetes:gvisor"
+    assert (
+        KubernetesRuntime(KubernetesOptions(runtime_class=rc["metadata"]["name"]), api=object()).name
+        == "kubernetes:gvisor"
+    )
     # Not applied by `kubectl apply -k k8s/` (cluster-scoped, needs cluster-admin): only the overlay.
     assert all(f.parent.name == "gvisor" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f)))
 

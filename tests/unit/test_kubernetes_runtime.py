@@ -41,6 +41,7 @@ from codemode.runtimes.kubernetes import (
     INSTANCE_LABEL,
     OWNER_LABEL,
     ROLE_LABEL,
+    KubernetesOptions,
     KubernetesRuntime,
     KubernetesSandbox,
 )
@@ -497,7 +498,7 @@ def make_runtime(cluster: FakeCluster, **kwargs: Any) -> KubernetesRuntime:
     kwargs.setdefault("spawn_timeout", 5.0)
     kwargs.setdefault("probe_timeout", 5.0)
     kwargs.setdefault("exit_wait", 1.0)
-    return KubernetesRuntime(api=cluster.api, **kwargs)
+    return KubernetesRuntime(KubernetesOptions(**kwargs), api=cluster.api)
 
 
 def serialized(obj: Any) -> Any:
@@ -602,7 +603,7 @@ async def test_submitted_pod_is_exactly_the_hardened_spec(cluster: FakeCluster) 
     }
     assert meta["annotations"]["io.codemode.owner-pid"] == str(os.getpid())
     (args, kwargs) = cluster.api.called("create_namespaced_pod")[0]
-    assert args[0] == NS and kwargs["_request_timeout"] == rt.api_timeout
+    assert args[0] == NS and kwargs["_request_timeout"] == rt.options.api_timeout
     await rt.aclose()
 
 
@@ -610,7 +611,10 @@ def test_runtime_class_is_optional() -> None:
     api = object()
     assert "runtimeClassName" not in serialized(KubernetesRuntime(api=api).pod_manifest("p"))["spec"]
     rt = KubernetesRuntime(
-        api=api, runtime_class="gvisor", memory="512Mi", cpu="500m", ephemeral_storage="16Mi", image="w:1"
+        KubernetesOptions(
+            runtime_class="gvisor", memory="512Mi", cpu="500m", ephemeral_storage="16Mi", image="w:1"
+        ),
+        api=api,
     )
     spec = serialized(rt.pod_manifest("p"))["spec"]
     assert spec["runtimeClassName"] == "gvisor"
@@ -618,11 +622,11 @@ def test_runtime_class_is_optional() -> None:
     q = {"cpu": "500m", "ephemeral-storage": "16Mi", "memory": "512Mi"}
     assert spec["containers"][0]["resources"] == {"limits": q, "requests": {**q, "cpu": "100m"}}
     # cpu_request == cpu: QoS Guaranteed.
-    rt = KubernetesRuntime(api=api, cpu="500m", cpu_request="500m")
+    rt = KubernetesRuntime(KubernetesOptions(cpu="500m", cpu_request="500m"), api=api)
     resources = serialized(rt.pod_manifest("p"))["spec"]["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"]
     with pytest.raises(ValueError, match="cpu_request"):
-        KubernetesRuntime(api=api, cpu="500m", cpu_request="1")
+        KubernetesRuntime(KubernetesOptions(cpu="500m", cpu_request="1"), api=api)
     assert spec["containers"][0]["image"] == "w:1"
 
 
@@ -633,7 +637,9 @@ def test_pod_manifest_validates_against_the_pod_schema(version: str) -> None:
     if version == "latest":
         version = kubernetes_validate.utils.latest_version()
     pod = serialized(
-        KubernetesRuntime(api=object(), runtime_class="gvisor").pod_manifest("codemode-worker-x")
+        KubernetesRuntime(KubernetesOptions(runtime_class="gvisor"), api=object()).pod_manifest(
+            "codemode-worker-x"
+        )
     )
     kubernetes_validate.validate(pod, version, strict=True)
 
@@ -653,7 +659,7 @@ def test_pod_manifest_validates_against_the_pod_schema(version: str) -> None:
 )
 def test_bad_configuration_is_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        KubernetesRuntime(api=object(), **kwargs)
+        KubernetesRuntime(KubernetesOptions(**kwargs), api=object())
 
 
 # ----------------------------------------------------------------------------------- attach and I/O
@@ -1490,7 +1496,7 @@ async def test_hung_api_is_runtime_unavailable_within_check_timeout() -> None:
     # Accepts connections, never answers.
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]
-        rt = KubernetesRuntime(api=real_api(f"http://127.0.0.1:{port}"), check_timeout=0.5)
+        rt = KubernetesRuntime(KubernetesOptions(check_timeout=0.5), api=real_api(f"http://127.0.0.1:{port}"))
         start = time.monotonic()
         with pytest.raises(RuntimeUnavailable, match=r"did not answer within 0.5s|unreachable"):
             await rt.check()
@@ -1863,7 +1869,7 @@ async def test_requests_on_the_wire_with_the_real_client() -> None:
     """The runtime's keyword arguments pass the real client's validation and become these requests."""
     server = RecordingApiServer()
     try:
-        rt = KubernetesRuntime(api=real_api(server.url), owner="host-a", spawn_timeout=1.0)
+        rt = KubernetesRuntime(KubernetesOptions(owner="host-a", spawn_timeout=1.0), api=real_api(server.url))
         await rt.check()
         with pytest.raises(SpawnFailed, match="vanished while starting"):
             await rt.spawn()  # created (201), then the read says 404
@@ -1960,11 +1966,11 @@ async def test_explicit_kubeconfig_and_context(
     path = tmp_path / "kubeconfig"
     _write_kubeconfig(path, {"one": "https://127.0.0.1:7001", "two": "https://127.0.0.1:7002"})
     for context, host in ((None, "https://127.0.0.1:7001"), ("two", "https://127.0.0.1:7002")):
-        rt = KubernetesRuntime(kubeconfig=str(path), context=context)
+        rt = KubernetesRuntime(KubernetesOptions(kubeconfig=str(path), context=context))
         api = await rt._run_blocking(rt._client)
         assert api.api_client.configuration.host == host
         await rt.aclose()
-    rt = KubernetesRuntime(kubeconfig=str(path), context="three")
+    rt = KubernetesRuntime(KubernetesOptions(kubeconfig=str(path), context="three"))
     with pytest.raises(RuntimeUnavailable, match="context three"):
         await rt._run_blocking(rt._client)
     await rt.aclose()

@@ -38,7 +38,9 @@ def _serve(argv: list[str], config_file: Path | None = None) -> Settings:
 def test_each_runtime_has_one_options_type_holding_every_setting_of_it() -> None:
     for runtime, options_type in OPTIONS.items():
         settings = {f for f in Settings.model_fields if f.startswith(runtime + "_")}
-        assert {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)} == settings, runtime
+        # Every setting of a runtime is an option of it; the options may hold more (for code only:
+        # KubernetesRuntime takes its options whole, timeouts and test entries included).
+        assert settings <= {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)}, runtime
         assert options_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
     names = {runtime: {f.name for f in dataclasses.fields(t)} for runtime, t in OPTIONS.items()}
     # one name per concept across runtimes

@@ -231,7 +231,12 @@ def _measuring_runtime(settings: Any) -> tuple[MeasuringRuntime, int | None, dic
         return MeasuringRuntime(inner, probe_for), None, where
     inner = build_runtime(settings, worker_command=list(HOLD_ENTRYPOINT), cleanup_orphans="none")
     if runtime == "kubernetes":
-        where = {"image": inner.image, "namespace": inner.namespace, "runtime_class": inner.runtime_class}
+        options = inner.options
+        where = {
+            "image": options.image,
+            "namespace": options.namespace,
+            "runtime_class": options.runtime_class,
+        }
         return MeasuringRuntime(inner, ReportProbe), None, where
     where = {"image": inner.image, "oci_runtime": inner.runtime}
     api: list[Any] = []

@@ -3,13 +3,16 @@ runtimes (docs/reference/runtimes.md): ``memory`` (the worker's memory limit), `
 (processes and threads), ``open_files`` (descriptors), ``image``. The settings hold one of each
 (``settings.process``, ``settings.docker``, ``settings.kubernetes``: the ``--<runtime>-<name>`` flags,
 ``CODEMODE_<RUNTIME>_<NAME>`` variables and ``[<runtime>]`` TOML tables). A field left None takes the
-runtime's own default; :meth:`runtime_kwargs` names the runtime's constructor parameters."""
+runtime's own default; :meth:`runtime_kwargs` names the runtime's constructor parameters.
+``KubernetesOptions`` (``codemode.runtimes.kubernetes.options``) is the Kubernetes runtime's whole
+options, taken by its constructor as they are."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, Literal
+
+from .kubernetes.options import KubernetesOptions
 
 __all__ = ["OPTIONS", "DockerOptions", "KubernetesOptions", "ProcessOptions", "RuntimeOptions"]
 
@@ -77,32 +80,6 @@ class DockerOptions:
                 "oci_runtime": "runtime",
             },
         )
-
-
-@dataclass(frozen=True)
-class KubernetesOptions:
-    """``KubernetesRuntime``'s options: ``namespace`` and ``image`` of the worker pods, ``memory``
-    the pod's memory request = limit as a Kubernetes quantity (``256Mi``), ``cpu``/``cpu_request``
-    its CPU limit and request (``500m``), ``runtime_class`` (e.g. ``gvisor``), ``seccomp_profile``
-    (a Localhost profile), ``kubeconfig`` and ``context`` (where the API server is)."""
-
-    namespace: str | None = None
-    image: str | None = None
-    memory: str | None = None
-    cpu: str | None = None
-    cpu_request: str | None = None
-    runtime_class: str | None = None
-    seccomp_profile: str | None = None
-    kubeconfig: Path | None = None
-    context: str | None = None
-
-    def runtime_kwargs(self) -> dict[str, Any]:
-        """The constructor arguments of these options.
-
-        Returns:
-            ``KubernetesRuntime(**kwargs)`` for the fields that are set, under its parameter names.
-        """
-        return _given(self, {})
 
 
 RuntimeOptions = ProcessOptions | DockerOptions | KubernetesOptions

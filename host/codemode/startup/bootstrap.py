@@ -9,6 +9,7 @@ here, so a setting means the same thing everywhere. Every failure is a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -26,6 +27,7 @@ from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_s
 from ..packs.loading import PackError, PackSettings, resolve_spec, split_specs
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import Runtime, RuntimeUnavailable
+from ..runtimes.kubernetes.options import KubernetesOptions, OptionError
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from ..store import Store
@@ -117,11 +119,22 @@ def build_runtime(
     except ImportError as exc:
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
-        kwargs = {**settings.runtime_options.runtime_kwargs(), **extra}
+        options = settings.runtime_options
+        changes = dict(extra)
         if worker_command is not None:
-            kwargs[_COMMAND_PARAMETER[kind]] = list(worker_command)
+            changes[_COMMAND_PARAMETER[kind]] = list(worker_command)
+        if isinstance(options, KubernetesOptions):  # a runtime that takes its options whole
+            from ..runtimes.kubernetes import KubernetesRuntime
+
+            return KubernetesRuntime(dataclasses.replace(options, **changes))
+        kwargs = {**options.runtime_kwargs(), **changes}
+        if worker_command is not None:
             kwargs.pop("spawn", None)  # a command is started, never forked from the template
         return cls(**kwargs)
+    except OptionError as exc:
+        field = f"{kind}_{exc.option}"
+        where = names(field) if field in Settings.model_fields else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
+        raise ConfigError(f"{where}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
 

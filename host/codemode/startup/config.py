@@ -758,12 +758,14 @@ class Settings(BaseSettings):
         return options
 
     def _options_of(self, runtime: str) -> dict[str, Any]:
+        """The options of ``runtime`` these settings set: an option with no setting, or whose
+        setting is unset, keeps the options type's own default."""
         out = {}
         for f in dataclasses.fields(OPTIONS[runtime]):
-            value = getattr(self, f"{runtime}_{f.name}")
-            out[f.name] = (
-                parse_size(value) if value is not None and f"{runtime}_{f.name}" in SIZE_SETTINGS else value
-            )
+            name = f"{runtime}_{f.name}"
+            value = getattr(self, name, None)
+            if value is not None:
+                out[f.name] = parse_size(value) if name in SIZE_SETTINGS else value
         return out
 
     @property
@@ -923,12 +925,10 @@ class Settings(BaseSettings):
             path = self.token_file_path
             problem = _unreadable(path)
             if problem:
-                hint = (
-                    f"create one with: codemode token new SUBJECT --token-file {path}"
-                    if problem == "does not exist"
-                    else "make it readable by the service's user: chown or chmod it"
+                out.append(
+                    f"{names('token_file')}: token file {str(path)!r} {problem} "
+                    f"(create one with: codemode token new SUBJECT --token-file {path})"
                 )
-                out.append(f"{names('token_file')}: token file {str(path)!r} {problem} ({hint})")
         else:
             if (self.jwks_file is None) == (self.jwks_url is None):
                 out.append(f"auth_mode jwt needs exactly one of {names('jwks_file')} and {names('jwks_url')}")
@@ -1042,12 +1042,18 @@ def _flatten_runtimes(data: dict[str, Any]) -> dict[str, Any]:
         if runtime not in data:
             continue
         nested = data.pop(runtime)
-        if isinstance(nested, options_type):
-            nested = {k: v for k, v in dataclasses.asdict(nested).items() if v is not None}
+        if isinstance(nested, options_type):  # what differs from the options' own defaults
+            default = options_type()
+            nested = {
+                f.name: getattr(nested, f.name)
+                for f in dataclasses.fields(nested)
+                if getattr(nested, f.name) != getattr(default, f.name)
+            }
         if not isinstance(nested, dict):
             raise ValueError(f"{runtime} must be a table of {runtime} runtime options")
         flat = _renamed({f"{runtime}_{k}": v for k, v in nested.items()}, f"[{runtime}]")
-        known = {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)}
+        # The options an operator may set (the runtime's options type holds others, for code).
+        known = {name for name in Settings.model_fields if name.startswith(f"{runtime}_")}
         unknown = sorted(k.removeprefix(runtime + "_") for k in set(flat) - known)
         if unknown:
             raise ValueError(f"{runtime}: unknown option(s) {unknown}")
@@ -1266,13 +1272,10 @@ def _warn_misspelled() -> None:
 
 def _unreadable(path: Path) -> str | None:
     """Why ``path`` cannot be read as a configuration file, or None."""
-    try:
-        if not path.exists():
-            return "does not exist"
-        if not path.is_file():
-            return "is not a regular file"
-    except OSError as exc:  # a folder on the way cannot be searched by this user
-        return f"cannot be reached by uid {os.getuid()} ({exc.strerror})"
+    if not path.exists():
+        return "does not exist"
+    if not path.is_file():
+        return "is not a regular file"
     if not os.access(path, os.R_OK):
-        return f"is not readable by uid {os.getuid()}"
+        return "is not readable"
     return None

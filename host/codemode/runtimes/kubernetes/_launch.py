@@ -35,6 +35,7 @@ from ._attach import (
     not_running_yet,
 )
 from .nodes import NodeQuarantine
+from .options import KubernetesOptions
 from .pod import acknowledged, progress, scheduled
 from .upgrade import upgrade_timed_out
 
@@ -64,16 +65,7 @@ class PodLaunching:
     """The launch of the runtime's pods (``_launch_blocking``), run on its thread pool."""
 
     if TYPE_CHECKING:
-        namespace: str
-        image: str
-        memory: str
-        cpu_request: str
-        spawn_timeout: float
-        probe_timeout: float
-        api_timeout: float
-        unschedulable_grace: float
-        node_ack_timeout: float
-        attach_early: bool
+        options: KubernetesOptions
         quarantine: NodeQuarantine
         last_phases: dict[str, float]
         last_attach_attempts: int
@@ -106,7 +98,7 @@ class PodLaunching:
     def _launch_blocking(self, handoff: LaunchHandoff, supervised: bool = False) -> tuple[str, _Attached]:
         """create -> attach -> the worker's first answer, on another node when the first pod's node turns
         out silent (up to ``_NODE_ATTEMPTS`` pods, all within ``spawn_timeout``)."""
-        deadline = time.monotonic() + self.spawn_timeout
+        deadline = time.monotonic() + self.options.spawn_timeout
         attempt = 0
         while True:
             attempt += 1
@@ -119,7 +111,7 @@ class PodLaunching:
                         "kubernetes: node %s did not take on worker pod within %ss (%s): suspecting it"
                         " dead; new worker pods avoid it for %ss",
                         exc.node,
-                        self.node_ack_timeout,
+                        self.options.node_ack_timeout,
                         exc,
                         self.quarantine.seconds,
                     )
@@ -215,14 +207,16 @@ class PodLaunching:
         check_at: float | None = None  # when the unacknowledged pod's node is checked (next)
         node_answered = False  # a check found its kubelet reachable
         self.last_attach_attempts = 0
-        early = self.attach_early
+        early = self.options.attach_early
         while True:
             if handoff.abandoned or self._closed:
                 if unschedulable_since is not None:
                     self._log_unschedulable(pod_name, detail)
                 raise self._given_up(pod_name, handoff)
             try:
-                pod = api.read_namespaced_pod(pod_name, self.namespace, _request_timeout=self.api_timeout)
+                pod = api.read_namespaced_pod(
+                    pod_name, self.options.namespace, _request_timeout=self.options.api_timeout
+                )
             except Exception as exc:
                 if _status(exc) == 404:
                     raise SpawnFailed(f"kubernetes: worker pod {pod_name} vanished while starting") from exc
@@ -237,9 +231,9 @@ class PodLaunching:
                 waiting_for_node = bool(node) and not acknowledged(pod)
                 if node and waiting_for_node:
                     bound_since = bound_since or now
-                    check_at = check_at or bound_since + self.node_ack_timeout
+                    check_at = check_at or bound_since + self.options.node_ack_timeout
                     if now >= check_at:
-                        check_at = self._check_silent_node(pod_name, node) + self.node_ack_timeout
+                        check_at = self._check_silent_node(pod_name, node) + self.options.node_ack_timeout
                         node_answered = True
                 where, detail = progress(pod)
                 if waiting_for_node and node_answered:
@@ -251,7 +245,9 @@ class PodLaunching:
                 if where == "ended":
                     raise SpawnFailed(f"kubernetes: worker pod {pod_name} ended before attach: {detail}")
                 if where == "no-image":
-                    raise RuntimeUnavailable(f"kubernetes: worker image {self.image!r} unavailable: {detail}")
+                    raise RuntimeUnavailable(
+                        f"kubernetes: worker image {self.options.image!r} unavailable: {detail}"
+                    )
                 if where == "unschedulable":
                     if avoiding:
                         raise _Unplaceable(
@@ -259,7 +255,7 @@ class PodLaunching:
                             f" unschedulable: {detail}"
                         )
                     unschedulable_since = unschedulable_since or now
-                    if now - unschedulable_since >= self.unschedulable_grace:
+                    if now - unschedulable_since >= self.options.unschedulable_grace:
                         self._log_unschedulable(pod_name, detail)
                         raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
                 else:
@@ -280,7 +276,8 @@ class PodLaunching:
                     self._log_unschedulable(pod_name, detail)
                     raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
                 raise SpawnFailed(
-                    f"kubernetes: worker pod {pod_name} not running after {self.spawn_timeout}s: {detail}"
+                    f"kubernetes: worker pod {pod_name} not running after"
+                    f" {self.options.spawn_timeout}s: {detail}"
                 )
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
@@ -306,14 +303,15 @@ class PodLaunching:
             raise _NodeSilent(
                 node,
                 f"kubernetes: worker pod {pod_name} bound to node {node}, whose kubelet did not"
-                f" acknowledge it within {self.node_ack_timeout}s and cannot be reached ({unreachable})",
+                f" acknowledge it within {self.options.node_ack_timeout}s and cannot be reached"
+                f" ({unreachable})",
             )
         log.debug(
             "kubernetes: node %s has not taken on worker pod %s within %ss, but the API server does not"
             " report its kubelet unreachable: waiting (the node is not suspected)",
             node,
             pod_name,
-            self.node_ack_timeout,
+            self.options.node_ack_timeout,
         )
         return time.monotonic()
 
@@ -321,7 +319,7 @@ class PodLaunching:
         """Whether a refused attach says exactly "not running yet" (then retried). Any other
         refusal of a pod the API reports running ends the spawn; of a starting pod, it makes
         the launch attach only once the API reports it running (as without ``attach_early``)."""
-        if not_running_yet(text, pod_name, self.namespace):
+        if not_running_yet(text, pod_name, self.options.namespace):
             return True
         if running:
             raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} was refused: {text}")
@@ -344,12 +342,12 @@ class PodLaunching:
         """
         self.last_attach_attempts += 1
         try:
-            stream = self._open_attach(api, pod_name, stdin=True, upgrade_within=self.api_timeout)
+            stream = self._open_attach(api, pod_name, stdin=True, upgrade_within=self.options.api_timeout)
         except k8s.ApiException as exc:
             if upgrade_timed_out(exc):
                 raise SpawnFailed(
                     f"kubernetes: attaching to worker pod {pod_name}: the API server did not complete"
-                    f" the websocket upgrade within {self.api_timeout}s"
+                    f" the websocket upgrade within {self.options.api_timeout}s"
                 ) from None
             if exc.status == 0 and "Handshake status 403" not in str(exc.reason):
                 raise _Refused(str(exc.reason)) from None  # the handshake's status line and body
@@ -361,7 +359,7 @@ class PodLaunching:
                 raise SpawnFailed(f"kubernetes: attaching to worker pod {pod_name} gave no stream")
             attached = _Attached(stream)
             stream.write_stdin(greeting)
-            answer_by = time.monotonic() + self.probe_timeout
+            answer_by = time.monotonic() + self.options.probe_timeout
             while not self._answered(ws, attached, answer_by, handoff):
                 pass
             handed_over = True
@@ -378,7 +376,7 @@ class PodLaunching:
                 raise self._given_up(None, handoff)
             left = answer_by - time.monotonic()
             if left <= 0:
-                raise SpawnFailed(f"kubernetes: worker did not answer within {self.probe_timeout}s")
+                raise SpawnFailed(f"kubernetes: worker did not answer within {self.options.probe_timeout}s")
             sock = ws.sock
             pending = getattr(sock, "pending", None)
             if (pending is not None and pending()) or select.select([sock], [], [], min(left, 0.1))[0]:
@@ -414,10 +412,10 @@ class PodLaunching:
             " --kubernetes-memory / CODEMODE_KUBERNETES_MEMORY) or lower max_concurrent_executions"
             " + pool. Clients get 'resource limit exceeded'.",
             pod_name,
-            self.namespace,
+            self.options.namespace,
             detail,
-            self.cpu_request,
-            self.memory,
+            self.options.cpu_request,
+            self.options.memory,
         )
 
     def _create_blocking(self, api: Any, pod: k8s.V1Pod, deadline: float) -> None:
@@ -425,7 +423,9 @@ class PodLaunching:
         is random) is retried up to ``CREATE_CONFLICT_RETRIES`` times before the deadline."""
         for attempt in range(CREATE_CONFLICT_RETRIES + 1):
             try:
-                api.create_namespaced_pod(self.namespace, pod, _request_timeout=self.api_timeout)
+                api.create_namespaced_pod(
+                    self.options.namespace, pod, _request_timeout=self.options.api_timeout
+                )
                 return
             except k8s.ApiException as exc:
                 pause = random.uniform(0.02, 0.08)
@@ -445,20 +445,20 @@ class PodLaunching:
         text = _api_error_text(exc)
         if _is_connection_error(exc) or status in (401, 404, 400, 422):
             # unreachable, credentials, no such namespace, or the cluster rejects the pod spec
-            return self._unavailable(f"cannot create worker pod in namespace {self.namespace}", exc)
+            return self._unavailable(f"cannot create worker pod in namespace {self.options.namespace}", exc)
         if status == 403:
             if "exceeded quota" in text:
                 log.error(
                     "kubernetes: the ResourceQuota of namespace %s refused worker pod %s: %s. Raise the"
                     " quota (k8s/base/resourcequota.yaml) or lower max_concurrent_executions + pool or the"
                     " per-worker resources. Clients get 'resource limit exceeded'.",
-                    self.namespace,
+                    self.options.namespace,
                     pod_name,
                     text,
                 )
                 return CapacityExhausted(f"kubernetes: worker pod quota exhausted: {text}")
             # RBAC, Pod Security admission, RuntimeClass admission
-            return self._unavailable(f"worker pod refused in namespace {self.namespace}", exc)
+            return self._unavailable(f"worker pod refused in namespace {self.options.namespace}", exc)
         if status == 0 and "403" in text:  # websocket handshake refused: no pods/attach permission
             return self._unavailable(f"cannot attach to worker pod {pod_name}", exc)
         return SpawnFailed(f"kubernetes: cannot start worker pod {pod_name}: {text}")

@@ -12,17 +12,17 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from ..streams import HostIdentity
+from ..streams import CleanupMode, HostIdentity
 from ..streams import process_start as _process_start
 from ..streams import read_text as _read_text
 from ._api_errors import _api_error_text, _status
+from .options import KubernetesOptions
 from .pod import OWNER_LABEL, ROLE_LABEL
 
 log = logging.getLogger("codemode.runtimes.kubernetes")
 
-CleanupMode = Literal["dead", "all", "none"]
 _OWNER_ANNOTATIONS = ("pod", "pod-uid", "host", "boot", "pidns", "pid", "start", "started")
 
 # ----------------------------------------------------------------------------------- owner identity
@@ -132,8 +132,7 @@ class OrphanRule:
     delete the orphans (``_remove_orphans_blocking``)."""
 
     if TYPE_CHECKING:
-        namespace: str
-        api_timeout: float
+        options: KubernetesOptions
         cleanup_orphans: CleanupMode
 
         @property
@@ -149,15 +148,15 @@ class OrphanRule:
         while True:
             try:
                 page = api.list_namespaced_pod(
-                    self.namespace,
+                    self.options.namespace,
                     label_selector=f"{ROLE_LABEL}=worker",
                     limit=500,
                     _continue=token,
-                    _request_timeout=self.api_timeout,
+                    _request_timeout=self.options.api_timeout,
                 )
             except Exception as exc:
                 raise self._unavailable(
-                    f"cannot list worker pods in namespace {self.namespace}", exc
+                    f"cannot list worker pods in namespace {self.options.namespace}", exc
                 ) from exc
             pods.extend(page.items or [])
             token = getattr(page.metadata, "var_continue", None)
@@ -228,7 +227,9 @@ class OrphanRule:
         pod object (its containers tell whether the owner process still runs)."""
         namespace, _, name = ref.partition("/")
         try:
-            pod = self._client().read_namespaced_pod(name, namespace, _request_timeout=self.api_timeout)
+            pod = self._client().read_namespaced_pod(
+                name, namespace, _request_timeout=self.options.api_timeout
+            )
         except Exception as exc:
             if _status(exc) == 404:
                 return True

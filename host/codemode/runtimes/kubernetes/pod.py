@@ -26,7 +26,9 @@ from typing import Any, Literal
 
 from kubernetes import client as k8s
 
-from codemode_worker import PROTOCOL_VERSION, STDERR_BOUNDED, STDERR_VARIABLE, WORKER_ENV_MARKER
+from codemode_worker import STDERR_BOUNDED, STDERR_VARIABLE, WORKER_ENV_MARKER
+
+from .options import DEFAULT_IMAGE as DEFAULT_IMAGE
 
 __all__ = [
     "CONTAINER_NAME",
@@ -49,8 +51,6 @@ __all__ = [
     "worker_status",
 ]
 
-#: The worker image; its tag is the protocol version it speaks.
-DEFAULT_IMAGE = f"codemode-worker:{PROTOCOL_VERSION}"
 CONTAINER_NAME = "worker"
 #: The numeric non-root user and group every worker runs as.
 WORKER_UID = 65532

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -31,7 +30,7 @@ from kubernetes import client as k8s
 
 from ..base import ExitInfo, RuntimeUnavailable, SpawnFailed
 from ..handshake import probe
-from ..streams import STDOUT_BUFFER, BlockingRuntime, ThreadedStreamSandbox
+from ..streams import BlockingRuntime, ThreadedStreamSandbox
 from ..supervised import Supervised, supervisor_command
 from ..testing import TESTING_ENTRY, TESTING_ENV
 from ..testing import WARNING as TESTING_WARNING
@@ -54,8 +53,9 @@ from ._attach import (
     _shut,
 )
 from ._launch import PodLaunching
-from ._orphans import _OWNER, CleanupMode, OrphanRule
+from ._orphans import _OWNER, OrphanRule
 from .nodes import NodeQuarantine, kubelet_unreachable
+from .options import DEFAULT_NAMESPACE, CleanupMode, KubernetesOptions
 from .pod import DEFAULT_IMAGE, INSTANCE_LABEL, OWNER_LABEL, PROTOCOL_LABEL, ROLE_LABEL, PodSizing, worker_pod
 from .pod import worker_status as _worker_status
 
@@ -63,19 +63,6 @@ __all__ = ["DEFAULT_NAMESPACE", "KubernetesRuntime", "KubernetesSandbox"]
 
 log = logging.getLogger("codemode.runtimes.kubernetes")
 
-DEFAULT_NAMESPACE = "codemode-workers"
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
-
-
-def _under_seccomp_root(path: str) -> bool:
-    """A relative path of plain segments (no ``.``, ``..`` or empty one): a file under the kubelet's
-    seccomp root."""
-    return all(_PATH_SEGMENT.fullmatch(part) and part not in (".", "..") for part in path.split("/"))
-
-
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 _DeleteOutcome = Literal["deleted", "gone", "failed"]
 #: Seconds a worker whose stream ended must still read as running before its node is checked, and
@@ -84,12 +71,6 @@ _LOST_CHECK_AFTER = 1.0
 _LOST_CHECK_WAIT = 1.0
 #: Seconds (at most ``api_timeout``) the node check's websocket may take to connect and upgrade.
 _LOST_CHECK_UPGRADE = 5.0
-
-
-def _parse_quantity(value: str) -> Any:
-    from kubernetes.utils import parse_quantity
-
-    return parse_quantity(value)  # type: ignore[no-untyped-call]
 
 
 # ----------------------------------------------------------------------------------- sandbox
@@ -246,177 +227,48 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
     (``concurrent_refill``).
 
     Args:
-        namespace: where worker pods run (label it Pod Security ``restricted``; see k8s/).
-        image: worker image (default ``codemode-worker:<protocol version>``).
-        memory, ephemeral_storage: requests = limits of the worker container (quantities).
-        cpu: the CPU limit of the worker container (default 1 CPU).
-        cpu_request: what the scheduler reserves per worker (default 100m; docs/kubernetes.md,
-            "Sizing": QoS Burstable, or Guaranteed when it equals ``cpu``).
-        runtime_class: a RuntimeClass name (e.g. ``"gvisor"``), or None for the cluster default.
-        seccomp_profile: a ``Localhost`` seccomp profile for the pods, relative to the kubelet's
-            seccomp root (e.g. ``"codemode-worker.json"``, made with ``python -m
-            codemode.runtimes.seccomp_profile``; in the reuse mode the supervisor's, ``--supervisor``),
-            or None for ``RuntimeDefault``. The worker installs its own filter on top either way.
-        supervisor_entrypoint: the command of a reusable pod (``spawn_supervised``, the reuse mode;
-            default ``python3 -I -m codemode_worker.supervisor``, ``--testing`` under
-            ``testing_entry``); tests only.
-        end_timeout: seconds a reusable pod's supervisor has to end an execute's worker, scrub and
-            verify before the pod is recycled instead.
-        owner: this host's instance id, written to the ``io.codemode.owner`` label (default: random
-            per host process, renewed after fork).
-        api: a ``kubernetes.client.CoreV1Api``. Without it the client is configured, first match
-            wins, from: ``kubeconfig``/``context``; the default configuration a caller loaded
-            (``kubernetes.config.load_kube_config(...)``); in-cluster; ``$KUBECONFIG`` or
-            ``~/.kube/config`` as of the first API call.
-        kubeconfig: a kubeconfig file to use (settings: ``kubernetes_kubeconfig``).
-        context: a context in that kubeconfig (settings: ``kubernetes_context``).
+        options: every option of the runtime (``KubernetesOptions``: namespace, image, sizing,
+            timeouts, ...; checked when they were made). Default: ``KubernetesOptions()``.
+        api: a ``kubernetes.client.CoreV1Api``. Without it the client is configured from
+            ``options.kubeconfig``/``options.context``, else as ``KubernetesOptions`` says.
         attach: the function that opens the attach websocket (default ``kubernetes.stream.stream``).
-        cleanup_orphans: what ``start()`` deletes: ``"dead"`` (worker pods whose owner is provably
-            dead), ``"all"`` (every worker pod not owned by this instance), ``"none"``.
-        spawn_timeout: seconds from pod creation until its container runs and is attached.
-        attach_early: attach from the moment the pod is scheduled, retrying the exact "not
-            running yet" refusals, rather than once the API reports it Running (up to a second
-            later: the kubelet's relist); False only to measure or to rule it out.
-        unschedulable_grace: seconds a pod may stay unschedulable (no node has room) before the
-            spawn fails with ``CapacityExhausted``.
-        node_ack_timeout: seconds a pod bound to a node may wait for that node's kubelet to
-            acknowledge it before the node is checked (and again every ``node_ack_timeout``):
-            when the API server cannot reach the kubelet, the node is suspected dead, the pod
-            deleted and the spawn tried again on another node; a kubelet that answers is only
-            slow, and the pod is waited for (docs/kubernetes.md, "A node lost mid-execute").
-        node_quarantine: seconds new pods avoid a node suspected dead (0: never avoid one).
-        probe_timeout: seconds for the attached worker to answer the probe (counted from the
-            attach that reached it).
-        api_timeout: seconds for one API call.
-        check_timeout: seconds for ``check()`` as a whole.
-        exit_wait: seconds ``destroy()`` waits for an exited worker's terminated state.
-        max_lifetime: ``activeDeadlineSeconds`` of every pod: a backstop for pods nobody deletes.
-        image_pull_policy: of the worker container.
-        stdout_buffer_bytes: how much worker stdout is buffered before the reader stops reading.
-        executor_threads: size of the thread pool that runs blocking client calls.
-        entrypoint: replaces the image's command (operators' diagnostics only: ``codemode quotas
-            tune`` runs the image's worker through a holding wrapper); None = the image's.
-        testing_entry: TEST ONLY. Runs ``codemode_worker.testing_entry`` with
-            ``CODEMODE_WORKER_TESTING=1`` (use the test image, ``codemode-worker-testing``): a worker
-            that executes arbitrary Python. It exists to prove the pod contains a compromised
-            interpreter and to measure the attach channel without Starlark; never enable it in a
-            deployment.
     """
 
     concurrent_refill = True
 
     def __init__(
         self,
+        options: KubernetesOptions | None = None,
         *,
-        namespace: str = DEFAULT_NAMESPACE,
-        image: str = DEFAULT_IMAGE,
-        memory: str = "256Mi",
-        cpu: str = "1",
-        cpu_request: str = "100m",
-        ephemeral_storage: str = "64Mi",
-        runtime_class: str | None = None,
-        owner: str | None = None,
         api: Any = None,
-        kubeconfig: str | os.PathLike[str] | None = None,
-        context: str | None = None,
         attach: Callable[..., Any] | None = None,
-        cleanup_orphans: CleanupMode = "dead",
-        spawn_timeout: float = 60.0,
-        unschedulable_grace: float = 2.0,
-        node_ack_timeout: float = 5.0,
-        node_quarantine: float = 60.0,
-        probe_timeout: float = 10.0,
-        api_timeout: float = 30.0,
-        check_timeout: float = 5.0,
-        exit_wait: float = 3.0,
-        max_lifetime: int = 3600,
-        image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent",
-        stdout_buffer_bytes: int = STDOUT_BUFFER,
-        executor_threads: int = 32,
-        testing_entry: bool = False,
-        entrypoint: Sequence[str] | None = None,
-        seccomp_profile: str | None = None,
-        supervisor_entrypoint: Sequence[str] | None = None,
-        end_timeout: float = 5.0,
-        attach_early: bool = True,
     ) -> None:
-        if not _DNS_LABEL.fullmatch(namespace):
-            raise ValueError(f"namespace {namespace!r} is not a DNS label")
-        if runtime_class is not None and not _DNS_LABEL.fullmatch(runtime_class):
-            raise ValueError(f"runtime_class {runtime_class!r} is not a valid RuntimeClass name")
-        if seccomp_profile is not None and not _under_seccomp_root(seccomp_profile):
-            raise ValueError(
-                f"seccomp_profile {seccomp_profile!r} is not a path relative to the kubelet's seccomp root"
-            )
-        if owner is not None and not (owner and _LABEL_VALUE.fullmatch(owner)):
-            raise ValueError(f"owner {owner!r} is not a valid label value")
-        quantities = (
-            ("memory", memory),
-            ("cpu", cpu),
-            ("cpu_request", cpu_request),
-            ("ephemeral_storage", ephemeral_storage),
-        )
-        for what, value in quantities:
-            try:
-                ok = _parse_quantity(value) > 0
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(f"{what} {value!r} is not a positive Kubernetes quantity")
-        if _parse_quantity(cpu_request) > _parse_quantity(cpu):
-            raise ValueError(f"cpu_request {cpu_request!r} exceeds the cpu limit {cpu!r}")
-        if unschedulable_grace < 0:
-            raise ValueError("unschedulable_grace must not be negative")
-        if node_ack_timeout <= 0 or node_quarantine < 0:
-            raise ValueError("node_ack_timeout must be positive and node_quarantine not negative")
-        if cleanup_orphans not in ("dead", "all", "none"):
-            raise ValueError("cleanup_orphans must be 'dead', 'all' or 'none'")
-        if max_lifetime <= 0 or spawn_timeout <= 0 or probe_timeout <= 0:
-            raise ValueError("max_lifetime, spawn_timeout and probe_timeout must be positive")
-        self.namespace = namespace
-        self.image = image
-        self.memory = memory
-        self.cpu = cpu
-        self.cpu_request = cpu_request
-        self.ephemeral_storage = ephemeral_storage
+        if options is None:
+            options = KubernetesOptions()
+        elif not isinstance(options, KubernetesOptions):
+            raise TypeError(f"KubernetesRuntime takes KubernetesOptions, not {type(options).__name__}")
+        #: The runtime's options, whole.
+        self.options = options
         self.sizing = PodSizing(
-            memory=memory, cpu=cpu, cpu_request=cpu_request, ephemeral_storage=ephemeral_storage
+            memory=options.memory,
+            cpu=options.cpu,
+            cpu_request=options.cpu_request,
+            ephemeral_storage=options.ephemeral_storage,
         )
-        self.kubeconfig = os.fspath(kubeconfig) if kubeconfig is not None else None
-        self.context = context
-        self.unschedulable_grace = unschedulable_grace
-        self.node_ack_timeout = node_ack_timeout
         #: The nodes suspected dead, which new pods avoid (``nodes``).
-        self.quarantine = NodeQuarantine(node_quarantine)
+        self.quarantine = NodeQuarantine(options.node_quarantine)
         #: Seconds from the start of the last successful launch to each phase it reached
         #: (created, scheduled, running, attached); for benchmarks and debugging.
         self.last_phases: dict[str, float] = {}
-        self.runtime_class = runtime_class
-        self.seccomp_profile = seccomp_profile
-        self.owner_id = owner
-        self.cleanup_orphans: CleanupMode = cleanup_orphans
-        self.spawn_timeout = spawn_timeout
-        self.probe_timeout = probe_timeout
-        self.api_timeout = api_timeout
-        self.check_timeout = check_timeout
-        self.exit_wait = exit_wait
-        self.max_lifetime = max_lifetime
-        self.image_pull_policy = image_pull_policy
-        self.stdout_buffer_bytes = max(64 * 1024, stdout_buffer_bytes)
-        self.testing_entry = testing_entry
-        if testing_entry and entrypoint is not None:
-            raise ValueError("entrypoint and testing_entry exclude each other")
-        self.entrypoint = list(TESTING_ENTRY) if testing_entry else (list(entrypoint) if entrypoint else None)
-        self.supervisor_entrypoint = (
-            list(supervisor_entrypoint)
-            if supervisor_entrypoint is not None
-            else supervisor_command(testing_entry)
-        )
-        self.end_timeout = end_timeout
-        self.attach_early = attach_early
         #: Attach attempts of the last launch (refused ones included); for benchmarks and debugging.
         self.last_attach_attempts = 0
-        if testing_entry:
+        self.cleanup_orphans: CleanupMode = options.cleanup_orphans
+        self.stdout_buffer_bytes = max(64 * 1024, options.stdout_buffer_bytes)
+        testing = options.testing_entry
+        #: The worker container's command (None: the image's) and a reusable pod's.
+        self.command = list(TESTING_ENTRY) if testing else (list(options.entrypoint or ()) or None)
+        self.supervisor_command = list(options.supervisor_entrypoint or supervisor_command(testing))
+        if testing:
             log.warning(TESTING_WARNING, "kubernetes")
         #: Unique per runtime object; lets aclose() sweep this runtime's own pods.
         self.instance_id = uuid.uuid4().hex
@@ -424,19 +276,31 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         self._owns_api = api is None
         self._attach = attach
         self._api_lock = threading.Lock()
-        self._init_blocking(executor_threads, "codemode-k8s")
+        self._init_blocking(options.executor_threads, "codemode-k8s")
         self._created_any = False
 
     # -- identity and the pod ----------------------------------------------------------------------
 
     @property
     def name(self) -> str:
-        return "kubernetes" if self.runtime_class is None else f"kubernetes:{self.runtime_class}"
+        return (
+            "kubernetes" if self.options.runtime_class is None else f"kubernetes:{self.options.runtime_class}"
+        )
+
+    @property
+    def max_lifetime(self) -> float:
+        """Seconds a pod lives at most (its ``activeDeadlineSeconds``; ``LimitedLifetime``)."""
+        return float(self.options.max_lifetime)
+
+    @property
+    def memory_limited(self) -> bool:
+        """True: every pod has a cgroup memory limit (``MemoryLimited``)."""
+        return True
 
     @property
     def owner(self) -> str:
         """The owner id in every worker pod's labels (this host process's, unless ``owner_id`` is set)."""
-        return self.owner_id or _OWNER.id
+        return self.options.owner or _OWNER.id
 
     def labels(self) -> dict[str, str]:
         """The labels every worker pod of this runtime gets (the NetworkPolicy selects the role).
@@ -469,17 +333,17 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
             labels["io.codemode.mode"] = "reuse"
         return worker_pod(
             pod_name,
-            namespace=self.namespace,
-            image=self.image,
+            namespace=self.options.namespace,
+            image=self.options.image,
             labels=labels,
             annotations=_OWNER.annotations(),
             sizing=self.sizing,
-            runtime_class=self.runtime_class,
-            seccomp_profile=self.seccomp_profile,
-            max_lifetime=self.max_lifetime,
-            image_pull_policy=self.image_pull_policy,
-            command=self.supervisor_entrypoint if supervised else self.entrypoint,
-            extra_env={TESTING_ENV: "1"} if self.testing_entry else None,
+            runtime_class=self.options.runtime_class,
+            seccomp_profile=self.options.seccomp_profile,
+            max_lifetime=self.options.max_lifetime,
+            image_pull_policy=self.options.image_pull_policy,
+            command=self.supervisor_command if supervised else self.command,
+            extra_env={TESTING_ENV: "1"} if self.options.testing_entry else None,
             avoided_nodes=avoided_nodes,
         )
 
@@ -496,10 +360,12 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         from kubernetes import config
 
         try:
-            if self.kubeconfig is not None or self.context is not None:
+            if self.options.kubeconfig is not None or self.options.context is not None:
                 configuration = k8s.Configuration()
                 config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=self.kubeconfig, context=self.context, client_configuration=configuration
+                    config_file=os.fspath(self.options.kubeconfig) if self.options.kubeconfig else None,
+                    context=self.options.context,
+                    client_configuration=configuration,
                 )
                 return configuration
             loaded = k8s.Configuration.get_default_copy()
@@ -512,7 +378,8 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
                 config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return configuration
         except Exception as exc:
-            where = f"kubeconfig {self.kubeconfig or '(default)'} context {self.context or '(current)'}"
+            kubeconfig, context = self.options.kubeconfig, self.options.context
+            where = f"kubeconfig {kubeconfig or '(default)'} context {context or '(current)'}"
             raise RuntimeUnavailable(
                 f"kubernetes: no API configuration ({where}; neither in-cluster nor a kubeconfig; set"
                 f" --kubernetes-kubeconfig / CODEMODE_KUBERNETES_KUBECONFIG): {exc}"
@@ -540,7 +407,7 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
     def _open_attach(self, api: Any, pod_name: str, *, stdin: bool, upgrade_within: float) -> Any:
         """Attach to the worker container of ``pod_name`` (``_attach._open_attach``)."""
         return _open_attach(
-            self._attach, api, pod_name, self.namespace, stdin=stdin, upgrade_within=upgrade_within
+            self._attach, api, pod_name, self.options.namespace, stdin=stdin, upgrade_within=upgrade_within
         )
 
     def _delete_blocking(self, pod_name: str) -> _DeleteOutcome:
@@ -551,12 +418,15 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         ``activeDeadlineSeconds``). Conflicts, throttling, server errors and connection errors are
         retried with backoff for up to ``api_timeout``.
         """
-        deadline = time.monotonic() + self.api_timeout
+        deadline = time.monotonic() + self.options.api_timeout
         delay = 0.02
         while True:
             try:
                 self._client().delete_namespaced_pod(
-                    pod_name, self.namespace, grace_period_seconds=0, _request_timeout=self.api_timeout
+                    pod_name,
+                    self.options.namespace,
+                    grace_period_seconds=0,
+                    _request_timeout=self.options.api_timeout,
                 )
                 return "deleted"
             except Exception as exc:
@@ -580,12 +450,12 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         unreachable means ``"lost"`` at once (logged, the node suspected).
         """
         start = time.monotonic()
-        deadline = start + self.exit_wait
+        deadline = start + self.options.exit_wait
         checked = False
         while True:
             try:
                 pod = self._client().read_namespaced_pod(
-                    pod_name, self.namespace, _request_timeout=self.api_timeout
+                    pod_name, self.options.namespace, _request_timeout=self.options.api_timeout
                 )
             except Exception as exc:
                 if _status(exc) == 404:
@@ -620,7 +490,7 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         attach holds, or the kubelet reported an error of its own, such as a stopped container) or
         nothing could be told."""
         try:
-            upgrade_within = min(self.api_timeout, _LOST_CHECK_UPGRADE)
+            upgrade_within = min(self.options.api_timeout, _LOST_CHECK_UPGRADE)
             stream = self._open_attach(self._client(), pod_name, stdin=False, upgrade_within=upgrade_within)
         except Exception as exc:
             text = _api_error_text(exc)
@@ -662,23 +532,24 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
 
     async def check(self) -> None:
         try:
-            await asyncio.wait_for(self._run_blocking(self._check_blocking), self.check_timeout)
+            await asyncio.wait_for(self._run_blocking(self._check_blocking), self.options.check_timeout)
         except TimeoutError:
             raise RuntimeUnavailable(
-                f"kubernetes: API server at {self._endpoint()} did not answer within {self.check_timeout}s"
+                f"kubernetes: API server at {self._endpoint()} did not answer within"
+                f" {self.options.check_timeout}s"
             ) from None
 
     def _check_blocking(self) -> None:
         api = self._client()
         try:
             api.list_namespaced_pod(
-                self.namespace,
+                self.options.namespace,
                 label_selector=f"{ROLE_LABEL}=worker",
                 limit=1,
-                _request_timeout=self.check_timeout,
+                _request_timeout=self.options.check_timeout,
             )
         except Exception as exc:
-            raise self._unavailable(f"cannot list pods in namespace {self.namespace}", exc) from exc
+            raise self._unavailable(f"cannot list pods in namespace {self.options.namespace}", exc) from exc
 
     async def spawn(self) -> KubernetesSandbox:
         if self._closed:
@@ -692,11 +563,11 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         except TimeoutError:
             raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
         sandbox = KubernetesSandbox(self, pod_name, attached.stream, loop, attached.early)
-        await self._adopt_with(sandbox, lambda: probe(sandbox, self.probe_timeout, sent=True))
+        await self._adopt_with(sandbox, lambda: probe(sandbox, self.options.probe_timeout, sent=True))
         return sandbox
 
     def _launch_bound(self) -> float:
-        return self.spawn_timeout + self.api_timeout + self.probe_timeout
+        return self.options.spawn_timeout + self.options.api_timeout + self.options.probe_timeout
 
     async def spawn_supervised(self) -> Supervised:
         """A reusable pod (the reuse mode, ``codemode.runtimes.reuse``): the same pod, with
@@ -718,8 +589,8 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         except TimeoutError:
             raise SpawnFailed(f"kubernetes: worker pod launch did not finish within {bound}s") from None
         raw = KubernetesSandbox(self, pod_name, attached.stream, loop, attached.early)
-        box = Supervised(raw, end_timeout=self.end_timeout)
-        await self._adopt_with(raw, lambda: box.started(self.probe_timeout, sent=True))
+        box = Supervised(raw, end_timeout=self.options.end_timeout)
+        await self._adopt_with(raw, lambda: box.started(self.options.probe_timeout, sent=True))
         return box
 
     def _log_spawn_failure(self, sandbox: KubernetesSandbox, exc: SpawnFailed, info: ExitInfo) -> None:
@@ -742,12 +613,12 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
             return
         self._closed = True
         # Launches in flight see _closed and delete their own pod.
-        await self._destroy_all(self.api_timeout)
+        await self._destroy_all(self.options.api_timeout)
         # Belt and braces: any pod of this runtime object that escaped the bookkeeping (bounded: the
         # API server may be the reason we are closing).
         if self._created_any:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._run_blocking(self._sweep_own_blocking), self.api_timeout)
+                await asyncio.wait_for(self._run_blocking(self._sweep_own_blocking), self.options.api_timeout)
         self._executor.shutdown(wait=False)
         api, self._api = self._api, None
         if api is not None and self._owns_api:
@@ -758,9 +629,9 @@ class KubernetesRuntime(PodLaunching, OrphanRule, BlockingRuntime[KubernetesSand
         if self._api is None:
             return
         found = self._api.list_namespaced_pod(
-            self.namespace,
+            self.options.namespace,
             label_selector=f"{INSTANCE_LABEL}={self.instance_id}",
-            _request_timeout=self.api_timeout,
+            _request_timeout=self.options.api_timeout,
         )
         for pod in found.items or []:
             log.warning("kubernetes: deleting leftover worker pod %s at close", pod.metadata.name)
