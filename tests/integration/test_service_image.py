@@ -32,15 +32,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SERVICE_IMAGE = os.environ.get("CODEMODE_SERVICE_IMAGE") or "codemode-service:e2e"
 
-POLICY = """package codemode.gate
+REPO = Path(__file__).resolve().parents[2]
 
-default allow := false
 
-allow if {
-    input.subject.id == "alice"
-    input.capability.name in {"records.create", "records.get"}
-}
-"""
+def _documented_config() -> str:
+    """docs/service.md's codemode.toml for the image, as written."""
+    text = (REPO / "docs" / "service.md").read_text(encoding="utf-8")
+    start = text.index("cat > deploy/codemode.toml <<'TOML'\n") + len("cat > deploy/codemode.toml <<'TOML'\n")
+    return text[start : text.index("\nTOML\n", start) + 1]
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +84,7 @@ def _served(image: str, folder: Path, port: int) -> Iterator[str]:
         "-v", f"{folder}:/etc/codemode:ro",
         "-e", "CODEMODE_HOST=127.0.0.1", "-e", f"CODEMODE_PORT={port}",
         "-e", "CODEMODE_HEALTH_PORT=0", "-e", "CODEMODE_METRICS_PORT=0",
-        "-e", "CODEMODE_TOKEN_FILE=/etc/codemode/tokens.json",
-        "-e", "CODEMODE_REGO_POLICY=/etc/codemode/gate.rego",
-        "-e", "CODEMODE_REGO_DECISION=data.codemode.gate.allow",
-        "-e", "CODEMODE_PACKS=codemode_capabilities.records:pack",
-        "-e", "CODEMODE_DATA_DIR=/tmp/data",
+        "-e", "CODEMODE_CONFIG=/etc/codemode/codemode.toml",
         image,
     ]  # fmt: skip
     subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
@@ -118,14 +113,18 @@ def _served(image: str, folder: Path, port: int) -> Iterator[str]:
 
 @pytest.mark.timeout(300)
 async def test_the_service_image_serves_a_rego_authorized_execute(service_image: str, tmp_path: Path) -> None:
-    folder = tmp_path / "etc"
+    """docs/service.md's deploy folder, as written: its codemode.toml, examples/policy.rego, a
+    token file owned by the service's uid 10001 (mode 0600, as ``codemode token new`` makes it)."""
+    folder = tmp_path / "deploy"
     folder.mkdir()
+    (folder / "codemode.toml").write_text(_documented_config(), encoding="utf-8")
+    (folder / "policy.rego").write_text((REPO / "examples" / "policy.rego").read_text(), encoding="utf-8")
     tokens = write_token_file(folder, ["alice", "bob"])
     tokens.path.rename(folder / "tokens.json")
-    (folder / "gate.rego").write_text(POLICY, encoding="utf-8")
-    for path in (folder, folder / "tokens.json", folder / "gate.rego"):
-        path.chmod(0o755 if path.is_dir() else 0o644)  # the service runs as uid 10001
-    tmp_path.chmod(0o755)
+    (folder / "tokens.json").chmod(0o600)
+    os.chown(folder / "tokens.json", 10001, 10001)
+    for path in (tmp_path, folder, folder / "codemode.toml", folder / "policy.rego"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     src = (
         "def main():\n"
         "    r = records.create(title='from the image')\n"

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +211,7 @@ async def test_metrics_change_as_expected(tmp_path: Path) -> None:
         assert metric(done, "codemode_active_executes") == 0
 
         # OOM kills come from the execute event (the process runtime cannot produce one here)
-        srv.service.metrics.execute(ExecuteEvent("bob", "resource_limit", 0.2, 0, "w-1", oom_killed=True))
+        srv.service.metrics.execute_outcome(ExecuteEvent("bob", "resource_limit", 0.2, 0, "w-1", oom_killed=True))
         assert metric(await scrape(url), "codemode_oom_kills_total") == 1
 
 
@@ -369,6 +373,38 @@ def test_settings_require_an_explicit_authorizer_and_credentials(tmp_path: Path)
         jwt_audience="a",
     ).http_problems()
     assert any("--jwks-url / CODEMODE_JWKS_URL: must be https" in p for p in problems)
+
+
+def test_a_token_file_the_service_user_cannot_read_says_so_not_create_one(tmp_path: Path) -> None:
+    """The service image runs as uid 10001; a token file ``codemode token new`` made as root (0600)
+    exists but cannot be read: the hint is to make it readable, not to create it (found by the
+    third new-user run of the operator's first day)."""
+    hidden = tmp_path / "hidden"  # pytest's folders are 0700: uid 10001 cannot reach this one
+    hidden.mkdir()
+    shared = Path(tempfile.mkdtemp(prefix="codemode-token-"))
+    shared.chmod(0o755)
+    tokens = write_token_file(shared, ["alice"])
+    tokens.path.chmod(0o600)  # as `codemode token new` makes it, owned by root
+    probe = (
+        "import json, sys; from pathlib import Path; from codemode.startup.config import load_settings; "
+        "print(json.dumps(load_settings(allow_all=True, token_file=Path(sys.argv[1])).http_problems()))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
+    env["HOME"] = "/"
+    try:
+        unreadable = (tokens.path, "is not readable by uid 10001")
+        for path, reason in (unreadable, (hidden / "t.json", "cannot be reached")):
+            as_service = ["setpriv", "--reuid=10001", "--regid=10001", "--clear-groups"]
+            done = subprocess.run(
+                [*as_service, sys.executable, "-c", probe, str(path)],
+                capture_output=True, text=True, env=env, cwd="/", timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            (problem,) = [p for p in json.loads(done.stdout) if "--token-file / CODEMODE_TOKEN_FILE" in p]
+            assert reason in problem and "chmod" in problem, problem
+            assert "create one" not in problem, problem
+    finally:
+        shutil.rmtree(shared)
 
 
 def test_bad_pack_or_catalog_is_a_config_error(tmp_path: Path) -> None:

@@ -925,10 +925,12 @@ class Settings(BaseSettings):
             path = self.token_file_path
             problem = _unreadable(path)
             if problem:
-                out.append(
-                    f"{names('token_file')}: token file {str(path)!r} {problem} "
-                    f"(create one with: codemode token new SUBJECT --token-file {path})"
+                hint = (
+                    f"create one with: codemode token new SUBJECT --token-file {path}"
+                    if problem == "does not exist"
+                    else "make it readable by the service's user: chown or chmod it"
                 )
+                out.append(f"{names('token_file')}: token file {str(path)!r} {problem} ({hint})")
         else:
             if (self.jwks_file is None) == (self.jwks_url is None):
                 out.append(f"auth_mode jwt needs exactly one of {names('jwks_file')} and {names('jwks_url')}")
@@ -1272,10 +1274,13 @@ def _warn_misspelled() -> None:
 
 def _unreadable(path: Path) -> str | None:
     """Why ``path`` cannot be read as a configuration file, or None."""
-    if not path.exists():
-        return "does not exist"
-    if not path.is_file():
-        return "is not a regular file"
+    try:
+        if not path.exists():
+            return "does not exist"
+        if not path.is_file():
+            return "is not a regular file"
+    except OSError as exc:  # a folder on the way cannot be searched by this user
+        return f"cannot be reached by uid {os.getuid()} ({exc.strerror})"
     if not os.access(path, os.R_OK):
-        return "is not readable"
+        return f"is not readable by uid {os.getuid()}"
     return None
