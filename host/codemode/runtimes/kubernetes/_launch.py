@@ -12,6 +12,7 @@ import random
 import select
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client as k8s
@@ -36,7 +37,7 @@ from ._attach import (
 )
 from .nodes import NodeQuarantine
 from .options import KubernetesOptions
-from .pod import acknowledged, progress, scheduled
+from .pod import Progress, acknowledged, progress, scheduled
 from .upgrade import upgrade_timed_out
 
 log = logging.getLogger("codemode.runtimes.kubernetes")
@@ -59,6 +60,25 @@ class _NodeSilent(SpawnFailed):
 
 class _Unplaceable(SpawnFailed):
     """A pod kept off suspected nodes is unschedulable: no other node can take it."""
+
+
+@dataclass
+class _Watch:
+    """What one launch knows of its starting pod, read after read (``_start_blocking``)."""
+
+    pod_name: str
+    t0: float
+    phases: dict[str, float]
+    avoiding: bool
+    #: Attach while the pod is still starting (``attach_early``; off after an unknown refusal).
+    early: bool
+    detail: str = "not read yet"
+    unschedulable_since: float | None = None
+    bound_since: float | None = None
+    #: When the unacknowledged pod's node is checked (next).
+    check_at: float | None = None
+    #: A check found the node's kubelet reachable.
+    node_answered: bool = False
 
 
 class PodLaunching:
@@ -200,87 +220,110 @@ class PodLaunching:
         the API server cannot reach that kubelet; a kubelet that answers is only slow, and the pod
         is waited for (up to ``spawn_timeout``).
         """
-        delay = 0.025
-        detail = "not read yet"
-        unschedulable_since: float | None = None
-        bound_since: float | None = None
-        check_at: float | None = None  # when the unacknowledged pod's node is checked (next)
-        node_answered = False  # a check found its kubelet reachable
+        watch = _Watch(pod_name, t0, phases, avoiding, self.options.attach_early)
         self.last_attach_attempts = 0
-        early = self.options.attach_early
+        delay = 0.025
         while True:
             if handoff.abandoned or self._closed:
-                if unschedulable_since is not None:
-                    self._log_unschedulable(pod_name, detail)
+                if watch.unschedulable_since is not None:
+                    self._log_unschedulable(pod_name, watch.detail)
                 raise self._given_up(pod_name, handoff)
-            try:
-                pod = api.read_namespaced_pod(
-                    pod_name, self.options.namespace, _request_timeout=self.options.api_timeout
-                )
-            except Exception as exc:
-                if _status(exc) == 404:
-                    raise SpawnFailed(f"kubernetes: worker pod {pod_name} vanished while starting") from exc
-                if not (_status(exc) in _RETRY_STATUSES or _is_connection_error(exc)):
-                    raise
-                detail = f"API error: {_api_error_text(exc)}"
-            else:
-                now = time.monotonic()
-                if "scheduled" not in phases and scheduled(pod):
-                    phases["scheduled"] = now - t0
-                node = getattr(pod.spec, "node_name", None)
-                waiting_for_node = bool(node) and not acknowledged(pod)
-                if node and waiting_for_node:
-                    bound_since = bound_since or now
-                    check_at = check_at or bound_since + self.options.node_ack_timeout
-                    if now >= check_at:
-                        check_at = self._check_silent_node(pod_name, node) + self.options.node_ack_timeout
-                        node_answered = True
-                where, detail = progress(pod)
-                if waiting_for_node and node_answered:
-                    detail = (
-                        f"bound to node {node}, whose kubelet (not unreachable) has not taken it on; {detail}"
-                    )
-                if where == "running":
-                    phases.setdefault("running", now - t0)
-                if where == "ended":
-                    raise SpawnFailed(f"kubernetes: worker pod {pod_name} ended before attach: {detail}")
-                if where == "no-image":
-                    raise RuntimeUnavailable(
-                        f"kubernetes: worker image {self.options.image!r} unavailable: {detail}"
-                    )
-                if where == "unschedulable":
-                    if avoiding:
-                        raise _Unplaceable(
-                            f"kubernetes: worker pod {pod_name} kept off the suspected nodes is"
-                            f" unschedulable: {detail}"
-                        )
-                    unschedulable_since = unschedulable_since or now
-                    if now - unschedulable_since >= self.options.unschedulable_grace:
-                        self._log_unschedulable(pod_name, detail)
-                        raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
-                else:
-                    unschedulable_since = None
-                if where == "running" or (early and where == "waiting" and "scheduled" in phases):
-                    try:
-                        attached = self._attach_blocking(api, pod_name, greeting, handoff)
-                    except _Refused as refused:
-                        known = self._known_refusal(pod_name, refused.text, where == "running")
-                        early = early and known
-                        detail = f"attach refused: {refused.text}"
-                    else:
-                        phases["attached"] = time.monotonic() - t0
+            pod = self._read_starting(api, watch)
+            if pod is not None:
+                where = self._judge(pod, watch)
+                if where == "running" or (watch.early and where == "waiting" and "scheduled" in phases):
+                    attached = self._try_attach(api, watch, greeting, handoff, where == "running")
+                    if attached is not None:
                         return attached
             left = deadline - time.monotonic()
             if left <= 0:
-                if unschedulable_since is not None:
-                    self._log_unschedulable(pod_name, detail)
-                    raise CapacityExhausted(f"kubernetes: worker pod {pod_name} unschedulable: {detail}")
-                raise SpawnFailed(
-                    f"kubernetes: worker pod {pod_name} not running after"
-                    f" {self.options.spawn_timeout}s: {detail}"
-                )
+                raise self._out_of_time(watch)
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.1)
+
+    def _read_starting(self, api: Any, watch: _Watch) -> Any:
+        """The starting pod as the API has it now; None (and why, in ``watch.detail``) when the
+        read failed in a way worth another read."""
+        try:
+            return api.read_namespaced_pod(
+                watch.pod_name, self.options.namespace, _request_timeout=self.options.api_timeout
+            )
+        except Exception as exc:
+            if _status(exc) == 404:
+                raise SpawnFailed(f"kubernetes: worker pod {watch.pod_name} vanished while starting") from exc
+            if not (_status(exc) in _RETRY_STATUSES or _is_connection_error(exc)):
+                raise
+            watch.detail = f"API error: {_api_error_text(exc)}"
+            return None
+
+    def _judge(self, pod: Any, watch: _Watch) -> Progress:
+        """Where one read of the pod finds it (``progress``), recording its phases and checking an
+        unacknowledged pod's node when due; raises when it will never run here (ended, no image,
+        unschedulable past ``unschedulable_grace``, or at once when ``avoiding``)."""
+        now = time.monotonic()
+        if "scheduled" not in watch.phases and scheduled(pod):
+            watch.phases["scheduled"] = now - watch.t0
+        node = getattr(pod.spec, "node_name", None)
+        waiting_for_node = bool(node) and not acknowledged(pod)
+        if node and waiting_for_node:
+            watch.bound_since = watch.bound_since or now
+            watch.check_at = watch.check_at or watch.bound_since + self.options.node_ack_timeout
+            if now >= watch.check_at:
+                watch.check_at = self._check_silent_node(watch.pod_name, node) + self.options.node_ack_timeout
+                watch.node_answered = True
+        where, watch.detail = progress(pod)
+        if waiting_for_node and watch.node_answered:
+            watch.detail = (
+                f"bound to node {node}, whose kubelet (not unreachable) has not taken it on; {watch.detail}"
+            )
+        if where == "running":
+            watch.phases.setdefault("running", now - watch.t0)
+        if where == "ended":
+            raise SpawnFailed(f"kubernetes: worker pod {watch.pod_name} ended before attach: {watch.detail}")
+        if where == "no-image":
+            image = self.options.image
+            raise RuntimeUnavailable(f"kubernetes: worker image {image!r} unavailable: {watch.detail}")
+        if where != "unschedulable":
+            watch.unschedulable_since = None
+        elif watch.avoiding:
+            raise _Unplaceable(
+                f"kubernetes: worker pod {watch.pod_name} kept off the suspected nodes is"
+                f" unschedulable: {watch.detail}"
+            )
+        else:
+            watch.unschedulable_since = watch.unschedulable_since or now
+            if now - watch.unschedulable_since >= self.options.unschedulable_grace:
+                raise self._unschedulable(watch)
+        return where
+
+    def _try_attach(
+        self, api: Any, watch: _Watch, greeting: bytes, handoff: LaunchHandoff, running: bool
+    ) -> _Attached | None:
+        """One attach attempt (``_attach_blocking``); None when it was refused with a retryable
+        "not running yet" (``_known_refusal``; an unknown refusal of a starting pod stops the early
+        attaches)."""
+        try:
+            attached = self._attach_blocking(api, watch.pod_name, greeting, handoff)
+        except _Refused as refused:
+            known = self._known_refusal(watch.pod_name, refused.text, running)
+            watch.early = watch.early and known
+            watch.detail = f"attach refused: {refused.text}"
+            return None
+        watch.phases["attached"] = time.monotonic() - watch.t0
+        return attached
+
+    def _out_of_time(self, watch: _Watch) -> Exception:
+        """The error of a pod not attached within ``spawn_timeout``."""
+        if watch.unschedulable_since is not None:
+            return self._unschedulable(watch)
+        return SpawnFailed(
+            f"kubernetes: worker pod {watch.pod_name} not running after"
+            f" {self.options.spawn_timeout}s: {watch.detail}"
+        )
+
+    def _unschedulable(self, watch: _Watch) -> CapacityExhausted:
+        self._log_unschedulable(watch.pod_name, watch.detail)
+        return CapacityExhausted(f"kubernetes: worker pod {watch.pod_name} unschedulable: {watch.detail}")
 
     def _check_silent_node(self, pod_name: str, node: str) -> float:
         """The node check (``_kubelet_unreachable_blocking``) for a pod whose node's kubelet has
