@@ -14,13 +14,14 @@ import pytest
 
 import codemode
 from codemode.common.errors import client_text
+from codemode.runtimes.process import ProcessOptions
 from tests.support.recorder import ALICE, Recorder, make_server
 
 FAKE = str(Path(__file__).with_name("fake_batch_worker.py"))
 
 
 async def outcome(mode: str, *args: str, **limits: Any) -> tuple[str, Recorder, Any]:
-    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, mode, *args])
+    runtime = codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, FAKE, mode, *args]))
     srv, rec = make_server(runtime=runtime, **limits)
     try:
         run = await srv.run("def main():\n    return 1\n", subject=ALICE)
@@ -115,14 +116,19 @@ async def test_the_host_answers_with_one_record_per_call_and_only_its_own_texts(
 async def test_a_policy_failure_in_a_batch_ends_it_without_policy_text() -> None:
     rec = Recorder(fail_policy={"util.boom"})
     runtime = codemode.ProcessRuntime(
-        argv=[
-            sys.executable,
-            FAKE,
-            "reply",
-            json.dumps(
-                [{"name": "util.echo", "args": {"value": "a"}}, {"name": "util.boom", "args": {"value": "b"}}]
-            ),
-        ]
+        ProcessOptions(
+            argv=[
+                sys.executable,
+                FAKE,
+                "reply",
+                json.dumps(
+                    [
+                        {"name": "util.echo", "args": {"value": "a"}},
+                        {"name": "util.boom", "args": {"value": "b"}},
+                    ]
+                ),
+            ]
+        )
     )
     srv, _ = make_server(rec, runtime=runtime)
     try:

@@ -15,7 +15,7 @@ import pytest
 import codemode
 from codemode.common.errors import ExecutionTimeout, client_text
 from codemode.execution.executor import DEADLINE_EXIT_WAIT
-from codemode.runtimes.process import DEFAULT_UID_BASE
+from codemode.runtimes.process import DEFAULT_UID_BASE, ProcessOptions
 from tests.support.recorder import ALICE, Recorder, make_server
 
 FAKE = str(Path(__file__).with_name("fake_worker.py"))
@@ -24,7 +24,7 @@ FAKE = str(Path(__file__).with_name("fake_worker.py"))
 async def outcome(
     mode: str, *args: str, source: str = "def main():\n    return 1\n", **limits: object
 ) -> tuple[str, Recorder, float]:
-    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, mode, *args])
+    runtime = codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, FAKE, mode, *args]))
     srv, rec = make_server(runtime=runtime, **limits)  # type: ignore[arg-type]
     t0 = time.monotonic()
     try:
@@ -198,7 +198,7 @@ async def test_allocation_abort_is_a_memory_limit_only_under_a_memory_limit() ->
     text, _, _ = await outcome("abort_alloc")
     assert text == "resource limit exceeded: memory"
     # The same death without any memory limit on the worker is a crash.
-    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, "abort_alloc"], address_space_bytes=0)
+    runtime = codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, FAKE, "abort_alloc"], memory=0))
     srv, _ = make_server(runtime=runtime)
     try:
         with pytest.raises(codemode.CodeModeError) as info:
@@ -215,7 +215,9 @@ async def test_a_memory_death_the_host_had_not_read_yet_is_memory_not_time() -> 
     # nothing reaps orphans, and would slow the next spawns on its uid (kill_uid waits for it).
     base = DEFAULT_UID_BASE + 7000 if os.geteuid() == 0 else 0
     runtime = codemode.ProcessRuntime(
-        argv=[sys.executable, FAKE, "abort_alloc_unseen"], worker_uid_base=base, worker_uids=64
+        ProcessOptions(
+            argv=[sys.executable, FAKE, "abort_alloc_unseen"], worker_uid_base=base, worker_uids=64
+        )
     )
     srv, _ = make_server(runtime=runtime, max_execution_time=0.5)
     t0 = time.monotonic()
@@ -229,7 +231,7 @@ async def test_a_memory_death_the_host_had_not_read_yet_is_memory_not_time() -> 
 
 
 async def deadline_error(mode: str, *args: str, **limits: object) -> codemode.ResourceLimit:
-    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, mode, *args])
+    runtime = codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, FAKE, mode, *args]))
     srv, _ = make_server(runtime=runtime, **limits)  # type: ignore[arg-type]
     try:
         with pytest.raises(codemode.ResourceLimit) as info:
@@ -277,7 +279,7 @@ async def report(
     mode: str, *args: str, rec: Recorder | None = None, **limits: object
 ) -> tuple[str, list[tuple[str, str]], str | None, Recorder]:
     """(client text or ``value:...``, the call ledger, the prints, the recorder) of one execute."""
-    runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE, mode, *args])
+    runtime = codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, FAKE, mode, *args]))
     srv, rec = make_server(rec, runtime=runtime, **limits)  # type: ignore[arg-type]
     try:
         run = await srv.run("def main():\n    return 1\n", subject=ALICE)

@@ -17,7 +17,7 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
+from codemode.runtimes.process import SPAWN_MODES, ProcessOptions, ProcessRuntime, Spawn
 from tests.support.recorder import make_server
 
 from . import channel_probes as cp
@@ -31,7 +31,9 @@ ALICE, BOB = authz.Subject("alice"), authz.Subject("bob")
 @pytest.fixture(params=SPAWN_MODES)
 async def server(request: pytest.FixtureRequest) -> AsyncIterator[codemode.Server]:
     spawn: Spawn = request.param
-    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING, spawn=spawn)
+    runtime = ProcessRuntime(
+        ProcessOptions(module="codemode_worker.testing_entry", extra_env=TESTING, spawn=spawn)
+    )
     srv, _ = make_server(runtime=runtime, max_execution_time=40.0)
     yield srv
     await srv.aclose()

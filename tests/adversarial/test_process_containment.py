@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import codemode
-from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
+from codemode.runtimes.process import SPAWN_MODES, ProcessOptions, ProcessRuntime, Spawn
 from codemode.runtimes.process.ipc_cleanup import ipc_of
 from codemode_worker.confinement import OPEN_FILES_HEADROOM
 from tests.support.recorder import ALICE, make_server
@@ -48,7 +48,9 @@ def spawn(request: pytest.FixtureRequest) -> Spawn:
 
 @pytest.fixture
 async def server(spawn: Spawn) -> AsyncIterator[codemode.Server]:
-    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING, spawn=spawn)
+    runtime = ProcessRuntime(
+        ProcessOptions(module="codemode_worker.testing_entry", extra_env=TESTING, spawn=spawn)
+    )
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     yield srv
     await srv.aclose()
@@ -85,8 +87,10 @@ def unconfined_runtime(spawn: Spawn, **kwargs: Any) -> ProcessRuntime:
     """A process runtime whose workers run the testing entry without their filter."""
     if spawn == "template":
         command = [sys.executable, "-I", "-c", UNCONFINED_TEMPLATE, "--testing"]
-        return ProcessRuntime(template_argv=command, extra_env=TESTING, **kwargs)
-    return ProcessRuntime(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING, **kwargs)
+        return ProcessRuntime(ProcessOptions(template_argv=command, extra_env=TESTING, **kwargs))
+    return ProcessRuntime(
+        ProcessOptions(argv=[sys.executable, "-I", "-c", UNCONFINED], extra_env=TESTING, **kwargs)
+    )
 
 
 @pytest.fixture
@@ -332,16 +336,16 @@ async def test_argument_forms_and_other_abis_are_refused(server: codemode.Server
 #: uid of its own for workers (a host that is not root), holding another tenant's secret.
 SAME_UID_HOST = """
 import asyncio, json, sys
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from tests.support.recorder import ALICE, make_server
 from tests.adversarial import review_probes
 
 held = [review_probes.NEEDLE.encode()]  # another tenant's credential, in the host's memory
 
 async def main():
-    runtime = ProcessRuntime(
+    runtime = ProcessRuntime(ProcessOptions(
         module="codemode_worker.testing_entry", extra_env={"CODEMODE_WORKER_TESTING": "1"}
-    )
+    ))
     assert not runtime.drops_privileges
     srv, _ = make_server(runtime=runtime, max_execution_time=30.0)
     try:
@@ -454,7 +458,7 @@ async def test_without_landlock_the_descriptor_limit_bounds_the_ptys() -> None:
     bounds the ptys one worker can take (EMFILE; 17 measured: the headroom and a gap below the
     highest descriptor), whatever the runtime allowed (4096 here: 256, the probe's cap, before)."""
     runtime = ProcessRuntime(
-        argv=[sys.executable, "-I", "-c", NO_LANDLOCK], extra_env=TESTING, open_files=4096
+        ProcessOptions(argv=[sys.executable, "-I", "-c", NO_LANDLOCK], extra_env=TESTING, open_files=4096)
     )
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     try:

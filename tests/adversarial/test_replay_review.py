@@ -17,6 +17,7 @@ import pytest
 
 import codemode
 from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
+from codemode.runtimes.process import ProcessOptions
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
 from tests.support.approval import AskDeletes, create_then_delete
@@ -112,7 +113,7 @@ async def _resumed_by(mode: str) -> tuple[types.CallToolResult, RecordStore]:
     records = RecordStore()
     records.create("alice", "other", None, None)  # record 1; the program's create makes record 2
     honest = _server(records)
-    hostile = _server(records, codemode.ProcessRuntime(argv=[sys.executable, HOSTILE, mode]))
+    hostile = _server(records, codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, HOSTILE, mode])))
     share(honest, hostile)
     src = create_then_delete()
     try:

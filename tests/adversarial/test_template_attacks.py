@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import codemode
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from tests.support.recorder import ALICE, make_server
 
 from .test_process_containment import TESTING, unconfined_runtime
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the workers' uids nee
 @pytest.fixture(params=["confined", "unconfined"])
 async def attacked(request: pytest.FixtureRequest) -> AsyncIterator[tuple[codemode.Server, ProcessRuntime]]:
     if request.param == "confined":
-        runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+        runtime = ProcessRuntime(ProcessOptions(module="codemode_worker.testing_entry", extra_env=TESTING))
     else:
         runtime = unconfined_runtime("template")
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
@@ -176,7 +176,7 @@ async def test_forked_workers_share_layout_and_hash_seed_not_random_state() -> N
     string hash seed) and what they do not (the ``random`` module's state: the real template never
     loads it, this one does)."""
     command = [sys.executable, "-I", "-c", RANDOM_TEMPLATE, "--testing"]
-    runtime = ProcessRuntime(template_argv=command, extra_env=TESTING)
+    runtime = ProcessRuntime(ProcessOptions(template_argv=command, extra_env=TESTING))
     srv, _ = make_server(runtime=runtime)
     try:
         one, two = [await srv.execute(LOOK_AROUND, subject=ALICE) for _ in range(2)]
@@ -206,7 +206,7 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_dead_template_is_replaced_and_its_workers_die_with_it() -> None:
-    runtime = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+    runtime = ProcessRuntime(ProcessOptions(module="codemode_worker.testing_entry", extra_env=TESTING))
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     try:
         old = await runtime.template()

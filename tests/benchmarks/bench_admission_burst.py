@@ -27,6 +27,7 @@ from typing import Any
 import codemode
 from codemode import authz
 from codemode.common.errors import ExecutionTimeout, Internal, ResourceLimit
+from codemode.runtimes.process import ProcessOptions
 
 TRIVIAL = "def main():\n    return 1\n"
 SLOTS = 8
@@ -102,7 +103,7 @@ def main() -> None:
         image = args.image or DEFAULT_IMAGE
         asyncio.run(run_all(lambda: DockerRuntime(image=image), args))
     else:
-        asyncio.run(run_all(lambda: codemode.ProcessRuntime(spawn="classic"), args))
+        asyncio.run(run_all(lambda: codemode.ProcessRuntime(ProcessOptions(spawn="classic")), args))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from typing import Any
 
 from codemode.ops.bench import SUBJECT, EchoFloor, build_server
 from codemode.runtimes.base import Runtime, Sandbox
+from codemode.runtimes.process import ProcessOptions
 from codemode.runtimes.testing import TESTING_ENTRY, TESTING_ENV
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
@@ -97,7 +98,7 @@ final(sl.eval(module, sl.parse("bound.star", program, sl.Dialect.standard()), sl
 def _process() -> Runtime:
     from codemode.runtimes.process import ProcessRuntime
 
-    return ProcessRuntime(module=TESTING_ENTRY[-1], extra_env=_TESTING_ENV)
+    return ProcessRuntime(ProcessOptions(module=TESTING_ENTRY[-1], extra_env=_TESTING_ENV))
 
 
 def _docker() -> Runtime:

@@ -23,7 +23,7 @@ from typing import Any
 import codemode
 from codemode import authz
 from codemode.runtimes.docker import DockerRuntime
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from tests.adversarial import channel_probes as cp
 from tests.adversarial.test_docker_escape import TESTING_IMAGE as DOCKER_TESTING_IMAGE
 
@@ -34,7 +34,7 @@ LEAD = {"process": 3.0, "docker": 6.0, "kubernetes": 20.0}
 def runtime(kind: str) -> codemode.Runtime:
     if kind == "process":
         return ProcessRuntime(
-            module="codemode_worker.testing_entry", extra_env={"CODEMODE_WORKER_TESTING": "1"}
+            ProcessOptions(module="codemode_worker.testing_entry", extra_env={"CODEMODE_WORKER_TESTING": "1"})
         )
     if kind == "docker":
         return DockerRuntime(testing_entry=True, image=DOCKER_TESTING_IMAGE)

@@ -23,6 +23,7 @@ from codemode import authz
 from codemode.ops.percentile import percentile
 from codemode.runtimes.base import Runtime
 from codemode.runtimes.pool import WarmPool
+from codemode.runtimes.process import ProcessOptions
 
 TRIVIAL = "def main():\n    return 1\n"
 SUBJECT = authz.Subject("lone")
@@ -40,7 +41,7 @@ def make_runtime(args: argparse.Namespace) -> Runtime:
         return KubernetesRuntime(
             KubernetesOptions(kubeconfig=args.kubeconfig, namespace=args.namespace, image=args.image)
         )
-    return codemode.ProcessRuntime(spawn="classic")
+    return codemode.ProcessRuntime(ProcessOptions(spawn="classic"))
 
 
 async def one_share(share: float, args: argparse.Namespace) -> tuple[list[float], int]:

@@ -28,6 +28,7 @@ from typing import Any
 import codemode
 from codemode import authz
 from codemode.ops.percentile import percentile
+from codemode.runtimes.process import ProcessOptions
 
 TRIVIAL = "def main():\n    return 1\n"
 
@@ -209,7 +210,7 @@ def main() -> None:
         image = args.image or DEFAULT_IMAGE
         asyncio.run(run_all(lambda: DockerRuntime(image=image), args))
     else:
-        asyncio.run(run_all(lambda: codemode.ProcessRuntime(spawn="classic"), args))
+        asyncio.run(run_all(lambda: codemode.ProcessRuntime(ProcessOptions(spawn="classic")), args))
 
 
 async def run_all(make: Callable[[], Any], args: argparse.Namespace) -> list[Result]:

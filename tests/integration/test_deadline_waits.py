@@ -14,6 +14,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import ExecutionTimeout, client_text
+from codemode.runtimes.process import ProcessOptions
 from codemode.service.metrics import Metrics
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -25,7 +26,7 @@ def _server(metrics: Metrics, deadline: float) -> codemode.Server:
     return codemode.Builder(
         authorizer=authz.allow_all(),
         limits=codemode.Limits(max_execution_time=deadline, max_concurrent_executions=1),
-        runtime=codemode.ProcessRuntime(spawn="classic"),
+        runtime=codemode.ProcessRuntime(ProcessOptions(spawn="classic")),
         observer=metrics,
     ).build()
 

@@ -13,6 +13,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import client_text
+from codemode.runtimes.process import ProcessOptions
 from tests.support.recorder import ALICE, Recorder, make_capabilities, make_server
 
 
@@ -254,7 +255,7 @@ async def test_the_workers_own_cpu_limit_is_the_same_deadline_error() -> None:
     # The worker's CPU-seconds rlimit (1 s) fires long before the host's deadline (60 s): the
     # caller gets the same TimeoutError as at the host's deadline, not a plain ResourceLimit.
     srv, _ = make_server(
-        runtime=codemode.ProcessRuntime(cpu_seconds=1),
+        runtime=codemode.ProcessRuntime(ProcessOptions(cpu_seconds=1)),
         max_execution_time=60.0,
         max_execution_steps=10**15,
     )

@@ -13,6 +13,7 @@ import collections
 
 import codemode
 from codemode.runtimes.base import ExitInfo, Sandbox
+from codemode.runtimes.process import ProcessOptions
 from tests.support.fakes import Clock
 
 
@@ -66,7 +67,7 @@ class Counted:
 
 async def test_the_pool_grows_with_demand_within_its_bounds_refilling_at_most_n_at_once() -> None:
     clock = Clock()
-    runtime = Counted(codemode.ProcessRuntime(spawn="classic"))
+    runtime = Counted(codemode.ProcessRuntime(ProcessOptions(spawn="classic")))
     # headroom 1000: one arrival per second (window 1 s) x a classic spawn (tens of milliseconds)
     # asks for far more than the maximum
     pool = codemode.WarmPool(

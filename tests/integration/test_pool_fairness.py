@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import codemode
 from codemode import authz
 from codemode.execution.tracing import subject_hash
+from codemode.runtimes.process import ProcessOptions
 
 POOL = 4
 FLOOD = 8
@@ -41,7 +42,7 @@ def make_runtime(request: pytest.FixtureRequest) -> Callable[[], codemode.Runtim
         from codemode.runtimes.docker import DockerRuntime
 
         return DockerRuntime
-    return lambda: codemode.ProcessRuntime(spawn="classic")
+    return lambda: codemode.ProcessRuntime(ProcessOptions(spawn="classic"))
 
 
 def _warm_by_subject(exporter: InMemorySpanExporter) -> dict[str, list[bool]]:

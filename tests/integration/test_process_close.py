@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from codemode.runtimes.process import SPAWN_MODES, ProcessRuntime, Spawn
+from codemode.runtimes.process import SPAWN_MODES, ProcessOptions, ProcessRuntime, Spawn
 
 
 @pytest.mark.parametrize("spawn", SPAWN_MODES)
@@ -18,7 +18,7 @@ async def test_close_input_then_destroy_reports_nothing_to_the_loop(spawn: Spawn
     errors: list[dict[str, Any]] = []
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
-    runtime = ProcessRuntime(spawn=spawn)
+    runtime = ProcessRuntime(ProcessOptions(spawn=spawn))
     try:
         for close_first in ("awaited", "racing", "no"):
             sandbox = await runtime.spawn()

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from codemode.runtimes.base import SpawnFailed
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from codemode.runtimes.process.forked import ForkedSandbox
 from codemode_worker.protocol import encode_frame
 
@@ -53,7 +53,7 @@ async def _run(sandbox: ForkedSandbox, python: str) -> None:
 
 @pytest.fixture
 async def runtime() -> AsyncIterator[ProcessRuntime]:
-    rt = ProcessRuntime(module="codemode_worker.testing_entry", extra_env=TESTING)
+    rt = ProcessRuntime(ProcessOptions(module="codemode_worker.testing_entry", extra_env=TESTING))
     yield rt
     await rt.aclose()
 
@@ -115,7 +115,7 @@ async def test_closing_the_runtime_leaves_no_process(runtime: ProcessRuntime) ->
 
 
 async def test_a_template_that_cannot_start_fails_the_spawn() -> None:
-    runtime = ProcessRuntime(template_argv=["/bin/false"], spawn_timeout=5.0)
+    runtime = ProcessRuntime(ProcessOptions(template_argv=["/bin/false"], spawn_timeout=5.0))
     try:
         with pytest.raises(SpawnFailed, match="did not start"):
             await runtime.spawn()

@@ -455,11 +455,11 @@ def test_process_runtime_gets_the_flags(config: Config) -> None:
     flags += ["--process-max-processes", "8", "--process-worker-uid-base", "0", "--process-worker-uids", "16"]
     runtime: Any = build_runtime(config(["--stdio", "--allow-all", *flags]))
     assert isinstance(runtime, codemode.ProcessRuntime)
-    got = (runtime.address_space_bytes, runtime.cpu_seconds, runtime.open_files, runtime.max_processes)
+    got = (runtime.memory, runtime.cpu_seconds, runtime.open_files, runtime.max_processes)
     assert got == (512 * 1024**2, 5.0, 40, 8)
     assert (runtime.worker_uid_base, runtime.worker_uids, runtime.drops_privileges) == (0, 16, False)
     plain: Any = build_runtime(config(["--stdio", "--allow-all"]))  # the runtime's own defaults
-    assert (plain.address_space_bytes, plain.cpu_seconds, plain.open_files) == (2 * 1024**3, 30.0, 32)
+    assert (plain.memory, plain.cpu_seconds, plain.open_files) == (2 * 1024**3, 30.0, 32)
     with pytest.raises(ConfigError, match="--process-memory / CODEMODE_PROCESS_MEMORY needs --runtime"):
         config(["--stdio", "--allow-all", "--runtime", "docker", "--process-memory", "1g"])
     with pytest.raises(ConfigError, match="--process-memory"):

@@ -39,7 +39,7 @@ def test_each_runtime_has_one_options_type_holding_every_setting_of_it() -> None
     for runtime, options_type in OPTIONS.items():
         settings = {f for f in Settings.model_fields if f.startswith(runtime + "_")}
         # Every setting of a runtime is an option of it; the options may hold more (for code only:
-        # KubernetesRuntime takes its options whole, timeouts and test entries included).
+        # a runtime takes its options whole, timeouts and test entries included).
         assert settings <= {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)}, runtime
         assert options_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
     names = {runtime: {f.name for f in dataclasses.fields(t)} for runtime, t in OPTIONS.items()}
@@ -120,10 +120,11 @@ def test_a_runtime_table_with_an_unknown_option_is_refused(tmp_path: Path) -> No
 
 
 def test_the_options_name_the_runtime_constructor_parameters() -> None:
-    process: Any = codemode.ProcessRuntime(
-        **ProcessOptions(memory=512 * 1024**2, open_files=40, max_processes=8).runtime_kwargs()
-    )
-    assert (process.address_space_bytes, process.open_files, process.max_processes) == (512 * 1024**2, 40, 8)
+    # the process runtime takes its options whole
+    options = ProcessOptions(memory=512 * 1024**2, open_files=40, max_processes=8)
+    process = codemode.ProcessRuntime(options)
+    assert process.options is options
+    assert (process.memory, process.open_files, process.max_processes) == (512 * 1024**2, 40, 8)
     docker: Any = codemode.DockerRuntime(
         **DockerOptions(
             memory=64 * 1024**2, max_processes=20, open_files=30, oci_runtime="runc"

@@ -35,6 +35,7 @@ from codemode.runtimes.base import (
     SupervisingRuntime,
 )
 from codemode.runtimes.pool import WarmPool
+from codemode.runtimes.process import ProcessOptions
 from codemode.runtimes.reuse import ReusePool
 
 
@@ -206,7 +207,9 @@ FAKE_WORKER = str(Path(__file__).resolve().parents[1] / "adversarial" / "fake_wo
 async def test_an_allocation_abort_under_a_memory_limit_is_memory_behind_a_pool_too(pooled: str) -> None:
     # The worker dies of SIGABRT with the allocator's line, under the process runtime's
     # address-space limit: out of memory, whether the executor holds the runtime or a pool of it.
-    runtime: Runtime = codemode.ProcessRuntime(argv=[sys.executable, FAKE_WORKER, "abort_alloc"])
+    runtime: Runtime = codemode.ProcessRuntime(
+        ProcessOptions(argv=[sys.executable, FAKE_WORKER, "abort_alloc"])
+    )
     assert isinstance(runtime, MemoryLimited) and runtime.memory_limited
     if pooled == "warm pool":
         runtime = WarmPool(runtime, 0)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from codemode.runtimes.base import RuntimeUnavailable
-from codemode.runtimes.process import ProcessRuntime
+from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from codemode_worker import confinement, syscalls
 from codemode_worker.confinement import EXIT_CONFINEMENT
 
@@ -223,7 +223,7 @@ async def test_the_process_runtime_check_names_what_is_missing(tmp_path: Path) -
     fake.write_text(f'#!/bin/sh\nexec {sys.executable} -I -c "{prelude}" "$3"\n')
     fake.chmod(0o755)
     with pytest.raises(RuntimeUnavailable, match="python3-seccomp"):
-        await ProcessRuntime(python=str(fake)).check()
+        await ProcessRuntime(ProcessOptions(python=str(fake))).check()
     runtime = ProcessRuntime()
     try:
         await runtime.check()  # the host's own Python has it

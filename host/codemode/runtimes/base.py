@@ -36,6 +36,7 @@ __all__ = [
     "ExitInfo",
     "LimitedLifetime",
     "MemoryLimited",
+    "OptionError",
     "ReusableSandbox",
     "Runtime",
     "RuntimeClosing",
@@ -86,6 +87,21 @@ class CapacityExhausted(SpawnFailed, ResourceLimit):
         """
         ResourceLimit.__init__(self, "concurrency")
         self.reason = reason
+
+
+class OptionError(ValueError):
+    """A refused runtime option (``ProcessOptions`` and the like, checked when they are made):
+    ``option`` names its field, the message says why in one line (naming it too)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        """Refused.
+
+        Args:
+            option: the option's field name (``memory``).
+            message: the one-line reason.
+        """
+        super().__init__(message)
+        self.option = option
 
 
 class SandboxClosed(Exception):

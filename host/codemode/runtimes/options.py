@@ -2,17 +2,19 @@
 runtimes (docs/reference/runtimes.md): ``memory`` (the worker's memory limit), ``max_processes``
 (processes and threads), ``open_files`` (descriptors), ``image``. The settings hold one of each
 (``settings.process``, ``settings.docker``, ``settings.kubernetes``: the ``--<runtime>-<name>`` flags,
-``CODEMODE_<RUNTIME>_<NAME>`` variables and ``[<runtime>]`` TOML tables). A field left None takes the
-runtime's own default; :meth:`runtime_kwargs` names the runtime's constructor parameters.
-``KubernetesOptions`` (``codemode.runtimes.kubernetes.options``) is the Kubernetes runtime's whole
-options, taken by its constructor as they are."""
+``CODEMODE_<RUNTIME>_<NAME>`` variables and ``[<runtime>]`` TOML tables). ``ProcessOptions``
+(``codemode.runtimes.process.options``) and ``KubernetesOptions``
+(``codemode.runtimes.kubernetes.options``) are those runtimes' whole options, taken by their
+constructors as they are; of ``DockerOptions`` a field left None takes the runtime's own default, and
+:meth:`runtime_kwargs` names the runtime's constructor parameters."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any
 
 from .kubernetes.options import KubernetesOptions
+from .process.options import ProcessOptions
 
 __all__ = ["OPTIONS", "DockerOptions", "KubernetesOptions", "ProcessOptions", "RuntimeOptions"]
 
@@ -24,31 +26,6 @@ def _given(options: object, parameters: dict[str, str]) -> dict[str, Any]:
         for f in fields(options)  # type: ignore[arg-type]
         if getattr(options, f.name) is not None
     }
-
-
-@dataclass(frozen=True)
-class ProcessOptions:
-    """``ProcessRuntime``'s options: ``spawn`` how workers are made (``template`` or ``classic``),
-    ``memory`` the address-space limit in bytes (``RLIMIT_AS``), ``cpu_seconds`` the CPU time limit
-    (``RLIMIT_CPU``), ``open_files`` ``RLIMIT_NOFILE``, ``max_processes`` ``RLIMIT_NPROC`` of a
-    worker's uid, ``worker_uid_base`` and ``worker_uids`` the uids handed to live workers (host as
-    root)."""
-
-    spawn: Literal["template", "classic"] | None = None
-    memory: int | None = None
-    cpu_seconds: float | None = None
-    open_files: int | None = None
-    max_processes: int | None = None
-    worker_uid_base: int | None = None
-    worker_uids: int | None = None
-
-    def runtime_kwargs(self) -> dict[str, Any]:
-        """The constructor arguments of these options.
-
-        Returns:
-            ``ProcessRuntime(**kwargs)`` for the fields that are set, under its parameter names.
-        """
-        return _given(self, {"memory": "address_space_bytes"})
 
 
 @dataclass(frozen=True)

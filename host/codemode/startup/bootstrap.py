@@ -26,8 +26,10 @@ from ..execution.server import Builder, Server, answer_bounds
 from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
 from ..packs.loading import PackError, PackSettings, resolve_spec, split_specs
 from ..packs.upstream import UpstreamBuildError
+from ..runtimes.base import OptionError as RuntimeOptionError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.kubernetes.options import KubernetesOptions, OptionError
+from ..runtimes.options import ProcessOptions
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from ..store import Store
@@ -99,7 +101,7 @@ def build_runtime(
         settings: the settings.
         worker_command: replaces the worker's command line (for operator tools that measure a
             worker, ``codemode quotas tune``; never for serving).
-        extra: constructor arguments added (the same use).
+        extra: options replaced (the same use).
 
     Returns:
         The runtime (not started).
@@ -120,6 +122,12 @@ def build_runtime(
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
         options = settings.runtime_options
+        if isinstance(options, ProcessOptions):  # a runtime that takes its options whole
+            from ..runtimes.process import ProcessRuntime
+
+            if worker_command is not None:
+                options = options.with_command(worker_command)
+            return ProcessRuntime(dataclasses.replace(options, **extra))
         changes = dict(extra)
         if worker_command is not None:
             changes[_COMMAND_PARAMETER[kind]] = list(worker_command)
@@ -128,10 +136,8 @@ def build_runtime(
 
             return KubernetesRuntime(dataclasses.replace(options, **changes))
         kwargs = {**options.runtime_kwargs(), **changes}
-        if worker_command is not None:
-            kwargs.pop("spawn", None)  # a command is started, never forked from the template
         return cls(**kwargs)
-    except OptionError as exc:
+    except (OptionError, RuntimeOptionError) as exc:  # naming the option's flag when it has one
         field = f"{kind}_{exc.option}"
         where = names(field) if field in Settings.model_fields else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
         raise ConfigError(f"{where}: {exc}") from None

@@ -6,17 +6,16 @@ template that forks each worker, and a forked worker), ``ipc_cleanup`` and ``pos
 (what a worker uid left behind), ``host_memory`` (the host made non-dumpable).
 """
 
+from .options import SPAWN_MODES, ProcessOptions, Spawn
 from .runtime import (
     CLOSE_INPUT_GRACE,
     CONFINEMENT_CHECK,
     DEFAULT_UID_BASE,
     ORPHAN_PIPE_GRACE,
-    SPAWN_MODES,
     UID_LOCK_DIR,
     ZOMBIE_GRACE,
     ProcessRuntime,
     ProcessSandbox,
-    Spawn,
     kill_uid,
 )
 
@@ -28,6 +27,7 @@ __all__ = [
     "SPAWN_MODES",
     "UID_LOCK_DIR",
     "ZOMBIE_GRACE",
+    "ProcessOptions",
     "ProcessRuntime",
     "ProcessSandbox",
     "Spawn",

@@ -42,18 +42,18 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import psutil
 
 from codemode_worker import WORKER_ENV_MARKER
 from codemode_worker.privileges import UID_VARIABLE
 
-from ..base import ExitInfo, RuntimeUnavailable, SandboxClosed, SpawnFailed
+from ..base import ExitInfo, OptionError, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from ..handshake import probe
 from . import host_memory
 from .forked import ForkedSandbox
 from .ipc_cleanup import remove_all_ipc_of
+from .options import TEMPLATE_ENTRIES, ProcessOptions, Spawn
 from .template import WorkerTemplate, drain_tail
 
 __all__ = [
@@ -61,20 +61,13 @@ __all__ = [
     "CONFINEMENT_CHECK",
     "DEFAULT_UID_BASE",
     "ORPHAN_PIPE_GRACE",
-    "SPAWN_MODES",
     "UID_LOCK_DIR",
     "ZOMBIE_GRACE",
     "ProcessRuntime",
     "ProcessSandbox",
-    "Spawn",
     "kill_uid",
 ]
 
-Spawn = Literal["template", "classic"]
-#: How worker processes are made: forked from the worker template (default), or started one by one.
-SPAWN_MODES: tuple[Spawn, ...] = ("template", "classic")
-#: The worker modules the template can fork (the module's flag for the template).
-_TEMPLATE_ENTRIES = {"codemode_worker": (), "codemode_worker.testing_entry": ("--testing",)}
 
 log = logging.getLogger("codemode.runtimes.process")
 
@@ -317,87 +310,54 @@ async def _discard(stream: asyncio.StreamReader | None) -> None:
 
 class ProcessRuntime:
     """Makes one local worker process per execute: forked by the worker template (``spawn="template"``,
-    the default) or started as ``python -I -m codemode_worker`` (``spawn="classic"``)."""
+    the default) or started as ``python -I -m codemode_worker`` (``spawn="classic"``).
 
-    def __init__(
-        self,
-        *,
-        python: str | None = None,
-        address_space_bytes: int = 2 * 1024**3,
-        cpu_seconds: float = 30.0,
-        open_files: int = 32,
-        spawn_timeout: float = 10.0,
-        module: str = "codemode_worker",
-        extra_env: dict[str, str] | None = None,
-        argv: Sequence[str] | None = None,
-        worker_uid_base: int | None = None,
-        worker_uids: int = 4096,
-        max_processes: int = 16,
-        spawn: Spawn | None = None,
-        template_argv: Sequence[str] | None = None,
-    ) -> None:
-        """A runtime of local worker processes (docs/reference/runtimes.md).
+    Args (of the constructor):
+        options: every option of the runtime (``ProcessOptions``: limits, worker uids, how workers
+            are made, the worker's command; checked when they were made). Default:
+            ``ProcessOptions()``.
 
-        Args:
-            python: the interpreter (default: the host's own).
-            address_space_bytes: ``RLIMIT_AS`` of each worker.
-            cpu_seconds: ``RLIMIT_CPU`` of each worker.
-            open_files: ``RLIMIT_NOFILE`` of each worker.
-            spawn_timeout: seconds a worker has to start and answer the probe.
-            module: the worker module ``python -I -m`` runs.
-            extra_env: variables added to the worker's minimal environment.
-            argv: replaces the whole command line (tests run fake workers this way).
-            worker_uid_base: first of ``worker_uids`` uids given to live workers, one each; None =
-                ``DEFAULT_UID_BASE`` when the host runs as root, else no uid change; 0 = never
-                change uid.
-            worker_uids: how many uids from ``worker_uid_base`` on.
-            max_processes: ``RLIMIT_NPROC`` of a worker's uid (processes and threads; only with a
-                uid of its own, the limit counts per uid).
-            spawn: ``"template"`` (default) or ``"classic"`` (the default when ``argv`` replaces the
-                worker's command: a command is started, not forked).
-            template_argv: replaces the template's command (tests only).
+    Raises (the constructor):
+        TypeError: ``options`` is not a ``ProcessOptions``.
+        OptionError: a uid base on a host not running as root.
+    """
 
-        Raises:
-            ValueError: an unknown spawn mode, ``argv`` or a module the template cannot fork with
-                ``spawn="template"``, a negative base, no uids or processes, or a uid base on a
-                host not running as root.
-        """
-        if spawn is None:
-            spawn = "classic" if argv is not None else "template"
-        if spawn not in SPAWN_MODES:
-            raise ValueError(f"spawn must be one of {', '.join(SPAWN_MODES)}, not {spawn!r}")
-        if spawn == "template" and argv is not None:
-            raise ValueError("argv replaces the worker's command: it needs spawn='classic'")
-        if spawn == "template" and template_argv is None and module not in _TEMPLATE_ENTRIES:
-            raise ValueError(f"the worker template cannot fork module {module!r} (use spawn='classic')")
-        self.spawn_mode: Spawn = spawn
-        self.template_argv = list(template_argv) if template_argv is not None else None
+    def __init__(self, options: ProcessOptions | None = None) -> None:
+        if options is None:
+            options = ProcessOptions()
+        elif not isinstance(options, ProcessOptions):
+            raise TypeError(f"ProcessRuntime takes ProcessOptions, not {type(options).__name__}")
+        #: The runtime's options, whole.
+        self.options = options
+        self.spawn_mode: Spawn = options.spawn_mode
+        self.template_argv = list(options.template_argv) if options.template_argv is not None else None
         self._template: WorkerTemplate | None = None
         self._killer_uid: int | None = None
         self._template_lock = asyncio.Lock()
         self.templates_started = 0
         root = os.geteuid() == 0
+        worker_uid_base = options.worker_uid_base
         if worker_uid_base is None:
             worker_uid_base = DEFAULT_UID_BASE if root else 0
-        if worker_uid_base < 0 or worker_uids <= 0 or max_processes <= 0:
-            raise ValueError("worker_uid_base must be >= 0, worker_uids and max_processes positive")
         if worker_uid_base and not root:
-            raise ValueError("worker_uid_base needs a host running as root (use 0 or leave it unset)")
+            raise OptionError(
+                "worker_uid_base", "worker_uid_base needs a host running as root (use 0 or leave it unset)"
+            )
         host_memory.protect()  # before any worker exists: none can read the host's memory
         self.worker_uid_base = worker_uid_base
-        self.max_processes = max_processes
-        self.worker_uids = worker_uids
+        self.max_processes = options.max_processes
+        self.worker_uids = options.worker_uids
         self._uid_cursor = 0
         self._uid_locks: dict[int, int] = {}
         self._libc = ctypes.CDLL(None, use_errno=True)
-        self.python = python or sys.executable
-        self.address_space_bytes = address_space_bytes
-        self.cpu_seconds = cpu_seconds
-        self.open_files = open_files
-        self.spawn_timeout = spawn_timeout
-        self.module = module
-        self.extra_env = dict(extra_env or {})
-        self.argv = list(argv) if argv is not None else None
+        self.python = options.python or sys.executable
+        self.memory = options.memory
+        self.cpu_seconds = options.cpu_seconds
+        self.open_files = options.open_files
+        self.spawn_timeout = options.spawn_timeout
+        self.module = options.module
+        self.extra_env = dict(options.extra_env or {})
+        self.argv = list(options.argv) if options.argv is not None else None
         self._live: set[ProcessSandbox | ForkedSandbox] = set()
         self._confinement_checked = False
 
@@ -408,7 +368,7 @@ class ProcessRuntime:
     @property
     def memory_limited(self) -> bool:
         """Whether workers run under an address-space limit (``RLIMIT_AS``; 0: none)."""
-        return self.address_space_bytes > 0
+        return self.memory > 0
 
     @property
     def concurrent_refill(self) -> bool:
@@ -444,8 +404,8 @@ class ProcessRuntime:
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX message queue at all
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
-        if self.address_space_bytes > 0:
-            resource.setrlimit(resource.RLIMIT_AS, (self.address_space_bytes, self.address_space_bytes))
+        if self.memory > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (self.memory, self.memory))
 
     async def start(self) -> None:
         return None
@@ -499,12 +459,12 @@ class ProcessRuntime:
             "--cpu-seconds",
             str(cpu),
             "--address-space",
-            str(max(0, self.address_space_bytes)),
+            str(max(0, self.memory)),
             "--open-files",
             str(self.open_files),
             "--max-processes",
             str(self.max_processes),
-            *_TEMPLATE_ENTRIES[self.module],
+            *TEMPLATE_ENTRIES[self.module],
         ]
 
     def _template_preexec(self) -> None:  # runs in the template between fork and exec
