@@ -45,9 +45,9 @@ from codemode.packs import (
     SkipReport,
     Unsupported,
     UpstreamBuildError,
-    answer_problem,
     capability_names,
     check_unique_names,
+    compile_each,
     description_of,
     did_you_mean,
     search_terms_of,
@@ -293,23 +293,20 @@ def compile_document(
             len(derived),
             "; ".join(derived),
         )
-    caps: list[Capability] = []
+    kept: list[_Entry] = []
     for entry in sorted(entries, key=lambda e: names[e.key]):
         cap_id = entry.cap_id(config.name)
         if entry.operation_id is None and (cap_id in claimed or len(cap_id.encode()) > MAX_ID_BYTES):
             report.skip(entry.key[:80], "the id derived from method and path is taken or too long")
-            continue
-        omissions: list[Unsupported] = []
-        try:
-            compiled = compile_operation(
-                doc, entry.method, entry.op, entry.path_params, dialect, omissions,
-                config.fixed(multi.get(entry.key, frozenset())),
-            )  # fmt: skip
-        except Unsupported as exc:
-            report.skip(entry.key, str(exc))
-            continue
-        for omission in omissions:
-            report.omit(entry.key, str(omission))
+        else:
+            kept.append(entry)
+
+    def build(entry: _Entry, omissions: list[Unsupported]) -> Capability:
+        cap_id = entry.cap_id(config.name)
+        compiled = compile_operation(
+            doc, entry.method, entry.op, entry.path_params, dialect, omissions,
+            config.fixed(multi.get(entry.key, frozenset())),
+        )  # fmt: skip
         operation = Operation(
             cap_id, entry.method, entry.path, tuple(compiled.params), compiled.wraps_result,
             compiled.empty_result, compiled.body_media,
@@ -318,27 +315,19 @@ def compile_document(
         summary = op.get("summary") if isinstance(op.get("summary"), str) else None
         description = op.get("description") if isinstance(op.get("description"), str) else None
         http_line = f"{entry.method.upper()} {entry.path}"
-        caps.append(
-            Capability(
-                id=cap_id,
-                name=names[entry.key],
-                summary=summary_of(summary or description, http_line),
-                description=description_of(summary, description, f"HTTP: {http_line}"),
-                search_terms=search_terms_of(entry.operation_id, *entry.tags[:4], http_line),
-                handler=Handler(http, operation),
-                input_shape=compiled.input_shape,
-                output_shape=compiled.output_shape,
-                third_party=True,
-            )
+        return Capability(
+            id=cap_id,
+            name=names[entry.key],
+            summary=summary_of(summary or description, http_line),
+            description=description_of(summary, description, f"HTTP: {http_line}"),
+            search_terms=search_terms_of(entry.operation_id, *entry.tags[:4], http_line),
+            handler=Handler(http, operation),
+            input_shape=compiled.input_shape,
+            output_shape=compiled.output_shape,
+            third_party=True,
         )
-        too_large = answer_problem(caps[-1], bounds or AnswerBounds())
-        if too_large is not None:  # never cut: a cut signature would lie
-            caps.pop()
-            report.skip(entry.key, too_large)
-            continue
-        report.converted.append(entry.key)
-    report.finish()
-    return caps, report
+
+    return compile_each(kept, lambda e: e.key, build, report, bounds), report
 
 
 # ------------------------------------------------------------------------------------------- pack

@@ -22,6 +22,8 @@
 * :class:`SkipReport` / :data:`OnUnsupported`: what happens to a tool whose schema cannot be
   represented: ``skip`` (default) leaves it out with one warning listing every reason, ``fail``
   stops the build with all of them.
+* :func:`compile_each`: the compile loop of an upstream pack (each item built, skipped, its
+  omissions and its answers' size reported, then the report finished).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from ..catalog.capability import (
     validate_catalog,
 )
 from .error_text import MAX_UPSTREAM_ERROR, upstream_error_text
+from .jsonschema import Unsupported
 from .upstream_answer import upstream_result
 
 __all__ = [
@@ -60,6 +63,7 @@ __all__ = [
     "check_namespace",
     "check_unique_names",
     "clean_text",
+    "compile_each",
     "description_of",
     "search_terms_of",
     "snake_case",
@@ -416,3 +420,51 @@ class SkipReport:
             len(self.skipped) + len(self.converted),
             logged,
         )
+
+
+def compile_each(
+    items: Iterable[T],
+    key: Callable[[T], str],
+    build: Callable[[T, list[Unsupported]], Capability],
+    report: SkipReport,
+    bounds: AnswerBounds | None = None,
+) -> list[Capability]:
+    """The compile loop of an upstream pack (MCP tools, OpenAPI operations), in the order given:
+    ``build`` makes each item's capability, appending each output field it leaves out to its
+    second argument; an item whose build raises :class:`~codemode.packs.jsonschema.Unsupported`
+    is skipped with that reason, and one whose answers would not fit ``bounds``
+    (:func:`answer_problem`) is skipped too, never cut (a cut signature would lie). Then the report
+    is finished.
+
+    Args:
+        items: the upstream's items, in the order their capabilities are listed.
+        key: an item's name in the report (the tool name, the operationId or ``METHOD /path``).
+        build: ``(item, omissions) -> Capability``.
+        report: the upstream's report.
+        bounds: the server's answer bounds (default: the default bounds).
+
+    Returns:
+        The capabilities.
+
+    Raises:
+        UpstreamBuildError: items were skipped and the report's ``on_unsupported`` is ``fail``.
+    """
+    caps: list[Capability] = []
+    for item in items:
+        name = key(item)
+        omissions: list[Unsupported] = []
+        try:
+            cap = build(item, omissions)
+        except Unsupported as exc:
+            report.skip(name, str(exc))
+            continue
+        for omission in omissions:
+            report.omit(name, str(omission))
+        too_large = answer_problem(cap, bounds or AnswerBounds())
+        if too_large is not None:
+            report.skip(name, too_large)
+            continue
+        caps.append(cap)
+        report.converted.append(name)
+    report.finish()
+    return caps
