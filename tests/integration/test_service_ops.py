@@ -340,7 +340,7 @@ def test_settings_from_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert s.packs == ["x.y:pack", "z:p"]
     assert s.token_file == tmp_path / "tokens.json"  # relative to the config file
     assert s.rego_policy == [tmp_path / "policy.rego"]
-    assert s.runtime == "docker" and s.docker_memory_bytes == 128 * 1024 * 1024
+    assert s.runtime == "docker" and s.docker.memory == 128 * 1024 * 1024
     assert s.pool == 3 and s.subject_quota == 2
     limits = s.limits
     assert limits.max_execution_time == 2.5 and limits.max_native_calls == 9

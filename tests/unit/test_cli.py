@@ -259,7 +259,7 @@ def test_environment(config: Config) -> None:
     assert c.packs == [RECORDS, "x.y:z"] and c.allow_all is True and c.disable == ["a", "b"]
     assert c.limits.max_execution_time == 1.5 and c.subject_id == "envuser"
     assert c.runtime == "docker" and c.pool == 2
-    assert (c.docker_memory_bytes, c.docker_cpus) == (256 * 1024**2, 0.5)
+    assert (c.docker.memory, c.docker.cpus) == (256 * 1024**2, 0.5)
 
 
 def test_toml_file_under_environment_under_flags(config: Config, tmp_path: Path) -> None:
@@ -434,7 +434,7 @@ def test_docker_runtime_gets_the_flags(config: Config) -> None:
             "64m",
             "--docker-cpus",
             "2",
-            "--docker-pids",
+            "--docker-max-processes",
             "50",
         ]
     )
@@ -731,12 +731,12 @@ def test_misspelled_variables_are_named_and_pack_options_are_not() -> None:
 def test_a_misspelled_variable_is_warned_about_at_start(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from codemode.startup import config
+    from codemode.startup.config import load as loading
 
     monkeypatch.setenv("CODEMODE_MAX_NATIVE_CALS", "3")
-    monkeypatch.setattr(config, "_warned", set())
+    monkeypatch.setattr(loading, "_warned", set())
     with caplog.at_level("WARNING", logger="codemode.config"):
-        config.load_settings(allow_all=True)
+        loading.load_settings(allow_all=True)
     assert "did you mean CODEMODE_MAX_NATIVE_CALLS?" in caplog.text
 
 

@@ -50,7 +50,7 @@ def layer(module: str) -> str:
         return "packs"
     if module == "codemode":
         return "api"
-    if module == "codemode.startup.config":
+    if module == "codemode.startup.config" or module.startswith("codemode.startup.config."):
         return "config"
     return FOLDERS.get(parts[1], "unknown")
 

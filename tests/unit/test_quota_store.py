@@ -17,9 +17,8 @@ import codemode
 from codemode.execution.admission import FairAdmission
 from codemode.execution.quota import QuotaUnavailable
 from codemode.execution.quota_kubernetes import lease_name, subject_digest
-from codemode.startup import config as config_module
 from codemode.startup.bootstrap import build_quota_store
-from codemode.startup.config import ConfigError, load_settings
+from codemode.startup.config import ConfigError, load_settings, places
 
 
 async def test_the_local_store_counts_in_process() -> None:
@@ -50,7 +49,7 @@ async def test_a_subject_busy_elsewhere_is_no_newcomer_for_the_reserve() -> None
 def test_the_shared_store_needs_a_namespace_outside_a_pod(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(config_module, "POD_NAMESPACE_FILE", tmp_path / "absent")
+    monkeypatch.setattr(places, "POD_NAMESPACE_FILE", tmp_path / "absent")
     with pytest.raises(ConfigError) as info:
         load_settings(allow_all=True, quota_store="kubernetes")
     assert "--quota-store / CODEMODE_QUOTA_STORE" in str(info.value)
@@ -59,7 +58,7 @@ def test_the_shared_store_needs_a_namespace_outside_a_pod(
         load_settings(allow_all=True, quota_namespace="codemode")
     pod = tmp_path / "namespace"
     pod.write_text("codemode\n")
-    monkeypatch.setattr(config_module, "POD_NAMESPACE_FILE", pod)
+    monkeypatch.setattr(places, "POD_NAMESPACE_FILE", pod)
     store = build_quota_store(load_settings(allow_all=True, quota_store="kubernetes", quota_lease_seconds=9))
     assert isinstance(store, codemode.KubernetesQuota)
     assert (store.namespace, store.lease_seconds, store.timeout) == ("codemode", 9, 2.0)

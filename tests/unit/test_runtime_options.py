@@ -1,7 +1,8 @@
-"""One name per setting (issue 24 §2): each runtime has one frozen options type, nested in the
-settings, with one name per concept across runtimes (``memory``, ``max_processes``,
-``open_files``); the earlier names (``--docker-pids``, ``CODEMODE_DOCKER_PIDS``, ``docker_pids``)
-keep working; ``quotas tune`` takes the very flags it recommends."""
+"""One name per setting (issue 24 §2): each runtime has one table of settings, nested in the
+settings (issue 30 §4), that becomes its frozen options type, with one name per concept across
+runtimes (``memory``, ``max_processes``, ``open_files``); the flat names (``--docker-max-processes``,
+``CODEMODE_DOCKER_MAX_PROCESSES``, ``docker_max_processes``) are generated from the table;
+``quotas tune`` takes the very flags it recommends."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from codemode.ops import quotas
 from codemode.ops.quotas import RunSample, recommend
 from codemode.runtimes.options import OPTIONS, DockerOptions, KubernetesOptions, ProcessOptions
 from codemode.startup.bootstrap import build_runtime
-from codemode.startup.config import ConfigError, Settings, load_settings
+from codemode.startup.config import ConfigError, Settings, load_settings, parse_size
 
 
 @pytest.fixture(autouse=True)
@@ -37,10 +38,9 @@ def _serve(argv: list[str], config_file: Path | None = None) -> Settings:
 
 def test_each_runtime_has_one_options_type_holding_every_setting_of_it() -> None:
     for runtime, options_type in OPTIONS.items():
-        settings = {f for f in Settings.model_fields if f.startswith(runtime + "_")}
-        # Every setting of a runtime is an option of it; the options may hold more (for code only:
-        # a runtime takes its options whole, timeouts and test entries included).
-        assert settings <= {f"{runtime}_{f.name}" for f in dataclasses.fields(options_type)}, runtime
+        table: Any = Settings.model_fields[runtime].annotation
+        # the settings an operator may set; the options may hold more, for code
+        assert set(table.model_fields) <= {f.name for f in dataclasses.fields(options_type)}, runtime
         assert options_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
     names = {runtime: {f.name for f in dataclasses.fields(t)} for runtime, t in OPTIONS.items()}
     # one name per concept across runtimes
@@ -52,36 +52,33 @@ def test_each_runtime_has_one_options_type_holding_every_setting_of_it() -> None
 
 def test_the_settings_hold_the_options_of_each_runtime() -> None:
     s = _serve(["--runtime", "docker", "--docker-memory", "64m", "--docker-max-processes", "50"])
-    assert s.docker == DockerOptions(memory=64 * 1024**2, max_processes=50)
-    assert s.runtime_options is not None and s.runtime_options == s.docker
-    assert s.process == ProcessOptions() and s.kubernetes == KubernetesOptions()
+    assert s.docker.options() == DockerOptions(memory=64 * 1024**2, max_processes=50)
+    assert s.runtime_options == s.docker.options()
+    assert s.process.options() == ProcessOptions() and s.kubernetes.options() == KubernetesOptions()
     runtime: Any = build_runtime(s)
     assert (runtime.memory_bytes, runtime.pids_limit, runtime.nofile) == (64 * 1024**2, 50, 64)
 
 
-@pytest.mark.parametrize(
-    "how",
-    ["flag", "earlier flag", "variable", "earlier variable", "toml", "earlier toml", "table", "keyword"],
-)
-def test_todays_and_the_earlier_names_reach_the_runtime(
+@pytest.mark.parametrize("how", ["flag", "variable", "toml", "table", "keyword", "options"])
+def test_every_name_of_a_runtime_setting_reaches_the_runtime(
     how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     argv, file = ["--runtime", "docker"], None
     toml = 'runtime = "docker"\n'
     if how == "flag":
         argv += ["--docker-max-processes", "48"]
-    elif how == "earlier flag":
-        argv += ["--docker-pids", "48"]
     elif how == "variable":
         monkeypatch.setenv("CODEMODE_DOCKER_MAX_PROCESSES", "48")
-    elif how == "earlier variable":
-        monkeypatch.setenv("CODEMODE_DOCKER_PIDS", "48")
-    elif how in ("toml", "earlier toml", "table"):
-        key = {"toml": "docker_max_processes = 48", "earlier toml": "docker_pids = 48"}.get(how)
+    elif how in ("toml", "table"):
+        key = "docker_max_processes = 48" if how == "toml" else None
         file = tmp_path / "codemode.toml"
         file.write_text(toml + (key + "\n" if key else "[docker]\nmax_processes = 48\nopen_files = 40\n"))
     if how == "keyword":
-        s = load_settings(transport="stdio", allow_all=True, runtime="docker", docker_pids=48)
+        s = load_settings(transport="stdio", allow_all=True, runtime="docker", docker_max_processes=48)
+    elif how == "options":
+        s = load_settings(
+            transport="stdio", allow_all=True, runtime="docker", docker=DockerOptions(max_processes=48)
+        )
     else:
         s = _serve(argv, file)
     assert s.docker.max_processes == 48
@@ -91,31 +88,21 @@ def test_todays_and_the_earlier_names_reach_the_runtime(
         assert runtime.nofile == 40
 
 
-def test_an_earlier_name_with_todays_in_one_place_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_flat_names_keep_their_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     file = tmp_path / "codemode.toml"
-    file.write_text('runtime = "docker"\ndocker_pids = 4\ndocker_max_processes = 8\n')
-    with pytest.raises(ConfigError, match="'docker_pids' is the earlier name of 'docker_max_processes'"):
-        _serve([], file)
-    monkeypatch.setenv("CODEMODE_DOCKER_PIDS", "4")
-    monkeypatch.setenv("CODEMODE_DOCKER_MAX_PROCESSES", "8")
-    with pytest.raises(ConfigError, match="CODEMODE_DOCKER_PIDS is the earlier name of"):
-        _serve(["--runtime", "docker"])
-
-
-def test_the_earlier_names_keep_their_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    file = tmp_path / "codemode.toml"
-    file.write_text('runtime = "docker"\ndocker_max_processes = 8\n')
-    monkeypatch.setenv("CODEMODE_DOCKER_PIDS", "16")  # the environment over the file
+    file.write_text('runtime = "docker"\n[docker]\nmax_processes = 8\n')
+    assert _serve([], file).docker.max_processes == 8
+    monkeypatch.setenv("CODEMODE_DOCKER_MAX_PROCESSES", "16")  # the environment over the file
     assert _serve([], file).docker.max_processes == 16
-    assert _serve(["--docker-pids", "32"], file).docker.max_processes == 32  # a flag over both
+    assert _serve(["--docker-max-processes", "32"], file).docker.max_processes == 32  # a flag over both
 
 
 def test_a_runtime_table_with_an_unknown_option_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "codemode.toml"
     file.write_text('runtime = "docker"\n[docker]\nmemroy = "1g"\n')
-    with pytest.raises(ConfigError, match=r"docker: unknown option\(s\) \['memroy'\]"):
+    with pytest.raises(
+        ConfigError, match=r"unknown setting 'memroy' in \[docker\] \(did you mean 'memory'\?\)$"
+    ):
         _serve([], file)
 
 
@@ -163,7 +150,9 @@ def test_quotas_tune_takes_the_flags_it_recommends(runtime: str) -> None:
     # serve takes them ...
     served = _serve(flags)
     for name, value in rec.settings.items():
-        assert getattr(served, name) == value, name
+        table, _, key = name.partition("_")
+        given = getattr(getattr(served, table), key)
+        assert given == (parse_size(value) if key == "memory" and runtime != "kubernetes" else value), name
     # ... and so does quotas tune, as its measurement limits
     args = build_parser().parse_args(["quotas", "tune", "--program", "x", *flags])
     assert {name: getattr(args, name) for name in rec.settings} == rec.settings
@@ -178,4 +167,4 @@ def test_the_configuration_pages_runtime_table_loads_as_written(tmp_path: Path) 
     file.write_text(block)
     s = _serve([], file)
     assert s.runtime == "docker"
-    assert s.docker == DockerOptions(memory=256 * 1024**2, max_processes=64, open_files=64)
+    assert s.docker.options() == DockerOptions(memory=256 * 1024**2, max_processes=64, open_files=64)

@@ -1,6 +1,7 @@
-"""``serve`` flags generated from the settings model: one flag per :class:`~codemode.startup.config.Settings`
-field, its help showing the real default, the unit and the environment variable, and the modes
-(``--stdio``, ``--http``) in which it means something."""
+"""``serve`` flags generated from the settings model: one flag per setting
+(:func:`~codemode.startup.config.leaves`), its help showing the real default, the unit and the
+environment variable, its group, kind and the modes (``--stdio``, ``--http``) in which it means
+something read from the setting's facts (:func:`~codemode.startup.config.setting`)."""
 
 from __future__ import annotations
 
@@ -9,96 +10,24 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
-from ..startup.config import LIST_SETTINGS, RENAMED, ConfigError, Settings, env_var, flag
+from pydantic import BaseModel
 
-__all__ = ["HTTP_ONLY", "STDIO_ONLY", "Mode", "add_settings_flags", "overrides", "settings_table"]
+from ..startup.config import ConfigError, Leaf, Settings, leaves
+from ..startup.config.facts import GROUPS
+
+__all__ = ["Mode", "add_settings_flags", "overrides", "settings_table"]
 
 #: The transport ``serve`` runs.
 Mode = Literal["stdio", "http"]
 
-#: Settings that only the HTTP service reads.
-HTTP_ONLY = frozenset(
-    {
-        "host",
-        "port",
-        "metrics_port",
-        "metrics_host",
-        "health_port",
-        "health_host",
-        "audit_log",
-        "auth_failure_window",
-        "auth_mode",
-        "token_file",
-        "jwks_file",
-        "jwks_url",
-        "jwt_issuer",
-        "jwt_audience",
-        "jwt_algorithms",
-        "jwt_leeway_seconds",
-        "jwt_max_lifetime_seconds",
-        "jwks_cache_seconds",
-        "mcp_stateless",
-        "mcp_json_response",
-        "max_sessions",
-        "max_sessions_per_subject",
-        "session_idle_timeout",
-        "max_request_body_bytes",
-        "allowed_hosts",
-        "allowed_origins",
-        "max_open_requests_per_subject",
-        "max_open_requests",
-        "stream_idle_timeout",
-        "max_stream_seconds",
-        "max_connections",
-        "max_connections_per_subject",
-        "backlog",
-        "header_timeout",
-        "write_timeout",
-        "max_unauthenticated_connections_per_address",
-        "trusted_proxies",
-        "trusted_proxy_header",
-        "ready_check_timeout",
-        "start_degraded",
-        "shutdown_timeout",
-        "drain_delay",
-        "orphan_sweep_interval",
-    }
-)
-#: Settings that only ``serve --stdio`` reads.
-STDIO_ONLY = frozenset({"subject"})
-#: Not flags: the mode is ``--stdio`` / ``--http``; upstream tables live in TOML (or JSON in the
-#: environment).
-_NOT_FLAGS = frozenset({"transport", "upstream_mcp", "openapi"})
-_LISTS = frozenset(LIST_SETTINGS)
-#: Each setting's earlier names, still accepted (``--docker-pids`` for ``--docker-max-processes``).
-_EARLIER = {new: [old for old, n in RENAMED.items() if n == new] for new in RENAMED.values()}
-
-_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("capabilities", ("packs", "pack_options", "disable")),
-    (
-        "authorization (exactly one: --allow-all, or --rego-policy with --rego-decision)",
-        ("allow_all", "rego_policy", "rego_decision"),
-    ),
-    ("runtime", ("runtime", "pool", "pool_", "docker_", "kubernetes_")),
-    ("limits", ("max_", "subject_quota", "reserved_slots", "quota_")),
-    ("stdio only", tuple(STDIO_ONLY)),
-    ("HTTP only (see docs/service.md)", tuple(HTTP_ONLY)),
-)
+#: The value name of a flag by its setting's kind.
+_METAVARS = {"size": "SIZE", "list": "VALUE", "paths": "FILE", "path": "FILE", "duration": "SECONDS"}
 
 
-def _group_of(name: str) -> str:
-    for title, prefixes in _GROUPS:
-        if any(name == p or (p.endswith("_") and name.startswith(p)) for p in prefixes):
-            return title
-    return "general"
-
-
-def _default_text(name: str, field: Any) -> str:
-    if name == "token_file":
-        return "~/.config/codemode/codemode.tokens"
-    if name == "subject":
-        return "the OS user name"
-    default = field.get_default(call_default_factory=True)
+def _default_text(leaf: Leaf) -> str:
+    if leaf.facts.shown_default is not None:
+        return leaf.facts.shown_default
+    default = leaf.field.get_default(call_default_factory=True)
     if default is None or default == []:
         return ""
     if isinstance(default, bool):
@@ -125,67 +54,69 @@ def _scalar(annotation: Any) -> Any:
     return None
 
 
-def _metavar(name: str, kind: Any) -> str:
+def _metavar(leaf: Leaf, kind: Any) -> str:
+    if leaf.facts.metavar:
+        return leaf.facts.metavar
+    if leaf.facts.kind is not None:
+        return _METAVARS[leaf.facts.kind]
     if kind in (int, float):
-        return "SECONDS" if name.endswith(("_time", "_timeout", "_seconds")) else "N"
-    if name.endswith(("_file", "_kubeconfig")):
-        return "FILE"
-    return name.rsplit("_", 1)[-1].upper()
+        return "N"
+    return leaf.name.rsplit("_", 1)[-1].upper()
 
 
-def add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per settings field, grouped; every flag defaults to None (= not given).
+def add_settings_flags(parser: argparse.ArgumentParser, model: type[BaseModel] = Settings) -> None:
+    """One flag per setting, grouped; every flag defaults to None (= not given).
 
     Args:
         parser: the ``serve`` parser.
+        model: the settings model (a model derived from :class:`Settings` adds its own).
     """
     groups: dict[str, Any] = {}
-    for name, field in Settings.model_fields.items():
-        if name in _NOT_FLAGS:
+    for leaf in leaves(model):
+        if not leaf.facts.flagged:
             continue
-        title = _group_of(name)
+        title = GROUPS[leaf.facts.group]
         if title not in groups:
             groups[title] = parser.add_argument_group(title)
-        group = groups[title]
-        default = _default_text(name, field)
-        help_text = field.description or name
-        help_text += f" (default: {default}; {env_var(name)})" if default else f" ({env_var(name)})"
+        group, field = groups[title], leaf.field
+        default = _default_text(leaf)
+        help_text = field.description or leaf.name
+        help_text += f" (default: {default}; {leaf.env})" if default else f" ({leaf.env})"
         help_text = help_text.replace("%", "%%")
-        kind = _scalar(field.annotation)
-        if name in _LISTS:
+        kind = None if leaf.facts.kind == "size" else _scalar(field.annotation)
+        if leaf.facts.repeated:
             group.add_argument(
-                flag(name),
-                dest=name,
+                leaf.flag,
+                dest=leaf.name,
                 action="append",
                 default=None,
-                metavar="VALUE",
+                metavar=_metavar(leaf, kind),
                 help=help_text + "; repeatable",
             )
         elif kind is bool:
-            if field.default is True:
-                group.add_argument(
-                    flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
-                )
-            else:
-                group.add_argument(
-                    flag(name), dest=name, action="store_const", const=True, default=None, help=help_text
-                )
+            action = argparse.BooleanOptionalAction if field.default is True else "store_const"
+            extra = {} if field.default is True else {"const": True}
+            group.add_argument(
+                leaf.flag, dest=leaf.name, action=action, default=None, help=help_text, **extra
+            )
         elif isinstance(kind, list):
-            group.add_argument(flag(name), dest=name, choices=kind, default=None, help=help_text)
+            group.add_argument(leaf.flag, dest=leaf.name, choices=kind, default=None, help=help_text)
         else:
             group.add_argument(
-                flag(name),
-                *(flag(old) for old in _EARLIER.get(name, ())),
-                dest=name,
+                leaf.flag,
+                dest=leaf.name,
                 type=kind,
                 default=None,
-                metavar=_metavar(name, kind),
+                metavar=_metavar(leaf, kind),
                 help=help_text,
             )
 
 
 def overrides(
-    args: argparse.Namespace, mode: Mode, environ: Mapping[str, str] | None = None
+    args: argparse.Namespace,
+    mode: Mode,
+    environ: Mapping[str, str] | None = None,
+    model: type[BaseModel] = Settings,
 ) -> dict[str, Any]:
     """The settings given as flags. Repeatable flags add to the comma-separated lists of their
     environment variables.
@@ -194,9 +125,10 @@ def overrides(
         args: the parsed flags.
         mode: the transport.
         environ: the environment (None: ``os.environ``).
+        model: the settings model the flags were made from.
 
     Returns:
-        Setting name → value, ``transport`` included.
+        Setting name (flat: ``docker_memory``) → value, ``transport`` included.
 
     Raises:
         ConfigError: a flag means nothing in ``mode`` (an HTTP-only one with ``--stdio``, or the
@@ -204,40 +136,36 @@ def overrides(
     """
     environ = os.environ if environ is None else environ
     out: dict[str, Any] = {"transport": mode}
-    for name in Settings.model_fields:
-        if name in _NOT_FLAGS:
-            continue
-        value = getattr(args, name, None)
+    for leaf in leaves(model):
+        value = getattr(args, leaf.name, None) if leaf.facts.flagged else None
         if value is None:
             continue
-        if mode == "stdio" and name in HTTP_ONLY:
-            raise ConfigError(f"{flag(name)} is for serve --http; it does nothing with --stdio")
-        if mode == "http" and name in STDIO_ONLY:
-            raise ConfigError(f"{flag(name)} is for serve --stdio; HTTP subjects come from authentication")
-        if name in _LISTS:
-            base = [p.strip() for p in environ.get(env_var(name), "").split(",") if p.strip()]
+        if mode == "stdio" and leaf.facts.mode == "http":
+            raise ConfigError(f"{leaf.flag} is for serve --http; it does nothing with --stdio")
+        if mode == "http" and leaf.facts.mode == "stdio":
+            raise ConfigError(f"{leaf.flag} is for serve --stdio; HTTP subjects come from authentication")
+        if leaf.facts.repeated:
+            base = [p.strip() for p in environ.get(leaf.env, "").split(",") if p.strip()]
             value = [*base, *value]
-        out[name] = value
+        out[leaf.name] = value
     return out
 
 
-def settings_table() -> str:
+def settings_table(model: type[BaseModel] = Settings) -> str:
     """The Markdown table of every setting (docs/configuration.md carries it; a test compares).
+
+    Args:
+        model: the settings model.
 
     Returns:
         The table: flag, environment variable, default, modes and meaning of each setting.
     """
-    from ..startup.config import env_var as env
-
     rows = ["| flag | environment | default | modes | meaning |", "|---|---|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        if name in _NOT_FLAGS:
+    for leaf in leaves(model):
+        if not leaf.facts.flagged:
             continue
-        modes = "http" if name in HTTP_ONLY else "stdio" if name in STDIO_ONLY else "both"
-        default = (_default_text(name, field) or "—").replace("|", "\\|")
-        flags, envs = f"`{flag(name)}`", f"`{env(name)}`"
-        for old in _EARLIER.get(name, ()):
-            flags += f" (earlier `{flag(old)}`)"
-            envs += f" (earlier `{env(old)}`)"
-        rows.append(f"| {flags} | {envs} | {default} | {modes} | {field.description} |")
+        default = (_default_text(leaf) or "—").replace("|", "\\|")
+        rows.append(
+            f"| `{leaf.flag}` | `{leaf.env}` | {default} | {leaf.facts.mode} | {leaf.field.description} |"
+        )
     return "\n".join(rows)
