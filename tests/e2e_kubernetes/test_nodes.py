@@ -38,7 +38,7 @@ class Workers(NullObserver):
     def __init__(self) -> None:
         self.ids: list[str] = []
 
-    def execute(self, event: ExecuteEvent) -> None:
+    def execute_outcome(self, event: ExecuteEvent) -> None:
         self.ids.append(event.worker_id)
 
 

@@ -43,7 +43,7 @@ class Events(NullObserver):
     def __init__(self) -> None:
         self.events: list[ExecuteEvent] = []
 
-    def execute(self, event: ExecuteEvent) -> None:
+    def execute_outcome(self, event: ExecuteEvent) -> None:
         self.events.append(event)
 
 

@@ -37,7 +37,7 @@ class Executes(Events):
         super().__init__()
         self.executes: list[codemode.ExecuteEvent] = []
 
-    def execute(self, event: codemode.ExecuteEvent) -> None:
+    def execute_outcome(self, event: codemode.ExecuteEvent) -> None:
         self.executes.append(event)
 
 

@@ -22,7 +22,7 @@ class Events:
     def native_call(self, event: codemode.CallEvent) -> None:
         self.calls.append(event)
 
-    def execute(self, event: codemode.ExecuteEvent) -> None:
+    def execute_outcome(self, event: codemode.ExecuteEvent) -> None:
         self.executes.append(event)
 
     def execute_started(self, subject_id: str) -> None:

@@ -18,7 +18,7 @@ class Sandboxes(NullObserver):
     def __init__(self) -> None:
         self.events: list[ExecuteEvent] = []
 
-    def execute(self, event: ExecuteEvent) -> None:
+    def execute_outcome(self, event: ExecuteEvent) -> None:
         self.events.append(event)
 
     def workers(self) -> list[str]:

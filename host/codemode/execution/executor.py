@@ -343,14 +343,16 @@ class Executor:
                     exc,
                 )
             self._quota_down = True
-            self.observer.execute(ExecuteEvent(subject_id, "internal", 0.0, 0, "", cause=QUOTA_STORE))
+            self.observer.execute_outcome(ExecuteEvent(subject_id, "internal", 0.0, 0, "", cause=QUOTA_STORE))
             trace.finish("internal", None, 0, "")
             raise Internal() from None
         if self._quota_down:
             self._quota_down = False
             log.warning("quota store %r answers again", self.quota.name)
         if hold is None:
-            self.observer.execute(ExecuteEvent(subject_id, "resource_limit", 0.0, 0, "", cause="quota"))
+            self.observer.execute_outcome(
+                ExecuteEvent(subject_id, "resource_limit", 0.0, 0, "", cause="quota")
+            )
             trace.finish("resource_limit", "quota", 0, "")
             raise ResourceLimit("quota")
         return hold
@@ -505,7 +507,7 @@ class Executor:
 
     def _record(self, run: _Run) -> None:
         """The execute's event for the observer and the end of its span."""
-        self.observer.execute(
+        self.observer.execute_outcome(
             ExecuteEvent(
                 subject_id=run.subject.id,
                 outcome=run.outcome,

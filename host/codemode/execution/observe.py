@@ -4,7 +4,7 @@ knowing about metrics or logs. Observers see ids, decisions, outcomes and durati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from ..common.outcomes import ExecuteOutcome
 
@@ -86,9 +86,11 @@ class ExecuteEvent:
     cause: str = ""
 
 
+@runtime_checkable
 class Observer(Protocol):
     """What ``Builder(observer=...)`` takes: four hooks, called on the event loop, which must not
-    block or raise (a metrics registry, an audit log)."""
+    block or raise (a metrics registry, an audit log). ``Builder.build()`` refuses an observer
+    missing one."""
 
     def native_call(self, event: CallEvent) -> None:
         """One native call, once the host is done with it.
@@ -98,8 +100,8 @@ class Observer(Protocol):
         """
         ...
 
-    def execute(self, event: ExecuteEvent) -> None:
-        """One execute, once it has ended.
+    def execute_outcome(self, event: ExecuteEvent) -> None:
+        """How one execute ended, once it has.
 
         Args:
             event: its subject, outcome, duration and call count.
@@ -130,8 +132,8 @@ class NullObserver:
         """Ignores the call."""
         return None
 
-    def execute(self, event: ExecuteEvent) -> None:
-        """Ignores the execute."""
+    def execute_outcome(self, event: ExecuteEvent) -> None:
+        """Ignores the execute's outcome."""
         return None
 
     def execute_started(self, subject_id: str) -> None:

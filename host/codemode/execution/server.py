@@ -204,6 +204,9 @@ class Builder:
             problems.append('tracing: subject must be "hash" or "omit"')
         elif self._tracing is not None and not callable(getattr(self._tracing.provider, "get_tracer", None)):
             problems.append("tracing: provider must be an OpenTelemetry TracerProvider")
+        if self._observer is not None and not isinstance(self._observer, Observer):
+            hooks = "native_call, execute_outcome, execute_started and execute_finished"
+            problems.append(f"observer: must have {hooks}")
         if self._quota_store is not None and not isinstance(self._quota_store, QuotaStore):
             problems.append("quota_store: must have acquire(subject_id, quota) and release(hold)")
         if self._store is not None and not isinstance(self._store, Store):

@@ -63,7 +63,6 @@ from ..startup.config import ConfigError, Settings, load_settings, names
 from ..store import StoreUnavailable
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
-from .open_requests import RequestGuard
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
 from .hosts import HostOriginCheck, allowed_hosts_for
 from .jsonrpc import JSONRPCBodyCheck
@@ -71,6 +70,7 @@ from .listeners import SIDE_CONNECTIONS, SideServer, bind_listeners, start_side_
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .open_requests import RequestGuard
 from .peers import ClientAddress, TrustedProxies
 from .refusals import RefusalSummary
 from .sessions import BoundedSessionManager
@@ -134,10 +134,10 @@ class _Observer:
             except Exception:
                 log.exception("observer failed on a native call event")
 
-    def execute(self, event: ExecuteEvent) -> None:
+    def execute_outcome(self, event: ExecuteEvent) -> None:
         for sink in (self.service.metrics, self.service.audit):
             try:
-                sink.execute(event)
+                sink.execute_outcome(event)
             except Exception:
                 log.exception("observer failed on an execute event")
 

@@ -74,7 +74,7 @@ class AuditLog:
             **asked,
         )
 
-    def execute(self, event: ExecuteEvent) -> None:
+    def execute_outcome(self, event: ExecuteEvent) -> None:
         self.emit(
             "execute",
             subject=event.subject_id,

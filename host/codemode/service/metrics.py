@@ -246,7 +246,7 @@ class Metrics:
         if event.decision in ("allow", "approved") and event.outcome != "not_run":
             self.native_call_seconds.labels(event.capability_id).observe(event.handler_seconds)
 
-    def execute(self, event: ExecuteEvent) -> None:
+    def execute_outcome(self, event: ExecuteEvent) -> None:
         self.executes.labels(event.outcome).inc()
         self.execute_seconds.labels(event.outcome).observe(max(0.0, event.seconds))
         if event.oom_killed:
