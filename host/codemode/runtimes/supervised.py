@@ -33,6 +33,7 @@ from codemode_worker import PROTOCOL_VERSION
 from codemode_worker import supervisor_channel as channel
 
 from .base import ExitInfo, Sandbox, SandboxClosed, SpawnFailed
+from .once import DestroyOnce
 from .streams import STDERR_TAIL
 
 __all__ = ["PING", "SELF_END_GRACE", "SUPERVISOR_ENTRY", "Lease", "Supervised", "supervisor_command"]
@@ -221,7 +222,7 @@ class Lease:
         self._input_closed = False
         self._ended = False
         self._reusable = False
-        self._destroying: asyncio.Future[ExitInfo] | None = None
+        self._destroy = DestroyOnce()
         self.exit_info: ExitInfo | None = None
         #: Its worker answered the supervisor's probe already (no probe from the host needed).
         self.ready = box.ready_epoch == epoch
@@ -311,12 +312,10 @@ class Lease:
     def ending(self) -> bool:
         """Its execute is over (marked ``reusable()``) or ``destroy()`` began: the sandbox comes
         back (or is recycled) within ``end_timeout``; ``ended`` is set then."""
-        return self._reusable or self._destroying is not None
+        return self._reusable or self._destroy.begun
 
     async def destroy(self) -> ExitInfo:
-        if self._destroying is None:
-            self._destroying = asyncio.ensure_future(self._end())
-        return await asyncio.shield(self._destroying)
+        return await self._destroy(self._end, background=True)
 
     async def _end(self) -> ExitInfo:
         box = self.box

@@ -30,6 +30,7 @@ import signal
 from collections.abc import Callable
 
 from ..base import ExitInfo, SandboxClosed
+from ..once import DestroyOnce
 from .ipc_cleanup import remove_all_ipc_of
 from .template import TemplateGone, WorkerTemplate, keep_tail
 
@@ -85,7 +86,7 @@ class ForkedSandbox:
         self._stderr_done = self._loop.create_future()
         self._exited = False
         self._exit: ExitInfo | None = None
-        self._destroying: asyncio.Future[ExitInfo] | None = None
+        self._destroy = DestroyOnce()
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._loop.add_reader(self._stderr_fd, self._on_stderr)
         self._loop.add_reader(pidfd, self._on_exit)
@@ -182,20 +183,7 @@ class ForkedSandbox:
     # -- the end ------------------------------------------------------------------------------
 
     async def destroy(self) -> ExitInfo:
-        if self._destroying is None:
-            self._destroying = self._loop.create_future()
-            try:
-                info = await self._destroy_once()
-            except BaseException as exc:
-                info = ExitInfo(exit_code=None)
-                self._destroying.set_result(info)
-                self._finish(info)
-                if isinstance(exc, Exception):
-                    return info
-                raise
-            self._destroying.set_result(info)
-            return info
-        return await asyncio.shield(self._destroying)
+        return await self._destroy(self._destroy_once, on_failure=self._finish)
 
     async def _destroy_once(self) -> ExitInfo:
         await self.close_input()  # nothing awaited before the kill: closing stdin does not wait

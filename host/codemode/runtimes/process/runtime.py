@@ -50,6 +50,7 @@ from codemode_worker.privileges import UID_VARIABLE
 
 from ..base import ExitInfo, OptionError, RuntimeUnavailable, SandboxClosed, SpawnFailed
 from ..handshake import probe
+from ..once import DestroyOnce
 from . import host_memory
 from .forked import ForkedSandbox
 from .ipc_cleanup import remove_all_ipc_of
@@ -172,7 +173,7 @@ class ProcessSandbox:
         self.uid = uid
         self._stderr = bytearray()
         self._exit: ExitInfo | None = None
-        self._destroying: asyncio.Future[ExitInfo] | None = None
+        self._destroy = DestroyOnce()
         self.contained = uid is None
         assert proc.stderr is not None
         # Keep only a bounded tail for host logs; reading it all keeps the pipe from filling.
@@ -236,19 +237,7 @@ class ProcessSandbox:
         return self._exit is None and self._proc.returncode is None
 
     async def destroy(self) -> ExitInfo:
-        if self._destroying is None:
-            self._destroying = asyncio.get_running_loop().create_future()
-            try:
-                info = await self._destroy_once()
-            except BaseException as exc:
-                info = ExitInfo(exit_code=None)
-                self._destroying.set_result(info)
-                if isinstance(exc, Exception):
-                    return info
-                raise
-            self._destroying.set_result(info)
-            return info
-        return await asyncio.shield(self._destroying)
+        return await self._destroy(self._destroy_once)
 
     async def _destroy_once(self) -> ExitInfo:
         proc = self._proc
