@@ -104,13 +104,15 @@ async def sustained(server: Any, subject: Any, concurrency: int, total: int) -> 
 class PinnedRuntime(KubernetesRuntime):
     """The runtime's own pods, on one node (``node``), optionally without the read-only emptyDir."""
 
-    def __init__(self, *, node: str, shadow: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, node: str, shadow: bool = True, **options: Any) -> None:
+        super().__init__(KubernetesOptions(**options))
         self.node = node
         self.shadow = shadow
 
-    def pod_manifest(self, pod_name: str, supervised: bool = False) -> k8s.V1Pod:
-        pod = super().pod_manifest(pod_name, supervised)
+    def pod_manifest(
+        self, pod_name: str, supervised: bool = False, avoided_nodes: list[str] | None = None
+    ) -> k8s.V1Pod:
+        pod = super().pod_manifest(pod_name, supervised, avoided_nodes)
         assert pod.spec is not None
         pod.spec.node_selector = {"kubernetes.io/hostname": self.node}
         if not self.shadow:

@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 
 import codemode
 from codemode import authz
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 from tests.support.cluster import KUBECONFIG, WORKERS, ready_nodes
 
 from ..adversarial import channel_probes as cp
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.kubernetes
 class OnOneNode(KubernetesRuntime):
     """Worker pods pinned to one node (the runtime spreads them otherwise)."""
 
-    def __init__(self, node: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, node: str, **options: Any) -> None:
+        super().__init__(KubernetesOptions(**options))
         self.node = node
 
     def pod_manifest(

@@ -100,7 +100,7 @@ async def test_a_fresh_pod_is_attached_before_the_api_reports_it_running_and_los
 
 
 async def test_a_pod_whose_worker_does_not_run_yet_is_refused_exactly_and_retried(cluster: None) -> None:
-    rt = HeldPod(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0)
+    rt = HeldPod(KubernetesOptions(kubeconfig=KUBECONFIG, namespace=WORKERS, spawn_timeout=60.0))
     api = core_api()
     # What the API server and the kubelet answer now (the texts the retry decision matches).
     name = f"codemode-worker-{time.monotonic_ns() % 10**16:016d}"

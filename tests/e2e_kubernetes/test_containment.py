@@ -1,6 +1,6 @@
 """A compromised interpreter in a worker pod: what arbitrary Python can do there (nothing useful).
 
-``KubernetesRuntime(testing_entry=True)`` runs the test twin of the worker image
+``KubernetesOptions(testing_entry=True)`` runs the test twin of the worker image
 (``codemode-worker-testing``, imported by scripts/provision-kubernetes.sh; another name with
 ``CODEMODE_TESTING_IMAGE``), which executes the exec frame's source as Python: the worst case of a
 Starlark escape. The program reports what it finds: what the pod spec ``kubernetes.pod.worker_pod``

@@ -279,10 +279,10 @@ _HOST = textwrap.dedent(
     import asyncio, sys
     import codemode
     from codemode import authz
-    from codemode.runtimes.kubernetes import KubernetesRuntime
+    from codemode.runtimes.kubernetes import KubernetesOptions, KubernetesRuntime
 
     async def main():
-        rt = KubernetesRuntime(kubeconfig=sys.argv[1], namespace=sys.argv[2])
+        rt = KubernetesRuntime(KubernetesOptions(kubeconfig=sys.argv[1], namespace=sys.argv[2]))
         b = codemode.Builder(
             authorizer=authz.allow_all(),
             runtime=rt,
