@@ -339,7 +339,7 @@ case "$GVISOR" in
 0 | no | false) log "gVisor: skipped (CODEMODE_GVISOR=$GVISOR)" ;;
 *)
     if gvisor_setup; then
-        log "gVisor: runtime 'runsc' registered and verified (use DockerRuntime(runtime=\"runsc\"))"
+        log "gVisor: runtime 'runsc' registered and verified (use DockerOptions(oci_runtime=\"runsc\") or --docker-oci-runtime runsc)"
     elif [ "$GVISOR" = "1" ]; then
         die "gVisor was required (CODEMODE_GVISOR=1) but runsc does not work here"
     else

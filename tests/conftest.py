@@ -1,9 +1,9 @@
 """Fixtures shared by the whole suite.
 
 Worker images: ``CODEMODE_TEST_WORKER_IMAGE`` (a freshly built production tag) becomes the default
-image of every ``DockerRuntime`` and ``KubernetesRuntime`` the integration, adversarial and e2e tests
-make, so the suite can run against an image under test without touching the shared tag (tests that
-name an image keep it; unit tests keep the real default).
+image of every ``DockerOptions`` and ``KubernetesOptions`` (so of every runtime) the integration,
+adversarial and e2e tests make, so the suite can run against an image under test without touching
+the shared tag (tests that name an image keep it; unit tests keep the real default).
 
 Docker: a test that needs the engine takes ``docker_api`` (one low-level client for the session).
 Without a reachable engine or without the worker image the test is skipped with the reason locally
@@ -13,6 +13,7 @@ engine and builds the images.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -22,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
-from codemode.runtimes.kubernetes import KubernetesRuntime
+from codemode.runtimes.docker import DEFAULT_IMAGE, DockerOptions
+from codemode.runtimes.kubernetes import KubernetesOptions
 from tests.support import environment, postgres
 from tests.support.environment import unavailable
 
@@ -94,8 +95,12 @@ def worker_image_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.
     tests keep the real default (they check it)."""
     image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
     if "unit" not in request.node.path.parts:
-        for cls in (DockerRuntime, KubernetesRuntime):
-            monkeypatch.setitem(cls.__init__.__kwdefaults__, "image", image)
+        for cls in (DockerOptions, KubernetesOptions):
+            # the default of the dataclass's ``image`` parameter (every field has a default)
+            names = [f.name for f in dataclasses.fields(cls) if f.init]
+            defaults = list(cls.__init__.__defaults__)
+            defaults[names.index("image") - (len(names) - len(defaults))] = image
+            monkeypatch.setattr(cls.__init__, "__defaults__", tuple(defaults))
     return image
 
 

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from codemode import authz
-from codemode.runtimes.docker import _OWNER, DockerRuntime
-from codemode.runtimes.masked_paths import ENGINE_DEFAULTS, MASKED_PATHS
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
+from codemode.runtimes.docker._orphans import OWNER as _OWNER
+from codemode.runtimes.docker.masked_paths import ENGINE_DEFAULTS, MASKED_PATHS
 from tests.support.docker_engine import worker_containers
 from tests.support.reuse import reuse_server
 
@@ -42,7 +43,7 @@ def no_leaked_containers(docker_api: Any) -> Iterator[None]:
 
 @pytest.fixture
 async def runtime(docker_api: Any) -> AsyncIterator[DockerRuntime]:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)
+    rt = DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE))
     yield rt
     await rt.aclose()
 
@@ -93,7 +94,12 @@ async def test_shared_kernel_objects_stay_refused(runtime: DockerRuntime) -> Non
 
 async def test_no_futex_channel_between_reuse_sandboxes(docker_api: Any) -> None:
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=rp.SUPERVISOR
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME,
+            testing_entry=True,
+            image=TESTING_IMAGE,
+            supervisor_entrypoint=rp.SUPERVISOR,
+        )
     )
     server, _, seen = await reuse_server(rt, size=2)
     try:
@@ -128,7 +134,12 @@ async def test_no_mapping_count_channel_between_containers(runtime: DockerRuntim
 
 async def test_no_mapping_count_channel_between_reuse_sandboxes(docker_api: Any) -> None:
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=rp.SUPERVISOR
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME,
+            testing_entry=True,
+            image=TESTING_IMAGE,
+            supervisor_entrypoint=rp.SUPERVISOR,
+        )
     )
     server, _, seen = await reuse_server(rt, size=2)
     begin = time.time() + 6

@@ -1,7 +1,7 @@
 """Escape suite: a compromised worker inside the Docker runtime's container must stay contained.
 
 Starlark has no I/O, so these tests use the TEST-ONLY worker entry
-(``python -m codemode_worker.testing_entry``, enabled by ``DockerRuntime(testing_entry=True)``):
+(``python -m codemode_worker.testing_entry``, enabled by ``DockerOptions(testing_entry=True)``):
 it answers the probe like the real worker, then runs the exec frame's ``source`` as arbitrary
 **Python**, with the same limits. The production image does not contain that entry: the tests run
 the test image (``worker_image/Dockerfile --target testing``, ``codemode-worker-testing:1``; override
@@ -32,7 +32,14 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.runtimes.base import SpawnFailed
-from codemode.runtimes.docker import _OWNER, DEFAULT_IMAGE, STDERR_TAIL, DockerRuntime, DockerSandbox
+from codemode.runtimes.docker import (
+    DEFAULT_IMAGE,
+    STDERR_TAIL,
+    DockerOptions,
+    DockerRuntime,
+    DockerSandbox,
+)
+from codemode.runtimes.docker._orphans import OWNER as _OWNER
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
 from tests.support.docker_engine import read_exact, read_frame, worker_containers
@@ -74,7 +81,7 @@ def no_leaked_containers(docker_api: Any) -> Iterator[None]:
 
 @pytest.fixture
 async def testing_runtime(docker_api: Any) -> AsyncIterator[DockerRuntime]:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)
+    rt = DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE))
     yield rt
     await rt.aclose()
 
@@ -355,7 +362,9 @@ async def test_a_workers_stderr_is_not_stored_on_the_hosts_disk(
 async def test_fork_is_refused_and_a_thread_bomb_is_stopped_by_the_pids_limit(docker_api: Any) -> None:
     """The worker's filter refuses fork (clone without CLONE_THREAD); threads it must allow (the
     interpreter runs on one), and the pids limit bounds them."""
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, pids_limit=32)
+    rt = DockerRuntime(
+        DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, max_processes=32)
+    )
     source = r"""
 import errno, os, time, threading
 try:
@@ -402,7 +411,9 @@ time.sleep(600)  # keep the bomb alive until the host destroys the container
 
 
 async def test_memory_bomb_is_oom_killed(docker_api: Any) -> None:
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, memory_bytes=128 * MiB)
+    rt = DockerRuntime(
+        DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, memory=128 * MiB)
+    )
     try:
         sandbox = await rt.spawn()
         await sandbox.write(exec_frame("blocks = []\nwhile True:\n    blocks.append(bytearray(16 << 20))\n"))
@@ -417,7 +428,9 @@ async def test_memory_bomb_is_oom_killed(docker_api: Any) -> None:
 
 async def test_memory_bomb_is_resource_limit_exceeded_for_the_client(docker_api: Any) -> None:
     srv = server(
-        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, memory_bytes=128 * MiB),
+        DockerRuntime(
+            DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, memory=128 * MiB)
+        ),
         max_execution_time=30.0,
     )
     try:
@@ -431,7 +444,9 @@ async def test_memory_bomb_is_resource_limit_exceeded_for_the_client(docker_api:
 async def test_cpu_is_throttled_to_the_quota(docker_api: Any) -> None:
     if GVISOR:
         pytest.skip("gVisor virtualizes process CPU time; the quota applies to its sentry on the host")
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, cpus=0.25)
+    rt = DockerRuntime(
+        DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, cpus=0.25)
+    )
     source = r"""
 import time
 t0, c0 = time.monotonic(), time.process_time()
@@ -448,7 +463,8 @@ final({"wall": time.monotonic() - t0, "cpu": time.process_time() - c0})
 
 async def test_cpu_spin_is_killed_at_the_deadline(docker_api: Any) -> None:
     srv = server(
-        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=2.0
+        DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)),
+        max_execution_time=2.0,
     )
     try:
         t0 = time.monotonic()
@@ -475,7 +491,9 @@ async def test_cpu_spin_is_killed_by_destroy(testing_runtime: DockerRuntime, doc
 
 
 async def test_giant_final_value_is_refused(docker_api: Any) -> None:
-    srv = server(DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE))
+    srv = server(
+        DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE))
+    )
     try:
         with pytest.raises(codemode.CodeModeError) as err:
             await srv.execute("final('x' * (8 << 20))\n", subject=SUBJECT)
@@ -487,7 +505,8 @@ async def test_giant_final_value_is_refused(docker_api: Any) -> None:
 
 async def test_huge_frame_header_is_refused_without_allocating(docker_api: Any) -> None:
     srv = server(
-        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=10.0
+        DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)),
+        max_execution_time=10.0,
     )
     try:
         t0 = time.monotonic()
@@ -501,7 +520,9 @@ async def test_huge_frame_header_is_refused_without_allocating(docker_api: Any) 
 
 async def test_stdout_flood_is_bounded_on_the_host(docker_api: Any) -> None:
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, stdout_buffer_bytes=256 * 1024
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, stdout_buffer_bytes=256 * 1024
+        )
     )
     try:
         sandbox = await rt.spawn()
@@ -522,7 +543,8 @@ async def test_stdout_flood_is_bounded_on_the_host(docker_api: Any) -> None:
 
 async def test_stdout_flood_is_internal_failure_for_the_client(docker_api: Any) -> None:
     srv = server(
-        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=10.0
+        DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)),
+        max_execution_time=10.0,
     )
     try:
         t0 = time.monotonic()
@@ -565,7 +587,7 @@ async def test_worker_closing_its_streams_ends_at_the_deadline(docker_api: Any) 
     # The worker closes stdin, stdout and stderr and hangs. Docker keeps the attach connection open
     # while its stdin copy is pending, so the host sees silence, not EOF: the execution deadline
     # ends it (resource limit exceeded) and the container is killed and removed.
-    rt = DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)
+    rt = DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE))
     srv = server(rt, max_execution_time=3.0)
     source = "import os, time\nstdout.close()\nos.close(0)\nos.close(1)\nos.close(2)\ntime.sleep(600)\n"
     try:
@@ -580,9 +602,11 @@ async def test_worker_closing_its_streams_ends_at_the_deadline(docker_api: Any) 
 
 async def test_worker_that_never_answers_the_probe(docker_api: Any) -> None:
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME,
-        entrypoint=["python3", "-I", "-c", "import time; time.sleep(600)"],
-        spawn_timeout=2.0,
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME,
+            entrypoint=["python3", "-I", "-c", "import time; time.sleep(600)"],
+            spawn_timeout=2.0,
+        )
     )
     try:
         t0 = time.monotonic()
@@ -595,7 +619,8 @@ async def test_worker_that_never_answers_the_probe(docker_api: Any) -> None:
 
 async def test_worker_that_never_answers_the_program(docker_api: Any) -> None:
     srv = server(
-        DockerRuntime(runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE), max_execution_time=2.0
+        DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE)),
+        max_execution_time=2.0,
     )
     try:
         t0 = time.monotonic()
@@ -609,10 +634,12 @@ async def test_worker_that_never_answers_the_program(docker_api: Any) -> None:
 async def test_testing_entry_refuses_to_run_without_its_variable(docker_api: Any) -> None:
     # The test entry is inert in a normal deployment: without CODEMODE_WORKER_TESTING=1 it exits 3.
     rt = DockerRuntime(
-        image=TESTING_IMAGE,
-        runtime=OCI_RUNTIME,
-        entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
-        spawn_timeout=5.0,
+        DockerOptions(
+            image=TESTING_IMAGE,
+            oci_runtime=OCI_RUNTIME,
+            entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
+            spawn_timeout=5.0,
+        )
     )
     try:
         with pytest.raises(SpawnFailed):
@@ -624,10 +651,12 @@ async def test_testing_entry_refuses_to_run_without_its_variable(docker_api: Any
 async def test_production_image_has_no_test_entry(docker_api: Any) -> None:
     # Even with its variable set, the production image cannot run the test entry: it is not there.
     rt = DockerRuntime(
-        image=PRODUCTION_IMAGE,
-        runtime=OCI_RUNTIME,
-        entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
-        spawn_timeout=5.0,
+        DockerOptions(
+            image=PRODUCTION_IMAGE,
+            oci_runtime=OCI_RUNTIME,
+            entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
+            spawn_timeout=5.0,
+        )
     )
     rt.testing_entry = True  # the variable only; the image is the production one
     try:

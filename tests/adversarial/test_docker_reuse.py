@@ -21,7 +21,8 @@ import pytest
 
 import codemode
 from codemode import authz
-from codemode.runtimes.docker import _OWNER, DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
+from codemode.runtimes.docker._orphans import OWNER as _OWNER
 from tests.support.docker_engine import worker_containers
 from tests.support.reuse import Sandboxes, reuse_server
 
@@ -49,7 +50,9 @@ async def reuse(
 ) -> AsyncIterator[tuple[codemode.Server, Sandboxes]]:
     command = rp.UNCONFINED if request.param == "unconfined" else rp.SUPERVISOR
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
+        )
     )
     server, _, seen = await reuse_server(rt)
     yield server, seen

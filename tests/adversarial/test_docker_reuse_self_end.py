@@ -26,7 +26,7 @@ import codemode
 from codemode import authz
 from codemode.common.errors import Internal
 from codemode.runtimes import supervised
-from codemode.runtimes.docker import DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
 from codemode.runtimes.reuse import ReusePool
 from codemode_worker import supervisor_channel as channel
 from tests.support.docker_engine import worker_containers
@@ -63,7 +63,9 @@ class Rig:
 
 async def _rig(command: list[str], **pool: Any) -> tuple[Rig, DockerRuntime]:
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
+        )
     )
     rec = Recorder(deny={"records.lookup"})
     reuse = ReusePool(rt, pool.pop("size", 1), **{"max_executes": 50, **pool})

@@ -33,7 +33,7 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import ResourceLimit
-from codemode.runtimes.docker import DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
 from tests.support.docker_engine import worker_containers
 from tests.support.reuse import reuse_server
 
@@ -97,7 +97,9 @@ async def server(request: pytest.FixtureRequest, docker_api: Any) -> AsyncIterat
     variant = getattr(request, "param", "unconfined")
     command = rp.SUPERVISOR if variant == "confined" else rp.UNCONFINED
     rt = DockerRuntime(
-        runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
+        DockerOptions(
+            oci_runtime=OCI_RUNTIME, testing_entry=True, image=TESTING_IMAGE, supervisor_entrypoint=command
+        )
     )
     srv, _, _ = await reuse_server(rt, limits=codemode.Limits(max_execution_time=DEADLINE))
     yield srv

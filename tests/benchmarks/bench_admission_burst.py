@@ -98,10 +98,10 @@ def main() -> None:
     p.add_argument("--subjects", type=int, default=2)
     args = p.parse_args()
     if args.runtime == "docker":
-        from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
+        from codemode.runtimes.docker import DEFAULT_IMAGE, DockerOptions, DockerRuntime
 
         image = args.image or DEFAULT_IMAGE
-        asyncio.run(run_all(lambda: DockerRuntime(image=image), args))
+        asyncio.run(run_all(lambda: DockerRuntime(DockerOptions(image=image)), args))
     else:
         asyncio.run(run_all(lambda: codemode.ProcessRuntime(ProcessOptions(spawn="classic")), args))
 

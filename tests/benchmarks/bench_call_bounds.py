@@ -102,9 +102,9 @@ def _process() -> Runtime:
 
 
 def _docker() -> Runtime:
-    from codemode.runtimes.docker import DockerRuntime
+    from codemode.runtimes.docker import DockerOptions, DockerRuntime
 
-    return DockerRuntime(testing_entry=True, image=_TESTING_IMAGE)
+    return DockerRuntime(DockerOptions(testing_entry=True, image=_TESTING_IMAGE))
 
 
 def _kubernetes() -> Runtime | None:

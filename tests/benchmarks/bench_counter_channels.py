@@ -22,7 +22,7 @@ from typing import Any
 
 import codemode
 from codemode import authz
-from codemode.runtimes.docker import DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
 from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from tests.adversarial import channel_probes as cp
 from tests.adversarial.test_docker_escape import TESTING_IMAGE as DOCKER_TESTING_IMAGE
@@ -37,7 +37,7 @@ def runtime(kind: str) -> codemode.Runtime:
             ProcessOptions(module="codemode_worker.testing_entry", extra_env={"CODEMODE_WORKER_TESTING": "1"})
         )
     if kind == "docker":
-        return DockerRuntime(testing_entry=True, image=DOCKER_TESTING_IMAGE)
+        return DockerRuntime(DockerOptions(testing_entry=True, image=DOCKER_TESTING_IMAGE))
     from tests.e2e_kubernetes.test_channels import OnOneNode
     from tests.e2e_kubernetes.test_containment import TESTING_IMAGE
     from tests.support.cluster import KUBECONFIG, WORKERS, ready_nodes

@@ -47,7 +47,7 @@ from typing import Any
 
 from codemode.ops.bench import aecho
 from codemode.ops.percentile import percentile
-from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerRuntime
+from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerOptions, DockerRuntime
 
 from . import pool_burst
 
@@ -188,7 +188,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     # warm the image cache / page cache once
     engine_raw_once(api, args.image, args.runtime)
 
-    rt = DockerRuntime(image=args.image, runtime=args.runtime)
+    rt = DockerRuntime(DockerOptions(image=args.image, oci_runtime=args.runtime))
     await rt.check()
     naive_ok = shutil.which("docker") is not None
     # Interleaved, one of each per round, so that load spikes from anything else on the machine
@@ -236,7 +236,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         from codemode import authz
 
         subject = authz.Subject("bench")
-        cold_server = build_server(DockerRuntime(image=args.image, runtime=args.runtime))
+        cold_server = build_server(DockerRuntime(DockerOptions(image=args.image, oci_runtime=args.runtime)))
         await cold_server.execute(TRIVIAL, subject=subject)
         cold = await timed(lambda: cold_server.execute(TRIVIAL, subject=subject), args.n)
         results["execute_cold"] = show("execute trivial, cold (no pool)", cold)
@@ -266,7 +266,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             f"{args.concurrency}  = {default / raw_conc:.2f}x the raw engine rate (goal >= 1.5)"
         )
 
-        pool = codemode.WarmPool(DockerRuntime(image=args.image, runtime=args.runtime), args.pool)
+        pool = codemode.WarmPool(
+            DockerRuntime(DockerOptions(image=args.image, oci_runtime=args.runtime)), args.pool
+        )
         warm_server = build_server(pool)
         await warm_server.start()
 
@@ -304,7 +306,7 @@ async def default_rate(image: str, oci: str | None, pool_size: int, concurrency:
     import codemode
     from codemode import authz
 
-    pool = codemode.WarmPool(DockerRuntime(image=image, runtime=oci), pool_size)
+    pool = codemode.WarmPool(DockerRuntime(DockerOptions(image=image, oci_runtime=oci)), pool_size)
     server = build_server(pool)
     await server.start()
     try:
@@ -370,7 +372,7 @@ async def oci_compare(args: argparse.Namespace) -> dict[str, Any]:
             got[name]["default"].append(
                 await default_rate(args.image, name, args.pool, args.concurrency, total)
             )
-            rt = DockerRuntime(image=args.image, runtime=name)
+            rt = DockerRuntime(DockerOptions(image=args.image, oci_runtime=name))
             for _ in range(5):
                 t0 = time.perf_counter()
                 sandbox = await rt.spawn()
@@ -437,7 +439,9 @@ def main() -> None:
     if args.burst_pattern:
         args.window = args.window or [2.0]
         image, oci = args.image, args.runtime
-        found = asyncio.run(pool_burst.run_all(lambda: DockerRuntime(image=image, runtime=oci), args))
+        found = asyncio.run(
+            pool_burst.run_all(lambda: DockerRuntime(DockerOptions(image=image, oci_runtime=oci)), args)
+        )
         if args.json:
             json.dump([vars(r) for r in found], sys.stdout, indent=2)
             print()

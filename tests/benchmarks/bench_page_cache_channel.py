@@ -31,7 +31,7 @@ from typing import Any
 
 import docker
 
-from codemode.runtimes.docker import DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
 from tests.adversarial.channel_probes import message
 from tests.adversarial.test_docker_escape import TESTING_IMAGE, run_python
 
@@ -153,7 +153,7 @@ async def main() -> None:
     if args.bits * STRIDE + CALIBRATION * STRIDE > 440:
         raise SystemExit("--bits: the file has room for about 200 bits")
     host_file = layer_path(TESTING_IMAGE, FILE)
-    rt = DockerRuntime(runtime=args.runtime, testing_entry=True, image=TESTING_IMAGE)
+    rt = DockerRuntime(DockerOptions(oci_runtime=args.runtime, testing_entry=True, image=TESTING_IMAGE))
     try:
         for _ in range(args.runs):
             r = await one_run(rt, host_file, args.bits)

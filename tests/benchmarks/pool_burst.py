@@ -205,10 +205,10 @@ def main() -> None:
     args = p.parse_args()
     args.window = args.window or [2.0]
     if args.runtime == "docker":
-        from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
+        from codemode.runtimes.docker import DEFAULT_IMAGE, DockerOptions, DockerRuntime
 
         image = args.image or DEFAULT_IMAGE
-        asyncio.run(run_all(lambda: DockerRuntime(image=image), args))
+        asyncio.run(run_all(lambda: DockerRuntime(DockerOptions(image=image)), args))
     else:
         asyncio.run(run_all(lambda: codemode.ProcessRuntime(ProcessOptions(spawn="classic")), args))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from codemode.runtimes.docker import DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
 from tests.support.docker_engine import encode, fake_worker, read_frame
 
 pytestmark = pytest.mark.docker
@@ -53,7 +53,7 @@ for i in range(32):
 _o.flush()
 _i.read()
 """
-    rt = DockerRuntime(entrypoint=fake_worker(body), stdout_buffer_bytes=256 * 1024)
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker(body), stdout_buffer_bytes=256 * 1024))
     try:
         sandbox = await rt.spawn()
         await sandbox.write(encode({"k": "go"}))

@@ -22,12 +22,13 @@ from codemode import authz
 from codemode.common.errors import ResourceLimit
 from codemode.runtimes.base import ExitInfo, Runtime, RuntimeUnavailable, Sandbox, SandboxClosed, SpawnFailed
 from codemode.runtimes.docker import (
-    _OWNER,
     DEFAULT_IMAGE,
     WORKER_USER,
+    DockerOptions,
     DockerRuntime,
     DockerSandbox,
 )
+from codemode.runtimes.docker._orphans import OWNER as _OWNER
 from codemode.runtimes.seccomp_profile import docker_profile
 from tests.support.docker_engine import (
     encode,
@@ -119,7 +120,7 @@ async def test_destroy_running_worker_kills_it(runtime: DockerRuntime, docker_ap
 
 
 async def test_hardening_flags_and_labels_are_applied(docker_api: Any) -> None:
-    rt = DockerRuntime(memory_bytes=128 * MiB, cpus=0.5, pids_limit=32, nofile=48)
+    rt = DockerRuntime(DockerOptions(memory=128 * MiB, cpus=0.5, max_processes=32, open_files=48))
     try:
         sandbox = await rt.spawn()
         try:
@@ -196,7 +197,7 @@ while pos < len(data):
 _o.close()
 sys.stderr.write('DONE\n')
 """
-    rt = DockerRuntime(entrypoint=fake_worker(body), stdout_buffer_bytes=256 * 1024)
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker(body), stdout_buffer_bytes=256 * 1024))
     try:
         sandbox = await rt.spawn()
         received = bytearray()
@@ -242,7 +243,9 @@ async def test_the_container_profile_refuses_without_the_workers_own_filter(dock
     """The layer under the worker's filter: a worker that never confines itself (this fake one)
     still cannot make a socket (AF_VSOCK included), io_uring, a process or a memfd under runc: the
     container's profile (runtimes.seccomp_profile) refuses them from the first instruction."""
-    rt = DockerRuntime(entrypoint=fake_worker(CONTAINER_PROFILE_PROBE))  # runc: runsc applies no profile
+    rt = DockerRuntime(
+        DockerOptions(entrypoint=fake_worker(CONTAINER_PROFILE_PROBE))
+    )  # runc: runsc applies no profile
     try:
         sandbox = await rt.spawn()
         async with asyncio.timeout(60):
@@ -270,7 +273,7 @@ while True:
         break
     _send({'k': 'echo', 'n': f['n'], 'pad': f['pad']})
 """
-    rt = DockerRuntime(entrypoint=fake_worker(body))
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker(body)))
     try:
         sandbox = await rt.spawn()
         for n in range(50):
@@ -291,7 +294,7 @@ while True:
 async def test_exit_info_when_the_worker_is_killed_by_a_signal(docker_api: Any) -> None:
     # The worker is PID 1 of its pid namespace: it can't SIGKILL itself, so kill it from outside
     # (as the kernel's OOM killer or an operator would) and let it die on its own, then destroy.
-    rt = DockerRuntime(entrypoint=fake_worker("time.sleep(300)\n"))
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker("time.sleep(300)\n")))
     try:
         sandbox = await rt.spawn()
         docker_api.kill(sandbox.container_id, signal="SIGKILL")
@@ -305,7 +308,7 @@ async def test_exit_info_when_the_worker_is_killed_by_a_signal(docker_api: Any) 
 
 
 async def test_exit_info_of_a_worker_exiting_on_its_own(docker_api: Any) -> None:
-    rt = DockerRuntime(entrypoint=fake_worker("sys.stderr.write('bye'); sys.exit(7)\n"))
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker("sys.stderr.write('bye'); sys.exit(7)\n")))
     try:
         sandbox = await rt.spawn()
         assert await read_exact(sandbox, 1) is None
@@ -320,7 +323,7 @@ async def test_exit_info_of_a_worker_exiting_on_its_own(docker_api: Any) -> None
 
 async def test_oom_kill_is_reported(docker_api: Any) -> None:
     body = "blocks = []\nwhile True:\n    blocks.append(bytearray(8 * 1024 * 1024))\n"
-    rt = DockerRuntime(entrypoint=fake_worker(body), memory_bytes=64 * MiB)
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker(body), memory=64 * MiB))
     try:
         sandbox = await rt.spawn()
         async with asyncio.timeout(30):
@@ -377,7 +380,7 @@ async def test_removal_races_with_exiting_containers(docker_api: Any) -> None:
     # Workers that exit by themselves the moment their input closes, destroyed at that same moment:
     # kill/remove race the daemon's own exit handling ("is not running", "removal in progress").
     body = "_i.read()\n"
-    rt = DockerRuntime(entrypoint=fake_worker(body))
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker(body)))
     try:
         sandboxes = await asyncio.gather(*(rt.spawn() for _ in range(6)))
         for s in sandboxes:
@@ -439,7 +442,9 @@ async def test_cancelled_spawn_leaks_nothing(docker_api: Any) -> None:
 
 
 async def test_worker_that_never_answers_the_probe_fails_the_spawn(docker_api: Any) -> None:
-    rt = DockerRuntime(entrypoint=fake_worker("time.sleep(600)\n", answer_probe=False), spawn_timeout=2.0)
+    rt = DockerRuntime(
+        DockerOptions(entrypoint=fake_worker("time.sleep(600)\n", answer_probe=False), spawn_timeout=2.0)
+    )
     try:
         t0 = time.monotonic()
         with pytest.raises(SpawnFailed, match="did not acknowledge"):
@@ -454,7 +459,7 @@ async def test_worker_that_answers_garbage_fails_the_spawn(docker_api: Any) -> N
     body = (
         "sys.stdin.buffer.read(4); sys.stdout.buffer.write(b'\\x00\\x00\\x00\\x02{}'); sys.stdout.flush()\n"
     )
-    rt = DockerRuntime(entrypoint=fake_worker(body, answer_probe=False), spawn_timeout=5.0)
+    rt = DockerRuntime(DockerOptions(entrypoint=fake_worker(body, answer_probe=False), spawn_timeout=5.0))
     try:
         with pytest.raises(SpawnFailed):
             await rt.spawn()
@@ -463,7 +468,9 @@ async def test_worker_that_answers_garbage_fails_the_spawn(docker_api: Any) -> N
 
 
 async def test_worker_that_exits_at_once_fails_the_spawn(docker_api: Any) -> None:
-    rt = DockerRuntime(entrypoint=["python3", "-I", "-c", "raise SystemExit(2)"], spawn_timeout=5.0)
+    rt = DockerRuntime(
+        DockerOptions(entrypoint=["python3", "-I", "-c", "raise SystemExit(2)"], spawn_timeout=5.0)
+    )
     try:
         with pytest.raises(SpawnFailed):
             await rt.spawn()
@@ -472,7 +479,7 @@ async def test_worker_that_exits_at_once_fails_the_spawn(docker_api: Any) -> Non
 
 
 async def test_missing_image_is_runtime_unavailable(docker_api: Any) -> None:
-    rt = DockerRuntime(image="codemode-worker:does-not-exist")
+    rt = DockerRuntime(DockerOptions(image="codemode-worker:does-not-exist"))
     try:
         with pytest.raises(RuntimeUnavailable, match="not found"):
             await rt.check()
@@ -487,7 +494,7 @@ async def test_image_without_the_protocol_label_is_runtime_unavailable(docker_ap
         docker_api.inspect_image("codemode-base:bookworm")  # labelled role=base, no protocol label
     except Exception:
         pytest.skip("codemode-base:bookworm not present (made by scripts/provision-docker.sh)")
-    rt = DockerRuntime(image="codemode-base:bookworm")
+    rt = DockerRuntime(DockerOptions(image="codemode-base:bookworm"))
     try:
         with pytest.raises(RuntimeUnavailable, match="protocol"):
             await rt.check()
@@ -496,7 +503,7 @@ async def test_image_without_the_protocol_label_is_runtime_unavailable(docker_ap
 
 
 async def test_unknown_oci_runtime_is_runtime_unavailable(docker_api: Any) -> None:
-    rt = DockerRuntime(runtime="no-such-oci-runtime")
+    rt = DockerRuntime(DockerOptions(oci_runtime="no-such-oci-runtime"))
     try:
         with pytest.raises(RuntimeUnavailable, match="no-such-oci-runtime"):
             await rt.check()
@@ -507,7 +514,7 @@ async def test_unknown_oci_runtime_is_runtime_unavailable(docker_api: Any) -> No
 
 
 async def test_unreachable_daemon_is_runtime_unavailable_and_fast() -> None:
-    rt = DockerRuntime(base_url="unix:///nonexistent.sock", api_timeout=2.0)
+    rt = DockerRuntime(DockerOptions(base_url="unix:///nonexistent.sock", api_timeout=2.0))
     try:
         t0 = time.monotonic()
         with pytest.raises(RuntimeUnavailable, match=r"nonexistent\.sock"):
@@ -543,7 +550,7 @@ async def test_hung_daemon_check_times_out(tmp_path: Any) -> None:
 
     t = threading.Thread(target=accept, daemon=True)
     t.start()
-    rt = DockerRuntime(base_url=f"unix://{path}", api_timeout=1.0, check_timeout=1.5)
+    rt = DockerRuntime(DockerOptions(base_url=f"unix://{path}", api_timeout=1.0, check_timeout=1.5))
     try:
         t0 = time.monotonic()
         with pytest.raises(RuntimeUnavailable):
@@ -583,7 +590,7 @@ def _orphan_labels(**overrides: str) -> dict[str, str]:
 
 
 def test_orphan_rule() -> None:
-    rt = DockerRuntime(label_prefix=P)
+    rt = DockerRuntime(DockerOptions(label_prefix=P))
     me = str(os.getpid())
     assert rt.is_orphan(_orphan_labels())  # same machine, owner pid not running
     # Same machine, pid running but it is another process (start time differs): pid reuse.
@@ -598,9 +605,11 @@ def test_orphan_rule() -> None:
     assert not rt.is_orphan(_orphan_labels(**{P + ".owner": rt.owner}))
     assert not rt.is_orphan(_orphan_labels(**{P + ".role": "base"}))
     # "all" removes everything that is not ours; "none" nothing.
-    everything = DockerRuntime(label_prefix=P, cleanup_orphans="all")
+    everything = DockerRuntime(DockerOptions(label_prefix=P, cleanup_orphans="all"))
     assert everything.is_orphan(_orphan_labels(**{P + ".owner-host": "elsewhere"}))
-    assert not DockerRuntime(label_prefix=P, cleanup_orphans="none").is_orphan(_orphan_labels())
+    assert not DockerRuntime(DockerOptions(label_prefix=P, cleanup_orphans="none")).is_orphan(
+        _orphan_labels()
+    )
 
 
 async def test_start_removes_orphans_of_a_dead_owner_only(docker_api: Any) -> None:
@@ -634,7 +643,7 @@ async def test_start_removes_orphans_of_a_dead_owner_only(docker_api: Any) -> No
         start=False,
     )
     try:
-        rt = DockerRuntime(label_prefix=P)
+        rt = DockerRuntime(DockerOptions(label_prefix=P))
         await rt.start()
         await rt.aclose()
         assert rt.orphans_removed >= 3
@@ -643,7 +652,7 @@ async def test_start_removes_orphans_of_a_dead_owner_only(docker_api: Any) -> No
         for cid in (alive_owner, elsewhere):
             assert not _gone(docker_api, cid)
 
-        everything = DockerRuntime(label_prefix=P, cleanup_orphans="all")
+        everything = DockerRuntime(DockerOptions(label_prefix=P, cleanup_orphans="all"))
         await everything.start()
         await everything.aclose()
         for cid in (alive_owner, elsewhere):
@@ -661,7 +670,7 @@ async def test_start_removes_orphans_of_a_dead_owner_only(docker_api: Any) -> No
 async def test_gvisor_runtime_when_registered(docker_api: Any) -> None:
     if "runsc" not in (docker_api.info().get("Runtimes") or {}):
         pytest.skip("gVisor (runsc) is not registered with dockerd (optional; see docs/docker.md)")
-    rt = DockerRuntime(runtime="runsc")
+    rt = DockerRuntime(DockerOptions(oci_runtime="runsc"))
     try:
         assert rt.name == "docker:runsc"
         await rt.check()
@@ -674,18 +683,12 @@ async def test_gvisor_runtime_when_registered(docker_api: Any) -> None:
         await rt.aclose()
 
 
-def test_constructor_validates_limits() -> None:
-    for kwargs in ({"memory_bytes": 1024}, {"cpus": 0}, {"pids_limit": 0}, {"cleanup_orphans": "x"}):
-        with pytest.raises(ValueError):
-            DockerRuntime(**kwargs)  # type: ignore[arg-type]
-
-
 _CRASHING_HOST = r"""
 import asyncio, sys
-from codemode.runtimes.docker import DockerRuntime
+from codemode.runtimes.docker import DockerOptions, DockerRuntime
 
 async def main():
-    rt = DockerRuntime(entrypoint=sys.argv[1:])
+    rt = DockerRuntime(DockerOptions(entrypoint=sys.argv[1:]))
     sandboxes = [await rt.spawn() for _ in range(2)]
     print(" ".join(s.container_id for s in sandboxes), flush=True)
     await asyncio.sleep(600)
@@ -733,7 +736,9 @@ async def test_a_final_value_at_the_size_limit_crosses_intact_as_the_worker_exit
     host's attach reader must get every byte (the engine drops what it still holds for a stream once
     the container is gone, so nothing may be left unread because the host paused). A 64 KiB stdout
     buffer makes the reader pause and resume many times within that one frame."""
-    b = codemode.Builder(authorizer=authz.allow_all(), runtime=DockerRuntime(stdout_buffer_bytes=64 * 1024))
+    b = codemode.Builder(
+        authorizer=authz.allow_all(), runtime=DockerRuntime(DockerOptions(stdout_buffer_bytes=64 * 1024))
+    )
     srv = b.build()
     at_limit, over, expected = value_at_the_limit(srv.limits.max_value_bytes)
     try:

@@ -83,11 +83,11 @@ async def test_exhaustion_is_a_named_limit_on_docker(docker_api: Any) -> None:
     # The same programs inside the Docker runtime's container (cgroup memory limit, no rlimit).
     import os
 
-    from codemode.runtimes.docker import DEFAULT_IMAGE, DockerRuntime
+    from codemode.runtimes.docker import DEFAULT_IMAGE, DockerOptions, DockerRuntime
 
     image = os.environ.get("CODEMODE_TEST_WORKER_IMAGE") or DEFAULT_IMAGE
     srv, _ = make_server(
-        runtime=DockerRuntime(image=image), max_execution_time=60.0, max_execution_steps=10**9
+        runtime=DockerRuntime(DockerOptions(image=image)), max_execution_time=60.0, max_execution_steps=10**9
     )
     try:
         for source, expected in DOCKER_CASES:

@@ -440,7 +440,8 @@ def test_docker_runtime_gets_the_flags(config: Config) -> None:
     )
     runtime: Any = build_runtime(c)
     assert isinstance(runtime, codemode.DockerRuntime)
-    assert (runtime.image, runtime.memory_bytes, runtime.cpus, runtime.pids_limit) == (
+    o = runtime.options
+    assert (o.image, o.memory, o.cpus, o.max_processes) == (
         "img:1",
         64 * 1024**2,
         2.0,

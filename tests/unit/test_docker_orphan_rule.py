@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 import codemode
-from codemode.runtimes.docker import _OWNER
+from codemode.runtimes.docker import DockerOptions
+from codemode.runtimes.docker._orphans import OWNER as _OWNER
 
 P = "test.codemode"
 
@@ -29,7 +30,7 @@ def peer_labels(**overrides: str) -> dict[str, str]:
 
 
 def test_the_periodic_sweep_never_judges_a_peer_with_the_same_host_name_dead() -> None:
-    rt = codemode.DockerRuntime(base_url="unix:///nonexistent/docker.sock", label_prefix=P)
+    rt = codemode.DockerRuntime(DockerOptions(base_url="unix:///nonexistent/docker.sock", label_prefix=P))
     # Nothing proves this owner dead: the periodic sweep (every orphan_sweep_interval) keeps it.
     assert rt.is_orphan(peer_labels(), proven_only=True) is False
     assert rt.is_orphan(peer_labels(**{P + ".owner-boot": "another-boot"}), proven_only=True) is False
@@ -40,7 +41,7 @@ def test_the_periodic_sweep_never_judges_a_peer_with_the_same_host_name_dead() -
 
 
 def test_the_periodic_sweep_keeps_the_rules_that_prove_death() -> None:
-    rt = codemode.DockerRuntime(base_url="unix:///nonexistent/docker.sock", label_prefix=P)
+    rt = codemode.DockerRuntime(DockerOptions(base_url="unix:///nonexistent/docker.sock", label_prefix=P))
     same_ns = {P + ".owner-pidns": _OWNER.pidns}
     # Same boot and pid namespace: the owner's pid is not running, or is another process.
     assert rt.is_orphan(peer_labels(**same_ns, **{P + ".owner-pid": "999999999"}), proven_only=True)
@@ -49,6 +50,6 @@ def test_the_periodic_sweep_keeps_the_rules_that_prove_death() -> None:
     assert not rt.is_orphan(peer_labels(**same_ns, **alive), proven_only=True)
     # cleanup_orphans="all" is the operator's word that one host uses the engine.
     everything = codemode.DockerRuntime(
-        base_url="unix:///nonexistent/docker.sock", label_prefix=P, cleanup_orphans="all"
+        DockerOptions(base_url="unix:///nonexistent/docker.sock", label_prefix=P, cleanup_orphans="all")
     )
     assert everything.is_orphan(peer_labels(), proven_only=True)

@@ -10,13 +10,14 @@ import pytest
 import codemode
 from codemode.common.errors import client_text
 from codemode.runtimes.base import RuntimeUnavailable
+from codemode.runtimes.docker import DockerOptions
 from tests.support.recorder import ALICE, Recorder, make_capabilities
 
 
 async def test_execute_against_a_dead_daemon_is_internal_failure(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    runtime = codemode.DockerRuntime(base_url="unix:///nonexistent/docker.sock")
+    runtime = codemode.DockerRuntime(DockerOptions(base_url="unix:///nonexistent/docker.sock"))
     rec = Recorder()
     server = (
         codemode.Builder(authorizer=rec, runtime=runtime, disabled=["util.hidden.v1"])

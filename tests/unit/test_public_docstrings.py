@@ -36,6 +36,7 @@ import codemode
 #: PACKAGES are public too.
 PACKAGES = (
     "codemode.runtimes",
+    "codemode.runtimes.docker",
     "codemode.runtimes.kubernetes",
     "codemode.runtimes.process",
     "codemode.store",

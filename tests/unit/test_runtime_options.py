@@ -56,7 +56,7 @@ def test_the_settings_hold_the_options_of_each_runtime() -> None:
     assert s.runtime_options == s.docker.options()
     assert s.process.options() == ProcessOptions() and s.kubernetes.options() == KubernetesOptions()
     runtime: Any = build_runtime(s)
-    assert (runtime.memory_bytes, runtime.pids_limit, runtime.nofile) == (64 * 1024**2, 50, 64)
+    assert runtime.options == DockerOptions(memory=64 * 1024**2, max_processes=50, open_files=64)
 
 
 @pytest.mark.parametrize("how", ["flag", "variable", "toml", "table", "keyword", "options"])
@@ -83,9 +83,9 @@ def test_every_name_of_a_runtime_setting_reaches_the_runtime(
         s = _serve(argv, file)
     assert s.docker.max_processes == 48
     runtime: Any = build_runtime(s)
-    assert runtime.pids_limit == 48
+    assert runtime.options.max_processes == 48
     if how == "table":
-        assert runtime.nofile == 40
+        assert runtime.options.open_files == 40
 
 
 def test_the_flat_names_keep_their_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,17 +112,9 @@ def test_the_options_name_the_runtime_constructor_parameters() -> None:
     process = codemode.ProcessRuntime(options)
     assert process.options is options
     assert (process.memory, process.open_files, process.max_processes) == (512 * 1024**2, 40, 8)
-    docker: Any = codemode.DockerRuntime(
-        **DockerOptions(
-            memory=64 * 1024**2, max_processes=20, open_files=30, oci_runtime="runc"
-        ).runtime_kwargs()
-    )
-    assert (docker.memory_bytes, docker.pids_limit, docker.nofile, docker.runtime) == (
-        64 * 1024**2,
-        20,
-        30,
-        "runc",
-    )
+    # the Docker runtime takes its options whole
+    options = DockerOptions(memory=64 * 1024**2, max_processes=20, open_files=30, oci_runtime="runc")
+    assert codemode.DockerRuntime(options).options is options
 
 
 def _samples() -> list[RunSample]:

@@ -31,7 +31,7 @@ thousands per second (4,600 bits/s measured between two Docker containers with a
 ``/proc/meminfo``, ``/sys``'s device and memory counters and the like count the whole machine. The
 worker reads none of them: nothing it runs needs them (glibc's and Rust's processor counts fall back
 to ``sched_getaffinity``). Listing ``/proc`` (``READ_DIR``: ``/proc/self/fd``) and the descriptors
-it holds stay as they were; Docker's masks (``codemode.runtimes.masked_paths``) cover the same
+it holds stay as they were; Docker's masks (``codemode.runtimes.docker.masked_paths``) cover the same
 counters where a kernel has no Landlock.
 
 It runs first thing in the worker, while the process has **one thread** (``landlock_restrict_self``

@@ -141,16 +141,21 @@ async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | No
     Returns:
         The ``protocol probe`` check: PASS with the time taken, or FAIL with why.
     """
-    from ..runtimes.docker import WORKER_USER, DockerRuntime
+    from ..runtimes.docker import WORKER_USER, DockerOptions, DockerRuntime
 
     name = "protocol probe"
     runtime_log = logging.getLogger("codemode.runtimes.docker")
     capture = _Capture()
     runtime_log.addHandler(capture)  # keeps runtime warnings out of the report's stderr
     try:
-        runtime = DockerRuntime(
-            image=image, base_url=base_url, runtime=oci_runtime, cleanup_orphans="none", spawn_timeout=timeout
+        options = DockerOptions(
+            image=image,
+            base_url=base_url,
+            oci_runtime=oci_runtime,
+            cleanup_orphans="none",
+            spawn_timeout=timeout,
         )
+        runtime = DockerRuntime(options)
         try:
             t0 = time.perf_counter()
             sandbox = await runtime.spawn()

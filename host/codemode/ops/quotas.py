@@ -238,21 +238,23 @@ def _measuring_runtime(settings: Any) -> tuple[MeasuringRuntime, int | None, dic
             "runtime_class": options.runtime_class,
         }
         return MeasuringRuntime(inner, ReportProbe), None, where
-    where = {"image": inner.image, "oci_runtime": inner.runtime}
+    docker_options = inner.options
+    where = {"image": docker_options.image, "oci_runtime": docker_options.oci_runtime}
     api: list[Any] = []
 
     def docker_probe(sandbox: Any) -> Probe:
         if not api:
             import docker
 
-            base = {"base_url": inner.base_url} if inner.base_url else docker.utils.kwargs_from_env()
+            url = docker_options.base_url
+            base = {"base_url": url} if url else docker.utils.kwargs_from_env()
             base.setdefault("base_url", "unix:///var/run/docker.sock")
             api.append(docker.APIClient(version="auto", timeout=60, max_pool_size=16, **base))
         return DockerProbe(api[0], sandbox.container_id)
 
     measuring = MeasuringRuntime(inner, docker_probe)
     measuring.closers.append(lambda: [a.close() for a in api])
-    return measuring, inner.memory_bytes, where
+    return measuring, docker_options.memory, where
 
 
 async def tune(args: argparse.Namespace, source: str, progress: bool = True) -> dict[str, Any]:

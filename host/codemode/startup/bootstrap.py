@@ -28,6 +28,8 @@ from ..packs.loading import PackError, PackSettings, resolve_spec, split_specs
 from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import OptionError as RuntimeOptionError
 from ..runtimes.base import Runtime, RuntimeUnavailable
+from ..runtimes.docker.options import DockerOptions
+from ..runtimes.docker.options import OptionError as DockerOptionError
 from ..runtimes.kubernetes.options import KubernetesOptions, OptionError
 from ..runtimes.options import ProcessOptions
 from ..runtimes.pool import WarmPool
@@ -131,13 +133,17 @@ def build_runtime(
         changes = dict(extra)
         if worker_command is not None:
             changes[_COMMAND_PARAMETER[kind]] = list(worker_command)
+        if isinstance(options, DockerOptions):  # a runtime that takes its options whole
+            from ..runtimes.docker import DockerRuntime
+
+            return DockerRuntime(dataclasses.replace(options, **changes))
         if isinstance(options, KubernetesOptions):  # a runtime that takes its options whole
             from ..runtimes.kubernetes import KubernetesRuntime
 
             return KubernetesRuntime(dataclasses.replace(options, **changes))
         kwargs = {**options.runtime_kwargs(), **changes}
         return cls(**kwargs)
-    except (OptionError, RuntimeOptionError) as exc:  # naming the option's flag when it has one
+    except (OptionError, DockerOptionError, RuntimeOptionError) as exc:  # naming the option's flag
         field = f"{kind}_{exc.option}"
         where = names(field) if field in Settings.model_fields else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
         raise ConfigError(f"{where}: {exc}") from None
