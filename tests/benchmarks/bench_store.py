@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from codemode.ops.percentile import percentile
 from codemode.store import Store, Suspension
 from codemode.store.memory import MemoryStore
 from codemode.store.sqlite import SqliteStore
@@ -32,11 +33,6 @@ from .shared_parts import postgres_dsn
 
 BIG = 10**12
 NOW = time.time()
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 async def _time(n: int, op: Callable[[int], Awaitable[Any]]) -> list[float]:
@@ -86,7 +82,7 @@ def _print(name: str, results: dict[str, list[float]]) -> None:
     floor = statistics.median(results["floor"]) * 1000
     print(f"{name}: floor (empty round trip) p50 {floor:.3f} ms")
     for op in ("state_put", "state_get", "suspend", "claim"):
-        p50, p99 = _pct(results[op], 0.5), _pct(results[op], 0.99)
+        p50, p99 = percentile(results[op], 50) * 1000, percentile(results[op], 99) * 1000
         ratio = f"{p50 / floor:6.1f}x floor" if floor > 0.001 else "       -"
         print(f"  {op:<10} p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  ({ratio})")
 
