@@ -201,3 +201,14 @@ def test_the_chosen_runtimes_options_are_checked_when_the_settings_load() -> Non
         ConfigError, match=r"^--kubernetes-memory / CODEMODE_KUBERNETES_MEMORY: memory 'lots'"
     ):
         load_settings(transport="stdio", allow_all=True, runtime="kubernetes", kubernetes_memory="lots")
+
+
+def test_a_runtime_option_refused_at_build_names_its_flag() -> None:
+    """An option given in code at build (``build_runtime(settings, memory=...)``) and refused by
+    the options is still named by its setting's flag and variable (a table's setting is flat)."""
+    from codemode.startup.bootstrap import build_runtime
+
+    settings = load_settings(transport="stdio", allow_all=True, runtime="kubernetes")
+    names = "--kubernetes-memory / CODEMODE_KUBERNETES_MEMORY"
+    with pytest.raises(ConfigError, match=rf"^{names}: memory 'lots' is not"):
+        build_runtime(settings, memory="lots")
