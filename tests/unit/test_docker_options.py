@@ -155,9 +155,8 @@ def test_the_container_is_made_from_the_options() -> None:
 def test_a_refused_setting_names_its_flag_and_variable(argv: list[str], where: str) -> None:
     values = dict(zip(argv[::2], argv[1::2], strict=True))
     kwargs = {k.removeprefix("--").replace("-", "_"): v for k, v in values.items()}
-    settings = load_settings(transport="stdio", allow_all=True, runtime="docker", **kwargs)
-    with pytest.raises(ConfigError) as caught:
-        build_runtime(settings)
+    with pytest.raises(ConfigError) as caught:  # when the settings are loaded, or the runtime built
+        build_runtime(load_settings(transport="stdio", allow_all=True, runtime="docker", **kwargs))
     assert str(caught.value).startswith(where) and "\n" not in str(caught.value), caught.value
 
 

@@ -29,13 +29,12 @@ from ..packs.upstream import UpstreamBuildError
 from ..runtimes.base import OptionError as RuntimeOptionError
 from ..runtimes.base import Runtime, RuntimeUnavailable
 from ..runtimes.docker.options import DockerOptions
-from ..runtimes.docker.options import OptionError as DockerOptionError
 from ..runtimes.kubernetes.options import KubernetesOptions, OptionError
 from ..runtimes.options import ProcessOptions
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from ..store import Store
-from .config import ConfigError, Settings, leaves, names
+from .config import ConfigError, Settings, names
 
 __all__ = [
     "UPSTREAM_TABLES",
@@ -143,10 +142,9 @@ def build_runtime(
             return KubernetesRuntime(dataclasses.replace(options, **changes))
         kwargs = {**options.runtime_kwargs(), **changes}
         return cls(**kwargs)
-    except (OptionError, DockerOptionError, RuntimeOptionError) as exc:  # naming the option's flag
+    except (OptionError, RuntimeOptionError) as exc:  # naming the option's flag
         field = f"{kind}_{exc.option}"
-        known = any(leaf.name == field for leaf in leaves())
-        where = names(field) if known else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
+        where = names(field) if field in Settings.model_fields else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
         raise ConfigError(f"{where}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None

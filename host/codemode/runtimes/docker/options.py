@@ -5,8 +5,8 @@
 threads, ``open_files`` its descriptors, ``image`` its image, ``oci_runtime`` the OCI runtime. The
 settings (``settings.docker``: the ``--docker-<name>`` flags, ``CODEMODE_DOCKER_<NAME>`` variables
 and the ``[docker]`` TOML table) set the ones an operator may choose; the others are for tests,
-benchmarks and operator tools. A refused value raises :class:`OptionError`, one line naming the
-option. This module imports no Docker SDK.
+benchmarks and operator tools. A refused value raises ``OptionError`` (``codemode.runtimes.base``),
+one line naming the option. This module imports no Docker SDK.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from codemode_worker import PROTOCOL_VERSION
 
+from ..base import OptionError
 from ..streams import STDOUT_BUFFER, CleanupMode
 
 __all__ = [
@@ -40,19 +41,6 @@ MIN_MEMORY_BYTES = 6 * 1024 * 1024
 _SECONDS = ("spawn_timeout", "api_timeout", "check_timeout", "wait_timeout", "end_timeout")
 #: Options that are counts (each a positive whole number).
 _COUNTS = ("max_processes", "open_files", "stdout_buffer_bytes", "executor_threads")
-
-
-class OptionError(ValueError):
-    """A refused option: ``option`` names it, the message says why in one line.
-
-    Args:
-        option: the option's field name (``memory``).
-        message: the one-line reason, naming the option.
-    """
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(message)
-        self.option = option
 
 
 @dataclass(frozen=True)
