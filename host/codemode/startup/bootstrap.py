@@ -34,7 +34,7 @@ from ..runtimes.options import ProcessOptions
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
 from ..store import Store
-from .config import ConfigError, Settings, names
+from .config import ConfigError, Settings, leaves, names
 
 __all__ = [
     "UPSTREAM_TABLES",
@@ -144,7 +144,8 @@ def build_runtime(
         return cls(**kwargs)
     except (OptionError, RuntimeOptionError) as exc:  # naming the option's flag
         field = f"{kind}_{exc.option}"
-        where = names(field) if field in Settings.model_fields else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
+        known = any(leaf.name == field for leaf in leaves())
+        where = names(field) if known else f"--{kind}-* / CODEMODE_{kind.upper()}_*"
         raise ConfigError(f"{where}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"--{kind}-* / CODEMODE_{kind.upper()}_*: {exc}") from None
