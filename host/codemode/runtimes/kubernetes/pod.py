@@ -145,6 +145,39 @@ def avoid_nodes(nodes: list[str]) -> k8s.V1Affinity | None:
     )
 
 
+def _worker_container(
+    image: str, command: list[str] | None, image_pull_policy: str, env: list[k8s.V1EnvVar], sizing: PodSizing
+) -> k8s.V1Container:
+    """The worker container: stdin once, non-root, read-only, no capabilities, sized."""
+    return k8s.V1Container(
+        name=CONTAINER_NAME,
+        image=image,
+        command=command,
+        image_pull_policy=image_pull_policy,
+        stdin=True,
+        stdin_once=True,
+        tty=False,
+        working_dir="/",
+        env=env,
+        resources=k8s.V1ResourceRequirements(requests=sizing.requests(), limits=sizing.limits()),
+        security_context=k8s.V1SecurityContext(
+            read_only_root_filesystem=True,
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+            run_as_non_root=True,
+            run_as_user=WORKER_UID,
+            run_as_group=WORKER_UID,
+        ),
+        # gVisor mounts a writable tmpfs at /tmp unless the spec has one, and every pod gets a
+        # writable /dev/shm: shadow both with an empty, read-only, tiny tmpfs.
+        volume_mounts=[
+            k8s.V1VolumeMount(name="empty", mount_path="/tmp", read_only=True),
+            k8s.V1VolumeMount(name="empty", mount_path="/dev/shm", read_only=True),
+        ],
+    )
+
+
 def worker_pod(
     pod_name: str,
     *,
@@ -187,33 +220,7 @@ def worker_pod(
     # ephemeral-storage only every few seconds): the confined worker bounds it.
     env = [k8s.V1EnvVar(name=env_marker, value="1"), k8s.V1EnvVar(name=STDERR_VARIABLE, value=STDERR_BOUNDED)]
     env += [k8s.V1EnvVar(name=name, value=value) for name, value in (extra_env or {}).items()]
-    container = k8s.V1Container(
-        name=CONTAINER_NAME,
-        image=image,
-        command=command,
-        image_pull_policy=image_pull_policy,
-        stdin=True,
-        stdin_once=True,
-        tty=False,
-        working_dir="/",
-        env=env,
-        resources=k8s.V1ResourceRequirements(requests=sizing.requests(), limits=sizing.limits()),
-        security_context=k8s.V1SecurityContext(
-            read_only_root_filesystem=True,
-            allow_privilege_escalation=False,
-            privileged=False,
-            capabilities=k8s.V1Capabilities(drop=["ALL"]),
-            run_as_non_root=True,
-            run_as_user=WORKER_UID,
-            run_as_group=WORKER_UID,
-        ),
-        # gVisor mounts a writable tmpfs at /tmp unless the spec has one, and every pod gets a
-        # writable /dev/shm: shadow both with an empty, read-only, tiny tmpfs.
-        volume_mounts=[
-            k8s.V1VolumeMount(name="empty", mount_path="/tmp", read_only=True),
-            k8s.V1VolumeMount(name="empty", mount_path="/dev/shm", read_only=True),
-        ],
-    )
+    container = _worker_container(image, command, image_pull_policy, env, sizing)
     return k8s.V1Pod(
         api_version="v1",
         kind="Pod",
