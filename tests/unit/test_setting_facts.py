@@ -212,3 +212,9 @@ def test_a_runtime_option_refused_at_build_names_its_flag() -> None:
     names = "--kubernetes-memory / CODEMODE_KUBERNETES_MEMORY"
     with pytest.raises(ConfigError, match=rf"^{names}: memory 'lots' is not"):
         build_runtime(settings, memory="lots")
+
+
+def test_quotas_tune_does_not_take_the_earlier_docker_pids_either(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["quotas", "tune", "--program", "x", "--runtime", "docker", "--docker-pids", "4"])
+    assert "unrecognized arguments: --docker-pids" in capsys.readouterr().err

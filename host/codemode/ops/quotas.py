@@ -611,7 +611,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     d.add_argument(
         "--docker-max-processes",
-        "--docker-pids",
         "--pids",
         dest="docker_max_processes",
         type=int,
