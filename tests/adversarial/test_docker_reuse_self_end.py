@@ -25,9 +25,8 @@ import pytest
 import codemode
 from codemode import authz
 from codemode.common.errors import Internal
-from codemode.runtimes import supervised
 from codemode.runtimes.docker import DockerOptions, DockerRuntime
-from codemode.runtimes.reuse import ReusePool
+from codemode.runtimes.reuse import ReusePool, supervised
 from codemode_worker import supervisor_channel as channel
 from tests.support.docker_engine import worker_containers
 from tests.support.recorder import Recorder, make_capabilities

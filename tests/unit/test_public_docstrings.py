@@ -39,6 +39,7 @@ PACKAGES = (
     "codemode.runtimes.docker",
     "codemode.runtimes.kubernetes",
     "codemode.runtimes.process",
+    "codemode.runtimes.reuse",
     "codemode.store",
 )
 MODULES = (

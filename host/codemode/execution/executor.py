@@ -660,7 +660,7 @@ _PROGRAM_OUTCOMES: frozenset[ExecuteOutcome] = frozenset(
 
 
 def _mark_reusable(sandbox: Sandbox, worker_done: bool) -> None:
-    """Tell a reusable sandbox (``codemode.runtimes.supervised.Lease``) that its execute ended
+    """Tell a reusable sandbox (``codemode.runtimes.reuse.supervised.Lease``) that its execute ended
     cleanly (``worker_done``: with the worker's own last frame, after which it ends by itself; not
     when the host ended it, such as a denied call, while the worker waits for an answer); any other
     sandbox has no such method and is single-use anyway."""

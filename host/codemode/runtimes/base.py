@@ -255,7 +255,7 @@ class SubjectSpawner(Runtime, Protocol):
         ...
 
 
-#: What a supervising runtime starts (``codemode.runtimes.supervised.Supervised``; named by a type
+#: What a supervising runtime starts (``codemode.runtimes.reuse.supervised.Supervised``; named by a type
 #: variable because that module builds on this one).
 BoxT_co = TypeVar("BoxT_co", covariant=True)
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from codemode_worker import WORKER_ENV_MARKER
 
+from ..reuse.supervised import supervisor_command
 from ..seccomp_profile import docker_profile, supervisor_profile
-from ..supervised import supervisor_command
 from ..testing import TESTING_ENTRY, TESTING_ENV
 from .masked_paths import MASKED_PATHS
 from .options import DockerOptions

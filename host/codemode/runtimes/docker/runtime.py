@@ -27,8 +27,8 @@ from typing import Any, Literal
 from codemode_worker import PROTOCOL_VERSION
 
 from ..base import ExitInfo, RuntimeUnavailable, SpawnFailed
+from ..reuse.supervised import Supervised
 from ..streams import BlockingRuntime, LaunchHandoff
-from ..supervised import Supervised
 from ..testing import WARNING as TESTING_WARNING
 from ._api_errors import api_error_text, is_connection_error, is_not_found, status
 from ._orphans import OWNER, is_orphan, owner_labels

@@ -19,8 +19,8 @@ from kubernetes import client as k8s
 
 from ..base import CapacityExhausted, RuntimeClosing, RuntimeUnavailable, SpawnFailed
 from ..handshake import PROBE
+from ..reuse.supervised import PING
 from ..streams import LaunchHandoff
-from ..supervised import PING
 from ._api_errors import _RETRY_STATUSES, _api_error_text, _is_connection_error, _maybe_sent, _status
 from ._attach import (
     _CLOSE,

@@ -30,8 +30,8 @@ from kubernetes import client as k8s
 
 from ..base import ExitInfo, RuntimeUnavailable, SpawnFailed
 from ..handshake import probe
+from ..reuse.supervised import Supervised, supervisor_command
 from ..streams import BlockingRuntime, ThreadedStreamSandbox
-from ..supervised import Supervised, supervisor_command
 from ..testing import TESTING_ENTRY, TESTING_ENV
 from ..testing import WARNING as TESTING_WARNING
 from ._api_errors import _RETRY_STATUSES, _api_error_text, _is_connection_error, _status, _status_message

@@ -32,9 +32,9 @@ from typing import Any, Final
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker import supervisor_channel as channel
 
-from .base import ExitInfo, Sandbox, SandboxClosed, SpawnFailed
-from .once import DestroyOnce
-from .streams import STDERR_TAIL
+from ..base import ExitInfo, Sandbox, SandboxClosed, SpawnFailed
+from ..once import DestroyOnce
+from ..streams import STDERR_TAIL
 
 __all__ = ["PING", "SELF_END_GRACE", "SUPERVISOR_ENTRY", "Lease", "Supervised", "supervisor_command"]
 

@@ -73,7 +73,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .base import (
+from ..base import (
     LimitedLifetime,
     RuntimeClosing,
     RuntimeUnavailable,
@@ -83,13 +83,13 @@ from .base import (
     SupervisingRuntime,
     concurrent_refill,
 )
-from .contention import RECENT_SECONDS, Contention
-from .demand import Demand, Shares
-from .exhaustion import memory_limited
-from .handshake import probe
+from ..contention import RECENT_SECONDS, Contention
+from ..demand import Demand, Shares
+from ..exhaustion import memory_limited
+from ..handshake import probe
 from .supervised import Supervised
 
-__all__ = ["ReusePool", "SupervisingRuntime"]
+__all__ = ["ReusePool"]
 
 log = logging.getLogger("codemode.runtimes.reuse")
 
