@@ -33,7 +33,7 @@ run:
 lint: venv
 	$(BIN)/ruff check host worker_image capabilities tests examples
 	$(BIN)/ruff format --check host worker_image capabilities tests examples
-	$(BIN)/mypy host worker_image capabilities
+	$(BIN)/mypy host worker_image capabilities tests
 
 format: venv
 	$(BIN)/ruff format host worker_image capabilities tests examples

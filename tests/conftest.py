@@ -98,7 +98,7 @@ def worker_image_under_test(request: pytest.FixtureRequest, monkeypatch: pytest.
         for cls in (DockerOptions, KubernetesOptions):
             # the default of the dataclass's ``image`` parameter (every field has a default)
             names = [f.name for f in dataclasses.fields(cls) if f.init]
-            defaults = list(cls.__init__.__defaults__)
+            defaults = list(cls.__init__.__defaults__ or ())
             defaults[names.index("image") - (len(names) - len(defaults))] = image
             monkeypatch.setattr(cls.__init__, "__defaults__", tuple(defaults))
     return image

@@ -6,17 +6,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
-from worker_frames import raw, read_frame, send, start  # the script's folder is on sys.path
+if TYPE_CHECKING:
+    from tests.adversarial.worker_frames import raw, read_frame, send, start
+else:  # run as a script: its folder is on sys.path
+    from worker_frames import raw, read_frame, send, start
 
 from codemode_worker.protocol import encode_frame
 
 
-def echo(value: object = "x") -> dict:
+def echo(value: object = "x") -> dict[str, Any]:
     return {"name": "util.echo", "args": {"value": value}}
 
 
-def batch(seq: int, calls: list[dict]) -> dict:
+def batch(seq: int, calls: list[dict[str, Any]]) -> dict[str, Any]:
     return {"k": "native_batch", "seq": seq, "calls": calls}
 
 

@@ -8,8 +8,12 @@ import resource
 import struct
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from worker_frames import raw, read_frame, send  # the script's folder is on sys.path
+if TYPE_CHECKING:
+    from tests.adversarial.worker_frames import raw, read_frame, send
+else:  # run as a script: its folder is on sys.path
+    from worker_frames import raw, read_frame, send
 
 from codemode_worker.privileges import drop_privileges
 from codemode_worker.protocol import encode_frame

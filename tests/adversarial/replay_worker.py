@@ -4,11 +4,15 @@ honestly, then sends what argv[1] names instead of running the program."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
-from worker_frames import read_frame, send, start  # the script's folder is on sys.path
+if TYPE_CHECKING:
+    from tests.adversarial.worker_frames import read_frame, send, start
+else:  # run as a script: its folder is on sys.path
+    from worker_frames import read_frame, send, start
 
 
-def call(seq: int, name: str, args: dict, kind: str = "native_call") -> dict:
+def call(seq: int, name: str, args: dict[str, Any], kind: str = "native_call") -> dict[str, Any]:
     send({"k": kind, "seq": seq, "name": name, "args": args})
     return read_frame()
 

@@ -276,11 +276,11 @@ async def test_honest_fake_worker_passes_through_the_pipeline() -> None:
 
 
 async def report(
-    mode: str, *args: str, rec: Recorder | None = None, **limits: object
+    mode: str, *args: str, rec: Recorder | None = None, **limits: Any
 ) -> tuple[str, list[tuple[str, str]], str | None, Recorder]:
     """(client text or ``value:...``, the call ledger, the prints, the recorder) of one execute."""
     runtime = codemode.ProcessRuntime(ProcessOptions(argv=[sys.executable, FAKE, mode, *args]))
-    srv, rec = make_server(rec, runtime=runtime, **limits)  # type: ignore[arg-type]
+    srv, rec = make_server(rec, runtime=runtime, **limits)
     try:
         run = await srv.run("def main():\n    return 1\n", subject=ALICE)
         text, calls, prints = f"value:{run.value}", run.calls, run.prints
@@ -398,7 +398,7 @@ async def test_malformed_recoverable_frames_are_internal_failures(mode: str, arg
     ],
 )
 async def test_prints_beyond_what_the_host_asked_for_are_refused(
-    frames: list[Any], limits: dict[str, int]
+    frames: list[Any], limits: dict[str, Any]
 ) -> None:
     text, _, _, _ = await report("prints", json.dumps(frames), **limits)
     assert text == "internal failure"

@@ -117,7 +117,7 @@ async def test_a_worker_gains_nothing_over_its_template(
     refused(report)
     # The template is the same, unharmed, process, and still forks workers.
     assert (await runtime.template()).pid == template and runtime.templates_started == 1
-    assert os.kill(template, 0) is None
+    os.kill(template, 0)  # raises if the template is gone
     assert (await srv.execute("final(7)\n", subject=ALICE)) == 7
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+from typing import Any
 
 from codemode_worker.privileges import drop_privileges
 from codemode_worker.protocol import encode_frame
@@ -15,7 +16,7 @@ out = sys.stdout.buffer
 inp = sys.stdin.buffer
 
 
-def send(obj: object) -> None:
+def send(obj: dict[str, Any]) -> None:
     out.write(encode_frame(obj))
     out.flush()
 
@@ -25,9 +26,10 @@ def raw(data: bytes) -> None:
     out.flush()
 
 
-def read_frame() -> dict:
+def read_frame() -> dict[str, Any]:
     (n,) = struct.unpack(">I", inp.read(4))
-    return json.loads(inp.read(n))
+    frame: dict[str, Any] = json.loads(inp.read(n))
+    return frame
 
 
 def start() -> str:

@@ -188,7 +188,6 @@ async def bench_runtime(name: str, runtime: Runtime, n: int, rounds: int) -> dic
     print(f"{name}: n={n} samples per series; floor and decide() are medians of batches", flush=True)
     print(f"  {'':<36} {'p50':>10}    {'best':>10}", flush=True)
     out: dict[str, float] = {}
-    rows: list[tuple[str, float, float, str]] = []
     for stat, pick in (("p50", statistics.median), ("best", min)):
         r = {key: pick(xs) * 1e6 for key, xs in times.items()}
         r["per_call"] = (r["hundred"] - r["one"]) / 99

@@ -54,7 +54,8 @@ async def main(clients: int, rounds: int, kubeconfig: str) -> None:
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-        if core.read_namespace(NAMESPACE).status.phase != "Terminating":
+        status = core.read_namespace(NAMESPACE).status
+        if status is None or status.phase != "Terminating":
             break
         time.sleep(0.5)
     try:

@@ -25,6 +25,7 @@ import re
 import string
 import time
 from collections.abc import Callable
+from functools import partial
 
 from codemode.packs.error_text import upstream_error_text
 from codemode.packs.redaction import Redactor, spellings
@@ -105,8 +106,8 @@ def main() -> None:
             ("upstream_error_text", lambda t: upstream_error_text("api", t[:2000], secrets=[CREDENTIAL])),
         ]
         for name, fn in rows:
-            r, rm = best(lambda fn=fn, text=right: fn(text), args.rounds)
-            w, wm = best(lambda fn=fn, text=wrong: fn(text), args.rounds)
+            r, rm = best(partial(fn, right), args.rounds)
+            w, wm = best(partial(fn, wrong), args.rounds)
             ms = f"{r * 1e3:>10.2f} {rm * 1e3:>11.2f} {w * 1e3:>10.2f} {wm * 1e3:>11.2f}"
             print(f"{kind:>6} {k:>3} {name:<24} {ms} {r / w:>6.2f}")
 

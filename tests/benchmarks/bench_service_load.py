@@ -201,7 +201,7 @@ async def _session(
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)
     )
-    async with http, Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
         while True:
             try:
                 nonce = jobs.get_nowait()
@@ -489,7 +489,7 @@ async def run(args: argparse.Namespace) -> int:
         "throughput": outcome.ok / wall if wall else 0.0,
         "p50": statistics.median(lat) if lat else None,
         "p99": percentile(lat, 99) if lat else None,
-        "errors": dict(outcome.errors),
+        "errors": dict(outcome.errors or {}),
         "rc": rc,
         # the server's process tree (the service, its workers and template; not an engine's side)
         "tree_cpu_ms": (cpu.own + cpu.below) / outcome.ok * 1e3 if outcome.ok and lat else None,

@@ -86,7 +86,8 @@ async def suspend(srv: codemode.Server, source: str) -> Suspended:
 async def held_while_asked(pending: int) -> None:
     srv = server(True, pending)
     async with srv:
-        store = srv.plan.store  # type: ignore[attr-defined]
+        store = srv.plan.store
+        assert store is not None
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         suspended = [await suspend(srv, program(5)) for _ in range(pending)]  # one after another

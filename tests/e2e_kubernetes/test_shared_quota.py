@@ -67,7 +67,7 @@ def namespace() -> Iterator[str]:
     """A namespace of this module's own for the quota Leases, deleted afterwards."""
     require_cluster()
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     api = core_api()
     deadline = time.monotonic() + 120

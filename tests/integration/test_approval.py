@@ -336,7 +336,9 @@ async def test_a_retry_resumes_only_its_own_execute() -> None:
             (question,) = (first.input_requests or {}).values()
             assert isinstance(question, types.ElicitRequest)
             assert "Capability: records.delete" in question.params.message
-            accept = {"approve": types.ElicitResult(action="accept", content={"approve": True})}
+            accept: dict[str, Any] = {
+                "approve": types.ElicitResult(action="accept", content={"approve": True})
+            }
             state = first.request_state
             for who, source, token in (
                 (alice, src, "made-up"),
@@ -365,7 +367,7 @@ async def test_a_retry_resumes_only_its_own_execute() -> None:
             # a malformed answer (not an elicitation result) declines
             again = await alice.session.call_tool("execute", {"source": src}, allow_input_required=True)
             assert isinstance(again, types.InputRequiredResult)
-            roots = {"approve": types.ListRootsResult(roots=[])}
+            roots: dict[str, Any] = {"approve": types.ListRootsResult(roots=[])}
             declined = await alice.session.call_tool(
                 "execute", {"source": src}, input_responses=roots, request_state=again.request_state,
                 allow_input_required=True,

@@ -298,7 +298,7 @@ async def test_http_asks_through_the_callback_where_the_protocol_can(
     user = User(answer=types.ElicitResult(action="cancel"))
     async with service(cfg) as svc:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
-        transport = streamable_http_client(svc.mcp_url, http_client=http)  # type: ignore[arg-type]
+        transport = streamable_http_client(svc.mcp_url, http_client=http)
         async with http, Client(transport, mode=mode, elicitation_callback=user) as client:
             result = await client.call_tool("execute", {"source": create_then_delete()})
             assert error_text(result) == "permission denied"
@@ -372,7 +372,7 @@ async def test_http_a_client_ending_its_session_while_asked_frees_the_worker(tmp
     user = User(hold=hold)
     async with service(cfg) as svc:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
-        transport = streamable_http_client(svc.mcp_url, http_client=http)  # type: ignore[arg-type]
+        transport = streamable_http_client(svc.mcp_url, http_client=http)
         async with http, Client(transport, mode="legacy", elicitation_callback=user) as client:
             pending = asyncio.ensure_future(client.call_tool("execute", {"source": ASKS_AGAIN}))
             await asyncio.wait_for(user.waiting.wait(), 30)

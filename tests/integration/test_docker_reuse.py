@@ -95,7 +95,7 @@ async def test_a_reused_worker_costs_the_host_one_message_per_frame(make: Any) -
         sent.append(data)
         await write(data)
 
-    box.raw.write = spy  # type: ignore[method-assign]
+    box.raw.write = spy
     for i in range(1, 4):
         assert await server.execute(ECHO % i, subject=alice) == i
     await asyncio.sleep(1.0)  # past SELF_END_GRACE: a late K would have gone by now

@@ -13,6 +13,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -140,7 +141,7 @@ class CallableAsync:
         return Out(args.value.upper())
 
 
-def server(**limits: float) -> codemode.Server:
+def server(**limits: Any) -> codemode.Server:
     b = codemode.Builder(
         authorizer=authz.allow_all(), runtime=codemode.ProcessRuntime(), limits=codemode.Limits(**limits)
     )

@@ -94,7 +94,8 @@ async def _exported(tmp_path: Path) -> Exported:
         for metric in vars(srv.service.metrics).values():
             if isinstance(metric, MetricWrapperBase):
                 name = metric._name
-                assert name in out.families, f"{name} registered but not on /metrics"
+                assert name is not None and name in out.families, f"{name} registered but not on /metrics"
+                assert metric._type is not None
                 out.add(name, metric._type, set(metric._labelnames))
         assert out.labels["codemode_executes_total"] >= {"outcome"}
         return out

@@ -124,9 +124,9 @@ async def test_http_errors_and_bad_responses(served: tuple[OpenAPIPack, codemode
             await server.execute(run(source), subject=SUBJECT)
         assert client_text(info.value) == "capability failed"
     for bad in ('""', '"."', '".."', '"a/b"'):
-        with pytest.raises(codemode.InvalidArguments) as info:
+        with pytest.raises(codemode.InvalidArguments) as refused:
             await server.execute(run(f"return inventory.peer_by_name(name={bad})"), subject=SUBJECT)
-        assert client_text(info.value) == f'invalid capability arguments: argument "name" {ONE_SEGMENT}'
+        assert client_text(refused.value) == f'invalid capability arguments: argument "name" {ONE_SEGMENT}'
     odd = await server.execute(run('return inventory.peer_by_name(name="a?b=1#c d")'), subject=SUBJECT)
     assert odd == {"name": "a?b=1#c d"}  # reserved characters arrive encoded, in one path segment
     with pytest.raises(codemode.InvalidArguments):

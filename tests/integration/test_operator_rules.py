@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from codemode.ops.quota_probes import REPORT_PREFIX, parse_report
 from codemode.ops.quotas import MiB, RunSample, recommend
 from codemode_worker import PROTOCOL_VERSION
 
-GOOD_CONFIG = {
+GOOD_CONFIG: dict[str, Any] = {
     "User": "65532:65532",
     "Env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"],
     "Entrypoint": ["python3", "-I", "-m", "codemode_worker"],

@@ -110,15 +110,15 @@ def steps(rng: random.Random) -> Step:
     if roll < 0.15:
         code, entry, ends = rng.choice(final)
         return Step(f"    x = {code}\n", entry, ends)
-    code, entry, ends = rng.choice(recoverable)
+    code, entry, message = rng.choice(recoverable)
     if rng.random() < 0.6:
         return Step(f"    x = attempt({code.replace('(', ', ', 1).replace(', )', ')')}\n", entry, None)
-    return Step(f"    x = {code}\n", entry, ends)
+    return Step(f"    x = {code}\n", entry, message)
 
 
 def generated(rng: random.Random, max_calls: int) -> tuple[str, list[tuple[str, str]], str]:
     """A random program, the ledger it must produce and the client text it must end with."""
-    lines, ledger = ["def main():\n", "    out = []\n"], []
+    lines, ledger = ["def main():\n", "    out = []\n"], list[tuple[str, str]]()
     for _ in range(rng.randint(1, 8)):
         step = steps(rng)
         lines.append(step.code)

@@ -62,7 +62,7 @@ class Counted:
                 counted.destroys[sandbox.worker_id] += 1
                 return await sandbox.destroy()
 
-        return Box()  # type: ignore[return-value]
+        return Box()
 
 
 async def test_the_pool_grows_with_demand_within_its_bounds_refilling_at_most_n_at_once() -> None:
@@ -77,7 +77,7 @@ async def test_the_pool_grows_with_demand_within_its_bounds_refilling_at_most_n_
         refill_concurrency=2,
         window=1.0,
         headroom=1000.0,
-        clock=clock,  # type: ignore[arg-type]
+        clock=clock,
     )
     await pool.start()
     try:
@@ -102,7 +102,7 @@ async def test_the_pool_grows_with_demand_within_its_bounds_refilling_at_most_n_
 async def test_idle_workers_are_given_back_when_demand_falls_each_destroyed_once() -> None:
     clock = Clock()
     runtime = Counted(codemode.ProcessRuntime())
-    pool = codemode.WarmPool(runtime, 0, maximum=4, window=1.0, headroom=1000.0, clock=clock)  # type: ignore[arg-type]
+    pool = codemode.WarmPool(runtime, 0, maximum=4, window=1.0, headroom=1000.0, clock=clock)
     await pool.start()
     try:
         first = await pool.spawn_for("alice")  # cold: the pool's minimum is 0

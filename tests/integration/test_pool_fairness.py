@@ -74,7 +74,7 @@ class Rig:
             authorizer=authz.allow_all(),
             limits=codemode.Limits(max_concurrent_executions=FLOOD + 4, max_execution_time=120),
             runtime=self.pool,
-            tracing=codemode.Tracing(self.provider),  # type: ignore[arg-type]
+            tracing=codemode.Tracing(self.provider),
         )
         builder.register(
             codemode.Capability(name="util.hold", summary="Waits for the test.", handler=self.hold)

@@ -111,7 +111,7 @@ async def test_closing_the_runtime_leaves_no_process(runtime: ProcessRuntime) ->
     template = (await runtime.template()).pid
     await runtime.aclose()
     assert _state(template) is None
-    assert all(_state(s.pid) is None for s in sandboxes)  # type: ignore[union-attr]
+    assert all(_state(s.pid) is None for s in sandboxes)
 
 
 async def test_a_template_that_cannot_start_fails_the_spawn() -> None:

@@ -30,7 +30,8 @@ def test_the_hold_line_reads_the_workers_own_counters_once_it_is_confined() -> N
     report = held_report()
     # /proc/self/status and stat, read after the worker confined itself
     for key in ("VmPeak", "VmHWM", "Threads", "process_cpu_s"):
-        assert isinstance(report.get(key), int | float) and report[key] > 0, report
+        value = report.get(key)
+        assert isinstance(value, int | float) and value > 0, report
     # the hold's own descriptors are not the worker's
     held, fds = report["held"], report["fds"]
     assert isinstance(held, int) and held >= 2 and isinstance(fds, int) and fds >= 3, report

@@ -159,9 +159,10 @@ async def test_one_tenant_cannot_hold_every_connection_of_the_service(tmp_path: 
                 async with asyncio.timeout(30):
                     outcome = await execute(srv.mcp_url, tokens["alice"], ECHO)
             except Exception as exc:  # the MCP client's error for the 503 "too many connections"
-                while isinstance(exc, BaseExceptionGroup):
-                    exc = exc.exceptions[0]
-                outcome = f"{type(exc).__name__}: {exc}"[:300]
+                inner: BaseException = exc
+                while isinstance(inner, BaseExceptionGroup):
+                    inner = inner.exceptions[0]
+                outcome = f"{type(inner).__name__}: {inner}"[:300]
             reader, writer = await asyncio.open_connection(
                 "127.0.0.1", _port(srv.url), local_addr=("127.0.0.21", 0)
             )

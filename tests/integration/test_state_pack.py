@@ -197,7 +197,7 @@ def test_library_use_without_a_data_dir_keeps_state_in_memory() -> None:
     caps = StatePack().capabilities(PackSettings(environ={}))
     assert [c.name for c in caps] == ["state.get", "state.put", "state.delete", "state.list"]
     server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
-    assert server.plan.store.name == "memory"
+    assert server.plan.store is not None and server.plan.store.name == "memory"
 
 
 async def test_through_the_official_mcp_client() -> None:

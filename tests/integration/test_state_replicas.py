@@ -34,7 +34,7 @@ async def mcp_client(url: str, token: str) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=60)
     )
-    transport = streamable_http_client(url, http_client=http)  # type: ignore[arg-type]
+    transport = streamable_http_client(url, http_client=http)
     async with http, Client(transport, mode="auto") as client:
         yield client
 

@@ -87,7 +87,9 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             return store
 
         def rows(table: str) -> int:
-            return int(postgres.query(dsn, f"SELECT count(*) FROM {table}")[0][0])  # type: ignore[call-overload]
+            count = postgres.query(dsn, f"SELECT count(*) FROM {table}")[0][0]
+            assert isinstance(count, int)
+            return count
 
     try:
         yield Backend(kind, make(), make, rows, opened)

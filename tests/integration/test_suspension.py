@@ -30,8 +30,8 @@ from tests.support.approval import ACCEPT, AskDeletes, User, create_then_delete
 from tests.support.mcp_client import error_text, execute_report, execute_value, ledger, wait_until
 from tests.support.recorder import Events
 
-ACCEPTED = {"approve": ACCEPT}
-DECLINED = {"approve": types.ElicitResult(action="decline")}
+ACCEPTED: dict[str, Any] = {"approve": ACCEPT}
+DECLINED: dict[str, Any] = {"approve": types.ElicitResult(action="decline")}
 STATE_ERROR = "unknown or expired request state"
 
 
@@ -92,7 +92,8 @@ async def ask(c: Client, source: str) -> types.InputRequiredResult:
     return first
 
 
-async def retry(c: Client, source: str, state: str, answer: dict[str, Any] | None = None) -> Any:
+async def retry(c: Client, source: str, state: str | None, answer: dict[str, Any] | None = None) -> Any:
+    assert state is not None
     return await c.session.call_tool(
         "execute",
         {"source": source},
@@ -100,6 +101,12 @@ async def retry(c: Client, source: str, state: str, answer: dict[str, Any] | Non
         request_state=state,
         allow_input_required=True,
     )
+
+
+def state_of(first: types.InputRequiredResult) -> str:
+    """The request state of a first call that asked."""
+    assert first.request_state is not None
+    return first.request_state
 
 
 def deleted(records: RecordStore, record_id: int) -> bool:
@@ -177,7 +184,7 @@ async def test_2026_a_question_nobody_answers_expires_and_its_record_is_gone() -
             # the host's sweep drops it (every max(1 s, max_approval_time)): the row itself is gone
             assert await wait_until(lambda: not store._suspensions, 30), "the expired record is still kept"
             assert await store.pending() == 0
-            assert await store.claim(first.request_state.split(".")[0], "alice", time.time()) is None
+            assert await store.claim(state_of(first).split(".")[0], "alice", time.time()) is None
             with pytest.raises(MCPError, match=STATE_ERROR):
                 await retry(c, src, first.request_state)
         assert not deleted(records, 1)
@@ -258,7 +265,7 @@ async def test_a_forged_state_is_refused_with_no_detail(forge: str) -> None:
     try:
         async with mcp(server) as alice:
             first = await ask(alice, src)
-            record_id, mac = first.request_state.split(".")
+            record_id, mac = state_of(first).split(".")
             state: Any = {
                 "id": f"{record_id[:-2]}AA.{mac}",
                 "mac": f"{record_id}.{mac[:-2]}AA",
@@ -331,7 +338,7 @@ async def test_a_resumed_program_that_diverges_fails_closed_and_dispatches_nothi
         async with mcp(server) as alice:
             first = await ask(alice, src)
             store = store_of(server)
-            record_id = first.request_state.split(".")[0]
+            record_id = state_of(first).split(".")[0]
             held = store._suspensions[record_id]
             body = json.loads(held.record.body)
             body["log"][0][3] = body["log"][0][3].replace('"id":1', '"id":2')  # another recorded result

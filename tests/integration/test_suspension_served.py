@@ -23,7 +23,7 @@ from tests.support.mcp_client import execute_value, ledger
 
 from .test_approval_served import child_env, stdio_argv
 
-ACCEPTED = {"approve": ACCEPT}
+ACCEPTED: dict[str, Any] = {"approve": ACCEPT}
 
 
 def killable(tmp_path: Path, data: Path, pidfile: Path, *flags: str) -> StdioServerParameters:

@@ -31,7 +31,7 @@ import codemode
 from codemode import authz
 from codemode.execution.tracing import ATTRIBUTES, SPAN_NAMES, subject_hash
 from codemode.startup.config import ConfigError, load_settings
-from tests.support.mcp_client import CLIENT_MODES, call, execute_report, mcp_for
+from tests.support.mcp_client import CLIENT_MODES, call, execute_report, mcp_for, trace_meta
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
@@ -88,7 +88,7 @@ async def test_one_execute_is_one_trace_linked_to_the_clients_span(traced: Trace
     server = traced_server(traced)
     src = 'def main():\n    r = records.create(title="a")\n    return records.get(id=r["id"])["title"]\n'
     async with Client(mcp_for(server), mode=mode) as client:
-        result = await client.call_tool("execute", {"source": src}, meta={"traceparent": TRACEPARENT})
+        result = await client.call_tool("execute", {"source": src}, meta=trace_meta(traceparent=TRACEPARENT))
     assert execute_report(result)["result"] == "a"
     await server.aclose()  # the teardown span ends once the worker is reaped
 
@@ -144,7 +144,7 @@ async def test_a_tenants_trace_context_is_only_linked(traced: Traced, mode: str)
     unsampled = f"00-{TRACE_ID}-{PARENT_ID}-00"
     async with Client(mcp_for(server), mode=mode) as client:
         for traceparent in (unsampled, TRACEPARENT):
-            meta = {"traceparent": traceparent, "tracestate": "tenant=chosen,other=TENANT_STATE"}
+            meta = trace_meta(traceparent=traceparent, tracestate="tenant=chosen,other=TENANT_STATE")
             result = await client.call_tool("execute", {"source": "def main():\n    return 1\n"}, meta=meta)
             assert execute_report(result)["result"] == 1
     await server.aclose()

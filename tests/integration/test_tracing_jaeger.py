@@ -12,6 +12,7 @@ import pytest
 
 from codemode.execution.tracing import subject_hash
 from tests.support.jaeger import running_jaeger
+from tests.support.mcp_client import trace_meta
 from tests.support.service import RECORDS_SPEC, mcp_client, service, settings, write_token_file
 
 # The first run builds Jaeger from source (about 5.5 minutes on 2 cores) inside the test's time.
@@ -42,7 +43,7 @@ async def test_execute_spans_reach_jaeger_linked_to_the_clients_span(tmp_path: P
                 '    return r["id"]\n'
             )
             result = await client.call_tool(
-                "execute", {"source": src}, meta={"traceparent": f"00-{trace_id}-{parent_id}-01"}
+                "execute", {"source": src}, meta=trace_meta(traceparent=f"00-{trace_id}-{parent_id}-01")
             )
             assert result.structured_content is not None
             assert result.structured_content["result"] == 1

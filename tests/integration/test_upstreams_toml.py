@@ -41,7 +41,7 @@ include_tags = ["items"]
     )
     pack = UpstreamsPack()
     caps = pack.capabilities(PackSettings(environ={}, options={"CODEMODE_UPSTREAMS_FILE": str(config)}))
-    assert sorted(c.id for c in caps) == [
+    assert sorted(str(c.id) for c in caps) == [
         "mcp:test:addNumbers",
         "mcp:test:shout",
         "openapi:inventory:createItem",

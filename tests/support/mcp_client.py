@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 from mcp import Client
@@ -102,6 +102,12 @@ def build(
 
 def mcp_for(server: codemode.Server, resolver: Any = None) -> Any:
     return create_server(server, resolver if resolver is not None else StaticSubject("alice"))
+
+
+def trace_meta(**fields: str) -> types.RequestParamsMeta:
+    """A request's ``_meta`` carrying W3C trace context (``traceparent``, ``tracestate``): keys the
+    MCP types allow as extra items, which the type checker does not model."""
+    return cast(types.RequestParamsMeta, fields)
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> types.CallToolResult:

@@ -111,7 +111,7 @@ def reset(dsn: str) -> None:
 def query(dsn: str, sql: str, *params: object) -> list[tuple[object, ...]]:
     """Rows of one query, on a connection of its own (what is really in the tables)."""
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        return list(conn.execute(sql, params).fetchall())  # type: ignore[arg-type]
+        return list(conn.execute(sql, params).fetchall())
 
 
 def via(dsn: str, host: str, port: int) -> str:

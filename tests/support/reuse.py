@@ -40,7 +40,7 @@ class Sandboxes(NullObserver):
 
 
 async def reuse_server(
-    runtime: SupervisingRuntime, size: int = 1, limits: codemode.Limits | None = None, **pool: Any
+    runtime: SupervisingRuntime[Any], size: int = 1, limits: codemode.Limits | None = None, **pool: Any
 ) -> tuple[codemode.Server, ReusePool, Sandboxes]:
     """A started allow-all server over ``ReusePool(runtime, size, **pool)`` (``max_executes`` 50
     unless given) and the observer of its executes."""

@@ -299,7 +299,7 @@ async def service(app_settings: Settings, **kwargs: Any) -> AsyncIterator[Runnin
 async def mcp_client(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60))
-    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
         yield client
 
 

@@ -28,7 +28,7 @@ def _refused(guard: ConnectionGuard, peer: str) -> bytes:
 
 
 def test_the_main_port_refuses_past_its_bounds() -> None:
-    guard, closed = ConnectionGuard(max_connections=3, per_address=2, header_timeout=5), []
+    guard, closed = ConnectionGuard(max_connections=3, per_address=2, header_timeout=5), list[str]()
     _admitted(guard, closed, "10.0.0.1", "a0")
     _admitted(guard, closed, "10.0.0.1", "a1")
     assert _refused(guard, "10.0.0.1").startswith(b"HTTP/1.1 429")
@@ -70,7 +70,10 @@ def test_connections_in_a_request_are_never_closed_to_make_room() -> None:
 
 
 def test_connections_are_bounded_per_subject_from_their_first_authenticated_request() -> None:
-    guard, closed = ConnectionGuard(max_connections=10, per_address=5, header_timeout=5, per_subject=2), []
+    guard, closed = (
+        ConnectionGuard(max_connections=10, per_address=5, header_timeout=5, per_subject=2),
+        list[str](),
+    )
     first, second, third = (_admitted(guard, closed, "10.0.0.1", f"m{i}") for i in range(3))
     assert guard.authenticated(first, "mallory") and guard.authenticated(second, "mallory")
     assert guard.authenticated(second, "mallory")  # a later request on the same connection

@@ -34,7 +34,7 @@ EXPECTED = {
 }
 
 
-def _subclasses(cls: type) -> list[type]:
+def _subclasses(cls: type[CodeModeError]) -> list[type[CodeModeError]]:
     found = [cls]
     for sub in cls.__subclasses__():
         found += _subclasses(sub)

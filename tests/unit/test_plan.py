@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def _library_problems(slots: int, quota: int, reserve: int | None) -> list[str]:
 
 
 def _settings_problem(slots: int, quota: int, reserve: int | None) -> str:
-    given = {"reserved_slots": reserve} if reserve is not None else {}
+    given: dict[str, Any] = {"reserved_slots": reserve} if reserve is not None else {}
     with pytest.raises(ConfigError) as info:
         load_settings(
             transport="http", allow_all=True, max_concurrent_executions=slots, subject_quota=quota, **given

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,7 +138,7 @@ def test_without_a_hold_the_target_follows_the_rate() -> None:
         (0, 1, {"alpha": 1.5}),
     ],
 )
-def test_bad_bounds_are_refused(minimum: int, maximum: int, kw: dict[str, float]) -> None:
+def test_bad_bounds_are_refused(minimum: int, maximum: int, kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         Demand(minimum, maximum, **kw)
 
@@ -194,8 +195,8 @@ def test_settings_make_a_demand_sized_pool() -> None:
     assert isinstance(stdio, WarmPool) and stdio.shares.share == 1.0  # one subject: no cap
     only_max = with_pool(_Runtime(), Settings(allow_all=True, pool_max=4))  # type: ignore[arg-type]
     assert isinstance(only_max, WarmPool) and (only_max.minimum, only_max.maximum) == (0, 4)
-    runtime = _Runtime()
-    assert with_pool(runtime, Settings(allow_all=True)) is runtime  # type: ignore[arg-type]
+    runtime: Any = _Runtime()
+    assert with_pool(runtime, Settings(allow_all=True)) is runtime
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ async def test_the_local_store_counts_in_process() -> None:
     holds = [await store.acquire("alice", 2) for _ in range(2)]
     assert all(holds) and await store.acquire("alice", 2) is None
     assert await store.acquire("bob", 2) is not None
+    assert holds[0] is not None
     store.release(holds[0])
     assert await store.acquire("alice", 2) is not None
     assert isinstance(store, codemode.QuotaStore) and isinstance(store.name, str)

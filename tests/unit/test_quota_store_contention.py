@@ -58,7 +58,7 @@ class LeaseAPI:
 
     def list_namespaced_lease(self, namespace: str, label_selector: str, **_: Any) -> Any:
         self._wait("list")
-        _, _, digest = label_selector.partition("=")
+        digest = label_selector.partition("=")[2]
         with self.lock:
             items = [
                 copy.deepcopy(v)

@@ -77,7 +77,7 @@ async def test_one_subject_cannot_hold_every_redaction_thread() -> None:
         assert not a2.is_set()  # A's second waits for A's first, not B
     finally:
         go.set()
-    assert await asyncio.gather(first, second, other) == ["held", "done", "held"]
+    assert list(await asyncio.gather(first, second, other)) == ["held", "done", "held"]
     assert not off_loop_module._lanes
 
 

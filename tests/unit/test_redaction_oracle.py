@@ -17,6 +17,7 @@ import logging
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 from urllib.parse import quote, unquote
 
 import httpx
@@ -187,13 +188,13 @@ def _python_steps(fn: Callable[[], object]) -> int:
     """Python bytecode instructions run by ``fn`` in codemode.packs (redaction and error_text)."""
     steps = 0
 
-    def local(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+    def local(frame: FrameType, event: str, arg: object) -> Any:
         nonlocal steps
         if event == "opcode":
             steps += 1
         return local
 
-    def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object] | None:
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
         if "codemode/packs/" not in frame.f_code.co_filename:
             return None
         frame.f_trace_opcodes = True

@@ -4,6 +4,8 @@ configuration error naming the flags and variables, and the mode is off by defau
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from codemode.runtimes.docker import DockerRuntime
@@ -36,7 +38,7 @@ def test_off_by_default() -> None:
         ),
     ],
 )
-def test_wrong_combinations_name_the_flags(overrides: dict[str, object], problem: str) -> None:
+def test_wrong_combinations_name_the_flags(overrides: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(allow_all=True, **overrides)
     assert problem in str(info.value)

@@ -91,7 +91,7 @@ async def test_the_executor_uses_spawn_for_and_its_answer(
     builder = codemode.Builder(
         authorizer=authz.allow_all(),
         runtime=runtime,
-        tracing=codemode.Tracing(provider),  # type: ignore[arg-type]
+        tracing=codemode.Tracing(provider),
     )
     async with builder.build() as server:
         result = await server.run("def main():\n    return 7\n", subject=authz.Subject("alice"))
@@ -109,7 +109,7 @@ async def test_a_runtime_without_spawn_for_is_asked_to_spawn(
     builder = codemode.Builder(
         authorizer=authz.allow_all(),
         runtime=runtime,
-        tracing=codemode.Tracing(provider),  # type: ignore[arg-type]
+        tracing=codemode.Tracing(provider),
     )
     async with builder.build() as server:
         result = await server.run("def main():\n    return 8\n", subject=authz.Subject("bob"))

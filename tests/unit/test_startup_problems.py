@@ -4,6 +4,7 @@ one-line ``ConfigError`` (strict) or is left out with its problem (degraded)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from codemode.startup.config import ConfigError, Settings
 RECORDS = "codemode_capabilities.records:pack"
 
 
-def settings(tmp_path: Path, *packs: str, **extra: object) -> Settings:
+def settings(tmp_path: Path, *packs: str, **extra: Any) -> Settings:
     bad = tmp_path / "bad_pack.py"
     bad.write_text("raise RuntimeError('cannot reach the backend\\nsecond line')\n")
     return Settings(

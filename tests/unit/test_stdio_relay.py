@@ -124,7 +124,12 @@ def test_relay_over_real_pipes() -> None:
     src_r, src_w = os.pipe()
     out_r, out_w = os.pipe()
     stream = b"one\n" + b"2" * 70000 + b"\nthree\n"
-    writer = threading.Thread(target=lambda: (os.write(src_w, stream), os.close(src_w)))
+
+    def write_all() -> None:
+        os.write(src_w, stream)
+        os.close(src_w)
+
+    writer = threading.Thread(target=write_all)
     copied = bytearray()
 
     def read_all() -> None:

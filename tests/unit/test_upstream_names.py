@@ -4,13 +4,13 @@ order of the list (docs/packs.md, "Names")."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 import pytest
 
 from codemode.packs.upstream import capability_names
-from codemode_capabilities.mcp.upstream import UpstreamMCPConfig, UpstreamMCPPack, _compile_tools
+from codemode_capabilities.mcp.upstream import UpstreamMCPConfig, UpstreamMCPPack, _compile_tools, _Tool
 
 
 def tool(name: str, description: str | None = None, **properties: Any) -> types.Tool:
@@ -22,7 +22,10 @@ def compiled(tools: list[types.Tool]) -> tuple[dict[str, tuple[str, str, str]], 
     """{capability name: (upstream tool it calls, its id, its description)} and the skip list."""
     config = UpstreamMCPConfig(name="up", command="unused")
     caps, report = _compile_tools(UpstreamMCPPack([config]), config, tools)
-    return {c.name: (c.handler.tool, c.id, c.description or "") for c in caps}, sorted(report.skipped)
+    assert all(isinstance(c.handler, _Tool) for c in caps)
+    return {c.name: (cast(_Tool, c.handler).tool, str(c.id), c.description or "") for c in caps}, sorted(
+        report.skipped
+    )
 
 
 THINGS = [tool("getThing"), tool("get_thing"), tool("get-thing"), tool("get_thing_2"), tool("GetThing")]

@@ -86,6 +86,9 @@ class Host:
     def prints(self, text: str, cut: bool) -> None:
         self.printed.append((text, cut))
 
+    def batch(self, calls: list[dict[str, Any]]) -> list[Reply]:
+        raise AssertionError("these programs make no parallel calls")
+
 
 def run(source: str, limits: ExecLimits = LIMITS, host: Host | None = None) -> Outcome:
     return run_program(source, MANIFEST, limits, host or Host())

@@ -138,7 +138,7 @@ def channel(*replies: dict[str, Any], seq: int = 0) -> tuple[HostChannel, io.Byt
 def test_a_batch_takes_its_first_calls_seq_and_uses_one_per_call() -> None:
     results = [{"ok": True, "value": 1}, {"ok": False, "error": "permission denied"}]
     chan, out = channel({"k": "native_batch_result", "seq": 5, "results": results}, seq=4)
-    calls = [{"name": "a.b", "args": {}}, {"name": "a.b", "invalid": "m"}]
+    calls: list[dict[str, Any]] = [{"name": "a.b", "args": {}}, {"name": "a.b", "invalid": "m"}]
     assert chan.batch(calls) == [Reply.succeeded(1), Reply.failed("permission denied")]
     assert chan.seq == 6
     out.seek(0)

@@ -166,7 +166,8 @@ def test_int64_bounds_exactly() -> None:
 
 
 def test_kind_of() -> None:
-    assert [kind_of(v) for v in (None, True, 1, 1.0, "s", [], (), {})] == [
+    values: tuple[object, ...] = (None, True, 1, 1.0, "s", [], (), {})
+    assert [kind_of(v) for v in values] == [
         "None",
         "bool",
         "int",
