@@ -38,6 +38,7 @@ from .common.errors import (
 )
 from .common.outcomes import ExecuteResult, LedgerEntry
 from .execution.approval import ApprovalRequest, Approver
+from .execution.builder import Builder
 from .execution.context import CallContext
 from .execution.limits import Limits
 from .execution.observe import (
@@ -52,7 +53,7 @@ from .execution.observe import (
 )
 from .execution.quota import LocalQuota, QuotaStore
 from .execution.quota_kubernetes import KubernetesQuota
-from .execution.server import Builder, Description, Server
+from .execution.server import Description, Server
 from .execution.tracing import Tracing
 from .packs.lifecycle import PackOpenError
 from .packs.registry import CapabilityPack, capability, capability_of

@@ -101,6 +101,7 @@ MODULES = (
     "codemode.execution.quota_kubernetes",
     "codemode.execution.replay",
     "codemode.execution.report",
+    "codemode.execution.builder",
     "codemode.execution.server",
     "codemode.execution.suspension",
     "codemode.execution.tracing",

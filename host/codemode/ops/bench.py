@@ -43,10 +43,11 @@ from .. import authz
 from ..catalog.capability import Capability
 from ..common.command import FAILED, CommandError
 from ..common.errors import CodeModeError, ResourceLimit
+from ..execution.builder import Builder
 from ..execution.context import CallContext
 from ..execution.frames import HostFrameDecoder
 from ..execution.observe import Observer
-from ..execution.server import Builder, Server
+from ..execution.server import Server
 from ..runtimes.base import Runtime, Sandbox
 from .percentile import percentile
 

@@ -20,9 +20,10 @@ from typing import Any
 from .. import authz
 from ..catalog.capability import Capability
 from ..common.errors import InvalidRegistration
+from ..execution.builder import Builder, answer_bounds
 from ..execution.observe import Observer
 from ..execution.quota import QuotaStore
-from ..execution.server import Builder, Server, answer_bounds
+from ..execution.server import Server
 from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
 from ..packs.loading import PackError, PackSettings, resolve_spec, split_specs
 from ..packs.upstream import UpstreamBuildError
