@@ -49,6 +49,7 @@ from .base import (
 )
 from .contention import RECENT_SECONDS, Contention
 from .demand import Demand, Shares
+from .eager import eager
 from .exhaustion import memory_limited
 
 __all__ = ["WarmPool"]
@@ -133,6 +134,8 @@ class WarmPool:
         #: Refill starts (cancelled on close) and destroys of idle sandboxes given back (awaited).
         self._spawns: set[asyncio.Task[Any]] = set()
         self._destroys: set[asyncio.Task[Any]] = set()
+        #: Cold starts under way whose caller gave up, for the next cold caller (``_cold``).
+        self._orphans: collections.deque[asyncio.Task[Sandbox]] = collections.deque()
         self.last_error: str | None = None
         #: Counters for benchmarks and logs: warm and cold hand-outs, idle sandboxes given back.
         self.warm_taken = 0
@@ -235,10 +238,62 @@ class WarmPool:
                 await sandbox.destroy()
         self._kick()
         self.cold_taken += 1
-        started = time.monotonic()
-        sandbox = await self.inner.spawn()
-        self.demand.spawned(time.monotonic() - started)
+        sandbox = await self._cold()
         return Spawned(sandbox, warm=False)
+
+    async def _cold(self) -> Sandbox:
+        """A cold start for a caller: one that an earlier caller gave up on if one is under way
+        (claimed: the oldest first), else a new one. It runs eagerly (a start that finishes at
+        once costs no turn of the loop) and, once it waits, as a task of its own, so a caller that
+        gives up (its deadline) leaves it running for the next caller, or, if none comes, the
+        worker, which has seen no program, joins the idle ones (``_orphan_done``) instead of being
+        deleted half-started. Starts given up on thus never outnumber the callers that gave up."""
+        if self._orphans:
+            start = self._orphans.popleft()
+            self._starting -= 1
+        else:
+            began = time.monotonic()
+            now = eager(self.inner.spawn())
+            if now.task is None:
+                assert now.value is not None
+                self.demand.spawned(time.monotonic() - began)
+                return now.value
+            start = now.task
+            start.add_done_callback(lambda task: self._orphan_done(task, began))
+        try:
+            return await asyncio.shield(start)
+        except asyncio.CancelledError:
+            self._orphans.append(start)
+            self._starting += 1
+            if start.done():  # it ended as its caller gave up: its callback found it claimed
+                self._orphan_done(start, None)
+            raise
+
+    def _orphan_done(self, start: asyncio.Task[Sandbox], began: float | None) -> None:
+        """A cold start ended: nothing to do if a caller has it; else its worker joins the pool like
+        a refill's (destroyed, once, if the pool closed meanwhile) and a failure is one log line."""
+        if began is not None and not start.cancelled() and start.exception() is None:
+            self.demand.spawned(time.monotonic() - began)
+        if start not in self._orphans:
+            return
+        self._orphans.remove(start)
+        self._starting -= 1
+        if start.cancelled():  # the pool closed: the runtime gave the start up
+            return
+        exc = start.exception()
+        if exc is not None:
+            reason = getattr(exc, "reason", None) or exc
+            log.warning("a worker start whose execute gave up failed: %s", reason)
+            self._kick()
+            return
+        sandbox = start.result()
+        if self._closed:
+            self._background(sandbox.destroy(), self._destroys)
+            return
+        log.info("worker %s, started for an execute that gave up, joins the pool", sandbox.worker_id)
+        self._idle.append(sandbox)
+        self.shares.replaced()
+        self._kick()
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -312,7 +367,7 @@ class WarmPool:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        spawns = list(self._spawns)
+        spawns = [*self._spawns, *self._orphans]
         for task in spawns:
             task.cancel()
         await asyncio.gather(*spawns, *self._destroys, return_exceptions=True)
