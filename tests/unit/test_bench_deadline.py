@@ -29,7 +29,7 @@ def test_a_deadline_that_is_not_positive_is_refused(value: str) -> None:
 
 async def test_the_given_deadline_is_used_and_said(capsys: pytest.CaptureFixture[str]) -> None:
     assert await bench._load_deadline(_args("--deadline", "12.5"), quiet=False) == 12.5
-    assert "sustained series deadline              12.5 s  (--deadline;" in capsys.readouterr().out
+    assert "sustained series deadline              12.5 s  (--deadline)" in capsys.readouterr().out
 
 
 async def test_the_chosen_deadline_comes_from_the_measured_start_rate(

@@ -497,10 +497,10 @@ async def _load_deadline(args: argparse.Namespace, quiet: bool) -> float:
         chosen = round(max(default.max_execution_time, 2 * args.clients / rate), 1)
         why = (
             f"max(default {default.max_execution_time:g} s, 2 x {args.clients} clients / {rate:.2f}"
-            f" cold starts/s with {slots} at once)"
+            f" cold starts/s with {slots} at once); --deadline sets it"
         )
     if not quiet:
-        print(f"{'sustained series deadline':<38} {chosen:g} s  ({why}; --deadline sets it)", flush=True)
+        print(f"{'sustained series deadline':<38} {chosen:g} s  ({why})", flush=True)
     return chosen
 
 
