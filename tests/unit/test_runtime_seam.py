@@ -34,6 +34,7 @@ from codemode.runtimes.base import (
     SubjectSpawner,
     SupervisingRuntime,
 )
+from codemode.runtimes.exhaustion import memory_limited
 from codemode.runtimes.pool import WarmPool
 from codemode.runtimes.process import ProcessOptions
 from codemode.runtimes.reuse import ReusePool
@@ -198,6 +199,13 @@ def test_the_pools_read_only_declared_hints() -> None:
 
 def test_only_a_lease_is_marked_reusable() -> None:
     assert not isinstance(Box(), ReusableSandbox)
+
+
+def test_a_memory_limit_counts_only_when_declared() -> None:
+    class Undeclared(Plain):
+        memory_bytes = 64 * 1024**2  # an attribute of that name is not the seam
+
+    assert not memory_limited(Undeclared()) and not memory_limited(WarmPool(Undeclared(), 0))
 
 
 FAKE_WORKER = str(Path(__file__).resolve().parents[1] / "adversarial" / "fake_worker.py")

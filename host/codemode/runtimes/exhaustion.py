@@ -45,10 +45,7 @@ def memory_limited(runtime: object) -> bool:
     Returns:
         True with an address-space rlimit or a cgroup memory limit.
     """
-    if isinstance(runtime, MemoryLimited):
-        return bool(runtime.memory_limited)
-    # A runtime that does not declare it yet: its limit's attribute (Docker, Kubernetes).
-    return any(getattr(runtime, name, None) for name in ("memory_bytes", "memory"))
+    return isinstance(runtime, MemoryLimited) and bool(runtime.memory_limited)
 
 
 def exhaustion_kind(info: ExitInfo, runtime: object) -> str | None:
