@@ -650,15 +650,10 @@ async def test_testing_entry_refuses_to_run_without_its_variable(docker_api: Any
 
 async def test_production_image_has_no_test_entry(docker_api: Any) -> None:
     # Even with its variable set, the production image cannot run the test entry: it is not there.
+    # the test entry's command and its variable (testing_entry); the image is the production one
     rt = DockerRuntime(
-        DockerOptions(
-            image=PRODUCTION_IMAGE,
-            oci_runtime=OCI_RUNTIME,
-            entrypoint=["python3", "-I", "-m", "codemode_worker.testing_entry"],
-            spawn_timeout=5.0,
-        )
+        DockerOptions(image=PRODUCTION_IMAGE, oci_runtime=OCI_RUNTIME, testing_entry=True, spawn_timeout=5.0)
     )
-    rt.testing_entry = True  # the variable only; the image is the production one
     try:
         with pytest.raises(SpawnFailed):
             await rt.spawn()
