@@ -184,7 +184,8 @@ async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> Non
     finally:
         for path in paths:
             path.unlink()
-    assert rt.pod_manifest("p").spec.security_context.seccomp_profile.type == "Localhost"
+    pod: Any = rt.pod_manifest("p")
+    assert pod.spec.security_context.seccomp_profile.type == "Localhost"
     assert found == {"filters": 2, "seccomp": "2"}, found  # the pod's profile, then the worker's
     assert not_refused(report) == {}, report
 
