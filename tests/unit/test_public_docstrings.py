@@ -91,6 +91,7 @@ MODULES = (
     "codemode.execution.context",
     "codemode.execution.executor",
     "codemode.execution.session",
+    "codemode.execution.handlers",
     "codemode.execution.frames",
     "codemode.execution.limits",
     "codemode.execution.observe",

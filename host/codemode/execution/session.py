@@ -13,18 +13,12 @@ ledger in one place (``Session.observe``). The executor that owns runtime, slots
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import contextvars
-import functools
 import json
 import logging
-import re
 import struct
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import ProtocolError
@@ -35,7 +29,6 @@ from ..authz import AskUser, AuthorizationInput, Authorizer, Denied, Subject, ru
 from ..catalog.capability import CompiledCapability
 from ..catalog.types import OutputError, constructor, to_plain
 from ..common.errors import (
-    AgentError,
     CapabilityFailure,
     CodeModeError,
     ExecutionTimeout,
@@ -46,18 +39,17 @@ from ..common.errors import (
     PolicyFailure,
     ResourceLimit,
     client_text,
-    sanitize_disclosure,
 )
-from ..common.handoff import NOT_YET, HandOff
 from ..common.outcomes import RECOVERABLE_OUTCOMES, ledger_outcome
 from ..runtimes.base import Sandbox, SandboxClosed
-from ..store import StoreFull, StoreUnavailable
+from ..store import StoreFull
 from .approval import ApprovalRequest, Approver, render_arguments
 from .context import CallContext
 from .frames import FrameTooCostly, HostFrameDecoder
+from .handlers import HandlerHost, run_handler
 from .limits import Limits
 from .observe import ApprovalAnswer, CallDecision, CallEvent, CallOutcome, Observer
-from .parallel import Exchange, SubjectThreads, run_batch
+from .parallel import Exchange, run_batch
 from .replay import Entry, Journal, Pending, ReplayDiverged
 from .report import PrintsRefused, Report
 from .suspension import Resume, Suspensions, defers
@@ -103,10 +95,10 @@ def trusted_frame(body: str) -> bytes:
     return struct.pack(">I", len(data)) + data
 
 
-class SessionOwner(Protocol):
+class SessionOwner(HandlerHost, Protocol):
     """What a session uses of the executor that opened it (``codemode.execution.executor``): the
     plan's catalog, limits, authorizer and observer, the manifest and limits as wire text, the
-    suspensions, and the handlers' thread pool."""
+    suspensions, and the handlers' threads (:class:`~codemode.execution.handlers.HandlerHost`)."""
 
     by_name: dict[str, CompiledCapability]
     limits: Limits
@@ -115,7 +107,6 @@ class SessionOwner(Protocol):
     authorizer: Authorizer
     observer: Observer
     suspensions: Suspensions | None
-    thread_shares: SubjectThreads
 
     def manifest_for(self, source: str) -> str:
         """The manifest JSON the exec frame of ``source`` carries.
@@ -125,31 +116,6 @@ class SessionOwner(Protocol):
 
         Returns:
             The JSON array text.
-        """
-        ...
-
-    def is_async(self, cap: CompiledCapability) -> bool:
-        """Whether ``cap``'s handler is a coroutine function.
-
-        Args:
-            cap: the capability.
-
-        Returns:
-            True for an async handler.
-        """
-        ...
-
-    def run_sync(
-        self, cap: CompiledCapability, call: Callable[[], Any]
-    ) -> tuple[concurrent.futures.Future[Any], HandOff]:
-        """Start a sync handler call on the handlers' pool.
-
-        Args:
-            cap: the capability.
-            call: the handler call, bound to its arguments.
-
-        Returns:
-            The call's future, and the hand-off to wait for it with.
         """
         ...
 
@@ -624,10 +590,10 @@ class Session:
         event.outcome = "interrupted"  # until the handler has returned or failed
         t1 = time.perf_counter()
         try:
-            result = await self._run_handler(cap, typed_args)
+            result = await run_handler(self.ex, cap, self.ctx, self.subject, typed_args)
         except (CapabilityFailure, ResourceLimit, InvalidArguments) as exc:
             # It ran and failed, a budget of its own stopped it, or it refused an argument's value
-            # (_handler_failed: only these come out of it): the error's word is the call's outcome.
+            # (execution.handlers: only these come out of it): the error's word is the call's outcome.
             event.outcome = exc.outcome
             raise
         finally:
@@ -737,96 +703,6 @@ class Session:
             )
         )
 
-    async def _run_handler(self, cap: CompiledCapability, typed_args: Any) -> Any:
-        handler = cap.handler
-        call_args: tuple[Any, ...] = (self.ctx, self.subject)
-        if cap.input_type is not None:
-            call_args += (typed_args,)
-        if self.ex.is_async(cap):
-            # Its own task, always: task-bound constructs inside the handler (asyncio.timeout, anyio
-            # cancel scopes such as an MCP client's read timeout) must stay with the task they were
-            # entered in. The execute waits on its own future, which the handler's task settles as
-            # its last step (one loop pass, no asyncio.wait): so a handler that swallows the
-            # execute's cancellation cannot hold the call past its deadline.
-            loop = asyncio.get_running_loop()
-            outcome: asyncio.Future[Any] = loop.create_future()
-            task = loop.create_task(_settle(handler(*call_args), outcome))
-            try:
-                return await outcome
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if not outcome.cancelled() and not (current is not None and current.cancelling()):
-                    raise CapabilityFailure() from None  # the handler raised it itself
-                if outcome.done() and not outcome.cancelled():
-                    outcome.exception()  # settled just before the cancellation: seen, dropped
-                task.cancel()
-                _DETACHED.add(task)
-                task.add_done_callback(_detached_done)
-                raise
-            except Exception as exc:
-                _handler_failed(cap, exc)
-        # A sync handler runs on the handlers' pool, in a copy of the context. Its result is first
-        # waited for on the loop's thread, briefly (codemode.common.handoff: no trip through the loop for a
-        # short handler), then awaited: cancelling the call cancels it (a handler already running in
-        # its thread finishes there, unobserved).
-        call = functools.partial(contextvars.copy_context().run, handler, *call_args)
-        try:
-            # The subject's share of the threads, held until the handler has finished in its thread.
-            release = await self.ex.thread_shares.take(self.subject.id)
-            try:
-                job, handoff = self.ex.run_sync(cap, call)
-            except BaseException:
-                release()
-                raise
-            job.add_done_callback(_on_loop(asyncio.get_running_loop(), release))
-            result = handoff.block(job, self.ctx.deadline)
-            if result is NOT_YET:
-                result = await asyncio.wrap_future(job)
-            return result
-        except asyncio.CancelledError:
-            _reraise_if_cancelled()
-            raise CapabilityFailure() from None
-        except concurrent.futures.CancelledError:
-            raise CapabilityFailure() from None  # the handlers' pool shut down (server closing)
-        except Exception as exc:
-            _handler_failed(cap, exc)
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop, release: Callable[[], None]) -> Callable[[Any], None]:
-    """A pool job's done callback that calls ``release`` on ``loop``'s thread (not at all once the
-    loop is closed: its semaphores went with it)."""
-
-    def done(_job: Any) -> None:
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(release)
-
-    return done
-
-
-async def _settle(handler: Awaitable[Any], outcome: asyncio.Future[Any]) -> None:
-    """Run an async handler in its own task and settle ``outcome`` with its result or exception
-    (unless the caller has given up on it). A handler that raises ``CancelledError`` by itself
-    settles ``outcome`` with it; the task then ends normally."""
-    try:
-        value = await handler
-    except asyncio.CancelledError as exc:
-        if outcome.done():  # the caller cancelled: this task is being cancelled too
-            raise
-        outcome.set_exception(exc)
-        return
-    except Exception as exc:
-        if not outcome.done():
-            outcome.set_exception(exc)
-        return
-    except BaseException as exc:  # not an Exception: the call fails with it all the same
-        if not outcome.done():
-            outcome.set_exception(exc)
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
-        return
-    if not outcome.done():
-        outcome.set_result(value)
-
 
 _CALL_KINDS = frozenset({"native_call", "native_attempt", "native_invalid", "native_batch"})
 
@@ -839,58 +715,6 @@ def _recoverable(event: _CallRecord) -> bool:
     """Whether a failed call goes back to a program that asked to recover (``attempt``): decided
     by the host's own record of the call, never by the worker."""
     return ledger_outcome(event.decision, event.outcome) in RECOVERABLE_OUTCOMES
-
-
-def _reraise_if_cancelled() -> None:
-    """Re-raise the CancelledError being handled if this task is being cancelled (deadline, client):
-    otherwise the handler raised it itself, which is a failure of the handler."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise
-
-
-#: A handler's refusal of an argument's value names that argument first (docs/reference/errors.md).
-_REFUSED_ARGUMENT = re.compile(r'argument "([A-Za-z_][A-Za-z0-9_]{0,63})" \S')
-
-
-def _refused_argument(cap: CompiledCapability, exc: InvalidArguments) -> InvalidArguments:
-    """``invalid capability arguments: <diagnostic>`` for a handler that refused a value its type
-    cannot rule out (``argument "<name>" ...``, ``<name>`` one of the capability's arguments);
-    any other detail gives the bare text."""
-    detail = sanitize_disclosure(exc.detail) if isinstance(exc.detail, str) else ""
-    match = _REFUSED_ARGUMENT.match(detail)
-    names = {f["name"] for f in cap.input_shape.get("fields", ())}
-    if match is None or match[1] not in names:
-        log.warning("handler %s refused its arguments with a diagnostic of another form", cap.id)
-        return InvalidArguments()
-    return InvalidArguments(detail)
-
-
-def _handler_failed(cap: CompiledCapability, exc: Exception) -> NoReturn:
-    if isinstance(exc, ResourceLimit):  # a budget of the handler's own, named by a fixed kind
-        raise ResourceLimit(exc.kind) from None
-    if isinstance(exc, StoreFull):  # a per-subject bound of the store (the state pack's keys, bytes)
-        raise ResourceLimit(exc.kind) from None
-    if isinstance(exc, StoreUnavailable):  # the host's own failure: the why is for its log only
-        log.error("handler %s: the store could not answer: %s", cap.id, exc)
-        raise Internal() from None
-    if isinstance(exc, AgentError):
-        raise CapabilityFailure(sanitize_disclosure(str(exc.message))) from None
-    if isinstance(exc, InvalidArguments):
-        raise _refused_argument(cap, exc) from None
-    log.warning("handler %s raised %s", cap.id, type(exc).__name__)
-    raise CapabilityFailure() from None
-
-
-#: Handlers still running after their execute gave up on them (strong references: the event loop
-#: keeps only weak ones).
-_DETACHED: set[asyncio.Task[Any]] = set()
-
-
-def _detached_done(task: asyncio.Task[Any]) -> None:
-    _DETACHED.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: the execute that called it has ended
 
 
 def _set_replaying(report: Report, replaying: bool) -> None:
