@@ -124,6 +124,6 @@ def test_the_settings_build_the_runtime_from_the_same_options() -> None:
     settings = load_settings(
         transport="stdio", allow_all=True, runtime="process", process_memory="512m", process_open_files=40
     )
-    assert settings.process == ProcessOptions(memory=512 * 1024**2, open_files=40)
+    assert settings.runtime_options == ProcessOptions(memory=512 * 1024**2, open_files=40)
     runtime: Any = build_runtime(settings)
-    assert isinstance(runtime, codemode.ProcessRuntime) and runtime.options == settings.process
+    assert isinstance(runtime, codemode.ProcessRuntime) and runtime.options == settings.runtime_options
