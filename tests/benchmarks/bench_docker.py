@@ -266,14 +266,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             f"{args.concurrency}  = {default / raw_conc:.2f}x the raw engine rate (goal >= 1.5)"
         )
 
-        pool = codemode.WarmPool(
+        warm_pool = codemode.WarmPool(
             DockerRuntime(DockerOptions(image=args.image, oci_runtime=args.runtime)), args.pool
         )
-        warm_server = build_server(pool)
+        warm_server = build_server(warm_pool)
         await warm_server.start()
 
         async def warm(source: str) -> None:
-            await pool.wait_warm(120)
+            await warm_pool.wait_warm(120)
             t0 = time.perf_counter()
             await warm_server.execute(source, subject=subject)
             warm_times.append(time.perf_counter() - t0)

@@ -132,7 +132,7 @@ async def cold_vs_bare(args: argparse.Namespace) -> dict[str, Any]:
     from codemode import authz
 
     configuration = k8s.Configuration()
-    config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
     api = k8s.CoreV1Api(k8s.ApiClient(configuration))
     subject = authz.Subject("bench")
     kinds = {"early": {"attach_early": True}, "old": {"attach_early": False}}

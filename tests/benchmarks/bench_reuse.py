@@ -153,7 +153,7 @@ def _bare_pod(api: Any, namespace: str, image: str, node: str | None = None) -> 
         ),
     )
     if node is not None:
-        pod.spec.node_selector = {"kubernetes.io/hostname": node}
+        pod.spec.node_selector = {"kubernetes.io/hostname": node}  # type: ignore[union-attr]
     return pod
 
 
@@ -185,7 +185,7 @@ def kubernetes_floor(kubeconfig: str, namespace: str, image: str, n: int) -> dic
     from kubernetes import config
 
     configuration = k8s.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     api = k8s.CoreV1Api(k8s.ApiClient(configuration))
     serial = [bare_pod_once(api, namespace, image) for _ in range(n)]
     t0 = time.perf_counter()

@@ -62,7 +62,8 @@ async def test_a_burst_of_worker_pods_spreads_over_the_nodes(two_nodes: list[str
     # Started at once, as the pool's refill and concurrent executes do. Without the spread rule the
     # scheduler's resource scores alone sent all of them to the emptier node.
     rt = runtime()
-    assert rt.pod_manifest("p").spec.topology_spread_constraints[0].topology_key == SPREAD_TOPOLOGY_KEY
+    (constraint, *_) = rt.pod_manifest("p").spec.topology_spread_constraints or [None]  # type: ignore[union-attr]
+    assert constraint is not None and constraint.topology_key == SPREAD_TOPOLOGY_KEY
     try:
         boxes = await asyncio.gather(*(rt.spawn() for _ in range(BURST)))
         placed = nodes_of(rt)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -34,7 +34,7 @@ def config(monkeypatch: pytest.MonkeyPatch) -> Config:
         for key, value in (env or {}).items():
             monkeypatch.setenv(key, value)
         args = build_parser().parse_args(["serve", *argv])
-        mode = "http" if args.http else "stdio"
+        mode: Literal["http", "stdio"] = "http" if args.http else "stdio"
         return load_settings(config_file=args.config, **overrides(args, mode))
 
     return make
@@ -169,7 +169,8 @@ def test_operator_commands_reject_bad_input(
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse usage errors
-        code = exc.code
+        assert exc.code == 2
+        return
     assert code == 2
     assert what in capsys.readouterr().err
 

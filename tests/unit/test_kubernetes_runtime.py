@@ -230,11 +230,11 @@ class AttachServer:
                 f'error sending request: Post "https://node:11250/attach": dial tcp: {url.path}',
             )
         if refusal is not None and refusal[0] == "handshake":
-            body = refusal[1].encode()
+            payload = refusal[1].encode()
             sock.sendall(
                 b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
-                + f"Content-Length: {len(body)}\r\n\r\n".encode()
-                + body
+                + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                + payload
             )
             self.hung_up.append(_until_eof(sock))
             return
@@ -439,11 +439,11 @@ class FakeCluster:
             avoided: list[str] = []
             if pod.spec.affinity is not None:
                 (term,) = (
-                    pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+                    pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms  # type: ignore[union-attr]
                 )
-                ((off,),) = [term.match_fields]
+                ((off,),) = [term.match_fields or []]
                 assert (off.key, off.operator) == ("metadata.name", "NotIn")
-                avoided = off.values
+                avoided = off.values or []
             allowed = [n for n in self.nodes if n not in avoided]
             if not allowed:
                 pod.status.conditions = [
@@ -503,7 +503,7 @@ def make_runtime(cluster: FakeCluster, **kwargs: Any) -> KubernetesRuntime:
 
 def serialized(obj: Any) -> Any:
     """What the client puts on the wire (camelCase JSON, no nulls)."""
-    return k8s.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return k8s.ApiClient().sanitize_for_serialization(obj)
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -1301,7 +1301,7 @@ async def test_a_worker_that_never_answers_the_attach_fails_within_the_probe_tim
         while conn.recv_stdin() is not None:
             pass
 
-    cluster.behavior = silent  # type: ignore[assignment]
+    cluster.behavior = silent
     rt = make_runtime(cluster, probe_timeout=0.5)
     t0 = time.monotonic()
     with pytest.raises(SpawnFailed, match=r"did not answer within 0\.5s"):
@@ -1398,7 +1398,7 @@ def stalled_upgrade(cluster: FakeCluster) -> Any:
     stall = socket.create_server(("127.0.0.1", 0))
     conf = k8s.Configuration()
     conf.host = f"http://127.0.0.1:{stall.getsockname()[1]}"
-    cluster.api.connect_get_namespaced_pod_attach = k8s.CoreV1Api(  # type: ignore[method-assign]
+    cluster.api.connect_get_namespaced_pod_attach = k8s.CoreV1Api(
         k8s.ApiClient(conf)
     ).connect_get_namespaced_pod_attach
     yield stall
@@ -1467,7 +1467,7 @@ def test_the_upgrade_bound_applies_to_its_own_thread_only() -> None:
         seen["own"] = kubernetes_upgrade._local.seconds
     assert seen == {"other": None, "own": 2.0}
     assert getattr(kubernetes_upgrade._local, "seconds", None) is None
-    assert getattr(ws_client.WebSocket, "_codemode_bounded", False)
+    assert getattr(ws_client.WebSocket, "_codemode_bounded", False)  # type: ignore[attr-defined]
 
 
 def real_api(host: str) -> k8s.CoreV1Api:
@@ -1717,7 +1717,7 @@ async def test_a_finished_init_container_does_not_keep_a_dead_owner_alive(
     try:
         # The sidecar still runs since before owner-started: it may be the owner (left alone).
         assert await rt.remove_orphans() == 0
-        owner.status.init_container_statuses[1] = running("proxy", "10:00:06")  # type: ignore[index, union-attr]
+        owner.status.init_container_statuses[1] = running("proxy", "10:00:06")  # type: ignore[union-attr]
         assert await rt.remove_orphans() == 1  # the finished "setup" container is no owner
         assert (NS, "w") not in cluster.api.pods
     finally:
@@ -1903,7 +1903,7 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     """The shipped ConfigMap's TOML loads and builds this runtime with its values."""
     import yaml
 
-    from codemode.service.app import build_runtime
+    from codemode.startup.bootstrap import build_runtime
     from codemode.startup.config import load_settings
 
     config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "base" / "configmap.yaml").read_text())
@@ -1913,10 +1913,10 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     runtime = build_runtime(settings)
     assert isinstance(runtime, KubernetesRuntime)
     pod = runtime.pod_manifest("w-1")
-    container = pod.spec.containers[0]
-    assert pod.metadata.namespace == "codemode-workers"
+    container = pod.spec.containers[0]  # type: ignore[union-attr]
+    assert pod.metadata.namespace == "codemode-workers"  # type: ignore[union-attr]
     assert container.image == "registry.example/codemode-worker:1"
-    assert container.resources.limits["memory"] == "256Mi"
+    assert (container.resources.limits or {})["memory"] == "256Mi"  # type: ignore[union-attr]
 
 
 # ----------------------------------------------------------------------------------- configuration
@@ -1938,7 +1938,7 @@ def _write_kubeconfig(path: Path, contexts: dict[str, str]) -> None:
 
 @pytest.fixture
 def restore_default_configuration() -> Any:
-    saved = k8s.Configuration._default  # type: ignore[attr-defined]
+    saved = k8s.Configuration._default
     yield
     k8s.Configuration.set_default(saved)
 
@@ -2028,7 +2028,7 @@ async def test_pool_refills_a_remote_runtime_concurrently() -> None:
     from codemode.runtimes.pool import WarmPool
 
     inner = _SlowRemoteRuntime()
-    pool = WarmPool(inner, 3)  # type: ignore[arg-type]
+    pool = WarmPool(inner, 3)
     await pool.start()
     await wait_until(lambda: inner.in_flight == 3)  # all three start at once
     inner.release.set()
@@ -2101,7 +2101,7 @@ def test_a_suspected_node_is_avoided_for_the_quarantine_only(monkeypatch: pytest
     from codemode.runtimes.kubernetes import nodes as kubernetes_nodes
 
     now = [100.0]
-    monkeypatch.setattr(kubernetes_nodes.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(kubernetes_nodes.time, "monotonic", lambda: now[0])  # type: ignore[attr-defined]
     q = kubernetes_nodes.NodeQuarantine(60.0)
     assert q.suspect("node-2") is True
     assert q.suspect("node-2") is False  # already suspected: no second operator log
@@ -2150,18 +2150,18 @@ async def test_a_spawn_bound_to_a_silent_node_goes_to_another_node_at_once(
     sandbox = await rt.spawn()
     assert time.monotonic() - t0 < 5.0  # the ack timeout and a second start, not the spawn timeout
     first, second = cluster.created
-    assert first.spec.affinity is None
-    assert second.spec.affinity.node_affinity is not None
-    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-1"
-    assert (NS, first.metadata.name) not in cluster.api.pods  # the stuck pod was deleted
+    assert first.spec.affinity is None  # type: ignore[union-attr]
+    assert second.spec.affinity.node_affinity is not None  # type: ignore[union-attr]
+    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-1"  # type: ignore[union-attr]
+    assert (NS, str(first.metadata.name)) not in cluster.api.pods  # type: ignore[union-attr]  # the stuck pod was deleted
     assert "node node-2 did not take on worker pod" in caplog.text and "suspecting it dead" in caplog.text
     assert "cannot be reached (error sending request" in caplog.text  # the node check's evidence
     assert node_checks(cluster) == 1
     assert rt.quarantine.nodes() == ["node-2"]
     # The next spawns avoid node-2 from the start: no wait at all.
     again = await rt.spawn()
-    assert cluster.created[-1].spec.affinity is not None
-    assert cluster.api.pods[(NS, again.pod_name)].spec.node_name == "node-1"
+    assert cluster.created[-1].spec.affinity is not None  # type: ignore[union-attr]
+    assert cluster.api.pods[(NS, again.pod_name)].spec.node_name == "node-1"  # type: ignore[union-attr]
     await sandbox.destroy()
     await again.destroy()
     await rt.aclose()
@@ -2177,7 +2177,7 @@ async def test_when_only_suspected_nodes_can_take_a_pod_the_hint_is_dropped(
     sandbox = await rt.spawn()
     assert time.monotonic() - t0 < 5.0  # not the unschedulable grace
     avoiding, plain = cluster.created
-    assert avoiding.spec.affinity is not None and plain.spec.affinity is None
+    assert avoiding.spec.affinity is not None and plain.spec.affinity is None  # type: ignore[union-attr]
     assert rt.quarantine.nodes() == []
     assert "trying the suspected node(s) node-1 again" in caplog.text
     await sandbox.destroy()
@@ -2233,7 +2233,7 @@ async def test_a_slow_but_reachable_kubelet_is_waited_for_not_quarantined(
     # (attach_early off: the fake's attach reaches a pod the kubelet has not taken on.)
     rt = make_runtime(cluster, spawn_timeout=30.0, node_ack_timeout=0.3, attach_early=False)
     sandbox = await rt.spawn()
-    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-2"
+    assert cluster.api.pods[(NS, sandbox.pod_name)].spec.node_name == "node-2"  # type: ignore[union-attr]
     assert len(cluster.created) == 1  # the pod was waited for, not made again elsewhere
     assert node_checks(cluster) >= 1  # the node was checked, and its kubelet answered
     assert rt.quarantine.nodes() == []

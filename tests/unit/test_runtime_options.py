@@ -41,7 +41,7 @@ def test_each_runtime_has_one_options_type_holding_every_setting_of_it() -> None
         table: Any = Settings.model_fields[runtime].annotation
         # the settings an operator may set; the options may hold more, for code
         assert set(table.model_fields) <= {f.name for f in dataclasses.fields(options_type)}, runtime
-        assert options_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        assert options_type.__dataclass_params__.frozen  # type: ignore[union-attr]
     names = {runtime: {f.name for f in dataclasses.fields(t)} for runtime, t in OPTIONS.items()}
     # one name per concept across runtimes
     assert all("memory" in n for n in names.values())
@@ -113,8 +113,8 @@ def test_the_options_name_the_runtime_constructor_parameters() -> None:
     assert process.options is options
     assert (process.memory, process.open_files, process.max_processes) == (512 * 1024**2, 40, 8)
     # the Docker runtime takes its options whole
-    options = DockerOptions(memory=64 * 1024**2, max_processes=20, open_files=30, oci_runtime="runc")
-    assert codemode.DockerRuntime(options).options is options
+    docker_options = DockerOptions(memory=64 * 1024**2, max_processes=20, open_files=30, oci_runtime="runc")
+    assert codemode.DockerRuntime(docker_options).options is docker_options
 
 
 def _samples() -> list[RunSample]:

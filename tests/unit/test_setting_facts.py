@@ -84,7 +84,7 @@ def test_a_new_settings_metadata_drives_its_docs_row() -> None:
 
 def test_every_setting_has_its_flag_variable_and_row_from_its_metadata() -> None:
     parser = build_parser()
-    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr, index]
     by_dest = {a.dest: a for a in serve._actions}
     table = settings_table()
     for leaf in leaves():
