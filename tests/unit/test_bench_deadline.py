@@ -39,4 +39,4 @@ async def test_the_chosen_deadline_comes_from_the_measured_start_rate(
     # below the default, which stays.
     assert await bench._load_deadline(_args("--clients", "1"), quiet=False) == 5.0
     out = capsys.readouterr().out
-    assert "max(default 5 s, 2 x 1 clients / " in out and "cold starts/s with 8 at once)" in out
+    assert "max(default 5 s, 2 x 1 clients / " in out and "starts+removals/s with 8 at once)" in out

@@ -461,17 +461,17 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _start_rate(args: argparse.Namespace, slots: int) -> float:
-    """Workers started per second when ``slots`` cold starts run at once (all started, then all
-    destroyed; the destroys are not timed): what a closed loop over the slots gets from an empty
-    pool. A start that fails counts as not started."""
+    """Workers started and destroyed per second when ``slots`` of them run at once (all started,
+    then all destroyed, both timed: each execute of a closed loop over an empty pool costs a start
+    and a removal on the same machine). A start that fails counts as not started."""
     runtime = _make_runtime(args)
     await runtime.start()
     try:
         t0 = time.perf_counter()
         started = await asyncio.gather(*(runtime.spawn() for _ in range(slots)), return_exceptions=True)
-        elapsed = time.perf_counter() - t0
         boxes = [s for s in started if not isinstance(s, BaseException)]
         await asyncio.gather(*(box.destroy() for box in boxes), return_exceptions=True)
+        elapsed = time.perf_counter() - t0
     finally:
         await runtime.aclose()
     return max(len(boxes), 1) / elapsed
@@ -480,13 +480,13 @@ async def _start_rate(args: argparse.Namespace, slots: int) -> float:
 async def _load_deadline(args: argparse.Namespace, quiet: bool) -> float:
     """The sustained series' deadline (``max_execution_time``): ``--deadline``, else the default
     unless a closed loop of ``--clients`` over cold starts would pass it: by Little's law an execute
-    then waits ``clients / rate`` on average, with ``rate`` the workers started per second with a
-    slot's worth of starts at once (``_start_rate``), so ``max(default, 2 × clients / rate)``
+    then waits ``clients / rate`` on average, with ``rate`` the workers started and destroyed per
+    second with a slot's worth at once (``_start_rate``), so ``max(default, 2 × clients / rate)``
     (printed with its reason).
 
-    On Kubernetes on a loaded 2-core machine pods start at about 1.2 per second when 8 start at
-    once (against 1.2-1.6 s for one alone), so 20 clients wait about 16 s, and the default 5 s
-    ended 188 of 200 executes in ``concurrency``: the series measured the deadline, not the runtime.
+    On Kubernetes on a loaded 2-core machine the series ran at 1.3 executes/s (one pod alone starts
+    in 1.2-1.6 s), so 20 clients wait about 15 s, and the default 5 s ended 188 of 200 executes in
+    ``concurrency``: the series measured the deadline, not the runtime.
     """
     default = Limits()
     slots = default.max_concurrent_executions
@@ -497,7 +497,7 @@ async def _load_deadline(args: argparse.Namespace, quiet: bool) -> float:
         chosen = round(max(default.max_execution_time, 2 * args.clients / rate), 1)
         why = (
             f"max(default {default.max_execution_time:g} s, 2 x {args.clients} clients / {rate:.2f}"
-            f" cold starts/s with {slots} at once); --deadline sets it"
+            f" starts+removals/s with {slots} at once); --deadline sets it"
         )
     if not quiet:
         print(f"{'sustained series deadline':<38} {chosen:g} s  ({why})", flush=True)
