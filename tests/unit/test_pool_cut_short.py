@@ -39,14 +39,10 @@ class GatedRuntime:
         self.cancelled: list[int] = []
         self.destroyed: list[str] = []
 
-    async def start(self) -> None:
+    async def _nothing(self) -> None:
         return None
 
-    async def check(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
+    start = check = aclose = _nothing
 
     async def spawn(self) -> Box:
         gate = asyncio.Event()
@@ -69,16 +65,22 @@ async def _settle(until: object, rounds: int = 1000) -> bool:
     return bool(until())  # type: ignore[operator]
 
 
+async def _cut_short(pool: WarmPool, runtime: GatedRuntime) -> None:
+    """Alice's execute starts a cold worker (the pool of 1 has its refill's start gated) and her
+    deadline passes while it starts."""
+    await pool.start()
+    assert await _settle(lambda: len(runtime.gates) == 1)  # the refill's start, kept gated
+    waiting = asyncio.ensure_future(pool.spawn_for("alice"))
+    assert await _settle(lambda: len(runtime.gates) == 2)  # alice's cold start
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+
+
 async def test_a_start_cut_short_joins_the_pool_and_serves_the_next_execute() -> None:
     runtime = GatedRuntime()
     pool = WarmPool(runtime, 1)  # type: ignore[arg-type]
-    await pool.start()
     try:
-        assert await _settle(lambda: len(runtime.gates) == 1)  # the refill's start, kept gated
-        waiting = asyncio.ensure_future(pool.spawn_for("alice"))
-        assert await _settle(lambda: len(runtime.gates) == 2)  # alice's cold start
-        waiting.cancel()  # alice's deadline passes while her worker starts
-        await asyncio.gather(waiting, return_exceptions=True)
+        await _cut_short(pool, runtime)
         runtime.gates[1].set()  # ... and then the worker is ready
         # Before: the start was cancelled with its execute (cancelled == [2]), nothing joined.
         assert await _settle(lambda: pool.idle == 1), f"cut short: {runtime.cancelled}"
@@ -108,13 +110,8 @@ async def test_a_start_cut_short_is_destroyed_once_when_it_lands_after_the_pool_
 async def test_the_next_cold_execute_takes_over_a_start_cut_short_instead_of_starting_another() -> None:
     runtime = GatedRuntime()
     pool = WarmPool(runtime, 1)  # type: ignore[arg-type]
-    await pool.start()
     try:
-        assert await _settle(lambda: len(runtime.gates) == 1)  # the refill's start, kept gated
-        alice = asyncio.ensure_future(pool.spawn_for("alice"))
-        assert await _settle(lambda: len(runtime.gates) == 2)
-        alice.cancel()
-        await asyncio.gather(alice, return_exceptions=True)
+        await _cut_short(pool, runtime)
         bob = asyncio.ensure_future(pool.spawn_for("bob"))  # no idle worker: a cold start ...
         await _settle(lambda: len(runtime.gates) == 3, rounds=50)
         # ... that waits for alice's (before: a third start, while alice's went on for nobody)
