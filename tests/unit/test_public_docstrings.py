@@ -1,5 +1,7 @@
-"""The public surface is documented where people read it (issue 24 §4): every exported callable of
-the public modules has a docstring of its own, with Google-style sections where it has something to
+"""The public surface is documented where people read it: the public modules are the ones
+docs/reference/python-api.md names (the contract: its inline ``codemode...`` names and code paths,
+plus the few it names in words, NAMED_INDIRECTLY), and every exported callable of theirs has a
+docstring of its own, with Google-style sections where it has something to
 say (``Args:`` naming every parameter, ``Returns:``/``Yields:`` for a value, ``Raises:`` naming every
 exception its body raises), dataclass fields are named in the class docstring, and each module's
 ``__all__`` is exactly its public names (nothing exported by accident, nothing public left out).
@@ -12,6 +14,10 @@ from the sections (they are read, not called):
 * parameters (not ``self``/``cls``): an ``Args:`` section with a ``name:`` line for each;
 * a return annotation other than ``None``: a ``Returns:`` (or ``Yields:``) section;
 * a ``raise SomeError(...)`` in its own body: a ``Raises:`` section naming ``SomeError``.
+
+Every other module is internal: a private ``_name`` module (as httpx has them), or one whose
+``__all__`` lists what its package uses, each callable with a docstring (a line will do). A name the
+page spells that no module has fails, and so does a named module that exports no callable.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import dataclasses
 import importlib
 import inspect
 import logging
-import pkgutil
+import pathlib
 import re
 import textwrap
 import types
@@ -32,139 +38,83 @@ import pytest
 
 import codemode
 
-#: The public modules: their ``__all__`` is the API (docs/reference/python-api.md). The submodules of
-#: PACKAGES are public too.
-PACKAGES = (
-    "codemode.runtimes",
+API_PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "reference" / "python-api.md"
+
+#: What the page names in words rather than by module path (each with why). The runtimes' packages:
+#: the page documents ``ProcessRuntime(options)``, ``DockerRuntime(options)``, ``KubernetesRuntime``,
+#: ``WarmPool`` and their options by the ``codemode`` names, and runtimes.md by these packages. The
+#: shipped packs: the page names them as "the packs that ship (``codemode_capabilities``)", and their
+#: ``module:pack`` specs are what an operator writes.
+NAMED_INDIRECTLY = (
     "codemode.runtimes.docker",
     "codemode.runtimes.kubernetes",
     "codemode.runtimes.process",
     "codemode.runtimes.reuse",
-    "codemode.store",
-)
-MODULES = (
-    "codemode",
-    "codemode.authz",
-    "codemode.authz.rego",
-    "codemode_capabilities.mcp.bounded_http",
-    "codemode_capabilities.mcp.pool",
-    "codemode_capabilities.mcp.session",
-    "codemode_capabilities.mcp.upstream",
     "codemode_capabilities.mcp",
     "codemode_capabilities.openapi",
-    "codemode_capabilities.openapi.pack",
-    "codemode_capabilities.openapi.calls",
-    "codemode_capabilities.openapi.config",
-    "codemode_capabilities.openapi.operation",
-    "codemode_capabilities.openapi.defaults",
-    "codemode_capabilities.openapi.paths",
-    "codemode_capabilities.records",
-    "codemode_capabilities.state",
-    "codemode_capabilities.mcp.stdio_relay",
-    "codemode_capabilities.mcp.disk",
-    "codemode_capabilities.mcp.loop",
-    "codemode_capabilities.mcp.tenancy",
-    "codemode_capabilities.mcp.commands",
-    "codemode_capabilities.upstreams",
-    "codemode.catalog.answers",
-    "codemode.catalog.capability",
-    "codemode.catalog.functions",
-    "codemode.catalog.search",
-    "codemode.catalog.stems",
-    "codemode.catalog.suggest",
-    "codemode.catalog.types",
-    "codemode.cli",
-    "codemode.cli.flags",
-    "codemode.cli.stdio_refusal",
-    "codemode.cli.main",
-    "codemode.cli.serve",
-    "codemode.cli.token",
-    "codemode.common.command",
-    "codemode.common.errors",
-    "codemode.common.handoff",
-    "codemode.common.outcomes",
-    "codemode.common.passed",
-    "codemode.execution.causes",
-    "codemode.execution.admission",
-    "codemode.execution.approval",
-    "codemode.execution.approval_text",
-    "codemode.execution.context",
-    "codemode.execution.executor",
-    "codemode.execution.session",
-    "codemode.execution.handlers",
-    "codemode.execution.frames",
-    "codemode.execution.limits",
-    "codemode.execution.observe",
-    "codemode.execution.parallel",
-    "codemode.execution.plan",
-    "codemode.execution.progress",
-    "codemode.execution.quota",
-    "codemode.execution.quota_kubernetes",
-    "codemode.execution.replay",
-    "codemode.execution.report",
-    "codemode.execution.builder",
-    "codemode.execution.server",
-    "codemode.execution.suspension",
-    "codemode.execution.tracing",
-    "codemode.execution.worker_text",
-    "codemode.packs",
-    "codemode.packs.error_text",
-    "codemode.packs.jsonschema",
-    "codemode.packs.lifecycle",
-    "codemode.packs.loading",
-    "codemode.packs.off_loop",
-    "codemode.packs.redaction",
-    "codemode.packs.health",
-    "codemode.packs.registry",
-    "codemode.packs.unescaping",
-    "codemode.packs.upstream",
-    "codemode.packs.upstream_answer",
-    "codemode.mcp",
-    "codemode.mcp.adapter",
-    "codemode.mcp.approval",
-    "codemode.mcp.progress",
-    "codemode.mcp.retries",
-    "codemode.ops.bench",
-    "codemode.ops.image_audit",
-    "codemode.ops.image_rules",
-    "codemode.ops.percentile",
-    "codemode.ops.quota_probes",
-    "codemode.ops.quota_recommend",
-    "codemode.ops.quotas",
-    "codemode.service",
-    "codemode.service.connection_guard",
-    "codemode.service.app",
-    "codemode.service.audit",
-    "codemode.service.auth",
-    "codemode.service.open_requests",
-    "codemode.service.edge",
-    "codemode.service.hosts",
-    "codemode.service.jsonrpc",
-    "codemode.service.listeners",
-    "codemode.service.logconfig",
-    "codemode.service.logfilter",
-    "codemode.service.metrics",
-    "codemode.service.peers",
-    "codemode.service.refusals",
-    "codemode.service.responses",
-    "codemode.service.sessions",
-    "codemode.service.stopping",
-    "codemode.service.tokens",
-    "codemode.startup.bootstrap",
-    "codemode.startup.config",
-    "codemode.startup.trace_export",
 )
+#: Dotted names the page spells that are not modules of the API: the packs' old import path, which
+#: the page names only to say that it fails with a hint.
+NOT_MODULES = ("codemode.capabilities",)
+#: Named modules that are namespaces only (no callable of their own): the shipped packs' package and
+#: the runtimes' (``codemode`` exports the runtimes).
+NAMESPACES = ("codemode_capabilities", "codemode.runtimes")
+
+
+def named_on_the_page(text: str) -> set[str]:
+    """The dotted ``codemode...`` names in the page's inline code (``codemode.store.memory.MemoryStore``,
+    ``codemode_capabilities.records:pack``), and the modules of its ``host/codemode/...`` code paths."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)  # the examples import, they name nothing
+    names: set[str] = set()
+    for span in re.findall(r"`([^`]+)`", prose):
+        for path in re.findall(r"host/(codemode/[\w/]*\w)(?:\.py|/)", span):
+            names.add(path.replace("/", ".").removesuffix(".__init__"))
+        names.update(re.findall(r"(?<![\w./])(codemode(?:_capabilities)?(?:\.[A-Za-z_]\w*)*)", span))
+    return {n for n in names if not any(n == x or n.startswith(x + ".") for x in NOT_MODULES)}
+
+
+def module_of(name: str) -> tuple[str, list[str]]:
+    """The longest prefix of a dotted name that imports as a module, and the attributes after it."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name is not None and not module.startswith(err.name):
+                raise  # the module exists and something it imports does not: not the page's fault
+            continue
+        return module, parts[cut:]
+    return "", parts
 
 
 def public_modules() -> list[str]:
-    names = list(MODULES)
-    for package in PACKAGES:
-        names.append(package)
-        module = importlib.import_module(package)
-        for info in pkgutil.iter_modules(module.__path__):
-            if not info.name.startswith("_"):
-                names.append(f"{package}.{info.name}")
-    return names
+    """The modules docs/reference/python-api.md names (the contract), and those it names indirectly."""
+    named = {module_of(n)[0] for n in named_on_the_page(API_PAGE.read_text(encoding="utf-8"))}
+    return sorted((named | set(NAMED_INDIRECTLY)) - {""} - set(NAMESPACES))
+
+
+def modules_with_all() -> set[str]:
+    """Every module of the host and the shipped packs that declares ``__all__`` (private modules,
+    ``_name``, and their packages' contents left out)."""
+    import codemode_capabilities
+
+    declared = set()
+    packages = (pathlib.Path(codemode.__file__).parent, pathlib.Path(codemode_capabilities.__file__).parent)
+    for package, path in ((top, path) for top in packages for path in top.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if any(p.startswith("_") for p in parts):
+            continue
+        if re.search(r"^__all__\b", path.read_text(encoding="utf-8"), re.M):
+            declared.add(".".join(parts))
+    return declared
+
+
+def internal_modules() -> list[str]:
+    """Modules that declare ``__all__`` (what their package uses) without being on the page."""
+    return sorted(modules_with_all() - set(public_modules()))
 
 
 def exported(module_name: str) -> Iterator[tuple[str, Any]]:
@@ -234,8 +184,8 @@ def raised_names(fn: Callable[..., Any]) -> set[str]:
                 for statement in child.body:
                     walk_one(statement, caught | caught_by(child.handlers))
                 for part in (child.handlers, child.orelse, child.finalbody):
-                    for statement in part:
-                        walk_one(statement, caught)
+                    for item in part:
+                        walk_one(item, caught)
                 continue
             walk(child, caught)
 
@@ -409,24 +359,56 @@ def top_level_names(module: types.ModuleType) -> set[str]:
     return out
 
 
-def test_every_module_with_all_is_checked() -> None:
-    """A module of the package that declares ``__all__`` is public and listed above (a new one
-    cannot be left out by accident); private modules (``_rego_scan``) are the package's own."""
-    import pathlib
-
-    import codemode_capabilities
-
-    declared = set()
-    packages = (pathlib.Path(codemode.__file__).parent, pathlib.Path(codemode_capabilities.__file__).parent)
-    for package, path in ((top, path) for top in packages for path in top.rglob("*.py")):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if any(p.startswith("_") for p in parts):
+def test_the_page_names_only_modules_and_names_that_exist() -> None:
+    """Every dotted name the page spells is a module, or a module and names it has
+    (``codemode.store.memory.MemoryStore``): a module renamed or gone fails here, not in a reader's
+    import."""
+    missing = []
+    for name in sorted(named_on_the_page(API_PAGE.read_text(encoding="utf-8"))):
+        module, attributes = module_of(name)
+        if not module:
+            missing.append(f"{name}: no such module")
             continue
-        if re.search(r"^__all__\b", path.read_text(encoding="utf-8"), re.M):
-            declared.add(".".join(parts))
-    assert sorted(declared - set(public_modules())) == []
+        obj: Any = importlib.import_module(module)
+        for attribute in attributes:
+            if not hasattr(obj, attribute):
+                missing.append(f"{name}: {module} has no {'.'.join(attributes)}")
+                break
+            obj = getattr(obj, attribute)
+    assert missing == [], "\n".join(missing)
+
+
+@pytest.mark.parametrize("module_name", public_modules())
+def test_a_public_module_exports_documented_callables(module_name: str) -> None:
+    """A module the page names is API: its ``__all__`` holds at least one callable (a class or a
+    function), and the rule above holds for each (test_every_exported_callable_is_documented)."""
+    callables = [name for name, obj in exported(module_name) if isinstance(obj, type | types.FunctionType)]
+    assert callables, f"{module_name} is named by python-api.md but exports no callable"
+
+
+@pytest.mark.parametrize("module_name", internal_modules())
+def test_an_internal_modules_exports_have_a_docstring(module_name: str) -> None:
+    """A module the page does not name is internal: what its ``__all__`` lists for its package needs
+    a docstring (one line will do), not the sections of the API."""
+    found = [
+        f"{where}: no docstring"
+        for where, obj in exported(module_name)
+        if isinstance(obj, type | types.FunctionType) and not own_doc(obj)
+    ]
+    assert found == [], "\n".join(found)
+
+
+def test_the_page_is_read() -> None:
+    """The parse itself: the page's sections and code paths give the modules they name."""
+    assert {"codemode", "codemode.authz.rego", "codemode.packs", "codemode.store.sqlite"} <= set(
+        public_modules()
+    )
+    assert {"codemode.mcp.adapter", "codemode.startup.bootstrap", "codemode.cli"} <= set(public_modules())
+    assert "codemode.capabilities" not in public_modules()
+    text = "`codemode.store.memory.MemoryStore()`, `host/codemode/cli/` and `x.py:pack`\n"
+    text += "```\n`codemode.nope`\n```\n"
+    assert named_on_the_page(text) == {"codemode.store.memory.MemoryStore", "codemode.cli"}
+    assert module_of("codemode.nope.Thing") == ("codemode", ["nope", "Thing"])  # then: no such name
 
 
 def test_the_rule_catches_what_it_should() -> None:
