@@ -67,17 +67,18 @@ COPY worker_image/codemode_worker ./worker_image/codemode_worker
 RUN rm -f ./worker_image/codemode_worker/testing_entry.py
 # Offline builds: a directory .build-wheels/ in the context holding a pip wheel and every dependency's
 # wheel (scripts/provision-kubernetes.sh makes it) is used with --no-index; a base without pip or venv
-# (the debootstrap base) needs it. Without it, the base's own pip installs from the index.
+# (the debootstrap base) needs it. Without it, the base's own pip installs from the index. The service
+# carries both optional extras: the Kubernetes runtime and quota store, and tracing.
 COPY README.md .build-wheel[s] /wheels/
 RUN set -e; \
     if ls /wheels/pip-*.whl >/dev/null 2>&1; then \
         pip="$(ls /wheels/pip-*.whl | head -n 1)/pip"; set -- --no-index --find-links /wheels; \
     else pip="-m pip"; set --; fi; \
-    python3 $pip install "$@" --no-compile --no-warn-script-location --prefix /opt/codemode /src; \
+    python3 $pip install "$@" --no-compile --no-warn-script-location --prefix /opt/codemode "/src[kubernetes,tracing]"; \
     site="$(find /opt/codemode -type d \( -name site-packages -o -name dist-packages \) | head -n 1)"; \
     ln -s "$site" /opt/codemode/site; \
     [ -d /opt/codemode/bin ] || ln -s "$(dirname "$(find /opt/codemode -name codemode -type f | head -n 1)")" /opt/codemode/bin
-RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import importlib.util, codemode.cli, codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes; from codemode.authz.rego import RegoAuthorizer; RegoAuthorizer('data.p.allow', {'p.rego': 'package p\\nallow := true\\n'}).close(); assert importlib.util.find_spec('codemode_worker.testing_entry') is None; print('codemode service ok')"]
+RUN ["env", "PYTHONPATH=/opt/codemode/site", "python3", "-I", "-c", "import sys; sys.path.insert(0, '/opt/codemode/site'); import importlib.util, codemode.cli, codemode.service, codemode.mcp, codemode.runtimes.docker, codemode.runtimes.kubernetes.runtime, opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter; from codemode.authz.rego import RegoAuthorizer; RegoAuthorizer('data.p.allow', {'p.rego': 'package p\\nallow := true\\n'}).close(); assert importlib.util.find_spec('codemode_worker.testing_entry') is None; print('codemode service ok')"]
 
 # ---------------------------------------------------------------------------------------- service
 FROM base

@@ -563,7 +563,7 @@ build_service_image() {
         [ -x "$REPO/.venv/bin/python" ] && py="$REPO/.venv/bin/python"
         "$py" -m pip download -q --dest "$wheels" --only-binary=:all: --python-version 3.11 \
             --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 --platform any \
-            pip setuptools wheel "$REPO" >"$LOG_DIR/service-wheels.log" 2>&1 ||
+            pip setuptools wheel "$REPO[kubernetes,tracing]" >"$LOG_DIR/service-wheels.log" 2>&1 ||
             { tail -20 "$LOG_DIR/service-wheels.log" >&2; die "downloading the service's wheels failed"; }
         rm -f "$wheels"/codemode-*.whl
         touch "$wheels/.complete"

@@ -20,6 +20,7 @@ from typing import Any
 from .. import authz
 from ..catalog.capability import Capability
 from ..common.errors import InvalidRegistration
+from ..common.extras import MissingExtra, require
 from ..execution.builder import Builder, answer_bounds
 from ..execution.observe import Observer
 from ..execution.quota import QuotaStore
@@ -120,6 +121,8 @@ def build_runtime(
             from ..runtimes.docker import DockerRuntime as cls  # type: ignore[assignment]
         else:
             from ..runtimes.kubernetes import KubernetesRuntime as cls  # type: ignore[assignment]
+    except MissingExtra as exc:
+        raise ConfigError(f"{names('runtime')}: {exc}") from None
     except ImportError as exc:
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
@@ -161,9 +164,16 @@ def build_quota_store(settings: Settings) -> QuotaStore | None:
 
     Returns:
         None for ``local`` (the server counts in its own process), else the shared store.
+
+    Raises:
+        ConfigError: ``kubernetes`` without the Kubernetes client (the ``kubernetes`` extra).
     """
     if settings.quota_store == "local":
         return None
+    try:
+        require("kubernetes", "kubernetes", "the Kubernetes quota store")
+    except MissingExtra as exc:
+        raise ConfigError(f"{names('quota_store')}: {exc}") from None
     from ..execution.quota_kubernetes import KubernetesQuota
 
     namespace = settings.effective_quota_namespace

@@ -11,12 +11,16 @@ import asyncio
 import logging
 from typing import Any
 
+from ..common.extras import MissingExtra, require
 from ..execution.tracing import Tracing
 from .config import ConfigError, Settings, names
 
 __all__ = ["TraceExport", "build_tracing"]
 
 log = logging.getLogger("codemode.traces")
+
+#: The OTLP/HTTP span exporter's module (the ``tracing`` extra installs it).
+_OTLP_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
 
 
 class TraceExport:
@@ -47,19 +51,20 @@ def build_tracing(settings: Settings) -> tuple[Tracing, TraceExport]:
         The tracing (OTLP/HTTP through a batch processor) and its export.
 
     Raises:
-        ConfigError: the OpenTelemetry SDK or its OTLP exporter is not installed.
+        ConfigError: the OpenTelemetry SDK or its OTLP exporter is not installed (the ``tracing``
+            extra).
     """
     assert settings.trace_endpoint is not None
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError as exc:
-        raise ConfigError(
-            f"{names('trace_endpoint')}: the OpenTelemetry SDK or its OTLP exporter is not installed "
-            f"({exc}); pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-http"
-        ) from None
+        for module in ("opentelemetry.trace", "opentelemetry.sdk.trace", _OTLP_HTTP):
+            require(module, "tracing", "tracing")
+    except MissingExtra as exc:
+        raise ConfigError(f"{names('trace_endpoint')}: {exc}") from None
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: settings.trace_service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.trace_endpoint)))
     log.info("tracing: OTLP/HTTP to %s as service %r", settings.trace_endpoint, settings.trace_service_name)

@@ -18,7 +18,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .options import DEFAULT_IMAGE, DEFAULT_NAMESPACE, CleanupMode, KubernetesOptions, OptionError
+from ...common.extras import require
+from .options import (
+    DEFAULT_IMAGE,
+    DEFAULT_NAMESPACE,
+    KUBERNETES_FEATURE,
+    CleanupMode,
+    KubernetesOptions,
+    OptionError,
+)
 
 if TYPE_CHECKING:
     from ..base import SandboxClosed as SandboxClosed
@@ -69,4 +77,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not module.startswith(".."):  # this package's own modules use the Kubernetes client
+        require("kubernetes", "kubernetes", KUBERNETES_FEATURE)
     return getattr(importlib.import_module(module, __name__), name)

@@ -19,7 +19,11 @@ from typing import Any, Literal
 
 from codemode_worker import PROTOCOL_VERSION
 
+from ...common.extras import require
 from ..streams import STDOUT_BUFFER, CleanupMode
+
+#: What needs the ``kubernetes`` extra, as its missing-extra error names it.
+KUBERNETES_FEATURE = "the Kubernetes runtime"
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -72,6 +76,7 @@ def _under_seccomp_root(path: str) -> bool:
 
 def _quantity(option: str, value: str) -> Any:
     """``value`` as a number (a ``decimal.Decimal``), if it is a positive Kubernetes quantity."""
+    require("kubernetes", "kubernetes", KUBERNETES_FEATURE)
     from kubernetes.utils import parse_quantity
 
     try:

@@ -8,6 +8,7 @@ import ipaddress
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ...common.extras import MissingExtra
 from ...execution.admission import Admission
 from .facts import is_table
 from .fields import SettingsFields
@@ -77,6 +78,8 @@ def _options_problems(s: SettingsFields) -> list[str]:
     setting when the options name the option."""
     try:
         s.runtime_options  # noqa: B018 (made to be checked)
+    except MissingExtra as exc:  # the runtime's checks need its client (the kubernetes extra)
+        return [f"{names('runtime')}: {exc}"]
     except ValueError as exc:
         option = getattr(exc, "option", None)
         name = f"{s.runtime}_{option}"
