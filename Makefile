@@ -1,11 +1,13 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall only when the project metadata changes: pyproject.toml, or host/codemode/__init__.py (the version
-# source, read by pyproject); the stamp is newer than both otherwise.
+# Reinstall only when the project metadata changes: pyproject.toml, constraints.txt (the dev environment's
+# pins), or host/codemode/__init__.py (the version source, read by pyproject); the stamp is newer otherwise.
 STAMP := $(VENV)/.installed
+# Every optional extra (pyproject.toml) and the dev tools: the tests exercise them all.
+EXTRAS := dev,kubernetes,tracing
 
-.PHONY: venv run test lint format typecheck bench clean
+.PHONY: venv run test lint format typecheck bench clean constraints
 
 $(BIN)/python:
 	@echo "[make] creating $(VENV) with $(PY)" >&2
@@ -13,9 +15,9 @@ $(BIN)/python:
 	@echo "[make] upgrading pip" >&2
 	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 
-$(STAMP): pyproject.toml host/codemode/__init__.py | $(BIN)/python
-	@echo "[make] installing codemode and its dev tools into $(VENV) (again only when pyproject.toml or host/codemode/__init__.py changes)" >&2
-	@$(BIN)/pip install -q -e '.[dev]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
+$(STAMP): pyproject.toml constraints.txt host/codemode/__init__.py | $(BIN)/python
+	@echo "[make] installing codemode, all its extras and its dev tools into $(VENV), pinned by constraints.txt (again only when pyproject.toml, constraints.txt or host/codemode/__init__.py changes)" >&2
+	@$(BIN)/pip install -q -c constraints.txt -e '.[$(EXTRAS)]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; exit 1; }
 	@# The three package roots on sys.path as plain folders, as an installed wheel's packages are: the
 	@# editable install's import hook comes after the path search, where a folder named codemode/
 	@# beside a script would otherwise win as a namespace package.
@@ -41,6 +43,10 @@ format: venv
 
 test: venv lint
 	$(BIN)/python -m pytest -q -rfEs --durations=25 tests
+
+# After an upgrade you mean to keep: pin what the venv now has (scripts/freeze_constraints.py).
+constraints: venv
+	$(BIN)/python scripts/freeze_constraints.py
 
 bench: venv
 	$(BIN)/codemode bench --runtime process --pool 4
