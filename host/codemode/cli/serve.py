@@ -136,10 +136,10 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _refuse(line: str, status: int, *, stdio: bool) -> int:
     """The start-up problem: one line on stderr and, over stdio, the answer to the MCP client's
-    requests (codemode.cli.stdio_refusal); ``status`` is the exit status."""
+    requests (codemode.cli._stdio_refusal); ``status`` is the exit status."""
     print(line, file=sys.stderr, flush=True)
     if stdio:
-        from .stdio_refusal import refuse_client
+        from ._stdio_refusal import refuse_client
 
         refuse_client(line)
     return status

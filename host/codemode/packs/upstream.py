@@ -14,7 +14,7 @@
   the capability rules (bounded, control characters removed).
 * :func:`upstream_error_text` (from ``error_text``, re-exported here): the one rule for an
   upstream's own error text that a client may see (``capability failed: <upstream>: <text>``);
-  :func:`upstream_result` (from ``upstream_answer``): a successful answer without the credentials
+  :func:`upstream_result` (from ``_upstream_answer``): a successful answer without the credentials
   the host gave the upstream.
 * :func:`answer_problem`: why a converted tool cannot be registered because its ``search_api``
   result or ``describe_api`` answer would not fit the configured bound (it is skipped like a tool
@@ -46,9 +46,9 @@ from ..catalog.capability import (
     Capability,
     validate_catalog,
 )
+from ._upstream_answer import upstream_result
 from .error_text import MAX_UPSTREAM_ERROR, upstream_error_text
 from .jsonschema import Unsupported
-from .upstream_answer import upstream_result
 
 __all__ = [
     "MAX_LOGGED_SKIPS",

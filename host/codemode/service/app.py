@@ -61,11 +61,11 @@ from ..runtimes.streams import BlockingRuntime
 from ..startup.bootstrap import StartupProblem, build_runtime, build_server, check_runtime
 from ..startup.config import ConfigError, Settings, load_settings, names
 from ..store import StoreUnavailable
+from ._hosts import HostOriginCheck, allowed_hosts_for
+from ._jsonrpc import JSONRPCBodyCheck
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
-from .hosts import HostOriginCheck, allowed_hosts_for
-from .jsonrpc import JSONRPCBodyCheck
 from .listeners import SIDE_CONNECTIONS, SideServer, bind_listeners, start_side_server
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
