@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import logging
 import pathlib
@@ -409,6 +410,63 @@ def test_the_page_is_read() -> None:
     text += "```\n`codemode.nope`\n```\n"
     assert named_on_the_page(text) == {"codemode.store.memory.MemoryStore", "codemode.cli"}
     assert module_of("codemode.nope.Thing") == ("codemode", ["nope", "Thing"])  # then: no such name
+
+
+def is_module(parts: list[str]) -> bool:
+    try:
+        return importlib.util.find_spec(".".join(parts)) is not None
+    except (ImportError, ValueError):
+        return False  # a name in a module (a function), not a module
+
+
+def private_modules_reached(package: tuple[str, ...], source: str) -> list[str]:
+    """The private modules (``a._b``) a module of ``package`` imports from outside their own package:
+    ``from ..service._hosts import x`` from ``codemode.cli`` is one, ``from ._hosts import x`` from
+    ``codemode.service`` is not. Private functions (``from m import _f``) are not modules: left out."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            targets = [module] + [[*module, a.name] for a in node.names if is_module([*module, a.name])]
+        elif isinstance(node, ast.Import):
+            targets = [a.name.split(".") for a in node.names]
+        else:
+            continue
+        for target in targets:
+            private = [
+                i for i, part in enumerate(target) if part.startswith("_") and not part.startswith("__")
+            ]
+            if private and tuple(target[: private[0]]) != package[: private[0]]:
+                out.append(".".join(target))
+    return out
+
+
+def test_a_private_module_is_its_packages_own() -> None:
+    """A ``_name`` module (internal, as httpx has them) is imported only by the modules of its own
+    package and their sub-packages, so making a module private is a promise the code keeps."""
+    import codemode_capabilities
+
+    found = []
+    for top in (pathlib.Path(codemode.__file__).parent, pathlib.Path(codemode_capabilities.__file__).parent):
+        for path in top.rglob("*.py"):
+            parts = path.relative_to(top.parent).with_suffix("").parts
+            package = parts[:-1]
+            found += [
+                f"{path}: {m}" for m in private_modules_reached(package, path.read_text(encoding="utf-8"))
+            ]
+    assert found == [], "\n".join(found)
+    # the check itself: a neighbour's private module is refused, one's own package's is not
+    assert private_modules_reached(("codemode", "cli"), "from ..service._hosts import x\n") == [
+        "codemode.service._hosts"
+    ]
+    assert (
+        private_modules_reached(("codemode", "service"), "from ._hosts import x\nfrom . import _jsonrpc\n")
+        == []
+    )
+    assert private_modules_reached(("codemode", "cli"), "from ..service import _jsonrpc\n") == [
+        "codemode.service._jsonrpc"
+    ]
 
 
 def test_the_rule_catches_what_it_should() -> None:
