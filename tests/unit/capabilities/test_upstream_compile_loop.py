@@ -1,4 +1,4 @@
-"""The compile loop of the two upstream packs is written once (issue 30 §6), in the pack-author API
+"""The compile loop of the two upstream packs is written once, in the pack-author API
 (``codemode.packs.compile_each``): an item whose schema cannot be represented is skipped with its
 reason, an output field left out is reported, a capability whose answers would not fit is skipped
 (never cut), and the report is finished."""
