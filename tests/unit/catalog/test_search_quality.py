@@ -1,4 +1,4 @@
-"""Ranking quality on a fixed catalog: what a model types finds what it means (issue 33 §5).
+"""Ranking quality on a fixed catalog: what a model types finds what it means.
 
 A catalog of 30 realistic capabilities and the queries a model writes for them, each with the
 capability that must rank first or within the first three. Each query is its own test, so the count

@@ -1,4 +1,4 @@
-"""The shape notation is written once (issue 30 §6), in the worker's pure ``codemode_worker.shapes``:
+"""The shape notation is written once, in the worker's pure ``codemode_worker.shapes``:
 inputs and outputs differ only in how an optional record field is written (docs/reference/describe.md,
 "Notation"), so an output's nested field whose name is not an identifier is a JSON string there too."""
 
