@@ -611,7 +611,7 @@ def test_token_file_from_environment_and_default(
 
 
 def test_default_token_name_is_ignored_by_git() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
         ["git", "check-ignore", "-q", "codemode.tokens"], cwd=root, capture_output=True, timeout=30
     )
@@ -649,7 +649,7 @@ def test_stdio_server_exits_cleanly_on_eof() -> None:
 def test_configuration_doc_lists_every_setting_as_the_code_defines_it() -> None:
     from codemode.cli.flags import settings_table
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert settings_table() in doc
 
 
@@ -743,7 +743,7 @@ def test_a_misspelled_variable_is_warned_about_at_start(
 
 
 def test_a_decision_naming_no_rule_is_refused_at_start(capsys: pytest.CaptureFixture[str]) -> None:
-    policy = str(Path(__file__).resolve().parents[2] / "examples" / "policy.rego")
+    policy = str(Path(__file__).resolve().parents[3] / "examples" / "policy.rego")
     argv = ["serve", "--stdio", "--rego-policy", policy, "--rego-decision", "data.codemode.records.alow"]
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()

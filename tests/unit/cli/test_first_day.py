@@ -1,4 +1,4 @@
-"""What a new user meets first (issue 35): the documented spellings work, and configuration typos
+"""What a new user meets first: the documented spellings work, and configuration typos
 say where they are and what was meant."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One "did you mean" (issue 30 §6): a mistyped flag, a misspelt settings key and a misspelt key of an
+"""One "did you mean": a mistyped flag, a misspelt settings key and a misspelt key of an
 ``[[openapi]]`` table are answered by the same rule, ``codemode.common.did_you_mean`` (the packs
 reach it as ``codemode.packs.did_you_mean``)."""
 

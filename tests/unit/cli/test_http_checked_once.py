@@ -1,4 +1,4 @@
-"""``serve --http`` checks its HTTP settings once (issue 30 §6): ``Settings.http_problems`` ran in the
+"""``serve --http`` checks its HTTP settings once: ``Settings.http_problems`` ran in the
 command and again in the service; now the service checks, before it binds a port."""
 
 from __future__ import annotations

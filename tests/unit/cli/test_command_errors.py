@@ -1,4 +1,4 @@
-"""One command error for the exit-status ladders (issue 30 §6): ``image audit``, ``quotas tune``,
+"""One command error for the exit-status ladders: ``image audit``, ``quotas tune``,
 ``bench`` and ``token`` raise :class:`~codemode.common.command.CommandError` with their exit status
 and one line, and the command prints it once, as ``codemode <command>: <line>``."""
 
