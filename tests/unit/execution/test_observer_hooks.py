@@ -1,4 +1,4 @@
-"""The observer's hooks have names that say what they report (issue 30 §6): an execute's outcome is
+"""The observer's hooks have names that say what they report: an execute's outcome is
 ``execute_outcome(ExecuteEvent)``, not a hook called ``execute`` beside ``Server.execute``; and an
 observer missing a hook is refused when the server is built, not when the first execute ends."""
 

@@ -1,4 +1,4 @@
-"""Each error that can end an execute carries its outcome word (issue 30 §6): the executor reads
+"""Each error that can end an execute carries its outcome word: the executor reads
 ``exc.outcome`` and maps nothing by the error's text or by a ladder of isinstance checks."""
 
 from __future__ import annotations

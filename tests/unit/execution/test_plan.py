@@ -1,4 +1,4 @@
-"""One plan from Builder to Server (issue 24 §5): ``Limits`` carries its real defaults (0 no longer
+"""One plan from Builder to Server: ``Limits`` carries its real defaults (0 no longer
 means "the default"), quota and reserve are one self-validating type checked in one wording by the
 library and by the settings, and ``Builder.build()`` hands the server one frozen plan."""
 

@@ -128,7 +128,7 @@ async def test_an_unreachable_api_fails_closed_quickly(tmp_path: Path) -> None:
 
 
 def test_the_documented_settings_load(tmp_path: Path) -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "service.md").read_text(encoding="utf-8")
     block = next(b for b in doc.split("```toml\n")[1:] if b.startswith('quota_store = "kubernetes"'))
     path = tmp_path / "codemode.toml"
     path.write_text(block.split("```")[0] + "allow_all = true\n", encoding="utf-8")

@@ -34,7 +34,7 @@ LOOKALIKES = (
     "\u2045\u2046\u23a1\u23a4\u23a7\u23ab\u239b\u239e"
     "\uff3c\ufe68\u2216\u29f5\u29f9\u27cd"
     "\u2026\u22ef\ufe19\u1801"
-    # found by the review (issue 31 §2): a Vedic sign drawn as two ticks (confusable with ''), the
+    # found by the review: a Vedic sign drawn as two ticks (confusable with ''), the
     # halfwidth voiced sound marks outside halfwidth katakana (drawn as " and °), a double backslash
     "\u1cd3\uff9e\uff9f\u244a"
 )

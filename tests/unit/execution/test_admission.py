@@ -86,7 +86,7 @@ async def test_release_of_an_unheld_slot_is_an_error() -> None:
 
 
 async def test_a_waiter_whose_deadline_passes_as_a_slot_frees_takes_nothing() -> None:
-    # Issue 31 §8: an execute's deadline (asyncio.timeout) cancels its task, which cancels the
+    # An execute's deadline (asyncio.timeout) cancels its task, which cancels the
     # future it waits on at once; its ``except`` branch runs only on the task's next step. A slot
     # freed in between was granted to that cancelled waiter: ``set_result`` raised
     # InvalidStateError into whoever released (the client got ``internal failure``), and the slot

@@ -160,7 +160,7 @@ async def test_the_report_feeds_the_progress_the_call_asked_for() -> None:
 
 
 def test_the_reference_states_the_bound_and_the_prefix() -> None:
-    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "tools.md").read_text("utf-8")
+    page = (Path(__file__).resolve().parents[3] / "docs" / "reference" / "tools.md").read_text("utf-8")
     text = " ".join(page.split())
     assert f"at most one notification every {PROGRESS_INTERVAL:g} seconds" in text
     assert f"`{PRINT_PREFIX}` followed by the text" in text
