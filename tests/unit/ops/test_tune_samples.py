@@ -1,4 +1,4 @@
-"""``quotas tune``'s measurement fields are declared once (issue 30 §6): a run's sample is the probe's
+"""``quotas tune``'s measurement fields are declared once: a run's sample is the probe's
 ``Reading`` plus what the run adds."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One percentile (issue 30 §6): ``codemode.ops.percentile`` is what ``bench``, ``quotas tune`` and
+"""One percentile: ``codemode.ops.percentile`` is what ``bench``, ``quotas tune`` and
 the benchmarks print; nearest rank, so each figure is a measured sample."""
 
 from __future__ import annotations

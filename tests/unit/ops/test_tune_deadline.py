@@ -1,4 +1,4 @@
-"""``codemode quotas tune``'s deadline (issue 35 §2): served as recommended, a single execute on a
+"""``codemode quotas tune``'s deadline: served as recommended, a single execute on a
 pool that was not warm yet failed (``resource limit exceeded: concurrency``), and bursts of 8 lost 7.
 The deadline counts a worker start whether or not the server has a pool, the queueing of a burst,
 and has a floor; the report says what the number assumes."""
