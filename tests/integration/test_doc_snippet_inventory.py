@@ -321,7 +321,7 @@ def test_configuration_page_token_commands(tmp_path: Path) -> None:
 
 
 def test_packs_page_first_pack_is_the_example() -> None:
-    """The page says the block is examples/notes_pack.py (which tests/unit/test_registry.py runs)."""
+    """The page says the block is examples/notes_pack.py (which tests/unit/packs/test_registry.py runs)."""
     example = (ROOT / "examples" / "notes_pack.py").read_text(encoding="utf-8")
     assert block("docs/packs.md", "args: AddIn) -> Notes").text.strip() in example
 

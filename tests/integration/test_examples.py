@@ -30,7 +30,7 @@ KEY_OUTPUT: dict[str, tuple[str, ...]] = {
         "{'total': 18, 'keys': ['alpha', 'beta']}",
     ),
     # A pack, imported rather than run (`--pack ./examples/notes_pack.py:pack`): running it only shows
-    # that it imports cleanly; tests/unit/test_registry.py loads and exercises it.
+    # that it imports cleanly; tests/unit/packs/test_registry.py loads and exercises it.
     "notes_pack.py": (),
 }
 

@@ -12,7 +12,7 @@ import codemode
 from codemode import CallContext, CapabilityPack, Subject, allow_all, capability, capability_of
 from codemode.packs import PackError, load_pack
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "notes_pack.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "notes_pack.py"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Hostile review of the credential redaction (issue 31 §1): what a client sees may not depend on
+"""Hostile review of the credential redaction: what a client sees may not depend on
 what a text shares with a credential short of a whole spelling.
 
 The oracle here is sharper than the issue's: the backend echoes the program's value *next to* the
@@ -55,7 +55,7 @@ NESTED_STUBS = {
 
 @pytest.mark.parametrize("stub", sorted(NESTED_STUBS))
 def test_an_escape_the_credential_would_complete_changes_nothing(stub: str) -> None:
-    """Failed before (review of issue 31 §1): whether decoding settled was read on the text as
+    """Failed before: whether decoding settled was read on the text as
     the backend sent it, credential included, so ``%252525252`` + a key starting with a hex digit
     did not settle and the OpenAPI reason was withheld (``HTTP 400`` alone), and was shown for one
     starting otherwise: one bit about the key's first characters for each question (``not...``
@@ -67,7 +67,7 @@ def test_an_escape_the_credential_would_complete_changes_nothing(stub: str) -> N
 
 @pytest.mark.parametrize("length", [16, 24, 40])
 def test_a_long_text_is_cut_at_the_same_place_whatever_the_credential_length(length: int) -> None:
-    """Failed before (review of issue 31 §1): when a text was longer than what is read, where its
+    """Failed before: when a text was longer than what is read, where its
     tail was dropped was measured on the decoded view of the text as sent, in which the credential
     counts its own length: between escapes (``&#65;`` before and after it) the reason kept 65, 100
     and 120 characters for keys of 16, 24 and 40 characters. Compared here with a key of 16."""
@@ -124,7 +124,7 @@ HUGE_REFERENCES = ["&#" + "9" * 5000 + ";", "&#x" + "f" * 5000 + ";"]
 
 @pytest.mark.parametrize("reference", HUGE_REFERENCES, ids=["decimal", "hex"])
 def test_a_numeric_reference_too_long_to_convert_is_read_not_raised(reference: str) -> None:
-    """Failed before (review of issue 31 §1): ``html.unescape`` raised ValueError (over Python's
+    """Failed before: ``html.unescape`` raised ValueError (over Python's
     4,300-digit bound) inside the views, so the OpenAPI reason, result and MCP answer ended in an
     exception of the host instead of a text. Read as a browser does (U+FFFD); a key beside it is
     still cut out."""
@@ -137,7 +137,7 @@ def test_a_numeric_reference_too_long_to_convert_is_read_not_raised(reference: s
 
 def test_a_credential_in_references_padded_past_what_python_converts_is_redacted() -> None:
     """Every character of the key a reference with 4,400 leading zeros (``&#000...065;``, which a
-    browser reads as ``A``): failed before (review of issue 31 §1) with ValueError, and once that
+    browser reads as ``A``): failed before with ValueError, and once that
     was caught, each became U+FFFD in the views and the key was shown as sent (an OpenAPI result,
     an MCP answer, each of 70 KB)."""
     padded = "".join(f"&#{'0' * 4400}{ord(c)};" for c in ONE)
@@ -149,7 +149,7 @@ def test_a_credential_in_references_padded_past_what_python_converts_is_redacted
 def test_a_long_credential_and_a_huge_reference_in_an_mcp_error_text() -> None:
     """A credential of 3,500 characters (a JWT in ``headers_from_file``) makes the MCP error text's
     window longer than 4,300 characters, and its normal form decoded a 4,400-digit reference with
-    ``html.unescape``: failed before (review of issue 31 §1) with ValueError out of
+    ``html.unescape``: failed before with ValueError out of
     ``upstream_error_text``, so the call ended in an exception of the host."""
     key = ("Q7vXw2LpZ9sTn4Hb" * 219)[:3500]
     text = upstream_error_text("up", "bad &#" + "9" * 4400 + "; " + key, secrets=[key])
@@ -165,7 +165,7 @@ CARELESS: dict[str, Callable[[str], str]] = {
 
 @pytest.mark.parametrize("form", sorted(CARELESS))
 def test_the_credential_in_hex_is_a_spelling(form: str) -> None:
-    """Failed before (review of issue 31 §1): a backend that dumps the bytes of the header it got in
+    """Failed before: a backend that dumps the bytes of the header it got in
     hex showed the whole key on every path."""
     spelled = CARELESS[form](ONE)
     for path, text in shown(ONE, f"header bytes {spelled} refused").items():

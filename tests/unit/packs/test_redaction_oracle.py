@@ -1,4 +1,4 @@
-"""Redaction answers no question about a part of a credential (issue 31 §1).
+"""Redaction answers no question about a part of a credential.
 
 A backend's error text or result often repeats what the tenant's program sent. Whatever that text
 shares with a configured credential, short of a whole spelling of it, must make no difference to
@@ -142,7 +142,7 @@ def test_base64_of_the_credential_inside_a_longer_encoded_text() -> None:
             assert len(blob) - kept_after > last, (lead, trail, shown)
 
 
-# ------------------------------------------------------------------ review of the fix (issue 31 §1)
+# ------------------------------------------------------------------ review of the fix
 
 #: Credentials of different lengths, and two of one length with a different count of the characters
 #: their percent-encoded spellings escape (``/ + =``).
@@ -177,7 +177,7 @@ def test_how_far_an_upstream_error_text_is_read_does_not_depend_on_the_credentia
     """The read window was LOOK_AT plus the credential's longest spelling, and the normal form's last
     ``longest`` characters were dropped: with a text whose normal form is shorter than the text (a
     third for percent-escapes), what was left showed the length of the credential's longest spelling,
-    which also counts its ``/ + =`` (review of issue 31 §1: 'Bearer ' + 16, 20, 24 characters showed
+    which also counts its ``/ + =`` ('Bearer ' + 16, 20, 24 characters showed
     22, 18 and 14 letters; two 18-character tokens with and without '/ + =' 18 and 20)."""
     for text in _window_probes():
         shown = upstream_error_text("api", text, secrets=[value])
@@ -280,7 +280,7 @@ def _escaped_mixes(token: str) -> set[str]:
 
 
 def test_a_credential_echoed_with_some_of_its_characters_percent_escaped_shows_none_of_it() -> None:
-    """Before (review of issue 31 §1), only the whole value escaped one way (``quote`` with and
+    """Before, only the whole value escaped one way (``quote`` with and
     without ``/`` kept, ``quote_plus``) was a spelling: 'q7Zx+Lm%2F9Kp=Aa+Rt%2FUv0Yw8' (Go's
     url.PathEscape), only ``=`` or only ``+`` escaped, or half of it escaped, came back as they
     were through an OpenAPI backend's result or error reason."""
@@ -307,7 +307,7 @@ def _turkish_upper(text: str) -> str:
 def test_a_credential_echoed_in_a_turkish_case_shows_none_of_it() -> None:
     """A backend that changes case by the rules of a Turkish locale (Java's ``toLowerCase()`` with
     no locale, on a server set to ``tr_TR``) makes ``I`` a dotless ``ı`` and ``i`` a dotted ``İ``.
-    Before (review of issue 31 §1), only ASCII case was folded: the echo came back as it was."""
+    Before, only ASCII case was folded: the echo came back as it was."""
     value = "Bearer Ik9iLmIq7ZiWxI4pTi"
     r = Redactor([value])
     for change in (_turkish_lower, _turkish_upper):
@@ -320,7 +320,7 @@ def test_a_credential_echoed_in_a_turkish_case_shows_none_of_it() -> None:
 
 def test_a_numeric_credential_echoed_as_a_json_number_shows_none_of_it() -> None:
     """An all-digit credential (an account number, a numeric API key) that a backend echoes as a
-    JSON number. Before (review of issue 31 §1), only strings were looked at: ``{"key":
+    JSON number. Before, only strings were looked at: ``{"key":
     83920571164528}`` came back as it was."""
     value = "83920571164528"
     r = Redactor([value])
@@ -363,7 +363,7 @@ def test_an_openapi_reason_cut_where_the_program_puts_an_escaped_credential_show
         assert not _pieces(value) & _pieces(unquote(shown)), (pad, shown)
 
 
-# ------------------------------------------ escapes no whole spelling has (issue 31 §1, last gap)
+# ------------------------------------------ escapes no whole spelling has (last gap)
 
 ESCAPED = "Token Kq7&zR/p+W x=d1lwinj1Yybf"  # a space, and characters every encoding escapes
 
@@ -466,7 +466,7 @@ def test_escapes_nested_deeper_than_the_views_decode_show_nothing() -> None:
     form (three rounds of percent-decoding already) is still escaped in the fourth view (eight
     times); four times is found and redacted. Five and six times are found too (each view is read
     once more with its ``%XX`` decoded; the token has no character to escape), and whether the rest
-    settles is read on the redacted text (review of issue 31 §1: on the text as sent, a
+    settles is read on the redacted text (on the text as sent, a
     credential's first characters decided it)."""
     value = CREDENTIALS["bearer"]
     r = Redactor([value])

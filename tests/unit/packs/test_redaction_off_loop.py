@@ -1,4 +1,4 @@
-"""Large redactions off the serving loop, and one subject's turn at a time (issue 31 §1, hostile
+"""Large redactions off the serving loop, and one subject's turn at a time (hostile
 review; codemode.packs.off_loop).
 
 Ordering is by events, never by time: a job that blocks holds its redaction thread until the test

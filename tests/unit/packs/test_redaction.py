@@ -32,7 +32,7 @@ def test_url_encoded_spellings() -> None:
 
 
 def test_a_part_of_a_secret_is_never_redacted() -> None:
-    """Issue 31 §1: cutting runs of 8 of its characters answered "is this part of the credential?"
+    """Cutting runs of 8 of its characters answered "is this part of the credential?"
     for any text a program had a backend repeat. A truncated key is shown as it is."""
     r = Redactor([TOKEN])
     assert r.exact(f"key {TOKEN[:12]}... is revoked") == f"key {TOKEN[:12]}... is revoked"

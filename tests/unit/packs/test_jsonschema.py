@@ -214,7 +214,7 @@ def test_shared_refs_cannot_expand_exponentially() -> None:
     assert time.monotonic() - t0 < 10
 
 
-# ---------------------------------------------------------------- unions and intersections (issue 20 §4)
+# ---------------------------------------------------------------- unions and intersections
 
 
 def test_unions_that_are_one_type_join() -> None:
