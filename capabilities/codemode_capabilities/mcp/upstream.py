@@ -51,10 +51,10 @@ from codemode.packs import (
 )
 
 from . import stdio_relay
-from .commands import resolve_command
+from ._commands import resolve_command
+from ._loop import BackgroundLoop
 from .config import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_TOOLS, UpstreamMCPConfig
 from .disk import measure, remove_tree
-from .loop import BackgroundLoop
 from .pool import SessionPool
 from .session import (
     Launch,

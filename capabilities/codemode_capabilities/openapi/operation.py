@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 
 from codemode.packs import Dialect, Unsupported, argument_names, compile_schema
 
-from .defaults import declared_default
+from ._defaults import declared_default
 
 __all__ = [
     "METHODS",
@@ -350,7 +350,7 @@ def compile_operation(
 def _with_default(
     field: dict[str, Any], defaults: Mapping[tuple[str, str], Any], key: tuple[str, str]
 ) -> dict[str, Any]:
-    """``field`` with its declared default (codemode_capabilities.openapi.defaults), if any."""
+    """``field`` with its declared default (codemode_capabilities.openapi._defaults), if any."""
     if key in defaults:
         field["default"] = defaults[key]
     return field
