@@ -39,7 +39,12 @@ import pytest
 
 import codemode
 
-API_PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "reference" / "python-api.md"
+#: The contract (found from wherever this test file lives in tests/).
+API_PAGE = next(
+    p / "docs" / "reference" / "python-api.md"
+    for p in pathlib.Path(__file__).resolve().parents
+    if (p / "pyproject.toml").is_file()
+)
 
 #: What the page names in words rather than by module path (each with why). The runtimes' packages:
 #: the page documents ``ProcessRuntime(options)``, ``DockerRuntime(options)``, ``KubernetesRuntime``,
