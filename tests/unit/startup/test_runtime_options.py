@@ -1,5 +1,5 @@
-"""One name per setting (issue 24 §2): each runtime has one table of settings, nested in the
-settings (issue 30 §4), that becomes its frozen options type, with one name per concept across
+"""One name per setting: each runtime has one table of settings, nested in the
+settings, that becomes its frozen options type, with one name per concept across
 runtimes (``memory``, ``max_processes``, ``open_files``); the flat names (``--docker-max-processes``,
 ``CODEMODE_DOCKER_MAX_PROCESSES``, ``docker_max_processes``) are generated from the table;
 ``quotas tune`` takes the very flags it recommends."""
@@ -153,7 +153,7 @@ def test_quotas_tune_takes_the_flags_it_recommends(runtime: str) -> None:
 
 
 def test_the_configuration_pages_runtime_table_loads_as_written(tmp_path: Path) -> None:
-    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text(encoding="utf-8")
     (block,) = [b for b in re.findall(r"^```toml\n(.*?)^```", page, re.M | re.S) if "[docker]" in b]
     file = tmp_path / "codemode.toml"
     file.write_text(block)

@@ -92,7 +92,7 @@ def test_sqlite_needs_a_data_dir_and_the_timeout_needs_postgres() -> None:
 
 
 def test_the_configuration_page_snippet_loads_as_written(tmp_path: Path) -> None:
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text(encoding="utf-8")
     block = next(b for b in doc.split("```toml\n")[1:] if b.startswith('store = "sqlite"')).split("```")[0]
     path = tmp_path / "codemode.toml"
     path.write_text(block)

@@ -19,7 +19,7 @@ from codemode.startup.config import ConfigError, Settings
 from tests.support import lifecycle_pack
 from tests.support.lifecycle_pack import steps
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FILE_PACK = f"{ROOT}/tests/support/lifecycle_pack.py"
 
 

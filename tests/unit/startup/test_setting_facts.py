@@ -1,4 +1,4 @@
-"""One place per setting (issue 30 §4): a setting's facts (its kind, the mode it applies to, its
+"""One place per setting: a setting's facts (its kind, the mode it applies to, its
 flag group, a singular flag) live in its field's metadata, and the flag, environment, TOML and docs
 generators read them there; runtime tables are nested models whose flat flag and variable names
 are generated aliases; one configuration file may hold the tables of several runtimes; the earlier
