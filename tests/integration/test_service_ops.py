@@ -211,7 +211,9 @@ async def test_metrics_change_as_expected(tmp_path: Path) -> None:
         assert metric(done, "codemode_active_executes") == 0
 
         # OOM kills come from the execute event (the process runtime cannot produce one here)
-        srv.service.metrics.execute_outcome(ExecuteEvent("bob", "resource_limit", 0.2, 0, "w-1", oom_killed=True))
+        srv.service.metrics.execute_outcome(
+            ExecuteEvent("bob", "resource_limit", 0.2, 0, "w-1", oom_killed=True)
+        )
         assert metric(await scrape(url), "codemode_oom_kills_total") == 1
 
 

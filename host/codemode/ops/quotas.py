@@ -12,14 +12,15 @@ Method, in short:
 - per run: the execute's wall time (``Server.execute``, which includes starting the worker, as
   ``max_execution_time`` does without a warm pool), the spawn time, peak memory, CPU time, and what
   the runtime limits besides (pids on Docker, address space, open files and threads for processes);
-- recommendation (:func:`recommend`, :mod:`codemode.ops.quota_recommend`): memory = peak x 1.5 rounded up to 16 MiB; CPU = 1.25 x the
-  highest CPU utilisation (CPU time / execute wall time) rounded up to 0.25 (and on Kubernetes a
-  request of 1.25 x the median, rounded up to 50m); pids/open files/threads twice the peak with a
-  floor; ``max_execution_time`` = the slowest of the measured runs and of a burst (``--burst``
-  executes at once on ``--max-concurrent-executions`` slots, none finding a warm worker) x 2,
-  rounded up to 0.1 s, at least :data:`DEADLINE_FLOOR`: one deadline with or without ``--pool``, as
-  a pool that is not warm (just started, or emptied by a burst) starts workers while executes wait;
-  :attr:`Recommendation.assumes` says what the number assumes.
+- recommendation (:func:`recommend`, :mod:`codemode.ops.quota_recommend`): memory = peak x 1.5
+  rounded up to 16 MiB; CPU = 1.25 x the highest CPU utilisation (CPU time / execute wall time)
+  rounded up to 0.25 (and on Kubernetes a request of 1.25 x the median, rounded up to 50m);
+  pids/open files/threads twice the peak with a floor; ``max_execution_time`` = the slowest of the
+  measured runs and of a burst (``--burst`` executes at once on ``--max-concurrent-executions``
+  slots, none finding a warm worker) x 2, rounded up to 0.1 s, at least :data:`DEADLINE_FLOOR`: one
+  deadline with or without ``--pool``, as a pool that is not warm (just started, or emptied by a
+  burst) starts workers while executes wait; :attr:`Recommendation.assumes` says what the number
+  assumes.
 """
 
 from __future__ import annotations
