@@ -30,7 +30,7 @@ from tests.support.mcp_client import child_env, cli_command, execute_value
 from tests.support.service import http_get, mcp_client, running, settings, tool_value, write_token_file
 from tests.support.upstreams import SERVER_SCRIPT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FILE_PACK = "./tests/support/lifecycle_pack.py"  # from the repository root, as docs/packs.md runs it
 
 
