@@ -1,6 +1,6 @@
 """Review R21 (hostile), the served path (real uvicorn, official MCP client, process runtime): a
 tenant keeps a bounded policy's slow decisions on the event loop's thread by calling a cheap
-capability between them (R21-B2 of tests/unit/test_rego_bounded_attacks.py, end to end; a strict xfail
+capability between them (R21-B2 of tests/unit/authz/test_rego_bounded_attacks.py, end to end; a strict xfail
 until the guard stopped letting quick decisions cancel overruns)."""
 
 from __future__ import annotations

@@ -16,10 +16,9 @@ from codemode.authz import AskUser, AuthorizationInput, Denied, PolicyError, Sub
 from codemode.authz.rego import INLINE_BUDGET, RegoAuthorizer
 from codemode.authz.rego import _authorizer as rego_module
 from codemode.authz.rego import _bounded as bounded
+from tests.benchmarks import bench_authz
 from tests.support.fakes import Ctx
 from tests.support.loop import ticks_while
-
-from ..benchmarks import bench_authz
 
 HEAD = "package app\nimport rego.v1\n\ndefault allow := false\n\n"
 

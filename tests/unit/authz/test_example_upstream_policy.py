@@ -18,7 +18,7 @@ from codemode.authz import AuthorizationInput, PolicyError, Subject
 from codemode.authz.rego import RegoAuthorizer, from_files
 from codemode_capabilities.mcp.tenancy import subject_key
 
-POLICY = Path(__file__).resolve().parents[2] / "examples" / "upstream_tenant_dirs.rego"
+POLICY = Path(__file__).resolve().parents[3] / "examples" / "upstream_tenant_dirs.rego"
 DECISION = "data.codemode.tenant_dirs.allow"
 ROOT = "/srv/tenants"
 BOB = f"{ROOT}/{subject_key('bob')}"

@@ -19,8 +19,7 @@ from codemode.authz.rego import _authorizer as rego_module
 from codemode.authz.rego import _bounded as bounded
 from tests.support.fakes import Ctx
 from tests.support.loop import ticks_while
-
-from .test_rego_bounded import outcome, rego_threads
+from tests.unit.authz.test_rego_bounded import outcome, rego_threads
 
 HEAD = "package app\nimport rego.v1\n\ndefault allow := false\n\n"
 DECISION = "data.app.allow"

@@ -22,7 +22,7 @@ from codemode.authz.rego import RegoAuthorizer, from_files
 from codemode_capabilities import records
 from tests.support.fakes import Ctx
 
-POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.rego"
+POLICY = Path(__file__).resolve().parents[3] / "examples" / "policy.rego"
 DECISION = "data.codemode.records.allow"
 
 CREATE = "records.entry.create"
