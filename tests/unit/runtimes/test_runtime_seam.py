@@ -1,4 +1,4 @@
-"""The runtime seam is declared (issue 30 §2): what the executor and the pools use beyond
+"""The runtime seam is declared: what the executor and the pools use beyond
 ``Runtime``/``Sandbox`` is a protocol of ``codemode.runtimes.base``, checked with ``isinstance``, and
 ``spawn_for`` returns what it knows (``Spawned``) instead of setting a context variable on the side.
 
@@ -208,7 +208,7 @@ def test_a_memory_limit_counts_only_when_declared() -> None:
     assert not memory_limited(Undeclared()) and not memory_limited(WarmPool(Undeclared(), 0))
 
 
-FAKE_WORKER = str(Path(__file__).resolve().parents[1] / "adversarial" / "fake_worker.py")
+FAKE_WORKER = str(Path(__file__).resolve().parents[2] / "adversarial" / "fake_worker.py")
 
 
 @pytest.mark.parametrize("pooled", ["bare", "warm pool"])

@@ -1906,7 +1906,7 @@ def test_service_settings_select_the_kubernetes_runtime(tmp_path: Any) -> None:
     from codemode.startup.bootstrap import build_runtime
     from codemode.startup.config import load_settings
 
-    config_map = yaml.safe_load((Path(__file__).parents[2] / "k8s" / "base" / "configmap.yaml").read_text())
+    config_map = yaml.safe_load((Path(__file__).parents[3] / "k8s" / "base" / "configmap.yaml").read_text())
     for name, text in config_map["data"].items():
         (tmp_path / name).write_text(text)
     settings = load_settings(config_file=str(tmp_path / "codemode.toml"))

@@ -44,7 +44,7 @@ def test_the_profile_is_printed_for_operators() -> None:
 
 
 def test_the_profile_allows_private_futexes_only() -> None:
-    # Issue 31 §4: a shared futex is keyed by a file's inode, which every container of the image on
+    # A shared futex is keyed by a file's inode, which every container of the image on
     # a node shares. Only the private flag's form is allowed; a shared wait gets EAGAIN, every other
     # shared command EPERM, each rule a masked comparison of the operation.
     assert _actions()["futex"] == {"SCMP_ACT_ALLOW?", "SCMP_ACT_ERRNO:1?", "SCMP_ACT_ERRNO:11?"}

@@ -1,4 +1,4 @@
-"""One destroy-once (issue 30 §6): a sandbox's ``destroy()`` does its work once, whoever calls it and
+"""One destroy-once: a sandbox's ``destroy()`` does its work once, whoever calls it and
 however often; a concurrent or later caller gets the same ``ExitInfo``, a failing destroy reports an
 unknown exit instead of raising, and a cancelled waiter cancels nothing. The process and forked
 sandboxes (and the reuse lease, in the background) use ``codemode.runtimes.once.DestroyOnce``."""

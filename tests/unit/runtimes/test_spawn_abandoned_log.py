@@ -1,5 +1,5 @@
 """A worker start given up because the runtime or its pool is closing is one host-log line, not a
-traceback (issue 34 §3): ``codemode bench --runtime kubernetes`` closed its server under executes
+traceback: ``codemode bench --runtime kubernetes`` closed its server under executes
 whose pods were still starting, and each logged ``execute failed in the host: SpawnFailed`` with
 the traceback of ``SpawnFailed: spawn cancelled`` (and ``RuntimeUnavailable: pool is closed`` for
 the ones still waiting for a slot).
@@ -19,8 +19,7 @@ import codemode
 from codemode import authz
 from codemode.common.errors import Internal
 from codemode.runtimes.pool import WarmPool
-
-from .test_kubernetes_runtime import FakeCluster, cluster, make_runtime, wait_until
+from tests.unit.runtimes.test_kubernetes_runtime import FakeCluster, cluster, make_runtime, wait_until
 
 __all__ = ["cluster"]  # the fixture, imported for the tests below
 

@@ -1,4 +1,4 @@
-"""The host finds the workers' mqueue file system once, not for every worker (issue 34 §1):
+"""The host finds the workers' mqueue file system once, not for every worker:
 ``mqueue_root`` read ``/proc/self/mountinfo`` on every call, twice per execute of the process
 runtime (3 ms of the host's CPU per call on the loaded test machine). It now remembers the mount
 point with its file system's device number, and reads the mounts again when one ``stat`` shows

@@ -1,4 +1,4 @@
-"""``KubernetesOptions`` (issue 30 §3): the Kubernetes runtime takes its options whole, and the options
+"""``KubernetesOptions``: the Kubernetes runtime takes its options whole, and the options
 check every value when they are made, with one line naming the option (and, through the settings,
 its flag and variable)."""
 

@@ -1,4 +1,4 @@
-"""``DockerOptions`` (issue 30 §3): the Docker runtime takes its options whole, and the options check
+"""``DockerOptions``: the Docker runtime takes its options whole, and the options check
 every value when they are made, with one line naming the option (and, through the settings, its
 flag and variable). No engine is needed: nothing here starts a container."""
 

@@ -1,4 +1,4 @@
-"""The process runtime takes its options whole (issue 30 §3): ``ProcessRuntime(options)``, where
+"""The process runtime takes its options whole: ``ProcessRuntime(options)``, where
 ``ProcessOptions`` holds every option the constructor took as a keyword, under the runtimes' one
 name per concept (``memory``, not ``address_space_bytes``), and checks them when it is made: a
 refused value is a one-line ``ValueError`` (``OptionError``) naming the option."""

@@ -1,4 +1,4 @@
-"""A cold start cut short by its execute's deadline joins the warm pool (issue 34 §3).
+"""A cold start cut short by its execute's deadline joins the warm pool.
 
 The execute that waited is gone, but the worker it started has seen no program: deleting it wastes
 the start. Under load on Kubernetes (pods taking 2-5 s against a 5 s deadline) every such start was

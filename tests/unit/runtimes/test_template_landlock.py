@@ -1,5 +1,5 @@
 """A worker forked from the process runtime's template enforces the Landlock ruleset the template
-filled once (issue 34 §1: 1.34 → 0.75 ms of CPU per worker): the same domain as a ruleset it fills
+filled once (1.34 → 0.75 ms of CPU per worker): the same domain as a ruleset it fills
 itself, and the one descriptor of the template it kept through the fork is closed before its first
 frame (docs/reference/runtimes.md, "The worker's own confinement").
 

@@ -1,4 +1,4 @@
-"""The subject share bites only under contention (issue 31 §9; ``codemode.runtimes.contention``).
+"""The subject share bites only under contention (``codemode.runtimes.contention``).
 
 A lone subject takes the idle warm sandbox; with another subject waiting, or served within the last
 ``recent`` seconds, a subject past its share starts cold and the warm ones stay for the others.
