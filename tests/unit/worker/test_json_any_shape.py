@@ -1,4 +1,4 @@
-"""The JSON-any shape, ``{"t": "any"}`` (issue 33 §3, the state pack's values): valid on the wire,
+"""The JSON-any shape, ``{"t": "any"}`` (the state pack's values): valid on the wire,
 shown as ``json``, binding exactly the plain values (worker and host alike), compiled from
 ``typing.Any`` and checked on output."""
 

@@ -1,4 +1,4 @@
-"""The worker's side of ``parallel(...)`` (issue 33 §1): the frames, the channel, and the builtin
+"""The worker's side of ``parallel(...)``: the frames, the channel, and the builtin
 against a scripted host (and, end to end, ``python -m codemode_worker`` spoken to like a host)."""
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from codemode_worker.protocol import (
     read_frame,
     validate_frame,
 )
-
-from .test_worker_entry import Worker
+from tests.unit.worker.test_worker_entry import Worker
 
 LIMITS = ExecLimits(
     max_steps=1_000_000, max_value_depth=32, max_value_bytes=1 << 20, max_native_calls=100, max_callstack=200

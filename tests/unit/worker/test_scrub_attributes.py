@@ -1,4 +1,4 @@
-"""The reuse mode's scrub compares the supervisor's whole scheduling attributes (issue 31 §5b).
+"""The reuse mode's scrub compares the supervisor's whole scheduling attributes.
 
 A worker of the same uid as the supervisor may change what the kernel lets it change about PID 1
 (its filter refuses the calls; without the filter, on Kubernetes' ``RuntimeDefault``, they pass).

@@ -289,7 +289,7 @@ def test_a_compiled_filter_holds_in_a_forked_process() -> None:
     assert b"seccomp filter holds" in done.stdout
 
 
-# ------------------------------------------------------------------ other ABIs (security review, issue 19 §3)
+# ------------------------------------------------------------------ other ABIs
 
 _AUDIT_ARCH_X86_64, _AUDIT_ARCH_I386, _X32_BIT = 0xC000003E, 0x40000003, 0x40000000
 _RET_ERRNO, _RET_ALLOW = 0x00050000, 0x7FFF0000
