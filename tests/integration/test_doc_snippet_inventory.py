@@ -203,13 +203,13 @@ RUN_BY: dict[tuple[str, str], str] = {
     (
         "docs/service.md",
         "inspector@",
-    ): "tests/integration/test_inspector_http.py::test_inspector_lists_tools_over_http_with_a_token",
+    ): "tests/integration/service/test_inspector_http.py::test_inspector_lists_tools_over_http_with_a_token",
     ("docs/service.md", "port = 8000"): f"{THIS}::test_settings_files_load",
     ("docs/service.md", 'quota_store = "kubernetes"'): f"{THIS}::test_settings_files_load",
     (
         "docs/service.md",
         "docker build -t codemode-service:0.1 .",
-    ): "tests/integration/test_service_image.py::test_the_service_image_serves_a_rego_authorized_execute",
+    ): "tests/integration/service/test_service_image.py::test_the_service_image_serves_a_rego_authorized_execute",
     (
         "docs/tracing.md",
         "codemode.Tracing(provider",

@@ -1,5 +1,5 @@
 """The announced stop's signal handling (codemode.service.stopping); the whole stop with a real
-SIGTERM is in tests/integration/test_service_stop.py."""
+SIGTERM is in tests/integration/service/test_service_stop.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``codemode serve --http`` configures logging once (issue 30 §6): its three listeners (MCP, metrics,
+"""``codemode serve --http`` configures logging once: its three listeners (MCP, metrics,
 health) are three uvicorn servers in one process, and uvicorn's lifecycle lines (``Started server
 process``, ``Shutting down``, ``Finished server process``) came once per listener; now the MCP
 listener's alone say them."""

@@ -470,7 +470,7 @@ async def test_serve_from_environment_and_toml_then_sigterm(tmp_path: Path) -> N
         'audit_log = "audit.jsonl"\nsubject_quota = 1\n[limits]\nmax_execution_time = 10\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODEMODE_")}
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env.update(
         {
             "CODEMODE_CONFIG": str(config),

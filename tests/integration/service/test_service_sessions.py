@@ -1,4 +1,4 @@
-"""Stateful mode (issue 19 §2): sessions are bounded per subject and in total, and closed when
+"""Stateful mode: sessions are bounded per subject and in total, and closed when
 idle, so one tenant opening sessions in a loop cannot deny the others. Real uvicorn, raw HTTP."""
 
 from __future__ import annotations

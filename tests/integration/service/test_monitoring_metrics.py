@@ -1,4 +1,4 @@
-"""k8s/components/monitoring names only what the service exports (issue 35 §4): every alert
+"""k8s/components/monitoring names only what the service exports: every alert
 expression and every dashboard query selects metrics a running service has, with labels they have
 (and, for the labels whose values the code fixes, values it emits). The families and their labels
 are read off a real uvicorn server's ``/metrics`` after a few executes, and off that server's own
@@ -26,7 +26,7 @@ from tests.support.service import execute, http_get, service, settings, write_to
 
 pytestmark = [pytest.mark.timeout(180)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MONITORING = REPO / "k8s" / "components" / "monitoring"
 #: Labels Prometheus adds to every scraped series (the ServiceMonitor's target labels).
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}

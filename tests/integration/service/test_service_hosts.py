@@ -1,4 +1,4 @@
-"""The Host and Origin allow-lists (issue 19 §2): each works on its own, an empty list is off, but
+"""The Host and Origin allow-lists: each works on its own, an empty list is off, but
 for a service listening on loopback an empty ``allowed_hosts`` means the loopback names (issue 31
 §10). Real uvicorn; raw HTTP and the official MCP client."""
 

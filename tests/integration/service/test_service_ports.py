@@ -1,6 +1,6 @@
 """A port in use, for any of the service's three listeners (MCP, health, metrics), is one line on
 stderr naming its flag and variable, exit 2, and nothing before it: every port is bound before
-anything starts (issue 35 §1)."""
+anything starts."""
 
 from __future__ import annotations
 

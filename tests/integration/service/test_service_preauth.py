@@ -1,4 +1,4 @@
-"""Before authentication (issue 19 §1): connections without a token are bounded by a header timeout,
+"""Before authentication: connections without a token are bounded by a header timeout,
 per client address and in total; the probes have a port of their own; forwarded addresses are
 believed only from trusted proxies. Real uvicorn on loopback, raw sockets from 127.0.0.x."""
 

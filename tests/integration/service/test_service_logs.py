@@ -1,4 +1,4 @@
-"""Log lines through a real server (issue 19 §2): the MCP SDK's lines with client-chosen ids are
+"""Log lines through a real server: the MCP SDK's lines with client-chosen ids are
 rate-limited per tenant, and uvicorn's own lines go through the same limiter."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""docs/service.md's MCP Inspector command over HTTP with a token (issue 35 §3): the Inspector
+"""docs/service.md's MCP Inspector command over HTTP with a token: the Inspector
 version the page names takes ``--header``, and lists the three tools of a served codemode; without
 the header it is refused."""
 
@@ -15,14 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.integration.test_mcp_inspector import VERSION, inspector  # noqa: F401  (the fixture)
 from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
 from tests.support.service import write_token_file
 
-from .test_mcp_inspector import VERSION, inspector  # noqa: F401  (the fixture)
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _page_command() -> list[str]:

@@ -1,5 +1,5 @@
 """A body that is not one JSON-RPC message gets a fixed JSON-RPC error, not the parser's or
-pydantic's text (issue 19 §2). Real uvicorn; raw HTTP and the official MCP client."""
+pydantic's text. Real uvicorn; raw HTTP and the official MCP client."""
 
 from __future__ import annotations
 

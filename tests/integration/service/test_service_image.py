@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SERVICE_IMAGE = os.environ.get("CODEMODE_SERVICE_IMAGE") or "codemode-service:e2e"
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _documented_config() -> str:
