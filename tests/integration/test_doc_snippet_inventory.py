@@ -177,11 +177,11 @@ RUN_BY: dict[tuple[str, str], str] = {
     (
         "docs/packs.md",
         "# todo_api.py",
-    ): "tests/integration/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
+    ): "tests/integration/capabilities/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
     (
         "docs/packs.md",
         "# todo.toml",
-    ): "tests/integration/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
+    ): "tests/integration/capabilities/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
     ("docs/reference/program.md", "attempt(records.delete, id=7)"): f"{THIS}::test_program_page_attempt_runs",
     ("docs/reference/program.md", "rs = parallel([(records.get"): f"{THIS}::test_program_page_parallel_runs",
     (

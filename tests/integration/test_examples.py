@@ -5,7 +5,7 @@ with warnings turned into errors; it must exit 0 and print its key output. A new
 entry in ``KEY_OUTPUT`` (an empty tuple for a file that is imported, e.g. a pack, rather than run).
 ``examples/policy.rego`` is exercised by tests/unit/authz/test_example_policy.py,
 ``examples/upstream_tenant_dirs.rego`` by tests/unit/authz/test_example_upstream_policy.py (and
-tests/integration/test_upstream_tenancy.py).
+tests/integration/capabilities/test_upstream_tenancy.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ description reuses the ``@octokit/openapi`` install of the other tests. None of 
 committed here.
 
 ``python -m tests.support.openapi_coverage`` rewrites the table in docs/packs.md;
-``tests/integration/test_openapi_coverage.py`` regenerates it and compares.
+``tests/integration/capabilities/test_openapi_coverage.py`` regenerates it and compares.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Path parameter values stay inside their segment (codemode_capabilities.openapi.paths).
 
-The integration tests (tests/integration/test_openapi_routes.py) send the same kinds of values to
+The integration tests (tests/integration/capabilities/test_openapi_routes.py) send the same kinds of values to
 real servers; here the rule itself, value by value."""
 
 from __future__ import annotations

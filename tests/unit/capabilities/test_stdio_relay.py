@@ -3,7 +3,7 @@
 ``Relay`` is fed every way a stream can be cut into reads (its output must not depend on it);
 ``relay()`` runs over real pipes; the module runs as the upstream pack starts it (the file,
 ``python -I``) with real servers (small Python programs). End to end with an MCP server:
-tests/integration/test_mcp_upstream.py.
+tests/integration/capabilities/test_mcp_upstream.py.
 """
 
 from __future__ import annotations

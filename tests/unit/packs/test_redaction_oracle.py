@@ -6,7 +6,7 @@ what the client sees: the text, its length, the log. Checked here for every part
 spelling the redaction knows (plain, percent-, JSON-, HTML-, base64-encoded, in any case), through
 ``Redactor`` (the OpenAPI pack) and ``upstream_error_text`` (the upstream MCP pack); and every
 whole spelling is redacted with nothing of it left. The end-to-end attack, through real backends,
-is tests/integration/test_credential_oracle.py.
+is tests/integration/capabilities/test_credential_oracle.py.
 """
 
 from __future__ import annotations

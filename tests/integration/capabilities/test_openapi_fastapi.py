@@ -1,5 +1,5 @@
 """A FastAPI application as it comes (generated operationIds, Python defaults), served by uvicorn and
-read from its own /openapi.json (issue 35 §3): capabilities are named by the function
+read from its own /openapi.json: capabilities are named by the function
 (``todo.get_todo``, not ``todo.get_todo_todos_todo_id_get``), the ids keep the operationId (policies
 stay stable), declared defaults show in the signature and are sent when a call leaves them out, and
 ``rename`` names one operation as the operator wants."""
@@ -151,7 +151,7 @@ async def test_short_names_can_be_turned_off_and_renames_are_checked(base: str) 
 
 
 def _packs_page_blocks() -> tuple[str, str]:
-    page = (Path(__file__).resolve().parents[2] / "docs" / "packs.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[3] / "docs" / "packs.md").read_text(encoding="utf-8")
     (app_source,) = [b for b in re.findall(r"^```python\n(.*?)^```", page, re.M | re.S) if "todo_api.py" in b]
     (table,) = [b for b in re.findall(r"^```toml\n(.*?)^```", page, re.M | re.S) if "todo.toml" in b]
     return app_source, table

@@ -1,5 +1,5 @@
 """OpenAPI calls stay on the routes the document declares, under base_url, and the configured
-credential never comes back to the program (issue 20 §3).
+credential never comes back to the program.
 
 Two real backends of the kinds that decode ``%2F`` before routing: a FastAPI app under uvicorn
 (``openapi_app.outer``: the API mounted at ``/api`` next to routes the document does not declare)

@@ -239,7 +239,7 @@ def test_large_real_world_document_github() -> None:
     assert len(server.capabilities) == len(report.converted)
     sig = server.describe("github.issues_list_for_repo").signature
     assert sig.startswith("github.issues_list_for_repo(*, owner: str, repo: str, milestone: str | None,")
-    assert 'state: "open" | "closed" | "all" = "open"' in sig  # the document's default (issue 35 §3)
+    assert 'state: "open" | "closed" | "all" = "open"' in sig  # the document's default
     names = [r.name for r in server.search("create an issue comment").results]
     assert "github.issues_create_comment" in names
     # a required JSON body with object properties is flattened
@@ -306,7 +306,7 @@ async def test_a_document_path_can_never_leave_base_url(tmp_path: Any, service: 
 async def test_classic_document_forms_round_trip(
     tmp_path: Any, service: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What classic published documents contain (issue 20 §4), against the live service: missing
+    """What classic published documents contain, against the live service: missing
     and unusable operationIds (named from method and path), operations that declare only
     ``default`` or only errors (output ``{}``), and a form-urlencoded body. Before, these
     operations were skipped (no operationId, spaces, no 2xx response) and form bodies dropped."""
@@ -367,7 +367,7 @@ async def test_github_contents_path_is_multi_segment_only_when_configured(tmp_pa
     document, _ = octokit_openapi_document()
     secret = tmp_path / "auth"
     secret.write_text("Bearer ghp_example\n")
-    text = (Path(__file__).parents[2] / "docs" / "packs.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "packs.md").read_text()
     block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if "multi_segment_parameters" in b)
     table = tomllib.loads(block)["openapi"][0]
     table.update(document=str(document), auth_value_from_file=str(secret))

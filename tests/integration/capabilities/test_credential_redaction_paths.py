@@ -1,4 +1,4 @@
-"""Hostile review of the credential redaction (issue 31 §1): paths to the client that did not pass
+"""Hostile review of the credential redaction: paths to the client that did not pass
 through it, and attacks on the OpenAPI and upstream MCP paths end to end.
 
 Real parts: a stdio MCP server of the official SDK behind the upstream MCP pack, a FastAPI service
@@ -65,7 +65,7 @@ async def test_an_upstream_tool_list_carrying_its_credential_shows_none_of_it(
     the ``env_from_host`` key it was started with: ``search_api`` and ``describe_api`` (what every
     client reads) show none of it; ``lookup`` is described with ``[redacted]`` and still works,
     ``pick`` is skipped (a signature with a redacted enum value would lie), and the host warns once
-    naming the upstream. Failed before (review of issue 31 §1): the tool list was compiled as the
+    naming the upstream. Failed before: the tool list was compiled as the
     server sent it, so the search answer's signature (``mode: "fast" | "rk_live_..."``), the
     description showed the whole key to every client, and its title's words answered searches."""
     with caplog.at_level(logging.WARNING):
@@ -149,7 +149,7 @@ async def test_an_escape_the_key_would_complete_tells_nothing_about_it(
     key_echo: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A program's value ``%252525252`` echoed right before the key: the reason is the same for a
-    key starting with a hex digit as for one that does not. Failed before (review of issue 31 §1):
+    key starting with a hex digit as for one that does not. Failed before:
     ``capability failed: HTTP 400`` for the first (the text, credential included, did not settle
     after four rounds of decoding), ``capability failed: HTTP 400: invalid value '%252525252[redacted]'``
     for the second: one question answered about the key's first character."""

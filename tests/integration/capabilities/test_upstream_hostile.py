@@ -103,7 +103,7 @@ async def test_a_dead_upstream_is_started_again_and_the_host_says_why(
         again = await server.execute(run("return hostile.pid()"), subject=BOB)
     assert again != first and pack.pools["hostile"].starts == 2
     assert "the server ended the connection" in caplog.text
-    # One session ended: codemode_upstream_restarts_total{upstream="hostile"} counts one (issue 35 §4).
+    # One session ended: codemode_upstream_restarts_total{upstream="hostile"} counts one.
     assert upstream_restarts().get("hostile", 0) == restarts + 1
 
 

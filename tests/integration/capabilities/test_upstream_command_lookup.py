@@ -1,4 +1,4 @@
-"""A stdio upstream's command is looked up in codemode's own environment first (issue 35 §1): the
+"""A stdio upstream's command is looked up in codemode's own environment first: the
 operator ran ``.venv/bin/codemode`` without the venv on PATH (an MCP client's minimal environment,
 say), and ``python3 -m mcp_server_time`` / ``mcp-server-time``, installed into that venv, still start.
 """

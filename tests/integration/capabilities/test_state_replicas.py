@@ -1,4 +1,4 @@
-"""The state pack on two replicas sharing one real PostgreSQL store (issue 33 §3): two HTTP services
+"""The state pack on two replicas sharing one real PostgreSQL store: two HTTP services
 (real uvicorn servers, stateless MCP, ``--store postgresql://...``, ``--pack
 codemode_capabilities.state:pack``), each reached with the official client. A key put through one
 is read through the other; another tenant reads nothing on either; a compare-and-set raced from both

@@ -1,4 +1,4 @@
-"""What a stdio upstream writes to its stderr (issue 31 §7): before, the server inherited the host's
+"""What a stdio upstream writes to its stderr: before, the server inherited the host's
 stderr, so one call of ``noise("flood")`` put 20 MB on the host's stderr in well under a second,
 past the log limiter and with nothing saying whose server wrote it. Now each line is cut and counted
 by the relay, reaches the host as a log record of the session's subject at a bounded rate, and the

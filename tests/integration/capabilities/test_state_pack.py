@@ -1,4 +1,4 @@
-"""The state pack (issue 33 §3) through real executes: keys across executes, one subject's namespace
+"""The state pack through real executes: keys across executes, one subject's namespace
 (hostile keys, prefixes, cursors, Unicode look-alikes), compare-and-set, TTL and bounds, quotas as
 named limits, a Rego policy scoping keys, the store failing as ``internal failure``, and the same
 through the official MCP client."""
@@ -23,7 +23,7 @@ from codemode_capabilities.state import StatePack
 from tests.support.mcp_client import call, error_text, execute_value, success_value
 from tests.support.state import build, main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ALICE = authz.Subject("alice")
 MALLORY = authz.Subject("mallory")
 
@@ -227,8 +227,8 @@ async def test_through_the_official_mcp_client() -> None:
 
 @pytest.mark.timeout(120)
 def test_the_packs_page_example_runs_as_written(tmp_path: Path) -> None:
-    from .test_doc_snippets import block_with
-    from .test_readme_snippet import run_script
+    from tests.integration.test_doc_snippets import block_with
+    from tests.integration.test_readme_snippet import run_script
 
     source = block_with("docs/packs.md", "from codemode_capabilities.state import pack")
     assert run_script(source, tmp_path, "state_demo.py") == ["1", "2", "1"]

@@ -1,4 +1,4 @@
-"""Hostile review of the state pack (issue 33 §3): a tenant writing programs tries to reach, learn
+"""Hostile review of the state pack: a tenant writing programs tries to reach, learn
 about or starve another subject's keys, on each store (memory, SQLite, the real PostgreSQL of
 tests/support/postgres.py). Each attack has a defined outcome; the strongest form is a probe program whose
 whole output must be identical whether or not another subject holds keys (no signal depends on them).
@@ -298,7 +298,7 @@ async def test_a_prefix_policy_holds_against_path_like_keys() -> None:
     """Keys are literal text: ``public/../private/a`` passes a ``public/`` policy and is its own key,
     never ``private/a``; a listing under ``public/`` with a cursor past it shows nothing else."""
     rego = pytest.importorskip("codemode.authz.rego")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     text = (root / "docs" / "packs.md").read_text()
     (policy,) = [b for b in re.findall(r"^```rego\n(.*?)^```", text, re.M | re.S) if "public/" in b]
     store = MemoryStore()

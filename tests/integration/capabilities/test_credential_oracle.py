@@ -1,4 +1,4 @@
-"""The credential redaction may not answer questions about the credential (issue 31 §1).
+"""The credential redaction may not answer questions about the credential.
 
 Error texts from OpenAPI backends and upstream MCP servers had every run of 8 or more characters of
 a configured credential replaced by ``[redacted]``. A backend that quotes a value it refused
@@ -315,7 +315,7 @@ async def test_a_backend_echoing_the_credential_shows_none_of_it(
 ) -> None:
     """In each spelling of ``FORMS``: an OpenAPI error reason (400) and result (200); an upstream
     MCP server's error text (its ``env_from_host`` credential) and successful answer, as text and
-    as structured content. Before (review of issue 31 §1), MCP results passed as the tool returned
+    as structured content. Before, MCP results passed as the tool returned
     them: every form showed the whole ``env_from_host`` key."""
     await check_echoes(servers[path], path, CREDENTIALS[kind][1], sorted(credential_echo.FORMS), caplog)
 
@@ -343,7 +343,7 @@ async def test_how_long_an_echo_takes_does_not_depend_on_what_it_shares_with_the
     made of a part of the credential (its last 4 characters, its last 8, the scheme and its first
     characters) must take as long as texts of the same shape that share nothing with it.
 
-    Before (review of issue 31 §1, the matcher of 2b6a3b2/794e419): a 4-character block of the
+    Before (the matcher of 2b6a3b2/794e419): a 4-character block of the
     credential's last third was an anchor, and every copy of it in a text cost a lookup of the whole
     candidate. 8 echoes of 512 KiB of copies of the token's last 4 characters took 3.7 s (median of
     20) against 1.4 s for copies of 4 other characters: 20 of 20 pairs apart, so one execute told a
@@ -385,7 +385,7 @@ def swapped_shape(text: str) -> str:
     return "".join(out)
 
 
-# ------------------------------------- encodings that are no whole spelling (issue 31 §1, last gap)
+# ------------------------------------- encodings that are no whole spelling (last gap)
 
 #: A credential whose part after the scheme holds a space and characters every encoding escapes.
 ENCODED_CREDENTIAL = "Token Kq7&zR/p+W x=" + _random(12)

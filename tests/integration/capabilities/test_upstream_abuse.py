@@ -34,9 +34,12 @@ from codemode.packs import PackSettings
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
+from tests.integration.capabilities.test_upstream_tenancy import (
+    EXAMPLE_POLICY,
+    documented_tables,
+    shared_files_server,
+)
 from tests.support.upstreams import filesystem_command
-
-from .test_upstream_tenancy import EXAMPLE_POLICY, documented_tables, shared_files_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -203,7 +206,7 @@ async def test_the_host_data_dir_does_not_reach_a_tenant(
     handed the tenant the host's data dir (and its own subject key) in plain results
     (``list_allowed_directories``, ``search_files``). The server sees its directory at ``/mnt`` now
     (a mount view of its own), so its answers name nothing of the host's layout; the other forms
-    the path came back in are tests/integration/test_upstream_view.py."""
+    the path came back in are tests/integration/capabilities/test_upstream_view.py."""
     _, server, data = served
     listed = await attempt(server, "return files.list_allowed_directories()", BOB)
     assert listed == '{"content": "Allowed directories:\\n/mnt"}', listed

@@ -1,4 +1,4 @@
-"""Coverage of published OpenAPI documents (issue 20 §4): every operation becomes a capability or
+"""Coverage of published OpenAPI documents: every operation becomes a capability or
 is skipped with its reason, at least 95 % of the classic documents' operations together convert,
 and the table in docs/packs.md is what this run measures (``python -m
 tests.support.openapi_coverage`` rewrites it)."""

@@ -1,4 +1,4 @@
-"""Issue 31 §7: what a per-subject stdio server is told about the host, and what it may share.
+"""What a per-subject stdio server is told about the host, and what it may share.
 
 * **The server's view of ``{subject_dir}``.** The subject's directory used to be passed to the
   server as its host path (``<data dir>/upstreams/<name>/<subject key>``) and hidden from the tenant
@@ -38,10 +38,9 @@ from codemode.packs import PackSettings, UpstreamBuildError
 from codemode_capabilities.mcp.tenancy import subject_key
 from codemode_capabilities.mcp.upstream import UpstreamMCPPack
 from codemode_capabilities.upstreams import upstream_packs
+from tests.integration.capabilities.test_upstream_tenancy import documented_tables
 from tests.support import environment
 from tests.support.upstreams import filesystem_command, memory_command
-
-from .test_upstream_tenancy import documented_tables
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

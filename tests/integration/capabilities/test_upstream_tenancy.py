@@ -33,7 +33,7 @@ from tests.support.upstreams import filesystem_command, memory_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ALICE, BOB = authz.Subject("alice"), authz.Subject("bob")
 
 

@@ -17,7 +17,7 @@ from codemode_capabilities.upstreams import UpstreamsPack, upstream_packs
 from tests.support.servers import openapi_app
 from tests.support.upstreams import SERVER_SCRIPT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_one_toml_file_serves_both_kinds(tmp_path: Path) -> None:
