@@ -20,10 +20,9 @@ from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
 from codemode.runtimes.process import ProcessOptions
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.integration.execution.test_suspension import ask, mcp, retry, share, store_of
 from tests.support.approval import AskDeletes, create_then_delete
 from tests.support.mcp_client import error_text, ledger
-
-from ..integration.test_suspension import ask, mcp, retry, share, store_of
 
 CREATE = ("cap-create", '{"title":"a"}')
 DELETE_1 = ("cap-delete", '{"id":1}')

@@ -191,7 +191,7 @@ RUN_BY: dict[tuple[str, str], str] = {
     (
         "docs/reference/python-api.md",
         "max_print_bytes=1024",
-    ): "tests/integration/test_outcomes.py::test_the_python_api_example_runs",
+    ): "tests/integration/execution/test_outcomes.py::test_the_python_api_example_runs",
     (
         "docs/service.md",
         "--token-file tokens.txt",

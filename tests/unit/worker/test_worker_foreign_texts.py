@@ -1,5 +1,5 @@
 """codemode_worker.foreign_texts: which first lines of an error are the machinery's, and what
-replaces them. The programs that produce each text run in tests/integration/test_program_texts.py;
+replaces them. The programs that produce each text run in tests/integration/execution/test_program_texts.py;
 here are the rules no honest program reaches (a Python exception of the worker's own)."""
 
 from __future__ import annotations

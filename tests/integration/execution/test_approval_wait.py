@@ -1,4 +1,4 @@
-"""One execute may not wait for hours by asking again and again (issue 31 §3; since issue 32 the
+"""One execute may not wait for hours by asking again and again (since issue 32 the
 wait holds no worker, only a record), through the official MCP client's elicitation callback.
 
 A program catches each decline with ``attempt`` and asks again; its user never answers. Each
@@ -19,10 +19,9 @@ import pytest
 
 import codemode
 from codemode.execution.limits import Limits
+from tests.integration.execution.test_approval import Events, client, served
 from tests.support.approval import User
 from tests.support.mcp_client import call, error_text, execute_value, ledger, wait_until
-
-from .test_approval import Events, client, served
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 QUESTIONS = 20

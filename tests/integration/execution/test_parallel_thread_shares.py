@@ -1,4 +1,4 @@
-"""Hostile review of ``parallel(...)`` (issue 33 §1): a tenant trying to take the handler threads
+"""Hostile review of ``parallel(...)``: a tenant trying to take the handler threads
 another tenant needs, by ways the batch's own share did not see: handlers its deadline gave up on
 (still running in their threads), single calls of its other executes beside a batch, and two tenants'
 shares together; and a question inside a batch over MCP (2026-07-28), whose calls run once."""
@@ -14,12 +14,11 @@ from mcp import Client, StdioServerParameters
 from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.parallel import handler_share
+from tests.integration.execution.test_parallel import BOB, program, run, served
+from tests.integration.test_approval_served import child_env, stdio_argv
 from tests.support.approval import ACCEPT, User
 from tests.support.mcp_client import execute_value, ledger, wait_until
 from tests.support.recorder import ALICE
-
-from .test_approval_served import child_env, stdio_argv
-from .test_parallel import BOB, program, run, served
 
 CAROL = authz.Subject("carol")
 

@@ -1,4 +1,4 @@
-"""``parallel(...)`` in a Docker worker (issue 33 §1): the batch frames cross the container's
+"""``parallel(...)`` in a Docker worker: the batch frames cross the container's
 attach stream like any call, and the calls run at once. Skips locally without an engine or the
 worker image; fails under ``CI=true`` (the ``docker_api`` fixture)."""
 
@@ -8,9 +8,8 @@ import asyncio
 from typing import Any
 
 import codemode
+from tests.integration.execution.test_parallel import Gates, gated_capabilities
 from tests.support.recorder import ALICE
-
-from .test_parallel import Gates, gated_capabilities
 
 
 async def test_parallel_in_a_docker_worker(docker_api: Any) -> None:

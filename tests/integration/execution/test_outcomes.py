@@ -412,7 +412,7 @@ def test_prints_may_not_exceed_a_value() -> None:
 
 
 def test_the_python_api_example_runs() -> None:
-    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "python-api.md").read_text(
+    page = (Path(__file__).resolve().parents[3] / "docs" / "reference" / "python-api.md").read_text(
         encoding="utf-8"
     )
     section = page.split("## What an execute reports", 1)[1]

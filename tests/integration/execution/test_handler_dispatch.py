@@ -51,7 +51,7 @@ async def suspends(ctx: codemode.CallContext, subject: authz.Subject, args: In) 
 
 
 def refuses(value: str) -> None:
-    """A handler refusing a value its type cannot rule out (issue 20 §3): the diagnostic passes
+    """A handler refusing a value its type cannot rule out: the diagnostic passes
     only when it names one of the capability's arguments first."""
     if value == "refuse":
         raise codemode.InvalidArguments('argument "value" must not be refuse')

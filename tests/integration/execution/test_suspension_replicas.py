@@ -20,12 +20,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.integration.test_approval_served import http_settings
 from tests.support import postgres
 from tests.support.approval import ACCEPT, User, create_then_delete
 from tests.support.mcp_client import execute_value
 from tests.support.service import service
-
-from .test_approval_served import http_settings
 
 ACCEPTED = {"approve": ACCEPT}
 

@@ -1,4 +1,4 @@
-"""Suspension on the Docker runtime (issue 32: the matrix runs on the process runtime, one row
+"""Suspension on the Docker runtime (the matrix runs on the process runtime, one row
 here): through the official client on 2026-07-28, no worker container exists while the question
 waits, and the retry resumes the execute by replay in a fresh container (the earlier call is not
 run again)."""
@@ -13,11 +13,10 @@ import codemode
 from codemode.runtimes.docker import DockerRuntime
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.integration.execution.test_suspension import ask, count, mcp, retry
 from tests.support.approval import AskDeletes, create_then_delete
 from tests.support.docker_engine import worker_containers
 from tests.support.mcp_client import execute_value, ledger, wait_until
-
-from .test_suspension import ask, count, mcp, retry
 
 pytestmark = pytest.mark.docker
 

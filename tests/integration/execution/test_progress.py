@@ -1,4 +1,4 @@
-"""Progress while an execute runs (issue 33 §2, docs/reference/tools.md#progress): the official MCP
+"""Progress while an execute runs (docs/reference/tools.md#progress): the official MCP
 client's progress callback over stdio, stateful and stateless HTTP (real uvicorn) and in memory.
 
 Every notification is checked against the execute's own result: print text joins up to the result's

@@ -1,4 +1,4 @@
-"""Traces for operators (issue 22 §4): the spans of real executes, collected with the OpenTelemetry
+"""Traces for operators: the spans of real executes, collected with the OpenTelemetry
 SDK's in-memory exporter, through the library API and the official MCP client.
 
 What they must carry (docs/tracing.md): one ``codemode.execute`` span per execute, children for the
@@ -135,7 +135,7 @@ async def test_one_execute_is_one_trace_linked_to_the_clients_span(traced: Trace
 
 @pytest.mark.parametrize("mode", CLIENT_MODES)
 async def test_a_tenants_trace_context_is_only_linked(traced: Traced, mode: str) -> None:
-    """Issue 31 §7: a tenant's ``traceparent`` decides nothing. Before, flags ``00`` turned tracing
+    """A tenant's ``traceparent`` decides nothing. Before, flags ``00`` turned tracing
     off for that tenant's executes (no span exported), the tenant chose the trace id of the host's
     spans, and its ``tracestate`` was exported on every span. Now each execute is a new root trace
     with a host-chosen id, sampled by the host's own sampler, that at most links the tenant's span,
@@ -419,7 +419,7 @@ async def test_an_approval_is_a_span_of_its_own(traced: Traced) -> None:
     answers = [attrs(s)["codemode.approval.answer"] for s in traced.named("codemode.approval")]
     assert sorted(answers) == ["accept", "unavailable"]
     decisions = [attrs(s)["codemode.call.decision"] for s in traced.named("codemode.native_call")]
-    # The ask suspends the execute (issue 32): its first worker's calls are the create (allow) and
+    # The ask suspends the execute: its first worker's calls are the create (allow) and
     # the delete (ask); the resumed worker replays the create (allow, from the log, not run again)
     # and then runs the approved delete. The second execute's delete is declined (nobody to ask).
     assert sorted(decisions) == ["allow", "allow", "approved", "ask", "declined"]

@@ -1,4 +1,4 @@
-"""Approval by policy, asked of the user (issue 22 §3), through the official MCP client's elicitation
+"""Approval by policy, asked of the user, through the official MCP client's elicitation
 callback, in memory, in both client modes: ``legacy`` (the initialize handshake over JSON-RPC
 streams: the question is an ``elicitation/create`` server request) and ``auto`` (the 2026-07-28
 per-request path: the question is an ``InputRequiredResult`` and the client's retry carries the

@@ -1,4 +1,4 @@
-"""No text of the interpreter's machinery reaches a client (issue 19 §4): CPython's integer
+"""No text of the interpreter's machinery reaches a client: CPython's integer
 digit limit ("Exceeds the limit (4300 digits) ... use sys.set_int_max_str_digits()"), starlark-pyo3's
 conversion messages ("... to Python object", "serde::serialize") and starlark-rust's parameter
 unpacking message ("Error unpacking value for parameter `a1` of type `int") each become an approved

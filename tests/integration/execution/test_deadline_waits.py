@@ -1,4 +1,4 @@
-"""A deadline that passes before the program began (issue 35 §2): while the execute waited for a
+"""A deadline that passes before the program began: while the execute waited for a
 worker slot, or while its worker started. The client is told ``resource limit exceeded:
 concurrency`` either way; the operator is told which wait it was, in the host log and in the
 service's metric, and is sent to ``--max-concurrent-executions`` only for the slot: a deadline

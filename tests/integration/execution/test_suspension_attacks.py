@@ -1,5 +1,5 @@
-"""Hostile review of suspended executes (issue 32, 'Done when'): the attacks the first tests did not
-cover, through the official MCP client on the process runtime (tests/integration/test_suspension.py
+"""Hostile review of suspended executes ('Done when'): the attacks the first tests did not
+cover, through the official MCP client on the process runtime (tests/integration/execution/test_suspension.py
 has the rest: another subject's state, a forged or reused state, two answers at once, a diverging
 replay, a filled store, another catalog, a policy that now denies).
 
@@ -31,11 +31,20 @@ from codemode.store.postgres import PostgresStore
 from codemode.store.sqlite import SqliteStore
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.integration.execution.test_suspension import (
+    DECLINED,
+    STATE_ERROR,
+    ask,
+    deleted,
+    mcp,
+    retry,
+    served,
+    share,
+    store_of,
+)
 from tests.support import postgres
 from tests.support.approval import AskDeletes, create_then_delete
 from tests.support.mcp_client import error_text, execute_report, execute_value, ledger, wait_until
-
-from .test_suspension import DECLINED, STATE_ERROR, ask, deleted, mcp, retry, served, share, store_of
 
 
 def _rows(path: Path) -> int:

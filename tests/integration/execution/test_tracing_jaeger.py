@@ -1,4 +1,4 @@
-"""Traces end to end (issue 22 §4): ``serve --http`` with ``trace_endpoint`` exports over OTLP/HTTP to a
+"""Traces end to end: ``serve --http`` with ``trace_endpoint`` exports over OTLP/HTTP to a
 real Jaeger the suite starts, and Jaeger's query API returns the execute's spans in a trace of the
 host's own, linked (``FOLLOWS_FROM``) to the span the official MCP client named in ``_meta``."""
 

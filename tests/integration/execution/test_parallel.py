@@ -1,4 +1,4 @@
-"""``parallel(...)`` (issue 33 §1) through the real pipeline and a real process worker: each call on
+"""``parallel(...)`` through the real pipeline and a real process worker: each call on
 its own through rebind, authorization (asking the user) and its handler; outcomes in order as
 ``attempt``'s records; the ledger and the audit log in list order; the limits over the whole batch;
 ``max_parallel_calls``; and one program's blocking handlers never take every handler thread."""
