@@ -15,7 +15,7 @@ from codemode import authz
 from codemode.common.errors import client_text
 from codemode.execution.parallel import handler_share
 from tests.integration.execution.test_parallel import BOB, program, run, served
-from tests.integration.test_approval_served import child_env, stdio_argv
+from tests.integration.mcp.test_approval_served import child_env, stdio_argv
 from tests.support.approval import ACCEPT, User
 from tests.support.mcp_client import execute_value, ledger, wait_until
 from tests.support.recorder import ALICE

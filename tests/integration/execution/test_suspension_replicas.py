@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.test_approval_served import http_settings
+from tests.integration.mcp.test_approval_served import http_settings
 from tests.support import postgres
 from tests.support.approval import ACCEPT, User, create_then_delete
 from tests.support.mcp_client import execute_value

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_mcp_inspector import VERSION, inspector  # noqa: F401  (the fixture)
+from tests.integration.mcp.test_mcp_inspector import VERSION, inspector  # noqa: F401  (the fixture)
 from tests.support.mcp_client import RECORDS_PACK, child_env, cli_command
 from tests.support.service import write_token_file
 

@@ -1,4 +1,4 @@
-"""Plain typed functions as capabilities, through the official MCP client (issue 33 §4): describe_api
+"""Plain typed functions as capabilities, through the official MCP client: describe_api
 shows the parameters as inputs (ctx and subject left out) and a non-object result's type under
 ``returns``; execute calls them with the trusted subject."""
 

@@ -1,4 +1,4 @@
-"""What a model types finds what it means, through the official MCP client (issue 33 §5):
+"""What a model types finds what it means, through the official MCP client:
 search_api matches other inflections, describe_api of a near miss names the closest capability,
 and a Python builtin the dialect lacks gets the tool's advice instead of Starlark's nearest spelling."""
 

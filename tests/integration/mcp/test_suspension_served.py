@@ -18,10 +18,9 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
+from tests.integration.mcp.test_approval_served import child_env, stdio_argv
 from tests.support.approval import ACCEPT, User, create_then_delete
 from tests.support.mcp_client import execute_value, ledger
-
-from .test_approval_served import child_env, stdio_argv
 
 ACCEPTED: dict[str, Any] = {"approve": ACCEPT}
 

@@ -1,5 +1,5 @@
 """``parallel(...)`` through the official MCP Python client over stdio against a real
-``codemode serve --stdio`` (issue 33 §1): the records, the ledger in list order, the flag
+``codemode serve --stdio``: the records, the ledger in list order, the flag
 ``--max-parallel-calls`` and a program error, as a client sees them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The approval question shows exactly the call being approved (issue 31 §2), seen through the
+"""The approval question shows exactly the call being approved, seen through the
 official MCP client's elicitation callback in both client modes.
 
 Three attacks on the rendering of the bound arguments, each written by the program: a value that

@@ -1,4 +1,4 @@
-"""Approval asked of the user over the served transports (issue 22 §3): a real ``codemode serve
+"""Approval asked of the user over the served transports: a real ``codemode serve
 --stdio`` with a Rego policy that answers ``"ask"``, and the HTTP service in stateful mode, through
 the official MCP client's elicitation callback; then hostile clients written by hand (raw JSON-RPC)
 that never answer, answer twice, answer for another request, or answer another tenant's question.
@@ -329,7 +329,7 @@ MODERN_META = {
 
 @pytest.mark.parametrize("protocol", ["handshake", "2026-07-28"])
 async def test_stdio_eof_while_asked_ends_the_executes_at_once(tmp_path: Path, protocol: str) -> None:
-    """issue 31 §3: stdio EOF says the client is gone; the server ends (its waiting execute and its
+    """Stdio EOF says the client is gone; the server ends (its waiting execute and its
     worker with it) long before the question's or the execute's approval bound."""
     argv = stdio_argv(tmp_path, "--max-approval-time", "60", "--max-approval-wait", "300")
     proc = await asyncio.create_subprocess_exec(
@@ -365,7 +365,7 @@ async def test_stdio_eof_while_asked_ends_the_executes_at_once(tmp_path: Path, p
 
 
 async def test_http_a_client_ending_its_session_while_asked_frees_the_worker(tmp_path: Path) -> None:
-    """issue 31 §3: the official client leaving a stateful session (DELETE) while its user is asked
+    """The official client leaving a stateful session (DELETE) while its user is asked
     ends the execute at once: the service has nothing in flight right after."""
     tokens, cfg = http_settings(tmp_path, ["alice"], stateless=False)
     hold = asyncio.Event()
@@ -376,7 +376,7 @@ async def test_http_a_client_ending_its_session_while_asked_frees_the_worker(tmp
         async with http, Client(transport, mode="legacy", elicitation_callback=user) as client:
             pending = asyncio.ensure_future(client.call_tool("execute", {"source": ASKS_AGAIN}))
             await asyncio.wait_for(user.waiting.wait(), 30)
-            # issue 32: while the user is asked the execute is a record, not a running execute
+            # While the user is asked the execute is a record, not a running execute
             assert svc.service.inflight == 0
             loop = asyncio.get_running_loop()
             left = loop.time()

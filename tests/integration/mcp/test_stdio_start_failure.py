@@ -1,4 +1,4 @@
-"""A stdio server that cannot start tells the MCP client why (issue 35 §3): MCP clients start stdio
+"""A stdio server that cannot start tells the MCP client why: MCP clients start stdio
 servers with a minimal environment, so ``KUBECONFIG`` is gone and the Kubernetes runtime cannot
 start. Before, the client saw only "Connection closed"; now its ``initialize`` is answered with an
 error carrying the start-up line (the one stderr has), which the client can show."""
