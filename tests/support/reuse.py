@@ -1,4 +1,4 @@
-"""What the reuse-mode suites share (tests/integration/test_docker_reuse.py,
+"""What the reuse-mode suites share (tests/integration/runtimes/test_docker_reuse.py,
 tests/adversarial/test_docker_reuse.py, tests/e2e_kubernetes/test_reuse.py): an observer that records
 which sandbox (container or pod) served each execute, and a server over a ``ReusePool``."""
 

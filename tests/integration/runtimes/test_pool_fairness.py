@@ -1,4 +1,4 @@
-"""One tenant's burst must not keep the warm pool empty for the others (issue 21, pool sizing).
+"""One tenant's burst must not keep the warm pool empty for the others (pool sizing).
 
 A real ``WarmPool`` of real workers (processes with the classic spawn: ``python -I`` per worker, so a
 cold spawn costs what it costs in production; and Docker containers: run it under the engines lock),
@@ -6,7 +6,7 @@ one flooding subject whose executes hold their workers, and one victim served a 
 victim's executes must get warm workers while the flood holds its own: a subject takes at most its
 share of the pool's warm workers until the pool has refilled them, while another subject competes
 for them (``docs/reference/runtimes.md``, Warm pool). A lone subject, with nobody else to leave them
-to, takes every idle warm worker (issue 31 §9). Whether a worker was warm is read from the execute's
+to, takes every idle warm worker. Whether a worker was warm is read from the execute's
 ``codemode.sandbox.acquire`` span (the same flag operators see in traces), never from a timing.
 """
 

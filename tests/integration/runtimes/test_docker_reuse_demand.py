@@ -1,4 +1,4 @@
-"""The reuse pool sized from demand within ``--pool``/``--pool-max`` (issue 34 §5), on a real Docker
+"""The reuse pool sized from demand within ``--pool``/``--pool-max``, on a real Docker
 engine: it keeps ``clamp(active + ceil(rate × spawn_time × headroom), --pool, --pool-max)``
 sandboxes, where ``active`` counts the subjects served recently and ``rate`` the leases that found no
 sandbox of their own (docs/reference/runtimes.md, "Reuse mode"). Before, the reuse pool stayed at

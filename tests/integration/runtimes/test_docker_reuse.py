@@ -194,7 +194,7 @@ async def test_one_subject_cannot_take_every_warm_sandbox(make: Any) -> None:
     server, pool, _ = await make(size=4, max_time=120.0)
     await pool.wait_warm(60)
     # carol was served a moment ago: the flood has company, so its share bites (a lone subject
-    # takes every warm sandbox: tests/integration/test_docker_reuse_share.py).
+    # takes every warm sandbox: tests/integration/runtimes/test_docker_reuse_share.py).
     assert await server.execute(ECHO % "carol", subject=authz.Subject("carol")) == "carol"
     flood = authz.Subject("flood")
     running = [asyncio.ensure_future(server.execute(SLEEPY, subject=flood)) for _ in range(4)]

@@ -1,4 +1,4 @@
-"""The reuse mode's subject share bites only under contention (issue 31 §9), on a real Docker engine.
+"""The reuse mode's subject share bites only under contention, on a real Docker engine.
 
 A lone subject takes the idle warm sandboxes (before: its second execute started a container beside
 an idle warm one). While another subject competes (waiting for a sandbox, or served within the last
