@@ -136,15 +136,15 @@ RUN_BY: dict[tuple[str, str], str] = {
     (
         "docs/operators.md",
         "codemode image audit codemode-worker:1",
-    ): "tests/integration/test_operator_docker.py::test_audit_worker_image_passes",
+    ): "tests/integration/ops/test_operator_docker.py::test_audit_worker_image_passes",
     (
         "docs/operators.md",
         "codemode quotas tune --program job.star",
-    ): "tests/integration/test_operator_process.py::test_quotas_tune_measures_process_workers",
+    ): "tests/integration/ops/test_operator_process.py::test_quotas_tune_measures_process_workers",
     (
         "docs/operators.md",
         "codemode bench ",
-    ): "tests/integration/test_operator_rules.py::test_bench_process_runtime",
+    ): "tests/integration/ops/test_operator_rules.py::test_bench_process_runtime",
     ("docs/operators.md", "kubectl apply -k k8s/overlays/monitoring"): MONITORING_TEST,
     ("docs/packs.md", "args: AddIn) -> Notes"): f"{THIS}::test_packs_page_first_pack_is_the_example",
     ("docs/packs.md", "# upstreams.toml"): f"{THIS}::test_packs_page_upstreams_file_serves",

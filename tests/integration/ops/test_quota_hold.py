@@ -1,5 +1,5 @@
 """``codemode quotas tune``'s hold line (``codemode.ops.quota_probes``) under the worker's real
-confinement: the worker's Landlock domain refuses every file of ``/proc`` and ``/sys`` (issue 31 §4),
+confinement: the worker's Landlock domain refuses every file of ``/proc`` and ``/sys``,
 so the hold opens what it reads before the worker confines itself. The worker here is the host's
 Python running the image's worker code, as the process runtime runs it (the uid drop when the host
 is root); the host closes its stdin at once, so the worker serves nothing and the hold writes its

@@ -1,4 +1,4 @@
-"""The operator tools tell the truth (issue 35 §2): a reader that closes the pipe early ends the
+"""The operator tools tell the truth: a reader that closes the pipe early ends the
 command quietly, ``quotas tune`` shows why a run failed (the approved detail an execute's client
 gets) and says which runtime it measures and why."""
 
