@@ -1,4 +1,4 @@
-"""A hostile worker for a resumed run (tests/adversarial/test_replay_review.py): answers the probe
+"""A hostile worker for a resumed run (tests/adversarial/test_replay_divergence.py): answers the probe
 honestly, then sends what argv[1] names instead of running the program."""
 
 from __future__ import annotations

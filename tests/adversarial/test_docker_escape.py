@@ -42,9 +42,9 @@ from codemode.runtimes.docker import (
 from codemode.runtimes.docker._orphans import OWNER as _OWNER
 from codemode_worker import PROTOCOL_VERSION
 from codemode_worker.protocol import encode_frame
+from tests.adversarial import confinement_probes
 from tests.support.docker_engine import read_exact, read_frame, worker_containers
 
-from . import review_probes
 from .kernel_probe import PROBE, not_refused
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -318,10 +318,10 @@ async def test_the_kernel_surface_is_the_filters(testing_runtime: DockerRuntime)
 
 
 async def test_argument_forms_and_other_abis_are_refused(testing_runtime: DockerRuntime) -> None:
-    """Security review of issue 19 §3: the argument forms and ABIs of ``review_probes.FORMS_PROBE``
+    """Security review of issue 19 §3: the argument forms and ABIs of ``confinement_probes.FORMS_PROBE``
     (x32 numbers, clone flag mixes, fcntl/ioctl commands, open with a write flag in any spelling,
     signals, pidfds, another seccomp filter, priorities, the splice family) are refused here too."""
-    report = await run_fresh(testing_runtime, review_probes.FORMS_PROBE)
+    report = await run_fresh(testing_runtime, confinement_probes.FORMS_PROBE)
     assert not_refused(report) == {}, report
 
 
@@ -330,7 +330,7 @@ async def test_a_worker_takes_no_pseudo_terminal(testing_runtime: DockerRuntime)
     allows) allocates one from a count the whole machine shares (``kernel.pty.max`` - reserve = 3072
     for all containers): 52 Docker workers together, or one Kubernetes worker, leave every other
     container without a pty. (Under gVisor the ptys are the sandbox's own, not the host's.)"""
-    found = await run_fresh(testing_runtime, review_probes.PTY_PROBE)
+    found = await run_fresh(testing_runtime, confinement_probes.PTY_PROBE)
     assert found["ptys"] == 0, found
 
 
@@ -343,8 +343,8 @@ async def test_a_workers_stderr_is_not_stored_on_the_hosts_disk(
     ~150 MB on the host's disk (32 MiB made 1.2 GB in 16 s), there until the container is removed."""
     sandbox = await testing_runtime.spawn()
     try:
-        assert await run_python(sandbox, review_probes.STDERR_FLOOD) == {
-            "written": review_probes.STDERR_FLOOD_BYTES
+        assert await run_python(sandbox, confinement_probes.STDERR_FLOOD) == {
+            "written": confinement_probes.STDERR_FLOOD_BYTES
         }
         path = docker_api.inspect_container(sandbox.container_id).get("LogPath") or ""
         stored = os.path.getsize(path) if path and os.path.exists(path) else 0

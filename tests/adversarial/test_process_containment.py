@@ -28,9 +28,9 @@ import codemode
 from codemode.runtimes.process import SPAWN_MODES, ProcessOptions, ProcessRuntime, Spawn
 from codemode.runtimes.process.ipc_cleanup import ipc_of
 from codemode_worker.confinement import OPEN_FILES_HEADROOM
+from tests.adversarial import confinement_probes
 from tests.support.recorder import ALICE, make_server
 
-from . import review_probes
 from .kernel_probe import PROBE, not_refused
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop needs a host running as root")
@@ -327,8 +327,8 @@ async def test_argument_forms_and_other_abis_are_refused(server: codemode.Server
     """Security review of issue 19 §3: the forms an allow-list by name and argument could miss (x32
     numbers, clone flag mixes, posix_spawn, fcntl/ioctl commands, open with a write flag spelled any
     way, limits of others, signals and pidfds, another seccomp filter, priorities, the splice
-    family) are each refused by the worker's filter (``review_probes.FORMS_PROBE``)."""
-    report = await run(server, review_probes.FORMS_PROBE)
+    family) are each refused by the worker's filter (``confinement_probes.FORMS_PROBE``)."""
+    report = await run(server, confinement_probes.FORMS_PROBE)
     assert not_refused(report) == {}, report
 
 
@@ -338,9 +338,9 @@ SAME_UID_HOST = """
 import asyncio, json, sys
 from codemode.runtimes.process import ProcessOptions, ProcessRuntime
 from tests.support.recorder import ALICE, make_server
-from tests.adversarial import review_probes
+from tests.adversarial import confinement_probes
 
-held = [review_probes.NEEDLE.encode()]  # another tenant's credential, in the host's memory
+held = [confinement_probes.NEEDLE.encode()]  # another tenant's credential, in the host's memory
 
 async def main():
     runtime = ProcessRuntime(ProcessOptions(
@@ -349,7 +349,7 @@ async def main():
     assert not runtime.drops_privileges
     srv, _ = make_server(runtime=runtime, max_execution_time=30.0)
     try:
-        print(json.dumps(await srv.execute(review_probes.HOST_MEMORY_PROBE, subject=ALICE)))
+        print(json.dumps(await srv.execute(confinement_probes.HOST_MEMORY_PROBE, subject=ALICE)))
     finally:
         await srv.aclose()
 
@@ -434,7 +434,7 @@ async def test_a_worker_takes_no_pseudo_terminal(server: codemode.Server) -> Non
     """Finding RS-2 on the process runtime: opening ``/dev/ptmx`` read-only (the filter cannot look
     at paths) took a pseudo-terminal of the machine per descriptor the worker could open (32, its
     ``open_files``). The worker's Landlock domain refuses it (``codemode_worker.readable``)."""
-    found = await run(server, review_probes.PTY_PROBE)
+    found = await run(server, confinement_probes.PTY_PROBE)
     assert found == {"ptys": 0, "stopped_by": "EACCES"}, found
 
 
@@ -462,7 +462,7 @@ async def test_without_landlock_the_descriptor_limit_bounds_the_ptys() -> None:
     )
     srv, _ = make_server(runtime=runtime, max_execution_time=20.0)
     try:
-        found = await run(srv, review_probes.PTY_PROBE)
+        found = await run(srv, confinement_probes.PTY_PROBE)
     finally:
         await srv.aclose()
     assert found["stopped_by"] == "EMFILE" and 0 < found["ptys"] <= OPEN_FILES_HEADROOM + 4, found

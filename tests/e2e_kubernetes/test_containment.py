@@ -35,7 +35,7 @@ from tests.support.cluster import (
     pod_log_dirs,
 )
 
-from ..adversarial import review_probes, write_probe
+from ..adversarial import confinement_probes, write_probe
 from ..adversarial.kernel_probe import PROBE as KERNEL_PROBE
 from ..adversarial.kernel_probe import not_refused
 
@@ -191,10 +191,10 @@ async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> Non
 
 
 async def test_argument_forms_and_other_abis_are_refused(cluster: None) -> None:
-    """Security review of issue 19 §3: the argument forms and ABIs of ``review_probes.FORMS_PROBE``
+    """Security review of issue 19 §3: the argument forms and ABIs of ``confinement_probes.FORMS_PROBE``
     (x32 numbers, clone flag mixes, fcntl/ioctl commands, open with a write flag in any spelling,
     signals, pidfds, another seccomp filter, priorities, the splice family) are refused in a pod."""
-    _, report = await run_in_a_pod(review_probes.FORMS_PROBE)
+    _, report = await run_in_a_pod(confinement_probes.FORMS_PROBE)
     assert not_refused(report) == {}, report
 
 
@@ -204,13 +204,13 @@ async def test_a_worker_pod_takes_no_pseudo_terminal(cluster: None) -> None:
     1024): one worker holding them (measured: 3071, then ENOSPC) makes every other container's
     ``openpty`` fail with ENOSPC (``kubectl exec -t`` into any pod of the node, a Docker container
     on the same machine) for as long as it lives. The probe stops at ``PTY_CAP``."""
-    _, found = await run_in_a_pod(review_probes.PTY_PROBE)
+    _, found = await run_in_a_pod(confinement_probes.PTY_PROBE)
     assert found["ptys"] == 0, found
 
 
 #: Bytes of two-byte lines the log test writes: over the worker's ephemeral-storage limit once the
 #: container runtime has prefixed each line (about 14 times over).
-LOG_FLOOD = review_probes.STDERR_FLOOD.replace(str(review_probes.STDERR_FLOOD_BYTES), str(16 << 20))
+LOG_FLOOD = confinement_probes.STDERR_FLOOD.replace(str(confinement_probes.STDERR_FLOOD_BYTES), str(16 << 20))
 
 
 async def test_a_workers_container_log_stays_within_its_ephemeral_storage(cluster: None) -> None:

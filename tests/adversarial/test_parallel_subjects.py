@@ -1,8 +1,8 @@
-"""Hostile review of ``parallel(...)`` (issue 33 §1): reaching another subject's data through a
+"""Hostile review of ``parallel(...)``: reaching another subject's data through a
 batch, as a tenant's program (the records pack, subject-scoped) and as a compromised worker (a batch
 that names another subject anywhere it can). Every call of a batch is authorized and run as the
 execute's trusted subject, and nothing else. And a resumed execute's worker whose batches are not the
-call log's (issue 32's replay): each is a divergence, and a user's answer inside a batch answers that
+call log's: each is a divergence, and a user's answer inside a batch answers that
 batch only."""
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from codemode import authz
 from codemode.execution.replay import Entry, Journal, Pending, ReplayDiverged
 from codemode_capabilities.records import RecordStore
 from codemode_capabilities.records import capabilities as record_caps
+from tests.adversarial.test_hostile_batch import outcome
 from tests.support.recorder import ALICE, Recorder
-
-from .test_hostile_batch import outcome
 
 BOB = authz.Subject("bob")
 

@@ -1,4 +1,4 @@
-"""Probes of the security review of the worker's self-confinement (issue 19 §3, §4), shared by the
+"""Probes of the security review of the worker's self-confinement, shared by the
 process, Docker and Kubernetes escape tests (no tests here). Each ``*_PROBE`` is Python for the
 TEST-ONLY worker entry, which runs it under the worker's own seccomp filter.
 

@@ -1,4 +1,4 @@
-"""Hostile review of replay (issue 32): what a malicious worker sends on a resumed run, checked
+"""Hostile review of replay: what a malicious worker sends on a resumed run, checked
 against the call log (codemode.execution.replay) the host matches every call with.
 
 The worker of a resumed run is the tenant's own code: it may send any call it likes. The log decides
