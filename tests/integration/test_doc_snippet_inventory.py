@@ -33,6 +33,10 @@ from tests.support.mcp_client import child_env, cli_command
 
 ROOT = Path(__file__).resolve().parents[2]
 THIS = "tests/integration/test_doc_snippet_inventory.py"
+FASTAPI_EXAMPLE = (
+    "tests/integration/capabilities/test_openapi_fastapi.py::"
+    "test_the_packs_page_fastapi_example_runs_as_written"
+)
 RUNNABLE = ("python", "sh", "toml")
 TEMPLATE_REASONS = ("internet", "secret", "placeholder")
 _FENCE = re.compile(r"^```(\S*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -177,11 +181,11 @@ RUN_BY: dict[tuple[str, str], str] = {
     (
         "docs/packs.md",
         "# todo_api.py",
-    ): "tests/integration/capabilities/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
+    ): FASTAPI_EXAMPLE,
     (
         "docs/packs.md",
         "# todo.toml",
-    ): "tests/integration/capabilities/test_openapi_fastapi.py::test_the_packs_page_fastapi_example_runs_as_written",
+    ): FASTAPI_EXAMPLE,
     ("docs/reference/program.md", "attempt(records.delete, id=7)"): f"{THIS}::test_program_page_attempt_runs",
     ("docs/reference/program.md", "rs = parallel([(records.get"): f"{THIS}::test_program_page_parallel_runs",
     (
@@ -209,7 +213,8 @@ RUN_BY: dict[tuple[str, str], str] = {
     (
         "docs/service.md",
         "docker build -t codemode-service:0.1 .",
-    ): "tests/integration/service/test_service_image.py::test_the_service_image_serves_a_rego_authorized_execute",
+    ): "tests/integration/service/test_service_image.py::"
+    "test_the_service_image_serves_a_rego_authorized_execute",
     (
         "docs/tracing.md",
         "codemode.Tracing(provider",

@@ -2,7 +2,8 @@
 synthetic series (each alert firing and not firing), the PrometheusRule is the plain rules file's
 groups unchanged, each alert has its runbook paragraph in docs/operators.md, and the ServiceMonitor
 selects the base's metrics Service. Whether their queries name exported metrics is
-tests/integration/service/test_monitoring_metrics.py; whether they apply, tests/e2e_kubernetes/test_monitoring.py."""
+tests/integration/service/test_monitoring_metrics.py; whether they apply,
+tests/e2e_kubernetes/test_monitoring.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 The inner transport here is a stand-in upstream (``httpx2.MockTransport``) whose body is an endless
 stream that counts what was pulled from it; the transport under test is the real one, used through a
-real ``httpx2.AsyncClient``. End to end against a real MCP server: tests/integration/capabilities/test_mcp_upstream.py.
+real ``httpx2.AsyncClient``. End to end against a real MCP server:
+tests/integration/capabilities/test_mcp_upstream.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The Docker runtime's orphan rule across replicas (pure: no engine; ``is_orphan`` reads labels and
-this machine's ``/proc``). The engine-backed clean-up is in tests/integration/runtimes/test_docker_runtime.py."""
+this machine's ``/proc``). The engine-backed clean-up is in
+tests/integration/runtimes/test_docker_runtime.py."""
 
 from __future__ import annotations
 
