@@ -516,10 +516,6 @@ class UpstreamMCPPack:
 
         await self.loop.run(connect_all())
 
-    async def connect(self) -> None:
-        """The old name of :meth:`open`."""
-        await self.open()
-
     async def aclose(self) -> None:
         """Close every upstream session (and stop the pack's loop); a later call starts again."""
 

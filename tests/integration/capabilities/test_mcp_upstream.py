@@ -142,7 +142,7 @@ async def test_the_session_that_listed_the_tools_serves_the_calls(markers: Path)
     caps = await asyncio.to_thread(pack.capabilities, codemode.packs.PackSettings())
     server = codemode.Builder(authorizer=authz.allow_all()).register(*caps).build()
     try:
-        await pack.connect()
+        await pack.open()
         assert pack.pools["test"].starts == 1
         t0 = time.monotonic()
         assert await server.execute(run("return test.pid()"), subject=SUBJECT)
