@@ -1,4 +1,4 @@
-"""``codemode bench``'s sustained series deadline (issue 34 §3): ``--deadline`` or a measured choice.
+"""``codemode bench``'s sustained series deadline: ``--deadline`` or a measured choice.
 
 With the default 5 s deadline, 20 clients over pods that start at about 1.2 per second ended 188 of
 200 executes in ``concurrency``: the bench now chooses the deadline from the measured rate of cold
