@@ -1,4 +1,4 @@
-"""Covert channels between two confined workers on one node (issue 31 §4), shared by the process,
+"""Covert channels between two confined workers on one node, shared by the process,
 Docker, reuse and Kubernetes tests and the channel benchmarks (no tests here). Each probe is Python
 for the TEST-ONLY worker entry (``final`` and ``protocol`` in scope), which runs it under the
 worker's own seccomp filter.

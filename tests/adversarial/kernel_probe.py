@@ -1,4 +1,4 @@
-"""The kernel-surface probe of a compromised worker (issue 19 §3), shared by the process, Docker and
+"""The kernel-surface probe of a compromised worker, shared by the process, Docker and
 Kubernetes escape tests (no tests here).
 
 ``PROBE`` is Python for the TEST-ONLY worker entry (it stands in for an interpreter an attacker

@@ -1,4 +1,4 @@
-"""Covert channels between tenants on one Docker node (issue 31 §4): two compromised workers, each in
+"""Covert channels between tenants on one Docker node: two compromised workers, each in
 a container of its own (one per execute, and two reusable sandboxes of the reuse mode), try to pass
 bits to each other through kernel objects both can reach. The programs are ``channel_probes``' Python,
 run by the TEST-ONLY worker entry under the worker's own seccomp filter and the container's profile.

@@ -306,7 +306,7 @@ final({
 
 
 async def test_the_kernel_surface_is_the_filters(testing_runtime: DockerRuntime) -> None:
-    """Issue 19 §3: on any engine (runc with whatever profile, gVisor) the worker's own seccomp filter
+    """On any engine (runc with whatever profile, gVisor) the worker's own seccomp filter
     refuses io_uring, AF_VSOCK and every other new socket, ptrace, bpf, keys, namespaces, mounts,
     fork, and execve of anything (a memfd's ELF included)."""
     report = await run_fresh(testing_runtime, PROBE)
@@ -318,7 +318,7 @@ async def test_the_kernel_surface_is_the_filters(testing_runtime: DockerRuntime)
 
 
 async def test_argument_forms_and_other_abis_are_refused(testing_runtime: DockerRuntime) -> None:
-    """Security review of issue 19 §3: the argument forms and ABIs of ``confinement_probes.FORMS_PROBE``
+    """Found by a security review: the argument forms and ABIs of ``confinement_probes.FORMS_PROBE``
     (x32 numbers, clone flag mixes, fcntl/ioctl commands, open with a write flag in any spelling,
     signals, pidfds, another seccomp filter, priorities, the splice family) are refused here too."""
     report = await run_fresh(testing_runtime, confinement_probes.FORMS_PROBE)
@@ -337,7 +337,7 @@ async def test_a_worker_takes_no_pseudo_terminal(testing_runtime: DockerRuntime)
 async def test_a_workers_stderr_is_not_stored_on_the_hosts_disk(
     testing_runtime: DockerRuntime, docker_api: Any
 ) -> None:
-    """Issue 19 §4 ("every writable path ... stdout/stderr as a disk-filling channel"): the host keeps
+    """A worker's stdout/stderr as a disk-filling channel: the host keeps
     an 8 KiB stderr tail, but the engine also writes everything the worker prints to the container's
     log file (``json-file``, no ``max-size``), one JSON object per line: 4 MiB of two-byte lines made
     ~150 MB on the host's disk (32 MiB made 1.2 GB in 16 s), there until the container is removed."""

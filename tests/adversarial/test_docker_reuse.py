@@ -100,7 +100,7 @@ async def test_the_supervisor_is_out_of_reach(reuse: tuple[codemode.Server, Sand
 async def test_a_slice_set_on_the_supervisor_reaches_no_later_worker(
     reuse: tuple[codemode.Server, Sandboxes],
 ) -> None:
-    """Issue 31 §5b: a custom scheduling slice on PID 1 (``sched_setattr``, ``sched_runtime``) left
+    """A custom scheduling slice on PID 1 (``sched_setattr``, ``sched_runtime``) left
     the policy, priority and nice value alone, passed the scrub and was inherited by every later
     worker. Here the container's profile refuses the call (with or without the worker's filter);
     where it passes (Kubernetes, tests/e2e_kubernetes/test_reuse.py) the scrub sees it."""

@@ -1,4 +1,4 @@
-"""A compromised worker tries to stall its reusable sandbox's supervisor (issue 31 §5a), on Docker.
+"""A compromised worker tries to stall its reusable sandbox's supervisor, on Docker.
 
 The supervisor (PID 1) makes each worker's pipes, so the worker's uid owns them: the worker can
 reopen its own stdout or stderr pipe through ``/proc/self/fd`` (the read end included), resize it,

@@ -1,4 +1,4 @@
-"""A compromised worker's ``native_batch`` frames (issue 33 §1): the host checks a batch whole before
+"""A compromised worker's ``native_batch`` frames: the host checks a batch whole before
 anything is authorized, counts every call against ``max_native_calls``, bounds the arguments, keeps
 the worker's diagnostics to the binder's grammar, and never runs a handler without its own rebind and
 authorization."""

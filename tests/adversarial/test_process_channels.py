@@ -1,4 +1,4 @@
-"""Covert channels between two process-runtime workers (issue 31 §4): every worker of one host maps
+"""Covert channels between two process-runtime workers: every worker of one host maps
 the same files (the interpreter's ``os.py``: one inode), so a futex on a ``MAP_SHARED`` mapping of it
 is one futex for all of them. Two compromised workers (arbitrary Python through the test-only entry,
 under their own filter) of two subjects run at the same time and try to pass bits. Needs a host

@@ -224,7 +224,7 @@ final(out)
 
 @BOTH_SPAWNS
 async def test_the_kernel_surface_is_the_filters(server: codemode.Server) -> None:
-    """Issue 19 §3: the worker's own seccomp filter refuses what the interpreter never needs
+    """The worker's own seccomp filter refuses what the interpreter never needs
     (execve of anything, a memfd's ELF, new sockets, io_uring, ptrace, bpf, keys, namespaces, mounts,
     fork ...): the testing entry runs its Python under the same filter as the real worker."""
     report = await run(server, PROBE)
@@ -266,7 +266,7 @@ final(out)
 
 @BOTH_SPAWNS
 async def test_a_worker_cannot_read_the_records_database(server: codemode.Server) -> None:
-    """Issue 19 §4: the records database (and its WAL and SHM) in a directory other users can
+    """The records database (and its WAL and SHM) in a directory other users can
     enter, as an operator sets CODEMODE_RECORDS_DB=/var/lib/..., was created 0644: a worker with a
     compromised interpreter read every subject's records from it."""
     from codemode_capabilities.records import RecordStore
@@ -324,7 +324,7 @@ async def test_a_worker_that_stops_reading_cannot_hold_its_destroy() -> None:
 
 
 async def test_argument_forms_and_other_abis_are_refused(server: codemode.Server) -> None:
-    """Security review of issue 19 §3: the forms an allow-list by name and argument could miss (x32
+    """Found by a security review: the forms an allow-list by name and argument could miss (x32
     numbers, clone flag mixes, posix_spawn, fcntl/ioctl commands, open with a write flag spelled any
     way, limits of others, signals and pidfds, another seccomp filter, priorities, the splice
     family) are each refused by the worker's filter (``confinement_probes.FORMS_PROBE``)."""

@@ -1,4 +1,4 @@
-"""What a process-runtime worker leaves for the next holder of its uid (issue 31 §6). Needs a host
+"""What a process-runtime worker leaves for the next holder of its uid. Needs a host
 running as root (the uid drop).
 
 A POSIX message queue and a ``/dev/shm`` file outlive the process that made them, like System V IPC

@@ -1,4 +1,4 @@
-"""The writable-paths probe of a compromised worker (issue 19 §4), for the Kubernetes and Docker
+"""The writable-paths probe of a compromised worker, for the Kubernetes and Docker
 escape tests (no tests here).
 
 ``PROBE`` is Python for the TEST-ONLY worker entry. It tries to store data everywhere a worker could:

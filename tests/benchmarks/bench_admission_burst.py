@@ -1,5 +1,5 @@
 """Bursts against a short deadline: how many executes end in ``internal failure`` (prints numbers;
-not a test). Issue 31 §8: an execute whose deadline passed while it waited for a slot was granted the
+not a test). An execute whose deadline passed while it waited for a slot was granted the
 slot freed in the same loop iteration; the grant raised ``InvalidStateError`` into the execute that
 released it (its client got ``internal failure``) and the slot was lost for good.
 

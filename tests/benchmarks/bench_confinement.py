@@ -1,4 +1,4 @@
-"""Start-up cost of the worker's own confinement, Landlock and seccomp (issue 19 §3; budget: a few
+"""Start-up cost of the worker's own confinement, Landlock and seccomp (budget: a few
 ms per worker).
 
 Run: ``python -m tests.benchmarks.bench_confinement [--rounds R]``. Prints numbers; asserts nothing.

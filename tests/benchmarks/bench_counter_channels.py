@@ -1,5 +1,5 @@
 """The machine's counters as a channel between two tenants' workers on one node (prints numbers; not a
-test). Issue 31 §4: a sender makes threads in the first or the second half of each bit's time (one
+test). A sender makes threads in the first or the second half of each bit's time (one
 more thread each is one more fork in ``/proc/stat``, one more in ``/proc/loadavg``'s and
 ``sysinfo()``'s counts), a receiver in another tenant's worker samples the counter
 (``tests/adversarial/channel_probes``). What it prints for each counter is the rate it carried (the

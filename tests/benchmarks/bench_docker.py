@@ -19,8 +19,8 @@ Measured in one run on the same image, so the ratios are meaningful on a noisy m
 - ``sustained``: executes/s with fresh containers, ``--concurrency`` at a time, no pool, next to the
   raw Engine rate;
 - ``default mode``: the same executes/s over a warm pool of ``--pool`` (the default mode: one fresh
-  container per execute, started ahead), beside the raw engine rate at the same concurrency (issue
-  34 §4: goal ≥ 1.5×).
+  container per execute, started ahead), beside the raw engine rate at the same concurrency (goal
+  ≥ 1.5×).
 
 ``--oci-compare runc crun`` runs only the OCI runtimes' comparison instead: per runtime (registered
 with dockerd), interleaved over ``--rounds`` rounds, the raw engine rate and the default mode's

@@ -1,4 +1,4 @@
-"""Where one hardened worker container's start goes (issue 34 §4). Prints numbers; not a test.
+"""Where one hardened worker container's start goes. Prints numbers; not a test.
 
     python -m tests.benchmarks.bench_docker_start [--n 10] [--image codemode-worker:1]
 

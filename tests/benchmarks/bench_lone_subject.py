@@ -1,4 +1,4 @@
-"""A lone subject on a small warm pool (prints numbers; not a test). Issue 31 §9: the subject share
+"""A lone subject on a small warm pool (prints numbers; not a test). The subject share
 kept a lone subject from the idle warm worker until the refill had replaced the one it took, so
 every second execute started cold beside an idle warm worker.
 

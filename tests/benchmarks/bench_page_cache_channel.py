@@ -1,5 +1,5 @@
 """The page-cache channel between two tenants' worker containers on one node (prints numbers; not a
-test). Issue 31 §4: every container of one image reads the image's files through the same lower
+test). Every container of one image reads the image's files through the same lower
 inode, so through the same page cache. A sender reads a page of an image file for a 1 and leaves it
 for a 0; a receiver in another container, later, reads each page and times it: a page that came from
 the cache (a 1) takes microseconds, one from the disk (a 0) much longer. The worker's filter already

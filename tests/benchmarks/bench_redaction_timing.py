@@ -1,5 +1,5 @@
 """Redaction timing benchmark: does the time to redact a text depend on how much of the credential
-it repeats? (issue 31 §1: "no observable difference ... in their length and timing").
+it repeats? (The goal: "no observable difference ... in their length and timing".)
 
 Run: ``python -m tests.benchmarks.bench_redaction_timing [--size N] [--rounds R]``. Prints
 numbers; asserts nothing. A backend that repeats the tenant's value in a result hands the host a
@@ -9,7 +9,7 @@ credential and ``k`` more characters, right or wrong. For each ``k`` the benchma
 such copies, right guesses against wrong ones, and ``upstream_error_text`` (the upstream MCP pack)
 on one copy padded to its window; the same with every character a JSON ``\\u`` escape (``\\u``,
 read through the decoded views); and the same for copies of the credential's last ``k``
-characters (``end``), where the matcher of 2b6a3b2 looked up blocks (review of issue 31 §1: 1 MB
+characters (``end``), where the matcher of 2b6a3b2 looked up blocks (found by a review: 1 MB
 of copies of the right 4 characters took 245-261 ms against 79-122 ms for wrong ones). It also
 times the earlier rule's way of matching (one regular expression of the spellings, which compares
 character by character): the difference it shows between right and wrong guesses is what a timing

@@ -19,7 +19,7 @@ For each runtime, measured in the same run so the ratios mean something on a noi
   shared machine included), as executes/s per core;
 - the process runtime's CPU per execute under the same load (the server's process tree: the service,
   its template and workers), once at the start of the run, and each runtime's reuse-mode CPU per
-  execute beside it (issue 34 §2: goal ≤ 1.5×; ``--no-process`` skips it).
+  execute beside it (goal ≤ 1.5×; ``--no-process`` skips it).
 """
 
 from __future__ import annotations

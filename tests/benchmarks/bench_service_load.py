@@ -24,7 +24,7 @@ R executes/s in all, each on a fixed schedule, and each latency counts from the 
 scheduled time (a server that falls behind is charged the wait): the latency a platform sees at
 that traffic.
 
-A closed-loop execute run then adds the goals of issue 34 §1, each beside its floor from the same
+A closed-loop execute run then adds the CPU goals, each beside its floor from the same
 run: the **composed floor** (``cores × 1000 / (search_api calls/s of the service path) + 1000 /
 (forks per CPU second)``, in ms; process runtime) and the ratio of the CPU per execute to it (goal
 ≤ 1.25); the closed loop's p99 beside ``1.5 × clients / throughput`` (the mean, by Little's law,
@@ -273,7 +273,7 @@ def print_goals(
     open_rate: float | None,
     open_p99: float | None,
 ) -> dict[str, float]:
-    """The goals of issue 34 §1 beside their floors (each printed only when its inputs were
+    """The CPU goals beside their floors (each printed only when its inputs were
     measured in this run); returns the figures printed."""
     out: dict[str, float] = {}
     cores = psutil.cpu_count() or 1

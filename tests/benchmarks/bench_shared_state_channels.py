@@ -1,5 +1,5 @@
 """Channels between two tenants' workers on one node through state of the kernel they share (prints
-numbers; not a test). Issue 31 §4, beside ``bench_counter_channels`` and ``bench_page_cache_channel``:
+numbers; not a test), besides those of ``bench_counter_channels`` and ``bench_page_cache_channel``:
 
 - ``mapcount``: a page-cache page of a file every worker can read is one page for every process of
   the node, and a worker's own ``numa_maps`` tells how many processes map each page it maps. A

@@ -1,4 +1,4 @@
-"""The state pack's ``get`` and ``put`` through an execute (issue 34 §6, beside bench_store's
+"""The state pack's ``get`` and ``put`` through an execute (beside bench_store's
 store-level figures; prints numbers, not a test).
 
     python -m tests.benchmarks.bench_state_execute [--n 9] [--calls 50]

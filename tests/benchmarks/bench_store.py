@@ -1,4 +1,4 @@
-"""The store's latency on memory, SQLite and PostgreSQL, in one run (issue 34 §6; prints numbers,
+"""The store's latency on memory, SQLite and PostgreSQL, in one run (prints numbers,
 not a test).
 
     python -m tests.benchmarks.bench_store [--ops 2000] [--suspensions 500]

@@ -1,4 +1,4 @@
-"""Suspended executes (issue 32): what a question costs while it waits, and what a resume costs
+"""Suspended executes: what a question costs while it waits, and what a resume costs
 (prints numbers; not a test).
 
     python -m tests.benchmarks.bench_suspension [--pending 100] [--n 7] [--k 10,100]
@@ -7,7 +7,7 @@ On the process runtime, through the library (the same pipeline the MCP front end
 approver defers, as the 2026-07-28 retry does):
 
 - **held while asked**: ``--pending`` executes each suspended at a question: live workers and busy
-  slots (goal 0; before issue 32 it was one worker and one slot per question), records pending,
+  slots (goal 0; before suspension it was one worker and one slot per question), records pending,
   and the bytes (``Suspension.size``: source and call log) and Python heap (tracemalloc) per record;
 - **resume latency**: a program that makes ``k`` calls and then one the policy asks about. The
   resume (claim, replay of the ``k`` calls from the log in a fresh worker, then the pending call
@@ -100,7 +100,7 @@ async def held_while_asked(pending: int) -> None:
         records = await store.pending()
         sizes = [held.record.size for held in getattr(store, "_suspensions", {}).values()]
         print(f"held while {pending} questions are pending (process runtime, k=5 calls before each):")
-        print(f"  busy slots              {busy}  (goal 0; before issue 32: one per open question)")
+        print(f"  busy slots              {busy}  (goal 0; before suspension: one per open question)")
         print(f"  workers being reaped    {len(executor.reaping)}")
         print(f"  records pending         {records}")
         if sizes:

@@ -1,4 +1,4 @@
-"""What tracing costs per execute (issue 22 §4; prints numbers, not a test).
+"""What tracing costs per execute (prints numbers, not a test).
 
     python -m tests.benchmarks.bench_tracing [--n 200] [--otlp http://127.0.0.1:4318/v1/traces]
 

@@ -1,4 +1,4 @@
-"""``codemode quotas tune``'s deadline, served as recommended (issue 35 §2; prints numbers, not a test).
+"""``codemode quotas tune``'s deadline, served as recommended (prints numbers, not a test).
 
     python -m tests.benchmarks.bench_tune_deadline [--runtime docker|process] [--runs 5] [--pool 2]
         [--bursts 5] [--burst 8]

@@ -1,4 +1,4 @@
-"""Where a forked worker's CPU goes, step by step (prints numbers; not a test). Issue 34 §1.
+"""Where a forked worker's CPU goes, step by step (prints numbers; not a test).
 
     python -m tests.benchmarks.bench_worker_setup [--n 300] [--uid 61000]
 

@@ -1,4 +1,4 @@
-"""The floors ``bench_service_load`` prints beside its results, measured in the same run (issue 21).
+"""The floors ``bench_service_load`` prints beside its results, measured in the same run.
 
 - **CPU per execute** (``CpuMeter``): the CPU seconds the server process tree spent during the load
   (the service process itself; and its workers and the worker template, counted when they are

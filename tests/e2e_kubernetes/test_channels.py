@@ -1,4 +1,4 @@
-"""Covert channels between two tenants' worker pods on one node (issue 31 §4).
+"""Covert channels between two tenants' worker pods on one node.
 
 Every pod of one image on a node reads the image's files through the same lower inode of the node's
 snapshotter, so a futex on a ``MAP_SHARED`` mapping of one is one futex for every pod there. Two

@@ -136,7 +136,7 @@ async def test_arbitrary_python_in_a_worker_pod_is_contained(cluster: None) -> N
 
 
 async def test_the_kernel_surface_is_the_filters(cluster: None) -> None:
-    """Issue 19 §3: whatever the node's RuntimeDefault profile allows, the worker's own seccomp filter
+    """Whatever the node's RuntimeDefault profile allows, the worker's own seccomp filter
     refuses io_uring, AF_VSOCK and every other new socket, ptrace, bpf, keys, namespaces, mounts, fork
     and execve of anything (a memfd's ELF included)."""
     _, report = await run_in_a_pod(KERNEL_PROBE)
@@ -145,7 +145,7 @@ async def test_the_kernel_surface_is_the_filters(cluster: None) -> None:
 
 
 async def test_nothing_in_a_worker_pod_can_store_a_byte(cluster: None) -> None:
-    """Issue 19 §4: a restricted pod still has writable mounts the pod spec cannot make read-only
+    """A restricted pod still has writable mounts the pod spec cannot make read-only
     (the kubelet's /dev/termination-log, 600 MiB in 0.9 s before, counted in no ephemeral-storage;
     the runtime's /dev/mqueue), besides the read-only /tmp and /dev/shm of the spec. The worker bounds
     them itself before the program runs: the filter refuses opening anything for writing, and
@@ -191,7 +191,7 @@ async def test_the_projects_profile_as_a_localhost_profile(cluster: None) -> Non
 
 
 async def test_argument_forms_and_other_abis_are_refused(cluster: None) -> None:
-    """Security review of issue 19 §3: the argument forms and ABIs of ``confinement_probes.FORMS_PROBE``
+    """Found by a security review: the argument forms and ABIs of ``confinement_probes.FORMS_PROBE``
     (x32 numbers, clone flag mixes, fcntl/ioctl commands, open with a write flag in any spelling,
     signals, pidfds, another seccomp filter, priorities, the splice family) are refused in a pod."""
     _, report = await run_in_a_pod(confinement_probes.FORMS_PROBE)

@@ -102,8 +102,8 @@ def test_the_service_image_runs_the_upstream_stdio_relay(deployed: None) -> None
     assert out.split() == ["0", "42"], out
 
 
-#: Run inside the service container: a Rego policy loads and decides (regopy needs libatomic.so.1,
-#: issue 35 §3), and the worker package carries no test-only entry.
+#: Run inside the service container: a Rego policy loads and decides (regopy needs libatomic.so.1),
+#: and the worker package carries no test-only entry.
 REGO_IN_THE_IMAGE = """
 import importlib.util
 from codemode.authz import AuthorizationInput, Subject

@@ -1,4 +1,4 @@
-"""The host pods' exposure on a real cluster (issue 19 §5), as k8s/ ships it: metrics only on
+"""The host pods' exposure on a real cluster, as k8s/ ships it: metrics only on
 their own headless Service (never through the MCP Service), the host NetworkPolicy accepted and
 selecting exactly the host pods, the PodDisruptionBudget tracking them, the scheduling preferences
 applied.

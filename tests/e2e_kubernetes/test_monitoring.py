@@ -1,4 +1,4 @@
-"""k8s/components/monitoring on the real cluster (issue 35 §4): without the Prometheus Operator's
+"""k8s/components/monitoring on the real cluster: without the Prometheus Operator's
 CRDs the base applies (server-side dry run) and the monitoring overlay is refused for its two kinds
 alone; with the two kinds defined (stand-in CRDs of this test, removed after) the overlay applies
 too. The rules' meaning is tested by promtool (tests/unit/test_monitoring_rules.py)."""

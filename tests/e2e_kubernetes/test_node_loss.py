@@ -1,4 +1,4 @@
-"""A node lost mid-execute (issue 23 §3), on the real two-node cluster: node-2 dies abruptly
+"""A node lost mid-execute, on the real two-node cluster: node-2 dies abruptly
 (``scripts/provision-kubernetes.sh kill-node 2``: its kubelet, containerd, shims and containers
 SIGKILLed, no cordon, no API call; the API still says Ready for 40-50 s).
 

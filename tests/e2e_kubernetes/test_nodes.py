@@ -1,4 +1,4 @@
-"""Two nodes (issue 23 §2): worker pods and the warm pool spread over the nodes (the worker pod's
+"""Two nodes: worker pods and the warm pool spread over the nodes (the worker pod's
 ``topologySpreadConstraint`` on ``kubernetes.io/hostname``), pods on each node serve executes, and
 the two replicas of the shipped Deployment run on different nodes (its preferred pod
 anti-affinity), also after a rolling restart.

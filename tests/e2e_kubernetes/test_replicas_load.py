@@ -1,4 +1,4 @@
-"""Two replicas under the 20-client load (issue 23 §4), through the Service as kube-proxy routes it
+"""Two replicas under the 20-client load, through the Service as kube-proxy routes it
 (:class:`ServiceProxy`: each new connection to a ready endpoint of the Service, from a real watch
 of its EndpointSlices).
 

@@ -116,7 +116,7 @@ async def test_the_supervisor_is_out_of_reach(reuse: tuple[codemode.Server, Sand
 async def test_a_slice_set_on_the_supervisor_reaches_no_later_worker(
     reuse: tuple[codemode.Server, Sandboxes],
 ) -> None:
-    """Issue 31 §5b: without the worker's filter, ``RuntimeDefault`` lets a worker set a custom
+    """Without the worker's filter, ``RuntimeDefault`` lets a worker set a custom
     scheduling slice on PID 1 (``sched_setattr``, ``sched_runtime``), which left the policy, priority
     and nice value alone: it passed the scrub and every later worker inherited it. The scrub compares
     the whole ``sched_getattr`` now: the sandbox is recycled, and the next worker has the usual slice."""

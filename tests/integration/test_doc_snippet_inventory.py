@@ -1,4 +1,4 @@
-"""Every README/docs snippet meant to run runs as written (issue 35 §1), and the suite says how many.
+"""Every README/docs snippet meant to run runs as written, and the suite says how many.
 
 The inventory reads every fenced block of README.md, CONTRIBUTING.md and docs/. A ``python``,
 ``sh`` or ``toml`` block is *runnable*: it must be claimed in :data:`RUN_BY` by the test that runs it

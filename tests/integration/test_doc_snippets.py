@@ -85,7 +85,7 @@ def test_mcp_page_builds_the_mcp_server(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_service_page_builds_the_app_and_its_server_configuration(tmp_path: Path) -> None:
     """The page's first two blocks, as written, in one folder: the token file the command makes is
-    what the script names; nothing else is set (issue 35 §1: it needed settings it did not show)."""
+    what the script names; nothing else is set (it once needed settings it did not show)."""
     env = child_env(XDG_DATA_HOME=str(tmp_path / "data"), XDG_CONFIG_HOME=str(tmp_path / "config"))
     (command,) = [b for b in sh_blocks("docs/service.md") if "--token-file tokens.txt" in b]
     argv = cli_command(*command.split("#")[0].split()[1:])

@@ -329,7 +329,7 @@ def test_the_optional_runtime_class_matches_the_runtime_option() -> None:
     assert all(f.parent.name == "gvisor" for f in FILES if any(d["kind"] == "RuntimeClass" for d in docs(f)))
 
 
-# ------------------------------------------------------------------- the host pods' exposure (§5)
+# ------------------------------------------------------------------------ the host pods' exposure
 
 HOST_NS = "codemode"
 #: Where the shipped policy lets metrics come from (operators edit it to their monitoring namespace).

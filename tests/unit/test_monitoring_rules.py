@@ -1,4 +1,4 @@
-"""k8s/components/monitoring (issue 35 §4): the alerting rules pass ``promtool test rules`` on
+"""k8s/components/monitoring: the alerting rules pass ``promtool test rules`` on
 synthetic series (each alert firing and not firing), the PrometheusRule is the plain rules file's
 groups unchanged, each alert has its runbook paragraph in docs/operators.md, and the ServiceMonitor
 selects the base's metrics Service. Whether their queries name exported metrics is

@@ -189,7 +189,7 @@ def test_asking_the_user_is_documented_exactly() -> None:
     )
     assert f'`{{"{field}": true}}`' in text
     assert f'"{retries.UNKNOWN_STATE}"' in text
-    # issue 32: suspension and replay, exactly
+    # suspension and replay, exactly
     from codemode.common.outcomes import AUDIT_OUTCOMES
 
     assert f"`{AUDIT_OUTCOMES[('diverged', 'not_run')]}`" in text and "resumes the execute by replay" in text

@@ -161,7 +161,7 @@ def export(flt: Any) -> bytes:
 
 
 #: libc and the seccomp program's structure, made once at import (a warm template's workers inherit
-#: them): each cost a forked worker 0.15-0.2 ms of CPU per use on a loaded machine (issue 34 §1).
+#: them): each cost a forked worker 0.15-0.2 ms of CPU per use on a loaded machine.
 _LIBC: Final = ctypes.CDLL(None, use_errno=True)
 
 

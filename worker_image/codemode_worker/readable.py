@@ -22,7 +22,7 @@ processes outside the domain (ABI 6). A process in a domain also cannot ptrace-a
 ``/proc/<host>/mem`` and another worker's memory are refused whatever the uids.
 
 Why no file of ``/proc`` and ``/sys``: they show what the node's other tenants do, a channel between
-tenants' workers on one node past every namespace (issue 31 §4). A worker's own ``numa_maps``,
+tenants' workers on one node past every namespace. A worker's own ``numa_maps``,
 ``smaps`` and ``smaps_rollup`` tell how many processes map each page it maps, and a page of an image
 file (or a host file, for the process runtime) is one page-cache page for every container of the
 node: a worker that maps or unmaps pages of such a file sets bits another tenant's worker reads,

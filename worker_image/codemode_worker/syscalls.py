@@ -28,7 +28,7 @@ stdout, and runs threads (the interpreter thread; Rust's and glibc's helpers). S
 Private futexes only: a futex of a shared mapping of a file is keyed by the file's inode, which every
 container of one image on a node (every process-runtime worker of one host) shares, so a shared
 ``FUTEX_WAKE`` reaches a waiter of another tenant and its count acknowledges each bit (a covert
-channel, issue 31 §4). A private futex is keyed by the process's own memory. Every ``futex`` command
+channel). A private futex is keyed by the process's own memory. Every ``futex`` command
 without ``FUTEX_PRIVATE_FLAG`` is refused: the waits (``FUTEX_WAIT``, ``FUTEX_WAIT_BITSET``) with
 ``EAGAIN``, the others with ``EPERM``. The wait is the end that matters: a thread's end wakes its
 ``clear_child_tid`` word with a shared wake no filter sees. ``EAGAIN`` is what a waiter gets when the

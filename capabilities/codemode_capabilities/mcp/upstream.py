@@ -179,7 +179,7 @@ def _compile_tools(
     report = SkipReport(config.name, config.on_unsupported)
     # The tool list reaches every client (search_api, describe_api): a whole spelling of a
     # credential the host gave the server is cut out of its texts, and a tool whose name or
-    # schemas carry one (an enum of them, a property named so) is skipped (issue 31 §1 review).
+    # schemas carry one (an enum of them, a property named so) is skipped (found by a review).
     redactor = Redactor(config.secret_values(None), shortest=_MIN_SECRET)
     carried = 0
     wanted = []

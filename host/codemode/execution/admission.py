@@ -208,7 +208,7 @@ class FairAdmission:
         A waiter whose wait is already cancelled is dropped, never granted: a deadline cancels the
         future its task awaits at once, but the task's ``except`` branch runs only on its next
         step, and a slot freed in between (a reap ending in the same loop iteration) must go to a
-        waiter that is still waiting (issue 31 §8: granting it raised ``InvalidStateError`` into
+        waiter that is still waiting (granting it raised ``InvalidStateError`` into
         the releasing execute and lost the slot).
         """
         if any(w.future.done() for w in self._waiting):

@@ -1,6 +1,6 @@
 """What ended an execute, for the operator (``ExecuteEvent.cause``; never shown to a client), and
 what the operator is told when an execute's deadline passes before its program began: it was still
-waiting for a worker slot, or for its worker to start (issue 35 §2).
+waiting for a worker slot, or for its worker to start.
 
 The client sees ``resource limit exceeded: concurrency`` either way (docs/reference/errors.md). The
 operator needs to know which wait it was: a deadline that passes while a worker starts (no warm

@@ -1,5 +1,5 @@
 """What an upstream MCP server's successful answer may carry to a program: every whole spelling of
-a credential the host gave that server cut out (issue 31 §1).
+a credential the host gave that server cut out.
 
 A server may answer with its own environment or the headers it received (a debugging tool, a
 ``printEnv``): the ``env_from_host``, ``headers_from_env``, ``headers_from_file`` and subject header

@@ -29,7 +29,7 @@ token, anchored at its start.
    four more rounds), the span of the escapes a spelling came from. When the normal form's escapes
    have not settled after those rounds, nothing of the text is shown (``""``, and one warning).
    Never a part of one: the tenant steers the text, and a rule that reacts to a part answers "is
-   this part of the credential?" (issue 31 §1). When the text was longer than what is read, the
+   this part of the credential?". When the text was longer than what is read, the
    normal form's last characters that could hold the start of a spelling (from where the last of
    its most decoded view's characters begin, as many as were read past :data:`LOOK_AT`, whatever
    they are) are dropped: a fixed count, since one that followed the credential's length showed
@@ -255,7 +255,7 @@ def upstream_error_text(
     reach = REACH * max(1, -(-max(raw.longest, flat.longest) // REACH))
     window = LOOK_AT + reach
     # The window is measured on the text with each spelling already the mark: on the text as
-    # sent, where it ended followed the credential's length (review of issue 31 §1). Spellings are
+    # sent, where it ended followed the credential's length (found by a review). Spellings are
     # found in the first SCANNED characters (a bounded cost: a spelling starting past them is past
     # any window too).
     scanned = text[: max(SCANNED, 4 * window)]

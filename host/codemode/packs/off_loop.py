@@ -1,4 +1,4 @@
-"""Large redactions run off the serving event loop (issue 31 §1, hostile review).
+"""Large redactions run off the serving event loop (found by a hostile review).
 
 Redacting reads every character of a text, its escapes decoded: a 1 MiB answer takes a second or
 more. On the host's serving loop that stalled every tenant's requests for as long, so one tenant

@@ -32,7 +32,7 @@ only where it stands alone (between non-alphanumerics), so a short secret does n
 **Never a part.** Text a backend returns often repeats the caller's own values (``invalid value
 'x'``), and the caller is the tenant's program. A rule that also cut *parts* of a credential (any
 run of 8 of its characters, once) answered the question "is this string part of the
-credential?" for any string a program chose, one character at a time (issue 31 §1). Matching a
+credential?" for any string a program chose, one character at a time. Matching a
 whole spelling answers only "is this the entire secret?", which tells a program only what it
 already knew. A backend that echoes a truncated credential is therefore shown as it is.
 
@@ -45,8 +45,8 @@ windows at once with numpy), and each is compared with every spelling's fingerpr
 length. The number of operations and their operands' sizes follow the text's length and the
 configuration only; only a window whose fingerprint is a spelling's (a whole spelling, or a rare
 look-alike, which the whole comparison then sets aside) leads to more work. The views' work is the
-text's alone too: a regular-expression split a round, each distinct escape decoded once. The
-review of issue 31 §1 measured the earlier anchored blocks: 8 echoes of 512 KiB of a 4-character
+text's alone too: a regular-expression split a round, each distinct escape decoded once. A
+review measured the earlier anchored blocks: 8 echoes of 512 KiB of a 4-character
 part of a credential's last third took 3.7 s against 1.4 s for other characters, one execute
 enough to tell them apart.
 """
@@ -595,7 +595,7 @@ class Redactor:
         measured on the redacted text: on the text as sent, where a read ended and where a cut
         text's tail began followed the credential's own length, and an escape that the program's
         value began and the credential's first characters completed decided whether decoding
-        settled (review of issue 31 §1). When decoding the redacted text's escapes does not
+        settled (found by a review). When decoding the redacted text's escapes does not
         settle (an escape inside more escapes than the views decode), nothing is kept: ``""``.
 
         Args:

@@ -2,9 +2,9 @@
 share (``--pool-subject-share``) bites.
 
 A share that always applied kept a lone subject from the idle warm sandbox until the refill had
-replaced the one it took (issue 31 §9: every second execute started cold beside an idle warm
-sandbox). The share protects the *other* subjects, so it applies only while there are some: a
-subject is **contended** when another subject
+replaced the one it took (every second execute started cold beside an idle warm sandbox). The
+share protects the *other* subjects, so it applies only while there are some: a subject is
+**contended** when another subject
 
 * is **waiting** for a sandbox from the same pool right now (its request is being served: a cold
   start under way, a worker being probed), or

@@ -408,7 +408,7 @@ async def test_a_credential_echoed_in_an_encoding_that_is_no_whole_spelling_show
     character reference, spaces as ``+`` among percent escapes, as JSON inside a JSON string, or
     several of these mixed: in every echo of both paths (an OpenAPI error reason and result, an
     upstream MCP error text and answers) the client sees none of it, and the host logs one warning
-    for each. Before (the last gap of issue 31 §1), 9 of these 10 came back as they were: the
+    for each. Before (the credential oracle's last gap), 9 of these 10 came back as they were: the
     OpenAPI reason showed its first 120 characters, the credential's first characters escaped
     among them."""
     for path in sorted(ECHO_CALLS):

@@ -87,7 +87,7 @@ def test_operations_become_capabilities(served: tuple[OpenAPIPack, codemode.Serv
     assert skipped == {
         "anything": "/responses/200: untyped object (no properties, extra keys of any type)",
         "uploadBlob": multipart,
-        "attachNote": multipart,  # optional: before issue 20 it was kept, silently without its body
+        "attachNote": multipart,  # optional: it was once kept, silently without its body
     }
 
 

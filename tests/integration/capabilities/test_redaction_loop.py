@@ -1,4 +1,4 @@
-"""One tenant's large upstream answer may not stall every other tenant's requests (issue 31 §1,
+"""One tenant's large upstream answer may not stall every other tenant's requests (found by a
 hostile review).
 
 The credential redaction reads every character of an answer (escapes decoded: a 1 MiB text took

@@ -3,7 +3,7 @@
 documents (``served``: per subject, ``{subject_dir}``; ``shared_files``: one shared filesystem
 server under examples/upstream_tenant_dirs.rego), through the real execute path (process runtime).
 
-Found by the hostile review of issue 20 (§1, §2), each failing before its fix:
+Found by a hostile review of the capability packs, each failing before its fix:
 
 * a long entity name in server-memory's error text stalled the serving loop for every tenant
   (quadratic URL/path patterns over the whole text: 150 KB stood still for 17 s);

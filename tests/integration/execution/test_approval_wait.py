@@ -1,4 +1,4 @@
-"""One execute may not wait for hours by asking again and again (since issue 32 the
+"""One execute may not wait for hours by asking again and again (the
 wait holds no worker, only a record), through the official MCP client's elicitation callback.
 
 A program catches each decline with ``attempt`` and asks again; its user never answers. Each

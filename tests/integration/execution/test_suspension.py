@@ -1,5 +1,5 @@
-"""Executes that wait for a person hold nothing but a record, and resume by replay (issue 32;
-docs/reference/authorization.md#asking-the-user), through the official MCP client on the process
+"""Executes that wait for a person hold nothing but a record, and resume by replay
+(docs/reference/authorization.md#asking-the-user), through the official MCP client on the process
 runtime: accept, decline, time-out and walk-away on both protocols, and the hostile retries
 (another subject's state, a state used twice or at once, a forged one, a replay that diverges, a
 store filled up, a catalog that changed meanwhile).

@@ -1,4 +1,4 @@
-"""Two replicas sharing a real PostgreSQL store (issue 32 "Done when"): two HTTP services (real
+"""Two replicas sharing a real PostgreSQL store: two HTTP services (real
 uvicorn servers, stateless MCP, the Rego policy that asks about deletes) with ``--store
 postgresql://...``. A question asked on one is resumed by the retry on the other; the same answer
 sent to both at once runs the pending call once (the loser gets -32602); another tenant's retry

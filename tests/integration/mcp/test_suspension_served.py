@@ -1,4 +1,4 @@
-"""Suspended executes across a real server process's death (issue 32 "Done when"): on the 2026-07-28
+"""Suspended executes across a real server process's death: on the 2026-07-28
 protocol the question is a record in the SQLite store of the data dir, so the retry resumes it
 after the process was killed (SIGKILL) and started again, through the official MCP client over
 stdio. On the handshake protocol the question dies with the process: the record expires.

@@ -1,4 +1,4 @@
-"""Hostile review of the HTTP-service hardening of issue 19 §1-§2 (branch review-edges).
+"""Hostile review of the HTTP-service hardening (branch review-edges).
 
 Each test is an attack against a real uvicorn server (support_service.running, the configuration
 ``serve`` uses). A test marked ``xfail(strict=True)`` is an attack that WORKED on the reviewed code:

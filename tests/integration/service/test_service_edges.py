@@ -115,7 +115,7 @@ async def test_metrics_are_not_on_the_main_port_and_carry_no_subject_id(tmp_path
         assert await task == {"result": "slept"}
     assert "alice-secret-tenant" not in text
     # Only the per-subject top-N is labelled by subject, and by its pseudonym (the codemode.subject
-    # of its traces), never its id (issue 35 §4's dashboard).
+    # of its traces), never its id (as the dashboard shows it).
     labelled = {name: dict(labels)["subject"] for name, labels in samples if "subject" in dict(labels)}
     assert set(labelled) <= {"codemode_subject_top_active_executes"}, labelled
     assert all("alice" not in value for value in labelled.values()), labelled

@@ -1,6 +1,6 @@
 """The Host and Origin allow-lists: each works on its own, an empty list is off, but
-for a service listening on loopback an empty ``allowed_hosts`` means the loopback names (issue 31
-§10). Real uvicorn; raw HTTP and the official MCP client."""
+for a service listening on loopback an empty ``allowed_hosts`` means the loopback names.
+Real uvicorn; raw HTTP and the official MCP client."""
 
 from __future__ import annotations
 

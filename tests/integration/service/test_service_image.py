@@ -1,5 +1,5 @@
-"""The project's own service image (the Dockerfile at the repository root), run as an operator runs it
-(issue 35 §3): it carries no test-only worker entry (``codemode image audit``'s "test entries"
+"""The project's own service image (the Dockerfile at the repository root), run as an operator runs it:
+it carries no test-only worker entry (``codemode image audit``'s "test entries"
 check passes), and it serves an execute authorized by a Rego policy, which needs regopy's
 libatomic.so.1 in the image. The container runs the Docker runtime against this machine's engine,
 as the Dockerfile's header describes (the socket mounted, its group added).

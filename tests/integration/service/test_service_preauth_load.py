@@ -1,4 +1,4 @@
-"""The load test of issue 19 §1: an attacker without a token keeps 2 x max_connections idle and
+"""The pre-authentication load test: an attacker without a token keeps 2 x max_connections idle and
 half-sent sockets open for 60 s from several loopback addresses, re-opening each one the server
 closes, while an authenticated tenant's executes (official MCP client) and ``/healthz`` keep
 succeeding throughout. The service is ``codemode.service.serve()`` in its own process."""

@@ -73,7 +73,7 @@ def test_a_bad_table_is_a_configuration_error(tmp_path: Path) -> None:
 async def test_a_multi_tenant_service_refuses_a_per_subject_table_that_shares_a_path(
     tmp_path: Path, transport: str
 ) -> None:
-    """Issue 31 §7: ``serve --http`` refuses a per-subject table whose servers would all be given
+    """``serve --http`` refuses a per-subject table whose servers would all be given
     the same fixed path (before: a warning, and each subject's process used the same file);
     ``serve --stdio`` (one subject) starts it."""
     path = _toml(tmp_path)

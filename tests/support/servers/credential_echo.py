@@ -1,4 +1,4 @@
-"""Careless backends for the credential-oracle tests (issue 31 §1): they repeat what they were sent.
+"""Careless backends for the credential-oracle tests: they repeat what they were sent.
 
 * ``app``: a FastAPI service (the OpenAPI path). ``GET /error?msg=&status=`` answers ``status`` with
   ``{"detail": msg}`` (a backend quoting a value it refused); ``GET /credential/{form}?status=``

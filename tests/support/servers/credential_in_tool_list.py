@@ -1,4 +1,4 @@
-"""A stdio MCP server whose tool list carries the ``API_KEY`` it was started with (issue 31 §1,
+"""A stdio MCP server whose tool list carries the ``API_KEY`` it was started with (found by a
 hostile review): ``lookup`` in its description and title, ``pick`` in a string enum of its input
 schema. A careless server that documents its own configuration does this; the tool list reaches
 every client through ``search_api`` and ``describe_api``."""

@@ -1,4 +1,4 @@
-"""Plain typed functions as capabilities (codemode.catalog.functions, issue 33 §4): inputs from the
+"""Plain typed functions as capabilities (codemode.catalog.functions): inputs from the
 parameters, the result from the return annotation, ctx and subject passed by annotation only; the
 ``(ctx, subject, args)`` form unchanged; one-line errors naming the function and the parameter."""
 

@@ -73,7 +73,7 @@ def test_a_limits_typo_names_the_file_and_the_close_limit(
 def test_a_misspelt_table_name_gets_the_close_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``[limit]`` for ``[limits]`` (found by issue 35's second new-user run): as close as a
+    """``[limit]`` for ``[limits]`` (found by a new-user run): as close as a
     misspelt top-level key, which gets its suggestion."""
     bad = tmp_path / "codemode.toml"
     bad.write_text("[limit]\nmax_execution_time = 2\n", encoding="utf-8")
@@ -89,7 +89,7 @@ def test_a_typo_in_an_upstream_table_names_the_file_and_the_close_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A misspelt key of an ``[[openapi]]`` table says where it is and what was meant, as a
-    ``[limits]`` typo does (issue 35's second new-user run: 'Extra inputs are not permitted')."""
+    ``[limits]`` typo does (a new-user run got 'Extra inputs are not permitted')."""
     bad = tmp_path / "codemode.toml"
     bad.write_text(
         '[[openapi]]\nname = "todo"\ndocument = "todo.json"\nbase_url = "http://127.0.0.1:9"\nrenam = {}\n',

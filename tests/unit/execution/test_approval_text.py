@@ -1,5 +1,5 @@
-"""The rendering of a call's arguments for the user who approves it (issue 31 §2;
-docs/reference/authorization.md#asking-the-user): nothing a program writes can pass for the
+"""The rendering of a call's arguments for the user who approves it
+(docs/reference/authorization.md#asking-the-user): nothing a program writes can pass for the
 rendering's syntax, nothing is hidden without saying exactly how much, every script stays readable.
 The attacks through the MCP client are tests/integration/mcp/test_approval_rendering.py.
 """

@@ -1,5 +1,5 @@
-"""What the operator is told when an execute's deadline passed before its program began (issue 35
-§2, codemode.execution.causes): the wait is named, and the setting to change is the one that is
+"""What the operator is told when an execute's deadline passed before its program began
+(codemode.execution.causes): the wait is named, and the setting to change is the one that is
 short. The slots are the real fair admission, in the state the deadline found them."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ async def test_a_wait_for_the_reserve_names_the_reserve_not_the_slots(
 async def test_a_slot_freed_as_the_deadline_passed_does_not_blame_an_absent_reserve(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The holder gave its slot back just as the waiter's deadline passed (seen by the issue 35
+    """The holder gave its slot back just as the waiter's deadline passed (seen by a
     new-user run with --reserved-slots 0): the line names the slots, never a reserve of 0."""
     slots = FairAdmission(1, reserved=0)
     await slots.acquire("a")

@@ -234,8 +234,8 @@ def test_the_work_of_the_redaction_does_not_depend_on_what_a_text_shares_with_a_
     where the earlier matcher's anchors were, and every prefix but the whole) takes exactly as many
     Python steps to redact as a text of the same shape that shares nothing with it. Before, a block
     of a text equal to an anchor led to more work (the whole candidate looked up): timing told a
-    program which 4-character parts of the credential's last third it had guessed (review of issue
-    31 §1: 2.4 s more for 8 echoes of 512 KiB through an OpenAPI backend)."""
+    program which 4-character parts of the credential's last third it had guessed (a review
+    measured 2.4 s more for 8 echoes of 512 KiB through an OpenAPI backend)."""
     value = CREDENTIALS[kind]
     r = Redactor([value])
     checked = 0
@@ -349,8 +349,8 @@ def test_an_openapi_reason_cut_where_the_program_puts_an_escaped_credential_show
     """The error reason is read 4,096 characters far (plus the longest spelling) and collapsed, so a
     program that pads the value a backend quotes before the credential with spaces moves the
     credential to the end of what is read. A backend that escapes every character of it
-    (``%73%6B%5F...``, three characters for one) then had it cut inside the window: before (review
-    of issue 31 §1) the reason showed all of the credential but its last characters, escaped."""
+    (``%73%6B%5F...``, three characters for one) then had it cut inside the window: before (found
+    by a review) the reason showed all of the credential but its last characters, escaped."""
     from codemode_capabilities.openapi.calls import reason
 
     value = CREDENTIALS["vendor"]

@@ -82,7 +82,7 @@ def test_a_long_text_is_cut_at_the_same_place_whatever_the_credential_length(len
 
 def test_an_mcp_error_text_is_cut_at_the_same_place_whatever_the_credential_length() -> None:
     """The same for an upstream's error text, whose normal form keeps JSON escapes: failed before
-    (review of issue 31 §1): the first 2,048 characters were read from the text as sent, so how
+    (found by a review): the first 2,048 characters were read from the text as sent, so how
     much of the text after the credential was read, and where its tail was dropped, followed the
     credential's length: ``capability failed: up: [path]`` for keys of 16 and 24 characters,
     a plain ``capability failed`` for one of 40."""
@@ -177,7 +177,7 @@ def _split_fields(v: str) -> str:
 
 
 #: Transformations only a hostile backend makes. None is a whole spelling of the credential, and a
-#: rule that reacted to them would react to parts (the oracle of issue 31 §1), or to what any text
+#: rule that reacted to them would react to parts (the credential oracle), or to what any text
 #: may be (reversed, rotated): docs/packs.md says a backend is trusted not to re-encode.
 HOSTILE: dict[str, Callable[[str], str]] = {
     "reversed": lambda v: v[::-1],

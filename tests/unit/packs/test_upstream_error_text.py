@@ -2,7 +2,7 @@
 errors.md, ``capability failed: <upstream name>: <text>``): what an upstream, or a tenant steering
 it, can get past the rule.
 
-The cases of the hostile review of issue 20 (host names with non-ASCII letters, ports, userinfo,
+The cases of a hostile review (host names with non-ASCII letters, ports, userinfo,
 look-alike separators, bare host names and internal addresses, paths after a letter or
 percent-encoded, credentials split by what the rule itself removes) all passed the rule before it
 read a normal form; the attempts it already stopped are kept beside them.
@@ -197,8 +197,8 @@ def test_the_rule_reads_only_the_head_of_a_long_text(monkeypatch: pytest.MonkeyP
 
 def test_the_spellings_of_a_credential_are_redacted_too() -> None:
     """The token of ``Bearer <token>``, the password of ``Basic``, their encodings: the spellings
-    ``codemode.packs.redaction`` knows (the OpenAPI pack's rule). A part of one is not (issue 31
-    §1: that rule answered "is this part of the credential?")."""
+    ``codemode.packs.redaction`` knows (the OpenAPI pack's rule). A part of one is not (a
+    rule that cut parts answered "is this part of the credential?")."""
     bearer, basic = "Bearer tok-3f9e1d2c7a", "Basic dXNlcjpodW50ZXIyLXNlY3JldA=="  # user:hunter2-secret
     for text in (
         "token tok-3f9e1d2c7a refused",

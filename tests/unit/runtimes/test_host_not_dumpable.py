@@ -1,5 +1,5 @@
-"""The host of a process runtime is non-dumpable before any worker exists (finding RS-3 of the
-review of issue 19: a same-uid worker read the host's memory through ``/proc/<host>/mem``; the
+"""The host of a process runtime is non-dumpable before any worker exists (finding RS-3 of a
+security review: a same-uid worker read the host's memory through ``/proc/<host>/mem``; the
 attack itself is ``tests/adversarial/test_process_containment.py``,
 ``test_a_same_uid_worker_cannot_read_the_hosts_memory``). Each entry runs in a fresh interpreter: the
 flag is the process's and lasts."""

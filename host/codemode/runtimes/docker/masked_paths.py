@@ -4,7 +4,7 @@ A container's ``/proc`` and ``/sys`` show the whole machine's counters, and ever
 node reads the same ones. Whatever a worker can move (threads, a fork, memory, open files, cached
 names, locks) another tenant's worker on the node can read: a covert channel between tenants, which
 measured 15 to 25 bits/s through ``/proc/stat``'s fork count and ``/proc/loadavg``'s thread count
-(issue 31 §4; tests/adversarial/test_docker_channels.py). The same counters also tell a worker how
+(tests/adversarial/test_docker_channels.py). The same counters also tell a worker how
 busy the node's other tenants are.
 
 ``MASKED_PATHS`` is the ``MaskedPaths`` of every worker container (``DockerRuntime``): the engine's

@@ -17,7 +17,7 @@ host. Without it (the mount refused) one warning is logged and queues are left t
 The mount point found is remembered with its file system's device number: a later call checks that
 one ``stat`` still shows that file system there (an unmount changes it, and the mounts are read
 again) instead of reading ``/proc/self/mountinfo`` for every worker, which cost 3 ms of the host's
-CPU per call on the loaded test machine, twice per execute (issue 34 §1).
+CPU per call on the loaded test machine, twice per execute.
 """
 
 from __future__ import annotations
