@@ -61,12 +61,14 @@ class _GoOn(Generic[_T]):
                     return stop.value  # type: ignore[no-any-return]
 
 
-async def _go_on(coro: Coroutine[Any, Any, _T], waiting: Any) -> _T:
-    return await _GoOn(coro, waiting)
+async def _go_on(coro: Coroutine[Any, Any, _T], first: list[Any]) -> _T:
+    return await _GoOn(coro, first[0])
 
 
 def eager(coro: Coroutine[Any, Any, _T]) -> Started[_T]:
-    """Run ``coro`` up to its first wait.
+    """Run ``coro`` up to its first wait, as the task that continues it (its first step sees that
+    task as the current one, as a 3.12 eager task's does: a bound it enters there, such as
+    ``asyncio.timeout``, cancels the start, never the caller).
 
     Args:
         coro: the coroutine (not started yet).
@@ -77,12 +79,25 @@ def eager(coro: Coroutine[Any, Any, _T]) -> Started[_T]:
     Raises:
         Exception: whatever ``coro`` raised before its first wait.
     """
-    try:
-        waiting = coro.send(None)
-    except StopIteration as stop:
-        return Started(stop.value, None)
-    task = asyncio.get_running_loop().create_task(_go_on(coro, waiting))
+    loop = asyncio.get_running_loop()
+    first: list[Any] = []  # what the first step waits on, for the task's first step (later)
+    task = loop.create_task(_go_on(coro, first))
     # A task cancelled before its first step never resumes ``coro``: close it, so its own clean-up
     # runs (no-op once it has finished).
     task.add_done_callback(lambda _: coro.close())
+    caller = asyncio.current_task(loop)
+    if caller is not None:
+        asyncio.tasks._leave_task(loop, caller)
+    asyncio.tasks._enter_task(loop, task)
+    try:
+        first.append(coro.send(None))
+    except BaseException as exc:
+        task.cancel()  # it has nothing to continue
+        if isinstance(exc, StopIteration):
+            return Started(exc.value, None)
+        raise
+    finally:
+        asyncio.tasks._leave_task(loop, task)
+        if caller is not None:
+            asyncio.tasks._enter_task(loop, caller)
     return Started(None, task)

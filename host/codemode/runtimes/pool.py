@@ -267,6 +267,8 @@ class WarmPool:
             self._starting += 1
             if start.done():  # it ended as its caller gave up: its callback found it claimed
                 self._orphan_done(start, None)
+            elif self._closed:  # no pool to join: given up like the starts the close cancelled
+                start.cancel()
             raise
 
     def _orphan_done(self, start: asyncio.Task[Sandbox], began: float | None) -> None:
@@ -370,7 +372,9 @@ class WarmPool:
         spawns = [*self._spawns, *self._orphans]
         for task in spawns:
             task.cancel()
-        await asyncio.gather(*spawns, *self._destroys, return_exceptions=True)
+        await asyncio.gather(*spawns, return_exceptions=True)
+        while self._destroys:  # with those of workers that landed as their start was cancelled
+            await asyncio.gather(*self._destroys, return_exceptions=True)
         idle = list(self._idle)
         self._idle.clear()
         await asyncio.gather(*(s.destroy() for s in idle), return_exceptions=True)
