@@ -18,6 +18,9 @@ PROGRAM = "def main():\n    xs = [str(i) * 20 for i in range(50000)]\n    return
 
 
 def test_quotas_tune_measures_process_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    me = psutil.Process()
+    # Processes an earlier test left are not this one's: only what quotas tune starts must be gone.
+    earlier = {c.pid for c in me.children(recursive=True)}
     program = tmp_path / "job.star"
     program.write_text(PROGRAM)
     argv = ["quotas", "tune", "--program", str(program), "--runtime", "process", "--json", "--runs", "3"]
@@ -49,5 +52,5 @@ def test_quotas_tune_measures_process_workers(tmp_path: Path, capsys: pytest.Cap
     assert cli.main(tight) == 1
     (failed,) = json.loads(capsys.readouterr().out)["samples"]
     assert failed["outcome"] != "ok"
-    me = psutil.Process()
-    assert not [c for c in me.children(recursive=True) if c.is_running() and c.status() != "zombie"]
+    left = [c for c in me.children(recursive=True) if c.pid not in earlier]
+    assert not [c for c in left if c.is_running() and c.status() != "zombie"]
