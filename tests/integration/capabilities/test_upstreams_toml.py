@@ -3,6 +3,7 @@ and the TOML examples in docs/packs.md (validated against the config models)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -40,16 +41,19 @@ include_tags = ["items"]
 """
     )
     pack = UpstreamsPack()
-    caps = pack.capabilities(PackSettings(environ={}, options={"CODEMODE_UPSTREAMS_FILE": str(config)}))
-    assert sorted(str(c.id) for c in caps) == [
-        "mcp:test:addNumbers",
-        "mcp:test:shout",
-        "openapi:inventory:createItem",
-        "openapi:inventory:deleteItem",
-        "openapi:inventory:getItem",
-        "openapi:inventory:listItems",
-    ]
-    codemode.Builder(authorizer=codemode.allow_all()).register(*caps).build()
+    try:
+        caps = pack.capabilities(PackSettings(environ={}, options={"CODEMODE_UPSTREAMS_FILE": str(config)}))
+        assert sorted(str(c.id) for c in caps) == [
+            "mcp:test:addNumbers",
+            "mcp:test:shout",
+            "openapi:inventory:createItem",
+            "openapi:inventory:deleteItem",
+            "openapi:inventory:getItem",
+            "openapi:inventory:listItems",
+        ]
+        codemode.Builder(authorizer=codemode.allow_all()).register(*caps).build()
+    finally:  # discovery keeps its upstream session for the first call: the test ends it
+        asyncio.run(pack.aclose())
 
 
 def test_errors_name_the_table_and_the_option(tmp_path: Path) -> None:
