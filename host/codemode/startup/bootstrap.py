@@ -28,10 +28,7 @@ from ..execution.server import Server
 from ..packs.lifecycle import LoadedPack, PackOpenError, close_now, load, load_spec
 from ..packs.loading import PackError, PackSettings, resolve_spec, split_specs
 from ..packs.upstream import UpstreamBuildError
-from ..runtimes.base import OptionError as RuntimeOptionError
-from ..runtimes.base import Runtime, RuntimeUnavailable
-from ..runtimes.docker.options import DockerOptions
-from ..runtimes.kubernetes.options import KubernetesOptions, OptionError
+from ..runtimes.base import OptionError, Runtime, RuntimeUnavailable
 from ..runtimes.options import ProcessOptions
 from ..runtimes.pool import WarmPool
 from ..runtimes.reuse import ReusePool, SupervisingRuntime
@@ -91,10 +88,6 @@ def build_authorizer(settings: Settings) -> authz.Authorizer:
         raise ConfigError(f"{names('rego_policy')}: cannot read the policy: {exc}") from None
 
 
-#: The constructor parameter of each runtime that replaces the worker's command line.
-_COMMAND_PARAMETER = {"process": "argv", "docker": "entrypoint", "kubernetes": "entrypoint"}
-
-
 def build_runtime(
     settings: Settings, *, worker_command: Sequence[str] | None = None, **extra: Any
 ) -> Runtime:
@@ -127,26 +120,16 @@ def build_runtime(
         raise ConfigError(f"{names('runtime')}: the {kind} runtime is not installed: {exc}") from None
     try:
         options = settings.runtime_options
-        if isinstance(options, ProcessOptions):  # a runtime that takes its options whole
-            from ..runtimes.process import ProcessRuntime
-
+        make: Callable[[Any], Runtime] = cls  # every runtime takes its options whole
+        if isinstance(options, ProcessOptions):
             if worker_command is not None:
                 options = options.with_command(worker_command)
-            return ProcessRuntime(dataclasses.replace(options, **extra))
+            return make(dataclasses.replace(options, **extra))
         changes = dict(extra)
         if worker_command is not None:
-            changes[_COMMAND_PARAMETER[kind]] = list(worker_command)
-        if isinstance(options, DockerOptions):  # a runtime that takes its options whole
-            from ..runtimes.docker import DockerRuntime
-
-            return DockerRuntime(dataclasses.replace(options, **changes))
-        if isinstance(options, KubernetesOptions):  # a runtime that takes its options whole
-            from ..runtimes.kubernetes import KubernetesRuntime
-
-            return KubernetesRuntime(dataclasses.replace(options, **changes))
-        kwargs = {**options.runtime_kwargs(), **changes}
-        return cls(**kwargs)
-    except (OptionError, RuntimeOptionError) as exc:  # naming the option's flag
+            changes["entrypoint"] = list(worker_command)
+        return make(dataclasses.replace(options, **changes))
+    except OptionError as exc:  # naming the option's flag
         field = f"{kind}_{exc.option}"
         known = any(leaf.name == field for leaf in leaves())
         where = names(field) if known else f"--{kind}-* / CODEMODE_{kind.upper()}_*"

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from codemode_worker import PROTOCOL_VERSION
 
 from ...common.extras import require
+from ..base import OptionError
 from ..streams import STDOUT_BUFFER, CleanupMode
 
 #: What needs the ``kubernetes`` extra, as its missing-extra error names it.
@@ -53,19 +54,6 @@ _POSITIVE_SECONDS = (
     "end_timeout",
 )
 _SECONDS = ("unschedulable_grace", "node_quarantine", "exit_wait")
-
-
-class OptionError(ValueError):
-    """A refused option: ``option`` names it, the message says why in one line.
-
-    Args:
-        option: the option's field name (``memory``).
-        message: the one-line reason, naming the option.
-    """
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(message)
-        self.option = option
 
 
 def _under_seccomp_root(path: str) -> bool:
