@@ -39,6 +39,7 @@ import math
 import os
 import resource
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -92,18 +93,26 @@ _ids = itertools.count(1)
 
 
 def _open_lock(uid: int) -> int:
+    """The uid's lock file, opened for its mark: never through a link, and only a plain file."""
     path = os.path.join(UID_LOCK_DIR, str(uid))
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        return os.open(path, flags, 0o600)
+        fd = os.open(path, flags, 0o600)
     except FileNotFoundError:  # the first claim on this machine (or /run was emptied)
         os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
-        return os.open(path, flags, 0o600)
+        fd = os.open(path, flags, 0o600)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise SpawnFailed(f"the worker uid lock {path} is not a plain file of this host's user")
+    return fd
 
 
 def _mark(fd: int, mark: bytes) -> None:
     os.pwrite(fd, mark, 0)
     os.ftruncate(fd, len(mark))
+
+
 _DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 #: What ``check()`` runs with the worker's Python: the worker's own seccomp filter builds there.
 CONFINEMENT_CHECK = "from codemode_worker.confinement import prepare\nprepare()\n"
@@ -118,28 +127,51 @@ def _processes_of(uid: int, zombies: bool = False) -> list[int]:
         if uids is None or uids.real != uid:
             continue  # gone meanwhile, or not the uid's
         try:
-            if zombies or proc.status() not in _DEAD:
+            if zombies or proc.status() not in _DEAD or _has_live_task(proc.pid):
                 found.append(proc.pid)
         except psutil.Error:
             continue
     return found
 
 
+def _has_live_task(pid: int) -> bool:
+    """Whether a thread of ``pid`` other than a dead one runs: a process whose leader thread left
+    with the raw ``exit`` call (not ``exit_group``) shows as a zombie while its other threads run."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as stat:
+                state = stat.read().rpartition(b")")[2].split()[:1]
+        except OSError:
+            continue  # gone meanwhile
+        if state and state[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
 def _uids_of(pid: int) -> tuple[int, int] | None:
     """(its uid, its gid) when ``pid``'s real, effective and saved uids are one value and so are its
     gids (the worker drops them together with setresuid/setresgid, which set the filesystem ids to
     the same); None otherwise or when it is gone."""
-    try:  # one read of the kernel's status file (psutil reads two and builds objects: ~5x the CPU)
+    try:  # one read of the kernel's status file (psutil reads two and builds objects: ~4x the CPU)
         with open(f"/proc/{pid}/status", "rb") as status:
             text = status.read()
     except OSError:
         return None
+    # Lines end in "\n" only: the kernel escapes "\n" in the process name (its first line), not "\r",
+    # and the real Uid and Gid lines come after it.
     found: dict[bytes, set[int]] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(b":")
-        if key in (b"Uid", b"Gid"):
-            found[key] = {int(v) for v in value.split()}
-    uids, gids = found.get(b"Uid", set()), found.get(b"Gid", set())
+    for line in text.split(b"\n"):
+        for key in (b"Uid:\t", b"Gid:\t"):
+            if line.startswith(key):
+                try:
+                    found[key] = {int(v) for v in line[len(key) :].split()}
+                except ValueError:
+                    return None
+    uids, gids = found.get(b"Uid:\t", set()), found.get(b"Gid:\t", set())
     if len(uids) != 1 or len(gids) != 1:
         return None
     return uids.pop(), gids.pop()
@@ -164,7 +196,8 @@ def kill_uid(uid: int) -> bool:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     else:
-        return not _processes_of(uid)
+        if _processes_of(uid):
+            return False
     # Zombies still count toward the uid's RLIMIT_NPROC: give init a moment to reap them.
     deadline = time.monotonic() + ZOMBIE_GRACE
     while _processes_of(uid, zombies=True) and time.monotonic() < deadline:
@@ -578,7 +611,10 @@ class ProcessRuntime:
         self._live.discard(sandbox)
         if sandbox.uid is not None:
             if sandbox.contained:
-                self._release_uid(sandbox.uid, clean=True)
+                # Only the template's kill reaches every process of the uid at once (kill(-1) as the
+                # uid); the classic spawn mode's /proc scan can race a fork chain, so its uids are
+                # cleaned up again at the next claim.
+                self._release_uid(sandbox.uid, clean=isinstance(sandbox, ForkedSandbox))
             else:  # something of it may still run: keep the uid locked while this host lives
                 log.error("worker %s: processes of uid %d survived the kill", sandbox.worker_id, sandbox.uid)
 
@@ -588,7 +624,8 @@ class ProcessRuntime:
             return None
         uid = self._claim_uid()
         # Stray processes of an earlier holder (a host that died) must not share the uid.
-        if not self._left_clean(uid) and not await asyncio.to_thread(kill_uid, uid):
+        # (Every claim here: the classic spawn mode never trusts a clean mark; see _released.)
+        if not await asyncio.to_thread(kill_uid, uid):
             raise SpawnFailed(f"processes of worker uid {uid} cannot be killed")
         return uid
 
