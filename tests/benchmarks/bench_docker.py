@@ -45,6 +45,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psutil
+
 from codemode.ops.bench import aecho
 from codemode.ops.percentile import percentile
 from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerOptions, DockerRuntime
@@ -56,6 +58,36 @@ def show(name: str, xs: list[float]) -> dict[str, float]:
     p50, p99, mean = percentile(xs, 50) * 1000, percentile(xs, 99) * 1000, statistics.mean(xs) * 1000
     print(f"{name:<34} n={len(xs):<4} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   mean {mean:8.1f} ms")
     return {"p50_ms": p50, "p99_ms": p99}
+
+
+# ------------------------------------------------------------------------------------------ machine CPU
+
+
+class MachineCPU:
+    """The whole machine's busy CPU (every core, every process: the engine's daemons, runc, the
+    containers and this process) over a series, so a rate can be told apart from the work behind it.
+    ``with MachineCPU() as m: ...`` then ``m.busy`` (CPU seconds) and ``m.wall`` (seconds)."""
+
+    def __enter__(self) -> MachineCPU:
+        self._t0, self._c0 = time.perf_counter(), self._busy()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._t0
+        self.busy = self._busy() - self._c0
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+    def per(self, count: int) -> str:
+        """CPU ms per item and the cores' utilization, as one phrase."""
+        cores = psutil.cpu_count() or 1
+        return (
+            f"machine CPU {1000 * self.busy / max(count, 1):.1f} ms per container, "
+            f"{100 * self.busy / (self.wall * cores):.0f}% of {cores} cores busy"
+        )
 
 
 # ------------------------------------------------------------------------------------------ raw engine
@@ -224,12 +256,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     # The raw cycle with `concurrency` in flight: the daemon's ceiling on this machine.
     total = max(args.n, 2 * args.concurrency)
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-        list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime), range(total)))
-    raw_conc = total / (time.perf_counter() - t0)
+    with MachineCPU() as raw_cpu:
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+            list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime), range(total)))
+        raw_conc = total / (time.perf_counter() - t0)
     results["engine_raw"]["per_s_concurrent"] = raw_conc
+    results["engine_raw"]["cpu_ms"] = 1000 * raw_cpu.busy / total
     print(f"{'':<34} raw engine rate {raw_conc:.2f} containers/s at concurrency {args.concurrency}")
+    print(f"{'':<34} {raw_cpu.per(total)}")
 
     if not args.skip_execute:
         import codemode
@@ -250,20 +285,32 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             async with sem:
                 await cold_server.execute(TRIVIAL, subject=subject)
 
-        await asyncio.gather(*(one() for _ in range(total)))
+        with MachineCPU() as fresh_cpu:
+            await asyncio.gather(*(one() for _ in range(total)))
         rate = total / (time.perf_counter() - t0)
         results["sustained"] = {"per_s": rate, "concurrency": args.concurrency, "vs_raw": rate / raw_conc}
         print(
             f"{'sustained executes/s (fresh)':<34} {rate:.2f}/s at concurrency {args.concurrency}"
             f"  = {rate / raw_conc:.2f}x the raw engine rate at the same concurrency"
         )
+        print(f"{'':<34} {fresh_cpu.per(total)}")
         await cold_server.aclose()
 
-        default = await default_rate(args.image, args.runtime, args.pool, args.concurrency, total)
-        results["default_mode"] = {"per_s": default, "vs_raw": default / raw_conc}
+        default_cpu = MachineCPU()
+        default = await default_rate(
+            args.image, args.runtime, args.pool, args.concurrency, total, default_cpu
+        )
+        cpu_ms = 1000 * default_cpu.busy / total
+        results["default_mode"] = {"per_s": default, "vs_raw": default / raw_conc, "cpu_ms": cpu_ms}
         print(
             f"{'default mode executes/s (pool ' + str(args.pool) + ')':<34} {default:.2f}/s at concurrency "
             f"{args.concurrency}  = {default / raw_conc:.2f}x the raw engine rate (goal >= 1.5)"
+        )
+        print(f"{'':<34} {default_cpu.per(total)}")
+        bound = results["engine_raw"]["cpu_ms"] / cpu_ms
+        print(
+            f"{'':<34} CPU per container, raw / default = {bound:.2f} (the rate ratio's ceiling "
+            "were both series to keep every core busy)"
         )
 
         warm_pool = codemode.WarmPool(
@@ -300,9 +347,12 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-async def default_rate(image: str, oci: str | None, pool_size: int, concurrency: int, total: int) -> float:
+async def default_rate(
+    image: str, oci: str | None, pool_size: int, concurrency: int, total: int, cpu: MachineCPU | None = None
+) -> float:
     """Executes/s of the default mode (a fresh container per execute, over a warm pool of
-    ``pool_size``), ``concurrency`` in flight, once the pool is warm."""
+    ``pool_size``), ``concurrency`` in flight, once the pool is warm; ``cpu`` (when given) measures
+    the machine's CPU over the same executes."""
     import codemode
     from codemode import authz
 
@@ -322,9 +372,10 @@ async def default_rate(image: str, oci: str | None, pool_size: int, concurrency:
                 except codemode.CodeModeError as exc:  # counted, not the end of the series
                     failed.append(str(exc))
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(total)))
-        wall = time.perf_counter() - t0
+        with cpu or MachineCPU():
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(total)))
+            wall = time.perf_counter() - t0
         if failed:
             print(f"  default mode: {len(failed)} of {total} executes failed ({sorted(set(failed))})")
         return (total - len(failed)) / wall

@@ -129,20 +129,53 @@ class Outcome:
     seen: set[str] | None = None
 
 
+class Schedule:
+    """When an open loop's clock starts: once every client has its MCP session (``initialize``
+    answered), so that no execute's latency counts the sessions' own set-up (20 sessions opened at
+    once took up to a second on the 2-core test machine, which put the first executes of the
+    schedule at p99 whatever the rate)."""
+
+    def __init__(self, clients: int) -> None:
+        self.waiting = clients
+        self.start = 0.0
+        self.started = asyncio.Event()
+
+    def arrived(self) -> None:
+        """One more client has its session; the last one starts the clock 0.1 s later."""
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.start = time.perf_counter() + 0.1
+            self.started.set()
+
+
 class Pace:
     """One client's schedule in an open loop (``--rate``): the clients' turns interleave so that
-    they offer ``rate`` executes per second in all."""
+    they offer ``rate`` executes per second in all, from the shared schedule's start."""
 
-    def __init__(self, start: float, rate: float, clients: int, index: int) -> None:
-        self.start, self.rate, self.clients, self.index = start, rate, clients, index
+    def __init__(self, schedule: Schedule, rate: float, clients: int, index: int) -> None:
+        self.schedule, self.rate, self.clients, self.index = schedule, rate, clients, index
         self.sent = 0
+        self.ready = False
+
+    def arrived(self) -> None:
+        """This client's (first) session is up."""
+        if not self.ready:
+            self.ready = True
+            self.schedule.arrived()
 
     async def turn(self) -> float:
         """Wait for this client's next turn; its time (``time.perf_counter``)."""
-        due = self.start + (self.sent * self.clients + self.index) / self.rate
+        await self.schedule.started.wait()
+        due = self.schedule.start + (self.sent * self.clients + self.index) / self.rate
         self.sent += 1
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
         return due
+
+
+def paces(rate: float, clients: int) -> list[Pace | None]:
+    """Every client's pace for an open loop at ``rate`` (None each for a closed loop)."""
+    schedule = Schedule(clients)
+    return [Pace(schedule, rate, clients, i) if rate else None for i in range(clients)]
 
 
 def expected(nonce: str, subject: str) -> object:
@@ -202,6 +235,8 @@ async def _session(
         headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120)
     )
     async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        if pace is not None:
+            pace.arrived()
         while True:
             try:
                 nonce = jobs.get_nowait()
@@ -251,12 +286,12 @@ async def series(
     out = Outcome(latencies=[], errors=Counter(), seen=set())
     lost: list[str] = []
     t0 = time.perf_counter()
-    paces = [Pace(t0 + 0.5, rate, len(subjects), i) if rate else None for i in range(len(subjects))]
+    client_paces = paces(rate, len(subjects))
     async with asyncio.timeout(timeout):
         await asyncio.gather(
             *(
                 client_loop(url, s, tokens[s], jobs, out, lost, "execute", pace=pace)
-                for s, pace in zip(subjects, paces, strict=True)
+                for s, pace in zip(subjects, client_paces, strict=True)
             )
         )
     return out, lost, time.perf_counter() - t0
@@ -381,15 +416,13 @@ async def run(args: argparse.Namespace) -> int:
         meter = load_floors.CpuMeter(proc.pid).start()
         load_runtimes.mark(args, proc.pid)  # the load starts (bench_reuse meters its CPU)
         t0 = time.perf_counter()
-        paces = [
-            Pace(t0 + 0.5, args.rate, len(subjects), i) if args.rate else None for i in range(len(subjects))
-        ]
+        client_paces = paces(args.rate, len(subjects))
         try:
             async with asyncio.timeout(args.timeout):
                 await asyncio.gather(
                     *(
                         client_loop(base + "/mcp", s, tokens[s], jobs, outcome, lost, args.mode, pace=pace)
-                        for s, pace in zip(subjects, paces, strict=True)
+                        for s, pace in zip(subjects, client_paces, strict=True)
                     )
                 )
         except TimeoutError:
@@ -455,6 +488,14 @@ async def run(args: argparse.Namespace) -> int:
             f"({args.open_fraction:.0%} of the throughput), ok {o_out.ok}, lost {len(o_lost)}, "
             f"{o_out.ok / o_wall if o_wall else 0:.1f} calls/s"
         )
+        if o_out.latencies:
+            o_ms = [x * 1e3 for x in o_out.latencies]
+            print(
+                f"open loop latency         p50={percentile(o_ms, 50):.1f} ms  "
+                f"p90={percentile(o_ms, 90):.1f} ms  p99={percentile(o_ms, 99):.1f} ms  "
+                f"max={max(o_ms):.1f} ms (from each execute's turn; "
+                "the clock starts once every client has its session)"
+            )
     if args.mode == "execute" and not args.rate and lat:
         args.goals = print_goals(
             cpu_ms=(cpu.own + cpu.below) / outcome.ok * 1e3 if outcome.ok else None,
