@@ -143,8 +143,8 @@ def _has_live_task(pid: int) -> bool:
         return False
     for task in tasks:
         try:
-            with open(f"/proc/{pid}/task/{task}/stat", "rb") as stat:
-                state = stat.read().rpartition(b")")[2].split()[:1]
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as task_stat:
+                state = task_stat.read().rpartition(b")")[2].split()[:1]
         except OSError:
             continue  # gone meanwhile
         if state and state[0] not in (b"Z", b"X"):
