@@ -52,6 +52,7 @@ from codemode.ops.percentile import percentile
 from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerOptions, DockerRuntime
 
 from . import pool_burst
+from .load_floors import machine_busy
 
 
 def show(name: str, xs: list[float]) -> dict[str, float]:
@@ -69,17 +70,12 @@ class MachineCPU:
     ``with MachineCPU() as m: ...`` then ``m.busy`` (CPU seconds) and ``m.wall`` (seconds)."""
 
     def __enter__(self) -> MachineCPU:
-        self._t0, self._c0 = time.perf_counter(), self._busy()
+        self._t0, self._c0 = time.perf_counter(), machine_busy()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self._t0
-        self.busy = self._busy() - self._c0
-
-    @staticmethod
-    def _busy() -> float:
-        t = psutil.cpu_times()
-        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+        self.busy = machine_busy() - self._c0
 
     def per(self, count: int) -> str:
         """CPU ms per item and the cores' utilization, as one phrase."""

@@ -68,15 +68,15 @@ class CpuMeter:
 
     def start(self) -> CpuMeter:
         self.own, self.below = _tree_cpu(self.pid)
-        self.machine = _machine_busy()
+        self.machine = machine_busy()
         return self
 
     def stop(self) -> CpuMeter:
         own, below = _tree_cpu(self.pid)
-        return CpuMeter(self.pid, own - self.own, below - self.below, _machine_busy() - self.machine)
+        return CpuMeter(self.pid, own - self.own, below - self.below, machine_busy() - self.machine)
 
 
-def _machine_busy() -> float:
+def machine_busy() -> float:
     t = psutil.cpu_times()
     return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
 
