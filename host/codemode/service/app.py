@@ -66,6 +66,7 @@ from ._jsonrpc import JSONRPCBodyCheck
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
+from .heap import freeze_start_heap
 from .listeners import SIDE_CONNECTIONS, SideServer, bind_listeners, start_side_server
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
@@ -598,8 +599,15 @@ def _check_http(settings: Settings) -> None:
         raise ConfigError("; ".join(problems))
 
 
-def _app(settings: Settings, runtime: Runtime | None, authorizer: authz.Authorizer | None) -> FastAPI:
-    """:func:`create_app` once the settings are checked."""
+def _app(
+    settings: Settings,
+    runtime: Runtime | None,
+    authorizer: authz.Authorizer | None,
+    *,
+    freeze_heap: bool = False,
+) -> FastAPI:
+    """:func:`create_app` once the settings are checked; ``freeze_heap`` (:func:`serve` only):
+    the start-up heap leaves the cyclic collector once started (:mod:`codemode.service.heap`)."""
     configure_audit_logger(settings.audit_log)
     service = Service(settings, runtime=runtime, authorizer=authorizer)
 
@@ -610,6 +618,9 @@ def _app(settings: Settings, runtime: Runtime | None, authorizer: authz.Authoriz
         except BaseException:
             await service.shutdown()
             raise
+        if freeze_heap:
+            frozen = freeze_start_heap()
+            log.debug("start-up heap frozen: %d objects", frozen)
         try:
             async with service.sessions.run():
                 try:
@@ -651,7 +662,7 @@ async def serve_async(settings: Settings | None = None) -> None:
     try:
         # Once, for every server of this process (the metrics and health servers touch nothing).
         configure_logging(settings.log_level)
-        app = _app(settings, None, None)
+        app = _app(settings, None, None, freeze_heap=True)
         service: Service = app.state.codemode
         service.bound = {"metrics_port": listeners.metrics, "health_port": listeners.health}
         try:

@@ -1,0 +1,31 @@
+"""The served process's start-up heap, kept out of Python's cyclic garbage collector.
+
+A started service holds a few hundred thousand long-lived objects (modules, classes, the catalog,
+schemas, the authorizer) that every full collection would walk again while every request of the
+process waits: measured at 140-190 ms a full collection on the project's 2-core machine, the
+largest single part of the service's tail latency. :func:`freeze_start_heap` collects once and moves
+what survives into the permanent generation (``gc.freeze``); later collections walk only what was
+made afterwards. Only :func:`codemode.service.serve` calls it, once, before the port accepts: an
+application that embeds :func:`codemode.service.create_app` keeps its own collector settings.
+
+What it costs: a frozen object that later becomes cyclic garbage is never collected (objects freed
+by their reference count are, as always). The served process builds its catalog once, so that is
+bounded by what the start-up made.
+"""
+
+from __future__ import annotations
+
+import gc
+
+__all__ = ["freeze_start_heap"]
+
+
+def freeze_start_heap() -> int:
+    """Collect once, then move every object the collector tracks into the permanent generation.
+
+    Returns:
+        How many objects are frozen.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
