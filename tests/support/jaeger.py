@@ -4,7 +4,9 @@ with an in-memory store on free loopback ports, queried through its HTTP API.
 
 The first build downloads Jaeger's modules and compiles it: about 5.5 minutes on the project's
 2-core machine (about 30 s when Go's module and build caches are warm); later runs start the cached
-binary (under a second). ``CODEMODE_JAEGER_VERSION``
+binary (under a second). ``python -m tests.support.jaeger`` builds it ahead (``.ci/run`` does, in the
+background beside the machine's provisioning); a test that needs it meanwhile waits on the build's
+lock. ``CODEMODE_JAEGER_VERSION``
 picks the version. Without Go the tests are skipped with a visible reason, except when ``CI=true``:
 then they fail.
 """
@@ -182,3 +184,7 @@ def running_jaeger(directory: Path) -> Iterator[Jaeger]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+if __name__ == "__main__":
+    print(f"Jaeger trace receiver: {jaeger_binary()}")

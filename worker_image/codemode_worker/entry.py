@@ -107,8 +107,10 @@ def _run_exec(frame: dict[str, Any], inp: BinaryIO, out: BinaryIO) -> int:
 def serve(inp: BinaryIO, out: BinaryIO) -> int:
     """Warm up, then serve one exchange on the given streams; return the exit code."""
     warm_up()
-    gc.collect()
-    gc.freeze()  # a single-use process: keep the warm state out of later collections
+    # A single-use process: keep the warm state out of later collections. No collection first: the
+    # warm-up leaves 3 objects of cyclic garbage (measured in the image), and a collection of its
+    # ~12,000 tracked objects cost 5-8 ms of CPU at every container or pod start.
+    gc.freeze()
     seccomp_filter = prepare()
     drop_privileges()  # before the first frame: no program runs with the starting uid
     confine(seccomp_filter)  # nor outside the filter

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -476,7 +475,7 @@ def test_final_value_depth_and_bytes_limits() -> None:
 
     assert value_of(main_returning(nested(32))) is not None
     assert error_of(main_returning(nested(33))) == ("resource_limit", "value size")
-    small = replace(LIMITS, max_value_bytes=7)
+    small = LIMITS._replace(max_value_bytes=7)
     assert value_of(main_returning("'x' * 5"), limits=small) == "xxxxx"  # "xxxxx" is 7 bytes
     assert error_of(main_returning("'x' * 6"), limits=small) == ("resource_limit", "value size")
     assert error_of(main_returning("[1] * 10000"), limits=small) == ("resource_limit", "value size")
@@ -565,7 +564,7 @@ def test_steps_exactly_at_budget_pass_and_one_check_over_fails() -> None:
     assert value_of(loop % 999_000) == 999_000
     assert value_of(loop % 1_000_000) == 1_000_000
     assert error_of(loop % 1_001_000) == ("resource_limit", "steps")
-    small = replace(LIMITS, max_steps=5_000)
+    small = LIMITS._replace(max_steps=5_000)
     assert value_of(loop % 4_990, limits=small) == 4_990
     assert error_of(loop % 6_000, limits=small) == ("resource_limit", "steps")
 
@@ -576,7 +575,7 @@ def test_steps_count_function_calls_and_top_level() -> None:
         "def f(i):\n    return i %% 2\n"
         "def main():\n    t = 0\n    for i in range(%d):\n        t += f(i)\n    return t\n"
     )
-    small = replace(LIMITS, max_steps=10_000)
+    small = LIMITS._replace(max_steps=10_000)
     assert value_of(calls % 4_900, limits=small) == 2_450  # ~9,800 ticks
     assert error_of(calls % 6_000, limits=small) == ("resource_limit", "steps")
     top = "X = [i for i in range(20000)]\ndef main():\n    return 1\n"
@@ -584,7 +583,7 @@ def test_steps_count_function_calls_and_top_level() -> None:
 
 
 def test_zero_steps_still_allows_tiny_programs() -> None:
-    assert value_of(main_returning("[i for i in range(500)][-1]"), limits=replace(LIMITS, max_steps=0)) == 499
+    assert value_of(main_returning("[i for i in range(500)][-1]"), limits=LIMITS._replace(max_steps=0)) == 499
 
 
 def test_callstack_limit_is_a_resource_limit() -> None:
@@ -593,7 +592,7 @@ def test_callstack_limit_is_a_resource_limit() -> None:
     )
     assert value_of(source % 150) == 0
     assert error_of(source % 250) == ("resource_limit", "steps")
-    assert error_of(source % 100_000, limits=replace(LIMITS, max_callstack=10**9)) == (
+    assert error_of(source % 100_000, limits=LIMITS._replace(max_callstack=10**9)) == (
         "resource_limit",
         "steps",
     )
@@ -708,11 +707,11 @@ def test_duplicate_keyword_is_a_parse_error() -> None:
 def test_native_call_count_limit() -> None:
     host = Host(results=[1] * 10)
     source = "def main():\n    for i in range(%d):\n        records.status()\n    return 1\n"
-    limits = replace(LIMITS, max_native_calls=3)
+    limits = LIMITS._replace(max_native_calls=3)
     assert value_of(source % 3, limits=limits, host=host) == 1
     assert error_of(source % 4, limits=limits, host=host) == ("resource_limit", "native calls")
     assert len(host.calls) == 6
-    zero = replace(LIMITS, max_native_calls=0)
+    zero = LIMITS._replace(max_native_calls=0)
     assert error_of(main_returning("records.status()"), limits=zero, host=host) == (
         "resource_limit",
         "native calls",
@@ -726,7 +725,7 @@ def test_native_argument_limits() -> None:
         "resource_limit",
         "value size",
     )
-    small = replace(LIMITS, max_value_bytes=30)
+    small = LIMITS._replace(max_value_bytes=30)
     assert error_of(main_returning("records.lookup(key = 'x' * 100)"), limits=small, host=host) == (
         "resource_limit",
         "value size",
@@ -762,7 +761,7 @@ def test_native_result_limits() -> None:
         "resource_limit",
         "value size",
     )
-    small = replace(LIMITS, max_value_bytes=20)
+    small = LIMITS._replace(max_value_bytes=20)
     assert error_of(main_returning("records.status()"), limits=small, host=Host(["x" * 100])) == (
         "resource_limit",
         "value size",
@@ -801,7 +800,7 @@ def test_deep_native_results_cross_intact() -> None:
     deep: Any = "leaf"
     for _ in range(90):
         deep = {"a": [deep]} if _ % 2 else [deep]  # depth 136
-    limits = replace(LIMITS, max_value_depth=200)
+    limits = LIMITS._replace(max_value_depth=200)
     assert value_of(main_returning("records.status()"), limits=limits, host=Host([deep])) == deep
 
 
@@ -854,13 +853,13 @@ def test_attempt_outside_main_and_over_the_call_limit_still_end_the_program() ->
     error, message = error_of("x = attempt(records.status)\ndef main():\n    return x\n", host=host)
     assert error == "invalid_program" and "called outside main()" in message
     source = "def main():\n    for i in range(4):\n        attempt(records.status)\n    return 1\n"
-    limits = replace(LIMITS, max_native_calls=3)
+    limits = LIMITS._replace(max_native_calls=3)
     assert error_of(source, limits=limits, host=host) == ("resource_limit", "native calls")
     assert len(host.calls) == 3  # attempts count like any call
 
 
 def test_attempt_does_not_recover_from_limits() -> None:
-    small = replace(LIMITS, max_value_bytes=30)
+    small = LIMITS._replace(max_value_bytes=30)
     host = Host()
     assert error_of(main_returning("attempt(records.lookup, key = 'x' * 100)"), limits=small, host=host) == (
         "resource_limit",
@@ -902,14 +901,14 @@ def test_attempt_of_deep_results_crosses_intact() -> None:
     deep: Any = "leaf"
     for _ in range(90):
         deep = [deep]
-    limits = replace(LIMITS, max_value_depth=200)
+    limits = LIMITS._replace(max_value_depth=200)
     value = value_of(main_returning("attempt(records.status)"), limits=limits, host=Host([deep]))
     assert value == {"ok": True, "value": deep}
 
 
 # ---------------------------------------------------------------------------------- prints
 
-PRINTING = replace(LIMITS, max_print_bytes=64)
+PRINTING = LIMITS._replace(max_print_bytes=64)
 
 
 def test_prints_are_sent_before_each_call_and_at_the_end() -> None:
@@ -940,7 +939,7 @@ def test_prints_reach_the_host_when_the_program_fails() -> None:
     assert host.printed == [("before\n", False)]
     steps = "def main():\n    print('looping')\n    for i in range(10000000):\n        pass\n"
     host = Host()
-    assert error_of(steps, limits=replace(PRINTING, max_steps=5000), host=host) == ("resource_limit", "steps")
+    assert error_of(steps, limits=PRINTING._replace(max_steps=5000), host=host) == ("resource_limit", "steps")
     assert host.printed == [("looping\n", False)]
 
 

@@ -201,7 +201,7 @@ def test_a_program_without_parallel_sends_no_batch() -> None:
 
 def test_the_batch_counts_against_the_calls_left_before_any_call() -> None:
     host = BatchHost()
-    limits = ExecLimits(**{**LIMITS.__dict__, "max_native_calls": 4})
+    limits = LIMITS._replace(max_native_calls=4)
     source = (
         "def main():\n    records.status()\n    records.status()\n"
         "    return parallel([(records.status, {})] * 3)\n"
@@ -213,7 +213,7 @@ def test_the_batch_counts_against_the_calls_left_before_any_call() -> None:
 
 
 def test_the_batch_arguments_together_are_bounded() -> None:
-    limits = ExecLimits(**{**LIMITS.__dict__, "max_value_bytes": 100})
+    limits = LIMITS._replace(max_value_bytes=100)
     host = BatchHost(answer=lambda calls: [Reply.succeeded(1) for _ in calls])
     assert run(main('parallel([(records.lookup, {"key": "x" * 30})] * 2)'), host, limits).kind == "final"
     over = run(main('parallel([(records.lookup, {"key": "x" * 30})] * 4)'), BatchHost(), limits)
@@ -221,7 +221,7 @@ def test_the_batch_arguments_together_are_bounded() -> None:
 
 
 def test_the_batch_results_together_are_bounded() -> None:
-    limits = ExecLimits(**{**LIMITS.__dict__, "max_value_bytes": 100})
+    limits = LIMITS._replace(max_value_bytes=100)
     host = BatchHost(answer=lambda calls: [Reply.succeeded("y" * 20) for _ in calls])
     assert run(main("len(parallel([(records.status, {})] * 2))"), host, limits) == Outcome.final(2)
     over = run(main("parallel([(records.status, {})] * 3)"), host, limits)
@@ -243,7 +243,7 @@ def test_a_host_answer_that_does_not_fit_its_call_stops_the_program(answer: Any)
 
 
 def test_deep_results_cross_too() -> None:
-    limits = ExecLimits(**{**LIMITS.__dict__, "max_value_depth": 300})
+    limits = LIMITS._replace(max_value_depth=300)
     deep: Any = 1
     for _ in range(250):
         deep = [deep]
