@@ -66,7 +66,7 @@ from ._jsonrpc import JSONRPCBodyCheck
 from .audit import AuditLog, configure_audit_logger
 from .auth import BearerAuthMiddleware, JWTAuthenticator, TokenFileAuthenticator, build_authenticator
 from .edge import ConnectionGuard, connection_authenticated, guarded_protocol
-from .heap import freeze_start_heap
+from .heap import freeze_start_heap, thaw_start_heap
 from .listeners import SIDE_CONNECTIONS, SideServer, bind_listeners, start_side_server
 from .logconfig import configure_logging
 from .logfilter import install_repeat_filter
@@ -629,6 +629,8 @@ def _app(
                     await service.drain()
         finally:
             await service.shutdown()
+            if freeze_heap:
+                thaw_start_heap()
 
     app = FastAPI(
         title="codemode",
@@ -649,10 +651,17 @@ def _app(
 async def serve_async(settings: Settings | None = None) -> None:
     """Run the app under uvicorn on ``settings.host:settings.port`` until SIGINT/SIGTERM
     (the announced stop of :mod:`codemode.service.stopping`: ``drain_delay``, then uvicorn's own).
+    The awaiting process's garbage collector is left as it is (only :func:`serve` freezes).
 
     Args:
         settings: the settings (default: :func:`load_settings`).
     """
+    await _serve(settings, freeze_heap=False)
+
+
+async def _serve(settings: Settings | None, *, freeze_heap: bool) -> None:
+    """:func:`serve_async`; ``freeze_heap`` only from :func:`serve`, which owns its process (an
+    application awaiting :func:`serve_async` keeps its collector as it is)."""
     if settings is None:
         settings = load_settings()
     _check_http(settings)
@@ -662,7 +671,7 @@ async def serve_async(settings: Settings | None = None) -> None:
     try:
         # Once, for every server of this process (the metrics and health servers touch nothing).
         configure_logging(settings.log_level)
-        app = _app(settings, None, None, freeze_heap=True)
+        app = _app(settings, None, None, freeze_heap=freeze_heap)
         service: Service = app.state.codemode
         service.bound = {"metrics_port": listeners.metrics, "health_port": listeners.health}
         try:
@@ -778,9 +787,11 @@ def subject_connection_limit(settings: Settings) -> int:
 
 
 def serve(settings: Settings | None = None) -> None:
-    """Blocking :func:`serve_async` (what ``codemode serve --http`` calls).
+    """Blocking :func:`serve_async` (what ``codemode serve --http`` calls), in a process of its own:
+    once started, the process's start-up heap leaves the cyclic collector until the stop
+    (:mod:`codemode.service.heap`).
 
     Args:
         settings: the settings (default: :func:`load_settings`).
     """
-    asyncio.run(serve_async(settings))
+    asyncio.run(_serve(settings, freeze_heap=True))

@@ -5,8 +5,11 @@ schemas, the authorizer) that every full collection would walk again while every
 process waits: measured at 140-190 ms a full collection on the project's 2-core machine, the
 largest single part of the service's tail latency. :func:`freeze_start_heap` collects once and moves
 what survives into the permanent generation (``gc.freeze``); later collections walk only what was
-made afterwards. Only :func:`codemode.service.serve` calls it, once, before the port accepts: an
-application that embeds :func:`codemode.service.create_app` keeps its own collector settings.
+made afterwards. Only :func:`codemode.service.serve`, which owns its process, calls it, once, before
+the port accepts, and :func:`thaw_start_heap` once the service has stopped (so that the stopped
+service can be collected). An application that embeds :func:`codemode.service.create_app` or awaits
+:func:`codemode.service.serve_async` keeps its own collector settings: freezing there would take in
+the application's whole heap.
 
 What it costs: a frozen object that later becomes cyclic garbage is never collected (objects freed
 by their reference count are, as always). The served process builds its catalog once, so that is
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["freeze_start_heap"]
+__all__ = ["freeze_start_heap", "thaw_start_heap"]
 
 
 def freeze_start_heap() -> int:
@@ -29,3 +32,9 @@ def freeze_start_heap() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def thaw_start_heap() -> None:
+    """Give the permanent generation back to the collector (``gc.unfreeze``), once the service has
+    stopped."""
+    gc.unfreeze()
