@@ -24,6 +24,14 @@ machine hits them alike; the printed fractions are of the same run.
 
 Then ``python -X importtime`` of the worker in the bare bundle (its costliest imports), and whether
 crun (if installed) can create a container on this machine.
+
+    python -m tests.benchmarks.bench_docker_start --ready-cpu IMAGE [IMAGE ...] [--n 10]
+
+instead compares worker images: the worker process's CPU from its start to confined and ready
+(``codemode_worker.entry.main`` with its stdin at end of file: warm-up, freeze, filter, uid drop,
+confinement, then the exit), read by the process itself (``time.process_time``, which includes
+``runc init``'s part: the same process before its ``execve``), one ``docker run`` per image per
+round, the images interleaved; p50 and mean per image, and each p50 beside the first image's.
 """
 
 from __future__ import annotations
@@ -275,6 +283,48 @@ def p50(xs: list[float]) -> float:
     return statistics.median(xs) * 1000
 
 
+# The worker's own entry, then its CPU so far on stderr (the confined worker may still write there).
+READY_CPU = (
+    "import sys, time\n"
+    "import codemode_worker.entry as entry\n"
+    "code = entry.main()\n"
+    "sys.stderr.write(f'ready-cpu {time.process_time() * 1000:.2f} {code}\\n')\n"
+)
+
+
+def ready_cpu_once(image: str) -> float:
+    """One worker of ``image`` run to ready and out; its CPU in ms."""
+    hardening = ["--network", "none", "--read-only", "--user", WORKER_USER]
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "-i", *hardening, "--entrypoint", "python3", image, "-I", "-c", READY_CPU],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line.split() for line in proc.stderr.splitlines() if line.startswith("ready-cpu ")]
+    if not lines or lines[-1][2] != "0":
+        raise RuntimeError(f"{image}: the worker did not end ready: {proc.stderr[-500:]}")
+    return float(lines[-1][1])
+
+
+def ready_cpu(images: list[str], n: int) -> None:
+    for image in images:  # caches warm; not counted
+        ready_cpu_once(image)
+    cpu: dict[str, list[float]] = {image: [] for image in images}
+    for _ in range(n):
+        for image in images:
+            cpu[image].append(ready_cpu_once(image))
+    first = statistics.median(cpu[images[0]])
+    print(f"worker CPU from start to ready, {n} rounds, images interleaved (ms; runc init included)")
+    for image in images:
+        med = statistics.median(cpu[image])
+        print(
+            f"  {image:<32} p50 {med:7.1f}   mean {statistics.mean(cpu[image]):7.1f}   "
+            f"= {med / first:.2f}x {images[0]}'s p50"
+        )
+
+
 async def runtime_spawns(options: DockerOptions, n: int) -> list[float]:
     rt = DockerRuntime(options)
     await rt.check()
@@ -296,7 +346,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=10, help="rounds (default 10)")
     p.add_argument("--image", default=DEFAULT_IMAGE)
+    p.add_argument(
+        "--ready-cpu",
+        nargs="+",
+        metavar="IMAGE",
+        help="instead: each image's worker CPU from start to ready, interleaved, beside the first's",
+    )
     args = p.parse_args()
+    if args.ready_cpu:
+        ready_cpu(args.ready_cpu, args.n)
+        return
     api = docker.APIClient(version="auto", timeout=60)
     options = DockerOptions(image=args.image)
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
