@@ -107,6 +107,49 @@ def docker_count(*filters: str) -> int | None:
     return len([line for line in out.splitlines() if line.strip()])
 
 
+# --gc-probe: loaded by the server's interpreter (a sitecustomize first on its PYTHONPATH); appends
+# "<wall clock> <ms>" for each full (generation 2) collection to the file BENCH_GC_PROBE_FILE names.
+GC_PROBE = """\
+import gc, os, time
+
+_path = os.environ["BENCH_GC_PROBE_FILE"]
+_began = [0.0]
+
+
+def _full(phase, info):
+    if info["generation"] != 2:
+        return
+    if phase == "start":
+        _began[0] = time.perf_counter()
+        return
+    with open(_path, "a") as f:
+        f.write(f"{time.time()} {(time.perf_counter() - _began[0]) * 1e3:.2f}\\n")
+
+
+gc.callbacks.append(_full)
+"""
+
+
+def gc_probe_env(tmp: Path, pythonpath: str) -> dict[str, str]:
+    """The server's environment additions for ``--gc-probe``."""
+    probe = tmp / "gc-probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(GC_PROBE)
+    return {
+        "PYTHONPATH": os.pathsep.join((str(probe), pythonpath)),
+        "BENCH_GC_PROBE_FILE": str(tmp / "gc-full.txt"),
+    }
+
+
+def full_collections_since(tmp: Path, moment: float) -> list[float]:
+    """The server's full collections (ms) that ended after ``moment`` (wall clock)."""
+    path = tmp / "gc-full.txt"
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [float(ms) for at, ms in rows if float(at) > moment]
+
+
 async def wait_ready(base: str, proc: subprocess.Popen[bytes], timeout: float) -> float:
     t0 = time.monotonic()
     async with httpx.AsyncClient(timeout=5) as http:
@@ -423,6 +466,8 @@ async def run(args: argparse.Namespace) -> int:
     )
     env.update(load_runtimes.server_env(args))  # --image, --reuse, the cluster
     env.update(load_floors.server_env(args))  # --process-spawn
+    if args.gc_probe:
+        env.update(gc_probe_env(tmp, env["PYTHONPATH"]))
     server_log = open(tmp / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-c", "from codemode.service import serve; serve()"],
@@ -446,8 +491,10 @@ async def run(args: argparse.Namespace) -> int:
     search_wall = 0.0
     opened: tuple[Outcome, list[str], float] | None = None
     open_rate = 0.0
+    ready_at = 0.0
     try:
         ready_s = await wait_ready(base, proc, args.timeout)
+        ready_at = time.time()
         print(f"ready after {ready_s:.2f} s")
         jobs: asyncio.Queue[str] = asyncio.Queue()
         for i in range(args.n):
@@ -557,6 +604,12 @@ async def run(args: argparse.Namespace) -> int:
         )
     print(f"server executes_total     {server_counts}")
     print(f"server exit code          {proc.returncode}")
+    if args.gc_probe:
+        full = full_collections_since(tmp, ready_at)
+        print(
+            f"server full collections   {len(full)} after ready: "
+            + (", ".join(f"{ms:.1f}" for ms in full) + " ms" if full else "none")
+        )
     if args.runtime == "docker":
         ours = docker_count(f"label=io.codemode.owner-pid={proc.pid}")
         after = docker_count("label=io.codemode.role=worker")
@@ -613,6 +666,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-time", type=float, default=30.0, help="max_execution_time, s (default 30)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load, s (default 600)")
     p.add_argument("--image", help="worker image for --runtime docker or kubernetes")
+    p.add_argument(
+        "--gc-probe",
+        action="store_true",
+        help="time the server's full garbage collections (a sitecustomize on its PYTHONPATH) and print "
+        "those after it was ready",
+    )
     load_runtimes.add_arguments(p)
     load_floors.add_arguments(p)
     p.add_argument(
