@@ -1,6 +1,6 @@
 """Docker runtime benchmarks (prints numbers; not a test). Needs a Docker engine and codemode-worker:1.
 
-    python -m tests.benchmarks.bench_docker [--n 30] [--runtime runsc] [--skip-execute]
+    python -m tests.benchmarks.bench_docker [--n 30] [--runtime runsc] [--skip-execute] [--by-process]
     python -m tests.benchmarks.bench_docker --burst-pattern [--min 2 --max 8 --bursts 3 --idle 20]
     python -m tests.benchmarks.bench_docker --oci-compare runc crun [--rounds 3] [--n 40]
 
@@ -21,6 +21,14 @@ Measured in one run on the same image, so the ratios are meaningful on a noisy m
 - ``default mode``: the same executes/s over a warm pool of ``--pool`` (the default mode: one fresh
   container per execute, started ahead), beside the raw engine rate at the same concurrency (goal
   ≥ 1.5×).
+
+``--by-process`` adds a line under the raw and the default series: their machine CPU per container
+split by the processes it went to (the worker, runc, the shim, dockerd, containerd, this host
+process, the rest), sampled by ``perf`` over every core (``perf_by_process``; root). It also runs
+the raw cycle once more with the network disabled, as the runtime creates its workers: the raw
+cycle above leaves it enabled (``network_mode=none`` only), and for such a container the engine
+adds a ``libnetwork-setkey`` start hook (a re-exec of dockerd's binary, the ``exe`` command) that
+the runtime's containers do not run.
 
 ``--oci-compare runc crun`` runs only the OCI runtimes' comparison instead: per runtime (registered
 with dockerd), interleaved over ``--rounds`` rounds, the raw engine rate and the default mode's
@@ -53,6 +61,7 @@ from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER, DockerOptions, 
 
 from . import pool_burst
 from .load_floors import machine_busy
+from .perf_by_process import CpuByProcess
 
 
 def show(name: str, xs: list[float]) -> dict[str, float]:
@@ -69,13 +78,21 @@ class MachineCPU:
     containers and this process) over a series, so a rate can be told apart from the work behind it.
     ``with MachineCPU() as m: ...`` then ``m.busy`` (CPU seconds) and ``m.wall`` (seconds)."""
 
+    def __init__(self, by_process: bool = False) -> None:
+        #: With ``by_process`` (``--by-process``): which processes the CPU went to (``perf``).
+        self.processes = CpuByProcess() if by_process else None
+
     def __enter__(self) -> MachineCPU:
+        if self.processes is not None:
+            self.processes.__enter__()
         self._t0, self._c0 = time.perf_counter(), machine_busy()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self._t0
         self.busy = machine_busy() - self._c0
+        if self.processes is not None:
+            self.processes.__exit__(*exc)
 
     def per(self, count: int) -> str:
         """CPU ms per item and the cores' utilization, as one phrase."""
@@ -85,6 +102,11 @@ class MachineCPU:
             f"{100 * self.busy / (self.wall * cores):.0f}% of {cores} cores busy"
         )
 
+    def print_parts(self, count: int) -> None:
+        """With ``by_process``: one more line, the CPU per container of each part (``perf_by_process``)."""
+        if self.processes is not None:
+            print(f"{'':<34} {self.processes.per(1000 * self.busy / max(count, 1))}")
+
 
 # ------------------------------------------------------------------------------------------ raw engine
 
@@ -92,7 +114,9 @@ class MachineCPU:
 ECHO = "import sys; sys.stdout.write(sys.stdin.readline()); sys.stdout.flush()"
 
 
-def engine_raw_once(api: Any, image: str, runtime: str | None) -> float:
+def engine_raw_once(api: Any, image: str, runtime: str | None, network_disabled: bool = False) -> float:
+    """One raw cycle; ``network_disabled`` as the runtime creates its workers (the engine then
+    adds no ``libnetwork-setkey`` start hook, a re-exec of dockerd's binary per container)."""
     t0 = time.perf_counter()
     hc = api.create_host_config(
         network_mode="none",
@@ -113,6 +137,7 @@ def engine_raw_once(api: Any, image: str, runtime: str | None) -> float:
         user=WORKER_USER,
         labels={"io.codemode.role": "bench-raw"},
         host_config=hc,
+        network_disabled=network_disabled,
     )["Id"]
     sock = api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
     raw = sock._sock
@@ -252,7 +277,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     # The raw cycle with `concurrency` in flight: the daemon's ceiling on this machine.
     total = max(args.n, 2 * args.concurrency)
-    with MachineCPU() as raw_cpu:
+    with MachineCPU(args.by_process) as raw_cpu:
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime), range(total)))
@@ -261,6 +286,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     results["engine_raw"]["cpu_ms"] = 1000 * raw_cpu.busy / total
     print(f"{'':<34} raw engine rate {raw_conc:.2f} containers/s at concurrency {args.concurrency}")
     print(f"{'':<34} {raw_cpu.per(total)}")
+    raw_cpu.print_parts(total)
+    if args.by_process:  # the same cycle without the engine's network hook, as the runtime's
+        with MachineCPU(True) as bare_cpu:
+            t0 = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
+                list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime, True), range(total)))
+            bare = total / (time.perf_counter() - t0)
+        results["engine_raw"]["per_s_network_disabled"] = bare
+        print(f"{'':<34} network disabled: {bare:.2f} containers/s at concurrency {args.concurrency}")
+        print(f"{'':<34} {bare_cpu.per(total)}")
+        bare_cpu.print_parts(total)
 
     if not args.skip_execute:
         import codemode
@@ -292,7 +328,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{'':<34} {fresh_cpu.per(total)}")
         await cold_server.aclose()
 
-        default_cpu = MachineCPU()
+        default_cpu = MachineCPU(args.by_process)
         default = await default_rate(
             args.image, args.runtime, args.pool, args.concurrency, total, default_cpu
         )
@@ -303,6 +339,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             f"{args.concurrency}  = {default / raw_conc:.2f}x the raw engine rate (goal >= 1.5)"
         )
         print(f"{'':<34} {default_cpu.per(total)}")
+        default_cpu.print_parts(total)
         bound = results["engine_raw"]["cpu_ms"] / cpu_ms
         print(
             f"{'':<34} CPU per container, raw / default = {bound:.2f} (the rate ratio's ceiling "
@@ -465,6 +502,11 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4, help="in-flight executes for the sustained rate")
     p.add_argument("--skip-execute", action="store_true", help="only engine/runtime numbers")
     p.add_argument("--json", action="store_true", help="print the results as JSON at the end")
+    p.add_argument(
+        "--by-process",
+        action="store_true",
+        help="also print which processes the raw and default series' CPU went to (perf; root)",
+    )
     p.add_argument(
         "--burst-pattern", action="store_true", help="only fixed against demand-sized pools (pool_burst)"
     )
