@@ -144,8 +144,25 @@ def test_kill_uid_true_means_ipc_removed(monkeypatch: pytest.MonkeyPatch) -> Non
     subprocess.run([python, "-I", "-c", MAKE], user=UID, group=UID, extra_groups=[], check=True, cwd="/")
     try:
         assert process_runtime._processes_of(UID) and ipc_of(UID)
+        # One kill round, so the answer comes from the check after the rounds. A SIGKILL lands
+        # asynchronously: that check waits (up to 10 s) for the killed process to be gone, else on
+        # a busy machine it may still see it and answer "not contained" (CI, 2026-12-02), and the
+        # path under test (contained after the rounds) would not be taken.
         monkeypatch.setattr(process_runtime, "_KILL_ROUNDS", 1)
+        scan = process_runtime._processes_of
+        scans = 0
+
+        def after_the_kill_landed(uid: int, zombies: bool = False) -> list[int]:
+            nonlocal scans
+            scans += 1
+            deadline = time.monotonic() + 10
+            while scans > 1 and not zombies and scan(uid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return scan(uid, zombies)
+
+        monkeypatch.setattr(process_runtime, "_processes_of", after_the_kill_landed)
         contained = process_runtime.kill_uid(UID)
+        monkeypatch.setattr(process_runtime, "_processes_of", scan)
         left = ipc_of(UID)
     finally:
         for pid in process_runtime._processes_of(UID, zombies=True):
