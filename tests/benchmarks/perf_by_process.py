@@ -1,12 +1,13 @@
 """Which processes a series' machine CPU went to, sampled by ``perf`` (benchmarks only; not a test).
 
 ``with CpuByProcess() as shares: ...`` runs ``perf record -a`` (every core, every process, 499
-samples a second, no call graphs) over the block, then reads ``perf report --sort comm``: the
+samples a second, no call graphs) over the block, then reads ``perf report --sort pid,comm``: the
 share of the busy samples (the idle task left out) each command name took. The names are grouped
 into the parts of a container's start and end on Docker (``PARTS``): runc (its ``runc:[N:...]``
 stages included), the per-container ``containerd-shim``, ``dockerd``, ``containerd``, the worker
-(the image's interpreter runs as ``python3``), the host (this benchmark's own process: the
-virtual environment's ``python``), and the rest (the kernel's threads and anything else running).
+(the image's interpreter runs as ``python3``), the host (this benchmark's own process, by its
+pid: the raw cycle's client and, in the default series, the server), and the rest (the kernel's
+threads and anything else running).
 
 Short-lived processes are what a container start is made of (runc, the shim, the worker), and
 their CPU cannot be read from ``/proc`` once they are gone; sampling every core sees them.
@@ -30,8 +31,10 @@ __all__ = ["PARTS", "CpuByProcess", "part_of"]
 PARTS = ("worker", "runc", "containerd-shim", "dockerd", "containerd", "host", "other")
 
 
-def part_of(comm: str) -> str:
-    """The part a process's command name belongs to (``PARTS``)."""
+def part_of(comm: str, pid: int = 0) -> str:
+    """The part a process belongs to (``PARTS``), by its command name and pid."""
+    if pid == os.getpid():
+        return "host"
     if comm.startswith("runc"):
         return "runc"
     if comm.startswith("containerd-shim"):
@@ -40,8 +43,6 @@ def part_of(comm: str) -> str:
         return comm
     if comm == "python3":
         return "worker"
-    if comm == "python":
-        return "host"
     return "other"
 
 
@@ -84,7 +85,7 @@ class CpuByProcess:
             shutil.rmtree(self._dir, ignore_errors=True)
             return
         report = subprocess.run(
-            ["perf", "report", "-i", str(data), "--sort", "comm", "--stdio", "-g", "none", "-n"],
+            ["perf", "report", "-i", str(data), "--sort", "pid,comm", "--stdio", "-g", "none", "-n"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -99,12 +100,14 @@ class CpuByProcess:
             if line.startswith("#"):
                 continue
             fields = line.split()
-            # "  28.09%   4141  python3": share, samples, command
-            if len(fields) >= 3 and fields[0].endswith("%") and fields[1].isdigit():
-                comm = line.split(None, 2)[2].strip()
-                if comm != "swapper":  # the idle task
-                    counts[part_of(comm)] += int(fields[1])
-                    if part_of(comm) == "other":
+            # "  28.09%   4141   1234:python3   python3": share, samples, pid:command, command
+            if len(fields) >= 4 and fields[0].endswith("%") and fields[1].isdigit() and ":" in fields[2]:
+                pid, _, _ = fields[2].partition(":")
+                comm = line.split(None, 3)[3].strip()
+                if comm != "swapper" and pid.isdigit():  # the idle task
+                    part = part_of(comm, int(pid))
+                    counts[part] += int(fields[1])
+                    if part == "other":
                         others[comm] += int(fields[1])
         self.samples = sum(counts.values())
         if not self.samples:
