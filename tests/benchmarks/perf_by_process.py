@@ -1,13 +1,13 @@
 """Which processes a series' machine CPU went to, sampled by ``perf`` (benchmarks only; not a test).
 
 ``with CpuByProcess() as shares: ...`` runs ``perf record -a`` (every core, every process, 499
-samples a second, no call graphs) over the block, then reads ``perf report --sort pid,comm``: the
-share of the busy samples (the idle task left out) each command name took. The names are grouped
-into the parts of a container's start and end on Docker (``PARTS``): runc (its ``runc:[N:...]``
-stages included), the per-container ``containerd-shim``, ``dockerd``, ``containerd``, the worker
-(the image's interpreter runs as ``python3``), the host (this benchmark's own process, by its
-pid: the raw cycle's client and, in the default series, the server), and the rest (the kernel's
-threads and anything else running).
+samples a second, no call graphs) over the block, then reads each sample's command and process
+(not thread) with ``perf script``: the share of the busy samples (the idle task left out) each
+process took. They are grouped into the parts of a container's start and end on Docker
+(``PARTS``): runc (its ``runc:[N:...]`` stages included), the per-container
+``containerd-shim``, ``dockerd``, ``containerd``, the worker (the image's interpreter runs as
+``python3``), the host (this benchmark's own process, by its pid: the raw cycle's client and, in
+the default series, the server), and the rest (the kernel's threads and anything else running).
 
 Short-lived processes are what a container start is made of (runc, the shim, the worker), and
 their CPU cannot be read from ``/proc`` once they are gone; sampling every core sees them.
@@ -85,7 +85,7 @@ class CpuByProcess:
             shutil.rmtree(self._dir, ignore_errors=True)
             return
         report = subprocess.run(
-            ["perf", "report", "-i", str(data), "--sort", "pid,comm", "--stdio", "-g", "none", "-n"],
+            ["perf", "script", "-i", str(data), "-F", "comm,pid"],
             capture_output=True,
             text=True,
             timeout=300,
@@ -97,18 +97,15 @@ class CpuByProcess:
         counts: Counter[str] = Counter()
         others: Counter[str] = Counter()
         for line in text.splitlines():
-            if line.startswith("#"):
+            # one sample a line: "   python3 1234" (the command, then the process id, not the thread's)
+            comm, _, pid = line.strip().rpartition(" ")
+            comm = comm.strip()
+            if not pid.isdigit() or not comm or comm == "swapper":  # swapper: the idle task
                 continue
-            fields = line.split()
-            # "  28.09%   4141   1234:python3   python3": share, samples, pid:command, command
-            if len(fields) >= 4 and fields[0].endswith("%") and fields[1].isdigit() and ":" in fields[2]:
-                pid, _, _ = fields[2].partition(":")
-                comm = line.split(None, 3)[3].strip()
-                if comm != "swapper" and pid.isdigit():  # the idle task
-                    part = part_of(comm, int(pid))
-                    counts[part] += int(fields[1])
-                    if part == "other":
-                        others[comm] += int(fields[1])
+            part = part_of(comm, int(pid))
+            counts[part] += 1
+            if part == "other":
+                others[comm] += 1
         self.samples = sum(counts.values())
         if not self.samples:
             self.error = "perf recorded no busy samples"
