@@ -266,9 +266,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     await rt.aclose()
 
     results["engine_raw"] = show("engine raw create..remove", raw)
-    raw_rate = len(raw) / sum(raw)
-    results["engine_raw"]["per_s"] = raw_rate
-    print(f"{'':<34} raw engine rate {raw_rate:.2f} containers/s (sequential)")
+    raw_serial = len(raw) / sum(raw)
+    results["engine_raw"]["per_s"] = raw_serial
+    print(f"{'':<34} raw engine rate {raw_serial:.2f} containers/s (sequential)")
     if naive:
         results["naive_docker_run"] = show("naive docker run --rm -i", naive)
     results["spawn_destroy"] = show("DockerRuntime spawn+destroy", cycles)
@@ -278,10 +278,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     # The raw cycle with `concurrency` in flight: the daemon's ceiling on this machine.
     total = max(args.n, 2 * args.concurrency)
     with MachineCPU(args.by_process) as raw_cpu:
-        t0 = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-            list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime), range(total)))
-        raw_conc = total / (time.perf_counter() - t0)
+        raw_conc = raw_rate(api, args.image, args.runtime, args.concurrency, total)
     results["engine_raw"]["per_s_concurrent"] = raw_conc
     results["engine_raw"]["cpu_ms"] = 1000 * raw_cpu.busy / total
     print(f"{'':<34} raw engine rate {raw_conc:.2f} containers/s at concurrency {args.concurrency}")
@@ -289,10 +286,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     raw_cpu.print_parts(total)
     if args.by_process:  # the same cycle without the engine's network hook, as the runtime's
         with MachineCPU(True) as bare_cpu:
-            t0 = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-                list(pool.map(lambda _: engine_raw_once(api, args.image, args.runtime, True), range(total)))
-            bare = total / (time.perf_counter() - t0)
+            bare = raw_rate(api, args.image, args.runtime, args.concurrency, total, network_disabled=True)
         results["engine_raw"]["per_s_network_disabled"] = bare
         print(f"{'':<34} network disabled: {bare:.2f} containers/s at concurrency {args.concurrency}")
         print(f"{'':<34} {bare_cpu.per(total)}")
@@ -416,11 +410,14 @@ async def default_rate(
         await server.aclose()
 
 
-def raw_rate(api: Any, image: str, oci: str | None, concurrency: int, total: int) -> float:
-    """The raw engine's hardened containers per second, ``concurrency`` at a time."""
+def raw_rate(
+    api: Any, image: str, oci: str | None, concurrency: int, total: int, network_disabled: bool = False
+) -> float:
+    """The raw engine's hardened containers per second, ``concurrency`` at a time
+    (``network_disabled``: see ``engine_raw_once``)."""
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda _: engine_raw_once(api, image, oci), range(total)))
+        list(pool.map(lambda _: engine_raw_once(api, image, oci, network_disabled), range(total)))
     return total / (time.perf_counter() - t0)
 
 

@@ -57,6 +57,7 @@ class CpuByProcess:
         #: The largest command names in ``other``, with their fractions.
         self.others: list[tuple[str, float]] = []
         self._dir = ""
+        self._binary = ""
         self._perf: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> CpuByProcess:
@@ -64,6 +65,7 @@ class CpuByProcess:
         if perf is None:
             self.error = "perf not found (Debian: apt-get install linux-perf)"
             return self
+        self._binary = perf
         self._dir = tempfile.mkdtemp(prefix="codemode-perf-")
         self._perf = subprocess.Popen(
             [perf, "record", "-a", "-F", "499", "-q", "-o", os.path.join(self._dir, "perf.data")],
@@ -85,12 +87,15 @@ class CpuByProcess:
             shutil.rmtree(self._dir, ignore_errors=True)
             return
         report = subprocess.run(
-            ["perf", "script", "-i", str(data), "-F", "comm,pid"],
+            [self._binary, "script", "-i", str(data), "-F", "comm,pid"],
             capture_output=True,
             text=True,
             timeout=300,
         )
         shutil.rmtree(self._dir, ignore_errors=True)
+        if report.returncode != 0:
+            self.error = f"perf script failed: {(report.stderr.strip().splitlines() or ['?'])[-1]}"
+            return
         self._read(report.stdout)
 
     def _read(self, text: str) -> None:
