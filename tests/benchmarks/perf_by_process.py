@@ -4,12 +4,12 @@
 samples a second, no call graphs) over the block, then reads each sample's command and process
 (not thread) with ``perf script``: the share of the busy samples (the idle task left out) each
 process took. They are grouped into the parts of a container's start and end on Docker
-(``PARTS``): runc (its ``runc:[N:...]`` stages included), the per-container
+(``PARTS``): the OCI runtime (runc with its ``runc:[N:...]`` stages, or crun), the per-container
 ``containerd-shim``, ``dockerd``, ``containerd``, the worker (the image's interpreter runs as
 ``python3``), the host (this benchmark's own process, by its pid: the raw cycle's client and, in
 the default series, the server), and the rest (the kernel's threads and anything else running).
 
-Short-lived processes are what a container start is made of (runc, the shim, the worker), and
+Short-lived processes are what a container start is made of (the OCI runtime, the shim, the worker), and
 their CPU cannot be read from ``/proc`` once they are gone; sampling every core sees them.
 ``perf`` needs root (or ``kernel.perf_event_paranoid`` ≤ 0) and Debian's ``linux-perf``; without it
 the shares say so in one line and the series runs as before.
@@ -28,15 +28,15 @@ from pathlib import Path
 __all__ = ["PARTS", "CpuByProcess", "part_of"]
 
 #: The parts, in the order printed; ``part_of`` maps a command name to one of them.
-PARTS = ("worker", "runc", "containerd-shim", "dockerd", "containerd", "host", "other")
+PARTS = ("worker", "oci-runtime", "containerd-shim", "dockerd", "containerd", "host", "other")
 
 
 def part_of(comm: str, pid: int = 0) -> str:
     """The part a process belongs to (``PARTS``), by its command name and pid."""
     if pid == os.getpid():
         return "host"
-    if comm.startswith("runc"):
-        return "runc"
+    if comm.startswith("runc") or comm == "crun":
+        return "oci-runtime"
     if comm.startswith("containerd-shim"):
         return "containerd-shim"
     if comm in ("dockerd", "containerd"):
