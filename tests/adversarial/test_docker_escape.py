@@ -31,6 +31,7 @@ import pytest
 
 import codemode
 from codemode import authz
+from codemode.ops.image_audit import writable_check
 from codemode.runtimes.base import SpawnFailed
 from codemode.runtimes.docker import (
     DEFAULT_IMAGE,
@@ -218,6 +219,32 @@ final({"writable": writable, "existing": existing, "errors": sorted(errors), "ch
     if not GVISOR:  # gVisor has its own (internal, here not writable) /dev/shm
         assert res["shm"] is False  # IpcMode none: no /dev/shm tmpfs
     assert res["mqueue"] == []
+
+
+async def test_the_container_alone_leaves_nothing_writable_masked_directories_included(
+    docker_api: Any,
+) -> None:
+    """Found while measuring crun against runc (issue 34): the worker's own Landlock domain refuses
+    every write, so the test above cannot see what the container alone leaves writable. This runs a
+    process beside the worker with the container's own confinement only (``docker exec`` as the
+    worker's user: its seccomp profile, no capabilities, no new privileges, no Landlock), with the
+    image audit's probe (``codemode.ops.image_audit.writable_check``: only EROFS and EACCES count as
+    refused, anything else fails). The masked
+    directories (``/proc/sys/fs``, ``/proc/sys/kernel/pty``, the ``/sys`` ones) are empty tmpfs
+    mounts; runc mounts them read-only. crun 1.8.1 leaves them read-write with mode 1777 and no size
+    limit, so any process of the worker's user could store data in them: this fails under
+    ``CODEMODE_TEST_OCI_RUNTIME=crun`` (docs/docker.md, "Which OCI runtime")."""
+    rt = DockerRuntime(DockerOptions(oci_runtime=OCI_RUNTIME))
+    try:
+        sandbox = await rt.spawn()
+        try:
+            check = await writable_check(docker_api, sandbox.container_id)
+        finally:
+            await sandbox.destroy()
+    finally:
+        await rt.aclose()
+    assert check.status == "PASS", (check.detail, check.findings)
+    assert int(check.detail.split()[2]) > 50  # the image's directories, the mount points, the masked paths
 
 
 # ------------------------------------------------------------------------------------------ env, creds

@@ -9,7 +9,9 @@ The audit reads the image three ways, all through the Docker Engine API:
    permissions, no code from the image runs, and the image does not have to be honest about itself;
 3. the protocol probe, by spawning one worker with :class:`~codemode.runtimes.docker.DockerRuntime`
    (the runtime's full hardening: network none, read-only root, cap-drop ALL, no-new-privileges, user
-   65532:65532, limits) and destroying it again.
+   65532:65532, limits); while it runs, a process of the worker's user beside it (``docker exec``:
+   the container's confinement only, not the worker's own) tries to create a file in every
+   directory it could store data in (``WRITABLE_PROBE``); then the worker is destroyed.
 
 The rules themselves are pure functions in :mod:`codemode.ops.image_rules`.
 """
@@ -53,7 +55,7 @@ __all__ = [
     "audit_image",
     "export_entries",
     "format_report",
-    "probe_check",
+    "probe_checks",
     "run",
 ]
 
@@ -129,17 +131,151 @@ class _Capture(logging.Handler):
             self.messages.append(record.getMessage())
 
 
-async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | None, timeout: float) -> Check:
-    """Spawn one worker under the Docker runtime's hardening, wait for ``probe_ack``, destroy it.
+#: Python run with ``docker exec`` as the worker's user beside the probed worker (``-I -S``: no
+#: environment, no site directory). It tries to create a file (a random name) in every directory of
+#: ``argv[1]`` (the runtime's masked paths), every read-write mount point (mountinfo's escapes
+#: undone) and every directory of the image (``/proc`` and ``/sys`` not walked); a read-write mount
+#: point that is a file is opened for appending (nothing written). It prints
+#: ``{"writable": [...], "undecided": [...], "tried": N}``: ``EROFS``, ``EACCES`` and ``ENOENT``
+#: (``/proc`` takes no new file) count as not writable, any other refusal leaves the place
+#: undecided. The files it made stay: the container is removed after.
+WRITABLE_PROBE = r"""
+import errno, json, os, re, sys
+name = ".codemode-audit-" + os.urandom(8).hex()
+seen, writable, undecided = set(), [], []
+def try_create(place):
+    if place in seen:
+        return
+    seen.add(place)
+    try:
+        if os.path.isdir(place):
+            os.close(os.open(os.path.join(place, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        elif os.path.isfile(place):
+            os.close(os.open(place, os.O_WRONLY | os.O_APPEND))
+        else:
+            return
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.ENOENT):
+            undecided.append(place + " (" + errno.errorcode.get(exc.errno, str(exc.errno)) + ")")
+        return
+    writable.append(place)
+for place in json.loads(sys.argv[1]):
+    try_create(place)
+with open("/proc/self/mountinfo") as mounts:
+    for line in mounts:
+        fields = line.split()
+        if "rw" in fields[5].split(","):
+            try_create(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+for root, dirs, _ in os.walk("/"):
+    if root in ("/proc", "/sys") or root.startswith(("/proc/", "/sys/")):
+        dirs[:] = []
+    else:
+        try_create(root)
+print(json.dumps({"writable": writable, "undecided": undecided, "tried": len(seen)}))
+"""
+
+#: How long the probe may run, and how much of its output is read (the image is untrusted).
+WRITABLE_PROBE_SECONDS = 30.0
+_PROBE_OUTPUT_BYTES = 256 * 1024
+
+
+def _run_probe(api: Any, container_id: str) -> tuple[int | None, bytes, bytes, bool]:
+    """Exit code, stdout, stderr (each at most ``_PROBE_OUTPUT_BYTES``) and whether the output was
+    cut, of ``WRITABLE_PROBE`` run in the container as the worker's user."""
+    from docker.utils.socket import STDOUT, frames_iter
+
+    from ..runtimes.docker import WORKER_USER
+    from ..runtimes.docker.attach import close_attach
+    from ..runtimes.docker.masked_paths import MASKED_PATHS
+
+    command = ["python3", "-I", "-S", "-c", WRITABLE_PROBE, json.dumps(list(MASKED_PATHS))]
+    run = api.exec_create(container_id, command, user=WORKER_USER)
+    out, err = bytearray(), bytearray()
+    sock = api.exec_start(run["Id"], socket=True)
+    try:
+        for stream, data in frames_iter(sock, tty=False):
+            (out if stream == STDOUT else err).extend(data)
+            if len(out) > _PROBE_OUTPUT_BYTES or len(err) > _PROBE_OUTPUT_BYTES:
+                return None, bytes(out[:_PROBE_OUTPUT_BYTES]), bytes(err[-4096:]), True
+    finally:
+        close_attach(sock)
+    code = api.exec_inspect(run["Id"]).get("ExitCode")
+    return code, bytes(out), bytes(err[-4096:]), False
+
+
+async def writable_check(api: Any, container_id: str, *, seconds: float = WRITABLE_PROBE_SECONDS) -> Check:
+    """Whether the worker's user can store data anywhere in a running worker container, with the
+    container's confinement only (``WRITABLE_PROBE`` through ``docker exec``).
+
+    The probe runs the image's own ``python3``: an image can make it lie, so this checks the OCI
+    runtime's mounts under an image you trust (the other checks vet the image itself).
+
+    Args:
+        api: a ``docker.APIClient``.
+        container_id: the running worker's container (the caller removes it after; that also ends
+            a probe still running past ``seconds``).
+        seconds: how long the probe may run.
+
+    Returns:
+        The ``writable mounts`` check: PASS with how many places were tried, FAIL with the writable
+        ones (a mount the OCI runtime left writable, such as crun 1.8.1's masked directories), the
+        undecided ones, or why the check could not run.
+    """
+    name = "writable mounts"
+    err = b""
+    try:
+        code, out, err, cut = await asyncio.wait_for(
+            asyncio.to_thread(_run_probe, api, container_id), seconds
+        )
+        if cut:
+            raise ValueError(f"the probe wrote more than {_PROBE_OUTPUT_BYTES} bytes")
+        if code != 0:
+            raise ValueError(f"the probe exited with {code}")
+        found = json.loads(out)
+        writable = [str(w) for w in found["writable"]]
+        undecided = [str(u) for u in found["undecided"]]
+        tried = int(found["tried"])
+    except TimeoutError:
+        return Check(name, "FAIL", f"could not run the check: the probe ran longer than {seconds:.0f} s")
+    except Exception as exc:
+        tail = err.decode(errors="replace").strip()[-300:]
+        return Check(
+            name, "FAIL", f"could not run the check: {type(exc).__name__}: {exc}", [tail] if tail else []
+        )
+    if writable:
+        return Check(
+            name,
+            "FAIL",
+            f"the worker's user can write in {len(writable)} of {tried} places "
+            "(the OCI runtime left them writable)",
+            writable[:20],
+        )
+    if undecided:
+        return Check(
+            name,
+            "FAIL",
+            f"{len(undecided)} of {tried} places refused with an unexpected error",
+            undecided[:20],
+        )
+    return Check(name, "PASS", f"none of {tried} places writable by the worker's user (container alone)")
+
+
+async def probe_checks(
+    image: str, *, api: Any, base_url: str | None, oci_runtime: str | None, timeout: float
+) -> list[Check]:
+    """Spawn one worker under the Docker runtime's hardening, wait for ``probe_ack``, check what its
+    user could write (``writable_check``), destroy it.
 
     Args:
         image: the image.
+        api: a ``docker.APIClient`` for the same daemon (the writable check's ``exec``).
         base_url: the Docker daemon (None: the environment's).
         oci_runtime: the OCI runtime to use (None: the daemon's default).
         timeout: seconds the spawn may take.
 
     Returns:
-        The ``protocol probe`` check: PASS with the time taken, or FAIL with why.
+        The ``protocol probe`` check (PASS with the time taken, or FAIL with why) and, when the
+        worker answered, the ``writable mounts`` check.
     """
     from ..runtimes.docker import WORKER_USER, DockerOptions, DockerRuntime
 
@@ -160,16 +296,21 @@ async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | No
             t0 = time.perf_counter()
             sandbox = await runtime.spawn()
             elapsed = time.perf_counter() - t0
-            await sandbox.destroy()
+            try:
+                writable = await writable_check(api, sandbox.container_id)
+            finally:
+                await sandbox.destroy()
         except Exception as exc:
             why = f"{type(exc).__name__}: {exc}"
             extra = [m for m in capture.messages if "failed to start" in m]
-            return Check(
-                name,
-                "FAIL",
-                f"no probe_ack under the runtime's hardening: {why}",
-                [m[:1000] for m in extra[-1:]],
-            )
+            return [
+                Check(
+                    name,
+                    "FAIL",
+                    f"no probe_ack under the runtime's hardening: {why}",
+                    [m[:1000] for m in extra[-1:]],
+                )
+            ]
         finally:
             await runtime.aclose()
     finally:
@@ -177,7 +318,7 @@ async def probe_check(image: str, *, base_url: str | None, oci_runtime: str | No
     hardening = f"network none, read-only root, cap-drop ALL, no-new-privileges, user {WORKER_USER}"
     if oci_runtime:
         hardening += f", OCI runtime {oci_runtime}"
-    return Check(name, "PASS", f"probe_ack after {elapsed:.2f} s ({hardening})")
+    return [Check(name, "PASS", f"probe_ack after {elapsed:.2f} s ({hardening})"), writable]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,7 +366,7 @@ async def audit_image(
         image: the image.
         base_url: the Docker daemon (None: the environment's).
         oci_runtime: the OCI runtime of the probe.
-        probe: whether to spawn a worker (the protocol probe).
+        probe: whether to spawn a worker (the protocol probe and the writable mounts check).
         probe_timeout: seconds the probe's spawn may take.
         allow: the shells, package managers or test entries accepted on purpose (they warn
             instead of failing).
@@ -261,8 +402,10 @@ async def audit_image(
         else:
             checks.extend(audit_filesystem(entries, _image_uid(str(config.get("User") or "")), allow))
         if probe:
-            checks.append(
-                await probe_check(image, base_url=base_url, oci_runtime=oci_runtime, timeout=probe_timeout)
+            checks.extend(
+                await probe_checks(
+                    image, api=api, base_url=base_url, oci_runtime=oci_runtime, timeout=probe_timeout
+                )
             )
         return AuditReport(
             image=image,

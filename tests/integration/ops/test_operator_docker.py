@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from codemode import cli
-from codemode.runtimes.docker import DEFAULT_IMAGE
+from codemode.ops.image_audit import writable_check
+from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER
 from codemode.startup.config import parse_size
 from tests.support.docker_engine import worker_containers
 
@@ -85,6 +86,7 @@ def test_audit_worker_image_passes(docker_api: Any, capsys: pytest.CaptureFixtur
         "role label",
         "setuid/setgid files",
         "protocol probe",
+        "writable mounts",
     ):
         (row,) = [ln for ln in out.splitlines() if ln.startswith(name + " ")]
         assert " PASS " in row, row
@@ -99,8 +101,51 @@ def test_audit_worker_image_passes(docker_api: Any, capsys: pytest.CaptureFixtur
     assert checks["shell"]["status"] == checks["package managers"]["status"] == "PASS"
     assert checks["test entries"]["status"] == "PASS"
     assert checks["protocol probe"]["status"] == "PASS"
+    # a process of the worker's user beside the worker tried the image's directories, the mount
+    # points and the masked directories, and could create a file in none
+    assert checks["writable mounts"]["status"] == "PASS"
+    assert int(checks["writable mounts"]["detail"].split()[2]) > 50
     assert not worker_containers(docker_api, MINE)
     assert not docker_api.containers(all=True, filters={"label": ["io.codemode.role=audit"]})
+
+
+async def test_the_writable_check_names_each_place_the_workers_user_can_write(docker_api: Any) -> None:
+    """The check's failing side, on a real container of the worker image created without the
+    runtime's hardening and with what the runtime never gives (crun 1.8.1 left its masked
+    directories so, docs/docker.md "Which OCI runtime"): read-write tmpfs mounts of mode 1777, two
+    under ``/sys`` that only the probe's mount table step reaches (one with a space, escaped there
+    as ``\\040``). The root file system is read-only as in a worker container."""
+    scratch = "rw,mode=1777,size=64k"
+    container = docker_api.create_container(
+        WORKER_IMAGE,
+        entrypoint=["python3", "-I", "-c", "import time; time.sleep(120)"],
+        user=WORKER_USER,
+        network_disabled=True,
+        labels={"io.codemode.owner-pid": str(os.getpid())},
+        host_config=docker_api.create_host_config(
+            read_only=True,
+            network_mode="none",
+            tmpfs={"/scratch": scratch, "/sys/fs/cgroup/xy": scratch, "/sys/fs/cgroup/x y": scratch},
+        ),
+    )["Id"]
+    try:
+        docker_api.start(container)
+        check = await writable_check(docker_api, container)
+        # a probe that outlives its deadline is a failed check, not a hung audit
+        stuck = await writable_check(docker_api, container, seconds=0.001)
+    finally:
+        docker_api.remove_container(container, force=True, v=True)
+    # the tmpfs mounts, and the two the engine mounts writable by default and the runtime takes away
+    # (IpcMode none: no /dev/shm; a read-only /dev/mqueue); nothing of the read-only image
+    assert sorted(check.findings) == [
+        "/dev/mqueue",
+        "/dev/shm",
+        "/scratch",
+        "/sys/fs/cgroup/x y",
+        "/sys/fs/cgroup/xy",
+    ], check
+    assert check.status == "FAIL" and check.detail.startswith("the worker's user can write in 5 of")
+    assert stuck.status == "FAIL" and "ran longer than" in stuck.detail
 
 
 def test_audit_bad_image_reports_each_failure(
