@@ -224,7 +224,7 @@ final({"writable": writable, "existing": existing, "errors": sorted(errors), "ch
 async def test_the_container_alone_leaves_nothing_writable_masked_directories_included(
     docker_api: Any,
 ) -> None:
-    """Found while measuring crun against runc (issue 34): the worker's own Landlock domain refuses
+    """Found while measuring crun against runc: the worker's own Landlock domain refuses
     every write, so the test above cannot see what the container alone leaves writable. This runs a
     process beside the worker with the container's own confinement only (``docker exec`` as the
     worker's user: its seccomp profile, no capabilities, no new privileges, no Landlock), with the
