@@ -228,9 +228,9 @@ async def test_the_container_alone_leaves_nothing_writable_masked_directories_in
     every write, so the test above cannot see what the container alone leaves writable. This runs a
     process beside the worker with the container's own confinement only (``docker exec`` as the
     worker's user: its seccomp profile, no capabilities, no new privileges, no Landlock), with the
-    image audit's probe (``codemode.ops.image_audit.writable_check``: only EROFS and EACCES count as
-    refused, anything else fails). The masked
-    directories (``/proc/sys/fs``, ``/proc/sys/kernel/pty``, the ``/sys`` ones) are empty tmpfs
+    image audit's probe (``codemode.ops.image_audit.writable_check``: only EROFS, EACCES and ENOENT
+    count as refused, anything else fails). The masked directories (``/proc/sys/fs``,
+    ``/proc/sys/kernel/pty``, the ``/sys`` ones) are empty tmpfs
     mounts; runc mounts them read-only. crun 1.8.1 leaves them read-write with mode 1777 and no size
     limit, so any process of the worker's user could store data in them: this fails under
     ``CODEMODE_TEST_OCI_RUNTIME=crun`` (docs/docker.md, "Which OCI runtime")."""
