@@ -6,8 +6,11 @@ without an engine or the worker image and fails under ``CI=true``.
 
 from __future__ import annotations
 
+import io
 import json
 import struct
+import tarfile
+import uuid
 from typing import Any
 
 ROLE_LABEL = "io.codemode.role=worker"
@@ -16,6 +19,25 @@ ROLE_LABEL = "io.codemode.role=worker"
 def worker_containers(api: Any, *extra_labels: str) -> list[dict[str, Any]]:
     """All containers (any state) labelled as codemode workers (optionally more label filters)."""
     return list(api.containers(all=True, filters={"label": [ROLE_LABEL, *extra_labels]}))
+
+
+def build_image(api: Any, name: str, dockerfile: str) -> str:
+    """Build ``dockerfile`` (no other context, nothing pulled) as ``name:<random tag>``; the tag.
+    The caller removes the image."""
+    tag = f"{name}:{uuid.uuid4().hex[:12]}"
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tf:
+        data = dockerfile.encode()
+        member = tarfile.TarInfo("Dockerfile")
+        member.size = len(data)
+        tf.addfile(member, io.BytesIO(data))
+    context.seek(0)
+    for chunk in api.build(
+        fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, decode=True, pull=False
+    ):
+        if "error" in chunk:
+            raise AssertionError(f"building {name} failed: {chunk['error']}")
+    return tag
 
 
 # A minimal stand-alone probe answerer for fake workers started with an entrypoint override.

@@ -111,9 +111,9 @@ def export_entries(api: Any, image: str) -> list[FsEntry]:
             return [fs_entry(m) for m in tf]
     finally:
         try:
-            api.remove_container(cid, force=True)
+            api.remove_container(cid, force=True, v=True)  # v: the image's VOLUMEs made anonymous ones
         except Exception as exc:
-            log.warning("could not remove audit container %s: %s", cid[:12], exc)
+            log.warning("could not remove audit container %s: %s", cid[:12], _shown(str(exc)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -422,9 +422,34 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB ({n / 2**20:.1f} MiB)"
 
 
+#: The longest detail or finding the table prints (the JSON report has each whole).
+SHOWN_CHARS = 300
+
+
+def _shown(text: str) -> str:
+    """``text`` for a terminal: printable ASCII as it is; a backslash and every other character
+    (control characters such as ESC and newlines, bidirectional overrides, invisible or combining
+    characters, letters a terminal may reorder) as its escape, e.g. ``\\x1b``, so a file name or
+    the probe's output in an image cannot move the cursor, recolour, hide or reorder the report, or
+    pass for an escape it is not. At most ``SHOWN_CHARS`` characters of it.
+
+    Args:
+        text: a detail or finding (from the image, the probe or the daemon).
+
+    Returns:
+        The escaped text, cut with a note of what was left out.
+    """
+    cut = text[:SHOWN_CHARS]
+    out = "".join(ch if " " <= ch <= "~" and ch != "\\" else ascii(ch)[1:-1] for ch in cut)
+    if len(text) > SHOWN_CHARS:
+        out += f" ... ({len(text) - SHOWN_CHARS} more characters, --json)"
+    return out
+
+
 def format_report(report: AuditReport) -> str:
     """The report as a table: one line per check, the findings of those that did not pass (and of
-    the shell check), then the verdict.
+    the shell check), then the verdict. Details and findings come from the image: their
+    characters that are not printable are escaped (``_shown``).
 
     Args:
         report: the audit.
@@ -433,18 +458,18 @@ def format_report(report: AuditReport) -> str:
         The text.
     """
     lines = [
-        f"codemode image audit: {report.image}",
-        f"id {report.image_id[:19]}  {report.platform}  size {_size(report.size_bytes)}  "
+        f"codemode image audit: {_shown(report.image)}",
+        f"id {report.image_id[:19]}  {_shown(report.platform)}  size {_size(report.size_bytes)}  "
         f"host protocol {PROTOCOL_VERSION}",
         "",
     ]
     width = max(len(c.name) for c in report.checks) if report.checks else 10
     lines.append(f"{'CHECK':<{width}}  STATUS  DETAIL")
     for c in report.checks:
-        lines.append(f"{c.name:<{width}}  {c.status:<6}  {c.detail}")
+        lines.append(f"{c.name:<{width}}  {c.status:<6}  {_shown(c.detail)}")
         if c.status != "PASS" or c.name == "shell":
             for finding in c.findings[:TABLE_FINDINGS]:
-                lines.append(f"{'':<{width}}          - {finding}")
+                lines.append(f"{'':<{width}}          - {_shown(finding)}")
             if len(c.findings) > TABLE_FINDINGS:
                 lines.append(
                     f"{'':<{width}}          ... and {len(c.findings) - TABLE_FINDINGS} more (--json)"
@@ -522,7 +547,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             json.dump({"image": args.image, "ok": False, "error": str(exc)}, sys.stdout, indent=2)
             print()
-        raise CommandError(str(exc)) from None
+        raise CommandError(_shown(str(exc))) from None
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()

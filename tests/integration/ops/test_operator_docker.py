@@ -7,10 +7,8 @@ The deliberately bad image is built here from ``codemode-base:bookworm`` and rem
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ from codemode import cli
 from codemode.ops.image_audit import writable_check
 from codemode.runtimes.docker import DEFAULT_IMAGE, WORKER_USER
 from codemode.startup.config import parse_size
-from tests.support.docker_engine import worker_containers
+from tests.support.docker_engine import build_image, worker_containers
 
 # Containers started by this test process (other hosts may share the daemon).
 MINE = f"io.codemode.owner-pid={os.getpid()}"
@@ -32,7 +30,7 @@ pytestmark = pytest.mark.docker
 # FROM is filled in with the base image from the ``docker_base_image`` fixture.
 BAD_DOCKERFILE = """\
 FROM {base}
-RUN ["python3", "-c", "import os\\nos.makedirs('/usr/local/bin', exist_ok=True)\\np = '/usr/local/bin/escalate'\\nopen(p, 'w').write('#!/bin/true\\\\n')\\nos.chmod(p, 0o4755)\\nos.makedirs('/srv/drop', exist_ok=True)\\nos.chmod('/srv/drop', 0o777)\\n"]
+RUN ["python3", "-c", "import os\\nos.makedirs('/usr/local/bin', exist_ok=True)\\np = '/usr/local/bin/escalate'\\nopen(p, 'w').write('#!/bin/true\\\\n')\\nos.chmod(p, 0o4755)\\nos.makedirs('/srv/drop', exist_ok=True)\\nos.chmod('/srv/drop', 0o777)\\nq = '/srv/' + chr(27) + '[2J' + chr(0x202e) + 'gnp.x'\\nos.makedirs(q)\\nos.chmod(q, 0o777)\\n"]
 ENV API_TOKEN=not-a-real-token-0123456789
 EXPOSE 8080
 VOLUME /data
@@ -43,25 +41,17 @@ ENTRYPOINT ["python3", "-m", "codemode_worker"]
 
 @pytest.fixture(scope="module")
 def bad_image(docker_api: Any, docker_base_image: str) -> Iterator[str]:
-    tag = f"codemode-test-bad-worker:{uuid.uuid4().hex[:12]}"
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tf:
-        data = BAD_DOCKERFILE.replace("{base}", docker_base_image).encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(data)
-        tf.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    log = []
-    for chunk in docker_api.build(
-        fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True, decode=True, pull=False
-    ):
-        log.append(chunk)
-        if "error" in chunk:
-            pytest.fail(f"building the bad test image failed: {chunk['error']}")
+    tag = build_image(
+        docker_api, "codemode-test-bad-worker", BAD_DOCKERFILE.replace("{base}", docker_base_image)
+    )
     try:
         yield tag
     finally:
         docker_api.remove_image(tag, force=True)
+
+
+def docker_volumes(api: Any) -> list[str]:
+    return [v["Name"] for v in api.volumes().get("Volumes") or []]
 
 
 def audit_json(image: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
@@ -151,6 +141,7 @@ async def test_the_writable_check_names_each_place_the_workers_user_can_write(do
 def test_audit_bad_image_reports_each_failure(
     docker_api: Any, bad_image: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    volumes = set(docker_volumes(docker_api))
     code, report = audit_json(bad_image, capsys)
     assert code == 1 and report["ok"] is False
     checks = {c["name"]: c for c in report["checks"]}
@@ -179,6 +170,14 @@ def test_audit_bad_image_reports_each_failure(
     assert code == 1 and "result: FAIL" in out
     assert "protocol probe" not in out
     assert not worker_containers(docker_api, MINE)
+    # The world-writable directory whose name clears the screen and reverses the text after it is
+    # named in the table with those characters escaped; the JSON report escapes them itself.
+    hostile = "/srv/\x1b[2J\u202egnp.x"
+    assert any(hostile in f for f in checks["world-writable paths"]["findings"])
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "/srv/\\x1b[2J\\u202egnp.x" in out
+    # VOLUME /data: the export's (and the probe's) container left no anonymous volume behind.
+    assert set(docker_volumes(docker_api)) <= volumes
 
 
 def test_audit_missing_image(docker_api: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,7 @@ from codemode.runtimes.docker import (
 from codemode.runtimes.docker._orphans import OWNER as _OWNER
 from codemode.runtimes.seccomp_profile import docker_profile
 from tests.support.docker_engine import (
+    build_image,
     encode,
     fake_worker,
     read_exact,
@@ -500,6 +501,38 @@ async def test_image_without_the_protocol_label_is_runtime_unavailable(docker_ap
             await rt.check()
     finally:
         await rt.aclose()
+
+
+async def test_an_image_with_a_volume_is_refused_and_a_worker_of_it_leaves_no_volume(docker_api: Any) -> None:
+    # The worker image plus VOLUME /scratch: labelled right, but the engine would give every worker a
+    # writable anonymous volume there (and keep it after the container, one per execute).
+    # The second one's name would recolour the operator's terminal and reverse the text after it.
+    volume_line = 'VOLUME ["/scratch", "/s\\u001b[31m\\u202ex"]'
+    tag = build_image(docker_api, "codemode-test-volume-worker", f"FROM {DEFAULT_IMAGE}\n{volume_line}\n")
+    rt = DockerRuntime(DockerOptions(image=tag))
+    try:
+        with pytest.raises(
+            RuntimeUnavailable, match=r"declares VOLUME '/s\\x1b\[31m\\u202ex', '/scratch'"
+        ) as refused:
+            await rt.check()
+        assert "\x1b" not in str(refused.value) and "\u202e" not in str(refused.value)
+        volumes = {v["Name"] for v in docker_api.volumes().get("Volumes") or []}
+        for kill in (False, True):  # a worker that ends by itself, and one the host kills
+            sandbox = await rt.spawn()
+            mounts = docker_api.inspect_container(sandbox.container_id)["Mounts"]
+            assert sorted(m["Destination"] for m in mounts) == ["/s\x1b[31m\u202ex", "/scratch"]
+            if not kill:
+                await sandbox.close_input()  # the worker exits 0 at the end of its input
+                async with asyncio.timeout(30):
+                    while await sandbox.read(4096):
+                        pass
+            info = await sandbox.destroy()
+            assert info.exit_code == (137 if kill else 0)
+            assert _gone(docker_api, sandbox.container_id)
+        assert {v["Name"] for v in docker_api.volumes().get("Volumes") or []} <= volumes
+    finally:
+        await rt.aclose()
+        docker_api.remove_image(tag, force=True)
 
 
 async def test_unknown_oci_runtime_is_runtime_unavailable(docker_api: Any) -> None:

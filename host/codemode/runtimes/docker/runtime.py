@@ -43,18 +43,33 @@ log = logging.getLogger("codemode.runtimes.docker")
 _RemoveOutcome = Literal["removed", "gone", "failed"]
 
 
+def _clean_exit(waited: Any) -> bool:
+    """Whether a ``wait`` answer says the container's process exited 0."""
+    return isinstance(waited, dict) and waited.get("StatusCode") == 0 and not waited.get("Error")
+
+
 class DockerSandbox(AttachedContainer["DockerRuntime"]):
     """One worker container reached through its attached stdin/stdout; ``destroy()`` closes the
     streams, kills the container if it still runs, waits for it, reads ``State.OOMKilled`` and the
-    exit code, and removes it, exactly once, whatever happened before; it never raises."""
+    exit code (not for a single-use worker that exited 0: below), and removes it, exactly once,
+    whatever happened before; it never raises.
+
+    A single-use worker is the container's only process (the container's seccomp profile lets it
+    start threads only), and the OOM killer ends it with SIGKILL (137): one that exited 0 was not
+    OOM-killed, so its ``State.OOMKilled`` is not read (one API call less per container). A
+    reusable sandbox's supervisor forks workers, so its container's state is always read.
+    """
+
+    #: The container runs one single-use worker (False: a reusable sandbox's supervisor).
+    single_worker = True
 
     def _destroy_blocking(self) -> ExitInfo:
         """Close, kill if running, wait, inspect, remove. Runs once, on the runtime's pool.
 
-        A worker whose output stream already ended has exited (or is exiting): wait for it, read
-        ``State.OOMKilled`` and ``State.ExitCode``, remove it. A worker still running is killed by
-        the host: ``remove(force=True)`` kills (SIGKILL) and removes in one call, and the exit is
-        reported as SIGKILL (137) without asking the daemon.
+        A worker whose output stream already ended has exited (or is exiting): wait for it; unless a
+        single-use worker exited 0, read ``State.OOMKilled`` and ``State.ExitCode``; remove it. A
+        worker still running is killed by the host: ``remove(force=True)`` kills (SIGKILL) and
+        removes in one call, and the exit is reported as SIGKILL (137) without asking the daemon.
         """
         rt = self._runtime
         cid = self.container_id
@@ -65,13 +80,17 @@ class DockerSandbox(AttachedContainer["DockerRuntime"]):
         if exited:
             try:
                 api = rt._client()
+                waited: Any = None
                 with contextlib.suppress(Exception):
-                    api.wait(cid, timeout=rt.options.wait_timeout)
-                state = api.inspect_container(cid).get("State") or {}
-                oom = bool(state.get("OOMKilled"))
-                code = state.get("ExitCode")
-                if isinstance(code, int) and not state.get("Running"):
-                    exit_code = code
+                    waited = api.wait(cid, timeout=rt.options.wait_timeout)
+                if self.single_worker and _clean_exit(waited):
+                    exit_code = 0
+                else:
+                    state = api.inspect_container(cid).get("State") or {}
+                    oom = bool(state.get("OOMKilled"))
+                    code = state.get("ExitCode")
+                    if isinstance(code, int) and not state.get("Running"):
+                        exit_code = code
             except Exception as exc:
                 if not is_not_found(exc):
                     log.warning("docker: inspecting worker %s failed: %s", self._id, api_error_text(exc))
@@ -189,7 +208,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         while True:
             try:
                 api = self._client()
-                api.remove_container(cid, force=True)
+                api.remove_container(cid, force=True, v=True)  # v: an image VOLUME's anonymous volume
                 return "removed"
             except Exception as exc:
                 if is_not_found(exc):
@@ -252,6 +271,12 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
             )
         if labels.get(IMAGE_ROLE_LABEL) != "worker":
             raise RuntimeUnavailable(f"docker: image {name!r} is not labelled {IMAGE_ROLE_LABEL}=worker")
+        volumes = ", ".join(map(ascii, sorted((image.get("Config") or {}).get("Volumes") or {})))
+        if volumes:  # ascii(): the image names them, and this line reaches the operator's terminal
+            raise RuntimeUnavailable(
+                f"docker: image {name!r} declares VOLUME {volumes}: each would be a writable volume "
+                "in every worker; rebuild the image without it (codemode image audit)"
+            )
         if oci is not None:
             try:
                 runtimes = api.info().get("Runtimes") or {}
@@ -327,6 +352,7 @@ class DockerRuntime(BlockingRuntime[DockerSandbox]):
         loop = asyncio.get_running_loop()
         cid, attach = await self._launch(None, True)
         raw = DockerSandbox(self, cid, attach, loop)
+        raw.single_worker = False
         box = Supervised(raw, end_timeout=self.options.end_timeout)
         await self._adopt_with(raw, lambda: box.started(self.options.spawn_timeout))
         return box
