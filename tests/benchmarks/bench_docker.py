@@ -378,15 +378,22 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def default_rate(
-    image: str, oci: str | None, pool_size: int, concurrency: int, total: int, cpu: MachineCPU | None = None
+    image: str,
+    oci: str | None,
+    pool_size: int,
+    concurrency: int,
+    total: int,
+    cpu: MachineCPU | None = None,
+    entrypoint: tuple[str, ...] | None = None,
 ) -> float:
     """Executes/s of the default mode (a fresh container per execute, over a warm pool of
     ``pool_size``), ``concurrency`` in flight, once the pool is warm; ``cpu`` (when given) measures
-    the machine's CPU over the same executes."""
+    the machine's CPU over the same executes; ``entrypoint`` replaces the worker's."""
     import codemode
     from codemode import authz
 
-    pool = codemode.WarmPool(DockerRuntime(DockerOptions(image=image, oci_runtime=oci)), pool_size)
+    options = DockerOptions(image=image, oci_runtime=oci, entrypoint=entrypoint)
+    pool = codemode.WarmPool(DockerRuntime(options), pool_size)
     server = build_server(pool)
     await server.start()
     try:
