@@ -1,5 +1,5 @@
-"""Stand-ins several tests share (no tests here): a clock the test moves by hand, and the call
-context an authorizer reads."""
+"""Stand-ins several tests share (no tests here): a clock the test moves by hand, the call
+context an authorizer reads, and the lifecycle of a fake runtime."""
 
 from __future__ import annotations
 
@@ -25,3 +25,16 @@ class Ctx:
 
     deadline: float
     cancelled: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+
+class QuietLifecycle:
+    """A fake runtime's ``start``, ``check`` and ``aclose``: each does nothing."""
+
+    async def start(self) -> None:
+        return None
+
+    async def check(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

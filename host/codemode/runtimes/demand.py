@@ -98,9 +98,12 @@ class Demand:
         """One worker took ``seconds`` to start.
 
         Args:
-            seconds: its start time (negative values count as 0).
+            seconds: its start time (negative values and NaN count as 0; an infinite one is
+                ignored: it would make the target infinite).
         """
-        seconds = max(0.0, seconds)
+        if math.isinf(seconds):
+            return
+        seconds = max(0.0, seconds)  # max(0.0, nan) is 0.0
         previous = self._spawn
         self._spawn = seconds if previous is None else previous + self.alpha * (seconds - previous)
 
@@ -135,7 +138,10 @@ class Demand:
         if self._spawn is None:
             return max(self.minimum, min(self.maximum, base))
         # A tiny epsilon keeps an exact product (2.0000000001 from float error) from rounding up.
-        want = base + math.ceil(self.rate() * self._spawn * self.headroom - 1e-9)
+        wanted = self.rate() * self._spawn * self.headroom - 1e-9
+        if not wanted < self.maximum:  # past the maximum, inf or NaN: rounding one would raise
+            wanted = float(self.maximum)
+        want = base + math.ceil(wanted)
         return max(self.minimum, min(self.maximum, want))
 
     def target(self, base: int = 0) -> int:

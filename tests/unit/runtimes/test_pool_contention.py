@@ -15,7 +15,7 @@ import pytest
 from codemode.runtimes.base import ExitInfo
 from codemode.runtimes.contention import RECENT_SECONDS, Contention
 from codemode.runtimes.pool import WarmPool
-from tests.support.fakes import Clock
+from tests.support.fakes import Clock, QuietLifecycle
 
 
 class Box:
@@ -29,7 +29,7 @@ class Box:
         return ExitInfo(exit_code=0)
 
 
-class Runtime:
+class Runtime(QuietLifecycle):
     """Starts sandboxes at once; counts them."""
 
     name = "fake"
@@ -37,15 +37,6 @@ class Runtime:
 
     def __init__(self) -> None:
         self.started = 0
-
-    async def start(self) -> None:
-        return None
-
-    async def check(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
 
     async def spawn(self) -> Box:
         self.started += 1

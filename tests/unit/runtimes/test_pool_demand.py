@@ -222,3 +222,22 @@ def test_toml_keys_set_the_pool_bounds(tmp_path: Path) -> None:
     path.write_text("allow_all = true\npool = 1\npool_max = 5\npool_refill_concurrency = 2\n")
     settings = load_settings(path)
     assert (settings.pool, settings.pool_max, settings.pool_refill_concurrency) == (1, 5, 2)
+
+
+def test_a_start_time_that_is_not_finite_leaves_the_target_computable() -> None:
+    # The target is read where a lease ends and in the refill loop: one bad sample must not make it
+    # raise (OverflowError from rounding inf) for every tenant after it.
+    clock = Clock(1000.0)
+    demand = Demand(1, 8, window=1.0, headroom=2.0, clock=clock)
+    demand.spawned(0.5)
+    demand.spawned(math.inf)
+    assert demand.spawn_seconds() == 0.5  # ignored
+    demand.spawned(math.nan)
+    assert demand.spawn_seconds() is not None and math.isfinite(demand.spawn_seconds() or 0.0)
+    steady(demand, clock, rate=10.0, seconds=5.0)
+    assert 1 <= demand.target() <= 8
+    huge = Demand(1, 8, window=1.0, headroom=1e308, clock=clock)
+    huge.spawned(1e308)  # finite, but rate x spawn x headroom overflows to inf
+    steady(huge, clock, rate=10.0, seconds=5.0)
+    assert huge.target() == 8
+    assert huge.target(base=3) == 8

@@ -38,6 +38,7 @@ from codemode.runtimes.exhaustion import memory_limited
 from codemode.runtimes.pool import WarmPool
 from codemode.runtimes.process import ProcessOptions
 from codemode.runtimes.reuse import ReusePool
+from tests.support.fakes import QuietLifecycle
 
 
 @pytest.fixture
@@ -138,19 +139,10 @@ class Box:
         return ExitInfo(exit_code=0)
 
 
-class Plain:
+class Plain(QuietLifecycle):
     """A runtime with nothing beyond ``Runtime``."""
 
     name = "plain"
-
-    async def start(self) -> None:
-        return None
-
-    async def check(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
 
     async def spawn(self) -> Sandbox:
         return Box()

@@ -36,12 +36,14 @@ Rules (each has its test):
   lower demand; idle sandboxes above it are then recycled, the one idle longest first (each exactly
   once: it leaves the pool before its removal starts). Without a ``maximum`` (or with one equal to
   ``size``) the target is ``size``, as it always was;
-* **bounded and fair**: at most ``size`` sandboxes are kept idle in all (bound to a subject or
-  warm, never leased yet), at most ``per_subject`` of them bound to one subject; when more come
-  back, the one idle longest is recycled, whoever it belongs to, so one subject's idle sandboxes never
-  keep another subject from having one. A subject that has no idle sandbox takes a warm one, or
-  starts one (under the slot the executor already holds: fair admission decides who runs,
-  ``codemode.execution.admission``);
+* **bounded and fair per subject**: at most ``size`` sandboxes are kept idle in all (bound to a
+  subject or warm, never leased yet), at most ``per_subject`` of them bound to one subject; when
+  more come back, the one idle longest is recycled, whoever it belongs to, so no subject keeps more
+  than its own ``per_subject`` idle. A subject that has no idle sandbox takes a warm one, or starts
+  one (under the slot the executor already holds: fair admission decides who runs,
+  ``codemode.execution.admission``). Subjects that hold ``size`` sandboxes between them leave no
+  warm one, and a rarely executing subject's idle sandbox is the one recycled first: its executes
+  then start cold (docs/reference/runtimes.md: "Between subjects");
 * **the share bites only under contention**: while another subject waits for a sandbox from this
   pool or was served by it within the last ``recent_seconds`` (``codemode.runtimes.contention``),
   a subject holding ``max(1, floor(size × subject_share))`` sandboxes (in use or idle for it)
@@ -51,9 +53,12 @@ Rules (each has its test):
   kept (idle, in use and starting) are fewer than ``size``, where a subject's sandboxes in use past
   its share do not count while another subject competes (they would keep the refill from ever
   replacing the warm ones the others need), nor, up to as many, the warm ones a lone subject took
-  past its share until a refill has replaced them. Live sandboxes never exceed
-  ``max_concurrent_executions + maximum + 1`` (the one: a successor starting while its predecessor
-  is still idle).
+  past its share until a refill has replaced them. A recycled sandbox counts until its removal has
+  ended (a container or pod being removed still holds its memory and its place in a quota), so
+  the refill never replaces one still being removed. Live sandboxes that are not being removed
+  never exceed ``max_concurrent_executions + maximum + 1`` (the one: a successor starting while
+  its predecessor is still idle); a new subject's lease does not wait for removals, so while demand
+  rises and falls faster than sandboxes are removed, those being removed come on top.
 
 ``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
 reusable one.
@@ -192,6 +197,8 @@ class ReusePool:
         self._warm: collections.deque[Supervised] = collections.deque()
         self._in_use = 0
         self._starting = 0
+        #: Sandboxes recycled whose removal has not ended (still live: counted against the size).
+        self._removing = 0
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -455,7 +462,8 @@ class ReusePool:
         if any(other is not box for other in self._idle.get(box.subject, ())):
             return  # the subject has another sandbox already
         # ``box`` leaves when its successor is there: it does not count against the room.
-        if self.idle - 1 + self._starting >= self.size or self._refilling >= self.refill_concurrency:
+        room = self.size - (self.idle - 1 + self._starting + self._removing)
+        if room <= 0 or self._refilling >= self.refill_concurrency:
             return  # no room: its subject's next execute after the recycle starts one
         self._starting += 1
         self._refilling += 1
@@ -511,8 +519,15 @@ class ReusePool:
         self._successor_due.pop(box, None)
         box.retire(reason, anomaly=anomaly)
         self.recycled += 1
-        self._background(box.destroy())
-        self._kick()  # a sandbox fewer: the refill looks again (an idle one swept, for one)
+        self._removing += 1  # still live until its removal ends: it keeps the refill back till then
+        self._background(self._remove(box))
+
+    async def _remove(self, box: Supervised) -> None:
+        try:
+            await box.destroy()
+        finally:
+            self._removing -= 1
+            self._kick()  # a sandbox fewer: the refill looks again (an idle one swept, for one)
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -544,7 +559,8 @@ class ReusePool:
         return box
 
     def _missing(self) -> int:
-        return self.size - (self.idle + self._in_use - self._uncounted() + self._starting)
+        live = self.idle + self._in_use - self._uncounted() + self._starting + self._removing
+        return self.size - live
 
     async def _refill_loop(self) -> None:
         assert self._wake is not None

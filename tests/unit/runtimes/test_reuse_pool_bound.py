@@ -1,0 +1,54 @@
+"""``ReusePool`` keeps its bound on live sandboxes while demand rises and falls: a recycled sandbox
+is live until its removal ends (a container or pod being removed still holds its memory and its
+place in a quota), so the refill does not replace it before then."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from codemode.runtimes.reuse import ReusePool
+from codemode.runtimes.reuse import pool as reuse_pool
+from tests.support.fake_supervising import FakeSupervising
+
+
+async def lease(pool: ReusePool, subject: str) -> None:
+    spawned = await pool.spawn_for(subject)
+    sandbox: Any = spawned.sandbox
+    await sandbox.end(True)
+
+
+async def test_bursts_of_new_subjects_keep_live_sandboxes_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each burst of fresh subjects raises the target to the maximum (each is active and each
+    # arrival counts); then it falls, idle sandboxes are recycled, and removing one takes longer
+    # than the next burst takes to come. Before a recycled sandbox counted until its removal ended,
+    # the refill replaced it at once: 22 live against the bound of 21, every run. The pool's times
+    # are scaled down ten times (its refill looks again every 50 ms instead of 500).
+    monkeypatch.setattr(reuse_pool, "_TICK", 0.05)
+    runtime = FakeSupervising(spawn_seconds=0.02, remove_seconds=0.12)
+    burst, maximum = 8, 12
+    pool = ReusePool(
+        runtime,  # type: ignore[arg-type]
+        2,
+        maximum=maximum,
+        per_subject=2,
+        max_executes=1000,
+        recent_seconds=0.1,
+        hold=0.1,
+        window=0.05,
+    )
+    await pool.start()
+    try:
+        await pool.wait_warm(5)
+        for cycle in range(3):
+            await asyncio.gather(*(lease(pool, f"sybil-{cycle}-{i}") for i in range(burst)))
+            await asyncio.sleep(0.15)  # the target falls, idle sandboxes go, the next burst comes
+        bound = burst + maximum + 1  # max_concurrent_executions + maximum + 1
+        assert runtime.started >= 3 * burst  # each new subject needed a sandbox of its own
+        assert runtime.peak <= bound, (runtime.peak, bound)
+    finally:
+        await pool.aclose()
