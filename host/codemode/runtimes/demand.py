@@ -68,8 +68,13 @@ class Demand:
     ) -> None:
         if minimum < 0 or maximum < minimum:
             raise ValueError("pool bounds: 0 <= minimum <= maximum")
-        if window <= 0 or hold < 0 or headroom <= 0 or not 0 < alpha <= 1:
-            raise ValueError("pool demand: window > 0, hold >= 0, headroom > 0 and 0 < alpha <= 1")
+        # Written so that NaN fails each test (every comparison with NaN is false).
+        if not (
+            0 < window < math.inf and 0 <= hold < math.inf and 0 < headroom < math.inf and 0 < alpha <= 1
+        ):
+            raise ValueError(
+                "pool demand: window > 0, hold >= 0, headroom > 0 and 0 < alpha <= 1, all finite"
+            )
         self.minimum = minimum
         self.maximum = maximum
         self.window = window

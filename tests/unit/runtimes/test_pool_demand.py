@@ -136,6 +136,11 @@ def test_without_a_hold_the_target_follows_the_rate() -> None:
         (0, 1, {"hold": -1}),
         (0, 1, {"headroom": 0}),
         (0, 1, {"alpha": 1.5}),
+        (0, 1, {"window": math.nan}),  # NaN passed "<= 0": the target then sat at the maximum
+        (0, 1, {"headroom": math.nan}),
+        (0, 1, {"hold": math.nan}),
+        (0, 1, {"alpha": math.nan}),
+        (0, 1, {"window": math.inf}),
     ],
 )
 def test_bad_bounds_are_refused(minimum: int, maximum: int, kw: dict[str, Any]) -> None:

@@ -52,3 +52,19 @@ async def test_bursts_of_new_subjects_keep_live_sandboxes_within_the_bound(
         assert runtime.peak <= bound, (runtime.peak, bound)
     finally:
         await pool.aclose()
+
+
+async def test_a_sandbox_that_served_its_executes_is_replaced_without_waiting_for_its_removal() -> None:
+    # A steady subject: each sandbox serves 10 executes, then its successor takes over. Holding the
+    # refill back until each removal ended (as for a falling target) made its executes start cold.
+    runtime = FakeSupervising(spawn_seconds=0.02, remove_seconds=0.1)
+    pool = ReusePool(runtime, 2, per_subject=2, max_executes=10)  # type: ignore[arg-type]
+    await pool.start()
+    try:
+        await pool.wait_warm(5)
+        for _ in range(60):
+            await lease(pool, "steady")
+            await asyncio.sleep(0.003)
+        assert pool.cold == 0 and pool.recycled >= 5
+    finally:
+        await pool.aclose()

@@ -53,12 +53,14 @@ Rules (each has its test):
   kept (idle, in use and starting) are fewer than ``size``, where a subject's sandboxes in use past
   its share do not count while another subject competes (they would keep the refill from ever
   replacing the warm ones the others need), nor, up to as many, the warm ones a lone subject took
-  past its share until a refill has replaced them. A recycled sandbox counts until its removal has
-  ended (a container or pod being removed still holds its memory and its place in a quota), so
-  the refill never replaces one still being removed. Live sandboxes that are not being removed
-  never exceed ``max_concurrent_executions + maximum + 1`` (the one: a successor starting while
-  its predecessor is still idle); a new subject's lease does not wait for removals, so while demand
-  rises and falls faster than sandboxes are removed, those being removed come on top.
+  past its share until a refill has replaced them. A sandbox recycled because the target fell
+  counts until its removal has ended (a container or pod being removed still holds its memory and
+  its place in a quota; at most ``maximum + 1 - size`` of them count, so a removal that never ends
+  cannot stop the refill), so demand that falls and rises again does not start sandboxes on top of
+  those; one recycled for any other reason is replaced at once. Live sandboxes that are not being
+  removed never exceed ``max_concurrent_executions + maximum + 1`` (the one: a successor starting
+  while its predecessor is still idle); a new subject's lease does not wait for removals, so
+  sandboxes being removed come on top.
 
 ``spawn()`` (no subject: operator tools) returns a fresh single-use sandbox of the runtime, never a
 reusable one.
@@ -197,7 +199,7 @@ class ReusePool:
         self._warm: collections.deque[Supervised] = collections.deque()
         self._in_use = 0
         self._starting = 0
-        #: Sandboxes recycled whose removal has not ended (still live: counted against the size).
+        #: Sandboxes recycled because the target fell whose removal has not ended (``_recycle``).
         self._removing = 0
         self._closed = False
         self._wake: asyncio.Event | None = None
@@ -462,7 +464,7 @@ class ReusePool:
         if any(other is not box for other in self._idle.get(box.subject, ())):
             return  # the subject has another sandbox already
         # ``box`` leaves when its successor is there: it does not count against the room.
-        room = self.size - (self.idle - 1 + self._starting + self._removing)
+        room = self.size - (self.idle - 1 + self._starting + self._held_back())
         if room <= 0 or self._refilling >= self.refill_concurrency:
             return  # no room: its subject's next execute after the recycle starts one
         self._starting += 1
@@ -513,21 +515,34 @@ class ReusePool:
                 own.remove(oldest)
                 if not own:
                     del self._idle[oldest.subject]
-            self._recycle(oldest, "the pool keeps at most its size idle", anomaly=False)
+            self._recycle(oldest, "the pool keeps at most its size idle", anomaly=False, counted=True)
 
-    def _recycle(self, box: Supervised, reason: str, *, anomaly: bool = True) -> None:
+    def _recycle(self, box: Supervised, reason: str, *, anomaly: bool = True, counted: bool = False) -> None:
+        """Retire ``box`` and remove it in the background. ``counted``: it goes because the target
+        fell (``_trim``), and it keeps the refill back until its removal has ended (a container or
+        pod being removed still holds its memory and its place in a quota), so a target that falls
+        and rises again does not start sandboxes on top of those still being removed. Any other
+        recycle is a one-for-one replacement (served its executes, aged, died, succeeded): the refill
+        replaces it at once, as a subject's next execute would otherwise start cold."""
         self._successor_due.pop(box, None)
         box.retire(reason, anomaly=anomaly)
         self.recycled += 1
-        self._removing += 1  # still live until its removal ends: it keeps the refill back till then
-        self._background(self._remove(box))
+        if counted:
+            self._removing += 1
+        self._background(self._remove(box, counted))
 
-    async def _remove(self, box: Supervised) -> None:
+    async def _remove(self, box: Supervised, counted: bool) -> None:
         try:
             await box.destroy()
         finally:
-            self._removing -= 1
+            if counted:
+                self._removing -= 1
             self._kick()  # a sandbox fewer: the refill looks again (an idle one swept, for one)
+
+    def _held_back(self) -> int:
+        """The removals that keep the refill back: at most ``maximum + 1 - minimum`` of them, so a
+        removal that never ends (a hung daemon) cannot stop the refill for good."""
+        return min(self._removing, self.maximum + 1 - self.minimum)
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -559,7 +574,7 @@ class ReusePool:
         return box
 
     def _missing(self) -> int:
-        live = self.idle + self._in_use - self._uncounted() + self._starting + self._removing
+        live = self.idle + self._in_use - self._uncounted() + self._starting + self._held_back()
         return self.size - live
 
     async def _refill_loop(self) -> None:
