@@ -53,8 +53,8 @@ Rules (each has its test):
   kept (idle, in use and starting) are fewer than ``size``, where a subject's sandboxes in use past
   its share do not count while another subject competes (they would keep the refill from ever
   replacing the warm ones the others need), nor, up to as many, the warm ones a lone subject took
-  past its share until a refill has replaced them. A sandbox recycled because the target fell
-  counts until its removal has ended (a container or pod being removed still holds its memory and
+  past its share until a refill has replaced them. A sandbox recycled to keep no more idle than
+  the target counts until its removal has ended (a container or pod being removed still holds its memory and
   its place in a quota; at most ``maximum + 1 - size`` of them count, so a removal that never ends
   cannot stop the refill), so demand that falls and rises again does not start sandboxes on top of
   those; one recycled for any other reason is replaced at once. Live sandboxes that are not being
@@ -199,7 +199,7 @@ class ReusePool:
         self._warm: collections.deque[Supervised] = collections.deque()
         self._in_use = 0
         self._starting = 0
-        #: Sandboxes recycled because the target fell whose removal has not ended (``_recycle``).
+        #: Sandboxes recycled by ``_trim`` whose removal has not ended (``_recycle``).
         self._removing = 0
         self._closed = False
         self._wake: asyncio.Event | None = None
@@ -518,12 +518,15 @@ class ReusePool:
             self._recycle(oldest, "the pool keeps at most its size idle", anomaly=False, counted=True)
 
     def _recycle(self, box: Supervised, reason: str, *, anomaly: bool = True, counted: bool = False) -> None:
-        """Retire ``box`` and remove it in the background. ``counted``: it goes because the target
-        fell (``_trim``), and it keeps the refill back until its removal has ended (a container or
-        pod being removed still holds its memory and its place in a quota), so a target that falls
-        and rises again does not start sandboxes on top of those still being removed. Any other
-        recycle is a one-for-one replacement (served its executes, aged, died, succeeded): the refill
-        replaces it at once, as a subject's next execute would otherwise start cold."""
+        """Retire ``box`` and remove it in the background.
+
+        ``counted``: it goes to keep no more idle than the target (``_trim``: the target fell, or
+        more came back than it keeps), and it keeps the refill back until its removal has ended (a
+        container or pod being removed still holds its memory and its place in a quota), so a target
+        that falls and rises again does not start sandboxes on top of those still being removed. Any
+        other recycle is a one-for-one replacement (served its executes, aged, died, succeeded): the
+        refill replaces it at once, as a subject's next execute would otherwise start cold.
+        """
         self._successor_due.pop(box, None)
         box.retire(reason, anomaly=anomaly)
         self.recycled += 1
