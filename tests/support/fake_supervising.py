@@ -3,8 +3,7 @@ accounting; the reuse mode against a real supervisor is tests/integration/runtim
 
 Each sandbox takes ``spawn_seconds`` to start and ``remove_seconds`` to remove; ``live`` counts the
 sandboxes started and not yet removed (a container or pod being removed is still live), ``peak`` the
-most at once, ``removing`` those being removed, ``peak_kept`` the most live at once that were not
-being removed.
+most at once.
 """
 
 from __future__ import annotations
@@ -78,9 +77,7 @@ class FakeBox:
         self.retire("removed")
         if not self.removed:
             self.removed = True
-            self.runtime.removing += 1
             await asyncio.sleep(self.runtime.remove_seconds)
-            self.runtime.removing -= 1
             self.runtime.live -= 1
         return ExitInfo(exit_code=0)
 
@@ -97,8 +94,6 @@ class FakeSupervising(QuietLifecycle):
         self.started = 0
         self.live = 0
         self.peak = 0
-        self.removing = 0
-        self.peak_kept = 0
 
     async def spawn(self) -> Any:
         raise AssertionError("the reuse pool's leases only")
@@ -107,6 +102,5 @@ class FakeSupervising(QuietLifecycle):
         self.started += 1
         self.live += 1
         self.peak = max(self.peak, self.live)
-        self.peak_kept = max(self.peak_kept, self.live - self.removing)
         await asyncio.sleep(self.spawn_seconds)
         return FakeBox(self, self.started)

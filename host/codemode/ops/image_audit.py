@@ -448,8 +448,8 @@ def _shown(text: str) -> str:
 
 def format_report(report: AuditReport) -> str:
     """The report as a table: one line per check, the findings of those that did not pass (and of
-    the shell check), then the verdict. Details and findings come from the image: their
-    characters that are not printable are escaped (``_shown``).
+    the shell check), then the verdict. Details and findings come from the image: they are shown
+    in printable ASCII, each cut at ``SHOWN_CHARS`` characters (``_shown``).
 
     Args:
         report: the audit.
