@@ -1,6 +1,6 @@
 """``ReusePool`` keeps its bound on live sandboxes while demand rises and falls: a recycled sandbox
 is live until its removal ends (a container or pod being removed still holds its memory and its
-place in a quota), so the refill does not replace it before then."""
+place in a quota), so the refill does not replace it before then; and closing the pool still removes it."""
 
 from __future__ import annotations
 
@@ -68,3 +68,24 @@ async def test_a_sandbox_that_served_its_executes_is_replaced_without_waiting_fo
         assert pool.cold == 0 and pool.recycled >= 5
     finally:
         await pool.aclose()
+
+
+@pytest.mark.parametrize("remove_seconds", [0.0, 0.05])
+async def test_closing_right_after_a_recycle_still_removes_the_recycled_sandbox(
+    remove_seconds: float,
+) -> None:
+    # A sandbox that served its executes is recycled: its removal runs in the background. Closing
+    # the pool at once used to cancel that removal before it began (or while it ran), so the pool
+    # itself never removed the sandbox and only the runtime's own sweep could.
+    runtime = FakeSupervising(spawn_seconds=0.01, remove_seconds=remove_seconds)
+    pool = ReusePool(runtime, 1, per_subject=1, max_executes=1)  # type: ignore[arg-type]
+    await pool.start()
+    try:
+        await pool.wait_warm(5)
+        spawned = await pool.spawn_for("tenant")
+        sandbox: Any = spawned.sandbox
+        await sandbox.end(True)
+        assert pool.recycled == 1
+    finally:
+        await pool.aclose()
+    assert runtime.live == 0, f"{runtime.live} of {runtime.started} sandboxes left unremoved"

@@ -204,6 +204,8 @@ class ReusePool:
         self._closed = False
         self._wake: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Removals under way: ``aclose`` waits for them instead of cancelling them.
+        self._removals: set[asyncio.Task[Any]] = set()
         self.last_error: str | None = None
         #: Seconds each of the last 1000 sandbox starts took (the service's pool metrics).
         self.refill_seconds: list[float] = []
@@ -346,6 +348,8 @@ class ReusePool:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        while self._removals:  # a removal cancelled before it began would leave its sandbox
+            await asyncio.gather(*self._removals, return_exceptions=True)
         boxes = list(self._warm) + [b for v in self._idle.values() for b in v]
         self._warm.clear()
         self._idle.clear()
@@ -532,7 +536,9 @@ class ReusePool:
         self.recycled += 1
         if counted:
             self._removing += 1
-        self._background(self._remove(box, counted))
+        task = asyncio.get_running_loop().create_task(self._remove(box, counted))
+        self._removals.add(task)
+        task.add_done_callback(self._removals.discard)
 
     async def _remove(self, box: Supervised, counted: bool) -> None:
         try:
