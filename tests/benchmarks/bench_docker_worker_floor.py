@@ -10,7 +10,10 @@ raw cycle does not pay. This measures how far removing it could go: per round, i
 engine rate, the default mode with the real worker, and the default mode with ``nothing_worker``
 (nothing_worker/nothing_worker.c: a static C program that answers the probe and the exec and exits;
 built here into an image made of the worker image plus it, removed at the end). The same host, the
-same runtime and hardening, the same pool and concurrency: only the worker's own cost differs.
+same runtime and hardening, the same pool and concurrency: only the worker's own cost differs. The
+rounds run the series in turn, forwards and backwards; at the end, each default mode against the
+raw rate of its own round too (median, range, how many rounds reach 1.5x): on a shared machine the
+rates drift between rounds, and the spread says how far one run can be trusted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from .bench_docker import MachineCPU, default_rate, raw_rate
 
 HERE = Path(__file__).parent / "nothing_worker"
 TAG = "codemode-bench-nothing-worker:1"
+#: The series of a round, in the order of even rounds (odd rounds run them backwards).
+ORDER = ("raw", "worker", "nothing")
 
 
 def build(base: str) -> None:
@@ -58,13 +63,16 @@ async def run(args: argparse.Namespace) -> None:
     )
     try:
         for r in range(args.rounds):
-            cpu = MachineCPU()
-            with cpu:
-                rate = await asyncio.to_thread(raw_rate, api, args.image, None, 4, args.n)
-            series["raw"].append((rate, 1000 * cpu.busy / args.n))
-            for name, image, entry in (("worker", args.image, None), ("nothing", TAG, ("/nothing_worker",))):
+            # The order turns round by round: a machine that speeds up or slows down over a round
+            # favours no series.
+            for name in ORDER if r % 2 == 0 else ORDER[::-1]:
                 cpu = MachineCPU()
-                rate = await default_rate(image, None, 4, 4, args.n, cpu, entrypoint=entry)
+                if name == "raw":
+                    with cpu:
+                        rate = await asyncio.to_thread(raw_rate, api, args.image, None, 4, args.n)
+                else:
+                    image, entry = (args.image, None) if name == "worker" else (TAG, ("/nothing_worker",))
+                    rate = await default_rate(image, None, 4, 4, args.n, cpu, entrypoint=entry)
                 series[name].append((rate, 1000 * cpu.busy / args.n))
             print(
                 f"round {r + 1}: "
@@ -84,6 +92,12 @@ async def run(args: argparse.Namespace) -> None:
         print(
             f"{label:<32} {rate:6.2f} executes/s = {rate / raw:.2f}x the raw rate (goal >= 1.5), "
             f"machine CPU {cpu_ms:.1f} ms per execute"
+        )
+        ratios = sorted(x[0] / y[0] for x, y in zip(series[name], series["raw"], strict=True))
+        print(
+            f"{'':<32} against the raw rate of the same round: median {statistics.median(ratios):.2f}x, "
+            f"rounds {ratios[0]:.2f}-{ratios[-1]:.2f}x, "
+            f"{sum(q >= 1.5 for q in ratios)} of {len(ratios)} >= 1.5"
         )
 
 
