@@ -89,3 +89,25 @@ async def test_closing_right_after_a_recycle_still_removes_the_recycled_sandbox(
     finally:
         await pool.aclose()
     assert runtime.live == 0, f"{runtime.live} of {runtime.started} sandboxes left unremoved"
+
+
+async def test_a_close_cancelled_while_a_removal_runs_still_removes_everything() -> None:
+    # The close waits for a slow removal and is cancelled meanwhile (a bounded shutdown): the
+    # removal goes on, and the idle sandboxes and the runtime's own close are not skipped.
+    runtime = FakeSupervising(spawn_seconds=0.01, remove_seconds=0.3)
+    pool = ReusePool(runtime, 3, per_subject=1, max_executes=1)  # type: ignore[arg-type]
+    await pool.start()
+    await pool.wait_warm(5)
+    await lease(pool, "tenant")  # served its one execute: recycled, its removal takes 0.3 s
+    for _ in range(100):  # the refill replaces it
+        if pool.idle == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert pool.idle == 3 and pool.recycled == 1
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(pool.aclose(), 0.05)
+    for _ in range(100):
+        if runtime.live == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert runtime.live == 0, f"{runtime.live} of {runtime.started} sandboxes left unremoved"

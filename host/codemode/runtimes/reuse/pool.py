@@ -100,6 +100,13 @@ __all__ = ["ReusePool"]
 
 log = logging.getLogger("codemode.runtimes.reuse")
 
+
+def _log_failed_removal(task: asyncio.Task[Any]) -> None:
+    """A removal that raised is logged once (nothing else reads its result)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("reuse pool: removing a sandbox failed: %s: %s", type(exc).__name__, exc)
+
+
 #: Seconds between target checks while the target may still move (it decays with time).
 _TICK = 0.5
 
@@ -347,14 +354,18 @@ class ReusePool:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        while self._removals:  # a removal cancelled before it began would leave its sandbox
-            await asyncio.gather(*self._removals, return_exceptions=True)
-        boxes = list(self._warm) + [b for v in self._idle.values() for b in v]
-        self._warm.clear()
-        self._idle.clear()
-        await asyncio.gather(*(b.destroy() for b in boxes), return_exceptions=True)
-        await self.inner.aclose()
+        try:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # Wait for the removals, never cancel them: one cancelled before it began would leave
+            # its sandbox. asyncio.wait, not gather: a close cancelled meanwhile leaves them running.
+            while self._removals:
+                await asyncio.wait(set(self._removals))
+        finally:  # even when the close itself is cancelled: the idle ones and the runtime's own close
+            boxes = list(self._warm) + [b for v in self._idle.values() for b in v]
+            self._warm.clear()
+            self._idle.clear()
+            await asyncio.gather(*(b.destroy() for b in boxes), return_exceptions=True)
+            await self.inner.aclose()
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -539,6 +550,7 @@ class ReusePool:
         task = asyncio.get_running_loop().create_task(self._remove(box, counted))
         self._removals.add(task)
         task.add_done_callback(self._removals.discard)
+        task.add_done_callback(_log_failed_removal)
 
     async def _remove(self, box: Supervised, counted: bool) -> None:
         try:
