@@ -463,7 +463,31 @@ def _build() -> Environment:
     load_dialect = sl.Dialect.standard()
     load_dialect.enable_load = True
     helper_globals = sl.Globals.extended_by([sl.LibraryExtension.StructType, sl.LibraryExtension.Json])
-    callables: dict[str, Callable[..., Any]] = {
+    callables = _python_callables()
+    fields = []
+    for name, fn in MATH_FUNCTIONS.items():
+        callables[f"math_{name}"] = fn
+        fields.append(f"{name} = math_{name}")
+    fields.extend(f"{name} = {value!r}" for name, value in MATH_CONSTANTS.items())
+    module = sl.Module()
+    for name, fn in callables.items():
+        module.add_callable(name, _guarded(fn))
+    module["MAX_BRIDGE_DEPTH"] = MAX_BRIDGE_DEPTH
+    source = _ENV_SOURCE + "math_ns = struct(" + ", ".join(sorted(fields)) + ")\n"
+    sl.eval(module, sl.parse("<builtins>", source, dialect), helper_globals)
+    return Environment(
+        dialect,
+        load_dialect,
+        sl.Globals.standard(),
+        helper_globals,
+        module.freeze(),
+        {"<builtins>": source},
+    )
+
+
+def _python_callables() -> dict[str, Callable[..., Any]]:
+    """The Python functions the ``<builtins>`` source calls, by name (the math ones come apart)."""
+    return {
         "mark_float": _mark_float,
         "mark_type": _mark_type,
         "mark_keys": _mark_keys,
@@ -485,22 +509,3 @@ def _build() -> Environment:
         "print_wanted": _print_wanted,
         "print_text": _print_text,
     }
-    fields = []
-    for name, fn in MATH_FUNCTIONS.items():
-        callables[f"math_{name}"] = fn
-        fields.append(f"{name} = math_{name}")
-    fields.extend(f"{name} = {value!r}" for name, value in MATH_CONSTANTS.items())
-    module = sl.Module()
-    for name, fn in callables.items():
-        module.add_callable(name, _guarded(fn))
-    module["MAX_BRIDGE_DEPTH"] = MAX_BRIDGE_DEPTH
-    source = _ENV_SOURCE + "math_ns = struct(" + ", ".join(sorted(fields)) + ")\n"
-    sl.eval(module, sl.parse("<builtins>", source, dialect), helper_globals)
-    return Environment(
-        dialect,
-        load_dialect,
-        sl.Globals.standard(),
-        helper_globals,
-        module.freeze(),
-        {"<builtins>": source},
-    )
