@@ -82,20 +82,10 @@ def build_nothing(base: str) -> None:
 def helper_source() -> str:
     """The Python worker's ``<builtins>`` source, its Python callables as Starlark stubs."""
     from codemode_worker import environment
-    from codemode_worker.pybuiltins import MATH_CONSTANTS, MATH_FUNCTIONS
 
     # The worker's own source and names (private to it: this benchmark prices exactly that module).
-    names = [*environment._python_callables(), *(f"math_{name}" for name in MATH_FUNCTIONS)]
-    stubs = "".join(f"def {name}(*args):\n    return None\n" for name in names)
-    fields = [f"{n} = math_{n}" for n in MATH_FUNCTIONS] + [f"{n} = {v!r}" for n, v in MATH_CONSTANTS.items()]
-    return (
-        stubs
-        + f"MAX_BRIDGE_DEPTH = {environment.MAX_BRIDGE_DEPTH}\n"
-        + environment._ENV_SOURCE
-        + "math_ns = struct("
-        + ", ".join(sorted(fields))
-        + ")\n"
-    )
+    stubs = "".join(f"def {name}(*args):\n    return None\n" for name in environment._python_callables())
+    return stubs + f"MAX_BRIDGE_DEPTH = {environment.MAX_BRIDGE_DEPTH}\n" + environment._builtins_source()
 
 
 def build_rust(base: str) -> None:

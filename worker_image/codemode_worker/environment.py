@@ -463,17 +463,11 @@ def _build() -> Environment:
     load_dialect = sl.Dialect.standard()
     load_dialect.enable_load = True
     helper_globals = sl.Globals.extended_by([sl.LibraryExtension.StructType, sl.LibraryExtension.Json])
-    callables = _python_callables()
-    fields = []
-    for name, fn in MATH_FUNCTIONS.items():
-        callables[f"math_{name}"] = fn
-        fields.append(f"{name} = math_{name}")
-    fields.extend(f"{name} = {value!r}" for name, value in MATH_CONSTANTS.items())
     module = sl.Module()
-    for name, fn in callables.items():
+    for name, fn in _python_callables().items():
         module.add_callable(name, _guarded(fn))
     module["MAX_BRIDGE_DEPTH"] = MAX_BRIDGE_DEPTH
-    source = _ENV_SOURCE + "math_ns = struct(" + ", ".join(sorted(fields)) + ")\n"
+    source = _builtins_source()
     sl.eval(module, sl.parse("<builtins>", source, dialect), helper_globals)
     return Environment(
         dialect,
@@ -485,8 +479,15 @@ def _build() -> Environment:
     )
 
 
+def _builtins_source() -> str:
+    """The ``<builtins>`` module's source: ``_ENV_SOURCE`` and the ``math`` namespace."""
+    fields = [f"{name} = math_{name}" for name in MATH_FUNCTIONS]
+    fields.extend(f"{name} = {value!r}" for name, value in MATH_CONSTANTS.items())
+    return _ENV_SOURCE + "math_ns = struct(" + ", ".join(sorted(fields)) + ")\n"
+
+
 def _python_callables() -> dict[str, Callable[..., Any]]:
-    """The Python functions the ``<builtins>`` source calls, by name (the math ones come apart)."""
+    """The Python functions the ``<builtins>`` source calls, by name."""
     return {
         "mark_float": _mark_float,
         "mark_type": _mark_type,
@@ -508,4 +509,5 @@ def _python_callables() -> dict[str, Callable[..., Any]]:
         "parallel_end": _parallel_end,
         "print_wanted": _print_wanted,
         "print_text": _print_text,
+        **{f"math_{name}": fn for name, fn in MATH_FUNCTIONS.items()},
     }

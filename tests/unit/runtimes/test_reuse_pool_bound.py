@@ -12,6 +12,7 @@ import pytest
 from codemode.runtimes.reuse import ReusePool
 from codemode.runtimes.reuse import pool as reuse_pool
 from tests.support.fake_supervising import FakeSupervising
+from tests.support.mcp_client import wait_until
 
 
 async def lease(pool: ReusePool, subject: str) -> None:
@@ -99,15 +100,9 @@ async def test_a_close_cancelled_while_a_removal_runs_still_removes_everything()
     await pool.start()
     await pool.wait_warm(5)
     await lease(pool, "tenant")  # served its one execute: recycled, its removal takes 0.3 s
-    for _ in range(100):  # the refill replaces it
-        if pool.idle == 3:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: pool.idle == 3, 1.0)  # the refill replaces it
     assert pool.idle == 3 and pool.recycled == 1
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(pool.aclose(), 0.05)
-    for _ in range(100):
-        if runtime.live == 0:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: runtime.live == 0, 1.0)
     assert runtime.live == 0, f"{runtime.live} of {runtime.started} sandboxes left unremoved"

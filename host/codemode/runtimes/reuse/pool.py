@@ -547,10 +547,7 @@ class ReusePool:
         self.recycled += 1
         if counted:
             self._removing += 1
-        task = asyncio.get_running_loop().create_task(self._remove(box, counted))
-        self._removals.add(task)
-        task.add_done_callback(self._removals.discard)
-        task.add_done_callback(_log_failed_removal)
+        self._background(self._remove(box, counted), self._removals).add_done_callback(_log_failed_removal)
 
     async def _remove(self, box: Supervised, counted: bool) -> None:
         try:
@@ -565,10 +562,13 @@ class ReusePool:
         removal that never ends (a hung daemon) cannot stop the refill for good."""
         return min(self._removing, self.maximum + 1 - self.minimum)
 
-    def _background(self, coro: Any) -> None:
+    def _background(self, coro: Any, tasks: set[asyncio.Task[Any]] | None = None) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task kept in ``tasks`` (default: those ``aclose`` cancels) until it ends."""
+        into = self._tasks if tasks is None else tasks
         task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        into.add(task)
+        task.add_done_callback(into.discard)
+        return task
 
     def _kick(self) -> None:
         if self._wake is not None:
